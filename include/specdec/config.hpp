@@ -1,0 +1,102 @@
+// ModelConfig (config.json + generation_config.json) and GenerationConfig (generation knobs).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace specdec {
+
+// `rope_scaling` of config.json. Only the types that change the rotary frequencies are modelled.
+struct RopeScaling {
+  std::string type;                        // "" (none), "linear" or "llama3"
+  double factor = 1.0;                     // linear and llama3
+  double low_freq_factor = 1.0;            // llama3
+  double high_freq_factor = 4.0;           // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+// The architecture of a checkpoint, read from config.json. Field names follow Hugging Face.
+struct ModelConfig {
+  std::string model_type;            // "llama", "mistral", "qwen2"
+  std::string architecture;          // first entry of `architectures`, e.g. "LlamaForCausalLM"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;   // defaults to num_attention_heads (multi-head attention)
+  int64_t head_dim = 0;              // defaults to hidden_size / num_attention_heads
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool attention_bias = false;       // q/k/v biases (always true for qwen2)
+  bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
+  std::string hidden_act = "silu";
+  std::string torch_dtype = "float32";  // dtype the checkpoint was saved in (informational)
+
+  // Special tokens: generation_config.json wins over config.json when both name them.
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;  // `eos_token_id` may be an int or a list
+  std::optional<int64_t> pad_token_id;
+
+  // Reads `dir`/config.json and, when present, `dir`/generation_config.json. Throws specdec::Error
+  // naming the file and field on any problem (missing file, bad JSON, unknown model_type ...).
+  static ModelConfig from_dir(const std::string& dir);
+  // Parses config.json text; `source` names it in errors.
+  static ModelConfig from_json_text(const std::string& text, const std::string& source);
+  // Applies generation_config.json text (bos/eos/pad) over this config.
+  void apply_generation_config_text(const std::string& text, const std::string& source);
+
+  bool is_eos(int64_t token) const;
+  void validate(const std::string& source) const;
+};
+
+// The model types this build can run.
+const std::vector<std::string>& supported_model_types();
+
+// Per-request generation knobs. Names and meanings follow Hugging Face's GenerationConfig so that
+// results can be compared 1:1 with `model.generate(assistant_model=...)`.
+struct GenerationConfig {
+  // Number of new tokens to generate at most (prompt excluded). Must be >= 1.
+  int64_t max_new_tokens = 20;
+  // EOS ids that end generation; empty = the target model's eos ids.
+  std::vector<int64_t> eos_token_ids;
+
+  // --- assisted generation ---
+  // Draft tokens per iteration: the fixed K (constant), the start value (heuristic*), or the cap
+  // (dynamic). 0 = default: 20 for "dynamic", 5 otherwise.
+  int64_t num_assistant_tokens = 0;
+  // "constant" | "heuristic" (value carried over between requests of one Generator) |
+  // "heuristic_transient" (reset each request) | "dynamic" (confidence-threshold stop).
+  std::string num_assistant_tokens_schedule = "constant";
+  // dynamic: the draft stops once the probability of the token it just drafted is below this.
+  double assistant_confidence_threshold = 0.4;
+  // dynamic: re-fit the threshold from this request's acceptance history (minimise FPR + 3 FNR).
+  bool adaptive_threshold = true;
+  // > 0: use prompt lookup (n-gram copying from prompt + output) instead of a draft model,
+  // proposing up to this many tokens per iteration.
+  int64_t prompt_lookup_num_tokens = 0;
+  // Longest n-gram prompt lookup tries to match (it falls back to shorter ones down to 1).
+  int64_t max_matching_ngram_size = 2;
+
+  // --- sampling ---
+  bool do_sample = false;          // false: greedy (argmax). temperature == 0 also means greedy.
+  double temperature = 1.0;        // > 0 when sampling
+  int64_t top_k = 50;              // 0 = off; 50 is Hugging Face's default
+  double top_p = 1.0;              // (0, 1]; 1 = off
+  double min_p = 0.0;              // [0, 1); 0 = off
+  double repetition_penalty = 1.0; // > 0; 1 = off
+  uint64_t seed = 0;               // seed of the request's random generator (sampling only)
+
+  // Effective number of draft tokens after resolving the default (see num_assistant_tokens).
+  int64_t resolved_num_assistant_tokens() const;
+  // True when tokens are chosen by sampling (do_sample and temperature > 0).
+  bool sampling() const { return do_sample && temperature > 0.0; }
+  // Throws specdec::Error naming the first invalid field.
+  void validate() const;
+};
+
+}  // namespace specdec

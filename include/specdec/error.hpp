@@ -1,0 +1,33 @@
+// specdec::Error: the one exception type the library throws for bad input or misuse.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace specdec {
+
+// Every error names what is wrong (file, field or parameter) and what was expected.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+namespace detail {
+[[noreturn]] void throw_error(const std::string& message);
+
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace specdec
+
+// SPECDEC_CHECK(cond, "field x: expected ", a, ", got ", b) throws specdec::Error when cond is false.
+#define SPECDEC_CHECK(cond, ...)                                                  \
+  do {                                                                            \
+    if (!(cond)) ::specdec::detail::throw_error(::specdec::detail::concat(__VA_ARGS__)); \
+  } while (0)

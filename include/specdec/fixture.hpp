@@ -1,0 +1,41 @@
+// Synthesising Hugging Face checkpoints with deterministic random weights (tests, demos, benches).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace specdec {
+
+struct FixtureOptions {
+  std::string arch = "llama";  // llama | mistral | qwen2
+  int64_t layers = 2;
+  int64_t hidden = 64;
+  int64_t heads = 4;
+  int64_t kv_heads = 0;        // 0 = heads
+  int64_t intermediate = 0;    // 0 = 4 * hidden
+  int64_t vocab = 512;
+  int64_t max_pos = 2048;
+  uint64_t seed = 0;
+  std::string dtype = "float32";  // dtype the weights are saved in: float32 | bfloat16 | float16
+  double init_std = 0.02;         // weights ~ N(0, init_std^2); norms are 1
+  // Synthetic early-exit pair: o_proj and down_proj of layers >= exit_layers are multiplied by
+  // exit_scale, so the first exit_layers layers alone predict what the full model does.
+  int64_t exit_layers = -1;       // -1 = off
+  double exit_scale = 1.0;
+  bool tie_word_embeddings = false;
+  int64_t bos_token_id = 1;
+  int64_t eos_token_id = 2;
+  int64_t pad_token_id = 0;
+  void validate() const;
+};
+
+// Writes config.json, generation_config.json and model.safetensors into `out_dir` (created if
+// missing). Each file is written atomically; config.json last, so a folder that has it is whole.
+void make_fixture(const std::string& out_dir, const FixtureOptions& options);
+
+// Derives an early-exit draft from the checkpoint in `target_dir`: its embeddings, first `layers`
+// layers, final norm and head, plus optional Gaussian noise of standard deviation `noise`.
+void make_draft_of(const std::string& target_dir, const std::string& out_dir, int64_t layers,
+                   double noise = 0.0, uint64_t seed = 0);
+
+}  // namespace specdec

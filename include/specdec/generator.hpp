@@ -1,0 +1,52 @@
+// Generator: the assisted-generation loop (and plain target-only generation).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "specdec/config.hpp"
+#include "specdec/model.hpp"
+#include "specdec/stats.hpp"
+
+namespace specdec {
+
+struct GenerationResult {
+  std::vector<int64_t> tokens;  // generated tokens only (prompt excluded), EOS included if hit
+  GenerationStats stats;
+};
+
+// Called with each group of newly verified tokens, in order, as soon as they are known.
+using TokenCallback = std::function<void(const std::vector<int64_t>& new_tokens)>;
+
+class Generator {
+ public:
+  // `draft` may be null: generation is then target-only, or prompt lookup when the request sets
+  // prompt_lookup_num_tokens. Throws specdec::Error when draft and target are incompatible
+  // (vocabulary size, EOS ids, device).
+  explicit Generator(std::shared_ptr<const Model> target,
+                     std::shared_ptr<const Model> draft = nullptr);
+
+  // Generates up to config.max_new_tokens tokens after `prompt` (non-empty, ids < vocab size).
+  // Greedy output equals the target's own greedy output token for token; sampled output has the
+  // target's distribution. Thread-safe: requests share only the immutable models (and the carried
+  // heuristic lookahead, guarded by a mutex).
+  GenerationResult generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
+                            const TokenCallback& on_token = {}) const;
+
+  const Model& target() const { return *target_; }
+  const Model* draft() const { return draft_.get(); }
+
+ private:
+  std::shared_ptr<const Model> target_;
+  std::shared_ptr<const Model> draft_;
+  // "heuristic" schedule: the lookahead reached by the last request, carried to the next one
+  // (Hugging Face keeps it on the assistant model's generation config).
+  mutable std::mutex carried_mutex_;
+  mutable std::optional<int64_t> carried_lookahead_;
+};
+
+}  // namespace specdec

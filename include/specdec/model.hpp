@@ -1,0 +1,54 @@
+// Model: a loaded causal language model (immutable weights, shareable across threads).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+
+#include "specdec/config.hpp"
+#include "specdec/kv_cache.hpp"
+
+namespace specdec {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return config_; }
+  c10::Device device() const { return device_; }
+  at::ScalarType dtype() const { return dtype_; }
+
+  // A cache sized for `max_length` positions of `batch` sequences (the request owns it).
+  KVCache make_cache(int64_t max_length, int64_t batch = 1) const;
+
+  // Runs `input_ids` ([B, T], int64, on any device) at positions [cache.length(), +T), appends their
+  // keys/values to `cache`, and returns float32 logits [B, T', V] for the last T' = min(T, keep)
+  // positions (keep <= 0: all T). Must be called inside c10::InferenceMode (the generator does).
+  virtual at::Tensor forward(const at::Tensor& input_ids, KVCache& cache,
+                             int64_t keep_last = 0) const = 0;
+
+ protected:
+  Model(ModelConfig config, c10::Device device, at::ScalarType dtype)
+      : config_(std::move(config)), device_(device), dtype_(dtype) {}
+
+  ModelConfig config_;
+  c10::Device device_;
+  at::ScalarType dtype_;
+};
+
+struct LoadOptions {
+  c10::Device device = c10::Device(c10::kCPU);  // cpu or cuda[:N]
+  at::ScalarType dtype = at::kFloat;            // compute dtype: float32, bfloat16, float16
+};
+
+// Loads a Hugging Face checkpoint folder (config.json, generation_config.json, model.safetensors or
+// a sharded index). Throws specdec::Error naming the file and what is wrong.
+std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOptions& options = {});
+
+// Parses "cpu", "cuda", "cuda:1"; throws specdec::Error for anything else or when CUDA is absent.
+c10::Device parse_device(const std::string& name);
+
+}  // namespace specdec

@@ -1,0 +1,61 @@
+// Logits processors (Hugging Face semantics and order) and seeded sampling.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "specdec/config.hpp"
+
+namespace specdec {
+
+// A per-request random source: 64-bit Mersenne twister; the same seed gives the same stream on
+// every platform (uniforms are built from raw bits, not from std:: distributions).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0);
+  double uniform();  // in [0, 1)
+
+ private:
+  uint64_t state_[312];
+  int index_;
+  uint64_t next();
+};
+
+// One step of logits processing. `scores` is [R, V] float32 for R consecutive positions; row r
+// belongs to the position whose history (the tokens before it) is history[0 .. base + r), where
+// `base` = history.size() - (R - 1). Processors modify `scores` (returning the new tensor).
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  virtual at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const = 0;
+};
+
+// The chain Hugging Face builds for a GenerationConfig, in its order: repetition penalty, then
+// (sampling only) temperature, top-k, top-p, min-p. The same chain processes the draft's logits
+// (giving q) and the target's (giving p).
+class LogitsProcessorChain {
+ public:
+  explicit LogitsProcessorChain(const GenerationConfig& config);
+  bool empty() const { return processors_.empty(); }
+  // See LogitsProcessor::apply for the history convention.
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const;
+
+ private:
+  std::vector<std::unique_ptr<LogitsProcessor>> processors_;
+};
+
+// Individual processors (exposed for tests and custom chains).
+std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty);
+std::unique_ptr<LogitsProcessor> make_temperature(double temperature);
+std::unique_ptr<LogitsProcessor> make_top_k(int64_t k);
+std::unique_ptr<LogitsProcessor> make_top_p(double p);
+std::unique_ptr<LogitsProcessor> make_min_p(double p);
+
+// Draws an index from `probs` ([V], non-negative, any positive sum) by inverse CDF with the
+// uniform `u` in [0, 1). Indices of probability 0 are never drawn.
+int64_t sample_index(const at::Tensor& probs, double u);
+
+}  // namespace specdec

@@ -1,0 +1,48 @@
+// GenerationStats: what one request did and where its time went.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specdec {
+
+struct GenerationStats {
+  int64_t prompt_tokens = 0;
+  int64_t new_tokens = 0;
+  int64_t target_passes = 0;    // target forward passes (the first one includes the prompt)
+  int64_t draft_passes = 0;     // draft forward passes (each drafts one token)
+  int64_t prefill_draft_passes = 0;  // of which in the first iteration (timed as prefill)
+  int64_t drafted_tokens = 0;   // candidates proposed to the target
+  int64_t accepted_tokens = 0;  // candidates the target kept
+  // One entry per target pass: {candidates drafted, candidates accepted} (Hugging Face's trace).
+  std::vector<std::array<int64_t, 2>> trace;
+  // accepted_at_position[i]: how often candidate i+1 of an iteration was accepted;
+  // drafted_at_position[i]: how often a candidate i+1 was proposed at all.
+  std::vector<int64_t> accepted_at_position;
+  std::vector<int64_t> drafted_at_position;
+  double final_confidence_threshold = 0.0;  // dynamic schedule: threshold in use at the end
+  std::string stop_reason;                  // "eos" or "max_new_tokens"
+
+  // Wall time in seconds. prefill: the first iteration (draft and target passes over the prompt and
+  // the first candidates); drafting and verification: the draft's and the target's passes after
+  // it; other: everything else (bookkeeping, callbacks).
+  double prefill_seconds = 0, drafting_seconds = 0, verification_seconds = 0, other_seconds = 0;
+  double total_seconds = 0;
+
+  double acceptance_rate() const;        // accepted / drafted (0 when nothing was drafted)
+  double tokens_per_target_pass() const; // new tokens / target passes
+  double tokens_per_second() const;      // new tokens / total seconds
+  double draft_seconds_per_token() const;    // drafting seconds / draft passes after the first iteration
+  double target_seconds_per_pass() const;    // verification seconds / target passes after the first
+  double cost_ratio() const;  // c = draft time per token / target time per pass (0 if unknown)
+  // Every field above (derived ones included) as one JSON object.
+  std::string to_json() const;
+};
+
+// Speedup predicted by Leviathan et al. for acceptance rate alpha, gamma drafted tokens per
+// iteration and cost ratio c: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).
+double predicted_speedup(double alpha, double gamma, double c);
+
+}  // namespace specdec

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs, with Debian's apt, everything specdec needs to build, test and benchmark.
+# Idempotent: packages already present are left alone. Needs root (or sudo) when something is missing.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  libtorch-dev            # tensors and the CPU kernels (libtorch 1.13 on Debian 12)
+  libopenblas0-pthread    # fast BLAS for libtorch's matrix products (~10x the reference BLAS)
+  nlohmann-json3-dev      # config.json / safetensors header / CLI --json
+  libsentencepiece-dev    # tokenizer.model (loaded through an isolated dlopen'd shim)
+  libpcre2-dev            # Unicode regexes of byte-level BPE pre-tokenizers
+  libcli11-dev            # command-line parsing and --help of the `specdec` program
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all packages present"
+fi

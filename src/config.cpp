@@ -1,0 +1,206 @@
+#include "specdec/config.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "specdec/error.hpp"
+#include "util.hpp"
+
+namespace specdec {
+
+using nlohmann::json;
+
+const std::vector<std::string>& supported_model_types() {
+  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2"};
+  return kTypes;
+}
+
+namespace {
+
+json parse_json(const std::string& text, const std::string& source) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(detail::concat(source, ": invalid JSON: ", e.what()));
+  }
+}
+
+template <typename T>
+void read_field(const json& j, const char* key, T& out, const std::string& source) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  try {
+    out = it->get<T>();
+  } catch (const json::exception&) {
+    throw Error(detail::concat(source, ": field '", key, "' has the wrong type (", it->type_name(),
+                               ")"));
+  }
+}
+
+std::vector<int64_t> read_token_list(const json& v, const char* key, const std::string& source) {
+  std::vector<int64_t> ids;
+  if (v.is_number_integer()) {
+    ids.push_back(v.get<int64_t>());
+  } else if (v.is_array()) {
+    for (const auto& e : v) {
+      SPECDEC_CHECK(e.is_number_integer(), source, ": field '", key,
+                    "' must be an integer or a list of integers");
+      ids.push_back(e.get<int64_t>());
+    }
+  } else {
+    throw Error(detail::concat(source, ": field '", key, "' must be an integer or a list of integers"));
+  }
+  return ids;
+}
+
+void read_special_tokens(const json& j, ModelConfig& c, const std::string& source) {
+  if (j.contains("bos_token_id") && !j["bos_token_id"].is_null()) {
+    auto ids = read_token_list(j["bos_token_id"], "bos_token_id", source);
+    if (!ids.empty()) c.bos_token_id = ids[0];
+  }
+  if (j.contains("eos_token_id") && !j["eos_token_id"].is_null())
+    c.eos_token_ids = read_token_list(j["eos_token_id"], "eos_token_id", source);
+  if (j.contains("pad_token_id") && !j["pad_token_id"].is_null()) {
+    auto ids = read_token_list(j["pad_token_id"], "pad_token_id", source);
+    if (!ids.empty()) c.pad_token_id = ids[0];
+  }
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source) {
+  const json j = parse_json(text, source);
+  SPECDEC_CHECK(j.is_object(), source, ": expected a JSON object");
+  ModelConfig c;
+  read_field(j, "model_type", c.model_type, source);
+  if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty() &&
+      j["architectures"][0].is_string())
+    c.architecture = j["architectures"][0].get<std::string>();
+  const auto& types = supported_model_types();
+  SPECDEC_CHECK(!c.model_type.empty(), source, ": missing field 'model_type' (supported: ",
+                join(types), ")");
+  SPECDEC_CHECK(std::find(types.begin(), types.end(), c.model_type) != types.end(), source,
+                ": unsupported model_type '", c.model_type, "' (supported: ", join(types), ")");
+  read_field(j, "vocab_size", c.vocab_size, source);
+  read_field(j, "hidden_size", c.hidden_size, source);
+  read_field(j, "intermediate_size", c.intermediate_size, source);
+  read_field(j, "num_hidden_layers", c.num_hidden_layers, source);
+  read_field(j, "num_attention_heads", c.num_attention_heads, source);
+  c.num_key_value_heads = c.num_attention_heads;
+  read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
+  if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
+  read_field(j, "head_dim", c.head_dim, source);
+  read_field(j, "max_position_embeddings", c.max_position_embeddings, source);
+  read_field(j, "rms_norm_eps", c.rms_norm_eps, source);
+  read_field(j, "rope_theta", c.rope_theta, source);
+  read_field(j, "attention_bias", c.attention_bias, source);
+  if (c.model_type == "qwen2") c.attention_bias = true;  // Qwen2 always has q/k/v biases
+  read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
+  read_field(j, "hidden_act", c.hidden_act, source);
+  read_field(j, "torch_dtype", c.torch_dtype, source);
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    const json& rs = j["rope_scaling"];
+    std::string type;
+    read_field(rs, "rope_type", type, source);
+    if (type.empty()) read_field(rs, "type", type, source);
+    SPECDEC_CHECK(type == "linear" || type == "llama3" || type == "default", source,
+                  ": unsupported rope_scaling type '", type, "' (supported: linear, llama3)");
+    if (type != "default") c.rope_scaling.type = type;
+    read_field(rs, "factor", c.rope_scaling.factor, source);
+    read_field(rs, "low_freq_factor", c.rope_scaling.low_freq_factor, source);
+    read_field(rs, "high_freq_factor", c.rope_scaling.high_freq_factor, source);
+    read_field(rs, "original_max_position_embeddings",
+               c.rope_scaling.original_max_position_embeddings, source);
+  }
+  read_special_tokens(j, c, source);
+  c.validate(source);
+  return c;
+}
+
+void ModelConfig::apply_generation_config_text(const std::string& text, const std::string& source) {
+  const json j = parse_json(text, source);
+  SPECDEC_CHECK(j.is_object(), source, ": expected a JSON object");
+  read_special_tokens(j, *this, source);
+}
+
+ModelConfig ModelConfig::from_dir(const std::string& dir) {
+  const std::string config_path = dir + "/config.json";
+  ModelConfig c = from_json_text(read_text_file(config_path), config_path);
+  const std::string gen_path = dir + "/generation_config.json";
+  if (file_exists(gen_path)) c.apply_generation_config_text(read_text_file(gen_path), gen_path);
+  return c;
+}
+
+bool ModelConfig::is_eos(int64_t token) const {
+  return std::find(eos_token_ids.begin(), eos_token_ids.end(), token) != eos_token_ids.end();
+}
+
+void ModelConfig::validate(const std::string& source) const {
+  auto positive = [&](int64_t v, const char* name) {
+    SPECDEC_CHECK(v > 0, source, ": field '", name, "' must be a positive integer, got ", v);
+  };
+  positive(vocab_size, "vocab_size");
+  positive(hidden_size, "hidden_size");
+  positive(intermediate_size, "intermediate_size");
+  positive(num_hidden_layers, "num_hidden_layers");
+  positive(num_attention_heads, "num_attention_heads");
+  positive(num_key_value_heads, "num_key_value_heads");
+  positive(head_dim, "head_dim");
+  positive(max_position_embeddings, "max_position_embeddings");
+  SPECDEC_CHECK(num_attention_heads % num_key_value_heads == 0, source,
+                ": num_attention_heads (", num_attention_heads,
+                ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
+  SPECDEC_CHECK(head_dim % 2 == 0, source, ": head_dim must be even for rotary embeddings, got ",
+                head_dim);
+  SPECDEC_CHECK(rms_norm_eps > 0, source, ": rms_norm_eps must be > 0");
+  SPECDEC_CHECK(rope_theta > 0, source, ": rope_theta must be > 0");
+  SPECDEC_CHECK(hidden_act == "silu", source, ": unsupported hidden_act '", hidden_act,
+                "' (supported: silu)");
+  for (int64_t id : eos_token_ids)
+    SPECDEC_CHECK(id >= 0 && id < vocab_size, source, ": eos_token_id ", id,
+                  " is outside the vocabulary [0, ", vocab_size, ")");
+  if (!rope_scaling.type.empty())
+    SPECDEC_CHECK(rope_scaling.factor > 0, source, ": rope_scaling.factor must be > 0");
+}
+
+int64_t GenerationConfig::resolved_num_assistant_tokens() const {
+  if (num_assistant_tokens > 0) return num_assistant_tokens;
+  return num_assistant_tokens_schedule == "dynamic" ? 20 : 5;
+}
+
+void GenerationConfig::validate() const {
+  SPECDEC_CHECK(max_new_tokens >= 1, "GenerationConfig.max_new_tokens must be >= 1, got ",
+                max_new_tokens);
+  SPECDEC_CHECK(num_assistant_tokens >= 0,
+                "GenerationConfig.num_assistant_tokens must be >= 0 (0 = default), got ",
+                num_assistant_tokens);
+  const auto& s = num_assistant_tokens_schedule;
+  SPECDEC_CHECK(s == "constant" || s == "heuristic" || s == "heuristic_transient" || s == "dynamic",
+                "GenerationConfig.num_assistant_tokens_schedule must be constant, heuristic, "
+                "heuristic_transient or dynamic, got '", s, "'");
+  SPECDEC_CHECK(assistant_confidence_threshold >= 0 && assistant_confidence_threshold <= 1,
+                "GenerationConfig.assistant_confidence_threshold must be in [0, 1], got ",
+                assistant_confidence_threshold);
+  SPECDEC_CHECK(prompt_lookup_num_tokens >= 0,
+                "GenerationConfig.prompt_lookup_num_tokens must be >= 0, got ",
+                prompt_lookup_num_tokens);
+  SPECDEC_CHECK(max_matching_ngram_size >= 1,
+                "GenerationConfig.max_matching_ngram_size must be >= 1, got ",
+                max_matching_ngram_size);
+  SPECDEC_CHECK(temperature >= 0, "GenerationConfig.temperature must be >= 0, got ", temperature);
+  SPECDEC_CHECK(top_k >= 0, "GenerationConfig.top_k must be >= 0, got ", top_k);
+  SPECDEC_CHECK(top_p > 0 && top_p <= 1, "GenerationConfig.top_p must be in (0, 1], got ", top_p);
+  SPECDEC_CHECK(min_p >= 0 && min_p < 1, "GenerationConfig.min_p must be in [0, 1), got ", min_p);
+  SPECDEC_CHECK(repetition_penalty > 0, "GenerationConfig.repetition_penalty must be > 0, got ",
+                repetition_penalty);
+}
+
+}  // namespace specdec

@@ -1,0 +1,161 @@
+#include "specdec/fixture.hpp"
+
+#include <sys/stat.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "specdec/config.hpp"
+#include "specdec/error.hpp"
+#include "specdec/weights.hpp"
+#include "util.hpp"
+
+namespace specdec {
+
+using nlohmann::json;
+
+namespace {
+
+void make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw Error(detail::concat(dir, ": cannot create folder: ", std::strerror(errno)));
+}
+
+const char* architecture_of(const std::string& arch) {
+  if (arch == "llama") return "LlamaForCausalLM";
+  if (arch == "mistral") return "MistralForCausalLM";
+  return "Qwen2ForCausalLM";
+}
+
+json generation_config_json(const json& config) {
+  return {{"bos_token_id", config["bos_token_id"]},
+          {"eos_token_id", config["eos_token_id"]},
+          {"pad_token_id", config["pad_token_id"]}};
+}
+
+void write_checkpoint(const std::string& dir, const json& config,
+                      const std::map<std::string, at::Tensor>& tensors) {
+  make_dir(dir);
+  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_file_atomic(dir + "/generation_config.json", generation_config_json(config).dump(2) + "\n");
+  write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+}
+
+}  // namespace
+
+void FixtureOptions::validate() const {
+  SPECDEC_CHECK(arch == "llama" || arch == "mistral" || arch == "qwen2", "make-fixture: --arch '",
+                arch, "' is not supported (supported: llama, mistral, qwen2)");
+  SPECDEC_CHECK(layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_pos > 0,
+                "make-fixture: layers, hidden, heads, vocab and max-pos must be positive");
+  SPECDEC_CHECK(hidden % heads == 0, "make-fixture: hidden (", hidden,
+                ") must be a multiple of heads (", heads, ")");
+  SPECDEC_CHECK((hidden / heads) % 2 == 0, "make-fixture: head size hidden/heads must be even");
+  const int64_t kv = kv_heads == 0 ? heads : kv_heads;
+  SPECDEC_CHECK(kv > 0 && heads % kv == 0, "make-fixture: heads (", heads,
+                ") must be a multiple of kv-heads (", kv, ")");
+  SPECDEC_CHECK(intermediate >= 0, "make-fixture: intermediate must be >= 0");
+  SPECDEC_CHECK(init_std > 0, "make-fixture: init-std must be > 0");
+  SPECDEC_CHECK(exit_layers == -1 || (exit_layers >= 1 && exit_layers <= layers),
+                "make-fixture: exit-layers must be in [1, layers]");
+  for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})
+    SPECDEC_CHECK(id >= 0 && id < vocab, "make-fixture: special token id ", id,
+                  " outside the vocabulary");
+  parse_dtype(dtype);
+}
+
+void make_fixture(const std::string& out_dir, const FixtureOptions& o) {
+  o.validate();
+  c10::InferenceMode guard;
+  const int64_t kv = o.kv_heads == 0 ? o.heads : o.kv_heads;
+  const int64_t inter = o.intermediate == 0 ? 4 * o.hidden : o.intermediate;
+  const int64_t d = o.hidden / o.heads;
+  const at::ScalarType dtype = parse_dtype(o.dtype);
+  at::Generator gen = at::detail::createCPUGenerator(o.seed);
+  std::map<std::string, at::Tensor> t;
+  auto randn = [&](std::vector<int64_t> shape, double scale = 1.0) {
+    return at::normal(0.0, o.init_std * scale, shape, gen).to(dtype);
+  };
+  auto ones = [&](int64_t n) { return at::ones({n}, at::kFloat).to(dtype); };
+  t["model.embed_tokens.weight"] = randn({o.vocab, o.hidden});
+  for (int64_t i = 0; i < o.layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const double s = (o.exit_layers >= 0 && i >= o.exit_layers) ? o.exit_scale : 1.0;
+    t[p + "input_layernorm.weight"] = ones(o.hidden);
+    t[p + "post_attention_layernorm.weight"] = ones(o.hidden);
+    t[p + "self_attn.q_proj.weight"] = randn({o.heads * d, o.hidden});
+    t[p + "self_attn.k_proj.weight"] = randn({kv * d, o.hidden});
+    t[p + "self_attn.v_proj.weight"] = randn({kv * d, o.hidden});
+    t[p + "self_attn.o_proj.weight"] = randn({o.hidden, o.heads * d}, s);
+    if (o.arch == "qwen2") {
+      t[p + "self_attn.q_proj.bias"] = randn({o.heads * d});
+      t[p + "self_attn.k_proj.bias"] = randn({kv * d});
+      t[p + "self_attn.v_proj.bias"] = randn({kv * d});
+    }
+    t[p + "mlp.gate_proj.weight"] = randn({inter, o.hidden});
+    t[p + "mlp.up_proj.weight"] = randn({inter, o.hidden});
+    t[p + "mlp.down_proj.weight"] = randn({o.hidden, inter}, s);
+  }
+  t["model.norm.weight"] = ones(o.hidden);
+  if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, o.hidden});
+
+  json c = {{"architectures", {architecture_of(o.arch)}},
+            {"model_type", o.arch},
+            {"vocab_size", o.vocab},
+            {"hidden_size", o.hidden},
+            {"intermediate_size", inter},
+            {"num_hidden_layers", o.layers},
+            {"num_attention_heads", o.heads},
+            {"num_key_value_heads", kv},
+            {"head_dim", d},
+            {"max_position_embeddings", o.max_pos},
+            {"rms_norm_eps", 1e-6},
+            {"rope_theta", 10000.0},
+            {"hidden_act", "silu"},
+            {"tie_word_embeddings", o.tie_word_embeddings},
+            {"torch_dtype", dtype_name(dtype)},
+            {"bos_token_id", o.bos_token_id},
+            {"eos_token_id", o.eos_token_id},
+            {"pad_token_id", o.pad_token_id}};
+  write_checkpoint(out_dir, c, t);
+}
+
+void make_draft_of(const std::string& target_dir, const std::string& out_dir, int64_t layers,
+                   double noise, uint64_t seed) {
+  c10::InferenceMode guard;
+  SPECDEC_CHECK(noise >= 0, "make-fixture: --noise must be >= 0");
+  const ModelConfig tc = ModelConfig::from_dir(target_dir);  // validates the target
+  SPECDEC_CHECK(layers >= 1 && layers <= tc.num_hidden_layers, "make-fixture: --layers ", layers,
+                " must be in [1, ", tc.num_hidden_layers, "] for a draft of ", target_dir);
+  json c = json::parse(read_text_file(target_dir + "/config.json"));
+  c["num_hidden_layers"] = layers;
+  if (file_exists(target_dir + "/generation_config.json")) {
+    const json g = json::parse(read_text_file(target_dir + "/generation_config.json"));
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (g.contains(key)) c[key] = g[key];
+  }
+  WeightStore w(target_dir);
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  std::map<std::string, at::Tensor> t;
+  for (const std::string& name : w.names()) {
+    if (name.rfind("model.layers.", 0) == 0) {
+      const int64_t layer = std::stoll(name.substr(std::strlen("model.layers.")));
+      if (layer >= layers) continue;
+    }
+    const TensorInfo& info = w.info(name);
+    const at::ScalarType stored = info.dtype == "F32" ? at::kFloat
+                                  : info.dtype == "BF16" ? at::kBFloat16 : at::kHalf;
+    at::Tensor x = w.load(name, at::kFloat, c10::Device(c10::kCPU));
+    if (noise > 0) x = x + at::normal(0.0, noise, x.sizes(), gen);
+    t[name] = x.to(stored);
+  }
+  write_checkpoint(out_dir, c, t);
+}
+
+}  // namespace specdec

@@ -1,0 +1,168 @@
+#include "specdec/generator.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "specdec/candidates.hpp"
+#include "specdec/error.hpp"
+#include "specdec/lookahead.hpp"
+#include "specdec/sampling.hpp"
+#include "specdec/verifier.hpp"
+
+namespace specdec {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool is_eos(const std::vector<int64_t>& eos, int64_t tok) {
+  return std::find(eos.begin(), eos.end(), tok) != eos.end();
+}
+
+}  // namespace
+
+Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const Model> draft)
+    : target_(std::move(target)), draft_(std::move(draft)) {
+  SPECDEC_CHECK(target_ != nullptr, "Generator: target model is null");
+  if (!draft_) return;
+  const ModelConfig& t = target_->config();
+  const ModelConfig& d = draft_->config();
+  SPECDEC_CHECK(t.vocab_size == d.vocab_size, "draft and target have different vocab sizes (draft ",
+                d.vocab_size, ", target ", t.vocab_size, "): they must share a tokenizer");
+  SPECDEC_CHECK(t.eos_token_ids == d.eos_token_ids,
+                "draft and target have different eos_token_id: they must share a tokenizer");
+  SPECDEC_CHECK(target_->device() == draft_->device(), "draft and target are on different devices");
+}
+
+GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
+                                     const GenerationConfig& user_config,
+                                     const TokenCallback& on_token) const {
+  const auto start = Clock::now();
+  user_config.validate();
+  GenerationConfig config = user_config;
+  const ModelConfig& tc = target_->config();
+  if (config.eos_token_ids.empty()) config.eos_token_ids = tc.eos_token_ids;
+  SPECDEC_CHECK(!prompt.empty(), "generate: the prompt is empty (at least one token is needed)");
+  for (int64_t id : prompt)
+    SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: prompt token id ", id,
+                  " is outside the vocabulary [0, ", tc.vocab_size, ")");
+
+  c10::InferenceMode inference_guard;
+  const auto prompt_len = static_cast<int64_t>(prompt.size());
+  const int64_t max_length = prompt_len + config.max_new_tokens;
+
+  GenerationResult result;
+  GenerationStats& st = result.stats;
+  st.prompt_tokens = prompt_len;
+  Rng rng(config.seed);
+  LookaheadSchedule schedule(config);
+  const bool carry = config.num_assistant_tokens_schedule == "heuristic";
+  if (carry) {
+    std::lock_guard<std::mutex> lock(carried_mutex_);
+    if (carried_lookahead_) schedule.set_num_tokens(*carried_lookahead_);
+  }
+
+  std::unique_ptr<CandidateGenerator> candidates;
+  if (config.prompt_lookup_num_tokens > 0) {
+    candidates = std::make_unique<PromptLookupGenerator>(
+        config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids);
+  } else if (draft_) {
+    candidates = std::make_unique<DraftModelGenerator>(draft_, config, schedule, rng, max_length);
+  }
+  const LogitsProcessorChain processors(config);
+  const GreedyVerifier greedy;
+  const RejectionSamplingVerifier rejection;
+  const Verifier& verifier = config.sampling() ? static_cast<const Verifier&>(rejection) : greedy;
+
+  KVCache cache = target_->make_cache(max_length);
+  std::vector<int64_t> tokens = prompt;  // prompt + generated; the cache holds a prefix of it
+  std::vector<int64_t> history;          // tokens + candidates (processor history)
+  std::vector<int64_t> input;
+  st.stop_reason = "max_new_tokens";
+
+  while (st.new_tokens < config.max_new_tokens) {
+    const int64_t remaining = config.max_new_tokens - st.new_tokens;
+    const bool first = st.target_passes == 0;
+    // Draft at most remaining - 1 tokens: the target always adds one of its own.
+    auto t0 = Clock::now();
+    const int64_t draft_passes_before = candidates ? candidates->passes() : 0;
+    Candidates cand = (candidates && remaining > 1) ? candidates->propose(tokens, remaining - 1)
+                                                    : Candidates{};
+    (first ? st.prefill_seconds : st.drafting_seconds) += seconds_since(t0);
+    if (first && candidates) st.prefill_draft_passes = candidates->passes() - draft_passes_before;
+    const auto k = static_cast<int64_t>(cand.size());
+
+    // One target pass over [uncached tokens, c1..cK]; keep the logits of the last K+1 positions.
+    t0 = Clock::now();
+    input.assign(tokens.begin() + cache.length(), tokens.end());
+    input.insert(input.end(), cand.tokens.begin(), cand.tokens.end());
+    const int64_t verified_len = static_cast<int64_t>(tokens.size());
+    at::Tensor scores = target_->forward(at::tensor(input, at::kLong).view({1, -1}), cache, k + 1)[0];
+    if (!processors.empty()) {
+      history = tokens;
+      history.insert(history.end(), cand.tokens.begin(), cand.tokens.end());
+      scores = processors.apply(scores, history);  // [K+1, V]
+    }
+    Verdict verdict = verifier.verify(scores, cand, rng);
+    (first ? st.prefill_seconds : st.verification_seconds) += seconds_since(t0);
+    ++st.target_passes;
+
+    // New tokens: the accepted candidates, then the target's own token. An EOS among them ends
+    // the request right there; an accepted EOS candidate counts as the target's token (as in
+    // Hugging Face, whose trace then shows one acceptance fewer).
+    std::vector<int64_t> fresh(cand.tokens.begin(), cand.tokens.begin() + verdict.accepted);
+    fresh.push_back(verdict.next_token);
+    int64_t accepted = verdict.accepted;
+    bool stop_eos = false;
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      if (is_eos(config.eos_token_ids, fresh[i])) {
+        fresh.resize(i + 1);
+        accepted = std::min<int64_t>(accepted, static_cast<int64_t>(i));
+        stop_eos = true;
+        break;
+      }
+    }
+    if (static_cast<int64_t>(fresh.size()) > remaining) fresh.resize(remaining);  // defensive
+
+    cache.crop(verified_len + verdict.accepted);  // drop rejected candidates' keys/values
+    tokens.insert(tokens.end(), fresh.begin(), fresh.end());
+    result.tokens.insert(result.tokens.end(), fresh.begin(), fresh.end());
+    st.new_tokens += static_cast<int64_t>(fresh.size());
+    st.drafted_tokens += k;
+    st.accepted_tokens += accepted;
+    st.trace.push_back({k, accepted});
+    if (static_cast<int64_t>(st.drafted_at_position.size()) < k) {
+      st.drafted_at_position.resize(k, 0);
+      st.accepted_at_position.resize(k, 0);
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      ++st.drafted_at_position[i];
+      if (i < accepted) ++st.accepted_at_position[i];
+    }
+    if (candidates) candidates->on_verified(cand, accepted, tokens);
+    if (on_token) on_token(fresh);
+    if (stop_eos) {
+      st.stop_reason = "eos";
+      break;
+    }
+  }
+
+  if (candidates) st.draft_passes = candidates->passes();
+  st.final_confidence_threshold = schedule.threshold();
+  if (carry) {
+    std::lock_guard<std::mutex> lock(carried_mutex_);
+    carried_lookahead_ = schedule.num_tokens();
+  }
+  st.total_seconds = seconds_since(start);
+  st.other_seconds = std::max(0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds -
+                                       st.verification_seconds);
+  return result;
+}
+
+}  // namespace specdec

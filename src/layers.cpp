@@ -1,0 +1,73 @@
+#include "layers.hpp"
+
+#include <cmath>
+
+namespace specdec::layers {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  const at::Tensor xf = x.to(at::kFloat);                          // [..., H]
+  const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);     // [..., 1]
+  return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling) {
+  at::Tensor exponent = at::arange(0, rot_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot_dim);
+  at::Tensor inv = 1.0 / at::pow(at::scalar_tensor(theta, at::kFloat), exponent);  // [rot_dim/2]
+  if (scaling.type == "linear") {
+    inv = inv / scaling.factor;
+  } else if (scaling.type == "llama3") {
+    const double old_len = static_cast<double>(scaling.original_max_position_embeddings);
+    const double low_wavelen = old_len / scaling.low_freq_factor;
+    const double high_wavelen = old_len / scaling.high_freq_factor;
+    const at::Tensor wavelen = 2 * M_PI / inv;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv / scaling.factor, inv);
+    const at::Tensor smooth = (old_len / wavelen - scaling.low_freq_factor) /
+                              (scaling.high_freq_factor - scaling.low_freq_factor);
+    const at::Tensor smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled;
+    const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+    inv = at::where(medium, smoothed, scaled);
+  }
+  inv_freq_ = inv.contiguous();
+}
+
+std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t, at::ScalarType dtype,
+                                                 c10::Device device) const {
+  const at::Tensor pos = at::arange(start, start + t, at::kLong).to(at::kFloat);  // [T]
+  const at::Tensor freqs = at::outer(pos, inv_freq_);                            // [T, rot/2]
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);                            // [T, rot]
+  return {emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
+}
+
+at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t rot = cos.size(-1);
+  const int64_t d = x.size(-1);
+  const at::Tensor xr = rot == d ? x : x.narrow(-1, 0, rot);  // [B, H, T, rot]
+  const int64_t half = rot / 2;
+  const at::Tensor rotated = at::cat({-xr.narrow(-1, half, half), xr.narrow(-1, 0, half)}, -1);
+  const at::Tensor out = xr * cos + rotated * sin;
+  return rot == d ? out : at::cat({out, x.narrow(-1, rot, d - rot)}, -1);
+}
+
+at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device) {
+  if (t == 1) return {};
+  at::Tensor m = at::full({t, past + t}, -std::numeric_limits<float>::infinity(),
+                          at::TensorOptions().dtype(dtype).device(device));
+  return at::triu(m, past + 1);  // query i (position past+i) sees keys 0..past+i
+}
+
+at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            KVCache& cache, int64_t layer, const at::Tensor& mask, double scale) {
+  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
+  const int64_t hkv = k.size(1), groups = hq / hkv;
+  auto [keys, values] = cache.append(layer, k, v);  // [B, Hkv, L, D] views
+  const int64_t len = keys.size(2);
+  // Fold the query heads that share a KV head into the row dimension: no copy of the cache.
+  const at::Tensor qg = q.reshape({b, hkv, groups * t, d});             // [B, Hkv, g*T, D]
+  at::Tensor scores = at::matmul(qg, keys.transpose(-1, -2)) * scale;   // [B, Hkv, g*T, L]
+  if (mask.defined()) scores = (scores.view({b, hkv, groups, t, len}) + mask).view({b, hkv, groups * t, len});
+  const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  const at::Tensor out = at::matmul(probs, values);                     // [B, Hkv, g*T, D]
+  return out.view({b, hq, t, d}).transpose(1, 2).reshape({b, t, hq * d});
+}
+
+}  // namespace specdec::layers

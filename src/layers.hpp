@@ -1,0 +1,45 @@
+// Building blocks shared by the architectures: norms, rotary embeddings, cached attention.
+// Private header: full ATen available.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "specdec/config.hpp"
+#include "specdec/kv_cache.hpp"
+
+namespace specdec::layers {
+
+// Hugging Face's RMSNorm: normalise in float32, cast back, then scale. x [..., H], w [H].
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// Rotary position embedding over the first `rot_dim` features of each head (rotate-half layout).
+class Rotary {
+ public:
+  Rotary() = default;
+  Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling);
+  // cos, sin tables [T, rot_dim] for positions [start, start + T), computed in float32 and cast to
+  // `dtype` on `device` (as Hugging Face does).
+  std::pair<at::Tensor, at::Tensor> tables(int64_t start, int64_t t, at::ScalarType dtype,
+                                           c10::Device device) const;
+  // x [B, H, T, D]; rotates the first rot_dim features, leaves the rest.
+  static at::Tensor apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+ private:
+  at::Tensor inv_freq_;  // [rot_dim / 2] float32, CPU
+};
+
+// Additive causal mask [T, past + T] (0 or -inf) in `dtype`, or an undefined tensor when T == 1.
+at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device);
+
+// Grouped-query attention of new queries against the cache.
+// q [B, Hq, T, D]; k, v [B, Hkv, T, D] are appended to `cache` layer `layer` first.
+// mask [T, L] additive or undefined. Returns [B, T, Hq * D].
+at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            KVCache& cache, int64_t layer, const at::Tensor& mask, double scale);
+
+// x @ w^T + b (b may be undefined).
+inline at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
+  return at::linear(x, w, b);
+}
+
+}  // namespace specdec::layers

@@ -1,0 +1,41 @@
+#include "specdec/model.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+
+#include "models/registry.hpp"
+#include "specdec/error.hpp"
+#include "specdec/weights.hpp"
+
+namespace specdec {
+
+KVCache Model::make_cache(int64_t max_length, int64_t batch) const {
+  return KVCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, max_length,
+                 config_.head_dim, at::TensorOptions().dtype(dtype_).device(device_));
+}
+
+c10::Device parse_device(const std::string& name) {
+  c10::Device device(c10::kCPU);
+  try {
+    device = c10::Device(name);
+  } catch (const std::exception&) {
+    throw Error("unsupported device '" + name + "' (expected cpu, cuda or cuda:N)");
+  }
+  SPECDEC_CHECK(device.is_cpu() || device.is_cuda(), "unsupported device '", name,
+                "' (expected cpu, cuda or cuda:N)");
+  if (device.is_cuda())
+    SPECDEC_CHECK(at::hasCUDA(), "device '", name,
+                  "' requested but this libtorch build or machine has no CUDA");
+  return device;
+}
+
+std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOptions& options) {
+  const ModelConfig config = ModelConfig::from_dir(dir);
+  if (options.device.is_cuda())
+    SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
+  WeightStore weights(dir);
+  // supported_model_types() lists exactly what from_json_text accepts.
+  return models::make_llama(config, weights, options);
+}
+
+}  // namespace specdec

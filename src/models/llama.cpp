@@ -1,0 +1,105 @@
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM: pre-norm decoder with RMSNorm, rotary
+// embeddings, grouped-query attention and a SiLU-gated MLP.
+#include <c10/core/InferenceMode.h>
+
+#include "layers.hpp"
+#include "models/registry.hpp"
+#include "specdec/error.hpp"
+
+namespace specdec::models {
+namespace {
+
+struct LlamaLayer {
+  at::Tensor input_norm;  // [H]
+  at::Tensor qkv_w;       // [(Hq + 2 Hkv) D, H] q, k, v projections fused into one matmul
+  at::Tensor qkv_b;       // [(Hq + 2 Hkv) D] or undefined
+  at::Tensor o_w;         // [H, Hq D]
+  at::Tensor post_norm;   // [H]
+  at::Tensor gate_up_w;   // [2 I, H] gate and up projections fused
+  at::Tensor down_w;      // [H, I]
+};
+
+class LlamaModel final : public Model {
+ public:
+  LlamaModel(const ModelConfig& c, const WeightStore& w, const LoadOptions& o)
+      : Model(c, o.device, o.dtype),
+        rotary_(c.head_dim, c.rope_theta, c.rope_scaling),
+        scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
+    c10::InferenceMode guard;
+    const int64_t h = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
+                  hkv = c.num_key_value_heads, inter = c.intermediate_size, v = c.vocab_size;
+    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
+      return w.load(name, dtype_, device_, shape);
+    };
+    embed_ = load("model.embed_tokens.weight", {v, h});
+    layers_.reserve(c.num_hidden_layers);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      LlamaLayer l;
+      l.input_norm = load(p + "input_layernorm.weight", {h});
+      l.qkv_w = at::cat({load(p + "self_attn.q_proj.weight", {hq * d, h}),
+                         load(p + "self_attn.k_proj.weight", {hkv * d, h}),
+                         load(p + "self_attn.v_proj.weight", {hkv * d, h})});
+      if (c.attention_bias)
+        l.qkv_b = at::cat({load(p + "self_attn.q_proj.bias", {hq * d}),
+                           load(p + "self_attn.k_proj.bias", {hkv * d}),
+                           load(p + "self_attn.v_proj.bias", {hkv * d})});
+      l.o_w = load(p + "self_attn.o_proj.weight", {h, hq * d});
+      l.post_norm = load(p + "post_attention_layernorm.weight", {h});
+      l.gate_up_w = at::cat({load(p + "mlp.gate_proj.weight", {inter, h}),
+                             load(p + "mlp.up_proj.weight", {inter, h})});
+      l.down_w = load(p + "mlp.down_proj.weight", {h, inter});
+      layers_.push_back(std::move(l));
+    }
+    norm_ = load("model.norm.weight", {h});
+    const bool has_head = w.contains("lm_head.weight");
+    lm_head_ = (c.tie_word_embeddings || !has_head) ? embed_ : load("lm_head.weight", {v, h});
+    SPECDEC_CHECK(has_head || c.tie_word_embeddings, w.dir(),
+                  ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
+  }
+
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+    const ModelConfig& c = config_;
+    const int64_t b = input_ids.size(0), t = input_ids.size(1);
+    const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads, d = c.head_dim;
+    const int64_t past = cache.length();
+    const at::Tensor ids = input_ids.to(device_);                              // [B, T]
+    at::Tensor x = embed_.index_select(0, ids.reshape(-1)).view({b, t, -1});  // [B, T, H]
+    auto [cos, sin] = rotary_.tables(past, t, dtype_, device_);                // [T, D]
+    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);     // [T, past+T]
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const LlamaLayer& l = layers_[i];
+      const at::Tensor hidden = layers::rms_norm(x, l.input_norm, c.rms_norm_eps);  // [B, T, H]
+      const at::Tensor qkv = layers::linear(hidden, l.qkv_w, l.qkv_b);  // [B, T, (Hq+2Hkv) D]
+      const auto parts = qkv.split({hq * d, hkv * d, hkv * d}, -1);
+      const at::Tensor q = layers::Rotary::apply(parts[0].view({b, t, hq, d}).transpose(1, 2), cos, sin);
+      const at::Tensor k = layers::Rotary::apply(parts[1].view({b, t, hkv, d}).transpose(1, 2), cos, sin);
+      const at::Tensor v = parts[2].view({b, t, hkv, d}).transpose(1, 2);  // [B, Hkv, T, D]
+      const at::Tensor attn = layers::cached_attention(q, k, v, cache, static_cast<int64_t>(i), mask, scale_);
+      x = x + layers::linear(attn, l.o_w);
+      const at::Tensor h2 = layers::rms_norm(x, l.post_norm, c.rms_norm_eps);
+      const auto gu = layers::linear(h2, l.gate_up_w).chunk(2, -1);  // 2 x [B, T, I]
+      x = x + layers::linear(at::silu(gu[0]) * gu[1], l.down_w);
+    }
+    cache.advance(t);
+    if (keep_last > 0 && keep_last < t) x = x.narrow(1, t - keep_last, keep_last);
+    return layers::linear(layers::rms_norm(x, norm_, c.rms_norm_eps), lm_head_).to(at::kFloat);
+  }
+
+ private:
+  layers::Rotary rotary_;
+  double scale_;
+  at::Tensor embed_;    // [V, H]
+  std::vector<LlamaLayer> layers_;
+  at::Tensor norm_;     // [H]
+  at::Tensor lm_head_;  // [V, H]
+};
+
+}  // namespace
+
+std::shared_ptr<const Model> make_llama(const ModelConfig& config, const WeightStore& weights,
+                                        const LoadOptions& options) {
+  return std::make_shared<LlamaModel>(config, weights, options);
+}
+
+}  // namespace specdec::models

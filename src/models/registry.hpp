@@ -1,0 +1,15 @@
+// Architecture factories (one per file under src/models/).
+#pragma once
+
+#include <memory>
+
+#include "specdec/model.hpp"
+#include "specdec/weights.hpp"
+
+namespace specdec::models {
+
+// Llama, Mistral and Qwen2 share one implementation (they differ only in config fields).
+std::shared_ptr<const Model> make_llama(const ModelConfig& config, const WeightStore& weights,
+                                        const LoadOptions& options);
+
+}  // namespace specdec::models

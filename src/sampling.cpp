@@ -1,0 +1,178 @@
+#include "specdec/sampling.hpp"
+
+#include <ATen/ATen.h>
+
+#include <limits>
+
+#include "specdec/error.hpp"
+
+namespace specdec {
+
+// ---- Rng: MT19937-64 (Matsumoto & Nishimura), written out so the stream is fixed by the seed.
+Rng::Rng(uint64_t seed) : index_(312) {
+  state_[0] = seed;
+  for (int i = 1; i < 312; ++i)
+    state_[i] = 6364136223846793005ULL * (state_[i - 1] ^ (state_[i - 1] >> 62)) + i;
+}
+
+uint64_t Rng::next() {
+  constexpr uint64_t kUpper = 0xFFFFFFFF80000000ULL, kLower = 0x7FFFFFFFULL;
+  if (index_ >= 312) {
+    for (int i = 0; i < 312; ++i) {
+      const uint64_t x = (state_[i] & kUpper) | (state_[(i + 1) % 312] & kLower);
+      uint64_t xa = x >> 1;
+      if (x & 1) xa ^= 0xB5026F5AA96619E9ULL;
+      state_[i] = state_[(i + 156) % 312] ^ xa;
+    }
+    index_ = 0;
+  }
+  uint64_t y = state_[index_++];
+  y ^= (y >> 29) & 0x5555555555555555ULL;
+  y ^= (y << 17) & 0x71D67FFFEDA60000ULL;
+  y ^= (y << 37) & 0xFFF7EEE000000000ULL;
+  y ^= y >> 43;
+  return y;
+}
+
+double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+class RepetitionPenalty final : public LogitsProcessor {
+ public:
+  explicit RepetitionPenalty(double penalty) : penalty_(penalty) {}
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const override {
+    const int64_t rows = scores.size(0), vocab = scores.size(1);
+    const int64_t base = static_cast<int64_t>(history.size()) - (rows - 1);
+    SPECDEC_CHECK(base >= 0, "repetition penalty: history shorter than the rows");
+    // seen[r, v]: token v occurs in row r's history (a growing prefix, so build it cumulatively).
+    at::Tensor seen = at::zeros({rows, vocab}, at::kBool);  // [R, V] on CPU
+    auto acc = seen.accessor<bool, 2>();
+    for (int64_t i = 0; i < base; ++i)
+      if (history[i] >= 0 && history[i] < vocab) acc[0][history[i]] = true;
+    for (int64_t r = 1; r < rows; ++r) {
+      for (int64_t v = 0; v < vocab; ++v) acc[r][v] = acc[r - 1][v];
+      const int64_t tok = history[base + r - 1];
+      if (tok >= 0 && tok < vocab) acc[r][tok] = true;
+    }
+    seen = seen.to(scores.device());
+    const at::Tensor penalised = at::where(scores < 0, scores * penalty_, scores / penalty_);
+    return at::where(seen, penalised, scores);
+  }
+
+ private:
+  double penalty_;
+};
+
+class Temperature final : public LogitsProcessor {
+ public:
+  explicit Temperature(double t) : t_(t) {}
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
+    return scores / t_;
+  }
+
+ private:
+  double t_;
+};
+
+class TopK final : public LogitsProcessor {
+ public:
+  explicit TopK(int64_t k) : k_(k) {}
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
+    const int64_t k = std::min<int64_t>(std::max<int64_t>(k_, 1), scores.size(-1));
+    // Keep every token whose score reaches the k-th largest (ties at the boundary are kept).
+    const at::Tensor kth = std::get<0>(at::topk(scores, k, -1)).narrow(-1, k - 1, 1);  // [R, 1]
+    return scores.masked_fill(scores < kth, kNegInf);
+  }
+
+ private:
+  int64_t k_;
+};
+
+class TopP final : public LogitsProcessor {
+ public:
+  explicit TopP(double p) : p_(p) {}
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
+    // Hugging Face: sort ascending, drop tokens whose cumulative probability is <= 1 - top_p,
+    // always keep the most likely token.
+    auto sorted = at::sort(scores, -1, /*descending=*/false);
+    const at::Tensor& vals = std::get<0>(sorted);  // [R, V]
+    const at::Tensor& idx = std::get<1>(sorted);   // [R, V]
+    const at::Tensor cum = vals.softmax(-1).cumsum(-1);
+    at::Tensor remove = cum <= (1.0 - p_);
+    remove.narrow(-1, remove.size(-1) - 1, 1).fill_(false);
+    const at::Tensor mask = remove.scatter(-1, idx, remove);
+    return scores.masked_fill(mask, kNegInf);
+  }
+
+ private:
+  double p_;
+};
+
+class MinP final : public LogitsProcessor {
+ public:
+  explicit MinP(double p) : p_(p) {}
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
+    const at::Tensor probs = scores.softmax(-1);                          // [R, V]
+    const at::Tensor top = std::get<0>(probs.max(-1, /*keepdim=*/true));  // [R, 1]
+    at::Tensor remove = probs < (top * p_);
+    // Never remove the most likely token (Hugging Face keeps min_tokens_to_keep = 1).
+    const at::Tensor best = probs.argmax(-1, /*keepdim=*/true);
+    remove = remove.scatter(-1, best, false);
+    return scores.masked_fill(remove, kNegInf);
+  }
+
+ private:
+  double p_;
+};
+
+}  // namespace
+
+std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty) {
+  SPECDEC_CHECK(penalty > 0, "repetition_penalty must be > 0, got ", penalty);
+  return std::make_unique<RepetitionPenalty>(penalty);
+}
+std::unique_ptr<LogitsProcessor> make_temperature(double t) {
+  SPECDEC_CHECK(t > 0, "temperature must be > 0 for the temperature processor, got ", t);
+  return std::make_unique<Temperature>(t);
+}
+std::unique_ptr<LogitsProcessor> make_top_k(int64_t k) {
+  SPECDEC_CHECK(k > 0, "top_k must be > 0, got ", k);
+  return std::make_unique<TopK>(k);
+}
+std::unique_ptr<LogitsProcessor> make_top_p(double p) {
+  SPECDEC_CHECK(p > 0 && p <= 1, "top_p must be in (0, 1], got ", p);
+  return std::make_unique<TopP>(p);
+}
+std::unique_ptr<LogitsProcessor> make_min_p(double p) {
+  SPECDEC_CHECK(p >= 0 && p < 1, "min_p must be in [0, 1), got ", p);
+  return std::make_unique<MinP>(p);
+}
+
+LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c) {
+  if (c.repetition_penalty != 1.0) processors_.push_back(make_repetition_penalty(c.repetition_penalty));
+  if (!c.sampling()) return;
+  if (c.temperature != 1.0) processors_.push_back(make_temperature(c.temperature));
+  if (c.top_k > 0) processors_.push_back(make_top_k(c.top_k));
+  if (c.top_p < 1.0) processors_.push_back(make_top_p(c.top_p));
+  if (c.min_p > 0.0) processors_.push_back(make_min_p(c.min_p));
+}
+
+at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,
+                                       const std::vector<int64_t>& history) const {
+  at::Tensor s = scores;
+  for (const auto& p : processors_) s = p->apply(s, history);
+  return s;
+}
+
+int64_t sample_index(const at::Tensor& probs, double u) {
+  const at::Tensor cdf = probs.to(at::kDouble).cumsum(0);  // [V]
+  const at::Tensor total = cdf.narrow(0, cdf.size(0) - 1, 1);
+  const at::Tensor target = total * u;
+  const int64_t idx = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).item<int64_t>();
+  return std::min<int64_t>(idx, probs.size(0) - 1);
+}
+
+}  // namespace specdec

@@ -1,0 +1,67 @@
+#include "specdec/stats.hpp"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace specdec {
+
+namespace {
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+}  // namespace
+
+double GenerationStats::acceptance_rate() const {
+  return ratio(static_cast<double>(accepted_tokens), static_cast<double>(drafted_tokens));
+}
+double GenerationStats::tokens_per_target_pass() const {
+  return ratio(static_cast<double>(new_tokens), static_cast<double>(target_passes));
+}
+double GenerationStats::tokens_per_second() const {
+  return ratio(static_cast<double>(new_tokens), total_seconds);
+}
+double GenerationStats::draft_seconds_per_token() const {
+  return ratio(drafting_seconds, static_cast<double>(draft_passes - prefill_draft_passes));
+}
+double GenerationStats::target_seconds_per_pass() const {
+  return ratio(verification_seconds, static_cast<double>(target_passes - 1));
+}
+double GenerationStats::cost_ratio() const {
+  return ratio(draft_seconds_per_token(), target_seconds_per_pass());
+}
+
+std::string GenerationStats::to_json() const {
+  nlohmann::json j;
+  j["prompt_tokens"] = prompt_tokens;
+  j["new_tokens"] = new_tokens;
+  j["target_passes"] = target_passes;
+  j["draft_passes"] = draft_passes;
+  j["prefill_draft_passes"] = prefill_draft_passes;
+  j["drafted_tokens"] = drafted_tokens;
+  j["accepted_tokens"] = accepted_tokens;
+  j["acceptance_rate"] = acceptance_rate();
+  j["tokens_per_target_pass"] = tokens_per_target_pass();
+  j["trace"] = trace;
+  j["accepted_at_position"] = accepted_at_position;
+  j["drafted_at_position"] = drafted_at_position;
+  j["final_confidence_threshold"] =
+      std::isfinite(final_confidence_threshold) ? nlohmann::json(final_confidence_threshold)
+                                                : nlohmann::json("inf");
+  j["stop_reason"] = stop_reason;
+  j["prefill_seconds"] = prefill_seconds;
+  j["drafting_seconds"] = drafting_seconds;
+  j["verification_seconds"] = verification_seconds;
+  j["other_seconds"] = other_seconds;
+  j["total_seconds"] = total_seconds;
+  j["tokens_per_second"] = tokens_per_second();
+  j["draft_seconds_per_token"] = draft_seconds_per_token();
+  j["target_seconds_per_pass"] = target_seconds_per_pass();
+  j["cost_ratio"] = cost_ratio();
+  return j.dump();
+}
+
+double predicted_speedup(double alpha, double gamma, double c) {
+  const double denom_c = gamma * c + 1.0;
+  if (alpha >= 1.0) return (gamma + 1.0) / denom_c;  // limit of the formula as alpha -> 1
+  return (1.0 - std::pow(alpha, gamma + 1.0)) / ((1.0 - alpha) * denom_c);
+}
+
+}  // namespace specdec

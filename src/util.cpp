@@ -1,0 +1,60 @@
+#include "util.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "specdec/error.hpp"
+
+namespace specdec {
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SPECDEC_CHECK(in.good(), path, ": cannot open file: ", std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void write_file_atomic(const std::string& path, const std::string& data) {
+  write_file_atomic(path, [&](std::ostream& out) {
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  });
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    SPECDEC_CHECK(out.good(), tmp, ": cannot create file: ", std::strerror(errno));
+    try {
+      write(out);
+    } catch (...) {
+      out.close();
+      std::remove(tmp.c_str());
+      throw;
+    }
+    out.flush();
+    if (!out.good()) {
+      out.close();
+      std::remove(tmp.c_str());
+      throw Error(detail::concat(path, ": write failed (disk full?)"));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error(detail::concat(path, ": cannot rename temporary file into place: ",
+                               std::strerror(errno)));
+  }
+}
+
+}  // namespace specdec

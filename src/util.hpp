@@ -1,0 +1,18 @@
+// Small private helpers shared by the implementation files.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+
+namespace specdec {
+
+// Whole file as a string; throws specdec::Error naming the path when it cannot be read.
+std::string read_text_file(const std::string& path);
+bool file_exists(const std::string& path);
+// Writes `data` to `path` through a temporary file in the same folder and a rename, so a reader
+// never sees a half-written file.
+void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
+void write_file_atomic(const std::string& path, const std::string& data);
+
+}  // namespace specdec
