@@ -1,0 +1,128 @@
+// Conformance with Hugging Face transformers 4.47 on the checkpoints in ../shared/fixtures/hf:
+// logits, greedy tokens, assisted tokens and per-pass traces. Skips when the fixtures are absent.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
+namespace specdec::test {
+namespace {
+
+std::vector<std::string> reference_folders(bool assisted_only = false) {
+  std::vector<std::string> out;
+  const std::string root = fixtures_dir();
+  if (root.empty()) return out;
+  for (const char* arch : {"llama", "mistral", "qwen2"}) {
+    const std::string dir = root + "/hf/" + arch;
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) continue;
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      const std::string n = e->d_name;
+      if (n[0] == '.') continue;
+      const std::string text = read_file(dir + "/" + n + "/reference.json");
+      if (text.empty()) continue;
+      if (assisted_only && !nlohmann::json::parse(text).contains("assisted")) continue;
+      names.push_back(std::string(arch) + "/" + n);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    out.insert(out.end(), names.begin(), names.end());
+  }
+  return out;
+}
+
+class HfReference : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (fixtures_dir().empty()) GTEST_SKIP() << "../shared/fixtures absent: reference tests skipped";
+    dir_ = fixtures_dir() + "/hf/" + GetParam();
+    ref_ = read_json(dir_ + "/reference.json");
+  }
+  std::string dir_;
+  nlohmann::json ref_;
+};
+
+std::vector<int64_t> ids(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
+
+TEST_P(HfReference, LogitsMatch) {
+  // Computed in float32 whatever the saved dtype (the reference was computed that way too).
+  const auto model = load_model(dir_);
+  c10::InferenceMode guard;
+  const auto input = ids(ref_["logits"]["input_ids"]);
+  KVCache cache = model->make_cache(static_cast<int64_t>(input.size()));
+  const at::Tensor got = model->forward(at::tensor(input, at::kLong).view({1, -1}), cache);
+  const auto data = ref_["logits"]["data"].get<std::vector<float>>();
+  const auto shape = ref_["logits"]["shape"].get<std::vector<int64_t>>();
+  const at::Tensor want = at::tensor(data).view(shape);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  const double rel = ((got - want).abs().max() / want.abs().max()).item<double>();
+  EXPECT_LT(rel, 1e-4) << "max relative error of the logits";
+}
+
+TEST_P(HfReference, GreedyTokensMatch) {
+  const auto model = load_model(dir_);
+  Generator gen(model);
+  for (const auto& g : ref_["greedy"]) {
+    GenerationConfig cfg;
+    cfg.max_new_tokens = g["max_new_tokens"].get<int64_t>();
+    const auto result = gen.generate(ids(g["input_ids"]), cfg);
+    EXPECT_EQ(result.tokens, ids(g["new_tokens"]))
+        << "prompt " << g["input_ids"] << " max_new_tokens " << cfg.max_new_tokens;
+  }
+}
+
+class HfAssistedReference : public HfReference {};
+
+TEST_P(HfAssistedReference, AssistedTokensAndTraceMatch) {
+  const auto& a = ref_["assisted"];
+  const auto target = load_model(dir_);
+  const auto draft = load_model(fixtures_dir() + "/hf/" + a["draft"].get<std::string>());
+  // One generator for every run, in order: the heuristic lookahead carries over between
+  // requests exactly as it does on a Hugging Face assistant model.
+  Generator gen(target, draft);
+  for (const auto& run : a["runs"]) {
+    GenerationConfig cfg;
+    cfg.max_new_tokens = run["max_new_tokens"].get<int64_t>();
+    cfg.num_assistant_tokens = a["settings"]["num_assistant_tokens"].get<int64_t>();
+    cfg.num_assistant_tokens_schedule = a["settings"]["num_assistant_tokens_schedule"].get<std::string>();
+    const auto prompt = ids(run["input_ids"]);
+    const auto result = gen.generate(prompt, cfg);
+    auto expected = ids(run["output_ids"]);
+    expected.erase(expected.begin(), expected.begin() + static_cast<long>(prompt.size()));
+    EXPECT_EQ(result.tokens, expected) << "prompt " << run["input_ids"] << " max_new_tokens "
+                                       << cfg.max_new_tokens;
+    std::vector<std::array<int64_t, 2>> trace;
+    for (const auto& p : run["trace"]) trace.push_back({p[0].get<int64_t>(), p[1].get<int64_t>()});
+    EXPECT_EQ(result.stats.trace, trace) << "prompt " << run["input_ids"] << " max_new_tokens "
+                                         << cfg.max_new_tokens;
+    EXPECT_EQ(result.stats.target_passes, static_cast<int64_t>(trace.size()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference, ::testing::ValuesIn(reference_folders()),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '/', '_');
+                           return n;
+                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfAssistedReference,
+                         ::testing::ValuesIn(reference_folders(/*assisted_only=*/true)),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '/', '_');
+                           return n;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HfReference);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HfAssistedReference);
+
+TEST(HfReferencePresence, FixturesFoundOrSkipped) {
+  if (fixtures_dir().empty()) GTEST_SKIP() << "../shared/fixtures absent: reference tests skipped";
+  EXPECT_GE(reference_folders().size(), 5u) << "expected llama/mistral/qwen2 reference folders";
+  EXPECT_GE(reference_folders(true).size(), 5u) << "expected assisted references";
+}
+
+}  // namespace
+}  // namespace specdec::test

@@ -1,0 +1,97 @@
+#include "test_util.hpp"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+namespace specdec::test {
+
+namespace {
+void mkdirs(const std::string& path) {
+  std::string cur;
+  std::stringstream ss(path);
+  std::string part;
+  if (!path.empty() && path[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    ::mkdir(cur.c_str(), 0755);
+  }
+}
+}  // namespace
+
+std::string temp_dir(const std::string& name) {
+  static std::atomic<int> counter{0};
+  const std::string dir = std::string(SPECDEC_TEST_TMP) + "/" + std::to_string(::getpid()) + "_" +
+                          std::to_string(counter++) + "_" + name;
+  std::system(("rm -rf '" + dir + "'").c_str());
+  mkdirs(dir);
+  return dir;
+}
+
+std::string cached_fixture(const std::string& key, const FixtureOptions& options) {
+  static std::mutex m;
+  static std::map<std::string, std::string> dirs;
+  std::lock_guard<std::mutex> lock(m);
+  auto it = dirs.find(key);
+  if (it != dirs.end()) return it->second;
+  const std::string dir = temp_dir(key);
+  make_fixture(dir, options);
+  dirs[key] = dir;
+  return dir;
+}
+
+std::shared_ptr<const Model> cached_model(const std::string& dir) {
+  static std::mutex m;
+  static std::map<std::string, std::shared_ptr<const Model>> models;
+  std::lock_guard<std::mutex> lock(m);
+  auto& slot = models[dir];
+  if (!slot) slot = load_model(dir);
+  return slot;
+}
+
+std::string fixtures_dir() {
+  const char* env = std::getenv("SPECDEC_FIXTURES");
+  const std::string dir = env ? std::string(env) : std::string(SPECDEC_SHARED_DIR) + "/fixtures";
+  struct stat st {};
+  return (::stat((dir + "/hf").c_str(), &st) == 0) ? dir : "";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
+
+std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t>& prompt,
+                                   int64_t max_new_tokens, const std::vector<int64_t>& eos) {
+  c10::InferenceMode guard;
+  std::vector<int64_t> seq = prompt, out;
+  for (int64_t i = 0; i < max_new_tokens; ++i) {
+    KVCache cache = model.make_cache(static_cast<int64_t>(seq.size()));
+    const at::Tensor logits = model.forward(at::tensor(seq, at::kLong).view({1, -1}), cache, 1);
+    const int64_t tok = logits[0][0].argmax().item<int64_t>();
+    seq.push_back(tok);
+    out.push_back(tok);
+    if (std::find(eos.begin(), eos.end(), tok) != eos.end()) break;
+  }
+  return out;
+}
+
+}  // namespace specdec::test

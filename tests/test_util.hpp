@@ -1,0 +1,29 @@
+// Helpers shared by the tests: temporary folders, generated checkpoints, fixture paths.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+namespace specdec::test {
+
+// A fresh empty folder under the build tree, unique per call.
+std::string temp_dir(const std::string& name);
+// A generated checkpoint cached per options key (generated once per test process).
+std::string cached_fixture(const std::string& key, const FixtureOptions& options);
+std::shared_ptr<const Model> cached_model(const std::string& dir);
+// ../shared/fixtures, or "" when absent.
+std::string fixtures_dir();
+nlohmann::json read_json(const std::string& path);
+std::string read_file(const std::string& path);
+void write_file(const std::string& path, const std::string& data);
+
+// Target-only greedy continuation computed the slow, obvious way: the whole sequence is re-run
+// through the model without any cache for every token. An independent oracle for the cached paths.
+std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t>& prompt,
+                                   int64_t max_new_tokens, const std::vector<int64_t>& eos);
+
+}  // namespace specdec::test
