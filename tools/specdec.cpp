@@ -1,0 +1,295 @@
+// The `specdec` command-line program: generate, compare, make-fixture.
+#include <ATen/Parallel.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "specdec/specdec.hpp"
+
+using nlohmann::json;
+using namespace specdec;
+
+namespace {
+
+struct RunOptions {
+  std::string model, draft, prompt_ids, device = "cpu", dtype = "float32";
+  int threads = 0;
+  bool json_out = false;
+  bool no_adaptive = false;
+  int warmup = 1;
+  GenerationConfig gen;
+};
+
+void add_run_options(CLI::App* app, RunOptions& o, bool compare) {
+  app->add_option("--model", o.model, "Target checkpoint folder (Hugging Face layout)")->required();
+  app->add_option("--draft", o.draft, "Draft checkpoint folder; omit for target-only generation");
+  app->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
+      ->required();
+  app->add_option("--max-new-tokens", o.gen.max_new_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  app->add_option("--num-assistant-tokens", o.gen.num_assistant_tokens,
+                  "Draft tokens per iteration (0 = 5, or 20 for --schedule dynamic)")
+      ->capture_default_str();
+  app->add_option("--schedule", o.gen.num_assistant_tokens_schedule, "Lookahead schedule")
+      ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic"}))
+      ->capture_default_str();
+  app->add_option("--confidence-threshold", o.gen.assistant_confidence_threshold,
+                  "dynamic: stop drafting below this draft probability")
+      ->capture_default_str();
+  app->add_flag("--no-adaptive-threshold", o.no_adaptive,
+                "dynamic: keep the confidence threshold fixed");
+  app->add_option("--prompt-lookup", o.gen.prompt_lookup_num_tokens,
+                  "Prompt lookup decoding with up to N tokens per iteration (no draft model)")
+      ->capture_default_str();
+  app->add_option("--max-matching-ngram", o.gen.max_matching_ngram_size,
+                  "Prompt lookup: longest n-gram to match")
+      ->capture_default_str();
+  app->add_flag("--do-sample", o.gen.do_sample, "Sample instead of greedy decoding");
+  app->add_option("--temperature", o.gen.temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  app->add_option("--top-k", o.gen.top_k, "Keep the k most likely tokens (0 = off)")
+      ->capture_default_str();
+  app->add_option("--top-p", o.gen.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
+  app->add_option("--min-p", o.gen.min_p, "Drop tokens below min_p * max probability (0 = off)")
+      ->capture_default_str();
+  app->add_option("--repetition-penalty", o.gen.repetition_penalty, "1 = off")
+      ->capture_default_str();
+  app->add_option("--seed", o.gen.seed, "Seed of the request's random generator")
+      ->capture_default_str();
+  app->add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app->add_option("--dtype", o.dtype, "Compute dtype")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
+  app->add_option("--threads", o.threads, "CPU threads for libtorch (0 = libtorch's default)")
+      ->capture_default_str();
+  app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
+  if (compare)
+    app->add_option("--warmup", o.warmup,
+                    "Untimed warm-up runs of each mode before timing (a few tokens each)")
+        ->capture_default_str();
+}
+
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    int64_t v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size())
+      throw Error("--prompt-ids: '" + item + "' is not an integer (expected e.g. 1,2,3)");
+    ids.push_back(v);
+  }
+  if (ids.empty()) throw Error("--prompt-ids: no token ids given");
+  return ids;
+}
+
+struct Loaded {
+  std::shared_ptr<const Model> target, draft;
+  std::vector<int64_t> prompt;
+};
+
+Loaded load(RunOptions& o) {
+  if (o.threads < 0) throw Error("--threads must be >= 0");
+  if (o.threads > 0) at::set_num_threads(o.threads);
+  o.gen.adaptive_threshold = !o.no_adaptive;
+  o.gen.validate();
+  Loaded l;
+  l.prompt = parse_ids(o.prompt_ids);
+  LoadOptions lo;
+  lo.device = parse_device(o.device);
+  lo.dtype = parse_dtype(o.dtype);
+  l.target = load_model(o.model, lo);
+  if (!o.draft.empty()) l.draft = load_model(o.draft, lo);
+  return l;
+}
+
+json result_json(const GenerationResult& r) {
+  return {{"tokens", r.tokens}, {"stats", json::parse(r.stats.to_json())}};
+}
+
+void print_stats(const GenerationStats& s, std::ostream& os) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%lld new tokens in %.3f s (%.2f tok/s); %lld target passes (%.2f tokens/pass), "
+                "%lld draft passes, acceptance %.1f%% (%lld/%lld); stop: %s\n",
+                static_cast<long long>(s.new_tokens), s.total_seconds, s.tokens_per_second(),
+                static_cast<long long>(s.target_passes), s.tokens_per_target_pass(),
+                static_cast<long long>(s.draft_passes), 100.0 * s.acceptance_rate(),
+                static_cast<long long>(s.accepted_tokens), static_cast<long long>(s.drafted_tokens),
+                s.stop_reason.c_str());
+  os << buf;
+}
+
+std::string join_ids(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  return s;
+}
+
+int run_generate(RunOptions& o) {
+  Loaded l = load(o);
+  Generator gen(l.target, l.draft);
+  bool first = true;
+  TokenCallback stream;
+  if (!o.json_out)
+    stream = [&](const std::vector<int64_t>& toks) {
+      for (int64_t t : toks) std::cout << (first ? "" : " ") << t, first = false;
+      std::cout << std::flush;
+    };
+  const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
+  if (o.json_out) {
+    std::cout << result_json(r).dump() << "\n";
+  } else {
+    std::cout << "\n";
+    print_stats(r.stats, std::cerr);
+  }
+  return 0;
+}
+
+// Per-token acceptance probability alpha as Leviathan et al. model it: every candidate the
+// target judged is a trial; candidates after the first rejection were never judged.
+double judged_alpha(const GenerationStats& s) {
+  int64_t rejections = 0;
+  for (const auto& p : s.trace) rejections += p[1] < p[0] ? 1 : 0;
+  const double judged = static_cast<double>(s.accepted_tokens + rejections);
+  return judged > 0 ? static_cast<double>(s.accepted_tokens) / judged : 0.0;
+}
+
+int run_compare(RunOptions& o) {
+  Loaded l = load(o);
+  if (!l.draft && o.gen.prompt_lookup_num_tokens == 0)
+    throw Error("compare needs --draft DIR or --prompt-lookup N");
+  Generator plain(l.target);
+  Generator assisted(l.target, l.draft);
+  GenerationConfig base = o.gen;
+  base.prompt_lookup_num_tokens = 0;
+  if (o.warmup < 0) throw Error("--warmup must be >= 0");
+  for (int i = 0; i < o.warmup; ++i) {
+    GenerationConfig w = o.gen;
+    w.max_new_tokens = std::min<int64_t>(4, o.gen.max_new_tokens);
+    GenerationConfig wb = base;
+    wb.max_new_tokens = w.max_new_tokens;
+    plain.generate(l.prompt, wb);
+    Generator(l.target, l.draft).generate(l.prompt, w);
+  }
+  if (!o.json_out) std::cerr << "target only ...\n";
+  const GenerationResult a = plain.generate(l.prompt, base);
+  if (!o.json_out) std::cerr << "assisted ...\n";
+  const GenerationResult b = assisted.generate(l.prompt, o.gen);
+  const bool identical = a.tokens == b.tokens;
+  const double speedup = b.stats.total_seconds > 0 ? a.stats.total_seconds / b.stats.total_seconds : 0;
+  // Leviathan et al.: c = draft time per token / target-only time per token (decode passes).
+  const double target_per_token =
+      a.stats.target_passes > 1 ? a.stats.verification_seconds / (a.stats.target_passes - 1) : 0;
+  const double c = target_per_token > 0 ? b.stats.draft_seconds_per_token() / target_per_token : 0;
+  const double gamma = b.stats.target_passes > 0 ? static_cast<double>(b.stats.drafted_tokens) /
+                                                       b.stats.target_passes
+                                                 : 0;
+  const double alpha = judged_alpha(b.stats);
+  const double predicted = predicted_speedup(alpha, gamma, c);
+  if (o.json_out) {
+    std::cout << json{{"target_only", result_json(a)},
+                      {"assisted", result_json(b)},
+                      {"identical", identical},
+                      {"speedup", speedup},
+                      {"alpha", alpha},
+                      {"gamma", gamma},
+                      {"cost_ratio", c},
+                      {"predicted_speedup", predicted}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  std::printf("target only: %s\n", join_ids(a.tokens).c_str());
+  std::printf("assisted:    %s\n", join_ids(b.tokens).c_str());
+  std::printf("identical:   %s%s\n", identical ? "yes" : "no",
+              o.gen.sampling() ? " (sampling: outputs are independent draws, not expected equal)" : "");
+  std::printf("target only: %.3f s, %.1f ms/token\n", a.stats.total_seconds,
+              1e3 * a.stats.total_seconds / std::max<int64_t>(1, a.stats.new_tokens));
+  std::printf("assisted:    %.3f s, %.1f ms/token; acceptance %.1f%%, %.2f tokens per target pass, "
+              "%lld target passes\n",
+              b.stats.total_seconds, 1e3 * b.stats.total_seconds / std::max<int64_t>(1, b.stats.new_tokens),
+              100 * b.stats.acceptance_rate(), b.stats.tokens_per_target_pass(),
+              static_cast<long long>(b.stats.target_passes));
+  std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n", speedup,
+              predicted, alpha, gamma, c);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"specdec: speculative decoding (assisted generation) on libtorch"};
+  app.require_subcommand(1);
+  RunOptions gen_opts, cmp_opts;
+  auto* gen = app.add_subcommand("generate", "Generate tokens (assisted when --draft is given)");
+  add_run_options(gen, gen_opts, false);
+  auto* cmp = app.add_subcommand(
+      "compare", "Target-only and assisted generation on the same prompt: outputs, times, speedup");
+  add_run_options(cmp, cmp_opts, true);
+
+  FixtureOptions fx;
+  std::string out, draft_of;
+  int64_t draft_layers = 1;
+  double noise = 0.0;
+  auto* mk = app.add_subcommand("make-fixture",
+                                "Write a deterministic random-weight checkpoint in Hugging Face layout");
+  mk->add_option("--out", out, "Output folder")->required();
+  mk->add_option("--arch", fx.arch, "Architecture")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2"}))
+      ->capture_default_str();
+  mk->add_option("--layers", fx.layers, "Decoder layers (with --draft-of: layers kept)")
+      ->capture_default_str();
+  mk->add_option("--hidden", fx.hidden, "Hidden size")->capture_default_str();
+  mk->add_option("--heads", fx.heads, "Attention heads")->capture_default_str();
+  mk->add_option("--kv-heads", fx.kv_heads, "Key/value heads (0 = --heads)")->capture_default_str();
+  mk->add_option("--intermediate", fx.intermediate, "MLP size (0 = 4 x hidden)")->capture_default_str();
+  mk->add_option("--vocab", fx.vocab, "Vocabulary size")->capture_default_str();
+  mk->add_option("--max-pos", fx.max_pos, "max_position_embeddings")->capture_default_str();
+  mk->add_option("--seed", fx.seed, "Seed of the weights")->capture_default_str();
+  mk->add_option("--dtype", fx.dtype, "Saved dtype")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
+  mk->add_option("--init-std", fx.init_std, "Standard deviation of the weights")->capture_default_str();
+  mk->add_option("--exit-layers", fx.exit_layers,
+                 "Scale o_proj/down_proj of layers >= N by --exit-scale (synthetic early-exit pair)")
+      ->capture_default_str();
+  mk->add_option("--exit-scale", fx.exit_scale, "See --exit-layers")->capture_default_str();
+  mk->add_option("--draft-of", draft_of,
+                 "Derive an early-exit draft from this target: its embeddings, first --layers "
+                 "layers, final norm and head");
+  mk->add_option("--noise", noise, "--draft-of: add Gaussian noise of this standard deviation")
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*gen) return run_generate(gen_opts);
+    if (*cmp) return run_compare(cmp_opts);
+    if (*mk) {
+      if (!draft_of.empty()) {
+        make_draft_of(draft_of, out, fx.layers, noise, fx.seed);
+      } else {
+        make_fixture(out, fx);
+      }
+      std::cerr << "wrote " << out << "\n";
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "specdec: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
