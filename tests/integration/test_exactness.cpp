@@ -1,1 +1,205 @@
+// The core invariant on generated checkpoints: assisted greedy output == target-only greedy output,
+// token for token, for every schedule, K, length limit, EOS placement and draft quality.
 #include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "test_util.hpp"
+
+namespace specdec::test {
+namespace {
+
+FixtureOptions small(uint64_t seed, int64_t layers, const std::string& arch = "llama") {
+  FixtureOptions o;
+  o.arch = arch;
+  o.seed = seed;
+  o.layers = layers;
+  o.hidden = 64;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.intermediate = 128;
+  o.vocab = 96;
+  o.init_std = 0.1;  // larger weights than HF's 0.02 give peaked, input-dependent outputs
+  o.exit_layers = 1;
+  o.exit_scale = 0.2;
+  return o;
+}
+
+struct Pair {
+  std::shared_ptr<const Model> target, early_exit, unrelated;
+};
+
+Pair pair_for(uint64_t seed, const std::string& arch = "llama") {
+  const std::string t = cached_fixture("t" + std::to_string(seed) + arch, small(seed, 3, arch));
+  const std::string key = "d" + std::to_string(seed) + arch;
+  static std::map<std::string, std::string> drafts;
+  if (!drafts.count(key)) {
+    drafts[key] = temp_dir(key);
+    make_draft_of(t, drafts[key], 1, 0.0, seed);
+  }
+  FixtureOptions u = small(seed + 100, 1, arch);
+  const std::string un = cached_fixture("u" + std::to_string(seed) + arch, u);
+  return {cached_model(t), cached_model(drafts[key]), cached_model(un)};
+}
+
+std::vector<int64_t> prompt_for(uint64_t seed, size_t len) {
+  std::vector<int64_t> p;
+  for (size_t i = 0; i < len; ++i) p.push_back(static_cast<int64_t>((seed * 31 + i * 17 + 3) % 90) + 3);
+  return p;
+}
+
+TEST(Exactness, TargetOnlyGreedyEqualsUncachedOracle) {
+  for (uint64_t seed : {1, 2}) {
+    const Pair p = pair_for(seed);
+    for (size_t len : {1u, 7u}) {
+      const auto prompt = prompt_for(seed, len);
+      GenerationConfig cfg;
+      cfg.max_new_tokens = 24;
+      cfg.eos_token_ids = {95};  // rarely produced: long runs
+      const auto got = Generator(p.target).generate(prompt, cfg).tokens;
+      EXPECT_EQ(got, oracle_greedy(*p.target, prompt, 24, {95})) << "seed " << seed;
+    }
+  }
+}
+
+TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
+  int64_t cases = 0;
+  for (uint64_t seed : {1, 2, 3}) {
+    const Pair p = pair_for(seed);
+    const auto prompt = prompt_for(seed, 5);
+    for (const char* schedule : {"constant", "heuristic", "heuristic_transient", "dynamic"}) {
+      for (int64_t k : {1, 2, 5, 8}) {
+        for (int64_t n : {int64_t{1}, int64_t{2}, k, k + 1, int64_t{37}}) {
+          GenerationConfig cfg;
+          cfg.max_new_tokens = n;
+          cfg.num_assistant_tokens = k;
+          cfg.num_assistant_tokens_schedule = schedule;
+          cfg.eos_token_ids = {95};
+          const auto want = Generator(p.target).generate(prompt, cfg).tokens;
+          for (const auto& draft : {p.early_exit, p.unrelated}) {
+            const auto got = Generator(p.target, draft).generate(prompt, cfg);
+            ASSERT_EQ(got.tokens, want) << "seed " << seed << " schedule " << schedule << " K " << k
+                                        << " max_new_tokens " << n;
+            ASSERT_LE(static_cast<int64_t>(got.tokens.size()), n);
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 3 * 4 * 4 * 5 * 2);
+}
+
+TEST(Exactness, OtherArchitecturesAndPromptLookup) {
+  for (const char* arch : {"mistral", "qwen2"}) {
+    const Pair p = pair_for(7, arch);
+    const auto prompt = prompt_for(7, 6);
+    GenerationConfig cfg;
+    cfg.max_new_tokens = 30;
+    cfg.eos_token_ids = {95};
+    const auto want = Generator(p.target).generate(prompt, cfg).tokens;
+    EXPECT_EQ(want, oracle_greedy(*p.target, prompt, 30, {95})) << arch;
+    EXPECT_EQ(Generator(p.target, p.early_exit).generate(prompt, cfg).tokens, want) << arch;
+    cfg.prompt_lookup_num_tokens = 4;
+    EXPECT_EQ(Generator(p.target).generate(prompt, cfg).tokens, want) << arch << " prompt lookup";
+  }
+}
+
+TEST(Exactness, DraftEqualToTargetAcceptsEverything) {
+  const Pair p = pair_for(4);
+  const auto prompt = prompt_for(4, 3);
+  for (int64_t k : {1, 2, 5, 8}) {
+    for (int64_t n : {int64_t{1}, k, k + 1, int64_t{37}}) {
+      GenerationConfig cfg;
+      cfg.max_new_tokens = n;
+      cfg.num_assistant_tokens = k;
+      cfg.eos_token_ids = {95};
+      const auto want = Generator(p.target).generate(prompt, cfg).tokens;
+      const auto got = Generator(p.target, p.target).generate(prompt, cfg);
+      EXPECT_EQ(got.tokens, want);
+      if (static_cast<int64_t>(want.size()) == n) {
+        EXPECT_LE(got.stats.target_passes, (n + k) / (k + 1)) << "K " << k << " n " << n;
+        EXPECT_EQ(got.stats.accepted_tokens, got.stats.drafted_tokens);
+      }
+    }
+  }
+}
+
+TEST(Exactness, UnrelatedDraftIsRarelyAcceptedButStillExact) {
+  const Pair p = pair_for(5);
+  const auto prompt = prompt_for(5, 4);
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 37;
+  cfg.num_assistant_tokens = 5;
+  cfg.eos_token_ids = {95};
+  const auto got = Generator(p.target, p.unrelated).generate(prompt, cfg);
+  EXPECT_EQ(got.tokens, Generator(p.target).generate(prompt, cfg).tokens);
+  EXPECT_LT(got.stats.acceptance_rate(), 0.35);
+}
+
+TEST(Exactness, EosInsideAnAcceptedBlockEndsGenerationThere) {
+  const Pair p = pair_for(6);
+  const auto prompt = prompt_for(6, 5);
+  GenerationConfig probe;
+  probe.max_new_tokens = 30;
+  probe.eos_token_ids = {95};
+  const auto free_run = Generator(p.target).generate(prompt, probe).tokens;
+  ASSERT_GE(free_run.size(), 12u);
+  // Make the token at position 9 the EOS: with a draft identical to the target it sits inside a
+  // fully accepted block for K = 5 and 8.
+  const int64_t eos = free_run[9];
+  const size_t first = std::find(free_run.begin(), free_run.end(), eos) - free_run.begin();
+  const std::vector<int64_t> expected(free_run.begin(), free_run.begin() + first + 1);
+  for (int64_t k : {2, 5, 8}) {
+    for (const auto& draft : {p.target, p.early_exit}) {
+      GenerationConfig cfg = probe;
+      cfg.eos_token_ids = {eos};
+      cfg.num_assistant_tokens = k;
+      std::vector<int64_t> streamed;
+      const auto got = Generator(p.target, draft).generate(
+          prompt, cfg, [&](const std::vector<int64_t>& t) { streamed.insert(streamed.end(), t.begin(), t.end()); });
+      EXPECT_EQ(got.tokens, expected) << "K " << k;
+      EXPECT_EQ(streamed, expected) << "nothing after EOS may be streamed";
+      EXPECT_EQ(got.stats.stop_reason, "eos");
+    }
+  }
+}
+
+TEST(Exactness, StatsAreConsistent) {
+  const Pair p = pair_for(1);
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 37;
+  cfg.eos_token_ids = {95};
+  const auto r = Generator(p.target, p.early_exit).generate(prompt_for(1, 5), cfg);
+  int64_t drafted = 0, accepted = 0, emitted = 0;
+  for (const auto& t : r.stats.trace) drafted += t[0], accepted += t[1], emitted += t[1] + 1;
+  EXPECT_EQ(drafted, r.stats.drafted_tokens);
+  EXPECT_EQ(accepted, r.stats.accepted_tokens);
+  EXPECT_EQ(emitted, r.stats.new_tokens);
+  EXPECT_EQ(r.stats.target_passes, static_cast<int64_t>(r.stats.trace.size()));
+  EXPECT_EQ(r.stats.draft_passes, r.stats.drafted_tokens);  // greedy draft: one pass per token
+  EXPECT_GT(r.stats.accepted_tokens, 0);
+  ASSERT_FALSE(r.stats.accepted_at_position.empty());
+  EXPECT_EQ(r.stats.accepted_at_position[0] + 0, std::count_if(r.stats.trace.begin(), r.stats.trace.end(),
+                                                               [](const auto& t) { return t[1] >= 1; }));
+}
+
+TEST(Exactness, BadRequestsAreRejectedClearly) {
+  const Pair p = pair_for(1);
+  GenerationConfig cfg;
+  EXPECT_THROW(Generator(p.target).generate({}, cfg), Error);
+  EXPECT_THROW(Generator(p.target).generate({1000}, cfg), Error);
+  cfg.max_new_tokens = 0;
+  EXPECT_THROW(Generator(p.target).generate({1}, cfg), Error);
+  FixtureOptions other = small(9, 1);
+  other.vocab = 80;
+  const auto wrong_vocab = cached_model(cached_fixture("vocab80", other));
+  EXPECT_THROW(Generator(p.target, wrong_vocab), Error);
+  FixtureOptions eos = small(9, 1);
+  eos.eos_token_id = 7;
+  const auto wrong_eos = cached_model(cached_fixture("eos7", eos));
+  EXPECT_THROW(Generator(p.target, wrong_eos), Error);
+}
+
+}  // namespace
+}  // namespace specdec::test
