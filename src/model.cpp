@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <torch/version.h>
 
 #include "models/registry.hpp"
 #include "specdec/error.hpp"
@@ -33,6 +34,13 @@ std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOption
   const ModelConfig config = ModelConfig::from_dir(dir);
   if (options.device.is_cuda())
     SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
+#if TORCH_VERSION_MAJOR < 2
+  // libtorch 1.x has no float16 matrix product on the CPU.
+  SPECDEC_CHECK(!(options.device.is_cpu() && options.dtype == at::kHalf),
+                "load_model: float16 compute is not supported on the CPU by libtorch ",
+                TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
+                " (use float32 or bfloat16 there, or float16 on cuda)");
+#endif
   WeightStore weights(dir);
   // supported_model_types() lists exactly what from_json_text accepts.
   return models::make_llama(config, weights, options);

@@ -8,34 +8,6 @@
 
 namespace specdec {
 
-// ---- Rng: MT19937-64 (Matsumoto & Nishimura), written out so the stream is fixed by the seed.
-Rng::Rng(uint64_t seed) : index_(312) {
-  state_[0] = seed;
-  for (int i = 1; i < 312; ++i)
-    state_[i] = 6364136223846793005ULL * (state_[i - 1] ^ (state_[i - 1] >> 62)) + i;
-}
-
-uint64_t Rng::next() {
-  constexpr uint64_t kUpper = 0xFFFFFFFF80000000ULL, kLower = 0x7FFFFFFFULL;
-  if (index_ >= 312) {
-    for (int i = 0; i < 312; ++i) {
-      const uint64_t x = (state_[i] & kUpper) | (state_[(i + 1) % 312] & kLower);
-      uint64_t xa = x >> 1;
-      if (x & 1) xa ^= 0xB5026F5AA96619E9ULL;
-      state_[i] = state_[(i + 156) % 312] ^ xa;
-    }
-    index_ = 0;
-  }
-  uint64_t y = state_[index_++];
-  y ^= (y >> 29) & 0x5555555555555555ULL;
-  y ^= (y << 17) & 0x71D67FFFEDA60000ULL;
-  y ^= (y << 37) & 0xFFF7EEE000000000ULL;
-  y ^= y >> 43;
-  return y;
-}
-
-double Rng::uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();

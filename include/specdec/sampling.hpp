@@ -5,23 +5,23 @@
 
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "specdec/config.hpp"
 
 namespace specdec {
 
-// A per-request random source: 64-bit Mersenne twister; the same seed gives the same stream on
-// every platform (uniforms are built from raw bits, not from std:: distributions).
+// A per-request random source: std::mt19937_64, whose output the C++ standard fixes, so the same
+// seed gives the same stream on every platform (uniforms are built from its raw bits, not from
+// the implementation-defined std:: distributions).
 class Rng {
  public:
-  explicit Rng(uint64_t seed = 0);
-  double uniform();  // in [0, 1)
+  explicit Rng(uint64_t seed = 0) : engine_(seed) {}
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }  // in [0, 1)
 
  private:
-  uint64_t state_[312];
-  int index_;
-  uint64_t next();
+  std::mt19937_64 engine_;
 };
 
 // One step of logits processing. `scores` is [R, V] float32 for R consecutive positions; row r

@@ -1,1 +1,104 @@
+// Logits processors on hand-built logits against hand-computed expectations.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "specdec/error.hpp"
+#include "specdec/sampling.hpp"
+
+namespace specdec {
+namespace {
+
+const float kInf = std::numeric_limits<float>::infinity();
+
+at::Tensor row(std::vector<float> v) { return at::tensor(v).view({1, -1}); }
+std::vector<float> vec(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous().view(-1);
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+at::Tensor log_probs(std::vector<float> p) { return row(p).log(); }
+
+TEST(Processors, Temperature) {
+  EXPECT_EQ(vec(make_temperature(0.5)->apply(row({1, 2, 3}), {})), (std::vector<float>{2, 4, 6}));
+  EXPECT_THROW(make_temperature(0), Error);
+}
+
+TEST(Processors, TopKKeepsTiesAndClampsToVocab) {
+  EXPECT_EQ(vec(make_top_k(2)->apply(row({1, 3, 2, 3}), {})), (std::vector<float>{-kInf, 3, -kInf, 3}));
+  // Tie at the k-th value: both 2s reach it and are kept.
+  EXPECT_EQ(vec(make_top_k(2)->apply(row({1, 2, 2, 3}), {})), (std::vector<float>{-kInf, 2, 2, 3}));
+  EXPECT_EQ(vec(make_top_k(10)->apply(row({1, 2, 3}), {})), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(Processors, TopPBoundaryAndMinimumOneToken) {
+  const at::Tensor s = log_probs({0.5f, 0.3f, 0.15f, 0.05f});
+  // Ascending cumulative mass: 0.05, 0.20, 0.50, 1.0. Removed: cumulative <= 1 - top_p.
+  auto kept = [&](double p) {
+    std::vector<int> k;
+    const auto v = vec(make_top_p(p)->apply(s, {}));
+    for (size_t i = 0; i < v.size(); ++i) if (std::isfinite(v[i])) k.push_back(static_cast<int>(i));
+    return k;
+  };
+  EXPECT_EQ(kept(0.9), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(kept(0.6), (std::vector<int>{0, 1}));
+  EXPECT_EQ(kept(0.45), (std::vector<int>{0}));
+  EXPECT_EQ(kept(0.01), (std::vector<int>{0}));  // the most likely token always survives
+  EXPECT_EQ(kept(1.0), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(Processors, MinP) {
+  const at::Tensor s = log_probs({0.5f, 0.3f, 0.15f, 0.05f});
+  const auto v = vec(make_min_p(0.5)->apply(s, {}));  // keep p >= 0.25
+  EXPECT_TRUE(std::isfinite(v[0]) && std::isfinite(v[1]));
+  EXPECT_FALSE(std::isfinite(v[2]) || std::isfinite(v[3]));
+}
+
+TEST(Processors, RepetitionPenaltyUsesEachRowsOwnPrefix) {
+  EXPECT_EQ(vec(make_repetition_penalty(2.0)->apply(row({1, -1, 2, 0.5}), {0, 1, 1})),
+            (std::vector<float>{0.5, -2, 2, 0.5}));
+  // Two rows, history {3, 2}: row 0 sees [3], row 1 sees [3, 2].
+  const at::Tensor two = at::tensor({4.f, 4.f, 4.f, 4.f, 4.f, 4.f, 4.f, 4.f}).view({2, 4});
+  EXPECT_EQ(vec(make_repetition_penalty(2.0)->apply(two, {3, 2})),
+            (std::vector<float>{4, 4, 4, 2, 4, 4, 2, 2}));
+}
+
+TEST(Processors, ChainFollowsConfigAndHuggingFaceOrder) {
+  GenerationConfig c;
+  EXPECT_TRUE(LogitsProcessorChain(c).empty());  // greedy, no penalty
+  c.do_sample = true;
+  c.top_k = 0;
+  EXPECT_TRUE(LogitsProcessorChain(c).empty());  // T = 1, no filters
+  c.temperature = 0.5;
+  c.top_k = 1;
+  // temperature then top-k: [2, 4, 6] -> only the best survives.
+  EXPECT_EQ(vec(LogitsProcessorChain(c).apply(row({1, 2, 3}), {})), (std::vector<float>{-kInf, -kInf, 6}));
+  c.temperature = 0;  // temperature 0 means greedy: no warpers
+  c.top_k = 1;
+  EXPECT_TRUE(LogitsProcessorChain(c).empty());
+}
+
+TEST(Sampling, InverseCdfNeverDrawsZeroProbability) {
+  const at::Tensor p = at::tensor({0.f, 0.5f, 0.f, 0.5f});
+  EXPECT_EQ(sample_index(p, 0.0), 1);
+  EXPECT_EQ(sample_index(p, 0.49), 1);
+  EXPECT_EQ(sample_index(p, 0.5), 3);
+  EXPECT_EQ(sample_index(p, 0.999999), 3);
+  EXPECT_EQ(sample_index(at::tensor({0.f, 0.f, 2.f}), 0.7), 2);  // unnormalised is fine
+}
+
+TEST(Sampling, RngIsTheStandardMt19937_64) {
+  Rng a(42), b(42), c(43);
+  std::mt19937_64 ref(42);
+  for (int i = 0; i < 1000; ++i) {
+    const double u = a.uniform();
+    EXPECT_EQ(u, static_cast<double>(ref() >> 11) * 0x1.0p-53);
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+    EXPECT_EQ(u, b.uniform());
+  }
+  EXPECT_NE(Rng(42).uniform(), c.uniform());
+}
+
+}  // namespace
+}  // namespace specdec
