@@ -78,7 +78,9 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
   const LogitsProcessorChain processors(config);
   const GreedyVerifier greedy;
   const RejectionSamplingVerifier rejection;
-  const Verifier& verifier = config.sampling() ? static_cast<const Verifier&>(rejection) : greedy;
+  const Verifier& verifier = custom_verifier_ ? *custom_verifier_
+                             : config.sampling() ? static_cast<const Verifier&>(rejection)
+                                                 : greedy;
 
   KVCache cache = target_->make_cache(max_length);
   std::vector<int64_t> tokens = prompt;  // prompt + generated; the cache holds a prefix of it

@@ -14,6 +14,8 @@
 
 namespace specdec {
 
+class Verifier;
+
 struct GenerationResult {
   std::vector<int64_t> tokens;  // generated tokens only (prompt excluded), EOS included if hit
   GenerationStats stats;
@@ -37,12 +39,18 @@ class Generator {
   GenerationResult generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                             const TokenCallback& on_token = {}) const;
 
+  // Replaces the verifier chosen from the request (greedy or rejection sampling). For research and
+  // tests, e.g. a deliberately wrong verifier that a statistical test must catch. Not thread-safe
+  // with concurrent generate() calls.
+  void set_verifier(std::shared_ptr<const Verifier> verifier) { custom_verifier_ = std::move(verifier); }
+
   const Model& target() const { return *target_; }
   const Model* draft() const { return draft_.get(); }
 
  private:
   std::shared_ptr<const Model> target_;
   std::shared_ptr<const Model> draft_;
+  std::shared_ptr<const Verifier> custom_verifier_;
   // "heuristic" schedule: the lookahead reached by the last request, carried to the next one
   // (Hugging Face keeps it on the assistant model's generation config).
   mutable std::mutex carried_mutex_;

@@ -1,1 +1,238 @@
+// Speculative sampling keeps the target's distribution: chi-square goodness of fit of the 1st, 2nd
+// and 3rd generated token under assisted sampling against the exact target probabilities,
+// computed from the model by enumerating every prefix. Fixed seeds: deterministic in CI. A
+// negative control (a verifier that accepts every draft token) must be rejected by the same test.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "test_util.hpp"
+
+namespace specdec::test {
+namespace {
+
+constexpr int64_t kVocab = 16;
+constexpr int kSamples = 3000;
+
+FixtureOptions tiny(uint64_t seed, int64_t layers) {
+  FixtureOptions o;
+  o.seed = seed;
+  o.layers = layers;
+  o.hidden = 32;
+  o.heads = 2;
+  o.intermediate = 64;
+  o.vocab = kVocab;
+  o.init_std = 0.35;  // spread-out but non-uniform next-token distributions
+  o.eos_token_id = 15;
+  return o;
+}
+
+// Exact marginal distributions of generated tokens 1..3 of the target alone under `cfg`.
+std::vector<std::vector<double>> exact_marginals(const Model& m, const std::vector<int64_t>& prompt,
+                                                 const GenerationConfig& cfg) {
+  c10::InferenceMode guard;
+  const LogitsProcessorChain chain(cfg);
+  const auto next = [&](const std::vector<int64_t>& seq) {
+    KVCache cache = m.make_cache(static_cast<int64_t>(seq.size()));
+    at::Tensor s = m.forward(at::tensor(seq, at::kLong).view({1, -1}), cache, 1)[0];  // [1, V]
+    s = chain.apply(s, seq).softmax(-1)[0].to(at::kDouble);
+    return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + kVocab);
+  };
+  std::vector<std::vector<double>> marg(3, std::vector<double>(kVocab, 0.0));
+  const auto p1 = next(prompt);
+  for (int64_t a = 0; a < kVocab; ++a) {
+    if (p1[a] == 0) continue;
+    marg[0][a] += p1[a];
+    if (a == 15) continue;  // EOS ends the sequence: no 2nd/3rd token on that branch
+    auto s1 = prompt;
+    s1.push_back(a);
+    const auto p2 = next(s1);
+    for (int64_t b = 0; b < kVocab; ++b) {
+      if (p2[b] == 0) continue;
+      marg[1][b] += p1[a] * p2[b];
+      if (b == 15) continue;
+      auto s2 = s1;
+      s2.push_back(b);
+      const auto p3 = next(s2);
+      for (int64_t c = 0; c < kVocab; ++c) marg[2][c] += p1[a] * p2[b] * p3[c];
+    }
+  }
+  return marg;
+}
+
+// Chi-square statistic and its 0.1% critical value (Wilson-Hilferty), pooling cells with an
+// expected count below 5. `total` is the number of sequences that reached this position.
+bool chi_square_passes(const std::vector<int>& observed, const std::vector<double>& probs,
+                       std::string* report) {
+  double mass = 0;
+  int total = 0;
+  for (size_t i = 0; i < probs.size(); ++i) mass += probs[i], total += observed[i];
+  double stat = 0, pooled_e = 0, pooled_o = 0;
+  int bins = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const double e = total * probs[i] / mass;
+    if (e < 5) {
+      pooled_e += e, pooled_o += observed[i];
+      if (e == 0 && observed[i] > 0) {
+        *report = "token " + std::to_string(i) + " has probability 0 but was drawn";
+        return false;
+      }
+      continue;
+    }
+    stat += (observed[i] - e) * (observed[i] - e) / e;
+    ++bins;
+  }
+  if (pooled_e >= 5) {
+    stat += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+    ++bins;
+  }
+  const double df = std::max(1, bins - 1), z = 3.090;  // upper 0.1% of N(0, 1)
+  const double crit = df * std::pow(1 - 2 / (9 * df) + z * std::sqrt(2 / (9 * df)), 3);
+  *report = "chi2 " + std::to_string(stat) + " critical " + std::to_string(crit) + " df " +
+            std::to_string(static_cast<int>(df)) + " n " + std::to_string(total);
+  return stat <= crit;
+}
+
+struct Outcome {
+  bool all_pass = true;
+  std::string report;
+  double acceptance = 0;
+  int64_t rejections = 0;  // iterations that rejected a candidate, EOS endings excluded
+};
+
+Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<const Model>& draft,
+            const GenerationConfig& base, std::shared_ptr<const Verifier> verifier = nullptr) {
+  const std::vector<int64_t> prompt = {3, 7, 1};
+  const auto marg = exact_marginals(*target, prompt, base);
+  Generator gen(target, draft);
+  if (verifier) gen.set_verifier(std::move(verifier));
+  std::vector<std::vector<int>> counts(3, std::vector<int>(kVocab, 0));
+  int64_t drafted = 0, accepted = 0, rejections = 0;
+  for (int i = 0; i < kSamples; ++i) {
+    GenerationConfig cfg = base;
+    cfg.seed = 1000 + i;
+    const auto r = gen.generate(prompt, cfg);
+    for (size_t pos = 0; pos < r.tokens.size() && pos < 3; ++pos) ++counts[pos][r.tokens[pos]];
+    drafted += r.stats.drafted_tokens;
+    accepted += r.stats.accepted_tokens;
+    for (size_t t = 0; t < r.stats.trace.size(); ++t) {
+      const bool eos_end = t + 1 == r.stats.trace.size() && r.stats.stop_reason == "eos";
+      if (r.stats.trace[t][1] < r.stats.trace[t][0] && !eos_end) ++rejections;
+    }
+  }
+  Outcome o;
+  o.acceptance = drafted ? static_cast<double>(accepted) / drafted : 0;
+  o.rejections = rejections;
+  for (int pos = 0; pos < 3; ++pos) {
+    std::string rep;
+    const bool ok = chi_square_passes(counts[pos], marg[pos], &rep);
+    o.all_pass = o.all_pass && ok;
+    o.report += "token " + std::to_string(pos + 1) + ": " + rep + (ok ? "" : "  <-- REJECTED") + "\n";
+  }
+  return o;
+}
+
+struct Models {
+  std::shared_ptr<const Model> target, unrelated;
+};
+Models models() {
+  return {cached_model(cached_fixture("stat_target", tiny(21, 2))),
+          cached_model(cached_fixture("stat_unrelated", tiny(99, 1)))};
+}
+
+GenerationConfig sampling(double temperature, int64_t top_k, double top_p) {
+  GenerationConfig c;
+  c.do_sample = true;
+  c.temperature = temperature;
+  c.top_k = top_k;
+  c.top_p = top_p;
+  c.max_new_tokens = 3;
+  c.num_assistant_tokens = 2;
+  return c;
+}
+
+struct Case {
+  const char* name;
+  GenerationConfig cfg;
+};
+const Case kCases[] = {{"temperature 1", sampling(1.0, 0, 1.0)},
+                       {"temperature 0.7 top-k 4", sampling(0.7, 4, 1.0)},
+                       {"top-p 0.8", sampling(1.0, 0, 0.8)}};
+
+TEST(Statistical, TargetOnlySamplingMatchesExactProbabilities) {
+  const Models m = models();
+  const Outcome o = run(m.target, nullptr, kCases[0].cfg);
+  EXPECT_TRUE(o.all_pass) << o.report;
+}
+
+TEST(Statistical, DraftEqualToTargetKeepsDistribution) {
+  const Models m = models();
+  for (const auto& c : kCases) {
+    const Outcome o = run(m.target, m.target, c.cfg);
+    EXPECT_TRUE(o.all_pass) << c.name << "\n" << o.report;
+    // p and q agree up to float rounding (one multi-token pass vs cached single steps), so
+    // min(1, p/q) is 1 or within ~1e-6 of it: a rejection not caused by EOS is all but impossible.
+    EXPECT_LE(o.rejections, 1) << c.name;
+  }
+}
+
+TEST(Statistical, UnrelatedDraftKeepsDistribution) {
+  const Models m = models();
+  for (const auto& c : kCases) {
+    const Outcome o = run(m.target, m.unrelated, c.cfg);
+    EXPECT_TRUE(o.all_pass) << c.name << "\n" << o.report;
+    EXPECT_LT(o.acceptance, 0.9) << c.name;
+  }
+}
+
+TEST(Statistical, DraftWithZerosWhereTargetIsPositiveKeepsDistribution) {
+  // top-k 3 truncates each side to its own 3 best tokens: the unrelated draft's q is 0 on tokens
+  // the target's p keeps, and positive where p is 0.
+  const Models m = models();
+  const Outcome o = run(m.target, m.unrelated, sampling(1.0, 3, 1.0));
+  EXPECT_TRUE(o.all_pass) << o.report;
+}
+
+TEST(Statistical, PromptLookupOneHotProposalsKeepDistribution) {
+  const Models m = models();
+  GenerationConfig c = kCases[0].cfg;
+  c.prompt_lookup_num_tokens = 2;
+  c.max_matching_ngram_size = 1;
+  const Outcome o = run(m.target, nullptr, c);
+  EXPECT_TRUE(o.all_pass) << o.report;
+}
+
+// Accepts every draft token and adds a bonus from p: the output then follows the draft.
+class AlwaysAccept final : public Verifier {
+ public:
+  Verdict verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const override {
+    Verdict v;
+    v.accepted = static_cast<int64_t>(c.size());
+    v.next_token = sample_index(scores[v.accepted].softmax(-1), rng.uniform());
+    return v;
+  }
+};
+
+TEST(Statistical, NegativeControlAlwaysAcceptIsDetected) {
+  const Models m = models();
+  const Outcome o = run(m.target, m.unrelated, kCases[0].cfg, std::make_shared<AlwaysAccept>());
+  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong verifier:\n" << o.report;
+}
+
+TEST(Statistical, SameSeedSameTokens) {
+  const Models m = models();
+  GenerationConfig c = sampling(1.0, 0, 1.0);
+  c.max_new_tokens = 20;
+  c.seed = 1234;
+  const Generator g(m.target, m.unrelated);
+  const auto a = g.generate({3, 7, 1}, c).tokens;
+  EXPECT_EQ(a, g.generate({3, 7, 1}, c).tokens);
+  EXPECT_EQ(a, Generator(m.target, m.unrelated).generate({3, 7, 1}, c).tokens);
+  c.seed = 1235;
+  EXPECT_NE(a, g.generate({3, 7, 1}, c).tokens);
+}
+
+}  // namespace
+}  // namespace specdec::test
