@@ -64,4 +64,19 @@ double predicted_speedup(double alpha, double gamma, double c) {
   return (1.0 - std::pow(alpha, gamma + 1.0)) / ((1.0 - alpha) * denom_c);
 }
 
+SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
+                                 const GenerationStats& assisted) {
+  SpeedupEstimate e;
+  e.measured = ratio(target_only.total_seconds, assisted.total_seconds);
+  int64_t rejections = 0;
+  for (const auto& p : assisted.trace) rejections += p[1] < p[0] ? 1 : 0;
+  e.alpha = ratio(static_cast<double>(assisted.accepted_tokens),
+                  static_cast<double>(assisted.accepted_tokens + rejections));
+  e.gamma = ratio(static_cast<double>(assisted.drafted_tokens),
+                  static_cast<double>(assisted.target_passes));
+  e.cost_ratio = ratio(assisted.draft_seconds_per_token(), target_only.target_seconds_per_pass());
+  e.predicted = predicted_speedup(e.alpha, e.gamma, e.cost_ratio);
+  return e;
+}
+
 }  // namespace specdec

@@ -155,15 +155,6 @@ int run_generate(RunOptions& o) {
   return 0;
 }
 
-// Per-token acceptance probability alpha as Leviathan et al. model it: every candidate the
-// target judged is a trial; candidates after the first rejection were never judged.
-double judged_alpha(const GenerationStats& s) {
-  int64_t rejections = 0;
-  for (const auto& p : s.trace) rejections += p[1] < p[0] ? 1 : 0;
-  const double judged = static_cast<double>(s.accepted_tokens + rejections);
-  return judged > 0 ? static_cast<double>(s.accepted_tokens) / judged : 0.0;
-}
-
 int run_compare(RunOptions& o) {
   Loaded l = load(o);
   if (!l.draft && o.gen.prompt_lookup_num_tokens == 0)
@@ -186,25 +177,16 @@ int run_compare(RunOptions& o) {
   if (!o.json_out) std::cerr << "assisted ...\n";
   const GenerationResult b = assisted.generate(l.prompt, o.gen);
   const bool identical = a.tokens == b.tokens;
-  const double speedup = b.stats.total_seconds > 0 ? a.stats.total_seconds / b.stats.total_seconds : 0;
-  // Leviathan et al.: c = draft time per token / target-only time per token (decode passes).
-  const double target_per_token =
-      a.stats.target_passes > 1 ? a.stats.verification_seconds / (a.stats.target_passes - 1) : 0;
-  const double c = target_per_token > 0 ? b.stats.draft_seconds_per_token() / target_per_token : 0;
-  const double gamma = b.stats.target_passes > 0 ? static_cast<double>(b.stats.drafted_tokens) /
-                                                       b.stats.target_passes
-                                                 : 0;
-  const double alpha = judged_alpha(b.stats);
-  const double predicted = predicted_speedup(alpha, gamma, c);
+  const SpeedupEstimate e = estimate_speedup(a.stats, b.stats);
   if (o.json_out) {
     std::cout << json{{"target_only", result_json(a)},
                       {"assisted", result_json(b)},
                       {"identical", identical},
-                      {"speedup", speedup},
-                      {"alpha", alpha},
-                      {"gamma", gamma},
-                      {"cost_ratio", c},
-                      {"predicted_speedup", predicted}}
+                      {"speedup", e.measured},
+                      {"alpha", e.alpha},
+                      {"gamma", e.gamma},
+                      {"cost_ratio", e.cost_ratio},
+                      {"predicted_speedup", e.predicted}}
                      .dump()
               << "\n";
     return 0;
@@ -220,8 +202,8 @@ int run_compare(RunOptions& o) {
               b.stats.total_seconds, 1e3 * b.stats.total_seconds / std::max<int64_t>(1, b.stats.new_tokens),
               100 * b.stats.acceptance_rate(), b.stats.tokens_per_target_pass(),
               static_cast<long long>(b.stats.target_passes));
-  std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n", speedup,
-              predicted, alpha, gamma, c);
+  std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n",
+              e.measured, e.predicted, e.alpha, e.gamma, e.cost_ratio);
   return 0;
 }
 

@@ -41,6 +41,17 @@ struct GenerationStats {
   std::string to_json() const;
 };
 
+// Measured and predicted speedup of an assisted run over a target-only run of the same request.
+struct SpeedupEstimate {
+  double measured = 0;    // target-only seconds / assisted seconds
+  double alpha = 0;       // per-token acceptance probability: accepted / candidates judged (a
+                          // candidate after the first rejection of its iteration is never judged)
+  double gamma = 0;       // mean candidates drafted per target pass
+  double cost_ratio = 0;  // draft seconds per token / target-only seconds per decode pass
+  double predicted = 0;   // predicted_speedup(alpha, gamma, cost_ratio)
+};
+SpeedupEstimate estimate_speedup(const GenerationStats& target_only, const GenerationStats& assisted);
+
 // Speedup predicted by Leviathan et al. for acceptance rate alpha, gamma drafted tokens per
 // iteration and cost ratio c: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).
 double predicted_speedup(double alpha, double gamma, double c);

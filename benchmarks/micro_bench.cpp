@@ -1,0 +1,57 @@
+// Micro benchmarks of the pieces of one iteration (Google Benchmark). Not tests: nothing asserted.
+#include <ATen/ATen.h>
+#include <benchmark/benchmark.h>
+#include <c10/core/InferenceMode.h>
+
+#include "specdec/specdec.hpp"
+
+namespace {
+
+void BM_KVCacheCrop(benchmark::State& state) {
+  specdec::KVCache c(16, 1, 8, 4096, 128, at::TensorOptions().dtype(at::kFloat));
+  for (int64_t l = 0; l < 16; ++l) c.append(l, at::zeros({1, 8, 64, 128}), at::zeros({1, 8, 64, 128}));
+  c.advance(64);
+  for (auto _ : state) {
+    c.crop(32);
+    c.advance(32);  // refill the length without copying: crop is what is measured
+    benchmark::DoNotOptimize(c.length());
+  }
+}
+BENCHMARK(BM_KVCacheCrop);
+
+void BM_GreedyVerify(benchmark::State& state) {
+  c10::InferenceMode guard;
+  const int64_t k = state.range(0);
+  const at::Tensor scores = at::randn({k + 1, 32000});
+  specdec::Candidates c;
+  for (int64_t i = 0; i < k; ++i) c.tokens.push_back(i);
+  specdec::GreedyVerifier v;
+  specdec::Rng rng(0);
+  for (auto _ : state) benchmark::DoNotOptimize(v.verify(scores, c, rng));
+}
+BENCHMARK(BM_GreedyVerify)->Arg(1)->Arg(5)->Arg(20);
+
+void BM_RejectionVerify(benchmark::State& state) {
+  c10::InferenceMode guard;
+  const int64_t k = state.range(0);
+  const at::Tensor scores = at::randn({k + 1, 32000});
+  specdec::Candidates c;
+  for (int64_t i = 0; i < k; ++i) c.tokens.push_back(i);
+  c.q = at::randn({k, 32000}).softmax(-1);
+  specdec::RejectionSamplingVerifier v;
+  specdec::Rng rng(0);
+  for (auto _ : state) benchmark::DoNotOptimize(v.verify(scores, c, rng));
+}
+BENCHMARK(BM_RejectionVerify)->Arg(1)->Arg(5)->Arg(20);
+
+void BM_TopPProcessor(benchmark::State& state) {
+  c10::InferenceMode guard;
+  const at::Tensor scores = at::randn({6, 32000});
+  auto p = specdec::make_top_p(0.9);
+  for (auto _ : state) benchmark::DoNotOptimize(p->apply(scores, {}));
+}
+BENCHMARK(BM_TopPProcessor);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs this build into a scratch prefix, then configures and builds examples/embed as a separate
+# CMake project with find_package(specdec), and runs it.
+# Usage: test_find_package.sh BUILD_DIR EMBED_SOURCE_DIR WORK_DIR [EXTRA_PREFIX_PATH]
+set -euo pipefail
+build=$1 src=$2 work=$3 extra=${4:-}
+rm -rf "$work" && mkdir -p "$work"
+cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+cmake -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix;$extra" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
+cmake --build "$work/build" -j2 > "$work/build.log"
+"$build/specdec" make-fixture --out "$work/model" --layers 1 --hidden 32 --heads 2 --vocab 64 2>/dev/null
+out=$("$work/build/embed" "$work/model")
+echo "$out"
+grep -q "generated 8 tokens" <<<"$out"
