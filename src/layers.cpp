@@ -2,7 +2,14 @@
 
 #include <cmath>
 
+#include "kernels.hpp"
+
 namespace specdec::layers {
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  at::Tensor y = kernels::linear_f32(x, w, b);
+  return y.defined() ? y : at::linear(x, w, b);
+}
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const at::Tensor xf = x.to(at::kFloat);                          // [..., H]

@@ -37,9 +37,7 @@ at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Devic
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             KVCache& cache, int64_t layer, const at::Tensor& mask, double scale);
 
-// x @ w^T + b (b may be undefined).
-inline at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {}) {
-  return at::linear(x, w, b);
-}
+// x @ w^T + b (b may be undefined): the float32 CPU kernel when it applies, else libtorch.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
 }  // namespace specdec::layers
