@@ -48,8 +48,10 @@ __attribute__((target("avx2,fma"))) inline void row_block(const float* x, int64_
                                                           int64_t k, const float* w, int64_t n,
                                                           int64_t n_total, float* y) {
   int64_t t = 0;
-  for (; t + 4 <= t_rows; t += 4) tile<NB, 4>(x, k, w, n, t, n_total, y);
+  for (; t + 6 <= t_rows; t += 6) tile<NB, 6>(x, k, w, n, t, n_total, y);
   switch (t_rows - t) {
+    case 5: tile<NB, 5>(x, k, w, n, t, n_total, y); break;
+    case 4: tile<NB, 4>(x, k, w, n, t, n_total, y); break;
     case 3: tile<NB, 3>(x, k, w, n, t, n_total, y); break;
     case 2: tile<NB, 2>(x, k, w, n, t, n_total, y); break;
     case 1: tile<NB, 1>(x, k, w, n, t, n_total, y); break;
