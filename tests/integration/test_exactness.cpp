@@ -83,6 +83,11 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
             ASSERT_LE(static_cast<int64_t>(got.tokens.size()), n);
             ++cases;
           }
+          GenerationConfig lookup = cfg;  // prompt lookup: no draft model, K tokens copied
+          lookup.prompt_lookup_num_tokens = k;
+          lookup.max_matching_ngram_size = 1 + k % 3;
+          ASSERT_EQ(Generator(p.target).generate(prompt, lookup).tokens, want)
+              << "prompt lookup seed " << seed << " K " << k << " max_new_tokens " << n;
         }
       }
     }
