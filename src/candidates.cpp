@@ -31,7 +31,9 @@ Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int6
   const bool sampling = config_.sampling();
   const bool need_probs = sampling || schedule_.kind() == "dynamic";
   std::vector<at::Tensor> q_rows;
-  std::vector<int64_t> history = tokens;  // grows with the drafted tokens (processor history)
+  // Processor history: tokens + drafted so far (only history-dependent processors need it).
+  std::vector<int64_t> history;
+  if (!processors_.empty()) history = tokens;
   // The cache holds a prefix of `tokens`; feed the rest, then one drafted token per step.
   std::vector<int64_t> pending(tokens.begin() + cache_.length(), tokens.end());
   for (int64_t i = 0; i < k; ++i) {
@@ -52,7 +54,7 @@ Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int6
     }
     out.tokens.push_back(tok);
     out.probs.push_back(p);
-    history.push_back(tok);
+    if (!processors_.empty()) history.push_back(tok);
     if (contains(config_.eos_token_ids, tok) || schedule_.stop_after(p)) break;
     pending.assign(1, tok);
   }
