@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <specdec/specdec.hpp>
 
@@ -52,6 +53,8 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "demo-models";
   const int64_t max_new = argc > 2 ? std::stoll(argv[2]) : 64;
   try {
+    // Debian's libtorch starts with one intra-op thread here; use every core.
+    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     ensure_pair(dir);
     const auto target = specdec::load_model(dir + "/target");
     const auto draft = specdec::load_model(dir + "/draft");
