@@ -1,8 +1,10 @@
 // Micro benchmarks of the pieces of one iteration (Google Benchmark). Not tests: nothing asserted.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
 #include <c10/core/InferenceMode.h>
 
+#include "kernels.hpp"
 #include "specdec/specdec.hpp"
 
 namespace {
@@ -51,6 +53,25 @@ void BM_TopPProcessor(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(p->apply(scores, {}));
 }
 BENCHMARK(BM_TopPProcessor);
+
+// One 8192 x 2048 float32 projection (64 MB, beyond the 32 MB L3 of the machine measured) for
+// T tokens: libtorch's at::linear against specdec's kernel. Eight matrices rotate so each call
+// streams its weights from memory.
+template <bool kKernel>
+void BM_Linear8192x2048(benchmark::State& state) {
+  c10::InferenceMode guard;
+  at::set_num_threads(2);  // as in the end-to-end figures
+  std::vector<at::Tensor> w;
+  for (int i = 0; i < 8; ++i) w.push_back(at::randn({8192, 2048}));
+  const at::Tensor x = at::randn({1, state.range(0), 2048});
+  size_t i = 0;
+  for (auto _ : state) {
+    const at::Tensor& m = w[i++ % w.size()];
+    benchmark::DoNotOptimize(kKernel ? specdec::kernels::linear_f32(x, m, {}) : at::linear(x, m));
+  }
+}
+BENCHMARK_TEMPLATE(BM_Linear8192x2048, false)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_Linear8192x2048, true)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
