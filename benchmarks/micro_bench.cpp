@@ -21,30 +21,21 @@ void BM_KVCacheCrop(benchmark::State& state) {
 }
 BENCHMARK(BM_KVCacheCrop);
 
-void BM_GreedyVerify(benchmark::State& state) {
-  c10::InferenceMode guard;
-  const int64_t k = state.range(0);
-  const at::Tensor scores = at::randn({k + 1, 32000});
-  specdec::Candidates c;
-  for (int64_t i = 0; i < k; ++i) c.tokens.push_back(i);
-  specdec::GreedyVerifier v;
-  specdec::Rng rng(0);
-  for (auto _ : state) benchmark::DoNotOptimize(v.verify(scores, c, rng));
-}
-BENCHMARK(BM_GreedyVerify)->Arg(1)->Arg(5)->Arg(20);
-
-void BM_RejectionVerify(benchmark::State& state) {
+// One verification of K candidates over a 32000-token vocabulary (q is ignored by the greedy one).
+template <typename V>
+void BM_Verify(benchmark::State& state) {
   c10::InferenceMode guard;
   const int64_t k = state.range(0);
   const at::Tensor scores = at::randn({k + 1, 32000});
   specdec::Candidates c;
   for (int64_t i = 0; i < k; ++i) c.tokens.push_back(i);
   c.q = at::randn({k, 32000}).softmax(-1);
-  specdec::RejectionSamplingVerifier v;
+  const V v;
   specdec::Rng rng(0);
   for (auto _ : state) benchmark::DoNotOptimize(v.verify(scores, c, rng));
 }
-BENCHMARK(BM_RejectionVerify)->Arg(1)->Arg(5)->Arg(20);
+BENCHMARK_TEMPLATE(BM_Verify, specdec::GreedyVerifier)->Arg(1)->Arg(5)->Arg(20);
+BENCHMARK_TEMPLATE(BM_Verify, specdec::RejectionSamplingVerifier)->Arg(1)->Arg(5)->Arg(20);
 
 void BM_TopPProcessor(benchmark::State& state) {
   c10::InferenceMode guard;

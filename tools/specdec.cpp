@@ -164,13 +164,12 @@ int run_compare(RunOptions& o) {
   GenerationConfig base = o.gen;
   base.prompt_lookup_num_tokens = 0;
   if (o.warmup < 0) throw Error("--warmup must be >= 0");
+  GenerationConfig warm = o.gen, warm_base = base;
+  warm.max_new_tokens = warm_base.max_new_tokens = std::min<int64_t>(4, o.gen.max_new_tokens);
   for (int i = 0; i < o.warmup; ++i) {
-    GenerationConfig w = o.gen;
-    w.max_new_tokens = std::min<int64_t>(4, o.gen.max_new_tokens);
-    GenerationConfig wb = base;
-    wb.max_new_tokens = w.max_new_tokens;
-    plain.generate(l.prompt, wb);
-    Generator(l.target, l.draft).generate(l.prompt, w);
+    plain.generate(l.prompt, warm_base);
+    // A throw-away generator: the timed one must not inherit a heuristic lookahead from warm-up.
+    Generator(l.target, l.draft).generate(l.prompt, warm);
   }
   if (!o.json_out) std::cerr << "target only ...\n";
   const GenerationResult a = plain.generate(l.prompt, base);
