@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev      # config.json / safetensors header / CLI --json
   libsentencepiece-dev    # tokenizer.model (loaded through an isolated dlopen'd shim)
   libpcre2-dev            # Unicode regexes of byte-level BPE pre-tokenizers
+  libicu-dev              # Unicode normalization (NFC) of tokenizer.json normalizers
   libcli11-dev            # command-line parsing and --help of the `specdec` program
   libgtest-dev libgmock-dev
   libbenchmark-dev

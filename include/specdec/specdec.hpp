@@ -11,5 +11,6 @@
 #include "specdec/model.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/stats.hpp"
+#include "specdec/tokenizer.hpp"
 #include "specdec/verifier.hpp"
 #include "specdec/weights.hpp"

@@ -1,0 +1,542 @@
+// Byte-level BPE: tokenizer.json (GPT-2, GPT-NeoX/Pythia, Llama 3, Qwen2 layouts) with Hugging Face's
+// fast-tokenizer semantics, and vocab.json + merges.txt folders with the slow GPT2Tokenizer /
+// Qwen2Tokenizer semantics. Regexes run on PCRE2 (Unicode classes), normalization on ICU.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <mutex>
+#include <unordered_map>
+
+#include "specdec/error.hpp"
+#include "tokenizers/tokenizer_base.hpp"
+#include "util.hpp"
+
+namespace specdec::tok {
+namespace {
+
+using nlohmann::json;
+
+// GPT-2's pre-tokenizer regex (also the ByteLevel pre-tokenizer's) and Qwen2's.
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// GPT-2's bytes_to_unicode: every byte gets a printable code point.
+struct ByteMap {
+  std::array<std::string, 256> to_text;
+  std::unordered_map<uint32_t, uint8_t> to_byte;
+  ByteMap() {
+    std::array<bool, 256> direct{};
+    for (int b = '!'; b <= '~'; ++b) direct[b] = true;
+    for (int b = 0xA1; b <= 0xAC; ++b) direct[b] = true;
+    for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
+    uint32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t cp = direct[b] ? b : next++;
+      append_utf8(to_text[b], cp);
+      to_byte[cp] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
+}
+
+// Decodes one UTF-8 code point of valid text at s[i]; advances i.
+uint32_t next_cp(const std::string& s, size_t& i) {
+  const auto c = static_cast<uint8_t>(s[i]);
+  const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+  for (int k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
+  i += len;
+  return cp;
+}
+
+class Regex {
+ public:
+  Regex(const std::string& pattern, bool literal, const std::string& where) {
+    int err = 0;
+    PCRE2_SIZE off = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &err, &off, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR buf[256];
+      pcre2_get_error_message(err, buf, sizeof buf);
+      throw Error(where + ": cannot compile the pre-tokenizer regex at offset " + std::to_string(off) +
+                  ": " + reinterpret_cast<char*>(buf));
+    }
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when unavailable
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Non-empty, non-overlapping matches, left to right.
+  std::vector<std::pair<size_t, size_t>> find_all(const std::string& s) const {
+    std::vector<std::pair<size_t, size_t>> out;
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    size_t start = 0;
+    while (start <= s.size()) {
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), start,
+                                 PCRE2_NO_UTF_CHECK, md, nullptr);
+      if (rc == PCRE2_ERROR_NOMATCH) break;
+      if (rc < 0) {
+        pcre2_match_data_free(md);
+        throw Error("pre-tokenizer regex failed (PCRE2 error " + std::to_string(rc) + ")");
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      if (ov[1] > ov[0]) {
+        out.emplace_back(ov[0], ov[1]);
+        start = ov[1];
+      } else {  // empty match: step over one code point
+        if (ov[0] >= s.size()) break;
+        size_t i = ov[0];
+        next_cp(s, i);
+        start = i;
+      }
+    }
+    pcre2_match_data_free(md);
+    return out;
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+enum class Behavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+
+struct PreStep {
+  bool byte_level = false;
+  bool add_prefix_space = false;  // ByteLevel, per piece (fast tokenizers)
+  std::shared_ptr<Regex> regex;   // Split, or ByteLevel's own when use_regex
+  Behavior behavior = Behavior::Isolated;
+  bool invert = false;
+  std::string description;  // for the fingerprint
+};
+
+std::vector<std::string> split(const std::string& s, const PreStep& step) {
+  std::vector<std::pair<std::string, bool>> spans;  // (text, is delimiter)
+  size_t pos = 0;
+  for (const auto& [b, e] : step.regex->find_all(s)) {
+    if (b > pos) spans.emplace_back(s.substr(pos, b - pos), step.invert);
+    spans.emplace_back(s.substr(b, e - b), !step.invert);
+    pos = e;
+  }
+  if (pos < s.size()) spans.emplace_back(s.substr(pos), step.invert);
+  std::vector<std::string> out;
+  bool prev_delim = false;
+  for (size_t k = 0; k < spans.size(); ++k) {
+    auto& [text, delim] = spans[k];
+    switch (step.behavior) {
+      case Behavior::Isolated: out.push_back(text); break;
+      case Behavior::Removed:
+        if (!delim) out.push_back(text);
+        break;
+      case Behavior::MergedWithPrevious:
+        if (delim && !out.empty() && !prev_delim) out.back() += text;
+        else out.push_back(text);
+        break;
+      case Behavior::MergedWithNext:
+        if (delim && k + 1 < spans.size()) spans[k + 1].first = text + spans[k + 1].first;
+        else out.push_back(text);
+        break;
+      case Behavior::Contiguous:
+        if (delim && prev_delim && !out.empty()) out.back() += text;
+        else out.push_back(text);
+        break;
+    }
+    prev_delim = delim;
+  }
+  return out;
+}
+
+class ByteLevelBpe final : public TokenizerBase {
+ public:
+  explicit ByteLevelBpe(std::string source) { source_ = std::move(source); }
+
+  std::string kind() const override { return "bpe"; }
+
+  void set_vocab(const json& vocab) {
+    SPECDEC_CHECK(vocab.is_object() && !vocab.empty(), source_, ": the vocabulary must be a non-empty object");
+    for (const auto& [tok, id] : vocab.items()) {
+      SPECDEC_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, source_, ": vocabulary id of '", tok,
+                    "' is not a non-negative integer");
+      const int64_t i = id.get<int64_t>();
+      vocab_[tok] = i;
+      if (static_cast<int64_t>(id_to_token_.size()) <= i) id_to_token_.resize(i + 1);
+      id_to_token_[i] = tok;
+    }
+    base_size_ = size_ = static_cast<int64_t>(id_to_token_.size());
+  }
+
+  void add_merge(const std::string& a, const std::string& b) {
+    SPECDEC_CHECK(!a.empty() && !b.empty(), source_, ": empty merge part (merge ", ranks_.size() + 1, ")");
+    ranks_.emplace(a + ' ' + b, static_cast<int>(ranks_.size()));
+    merges_digest_ += a + ' ' + b + '\n';
+  }
+
+  void finish(const TokenizerConfig& cfg) {
+    apply_config(cfg);
+    bool has_byte_level = false;
+    for (const PreStep& s : pre_) has_byte_level |= s.byte_level;
+    SPECDEC_CHECK(has_byte_level, source_, ": no ByteLevel pre-tokenizer; only byte-level BPE is supported");
+  }
+
+  bool has_token(const std::string& text) const { return vocab_.count(text) || find_added(text); }
+  std::optional<int64_t> unk_id() const { return unk_; }
+
+  friend std::unique_ptr<Tokenizer> tok::load_bpe_json(const std::string&, const TokenizerConfig&,
+                                                       const TokenizerOptions&);
+  friend std::unique_ptr<Tokenizer> tok::load_bpe_vocab_merges(const std::string&, const TokenizerConfig&,
+                                                               const TokenizerOptions&);
+
+  // Configuration, filled by the loaders.
+  std::vector<std::string> normalizers_;  // Unicode forms applied in order
+  std::vector<PreStep> pre_;
+  bool prefix_space_whole_text_ = false;  // slow GPT2Tokenizer(add_prefix_space=True)
+  bool ignore_merges_ = false;
+  std::optional<int64_t> model_unk_;
+  std::vector<int64_t> template_;  // post-processor: -1 marks the sequence
+  bool has_template_ = false;
+  std::string config_digest_;
+
+ protected:
+  void tokenize(const std::string& text, std::vector<int64_t>& out) const override {
+    std::string t = text;
+    for (const std::string& form : normalizers_) t = normalize_unicode(t, form);
+    if (prefix_space_whole_text_) t = " " + t;
+    split_and_tokenize(t, out);
+  }
+
+  void tokenize_segment(const std::string& text, std::vector<int64_t>& out) const override {
+    std::vector<std::string> pieces{text};
+    for (const PreStep& step : pre_) {
+      std::vector<std::string> next;
+      for (std::string& p : pieces) {
+        if (step.byte_level && step.add_prefix_space && p.compare(0, 1, " ") != 0) p = " " + p;
+        std::vector<std::string> parts = step.regex ? split(p, step) : std::vector<std::string>{p};
+        if (step.byte_level)
+          for (std::string& q : parts) q = to_byte_text(q);
+        for (std::string& q : parts)
+          if (!q.empty()) next.push_back(std::move(q));
+      }
+      pieces.swap(next);
+    }
+    for (const std::string& p : pieces) bpe(p, out);
+  }
+
+  std::string tokens_to_string(const std::vector<int64_t>& ids) const override {
+    const ByteMap& m = byte_map();
+    std::string bytes;
+    for (int64_t id : ids) {
+      const std::string t = token(id);
+      std::string b;
+      bool mapped = true;
+      for (size_t i = 0; i < t.size() && mapped;) {
+        const auto it = m.to_byte.find(next_cp(t, i));
+        if (it == m.to_byte.end()) mapped = false;
+        else b += static_cast<char>(it->second);
+      }
+      bytes += mapped ? b : t;  // e.g. added tokens: their text as it is
+    }
+    return utf8_lossy(bytes);
+  }
+
+  std::string base_token(int64_t id) const override {
+    SPECDEC_CHECK(id >= 0 && id < static_cast<int64_t>(id_to_token_.size()) && !id_to_token_[id].empty(),
+                  source_, ": no token with id ", id);
+    return id_to_token_[id];
+  }
+
+  std::vector<int64_t> add_special(std::vector<int64_t> ids) const override {
+    if (!has_template_) return TokenizerBase::add_special(std::move(ids));
+    std::vector<int64_t> out;
+    for (int64_t t : template_) {
+      if (t >= 0) out.push_back(t);
+      else out.insert(out.end(), ids.begin(), ids.end());
+    }
+    return out;
+  }
+
+  std::string model_fingerprint() const override {
+    std::string s;
+    for (size_t i = 0; i < id_to_token_.size(); ++i) s += id_to_token_[i] + '\x1f';
+    s += '|' + merges_digest_ + '|' + config_digest_ + std::to_string(prefix_space_whole_text_) +
+         std::to_string(ignore_merges_) + std::to_string(model_unk_.value_or(-1));
+    for (const std::string& n : normalizers_) s += "|n" + n;
+    for (const PreStep& p : pre_) s += "|p" + p.description;
+    for (int64_t t : template_) s += "|t" + std::to_string(t);
+    return fnv1a_hex(s);
+  }
+
+ private:
+  static std::string to_byte_text(const std::string& s) {
+    const ByteMap& m = byte_map();
+    std::string out;
+    for (unsigned char c : s) out += m.to_text[c];
+    return out;
+  }
+
+  void bpe(const std::string& word, std::vector<int64_t>& out) const {
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex_);
+      const auto it = cache_.find(word);
+      if (it != cache_.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    std::vector<int64_t> ids;
+    const auto whole = vocab_.find(word);
+    if (ignore_merges_ && whole != vocab_.end()) {
+      ids.push_back(whole->second);
+    } else {
+      std::vector<std::string> sym;
+      for (size_t i = 0; i < word.size();) {
+        const size_t b = i;
+        next_cp(word, i);
+        sym.push_back(word.substr(b, i - b));
+      }
+      // Repeatedly merge the pair of lowest rank, every occurrence left to right (GPT-2's bpe()).
+      while (sym.size() > 1) {
+        int best = -1;
+        std::string best_key;
+        for (size_t k = 0; k + 1 < sym.size(); ++k) {
+          const auto it = ranks_.find(sym[k] + ' ' + sym[k + 1]);
+          if (it != ranks_.end() && (best < 0 || it->second < best)) best = it->second, best_key = it->first;
+        }
+        if (best < 0) break;
+        const size_t cut = best_key.find(' ');
+        const std::string a = best_key.substr(0, cut), b = best_key.substr(cut + 1);
+        std::vector<std::string> merged;
+        for (size_t k = 0; k < sym.size(); ++k) {
+          if (k + 1 < sym.size() && sym[k] == a && sym[k + 1] == b) merged.push_back(a + b), ++k;
+          else merged.push_back(sym[k]);
+        }
+        sym.swap(merged);
+      }
+      for (const std::string& s : sym) {
+        const auto it = vocab_.find(s);
+        if (it != vocab_.end()) ids.push_back(it->second);
+        else if (model_unk_) ids.push_back(*model_unk_);
+        else throw Error(source_ + ": token '" + s + "' is not in the vocabulary and there is no unk_token");
+      }
+    }
+    out.insert(out.end(), ids.begin(), ids.end());
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (cache_.size() < 100000) cache_.emplace(word, std::move(ids));
+  }
+
+  std::unordered_map<std::string, int64_t> vocab_;
+  std::vector<std::string> id_to_token_;
+  std::unordered_map<std::string, int> ranks_;
+  std::string merges_digest_;
+  mutable std::mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
+};
+
+json parse_json_file(const std::string& path) {
+  try {
+    return json::parse(read_text_file(path));
+  } catch (const json::exception& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+}
+
+PreStep byte_level_step(bool add_prefix_space, bool use_regex, const std::string& where) {
+  PreStep s;
+  s.byte_level = true;
+  s.add_prefix_space = add_prefix_space;
+  if (use_regex) s.regex = std::make_shared<Regex>(kGpt2Pattern, false, where);
+  s.description = "ByteLevel" + std::to_string(add_prefix_space) + std::to_string(use_regex);
+  return s;
+}
+
+void parse_normalizer(const json& n, const std::string& where, std::vector<std::string>& out) {
+  if (n.is_null()) return;
+  const std::string type = n.value("type", "");
+  if (type == "Sequence") {
+    for (const json& x : n.at("normalizers")) parse_normalizer(x, where, out);
+  } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+    out.push_back(type);
+  } else {
+    throw Error(where + ": unsupported normalizer '" + type + "'");
+  }
+}
+
+void parse_pre_tokenizer(const json& p, const std::string& where, std::vector<PreStep>& out) {
+  if (p.is_null()) return;
+  const std::string type = p.value("type", "");
+  if (type == "Sequence") {
+    for (const json& x : p.at("pretokenizers")) parse_pre_tokenizer(x, where, out);
+  } else if (type == "ByteLevel") {
+    out.push_back(byte_level_step(p.value("add_prefix_space", false), p.value("use_regex", true), where));
+  } else if (type == "Split") {
+    PreStep s;
+    const json& pat = p.at("pattern");
+    const bool literal = pat.contains("String");
+    const std::string text = literal ? pat.at("String").get<std::string>() : pat.at("Regex").get<std::string>();
+    s.regex = std::make_shared<Regex>(text, literal, where);
+    const std::string b = p.value("behavior", "Isolated");
+    static const std::pair<const char*, Behavior> kBehaviors[] = {
+        {"Removed", Behavior::Removed}, {"Isolated", Behavior::Isolated},
+        {"MergedWithPrevious", Behavior::MergedWithPrevious}, {"MergedWithNext", Behavior::MergedWithNext},
+        {"Contiguous", Behavior::Contiguous}};
+    bool known = false;
+    for (const auto& [name, value] : kBehaviors)
+      if (b == name) s.behavior = value, known = true;
+    SPECDEC_CHECK(known, where, ": unsupported Split behavior '", b, "'");
+    s.invert = p.value("invert", false);
+    s.description = "Split" + text + b + std::to_string(s.invert) + std::to_string(literal);
+    out.push_back(std::move(s));
+  } else {
+    throw Error(where + ": unsupported pre-tokenizer '" + type + "'");
+  }
+}
+
+void check_decoder(const json& d, const std::string& where) {
+  const std::string type = d.is_null() ? "none" : d.value("type", "");
+  if (type == "Sequence") {
+    for (const json& x : d.at("decoders")) check_decoder(x, where);
+    return;
+  }
+  SPECDEC_CHECK(type == "ByteLevel", where, ": unsupported decoder '", type, "' (only ByteLevel)");
+}
+
+void parse_post_processor(const json& p, const std::string& where, ByteLevelBpe& t) {
+  if (p.is_null()) return;
+  const std::string type = p.value("type", "");
+  if (type == "Sequence") {
+    for (const json& x : p.at("processors")) parse_post_processor(x, where, t);
+  } else if (type == "TemplateProcessing") {
+    t.has_template_ = true;
+    t.template_.clear();
+    for (const json& item : p.at("single")) {
+      if (item.contains("Sequence")) {
+        t.template_.push_back(-1);
+        continue;
+      }
+      const std::string name = item.at("SpecialToken").at("id").get<std::string>();
+      const json& ids = p.at("special_tokens").at(name).at("ids");
+      for (const json& id : ids) t.template_.push_back(id.get<int64_t>());
+    }
+  } else if (type != "ByteLevel") {
+    throw Error(where + ": unsupported post-processor '" + type + "'");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_bpe_json(const std::string& path, const TokenizerConfig& cfg,
+                                         const TokenizerOptions& options) {
+  const json j = parse_json_file(path);
+  SPECDEC_CHECK(j.is_object(), path, ": not a tokenizer.json (expected an object)");
+  SPECDEC_CHECK(j.contains("model") && j["model"].is_object(), path, ": no 'model' section");
+  const json& m = j["model"];
+  const std::string type = m.value("type", "");
+  SPECDEC_CHECK(type == "BPE", path, ": unsupported model type '", type, "' (only BPE)");
+  SPECDEC_CHECK(m.contains("vocab") && m.contains("merges"), path, ": the BPE model has no vocab or merges");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    SPECDEC_CHECK(!m.contains(key) || m[key].is_null() || m[key] == "", path, ": unsupported BPE option ", key);
+  SPECDEC_CHECK(!m.value("byte_fallback", false), path, ": unsupported BPE option byte_fallback");
+  SPECDEC_CHECK(!m.contains("dropout") || m["dropout"].is_null(), path, ": BPE dropout is not supported");
+
+  auto t = std::make_unique<ByteLevelBpe>(path);
+  try {
+    t->set_vocab(m["vocab"]);
+    for (const json& merge : m["merges"]) {
+      if (merge.is_string()) {
+        const std::string s = merge.get<std::string>();
+        const size_t cut = s.find(' ');
+        SPECDEC_CHECK(cut != std::string::npos, path, ": merge '", s, "' is not 'a b'");
+        t->add_merge(s.substr(0, cut), s.substr(cut + 1));
+      } else {
+        SPECDEC_CHECK(merge.is_array() && merge.size() == 2, path, ": a merge must be 'a b' or [a, b]");
+        t->add_merge(merge[0].get<std::string>(), merge[1].get<std::string>());
+      }
+    }
+    t->ignore_merges_ = m.value("ignore_merges", false);
+    if (m.contains("unk_token") && m["unk_token"].is_string()) {
+      const auto it = m["vocab"].find(m["unk_token"].get<std::string>());
+      if (it != m["vocab"].end()) t->model_unk_ = it->get<int64_t>();
+    }
+    parse_normalizer(j.value("normalizer", json()), path, t->normalizers_);
+    parse_pre_tokenizer(j.value("pre_tokenizer", json()), path, t->pre_);
+    if (options.add_prefix_space)
+      for (PreStep& s : t->pre_)
+        if (s.byte_level) s.add_prefix_space = *options.add_prefix_space;
+    check_decoder(j.value("decoder", json()), path);
+    parse_post_processor(j.value("post_processor", json()), path, *t);
+    for (const json& a : j.value("added_tokens", json::array()))
+      t->add_token({a.at("content").get<std::string>(), a.at("id").get<int64_t>(), a.value("special", false),
+                    a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false)});
+  } catch (const json::exception& e) {
+    throw Error(path + ": malformed tokenizer.json: " + e.what());
+  }
+  t->spaces_between_special_ = false;  // the fast decoders join tokens as they are
+  // Explicit add_bos_token / add_eos_token (options, else tokenizer_config.json) replace the
+  // post-processor's template, as the fast tokenizers' setters do.
+  const auto bos = options.add_bos_token ? options.add_bos_token : cfg.get_bool("add_bos_token");
+  const auto eos = options.add_eos_token ? options.add_eos_token : cfg.get_bool("add_eos_token");
+  if (bos || eos) {
+    t->has_template_ = false;
+    t->add_bos_ = bos.value_or(false);
+    t->add_eos_ = eos.value_or(false);
+  }
+  t->finish(cfg);
+  return t;
+}
+
+std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const TokenizerConfig& cfg,
+                                                 const TokenizerOptions& options) {
+  const std::string vocab_path = dir + "/vocab.json", merges_path = dir + "/merges.txt";
+  auto t = std::make_unique<ByteLevelBpe>(vocab_path);
+  t->set_vocab(parse_json_file(vocab_path));
+  const std::string merges = read_text_file(merges_path);
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < merges.size();) {
+    size_t end = merges.find('\n', pos);
+    if (end == std::string::npos) end = merges.size();
+    std::string line = merges.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    const size_t cut = line.find(' ');
+    SPECDEC_CHECK(cut != std::string::npos && line.find(' ', cut + 1) == std::string::npos, merges_path,
+                  ":", line_no, ": expected two tokens separated by one space");
+    t->add_merge(line.substr(0, cut), line.substr(cut + 1));
+  }
+  // Qwen2Tokenizer: NFC, its own regex, no spaces around added tokens in decode; GPT2Tokenizer
+  // otherwise (GPTNeoXTokenizer files normalize to NFC like the fast tokenizer).
+  const std::string& cls = cfg.tokenizer_class;
+  const bool qwen2 = cls.rfind("Qwen2", 0) == 0;
+  if (qwen2 || cls.rfind("GPTNeoX", 0) == 0) t->normalizers_.push_back("NFC");
+  auto step = byte_level_step(false, !qwen2, vocab_path);
+  if (qwen2) step.regex = std::make_shared<Regex>(kQwen2Pattern, false, vocab_path);
+  step.description += qwen2 ? "qwen2" : "gpt2";
+  t->pre_.push_back(std::move(step));
+  t->prefix_space_whole_text_ = options.add_prefix_space.value_or(cfg.get_bool("add_prefix_space").value_or(false));
+  t->add_bos_ = options.add_bos_token.value_or(cfg.get_bool("add_bos_token").value_or(false));
+  t->add_eos_ = options.add_eos_token.value_or(cfg.get_bool("add_eos_token").value_or(false));
+  t->spaces_between_special_ = !qwen2;
+  t->config_digest_ = cls;
+  TokenizerConfig c = cfg;
+  // GPT2Tokenizer's defaults: <|endoftext|> is unk, bos and eos (Qwen2Tokenizer: eos only).
+  if (!c.json.contains("eos_token")) c.json["eos_token"] = "<|endoftext|>";
+  if (!qwen2)
+    for (const char* key : {"bos_token", "unk_token"})
+      if (!c.json.contains(key)) c.json[key] = "<|endoftext|>";
+  // Drop defaults the vocabulary cannot honour (e.g. a GPT-2-style folder without <|endoftext|>).
+  for (const char* key : {"bos_token", "eos_token", "unk_token"})
+    if (!cfg.json.contains(key) && c.json.contains(key) && !t->has_token(c.json[key].get<std::string>()))
+      c.json.erase(key);
+  t->finish(c);
+  t->model_unk_ = t->unk_id();  // GPT2Tokenizer maps unknown symbols to unk_token
+  return t;
+}
+
+}  // namespace specdec::tok

@@ -1,0 +1,295 @@
+// SentencePiece tokenizers (Llama and T5 style), with Hugging Face's slow LlamaTokenizer /
+// T5Tokenizer semantics: `legacy`, `add_prefix_space`, special tokens, BOS/EOS. Every call into
+// SentencePiece goes through libspecdec_spm, opened with dlopen (see spm_shim.h).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <memory>
+#include <mutex>
+
+#include "specdec/error.hpp"
+#include "tokenizers/spm_shim.h"
+#include "tokenizers/tokenizer_base.hpp"
+#include "util.hpp"
+
+#ifndef SPECDEC_SPM_INSTALL_PATH
+#define SPECDEC_SPM_INSTALL_PATH ""
+#endif
+#ifndef SPECDEC_SPM_BUILD_PATH
+#define SPECDEC_SPM_BUILD_PATH ""
+#endif
+
+namespace specdec {
+namespace tok {
+namespace {
+
+const char* const kShimName = "libspecdec_spm.so";
+const std::string kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's word boundary
+
+struct Shim {
+  decltype(&specdec_spm_load) load;
+  decltype(&specdec_spm_free) free_model;
+  decltype(&specdec_spm_size) size;
+  decltype(&specdec_spm_id_to_piece) id_to_piece;
+  decltype(&specdec_spm_piece_to_id) piece_to_id;
+  decltype(&specdec_spm_piece_type) piece_type;
+  decltype(&specdec_spm_special_ids) special_ids;
+  decltype(&specdec_spm_encode) encode;
+  decltype(&specdec_spm_decode_pieces) decode_pieces;
+  decltype(&specdec_spm_train) train;
+  decltype(&specdec_spm_free_buffer) free_buffer;
+};
+
+std::string exe_dir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string p(buf, n);
+  return p.substr(0, p.find_last_of('/'));
+}
+
+// Where the shim may be: $SPECDEC_SPM_LIBRARY, beside the program or in ../lib (relocated
+// installs), the install prefix, the build tree, then the loader's own search path.
+const Shim& shim() {
+  static std::once_flag once;
+  static Shim s;
+  static std::string failure;
+  std::call_once(once, [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("SPECDEC_SPM_LIBRARY"); env && *env) candidates.push_back(env);
+    const std::string exe = exe_dir();
+    if (!exe.empty()) {
+      candidates.push_back(exe + "/" + kShimName);
+      candidates.push_back(exe + "/../lib/" + kShimName);
+    }
+    for (const char* p : {SPECDEC_SPM_INSTALL_PATH, SPECDEC_SPM_BUILD_PATH})
+      if (*p) candidates.push_back(p);
+    candidates.push_back(kShimName);
+    void* h = nullptr;
+    std::string errors;
+    for (const std::string& c : candidates) {
+      if (c.find('/') != std::string::npos && !file_exists(c)) continue;
+      h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (h) break;
+      const char* e = dlerror();
+      errors += "\n  " + c + ": " + (e ? e : "?");
+    }
+    if (!h) {
+      failure = std::string("cannot load ") + kShimName +
+                " (the SentencePiece adapter; set SPECDEC_SPM_LIBRARY to its path)" + errors;
+      return;
+    }
+    const auto sym = [&](const char* name) {
+      void* f = dlsym(h, name);
+      if (!f) failure = std::string(kShimName) + ": missing symbol " + name;
+      return f;
+    };
+#define SPECDEC_SYM(field, name) s.field = reinterpret_cast<decltype(s.field)>(sym(#name))
+    SPECDEC_SYM(load, specdec_spm_load);
+    SPECDEC_SYM(free_model, specdec_spm_free);
+    SPECDEC_SYM(size, specdec_spm_size);
+    SPECDEC_SYM(id_to_piece, specdec_spm_id_to_piece);
+    SPECDEC_SYM(piece_to_id, specdec_spm_piece_to_id);
+    SPECDEC_SYM(piece_type, specdec_spm_piece_type);
+    SPECDEC_SYM(special_ids, specdec_spm_special_ids);
+    SPECDEC_SYM(encode, specdec_spm_encode);
+    SPECDEC_SYM(decode_pieces, specdec_spm_decode_pieces);
+    SPECDEC_SYM(train, specdec_spm_train);
+    SPECDEC_SYM(free_buffer, specdec_spm_free_buffer);
+#undef SPECDEC_SYM
+  });
+  if (!failure.empty()) throw Error(failure);
+  return s;
+}
+
+[[noreturn]] void shim_error(const Shim& s, const std::string& what, char* err) {
+  std::string msg = what + ": " + (err ? err : "unknown error");
+  s.free_buffer(err);
+  throw Error(msg);
+}
+
+bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  return s;
+}
+
+class SentencePieceTokenizer final : public TokenizerBase {
+ public:
+  SentencePieceTokenizer(const std::string& path, const TokenizerConfig& cfg, const TokenizerOptions& o) {
+    source_ = path;
+    const std::string file = path.substr(path.find_last_of('/') + 1);
+    t5_ = cfg.tokenizer_class.rfind("T5", 0) == 0 || (cfg.tokenizer_class.empty() && file == "spiece.model");
+    legacy_ = o.legacy.value_or(cfg.get_bool("legacy").value_or(true));
+    add_prefix_space_ = o.add_prefix_space.value_or(cfg.get_bool("add_prefix_space").value_or(true));
+    add_bos_ = o.add_bos_token.value_or(cfg.get_bool("add_bos_token").value_or(!t5_));
+    add_eos_ = o.add_eos_token.value_or(cfg.get_bool("add_eos_token").value_or(t5_));
+
+    const Shim& s = shim();
+    bytes_ = read_text_file(path);
+    char* err = nullptr;
+    // Non-legacy mode loads the model with its dummy prefix turned off, as Hugging Face does.
+    sp_ = s.load(bytes_.data(), bytes_.size(), legacy_ ? -1 : 0, &err);
+    if (!sp_) shim_error(s, path, err);
+    base_size_ = size_ = s.size(sp_);
+    int ids[4];
+    s.special_ids(sp_, ids);
+    // The model's control/unknown pieces are the default special tokens (<unk>, <s>, </s>, <pad>).
+    const auto set = [&](std::optional<int64_t>& slot, int id) {
+      if (id >= 0 && id < base_size_) {
+        slot = id;
+        add_token({base_token(id), id, true});
+      }
+    };
+    set(unk_, ids[0]);
+    if (!t5_) set(bos_, ids[1]);
+    set(eos_, ids[2]);
+    if (t5_) set(pad_, ids[3]);
+    if (t5_) {
+      // T5Tokenizer's sentinels: <extra_id_0> is the last id.
+      const int64_t extra = cfg.json.value("extra_ids", int64_t{100});
+      for (int64_t i = 0; i < extra; ++i) {
+        AddedToken t{"<extra_id_" + std::to_string(i) + ">", base_size_ + extra - 1 - i, true, true, true};
+        add_token(t);
+        additional_special_.insert(t.id);
+      }
+    }
+    apply_config(cfg);
+    unk_text_ = unk_ ? base_token(*unk_) : "<unk>";
+    std::vector<int64_t> unk_ids;
+    sp_encode(unk_text_, unk_ids);
+    unk_len_ = unk_ids.size();
+    space_id_ = s.piece_to_id(sp_, kSpace.data(), kSpace.size());
+  }
+  ~SentencePieceTokenizer() override {
+    if (sp_) shim().free_model(sp_);
+  }
+
+  std::string kind() const override { return "sentencepiece"; }
+
+ protected:
+  void tokenize(const std::string& text, std::vector<int64_t>& out) const override {
+    if (legacy_ || text.empty()) return split_and_tokenize(text, out);
+    std::string t = replace_all(text, kSpace, " ");
+    if (add_prefix_space_) t = kSpace + t;
+    // Drop a lone leading "▁" before a special token ("<s>..." must not become "▁", "<s>").
+    const std::vector<Segment> segs = split_added(t);
+    for (size_t k = 0; k < segs.size(); ++k) {
+      if (segs[k].added_id >= 0) {
+        out.push_back(segs[k].added_id);
+        continue;
+      }
+      const size_t first = out.size();
+      tokenize_segment(segs[k].text, out);
+      if (k == 0 && segs.size() > 1 && out.size() == first + 1 && out[first] == space_id_ &&
+          is_special(segs[1].added_id))
+        out.pop_back();
+    }
+  }
+
+  void tokenize_segment(const std::string& text, std::vector<int64_t>& out) const override {
+    if (legacy_ || !(starts_with(text, kSpace) || starts_with(text, " "))) return sp_encode(text, out);
+    // Non-legacy: encode "<unk>" + text and drop the <unk> pieces, so that SentencePiece does not
+    // treat the leading space as the start of the text.
+    std::vector<int64_t> ids;
+    sp_encode(unk_text_ + text, ids);
+    out.insert(out.end(), ids.size() >= unk_len_ ? ids.begin() + unk_len_ : ids.begin(), ids.end());
+  }
+
+  std::string tokens_to_string(const std::vector<int64_t>& ids) const override {
+    // LlamaTokenizer / T5Tokenizer.convert_tokens_to_string.
+    std::vector<std::string> tokens;
+    for (int64_t id : ids) tokens.push_back(token(id));
+    if (!tokens.empty() && starts_with(tokens[0], kSpace) && add_prefix_space_) tokens[0].erase(0, kSpace.size());
+    std::string out;
+    std::vector<std::string> run;
+    bool prev_special = false;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (is_special(ids[i])) {
+        if (!prev_special && (t5_ || (i != 0 && legacy_))) out += " ";
+        out += sp_decode(run) + tokens[i];
+        prev_special = true;
+        run.clear();
+      } else {
+        if (!t5_ && prev_special && i == 1 && add_prefix_space_ && !starts_with(tokens[i], kSpace)) out += " ";
+        run.push_back(tokens[i]);
+        prev_special = false;
+      }
+    }
+    out += sp_decode(run);
+    return t5_ ? strip(out) : out;
+  }
+
+  std::string base_token(int64_t id) const override {
+    size_t len = 0;
+    const char* p = shim().id_to_piece(sp_, static_cast<int>(id), &len);
+    SPECDEC_CHECK(p, source_, ": no piece with id ", id);
+    return std::string(p, len);
+  }
+
+  std::vector<int64_t> add_special(std::vector<int64_t> ids) const override {
+    if (!t5_) return TokenizerBase::add_special(std::move(ids));
+    // T5Tokenizer: EOS unless the ids already end with it; no BOS.
+    if (add_bos_ && bos_) ids.insert(ids.begin(), *bos_);
+    if (add_eos_ && eos_ && (ids.empty() || ids.back() != *eos_)) ids.push_back(*eos_);
+    return ids;
+  }
+
+  std::string model_fingerprint() const override {
+    return fnv1a_hex(bytes_) + (t5_ ? "t5" : "llama") + std::to_string(legacy_) + std::to_string(add_prefix_space_);
+  }
+
+ private:
+  static std::string strip(const std::string& s) { return lstrip_ws(rstrip_ws(s)); }
+
+  void sp_encode(const std::string& text, std::vector<int64_t>& out) const {
+    const Shim& s = shim();
+    int* ids = nullptr;
+    size_t n = 0;
+    char* err = nullptr;
+    if (s.encode(sp_, text.data(), text.size(), &ids, &n, &err) != 0) shim_error(s, source_, err);
+    out.insert(out.end(), ids, ids + n);
+    s.free_buffer(ids);
+  }
+
+  std::string sp_decode(const std::vector<std::string>& pieces) const {
+    if (pieces.empty()) return "";
+    const Shim& s = shim();
+    std::vector<const char*> ptrs;
+    std::vector<size_t> lens;
+    for (const std::string& p : pieces) ptrs.push_back(p.data()), lens.push_back(p.size());
+    char* out = nullptr;
+    size_t len = 0;
+    char* err = nullptr;
+    if (s.decode_pieces(sp_, ptrs.data(), lens.data(), pieces.size(), &out, &len, &err) != 0)
+      shim_error(s, source_, err);
+    std::string text(out, len);
+    s.free_buffer(out);
+    return text;
+  }
+
+  specdec_spm* sp_ = nullptr;
+  std::string bytes_;
+  bool t5_ = false, legacy_ = true, add_prefix_space_ = true;
+  std::string unk_text_;
+  size_t unk_len_ = 0;
+  int64_t space_id_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path, const TokenizerConfig& cfg,
+                                              const TokenizerOptions& options) {
+  return std::make_unique<SentencePieceTokenizer>(model_path, cfg, options);
+}
+
+}  // namespace tok
+
+void train_sentencepiece(const std::string& args) {
+  const tok::Shim& s = tok::shim();
+  char* err = nullptr;
+  if (s.train(args.c_str(), &err) != 0) tok::shim_error(s, "SentencePiece training failed", err);
+}
+
+}  // namespace specdec
