@@ -12,11 +12,23 @@
 
 #define SHIM_API extern "C" __attribute__((visibility("default")))
 
+// Exported by libsentencepiece, not declared in its public headers.
+namespace sentencepiece::logging {
+void SetMinLogLevel(int v);
+}
+
 struct specdec_spm {
   sentencepiece::SentencePieceProcessor proc;
 };
 
 namespace {
+
+// SentencePiece logs to std::cerr. Under RTLD_DEEPBIND it binds std::cerr to libstdc++'s own copy,
+// which is not the initialised one when the program has a copy relocation of std::cerr: writing to
+// it crashes. So the shim keeps SentencePiece quiet (errors still come back as statuses).
+struct Quiet {
+  Quiet() { sentencepiece::logging::SetMinLogLevel(4); }
+} const quiet;
 
 void set_error(char** err, const std::string& msg) {
   if (!err) return;

@@ -399,7 +399,7 @@ std::string TokenizerBase::decode(const std::vector<int64_t>& ids, bool skip_spe
     check_id(id);
     if (skip_special_tokens && is_special(id)) continue;
     const AddedToken* t = added(id);
-    const bool verbatim = t && (!t->special || (id >= base_size_ && additional_special_.count(id)));
+    const bool verbatim = t && (!is_special(id) || (id >= base_size_ && additional_special_.count(id)));
     if (!verbatim) {
       run.push_back(id);
       continue;
@@ -467,6 +467,9 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, const To
   SPECDEC_CHECK(file_exists(path), path, ": no such file");
   const tok::TokenizerConfig cfg = tok::read_tokenizer_config(parent_dir(path));
   if (ends_with(path, ".model")) return tok::load_sentencepiece(path, cfg, options);
+  if (ends_with(path, "/vocab.json") || ends_with(path, "/merges.txt") || path == "vocab.json" ||
+      path == "merges.txt")
+    return tok::load_bpe_vocab_merges(parent_dir(path), cfg, options);
   if (ends_with(path, ".json")) return tok::load_bpe_json(path, cfg, options);
   throw Error(path + ": unknown tokenizer file (expected a SentencePiece .model or a tokenizer.json)");
 }

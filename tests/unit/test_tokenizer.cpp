@@ -1,0 +1,204 @@
+// Tokenizers without ../shared: the tiny hand-made BPE in tests/data, SentencePiece models trained
+// here with SentencePiece's own trainer, streaming, compatibility checks and bad files.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "test_util.hpp"
+#include "tokenizers/tokenizer_base.hpp"
+
+namespace specdec::test {
+namespace {
+
+const std::string kTinyBpe = std::string(SPECDEC_TEST_DATA) + "/tiny_bpe";
+
+std::string tokens_of(const Tokenizer& t, const std::vector<int64_t>& ids) {
+  std::string s;
+  for (int64_t id : ids) s += "[" + t.token(id) + "]";
+  return s;
+}
+
+TEST(TinyBpe, IdsFollowTheMergesInBothLayouts) {
+  for (const std::string& file : {std::string(""), std::string("tokenizer.json")}) {
+    SCOPED_TRACE(file.empty() ? "vocab.json + merges.txt" : file);
+    auto t = file.empty() ? load_tokenizer_file(kTinyBpe + "/vocab.json") : nullptr;
+    if (file.empty()) {
+      // load_tokenizer picks tokenizer.json; the GPT-2 layout is loaded from a copy without it.
+      const std::string dir = temp_dir("tiny_bpe_vocab");
+      for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json", "added_tokens.json"})
+        write_file(dir + "/" + f, read_file(kTinyBpe + "/" + f));
+      t = load_tokenizer(dir);
+    } else {
+      t = load_tokenizer(kTinyBpe);
+    }
+    EXPECT_EQ(t->kind(), "bpe");
+    EXPECT_EQ(t->size(), 264);
+    EXPECT_EQ(t->eos_token_id(), 263);
+    // "Hello": l l -> ll, e ll -> ell, H ell -> Hell, Hell o -> Hello; " the": Ġ t, h e, Ġt he.
+    EXPECT_EQ(t->encode("Hello the", false), (std::vector<int64_t>{262, 258}));
+    // "hello": h e -> he, l l -> ll, then no merge of he+ll; special-token text is recognised.
+    EXPECT_EQ(t->encode("hello<|endoftext|>", false), (std::vector<int64_t>{257, 259, 'o', 263}));
+    EXPECT_EQ(t->encode("\xC3\xA9", false), (std::vector<int64_t>{0xC3, 0xA9}));  // é as two bytes
+    EXPECT_EQ(t->decode({262, 258, 263}, false), "Hello the<|endoftext|>");
+    EXPECT_EQ(t->decode({262, 258, 263}, true), "Hello the");
+    EXPECT_EQ(t->token(258), "\xC4\xA0the");  // Ġthe
+    EXPECT_EQ(t->decode({0xC3}, false), "\xEF\xBF\xBD");  // a lone lead byte is U+FFFD
+    EXPECT_THROW(t->decode({264}, false), Error);
+    EXPECT_THROW(t->encode("bad \xC3", false), Error);
+  }
+}
+
+TEST(TinyBpe, NormalizerOfTokenizerJsonAppliesNfc) {
+  const std::string decomposed = "e\xCC\x81";  // e + U+0301
+  // tokenizer.json says NFC: the same ids as precomposed é.
+  EXPECT_EQ(load_tokenizer(kTinyBpe)->encode(decomposed, false), (std::vector<int64_t>{0xC3, 0xA9}));
+  // GPT2Tokenizer does not normalize.
+  EXPECT_EQ(load_tokenizer_file(kTinyBpe + "/vocab.json")->encode(decomposed, false),
+            (std::vector<int64_t>{'e', 0xCC, 0x81}));
+}
+
+TEST(TinyBpe, StreamingHoldsBackIncompleteUtf8) {
+  auto t = load_tokenizer(kTinyBpe);
+  StreamDecoder s(*t);
+  EXPECT_EQ(s.push({262}), "Hello");
+  EXPECT_EQ(s.push({' '}), "");  // trailing whitespace waits for what follows
+  EXPECT_EQ(s.push({0xC3}), "");  // first byte of é
+  EXPECT_EQ(s.push({0xA9}), " \xC3\xA9");
+  EXPECT_EQ(s.push({0xE2, 0x82}), "");  // two bytes of €
+  EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");  // the stream ended inside a character
+}
+
+TEST(TinyBpe, BadFilesGiveClearErrors) {
+  const std::string dir = temp_dir("bad_tokenizers");
+  const auto expect_error = [&](const std::string& json_text, const std::string& needle) {
+    write_file(dir + "/tokenizer.json", json_text);
+    try {
+      load_tokenizer(dir);
+      ADD_FAILURE() << "no error for " << json_text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+    }
+  };
+  expect_error("{\"version\": \"1.0\"}", "no 'model' section");
+  expect_error("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "unsupported model type 'Unigram'");
+  expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+               "\"pre_tokenizer\": {\"type\": \"Metaspace\"}}",
+               "unsupported pre-tokenizer 'Metaspace'");
+  expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+               "\"decoder\": {\"type\": \"ByteLevel\"}}",
+               "no ByteLevel");
+  expect_error("{\"model\": ", "not valid JSON");
+  EXPECT_THROW(load_tokenizer(temp_dir("no_tokenizer")), Error);
+}
+
+// ---- SentencePiece, trained here ----
+
+// A corpus with enough distinct words for a few hundred pieces.
+std::string corpus() {
+  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "draft", "target",
+                         "model", "token", "accepts", "rejects", "speculative", "decoding", "fast", "slow",
+                         "world", "hello", "café", "naïve", "Привет", "мир"};
+  std::string text;
+  uint64_t x = 12345;
+  for (int line = 0; line < 400; ++line) {
+    for (int w = 0; w < 12; ++w) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      text += std::string(w ? " " : "") + words[(x >> 33) % (sizeof words / sizeof *words)];
+    }
+    text += ".\n";
+  }
+  return text;
+}
+
+// Trains (once per process) a model and returns the folder holding it as tokenizer.model.
+std::string trained_sentencepiece(int vocab_size, const std::string& config_json) {
+  const std::string dir = temp_dir("spm_" + std::to_string(vocab_size));
+  write_file(dir + "/corpus.txt", corpus());
+  train_sentencepiece("--input=" + dir + "/corpus.txt --model_prefix=" + dir + "/tokenizer --vocab_size=" +
+                      std::to_string(vocab_size) +
+                      " --model_type=bpe --byte_fallback=true --character_coverage=1.0");
+  if (!config_json.empty()) write_file(dir + "/tokenizer_config.json", config_json);
+  return dir;
+}
+
+TEST(SentencePiece, TrainedModelRoundTripsInTheSameProcessAsLibtorch) {
+  // libtorch first, then SentencePiece through the shim, then libtorch again: no protobuf clash.
+  const at::Tensor before = at::ones({2, 2}).sum();
+  const std::string dir = trained_sentencepiece(300, "");
+  auto t = load_tokenizer(dir);
+  EXPECT_EQ(t->kind(), "sentencepiece");
+  EXPECT_EQ(t->size(), 300);
+  EXPECT_EQ(t->bos_token_id(), 1);
+  EXPECT_EQ(t->eos_token_id(), 2);
+  for (const std::string text : {"the quick brown fox", "hello world. café Привет", "unseen: Zebra 42 ✓"}) {
+    const auto ids = t->encode(text, false);
+    EXPECT_EQ(t->decode(ids, false), text);
+    const auto with_bos = t->encode(text, true);
+    ASSERT_EQ(with_bos.size(), ids.size() + 1);
+    EXPECT_EQ(with_bos.front(), 1);  // LlamaTokenizer adds BOS by default
+    // Streaming gives the full text, token by token.
+    StreamDecoder s(*t, true);
+    std::string streamed;
+    for (int64_t id : with_bos) streamed += s.push({id});
+    EXPECT_EQ(streamed + s.finish(), text);
+  }
+  EXPECT_EQ((before + at::ones({})).item<float>(), 5.0f);
+}
+
+TEST(SentencePiece, LegacyDecidesThePrefixSpaceAfterSpecialTokens) {
+  const std::string dir = trained_sentencepiece(300, "");
+  auto legacy = load_tokenizer(dir);
+  TokenizerOptions o;
+  o.legacy = false;
+  auto modern = load_tokenizer(dir, o);
+  // Legacy: the text after a special token gets SentencePiece's dummy prefix ("▁world").
+  const auto a = legacy->encode("hello</s>world", false);
+  const auto b = modern->encode("hello</s>world", false);
+  const auto after_eos = [](const Tokenizer& t, const std::vector<int64_t>& ids) {
+    for (size_t i = 0; i + 1 < ids.size(); ++i)
+      if (ids[i] == 2) return t.token(ids[i + 1]);
+    return std::string();
+  };
+  EXPECT_EQ(after_eos(*legacy, a).rfind("\xE2\x96\x81", 0), 0u) << tokens_of(*legacy, a);
+  EXPECT_NE(after_eos(*modern, b).rfind("\xE2\x96\x81", 0), 0u) << tokens_of(*modern, b);
+  // The setting also comes from tokenizer_config.json.
+  write_file(dir + "/tokenizer_config.json", "{\"legacy\": false}");
+  EXPECT_EQ(load_tokenizer(dir)->encode("hello</s>world", false), b);
+  write_file(dir + "/tokenizer_config.json", "{}");
+  // Different settings, different fingerprints: not interchangeable as draft and target.
+  EXPECT_THROW(require_same_tokenizer(*legacy, *modern), Error);
+  EXPECT_NO_THROW(require_same_tokenizer(*legacy, *load_tokenizer(dir)));
+}
+
+TEST(SentencePiece, DifferentVocabulariesAreRefused) {
+  auto a = load_tokenizer(trained_sentencepiece(300, ""));
+  auto b = load_tokenizer(trained_sentencepiece(320, ""));
+  try {
+    require_same_tokenizer(*a, *b);
+    FAIL() << "tokenizers of different sizes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("300 tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(require_same_tokenizer(*a, *load_tokenizer(kTinyBpe)), Error);
+}
+
+TEST(SentencePiece, TruncatedModelIsAClearError) {
+  const std::string src = trained_sentencepiece(300, "");
+  const std::string dir = temp_dir("spm_truncated");
+  const std::string bytes = read_file(src + "/tokenizer.model");
+  write_file(dir + "/tokenizer.model", bytes.substr(0, bytes.size() / 3));
+  try {
+    load_tokenizer(dir);
+    FAIL() << "truncated model loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.model"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a SentencePiece model"), std::string::npos) << e.what();
+  }
+  write_file(dir + "/tokenizer.model", "");
+  EXPECT_THROW(load_tokenizer(dir), Error);
+}
+
+}  // namespace
+}  // namespace specdec::test
