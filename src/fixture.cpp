@@ -13,6 +13,7 @@
 
 #include "specdec/config.hpp"
 #include "specdec/error.hpp"
+#include "specdec/tokenizer.hpp"
 #include "specdec/weights.hpp"
 #include "util.hpp"
 
@@ -37,6 +38,15 @@ json generation_config_json(const json& config) {
   return {{"bos_token_id", config["bos_token_id"]},
           {"eos_token_id", config["eos_token_id"]},
           {"pad_token_id", config["pad_token_id"]}};
+}
+
+const char* const kTokenizerFiles[] = {"tokenizer.model", "spiece.model", "tokenizer.json", "vocab.json",
+                                       "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
+                                       "added_tokens.json"};
+
+void copy_tokenizer_files(const std::string& from, const std::string& to) {
+  for (const char* f : kTokenizerFiles)
+    if (file_exists(from + "/" + f)) write_file_atomic(to + "/" + f, read_text_file(from + "/" + f));
 }
 
 void write_checkpoint(const std::string& dir, const json& config,
@@ -70,7 +80,15 @@ void FixtureOptions::validate() const {
   parse_dtype(dtype);
 }
 
-void make_fixture(const std::string& out_dir, const FixtureOptions& o) {
+void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
+  FixtureOptions o = options;
+  if (!o.tokenizer_dir.empty()) {
+    const auto tok = load_tokenizer(o.tokenizer_dir);
+    o.vocab = tok->size();
+    if (tok->bos_token_id()) o.bos_token_id = *tok->bos_token_id();
+    if (tok->eos_token_id()) o.eos_token_id = *tok->eos_token_id();
+    o.pad_token_id = o.eos_token_id;
+  }
   o.validate();
   c10::InferenceMode guard;
   const int64_t kv = o.kv_heads == 0 ? o.heads : o.kv_heads;
@@ -123,6 +141,8 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& o) {
             {"bos_token_id", o.bos_token_id},
             {"eos_token_id", o.eos_token_id},
             {"pad_token_id", o.pad_token_id}};
+  make_dir(out_dir);
+  if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, out_dir);
   write_checkpoint(out_dir, c, t);
 }
 
@@ -155,6 +175,8 @@ void make_draft_of(const std::string& target_dir, const std::string& out_dir, in
     if (noise > 0) x = x + at::normal(0.0, noise, x.sizes(), gen);
     t[name] = x.to(stored);
   }
+  make_dir(out_dir);
+  copy_tokenizer_files(target_dir, out_dir);
   write_checkpoint(out_dir, c, t);
 }
 

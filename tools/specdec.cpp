@@ -1,11 +1,18 @@
-// The `specdec` command-line program: generate, compare, make-fixture.
+// The `specdec` command-line program: generate, compare, tokenize, detokenize, make-tokenizer,
+// make-fixture.
 #include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <iterator>
 #include <sstream>
+#include <unistd.h>
 
 #include "specdec/specdec.hpp"
 
@@ -15,9 +22,10 @@ using namespace specdec;
 namespace {
 
 struct RunOptions {
-  std::string model, draft, prompt_ids, device = "cpu", dtype = "float32";
+  std::string model, draft, prompt, prompt_ids, tokenizer, device = "cpu", dtype = "float32";
   int threads = 0;
   bool json_out = false;
+  bool no_stream = false;
   bool no_adaptive = false;
   int warmup = 1;
   GenerationConfig gen;
@@ -26,8 +34,14 @@ struct RunOptions {
 void add_run_options(CLI::App* app, RunOptions& o, bool compare) {
   app->add_option("--model", o.model, "Target checkpoint folder (Hugging Face layout)")->required();
   app->add_option("--draft", o.draft, "Draft checkpoint folder; omit for target-only generation");
+  auto* text = app->add_option("--prompt", o.prompt,
+                               "Prompt text (encoded with the tokenizer, BOS/EOS as it is configured); "
+                               "without --prompt or --prompt-ids the prompt is read from stdin");
   app->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
-      ->required();
+      ->excludes(text);
+  app->add_option("--tokenizer", o.tokenizer,
+                  "Folder with the tokenizer files (default: --model's, when it has them)");
+  app->add_flag("--no-stream", o.no_stream, "Print the generated text at the end, not as it is accepted");
   app->add_option("--max-new-tokens", o.gen.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str();
   app->add_option("--num-assistant-tokens", o.gen.num_assistant_tokens,
@@ -72,7 +86,7 @@ void add_run_options(CLI::App* app, RunOptions& o, bool compare) {
         ->capture_default_str();
 }
 
-std::vector<int64_t> parse_ids(const std::string& text) {
+std::vector<int64_t> parse_ids(const std::string& text, const char* flag = "--prompt-ids") {
   std::vector<int64_t> ids;
   std::stringstream ss(text);
   std::string item;
@@ -85,15 +99,22 @@ std::vector<int64_t> parse_ids(const std::string& text) {
       used = 0;
     }
     if (used == 0 || used != item.size())
-      throw Error("--prompt-ids: '" + item + "' is not an integer (expected e.g. 1,2,3)");
+      throw Error(std::string(flag) + ": '" + item + "' is not an integer (expected e.g. 1,2,3)");
     ids.push_back(v);
   }
-  if (ids.empty()) throw Error("--prompt-ids: no token ids given");
+  if (ids.empty()) throw Error(std::string(flag) + ": no token ids given");
   return ids;
+}
+
+std::string read_stdin() {
+  if (isatty(STDIN_FILENO))
+    std::cerr << "specdec: reading the prompt from stdin (end with Ctrl-D; or use --prompt TEXT)\n";
+  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
 }
 
 struct Loaded {
   std::shared_ptr<const Model> target, draft;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when there is none and ids are used
   std::vector<int64_t> prompt;
 };
 
@@ -103,17 +124,35 @@ Loaded load(RunOptions& o) {
   o.gen.adaptive_threshold = !o.no_adaptive;
   o.gen.validate();
   Loaded l;
-  l.prompt = parse_ids(o.prompt_ids);
+  const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer : has_tokenizer(o.model) ? o.model : "";
+  if (!tok_dir.empty()) l.tokenizer = load_tokenizer(tok_dir);
+  // A draft with tokenizer files of its own must tokenize exactly like the target.
+  if (l.tokenizer && !o.draft.empty() && has_tokenizer(o.draft))
+    require_same_tokenizer(*l.tokenizer, *load_tokenizer(o.draft));
+  if (!o.prompt_ids.empty()) {
+    l.prompt = parse_ids(o.prompt_ids);
+  } else {
+    if (!l.tokenizer)
+      throw Error(o.model + " has no tokenizer files: give --tokenizer DIR, or the prompt as --prompt-ids");
+    const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
+    l.prompt = l.tokenizer->encode(text, true);
+    if (l.prompt.empty()) throw Error("the prompt is empty");
+  }
   LoadOptions lo;
   lo.device = parse_device(o.device);
   lo.dtype = parse_dtype(o.dtype);
   l.target = load_model(o.model, lo);
   if (!o.draft.empty()) l.draft = load_model(o.draft, lo);
+  if (l.tokenizer && o.gen.eos_token_ids.empty() && l.target->config().eos_token_ids.empty() &&
+      l.tokenizer->eos_token_id())
+    o.gen.eos_token_ids = {*l.tokenizer->eos_token_id()};
   return l;
 }
 
-json result_json(const GenerationResult& r) {
-  return {{"tokens", r.tokens}, {"stats", json::parse(r.stats.to_json())}};
+json result_json(const GenerationResult& r, const Tokenizer* tok) {
+  json j = {{"tokens", r.tokens}, {"stats", json::parse(r.stats.to_json())}};
+  if (tok) j["text"] = tok->decode(r.tokens, true);
+  return j;
 }
 
 void print_stats(const GenerationStats& s, std::ostream& os) {
@@ -139,19 +178,54 @@ int run_generate(RunOptions& o) {
   Loaded l = load(o);
   Generator gen(l.target, l.draft);
   bool first = true;
+  std::optional<StreamDecoder> text_stream;
+  if (l.tokenizer) text_stream.emplace(*l.tokenizer, true);
   TokenCallback stream;
-  if (!o.json_out)
+  if (!o.json_out && !o.no_stream)
     stream = [&](const std::vector<int64_t>& toks) {
-      for (int64_t t : toks) std::cout << (first ? "" : " ") << t, first = false;
+      if (text_stream) {
+        std::cout << text_stream->push(toks);
+      } else {
+        for (int64_t t : toks) std::cout << (first ? "" : " ") << t, first = false;
+      }
       std::cout << std::flush;
     };
   const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
   if (o.json_out) {
-    std::cout << result_json(r).dump() << "\n";
-  } else {
-    std::cout << "\n";
-    print_stats(r.stats, std::cerr);
+    std::cout << result_json(r, l.tokenizer.get()).dump() << "\n";
+    return 0;
   }
+  if (o.no_stream)
+    std::cout << (l.tokenizer ? l.tokenizer->decode(r.tokens, true) : join_ids(r.tokens));
+  else if (text_stream)
+    std::cout << text_stream->finish();
+  std::cout << "\n";
+  print_stats(r.stats, std::cerr);
+  return 0;
+}
+
+struct TokenizeOptions {
+  std::string dir, text, ids;
+  bool no_special = false, skip_special = false, json_out = false;
+};
+
+int run_tokenize(const TokenizeOptions& o) {
+  const auto tok = load_tokenizer(o.dir);
+  const std::vector<int64_t> ids = tok->encode(o.text.empty() ? read_stdin() : o.text, !o.no_special);
+  if (o.json_out) {
+    std::cout << json{{"ids", ids}}.dump() << "\n";
+  } else {
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
+    std::cout << "\n";
+  }
+  return 0;
+}
+
+int run_detokenize(const TokenizeOptions& o) {
+  const auto tok = load_tokenizer(o.dir);
+  const std::string text = tok->decode(parse_ids(o.ids, "--ids"), o.skip_special);
+  if (o.json_out) std::cout << json{{"text", text}}.dump() << "\n";
+  else std::cout << text << "\n";
   return 0;
 }
 
@@ -178,8 +252,8 @@ int run_compare(RunOptions& o) {
   const bool identical = a.tokens == b.tokens;
   const SpeedupEstimate e = estimate_speedup(a.stats, b.stats);
   if (o.json_out) {
-    std::cout << json{{"target_only", result_json(a)},
-                      {"assisted", result_json(b)},
+    std::cout << json{{"target_only", result_json(a, l.tokenizer.get())},
+                      {"assisted", result_json(b, l.tokenizer.get())},
                       {"identical", identical},
                       {"speedup", e.measured},
                       {"alpha", e.alpha},
@@ -190,8 +264,11 @@ int run_compare(RunOptions& o) {
               << "\n";
     return 0;
   }
-  std::printf("target only: %s\n", join_ids(a.tokens).c_str());
-  std::printf("assisted:    %s\n", join_ids(b.tokens).c_str());
+  const auto shown = [&](const std::vector<int64_t>& t) {
+    return l.tokenizer ? json(l.tokenizer->decode(t, true)).dump() : join_ids(t);
+  };
+  std::printf("target only: %s\n", shown(a.tokens).c_str());
+  std::printf("assisted:    %s\n", shown(b.tokens).c_str());
   std::printf("identical:   %s%s\n", identical ? "yes" : "no",
               o.gen.sampling() ? " (sampling: outputs are independent draws, not expected equal)" : "");
   std::printf("target only: %.3f s, %.1f ms/token\n", a.stats.total_seconds,
@@ -217,6 +294,31 @@ int main(int argc, char** argv) {
   auto* cmp = app.add_subcommand(
       "compare", "Target-only and assisted generation on the same prompt: outputs, times, speedup");
   add_run_options(cmp, cmp_opts, true);
+
+  TokenizeOptions tk, dtk;
+  auto* tokc = app.add_subcommand("tokenize", "Text to token ids (the text from --text or stdin)");
+  tokc->add_option("--tokenizer", tk.dir, "Folder with the tokenizer files")->required();
+  tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read");
+  tokc->add_flag("--no-special", tk.no_special, "Do not add BOS/EOS (special-token text is still recognised)");
+  tokc->add_flag("--json", tk.json_out, "Print {\"ids\": [...]}");
+  auto* detok = app.add_subcommand("detokenize", "Token ids to text");
+  detok->add_option("--tokenizer", dtk.dir, "Folder with the tokenizer files")->required();
+  detok->add_option("--ids", dtk.ids, "Token ids, comma-separated")->required();
+  detok->add_flag("--skip-special", dtk.skip_special, "Leave special tokens (BOS, EOS, ...) out");
+  detok->add_flag("--json", dtk.json_out, "Print {\"text\": \"...\"}");
+
+  std::string mt_input, mt_out, mt_type = "bpe";
+  int64_t mt_vocab = 4096;
+  auto* mtok = app.add_subcommand(
+      "make-tokenizer", "Train a SentencePiece tokenizer (tokenizer.model) on text files, for generated checkpoints");
+  mtok->add_option("--input", mt_input, "Text files, comma-separated")->required();
+  mtok->add_option("--out", mt_out, "Output folder (receives tokenizer.model)")->required();
+  mtok->add_option("--vocab-size", mt_vocab,
+                   "Number of pieces, including the 256 byte pieces of byte fallback and <unk>, <s>, </s>")
+      ->capture_default_str();
+  mtok->add_option("--model-type", mt_type, "SentencePiece model type")
+      ->check(CLI::IsMember({"bpe", "unigram"}))
+      ->capture_default_str();
 
   FixtureOptions fx;
   std::string out, draft_of;
@@ -245,6 +347,8 @@ int main(int argc, char** argv) {
                  "Scale o_proj/down_proj of layers >= N by --exit-scale (synthetic early-exit pair)")
       ->capture_default_str();
   mk->add_option("--exit-scale", fx.exit_scale, "See --exit-layers")->capture_default_str();
+  mk->add_option("--tokenizer", fx.tokenizer_dir,
+                 "Copy this folder's tokenizer files in; --vocab becomes the tokenizer's size");
   mk->add_option("--draft-of", draft_of,
                  "Derive an early-exit draft from this target: its embeddings, first --layers "
                  "layers, final norm and head");
@@ -259,6 +363,20 @@ int main(int argc, char** argv) {
   try {
     if (*gen) return run_generate(gen_opts);
     if (*cmp) return run_compare(cmp_opts);
+    if (*tokc) return run_tokenize(tk);
+    if (*mtok) {
+      if (mt_vocab < 8) throw Error("--vocab-size must be >= 8");
+      if (::mkdir(mt_out.c_str(), 0755) != 0 && errno != EEXIST)
+        throw Error(mt_out + ": cannot create folder: " + std::strerror(errno));
+      std::cerr << "training a " << mt_vocab << "-piece SentencePiece " << mt_type << " model ...\n";
+      train_sentencepiece("--input=" + mt_input + " --model_prefix=" + mt_out + "/tokenizer --vocab_size=" +
+                          std::to_string(mt_vocab) + " --model_type=" + mt_type +
+                          " --byte_fallback=true --character_coverage=1.0");
+      std::remove((mt_out + "/tokenizer.vocab").c_str());
+      std::cerr << "wrote " << mt_out << "/tokenizer.model\n";
+      return 0;
+    }
+    if (*detok) return run_detokenize(dtk);
     if (*mk) {
       if (!draft_of.empty()) {
         make_draft_of(draft_of, out, fx.layers, noise, fx.seed);

@@ -1,4 +1,5 @@
-// Minimal embedding of specdec: load a checkpoint (and optionally a draft), generate 8 tokens.
+// Minimal embedding of specdec: load a checkpoint (and optionally a draft), generate 8 tokens from
+// "Hello" (ids 1,2,3 when the checkpoint has no tokenizer), print them as text or ids.
 // Usage: embed TARGET_DIR [DRAFT_DIR]
 #include <iostream>
 
@@ -16,10 +17,21 @@ int main(int argc, char** argv) {
     specdec::GenerationConfig config;
     config.max_new_tokens = 8;
     config.eos_token_ids = {-1};  // never stop early: always 8 tokens
-    const auto result = generator.generate({1, 2, 3}, config, [](const std::vector<int64_t>& t) {
-      for (int64_t id : t) std::cout << id << ' ';
+    std::unique_ptr<specdec::Tokenizer> tok;
+    if (specdec::has_tokenizer(argv[1])) tok = specdec::load_tokenizer(argv[1]);
+    const std::vector<int64_t> prompt = tok ? tok->encode("Hello", true) : std::vector<int64_t>{1, 2, 3};
+    std::cout << "prompt ids:";
+    for (int64_t id : prompt) std::cout << ' ' << id;
+    std::cout << "\n";
+    std::unique_ptr<specdec::StreamDecoder> text;
+    if (tok) text = std::make_unique<specdec::StreamDecoder>(*tok, true);
+    const auto result = generator.generate(prompt, config, [&](const std::vector<int64_t>& t) {
+      if (text) std::cout << text->push(t);
+      else
+        for (int64_t id : t) std::cout << id << ' ';
       std::cout << std::flush;
     });
+    if (text) std::cout << text->finish();
     std::cout << "\ngenerated " << result.tokens.size() << " tokens in "
               << result.stats.target_passes << " target passes\n";
   } catch (const specdec::Error& e) {

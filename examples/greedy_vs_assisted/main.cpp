@@ -1,10 +1,13 @@
 // Greedy vs assisted generation on one prompt: same output, fewer target passes, less time.
 //
-// Usage: greedy_vs_assisted [MODELS_DIR] [MAX_NEW_TOKENS]
+// Usage: greedy_vs_assisted [MODELS_DIR] [MAX_NEW_TOKENS] [PROMPT]
 // MODELS_DIR (default ./demo-models) receives a generated checkpoint pair on first use: a Llama
-// target (hidden 1024, 16 layers, vocab 4096) whose layers above the first barely change its output
+// target (hidden 1024, 16 layers) whose layers above the first barely change its output
 // (o_proj/down_proj scaled by 0.03), and its 1-layer early-exit draft. Random weights, real costs:
-// every target layer costs what it costs, so the timings are those of a model of this size.
+// every target layer costs what it costs, so the timings are those of a model of this size. Both
+// carry a real SentencePiece tokenizer (4096 pieces, trained here on the licence texts Debian ships
+// in /usr/share/common-licenses), so prompts and outputs are text; random weights make the
+// output text gibberish, but the same gibberish with and without the draft.
 #include <sys/stat.h>
 
 #include <ATen/Parallel.h>
@@ -26,6 +29,16 @@ bool exists(const std::string& path) {
 void ensure_pair(const std::string& dir) {
   if (exists(dir + "/target/config.json") && exists(dir + "/draft/config.json")) return;
   ::mkdir(dir.c_str(), 0755);
+  std::cerr << "training a SentencePiece tokenizer in " << dir << "/tokenizer (once) ...\n";
+  const std::string corpus = "/usr/share/common-licenses";
+  std::string inputs;
+  for (const char* f : {"GPL-3", "GPL-2", "LGPL-3", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"})
+    if (exists(corpus + "/" + f)) inputs += (inputs.empty() ? "" : ",") + corpus + "/" + f;
+  if (inputs.empty()) throw specdec::Error(corpus + " is empty: no text to train the demo tokenizer on");
+  ::mkdir((dir + "/tokenizer").c_str(), 0755);
+  specdec::train_sentencepiece("--input=" + inputs + " --model_prefix=" + dir +
+                               "/tokenizer/tokenizer --vocab_size=4096 --model_type=bpe "
+                               "--byte_fallback=true --character_coverage=1.0");
   std::cerr << "generating the demo checkpoint pair in " << dir << " (once) ...\n";
   specdec::FixtureOptions o;
   o.layers = 16;
@@ -33,7 +46,7 @@ void ensure_pair(const std::string& dir) {
   o.heads = 16;
   o.kv_heads = 4;
   o.intermediate = 4096;
-  o.vocab = 4096;
+  o.tokenizer_dir = dir + "/tokenizer";  // vocabulary, BOS and EOS from the tokenizer
   o.seed = 7;
   o.exit_layers = 1;
   o.exit_scale = 0.03;
@@ -41,10 +54,13 @@ void ensure_pair(const std::string& dir) {
   specdec::make_draft_of(dir + "/target", dir + "/draft", 1);
 }
 
-std::string ids(const std::vector<int64_t>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
-  return s;
+// Streams the text of a generation to stdout as tokens are accepted.
+specdec::GenerationResult run(const specdec::Generator& g, const specdec::Tokenizer& tok,
+                              const std::vector<int64_t>& prompt, const specdec::GenerationConfig& cfg) {
+  specdec::StreamDecoder stream(tok, /*skip_special_tokens=*/true);
+  auto r = g.generate(prompt, cfg, [&](const std::vector<int64_t>& t) { std::cout << stream.push(t) << std::flush; });
+  std::cout << stream.finish() << std::flush;
+  return r;
 }
 
 }  // namespace
@@ -58,10 +74,11 @@ int main(int argc, char** argv) {
     ensure_pair(dir);
     const auto target = specdec::load_model(dir + "/target");
     const auto draft = specdec::load_model(dir + "/draft");
-    const std::vector<int64_t> prompt = {1, 306, 4658, 278, 6593, 310, 2834, 338, 29871, 29946,
-                                         29906, 29889, 450, 1234, 338, 29871};
-    std::vector<int64_t> in_vocab;
-    for (int64_t t : prompt) in_vocab.push_back(t % target->config().vocab_size);
+    const auto tok = specdec::load_tokenizer(dir + "/target");
+    specdec::require_same_tokenizer(*tok, *specdec::load_tokenizer(dir + "/draft"));
+    const std::string text = argc > 3 ? argv[3] : "This License applies to any program or other work which";
+    const std::vector<int64_t> in_vocab = tok->encode(text, /*add_special_tokens=*/true);
+    std::cout << "prompt (" << in_vocab.size() << " tokens): " << text << "\n";
 
     specdec::GenerationConfig cfg;
     cfg.max_new_tokens = max_new;
@@ -74,13 +91,9 @@ int main(int argc, char** argv) {
     assisted.generate(in_vocab, warm);
 
     std::cout << "target only: " << std::flush;
-    const auto a = plain.generate(in_vocab, cfg, [](const std::vector<int64_t>& t) {
-      std::cout << ids(t) << ' ' << std::flush;
-    });
+    const auto a = run(plain, *tok, in_vocab, cfg);
     std::cout << "\nassisted:    " << std::flush;
-    const auto b = assisted.generate(in_vocab, cfg, [](const std::vector<int64_t>& t) {
-      std::cout << ids(t) << ' ' << std::flush;
-    });
+    const auto b = run(assisted, *tok, in_vocab, cfg);
     const auto e = specdec::estimate_speedup(a.stats, b.stats);
     std::printf("\n\nidentical outputs:        %s\n", a.tokens == b.tokens ? "yes" : "NO");
     std::printf("target only:              %.3f s (%.1f ms/token, %lld target passes)\n",

@@ -26,6 +26,9 @@ struct FixtureOptions {
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
   int64_t pad_token_id = 0;
+  // Copy the tokenizer files of this folder into the checkpoint (empty = none). The vocabulary
+  // becomes the tokenizer's size and bos/eos its tokens, so generated ids always decode.
+  std::string tokenizer_dir;
   void validate() const;
 };
 
@@ -34,7 +37,8 @@ struct FixtureOptions {
 void make_fixture(const std::string& out_dir, const FixtureOptions& options);
 
 // Derives an early-exit draft from the checkpoint in `target_dir`: its embeddings, first `layers`
-// layers, final norm and head, plus optional Gaussian noise of standard deviation `noise`.
+// layers, final norm and head, plus optional Gaussian noise of standard deviation `noise`. The
+// target's tokenizer files are copied too.
 void make_draft_of(const std::string& target_dir, const std::string& out_dir, int64_t layers,
                    double noise = 0.0, uint64_t seed = 0);
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of the specdec program: JSON output, streaming, errors, make-fixture.
-# Usage: SPECDEC=path/to/specdec test_cli.sh WORKDIR
+# Usage: SPECDEC=path/to/specdec test_cli.sh WORKDIR [TEST_DATA_DIR]
 set -u
 work=$1
+data=${2:-$(dirname "$0")/../data}
 rm -rf "$work" && mkdir -p "$work"
 fails=0
 passes=0
@@ -56,7 +57,34 @@ expect_error "draft of a missing target" "config.json" make-fixture --draft-of /
 expect_error "unknown subcommand" "" nosuchcommand
 "$SPECDEC" make-fixture --out "$work/v" --vocab 64 --layers 1 --hidden 64 --heads 4 2>/dev/null
 expect_error "draft with another vocabulary" "different vocab sizes" generate --model "$work/t" --draft "$work/v" --prompt-ids 1
-check "--help lists the subcommands" bash -c "'$SPECDEC' --help | grep -q make-fixture"
+# ---- text in, text out (the tiny BPE tokenizer of tests/data) ----
+tok="$data/tiny_bpe"
+"$SPECDEC" make-fixture --out "$work/tt" --layers 2 --hidden 64 --heads 4 --init-std 0.1 --exit-layers 1 \
+  --exit-scale 0.2 --seed 5 --tokenizer "$tok" 2>/dev/null
+"$SPECDEC" make-fixture --draft-of "$work/tt" --out "$work/td" --layers 1 2>/dev/null
+check "make-fixture --tokenizer copies the tokenizer and sizes the vocabulary" python3 -c "
+import json,sys; c=json.load(open(sys.argv[1]+'/config.json')); assert c['vocab_size']==264 and c['eos_token_id']==263, c" "$work/tt"
+check "tokenize prints the ids" bash -c "[ \"\$('$SPECDEC' tokenize --tokenizer '$tok' --text 'Hello the')\" = 262,258 ]"
+check "tokenize reads stdin, --json" bash -c "[ \"\$(printf 'Hello the' | '$SPECDEC' tokenize --tokenizer '$tok' --json)\" = '{\"ids\":[262,258]}' ]"
+check "detokenize prints the text" bash -c "[ \"\$('$SPECDEC' detokenize --tokenizer '$tok' --ids 262,258,263)\" = 'Hello the<|endoftext|>' ]"
+check "detokenize --skip-special --json" bash -c "[ \"\$('$SPECDEC' detokenize --tokenizer '$tok' --ids 262,258,263 --skip-special --json)\" = '{\"text\":\"Hello the\"}' ]"
+tj=$("$SPECDEC" generate --model "$work/tt" --draft "$work/td" --prompt "Hello the" --max-new-tokens 12 --json)
+ids=$("$SPECDEC" generate --model "$work/tt" --prompt-ids 262,258 --max-new-tokens 12 --json)
+check "--prompt TEXT is the encoded ids; --json has the text" python3 -c "
+import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2])
+assert a['tokens']==b['tokens'] and isinstance(a['text'], str) and a['text']==b['text'], (a, b)" "$tj" "$ids"
+expected=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['text'])" "$tj")
+streamed=$("$SPECDEC" generate --model "$work/tt" --draft "$work/td" --prompt "Hello the" --max-new-tokens 12 2>/dev/null)
+check "streamed text equals the decoded tokens" test "$streamed" = "$expected"
+piped=$(printf 'Hello the' | "$SPECDEC" generate --model "$work/tt" --draft "$work/td" --max-new-tokens 12 --no-stream 2>/dev/null)
+check "prompt from stdin, --no-stream" test "$piped" = "$expected"
+mkdir -p "$work/tok2" && cp "$tok"/* "$work/tok2/" && sed -i 's/l l/o l/' "$work/tok2/merges.txt" && rm "$work/tok2/tokenizer.json"
+"$SPECDEC" make-fixture --out "$work/td2" --layers 1 --hidden 64 --heads 4 --tokenizer "$work/tok2" 2>/dev/null
+expect_error "draft with another tokenizer" "tokenizers differ" generate --model "$work/tt" --draft "$work/td2" --prompt "Hello"
+expect_error "text prompt without a tokenizer" "--prompt-ids" generate --model "$work/t" --prompt "Hello"
+expect_error "--prompt and --prompt-ids together" "excludes" generate --model "$work/tt" --prompt "Hello" --prompt-ids 1
+expect_error "bad ids for detokenize" "not in the tokenizer" detokenize --tokenizer "$tok" --ids 9999
+check "--help lists the subcommands" bash -c "'$SPECDEC' --help | grep -q make-fixture && '$SPECDEC' --help | grep -q detokenize"
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

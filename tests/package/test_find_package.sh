@@ -12,3 +12,15 @@ cmake --build "$work/build" -j2 > "$work/build.log"
 out=$("$work/build/embed" "$work/model")
 echo "$out"
 grep -q "generated 8 tokens" <<<"$out"
+
+# With a SentencePiece tokenizer: the installed program finds the installed SentencePiece shim
+# (prefix/lib, beside prefix/bin) and runs it next to libtorch.
+for i in $(seq 200); do echo "hello world, the draft proposes and the target verifies $i times"; done > "$work/corpus.txt"
+"$build/specdec" make-tokenizer --input "$work/corpus.txt" --out "$work/tok" --vocab-size 400 2>/dev/null
+"$build/specdec" make-fixture --out "$work/model_tok" --layers 1 --hidden 32 --heads 2 --tokenizer "$work/tok" 2>/dev/null
+test -f "$work/prefix/lib/libspecdec_spm.so" || test -n "$(find "$work/prefix" -name libspecdec_spm.so)"
+mkdir -p "$work/prefix/bin" && cp "$work/build/embed" "$work/prefix/bin/embed"
+out=$(env -u SPECDEC_SPM_LIBRARY "$work/prefix/bin/embed" "$work/model_tok")
+echo "$out"
+grep -q "^prompt ids: 1 " <<<"$out"  # BOS, then the pieces of "Hello"
+grep -q "generated 8 tokens" <<<"$out"

@@ -27,6 +27,8 @@ const Case kCases[] = {
     {"t5_nonlegacy", "t5_nonlegacy", ""},
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 std::vector<int64_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<int64_t>>(); }
 
 class TokenizerReference : public ::testing::TestWithParam<Case> {
