@@ -72,8 +72,8 @@ void FixtureOptions::validate() const {
                 ") must be a multiple of kv-heads (", kv, ")");
   SPECDEC_CHECK(intermediate >= 0, "make-fixture: intermediate must be >= 0");
   SPECDEC_CHECK(init_std > 0, "make-fixture: init-std must be > 0");
-  SPECDEC_CHECK(exit_layers == -1 || (exit_layers >= 1 && exit_layers <= layers),
-                "make-fixture: exit-layers must be in [1, layers]");
+  SPECDEC_CHECK(exit_layers == -1 || (exit_layers >= 0 && exit_layers <= layers),
+                "make-fixture: exit-layers must be in [0, layers]");
   for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})
     SPECDEC_CHECK(id >= 0 && id < vocab, "make-fixture: special token id ", id,
                   " outside the vocabulary");

@@ -344,7 +344,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mk->add_option("--init-std", fx.init_std, "Standard deviation of the weights")->capture_default_str();
   mk->add_option("--exit-layers", fx.exit_layers,
-                 "Scale o_proj/down_proj of layers >= N by --exit-scale (synthetic early-exit pair)")
+                 "Scale o_proj/down_proj of layers >= N by --exit-scale (synthetic early-exit pair; "
+                 "0 with --exit-scale 0: a bigram model that still runs every layer)")
       ->capture_default_str();
   mk->add_option("--exit-scale", fx.exit_scale, "See --exit-layers")->capture_default_str();
   mk->add_option("--tokenizer", fx.tokenizer_dir,

@@ -20,6 +20,8 @@ struct FixtureOptions {
   double init_std = 0.02;         // weights ~ N(0, init_std^2); norms are 1
   // Synthetic early-exit pair: o_proj and down_proj of layers >= exit_layers are multiplied by
   // exit_scale, so the first exit_layers layers alone predict what the full model does.
+  // exit_layers 0 with exit_scale 0 gives a bigram model at full cost: every layer runs, none
+  // changes the residual stream, so the next token depends on the current one only.
   int64_t exit_layers = -1;       // -1 = off
   double exit_scale = 1.0;
   bool tie_word_embeddings = false;

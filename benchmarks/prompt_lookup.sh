@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Prompt lookup on an input-grounded prompt: the prompt quotes a passage, then starts it again, and
+# the output copies the passage. Random-weight models do not copy their input, so the target here
+# is the issue pair's size (Llama hidden 2048, 16 layers, 32/8 heads, MLP 8192, vocab 32000) with
+# every o_proj/down_proj multiplied by 0 (--exit-layers 0 --exit-scale 0): every layer still runs
+# and costs what it costs, but the next token depends on the current token only. The passage is
+# that model's own greedy walk from a start token, so a prompt that contains it and ends on the
+# start token is continued by copying it, as a trained model copies a quoted span.
+# Usage: benchmarks/prompt_lookup.sh [BUILD_DIR] [MODELS_DIR]; prints one JSON line per setting.
+set -euo pipefail
+build=${1:-build} models=${2:-bench-models}
+bin=$build/specdec
+if [ ! -f "$models/bigram/config.json" ]; then
+  "$bin" make-fixture --out "$models/bigram" --arch llama --layers 16 --hidden 2048 --heads 32 \
+    --kv-heads 8 --intermediate 8192 --vocab 32000 --max-pos 4096 --seed 1 --exit-layers 0 --exit-scale 0
+fi
+start=306
+passage=$("$bin" generate --model "$models/bigram" --prompt-ids $start --max-new-tokens 64 --threads 2 --json |
+  python3 -c "import json,sys; print(','.join(map(str, json.load(sys.stdin)['tokens'])))")
+prompt="1,450,1234,338,29871,$start,$passage,29889,450,1234,338,$start"
+for n in 5 10 20; do
+  "$bin" compare --model "$models/bigram" --prompt-ids "$prompt" --prompt-lookup $n \
+    --max-new-tokens 48 --threads 2 --json |
+    python3 -c "
+import json,sys
+j=json.load(sys.stdin); a=j['assisted']['stats']; t=j['target_only']['stats']
+print(json.dumps({'config':'prompt lookup %s' % sys.argv[1],'identical':j['identical'],
+  'greedy_ms_per_token':round(1e3*t['total_seconds']/t['new_tokens'],1),
+  'assisted_ms_per_token':round(1e3*a['total_seconds']/a['new_tokens'],1),
+  'speedup':round(j['speedup'],2),'target_passes':a['target_passes'],
+  'acceptance':round(a['acceptance_rate'],3),'tokens_per_pass':round(a['tokens_per_target_pass'],2)}))" "$n"
+done
