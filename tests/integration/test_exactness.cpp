@@ -110,6 +110,28 @@ TEST(Exactness, OtherArchitecturesAndPromptLookup) {
   }
 }
 
+TEST(Exactness, PromptLookupCopiesAQuotedPassageOfABigramTarget) {
+  // --exit-layers 0 --exit-scale 0: no layer changes the residual stream, so the next token depends
+  // on the current one only, and the walk from token 5 is the same whatever precedes it.
+  FixtureOptions o = small(3, 3);
+  o.exit_layers = 0;
+  o.exit_scale = 0.0;
+  const auto target = cached_model(cached_fixture("bigram", o));
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 20;
+  cfg.eos_token_ids = {-1};
+  const auto walk = Generator(target).generate({5}, cfg).tokens;
+  std::vector<int64_t> prompt = {7, 5};
+  prompt.insert(prompt.end(), walk.begin(), walk.end());
+  prompt.insert(prompt.end(), {9, 5});
+  EXPECT_EQ(Generator(target).generate(prompt, cfg).tokens, walk);  // the output copies the quote
+  cfg.prompt_lookup_num_tokens = 10;
+  const auto r = Generator(target).generate(prompt, cfg);
+  EXPECT_EQ(r.tokens, walk);
+  EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens);
+  EXPECT_LE(r.stats.target_passes, 3);  // 20 tokens at up to 11 per pass
+}
+
 TEST(Exactness, DraftEqualToTargetAcceptsEverything) {
   const Pair p = pair_for(4);
   const auto prompt = prompt_for(4, 3);
