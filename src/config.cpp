@@ -13,7 +13,7 @@ namespace specdec {
 using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2"};
+  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"};
   return kTypes;
 }
 
@@ -89,22 +89,42 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                 join(types), ")");
   SPECDEC_CHECK(std::find(types.begin(), types.end(), c.model_type) != types.end(), source,
                 ": unsupported model_type '", c.model_type, "' (supported: ", join(types), ")");
+  const bool gpt2 = c.model_type == "gpt2", opt = c.model_type == "opt", neox = c.model_type == "gpt_neox";
   read_field(j, "vocab_size", c.vocab_size, source);
-  read_field(j, "hidden_size", c.hidden_size, source);
-  read_field(j, "intermediate_size", c.intermediate_size, source);
-  read_field(j, "num_hidden_layers", c.num_hidden_layers, source);
-  read_field(j, "num_attention_heads", c.num_attention_heads, source);
+  read_field(j, gpt2 ? "n_embd" : "hidden_size", c.hidden_size, source);
+  read_field(j, gpt2 ? "n_inner" : opt ? "ffn_dim" : "intermediate_size", c.intermediate_size, source);
+  if (gpt2 && c.intermediate_size == 0) c.intermediate_size = 4 * c.hidden_size;  // n_inner: null
+  read_field(j, gpt2 ? "n_layer" : "num_hidden_layers", c.num_hidden_layers, source);
+  read_field(j, gpt2 ? "n_head" : "num_attention_heads", c.num_attention_heads, source);
   c.num_key_value_heads = c.num_attention_heads;
   read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
   if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
   read_field(j, "head_dim", c.head_dim, source);
-  read_field(j, "max_position_embeddings", c.max_position_embeddings, source);
+  read_field(j, gpt2 ? "n_positions" : "max_position_embeddings", c.max_position_embeddings, source);
+  if (neox || gpt2 || opt) c.rms_norm_eps = 1e-5;
   read_field(j, "rms_norm_eps", c.rms_norm_eps, source);
+  read_field(j, "layer_norm_eps", c.rms_norm_eps, source);
+  read_field(j, "layer_norm_epsilon", c.rms_norm_eps, source);
   read_field(j, "rope_theta", c.rope_theta, source);
+  read_field(j, "rotary_emb_base", c.rope_theta, source);
+  read_field(j, "partial_rotary_factor", c.rotary_pct, source);
+  read_field(j, "rotary_pct", c.rotary_pct, source);
+  read_field(j, "use_parallel_residual", c.use_parallel_residual, source);
+  read_field(j, "scale_attn_weights", c.scale_attn_weights, source);
+  read_field(j, "scale_attn_by_inverse_layer_idx", c.scale_attn_by_inverse_layer_idx, source);
+  read_field(j, "do_layer_norm_before", c.do_layer_norm_before, source);
+  read_field(j, "word_embed_proj_dim", c.word_embed_proj_dim, source);
+  read_field(j, "enable_bias", c.enable_bias, source);
+  read_field(j, "_remove_final_layer_norm", c.remove_final_layer_norm, source);
+  if (neox) c.attention_bias = true;
   read_field(j, "attention_bias", c.attention_bias, source);
   if (c.model_type == "qwen2") c.attention_bias = true;  // Qwen2 always has q/k/v biases
+  // GPT-2 and OPT tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
+  c.tie_word_embeddings = gpt2 || opt;
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
+  if (neox || gpt2 || opt) c.hidden_act = neox ? "gelu" : gpt2 ? "gelu_new" : "relu";
   read_field(j, "hidden_act", c.hidden_act, source);
+  read_field(j, "activation_function", c.hidden_act, source);
   read_field(j, "torch_dtype", c.torch_dtype, source);
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     const json& rs = j["rope_scaling"];
@@ -162,8 +182,14 @@ void ModelConfig::validate(const std::string& source) const {
                 head_dim);
   SPECDEC_CHECK(rms_norm_eps > 0, source, ": rms_norm_eps must be > 0");
   SPECDEC_CHECK(rope_theta > 0, source, ": rope_theta must be > 0");
-  SPECDEC_CHECK(hidden_act == "silu", source, ": unsupported hidden_act '", hidden_act,
-                "' (supported: silu)");
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
+    SPECDEC_CHECK(hidden_act == "silu", source, ": unsupported hidden_act '", hidden_act,
+                  "' (supported: silu)");
+  } else {
+    const std::vector<std::string> acts = {"relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "silu"};
+    SPECDEC_CHECK(std::find(acts.begin(), acts.end(), hidden_act) != acts.end(), source,
+                  ": unsupported activation '", hidden_act, "' (supported: ", join(acts), ")");
+  }
   for (int64_t id : eos_token_ids)
     SPECDEC_CHECK(id >= 0 && id < vocab_size, source, ": eos_token_id ", id,
                   " is outside the vocabulary [0, ", vocab_size, ")");

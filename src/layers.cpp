@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels.hpp"
+#include "specdec/error.hpp"
 
 namespace specdec::layers {
 
@@ -75,6 +76,39 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   const at::Tensor out = at::matmul(probs, values);                     // [B, Hkv, g*T, D]
   return out.view({b, hq, t, d}).transpose(1, 2).reshape({b, t, hq * d});
+}
+
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, w, b, eps);
+}
+
+at::Tensor activation(const at::Tensor& x, const std::string& name) {
+  if (name == "relu") return at::relu(x);
+  if (name == "gelu") return at::gelu(x);
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return at::gelu(x, "tanh");
+  if (name == "silu") return at::silu(x);
+  throw Error("unsupported activation '" + name + "'");
+}
+
+at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
+                                 double scale, const at::Tensor& cos, const at::Tensor& sin) const {
+  const int64_t b = x.size(0), t = x.size(1), d = head_dim;
+  const at::Tensor qkv = linear(x, qkv_w, qkv_b);  // [B, T, (Hq + 2 Hkv) D]
+  const auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
+  at::Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // [B, Hq, T, D]
+  at::Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
+  const at::Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
+  if (cos.defined()) {
+    q = Rotary::apply(q, cos, sin);
+    k = Rotary::apply(k, cos, sin);
+  }
+  return linear(cached_attention(q, k, v, cache, layer, mask, scale), o_w, o_b);
+}
+
+at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, int64_t offset) {
+  SPECDEC_CHECK(offset + past + t <= table.size(0), "sequence of ", past + t,
+                " tokens is longer than the model's learned positions (", table.size(0) - offset, ")");
+  return table.narrow(0, offset + past, t);
 }
 
 }  // namespace specdec::layers

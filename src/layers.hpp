@@ -40,4 +40,40 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
 // x @ w^T + b (b may be undefined): the float32 CPU kernel when it applies, else libtorch.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
+// LayerNorm with weight and bias (either may be undefined) over the last dimension.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps);
+
+// Hugging Face activations by name (ModelConfig::validate admits only these): relu, gelu (erf),
+// gelu_new / gelu_pytorch_tanh / gelu_fast (tanh approximation), silu.
+at::Tensor activation(const at::Tensor& x, const std::string& name);
+
+// Self-attention with a fused q|k|v projection (rows: Hq*D queries, Hkv*D keys, Hkv*D values),
+// optional rotary embeddings and an output projection; keys/values go through the cache.
+struct Attention {
+  at::Tensor qkv_w, qkv_b, o_w, o_b;  // biases may be undefined
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary.
+  at::Tensor operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
+                        double scale, const at::Tensor& cos = {}, const at::Tensor& sin = {}) const;
+};
+
+// Two-layer MLP: down(act(up(x))).
+struct Mlp {
+  at::Tensor up_w, up_b, down_w, down_b;
+  std::string act;
+  at::Tensor operator()(const at::Tensor& x) const {
+    return linear(activation(linear(x, up_w, up_b), act), down_w, down_b);
+  }
+};
+
+// A LayerNorm's parameters.
+struct Norm {
+  at::Tensor w, b;
+  at::Tensor operator()(const at::Tensor& x, double eps) const { return layer_norm(x, w, b, eps); }
+};
+
+// Learned absolute positions: rows [offset + past, offset + past + T) of `table`, [T, H]; throws
+// when the sequence would run past the table.
+at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, int64_t offset);
+
 }  // namespace specdec::layers

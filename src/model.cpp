@@ -43,6 +43,9 @@ std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOption
 #endif
   WeightStore weights(dir);
   // supported_model_types() lists exactly what from_json_text accepts.
+  if (config.model_type == "gpt_neox") return models::make_gpt_neox(config, weights, options);
+  if (config.model_type == "gpt2") return models::make_gpt2(config, weights, options);
+  if (config.model_type == "opt") return models::make_opt(config, weights, options);
   return models::make_llama(config, weights, options);
 }
 

@@ -19,7 +19,7 @@ struct RopeScaling {
 
 // The architecture of a checkpoint, read from config.json. Field names follow Hugging Face.
 struct ModelConfig {
-  std::string model_type;            // "llama", "mistral", "qwen2"
+  std::string model_type;            // "llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"
   std::string architecture;          // first entry of `architectures`, e.g. "LlamaForCausalLM"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -29,12 +29,23 @@ struct ModelConfig {
   int64_t num_key_value_heads = 0;   // defaults to num_attention_heads (multi-head attention)
   int64_t head_dim = 0;              // defaults to hidden_size / num_attention_heads
   int64_t max_position_embeddings = 2048;
-  double rms_norm_eps = 1e-6;
+  double rms_norm_eps = 1e-6;        // the norms' epsilon (also from layer_norm_eps / layer_norm_epsilon)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool attention_bias = false;       // q/k/v biases (always true for qwen2)
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";   // also from activation_function (gpt2, opt)
+  // GPT-NeoX
+  double rotary_pct = 1.0;             // fraction of each head that is rotated (partial_rotary_factor)
+  bool use_parallel_residual = true;   // x + attn(ln1 x) + mlp(ln2 x) instead of one after the other
+  // GPT-2
+  bool scale_attn_weights = true;
+  bool scale_attn_by_inverse_layer_idx = false;
+  // OPT
+  bool do_layer_norm_before = true;    // pre-norm (false: post-norm, opt-350m)
+  int64_t word_embed_proj_dim = 0;     // embedding width when it differs from hidden_size
+  bool enable_bias = true;
+  bool remove_final_layer_norm = false;
   std::string torch_dtype = "float32";  // dtype the checkpoint was saved in (informational)
 
   // Special tokens: generation_config.json wins over config.json when both name them.

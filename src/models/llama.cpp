@@ -11,9 +11,7 @@ namespace {
 
 struct LlamaLayer {
   at::Tensor input_norm;  // [H]
-  at::Tensor qkv_w;       // [(Hq + 2 Hkv) D, H] q, k, v projections fused into one matmul
-  at::Tensor qkv_b;       // [(Hq + 2 Hkv) D] or undefined
-  at::Tensor o_w;         // [H, Hq D]
+  layers::Attention attn;  // q, k, v fused into one matmul; biases for Qwen2
   at::Tensor post_norm;   // [H]
   at::Tensor gate_up_w;   // [2 I, H] gate and up projections fused
   at::Tensor down_w;      // [H, I]
@@ -37,14 +35,15 @@ class LlamaModel final : public Model {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       LlamaLayer l;
       l.input_norm = load(p + "input_layernorm.weight", {h});
-      l.qkv_w = at::cat({load(p + "self_attn.q_proj.weight", {hq * d, h}),
-                         load(p + "self_attn.k_proj.weight", {hkv * d, h}),
-                         load(p + "self_attn.v_proj.weight", {hkv * d, h})});
+      l.attn.heads = hq, l.attn.kv_heads = hkv, l.attn.head_dim = d;
+      l.attn.qkv_w = at::cat({load(p + "self_attn.q_proj.weight", {hq * d, h}),
+                              load(p + "self_attn.k_proj.weight", {hkv * d, h}),
+                              load(p + "self_attn.v_proj.weight", {hkv * d, h})});
       if (c.attention_bias)
-        l.qkv_b = at::cat({load(p + "self_attn.q_proj.bias", {hq * d}),
-                           load(p + "self_attn.k_proj.bias", {hkv * d}),
-                           load(p + "self_attn.v_proj.bias", {hkv * d})});
-      l.o_w = load(p + "self_attn.o_proj.weight", {h, hq * d});
+        l.attn.qkv_b = at::cat({load(p + "self_attn.q_proj.bias", {hq * d}),
+                                load(p + "self_attn.k_proj.bias", {hkv * d}),
+                                load(p + "self_attn.v_proj.bias", {hkv * d})});
+      l.attn.o_w = load(p + "self_attn.o_proj.weight", {h, hq * d});
       l.post_norm = load(p + "post_attention_layernorm.weight", {h});
       l.gate_up_w = at::cat({load(p + "mlp.gate_proj.weight", {inter, h}),
                              load(p + "mlp.up_proj.weight", {inter, h})});
@@ -61,7 +60,6 @@ class LlamaModel final : public Model {
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const ModelConfig& c = config_;
     const int64_t b = input_ids.size(0), t = input_ids.size(1);
-    const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads, d = c.head_dim;
     const int64_t past = cache.length();
     const at::Tensor ids = input_ids.to(device_);                              // [B, T]
     at::Tensor x = embed_.index_select(0, ids.reshape(-1)).view({b, t, -1});  // [B, T, H]
@@ -70,13 +68,7 @@ class LlamaModel final : public Model {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LlamaLayer& l = layers_[i];
       const at::Tensor hidden = layers::rms_norm(x, l.input_norm, c.rms_norm_eps);  // [B, T, H]
-      const at::Tensor qkv = layers::linear(hidden, l.qkv_w, l.qkv_b);  // [B, T, (Hq+2Hkv) D]
-      const auto parts = qkv.split({hq * d, hkv * d, hkv * d}, -1);
-      const at::Tensor q = layers::Rotary::apply(parts[0].view({b, t, hq, d}).transpose(1, 2), cos, sin);
-      const at::Tensor k = layers::Rotary::apply(parts[1].view({b, t, hkv, d}).transpose(1, 2), cos, sin);
-      const at::Tensor v = parts[2].view({b, t, hkv, d}).transpose(1, 2);  // [B, Hkv, T, D]
-      const at::Tensor attn = layers::cached_attention(q, k, v, cache, static_cast<int64_t>(i), mask, scale_);
-      x = x + layers::linear(attn, l.o_w);
+      x = x + l.attn(hidden, cache, static_cast<int64_t>(i), mask, scale_, cos, sin);
       const at::Tensor h2 = layers::rms_norm(x, l.post_norm, c.rms_norm_eps);
       const auto gu = layers::linear(h2, l.gate_up_w).chunk(2, -1);  // 2 x [B, T, I]
       x = x + layers::linear(at::silu(gu[0]) * gu[1], l.down_w);

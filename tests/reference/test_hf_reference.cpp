@@ -14,7 +14,7 @@ std::vector<std::string> reference_folders(bool assisted_only = false) {
   std::vector<std::string> out;
   const std::string root = fixtures_dir();
   if (root.empty()) return out;
-  for (const char* arch : {"llama", "mistral", "qwen2"}) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"}) {
     const std::string dir = root + "/hf/" + arch;
     DIR* d = ::opendir(dir.c_str());
     if (!d) continue;

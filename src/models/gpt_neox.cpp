@@ -1,0 +1,94 @@
+// GPTNeoXForCausalLM (Pythia): LayerNorms with bias, fused per-head QKV, partial rotary
+// embeddings (rotary_pct), parallel or sequential residual, GELU MLP, untied head.
+#include <c10/core/InferenceMode.h>
+
+#include "layers.hpp"
+#include "models/registry.hpp"
+
+namespace specdec::models {
+namespace {
+
+struct NeoXLayer {
+  layers::Norm ln1, ln2;
+  layers::Attention attn;
+  layers::Mlp mlp;
+};
+
+class GptNeoXModel final : public Model {
+ public:
+  GptNeoXModel(const ModelConfig& c, const WeightStore& w, const LoadOptions& o)
+      : Model(c, o.device, o.dtype),
+        rotary_(static_cast<int64_t>(c.head_dim * c.rotary_pct), c.rope_theta, c.rope_scaling),
+        scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
+    c10::InferenceMode guard;
+    const int64_t h = c.hidden_size, d = c.head_dim, n = c.num_attention_heads, v = c.vocab_size;
+    const std::string root = w.contains("gpt_neox.embed_in.weight") ? "gpt_neox." : "";
+    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
+      return w.load(name, dtype_, device_, shape);
+    };
+    embed_ = load(root + "embed_in.weight", {v, h});
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      const std::string p = root + "layers." + std::to_string(i) + ".";
+      NeoXLayer l;
+      l.ln1 = {load(p + "input_layernorm.weight", {h}), load(p + "input_layernorm.bias", {h})};
+      l.ln2 = {load(p + "post_attention_layernorm.weight", {h}), load(p + "post_attention_layernorm.bias", {h})};
+      // Stored per head as [q_h | k_h | v_h]; regroup into [all q | all k | all v].
+      const auto regroup = [&](const at::Tensor& t) {
+        const at::Tensor x = t.reshape({n, 3, d, -1}).transpose(0, 1).reshape({3 * n * d, -1});
+        return t.dim() == 1 ? x.reshape({-1}).contiguous() : x.contiguous();
+      };
+      l.attn.heads = l.attn.kv_heads = n, l.attn.head_dim = d;
+      l.attn.qkv_w = regroup(load(p + "attention.query_key_value.weight", {3 * h, h}));
+      if (c.attention_bias) {
+        l.attn.qkv_b = regroup(load(p + "attention.query_key_value.bias", {3 * h}));
+        l.attn.o_b = load(p + "attention.dense.bias", {h});
+      }
+      l.attn.o_w = load(p + "attention.dense.weight", {h, h});
+      l.mlp = {load(p + "mlp.dense_h_to_4h.weight", {c.intermediate_size, h}),
+               load(p + "mlp.dense_h_to_4h.bias", {c.intermediate_size}),
+               load(p + "mlp.dense_4h_to_h.weight", {h, c.intermediate_size}),
+               load(p + "mlp.dense_4h_to_h.bias", {h}), c.hidden_act};
+      layers_.push_back(std::move(l));
+    }
+    final_ = {load(root + "final_layer_norm.weight", {h}), load(root + "final_layer_norm.bias", {h})};
+    head_ = c.tie_word_embeddings ? embed_ : load("embed_out.weight", {v, h});
+  }
+
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+    const ModelConfig& c = config_;
+    const int64_t b = input_ids.size(0), t = input_ids.size(1), past = cache.length();
+    at::Tensor x = embed_.index_select(0, input_ids.to(device_).reshape(-1)).view({b, t, -1});
+    auto [cos, sin] = rotary_.tables(past, t, dtype_, device_);
+    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
+    const double eps = c.rms_norm_eps;
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const NeoXLayer& l = layers_[i];
+      const at::Tensor a = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, scale_, cos, sin);
+      if (c.use_parallel_residual) {
+        x = x + a + l.mlp(l.ln2(x, eps));
+      } else {
+        x = x + a;
+        x = x + l.mlp(l.ln2(x, eps));
+      }
+    }
+    cache.advance(t);
+    if (keep_last > 0 && keep_last < t) x = x.narrow(1, t - keep_last, keep_last);
+    return layers::linear(final_(x, eps), head_).to(at::kFloat);
+  }
+
+ private:
+  layers::Rotary rotary_;
+  double scale_;
+  at::Tensor embed_, head_;
+  std::vector<NeoXLayer> layers_;
+  layers::Norm final_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Model> make_gpt_neox(const ModelConfig& config, const WeightStore& weights,
+                                           const LoadOptions& options) {
+  return std::make_shared<GptNeoXModel>(config, weights, options);
+}
+
+}  // namespace specdec::models

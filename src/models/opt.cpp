@@ -1,0 +1,97 @@
+// OPTForCausalLM: learned positions with an offset of 2, LayerNorms before (or, opt-350m style,
+// after) each block, separate q/k/v projections fused here, ReLU MLP, optional project_in /
+// project_out around the decoder when word_embed_proj_dim differs from hidden_size, tied head.
+#include <c10/core/InferenceMode.h>
+
+#include "layers.hpp"
+#include "models/registry.hpp"
+
+namespace specdec::models {
+namespace {
+
+struct OptLayer {
+  layers::Norm attn_ln, mlp_ln;
+  layers::Attention attn;
+  layers::Mlp mlp;
+};
+
+constexpr int64_t kPositionOffset = 2;  // OPTLearnedPositionalEmbedding
+
+class OptModel final : public Model {
+ public:
+  OptModel(const ModelConfig& c, const WeightStore& w, const LoadOptions& o)
+      : Model(c, o.device, o.dtype), scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
+    c10::InferenceMode guard;
+    const int64_t h = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
+    const int64_t e = c.word_embed_proj_dim > 0 ? c.word_embed_proj_dim : h;
+    const std::string root = w.contains("model.decoder.embed_tokens.weight") ? "model.decoder." : "decoder.";
+    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
+      return w.load(name, dtype_, device_, shape);
+    };
+    auto bias = [&](const std::string& name, int64_t n) { return c.enable_bias ? load(name, {n}) : at::Tensor(); };
+    auto norm = [&](const std::string& p) { return layers::Norm{load(p + ".weight", {h}), load(p + ".bias", {h})}; };
+    embed_ = load(root + "embed_tokens.weight", {v, e});
+    positions_ = load(root + "embed_positions.weight", {c.max_position_embeddings + kPositionOffset, h});
+    if (e != h) {
+      project_in_ = load(root + "project_in.weight", {h, e});
+      project_out_ = load(root + "project_out.weight", {e, h});
+    }
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      const std::string p = root + "layers." + std::to_string(i) + ".";
+      OptLayer l;
+      l.attn_ln = norm(p + "self_attn_layer_norm");
+      l.mlp_ln = norm(p + "final_layer_norm");
+      l.attn.heads = l.attn.kv_heads = c.num_attention_heads, l.attn.head_dim = c.head_dim;
+      l.attn.qkv_w = at::cat({load(p + "self_attn.q_proj.weight", {h, h}), load(p + "self_attn.k_proj.weight", {h, h}),
+                              load(p + "self_attn.v_proj.weight", {h, h})});
+      if (c.enable_bias)
+        l.attn.qkv_b = at::cat({load(p + "self_attn.q_proj.bias", {h}), load(p + "self_attn.k_proj.bias", {h}),
+                                load(p + "self_attn.v_proj.bias", {h})});
+      l.attn.o_w = load(p + "self_attn.out_proj.weight", {h, h});
+      l.attn.o_b = bias(p + "self_attn.out_proj.bias", h);
+      l.mlp = {load(p + "fc1.weight", {f, h}), bias(p + "fc1.bias", f), load(p + "fc2.weight", {h, f}),
+               bias(p + "fc2.bias", h), c.hidden_act};
+      layers_.push_back(std::move(l));
+    }
+    if (c.do_layer_norm_before && !c.remove_final_layer_norm) final_ = norm(root + "final_layer_norm");
+    head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight")) ? embed_ : load("lm_head.weight", {v, e});
+  }
+
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+    const ModelConfig& c = config_;
+    const double eps = c.rms_norm_eps;
+    const int64_t b = input_ids.size(0), t = input_ids.size(1), past = cache.length();
+    at::Tensor x = embed_.index_select(0, input_ids.to(device_).reshape(-1)).view({b, t, -1});
+    if (project_in_.defined()) x = layers::linear(x, project_in_);
+    x = x + layers::learned_positions(positions_, past, t, kPositionOffset);
+    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const OptLayer& l = layers_[i];
+      const bool pre = c.do_layer_norm_before;
+      x = x + l.attn(pre ? l.attn_ln(x, eps) : x, cache, static_cast<int64_t>(i), mask, scale_);
+      if (!pre) x = l.attn_ln(x, eps);
+      x = x + l.mlp(pre ? l.mlp_ln(x, eps) : x);
+      if (!pre) x = l.mlp_ln(x, eps);
+    }
+    cache.advance(t);
+    if (keep_last > 0 && keep_last < t) x = x.narrow(1, t - keep_last, keep_last);
+    if (final_.w.defined()) x = final_(x, eps);
+    if (project_out_.defined()) x = layers::linear(x, project_out_);
+    return layers::linear(x, head_).to(at::kFloat);
+  }
+
+ private:
+  double scale_;
+  at::Tensor embed_, positions_, project_in_, project_out_, head_;
+  std::vector<OptLayer> layers_;
+  layers::Norm final_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Model> make_opt(const ModelConfig& config, const WeightStore& weights,
+                                      const LoadOptions& options) {
+  return std::make_shared<OptModel>(config, weights, options);
+}
+
+}  // namespace specdec::models
