@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -31,7 +32,25 @@ void make_dir(const std::string& dir) {
 const char* architecture_of(const std::string& arch) {
   if (arch == "llama") return "LlamaForCausalLM";
   if (arch == "mistral") return "MistralForCausalLM";
+  if (arch == "gpt_neox") return "GPTNeoXForCausalLM";
+  if (arch == "gpt2") return "GPT2LMHeadModel";
+  if (arch == "opt") return "OPTForCausalLM";
   return "Qwen2ForCausalLM";
+}
+
+bool llama_family(const std::string& arch) { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
+
+// The decoder layer a tensor belongs to ("model.layers.3.", "transformer.h.3." ...), or -1.
+int64_t layer_of(const std::string& name) {
+  for (const char* marker : {"layers.", "h."}) {
+    const size_t at = name.find(marker);
+    if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) continue;
+    const size_t digits = at + std::strlen(marker);
+    size_t end = digits;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    if (end > digits && end < name.size() && name[end] == '.') return std::stoll(name.substr(digits, end - digits));
+  }
+  return -1;
 }
 
 json generation_config_json(const json& config) {
@@ -60,8 +79,11 @@ void write_checkpoint(const std::string& dir, const json& config,
 }  // namespace
 
 void FixtureOptions::validate() const {
-  SPECDEC_CHECK(arch == "llama" || arch == "mistral" || arch == "qwen2", "make-fixture: --arch '",
-                arch, "' is not supported (supported: llama, mistral, qwen2)");
+  SPECDEC_CHECK(llama_family(arch) || arch == "gpt_neox" || arch == "gpt2" || arch == "opt",
+                "make-fixture: --arch '", arch,
+                "' is not supported (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt)");
+  SPECDEC_CHECK(llama_family(arch) || kv_heads == 0 || kv_heads == heads, "make-fixture: ", arch,
+                " has no grouped-query attention (--kv-heads must equal --heads)");
   SPECDEC_CHECK(layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_pos > 0,
                 "make-fixture: layers, hidden, heads, vocab and max-pos must be positive");
   SPECDEC_CHECK(hidden % heads == 0, "make-fixture: hidden (", hidden,
@@ -101,46 +123,107 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     return at::normal(0.0, o.init_std * scale, shape, gen).to(dtype);
   };
   auto ones = [&](int64_t n) { return at::ones({n}, at::kFloat).to(dtype); };
-  t["model.embed_tokens.weight"] = randn({o.vocab, o.hidden});
-  for (int64_t i = 0; i < o.layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    const double s = (o.exit_layers >= 0 && i >= o.exit_layers) ? o.exit_scale : 1.0;
-    t[p + "input_layernorm.weight"] = ones(o.hidden);
-    t[p + "post_attention_layernorm.weight"] = ones(o.hidden);
-    t[p + "self_attn.q_proj.weight"] = randn({o.heads * d, o.hidden});
-    t[p + "self_attn.k_proj.weight"] = randn({kv * d, o.hidden});
-    t[p + "self_attn.v_proj.weight"] = randn({kv * d, o.hidden});
-    t[p + "self_attn.o_proj.weight"] = randn({o.hidden, o.heads * d}, s);
-    if (o.arch == "qwen2") {
-      t[p + "self_attn.q_proj.bias"] = randn({o.heads * d});
-      t[p + "self_attn.k_proj.bias"] = randn({kv * d});
-      t[p + "self_attn.v_proj.bias"] = randn({kv * d});
+  auto zeros = [&](int64_t n) { return at::zeros({n}, at::kFloat).to(dtype); };
+  // Scale of the residual-branch outputs of layer i (the synthetic early exit).
+  auto exit_scale = [&](int64_t i) { return (o.exit_layers >= 0 && i >= o.exit_layers) ? o.exit_scale : 1.0; };
+  const int64_t h = o.hidden;
+  json c = {{"architectures", {architecture_of(o.arch)}}, {"model_type", o.arch}, {"vocab_size", o.vocab},
+            {"torch_dtype", dtype_name(dtype)}, {"bos_token_id", o.bos_token_id},
+            {"eos_token_id", o.eos_token_id}, {"pad_token_id", o.pad_token_id}};
+  if (llama_family(o.arch)) {
+    t["model.embed_tokens.weight"] = randn({o.vocab, h});
+    for (int64_t i = 0; i < o.layers; ++i) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      const double s = exit_scale(i);
+      t[p + "input_layernorm.weight"] = ones(h);
+      t[p + "post_attention_layernorm.weight"] = ones(h);
+      t[p + "self_attn.q_proj.weight"] = randn({o.heads * d, h});
+      t[p + "self_attn.k_proj.weight"] = randn({kv * d, h});
+      t[p + "self_attn.v_proj.weight"] = randn({kv * d, h});
+      t[p + "self_attn.o_proj.weight"] = randn({h, o.heads * d}, s);
+      if (o.arch == "qwen2") {
+        t[p + "self_attn.q_proj.bias"] = randn({o.heads * d});
+        t[p + "self_attn.k_proj.bias"] = randn({kv * d});
+        t[p + "self_attn.v_proj.bias"] = randn({kv * d});
+      }
+      t[p + "mlp.gate_proj.weight"] = randn({inter, h});
+      t[p + "mlp.up_proj.weight"] = randn({inter, h});
+      t[p + "mlp.down_proj.weight"] = randn({h, inter}, s);
     }
-    t[p + "mlp.gate_proj.weight"] = randn({inter, o.hidden});
-    t[p + "mlp.up_proj.weight"] = randn({inter, o.hidden});
-    t[p + "mlp.down_proj.weight"] = randn({o.hidden, inter}, s);
+    t["model.norm.weight"] = ones(h);
+    if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, h});
+    c.update({{"hidden_size", h}, {"intermediate_size", inter}, {"num_hidden_layers", o.layers},
+              {"num_attention_heads", o.heads}, {"num_key_value_heads", kv}, {"head_dim", d},
+              {"max_position_embeddings", o.max_pos}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},
+              {"hidden_act", "silu"}, {"tie_word_embeddings", o.tie_word_embeddings}});
+  } else if (o.arch == "gpt_neox") {
+    t["gpt_neox.embed_in.weight"] = randn({o.vocab, h});
+    for (int64_t i = 0; i < o.layers; ++i) {
+      const std::string p = "gpt_neox.layers." + std::to_string(i) + ".";
+      const double s = exit_scale(i);
+      for (const char* n : {"input_layernorm", "post_attention_layernorm"})
+        t[p + n + ".weight"] = ones(h), t[p + n + ".bias"] = zeros(h);
+      t[p + "attention.query_key_value.weight"] = randn({3 * h, h});
+      t[p + "attention.query_key_value.bias"] = randn({3 * h});
+      t[p + "attention.dense.weight"] = randn({h, h}, s);
+      t[p + "attention.dense.bias"] = randn({h}, s);
+      t[p + "mlp.dense_h_to_4h.weight"] = randn({inter, h});
+      t[p + "mlp.dense_h_to_4h.bias"] = randn({inter});
+      t[p + "mlp.dense_4h_to_h.weight"] = randn({h, inter}, s);
+      t[p + "mlp.dense_4h_to_h.bias"] = randn({h}, s);
+    }
+    t["gpt_neox.final_layer_norm.weight"] = ones(h), t["gpt_neox.final_layer_norm.bias"] = zeros(h);
+    t["embed_out.weight"] = randn({o.vocab, h});
+    c.update({{"hidden_size", h}, {"intermediate_size", inter}, {"num_hidden_layers", o.layers},
+              {"num_attention_heads", o.heads}, {"max_position_embeddings", o.max_pos},
+              {"rotary_pct", 0.25}, {"rotary_emb_base", 10000}, {"use_parallel_residual", true},
+              {"layer_norm_eps", 1e-5}, {"hidden_act", "gelu"}, {"attention_bias", true},
+              {"tie_word_embeddings", false}});
+  } else if (o.arch == "gpt2") {
+    // Conv1D layout: weights are [in, out].
+    t["transformer.wte.weight"] = randn({o.vocab, h});
+    t["transformer.wpe.weight"] = randn({o.max_pos, h});
+    for (int64_t i = 0; i < o.layers; ++i) {
+      const std::string p = "transformer.h." + std::to_string(i) + ".";
+      const double s = exit_scale(i);
+      for (const char* n : {"ln_1", "ln_2"}) t[p + n + ".weight"] = ones(h), t[p + n + ".bias"] = zeros(h);
+      t[p + "attn.c_attn.weight"] = randn({h, 3 * h});
+      t[p + "attn.c_attn.bias"] = randn({3 * h});
+      t[p + "attn.c_proj.weight"] = randn({h, h}, s);
+      t[p + "attn.c_proj.bias"] = randn({h}, s);
+      t[p + "mlp.c_fc.weight"] = randn({h, inter});
+      t[p + "mlp.c_fc.bias"] = randn({inter});
+      t[p + "mlp.c_proj.weight"] = randn({inter, h}, s);
+      t[p + "mlp.c_proj.bias"] = randn({h}, s);
+    }
+    t["transformer.ln_f.weight"] = ones(h), t["transformer.ln_f.bias"] = zeros(h);
+    c.update({{"n_embd", h}, {"n_inner", inter}, {"n_layer", o.layers}, {"n_head", o.heads},
+              {"n_positions", o.max_pos}, {"activation_function", "gelu_new"},
+              {"layer_norm_epsilon", 1e-5}, {"scale_attn_weights", true}});
+  } else {  // opt
+    const std::string r = "model.decoder.";
+    t[r + "embed_tokens.weight"] = randn({o.vocab, h});
+    t[r + "embed_positions.weight"] = randn({o.max_pos + 2, h});
+    for (int64_t i = 0; i < o.layers; ++i) {
+      const std::string p = r + "layers." + std::to_string(i) + ".";
+      const double s = exit_scale(i);
+      for (const char* n : {"self_attn_layer_norm", "final_layer_norm"})
+        t[p + n + ".weight"] = ones(h), t[p + n + ".bias"] = zeros(h);
+      for (const char* n : {"q_proj", "k_proj", "v_proj"})
+        t[p + "self_attn." + n + ".weight"] = randn({h, h}), t[p + "self_attn." + n + ".bias"] = randn({h});
+      t[p + "self_attn.out_proj.weight"] = randn({h, h}, s);
+      t[p + "self_attn.out_proj.bias"] = randn({h}, s);
+      t[p + "fc1.weight"] = randn({inter, h});
+      t[p + "fc1.bias"] = randn({inter});
+      t[p + "fc2.weight"] = randn({h, inter}, s);
+      t[p + "fc2.bias"] = randn({h}, s);
+    }
+    t[r + "final_layer_norm.weight"] = ones(h), t[r + "final_layer_norm.bias"] = zeros(h);
+    c.update({{"hidden_size", h}, {"ffn_dim", inter}, {"num_hidden_layers", o.layers},
+              {"num_attention_heads", o.heads}, {"max_position_embeddings", o.max_pos},
+              {"do_layer_norm_before", true}, {"word_embed_proj_dim", h}, {"activation_function", "relu"},
+              {"enable_bias", true}, {"layer_norm_elementwise_affine", true}});
   }
-  t["model.norm.weight"] = ones(o.hidden);
-  if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, o.hidden});
-
-  json c = {{"architectures", {architecture_of(o.arch)}},
-            {"model_type", o.arch},
-            {"vocab_size", o.vocab},
-            {"hidden_size", o.hidden},
-            {"intermediate_size", inter},
-            {"num_hidden_layers", o.layers},
-            {"num_attention_heads", o.heads},
-            {"num_key_value_heads", kv},
-            {"head_dim", d},
-            {"max_position_embeddings", o.max_pos},
-            {"rms_norm_eps", 1e-6},
-            {"rope_theta", 10000.0},
-            {"hidden_act", "silu"},
-            {"tie_word_embeddings", o.tie_word_embeddings},
-            {"torch_dtype", dtype_name(dtype)},
-            {"bos_token_id", o.bos_token_id},
-            {"eos_token_id", o.eos_token_id},
-            {"pad_token_id", o.pad_token_id}};
   make_dir(out_dir);
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, out_dir);
   write_checkpoint(out_dir, c, t);
@@ -154,7 +237,7 @@ void make_draft_of(const std::string& target_dir, const std::string& out_dir, in
   SPECDEC_CHECK(layers >= 1 && layers <= tc.num_hidden_layers, "make-fixture: --layers ", layers,
                 " must be in [1, ", tc.num_hidden_layers, "] for a draft of ", target_dir);
   json c = json::parse(read_text_file(target_dir + "/config.json"));
-  c["num_hidden_layers"] = layers;
+  c[tc.model_type == "gpt2" ? "n_layer" : "num_hidden_layers"] = layers;
   if (file_exists(target_dir + "/generation_config.json")) {
     const json g = json::parse(read_text_file(target_dir + "/generation_config.json"));
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
@@ -164,10 +247,7 @@ void make_draft_of(const std::string& target_dir, const std::string& out_dir, in
   at::Generator gen = at::detail::createCPUGenerator(seed);
   std::map<std::string, at::Tensor> t;
   for (const std::string& name : w.names()) {
-    if (name.rfind("model.layers.", 0) == 0) {
-      const int64_t layer = std::stoll(name.substr(std::strlen("model.layers.")));
-      if (layer >= layers) continue;
-    }
+    if (layer_of(name) >= layers) continue;
     const TensorInfo& info = w.info(name);
     const at::ScalarType stored = info.dtype == "F32" ? at::kFloat
                                   : info.dtype == "BF16" ? at::kBFloat16 : at::kHalf;

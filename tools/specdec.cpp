@@ -328,7 +328,7 @@ int main(int argc, char** argv) {
                                 "Write a deterministic random-weight checkpoint in Hugging Face layout");
   mk->add_option("--out", out, "Output folder")->required();
   mk->add_option("--arch", fx.arch, "Architecture")
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2"}))
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"}))
       ->capture_default_str();
   mk->add_option("--layers", fx.layers, "Decoder layers (with --draft-of: layers kept)")
       ->capture_default_str();

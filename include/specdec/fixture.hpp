@@ -7,7 +7,7 @@
 namespace specdec {
 
 struct FixtureOptions {
-  std::string arch = "llama";  // llama | mistral | qwen2
+  std::string arch = "llama";  // llama | mistral | qwen2 | gpt_neox | gpt2 | opt
   int64_t layers = 2;
   int64_t hidden = 64;
   int64_t heads = 4;

@@ -16,7 +16,7 @@ FixtureOptions small(uint64_t seed, int64_t layers, const std::string& arch = "l
   o.layers = layers;
   o.hidden = 64;
   o.heads = 4;
-  o.kv_heads = 2;
+  o.kv_heads = (arch == "llama" || arch == "mistral" || arch == "qwen2") ? 2 : 0;
   o.intermediate = 128;
   o.vocab = 96;
   o.init_std = 0.1;  // larger weights than HF's 0.02 give peaked, input-dependent outputs
@@ -96,7 +96,7 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
 }
 
 TEST(Exactness, OtherArchitecturesAndPromptLookup) {
-  for (const char* arch : {"mistral", "qwen2"}) {
+  for (const char* arch : {"mistral", "qwen2", "gpt_neox", "gpt2", "opt"}) {
     const Pair p = pair_for(7, arch);
     const auto prompt = prompt_for(7, 6);
     GenerationConfig cfg;
@@ -104,7 +104,18 @@ TEST(Exactness, OtherArchitecturesAndPromptLookup) {
     cfg.eos_token_ids = {95};
     const auto want = Generator(p.target).generate(prompt, cfg).tokens;
     EXPECT_EQ(want, oracle_greedy(*p.target, prompt, 30, {95})) << arch;
-    EXPECT_EQ(Generator(p.target, p.early_exit).generate(prompt, cfg).tokens, want) << arch;
+    for (const char* schedule : {"constant", "heuristic", "dynamic"}) {
+      for (int64_t n : {1, 7, 30}) {
+        GenerationConfig a = cfg;
+        a.num_assistant_tokens_schedule = schedule;
+        a.max_new_tokens = n;
+        const std::vector<int64_t> prefix(want.begin(), want.begin() + std::min<size_t>(n, want.size()));
+        const auto r = Generator(p.target, p.early_exit).generate(prompt, a);
+        EXPECT_EQ(r.tokens, prefix) << arch << " " << schedule << " " << n;
+        if (n == 30) EXPECT_GT(r.stats.accepted_tokens, 0) << arch << " " << schedule;
+        EXPECT_EQ(Generator(p.target, p.unrelated).generate(prompt, a).tokens, prefix) << arch;
+      }
+    }
     cfg.prompt_lookup_num_tokens = 4;
     EXPECT_EQ(Generator(p.target).generate(prompt, cfg).tokens, want) << arch << " prompt lookup";
   }
