@@ -57,6 +57,15 @@ expect_error "draft of a missing target" "config.json" make-fixture --draft-of /
 expect_error "unknown subcommand" "" nosuchcommand
 "$SPECDEC" make-fixture --out "$work/v" --vocab 64 --layers 1 --hidden 64 --heads 4 2>/dev/null
 expect_error "draft with another vocabulary" "different vocab sizes" generate --model "$work/t" --draft "$work/v" --prompt-ids 1
+for arch in gpt_neox gpt2 opt; do
+  "$SPECDEC" make-fixture --out "$work/$arch" --arch $arch --layers 2 --hidden 64 --heads 4 --vocab 128 \
+    --init-std 0.1 --exit-layers 1 --exit-scale 0.2 --seed 2 2>/dev/null
+  "$SPECDEC" make-fixture --draft-of "$work/$arch" --out "$work/$arch-d" --layers 1 2>/dev/null
+  c=$("$SPECDEC" compare --model "$work/$arch" --draft "$work/$arch-d" --prompt-ids 5,6,7 --max-new-tokens 12 --json --warmup 0)
+  check "make-fixture --arch $arch, early-exit draft, identical assisted output" python3 -c "
+import json,sys; j=json.loads(sys.argv[1]); assert j['identical'] is True and j['assisted']['stats']['accepted_tokens']>0, j" "$c"
+done
+
 # ---- text in, text out (the tiny BPE tokenizer of tests/data) ----
 tok="$data/tiny_bpe"
 "$SPECDEC" make-fixture --out "$work/tt" --layers 2 --hidden 64 --heads 4 --init-std 0.1 --exit-layers 1 \
