@@ -42,7 +42,9 @@ TEST(ModelConfig, Qwen2AlwaysHasAttentionBias) {
 
 TEST(ModelConfig, RejectsBadInput) {
   expect_error("{not json", "invalid JSON");
-  expect_error(R"({"model_type":"bert"})", "unsupported model_type 'bert' (supported: llama, mistral, qwen2)");
+  expect_error(R"({"model_type":"bert"})",
+               "unsupported model_type 'bert' (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt)");
+  expect_error(R"({"model_type":"t5"})", "unsupported model_type 't5'");
   expect_error(R"({"vocab_size":3})", "missing field 'model_type'");
   std::string t = kGood;
   expect_error(t.replace(t.find("\"hidden_size\":16"), 16, "\"hidden_size\":\"x\""), "'hidden_size' has the wrong type");
