@@ -105,6 +105,15 @@ at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t la
   return linear(cached_attention(q, k, v, cache, layer, mask, scale), o_w, o_b);
 }
 
+at::Tensor embed(const at::Tensor& table, const at::Tensor& ids) {
+  return table.index_select(0, ids.to(table.device()).reshape(-1)).view({ids.size(0), ids.size(1), -1});
+}
+
+at::Tensor last_positions(const at::Tensor& x, int64_t keep) {
+  const int64_t t = x.size(1);
+  return keep > 0 && keep < t ? x.narrow(1, t - keep, keep) : x;
+}
+
 at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, int64_t offset) {
   SPECDEC_CHECK(offset + past + t <= table.size(0), "sequence of ", past + t,
                 " tokens is longer than the model's learned positions (", table.size(0) - offset, ")");

@@ -72,6 +72,11 @@ struct Norm {
   at::Tensor operator()(const at::Tensor& x, double eps) const { return layer_norm(x, w, b, eps); }
 };
 
+// Rows of `table` [V, H] for `ids` [B, T] (moved to the table's device): [B, T, H].
+at::Tensor embed(const at::Tensor& table, const at::Tensor& ids);
+// The last `keep` positions of x [B, T, H] (keep <= 0 or >= T: all of them).
+at::Tensor last_positions(const at::Tensor& x, int64_t keep);
+
 // Learned absolute positions: rows [offset + past, offset + past + T) of `table`, [T, H]; throws
 // when the sequence would run past the table.
 at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, int64_t offset);

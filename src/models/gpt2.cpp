@@ -53,8 +53,8 @@ class Gpt2Model final : public Model {
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const double eps = config_.rms_norm_eps;
-    const int64_t b = input_ids.size(0), t = input_ids.size(1), past = cache.length();
-    at::Tensor x = wte_.index_select(0, input_ids.to(device_).reshape(-1)).view({b, t, -1}) +
+    const int64_t t = input_ids.size(1), past = cache.length();
+    at::Tensor x = layers::embed(wte_, input_ids) +
                    layers::learned_positions(wpe_, past, t, 0);
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -63,7 +63,7 @@ class Gpt2Model final : public Model {
       x = x + l.mlp(l.ln2(x, eps));
     }
     cache.advance(t);
-    if (keep_last > 0 && keep_last < t) x = x.narrow(1, t - keep_last, keep_last);
+    x = layers::last_positions(x, keep_last);
     return layers::linear(ln_f_(x, eps), head_).to(at::kFloat);
   }
 

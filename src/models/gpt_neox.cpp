@@ -56,8 +56,8 @@ class GptNeoXModel final : public Model {
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const ModelConfig& c = config_;
-    const int64_t b = input_ids.size(0), t = input_ids.size(1), past = cache.length();
-    at::Tensor x = embed_.index_select(0, input_ids.to(device_).reshape(-1)).view({b, t, -1});
+    const int64_t t = input_ids.size(1), past = cache.length();
+    at::Tensor x = layers::embed(embed_, input_ids);
     auto [cos, sin] = rotary_.tables(past, t, dtype_, device_);
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
     const double eps = c.rms_norm_eps;
@@ -72,7 +72,7 @@ class GptNeoXModel final : public Model {
       }
     }
     cache.advance(t);
-    if (keep_last > 0 && keep_last < t) x = x.narrow(1, t - keep_last, keep_last);
+    x = layers::last_positions(x, keep_last);
     return layers::linear(final_(x, eps), head_).to(at::kFloat);
   }
 

@@ -59,10 +59,8 @@ class LlamaModel final : public Model {
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const ModelConfig& c = config_;
-    const int64_t b = input_ids.size(0), t = input_ids.size(1);
-    const int64_t past = cache.length();
-    const at::Tensor ids = input_ids.to(device_);                              // [B, T]
-    at::Tensor x = embed_.index_select(0, ids.reshape(-1)).view({b, t, -1});  // [B, T, H]
+    const int64_t t = input_ids.size(1), past = cache.length();
+    at::Tensor x = layers::embed(embed_, input_ids);                           // [B, T, H]
     auto [cos, sin] = rotary_.tables(past, t, dtype_, device_);                // [T, D]
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);     // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -74,7 +72,7 @@ class LlamaModel final : public Model {
       x = x + layers::linear(at::silu(gu[0]) * gu[1], l.down_w);
     }
     cache.advance(t);
-    if (keep_last > 0 && keep_last < t) x = x.narrow(1, t - keep_last, keep_last);
+    x = layers::last_positions(x, keep_last);
     return layers::linear(layers::rms_norm(x, norm_, c.rms_norm_eps), lm_head_).to(at::kFloat);
   }
 

@@ -60,8 +60,8 @@ class OptModel final : public Model {
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const ModelConfig& c = config_;
     const double eps = c.rms_norm_eps;
-    const int64_t b = input_ids.size(0), t = input_ids.size(1), past = cache.length();
-    at::Tensor x = embed_.index_select(0, input_ids.to(device_).reshape(-1)).view({b, t, -1});
+    const int64_t t = input_ids.size(1), past = cache.length();
+    at::Tensor x = layers::embed(embed_, input_ids);
     if (project_in_.defined()) x = layers::linear(x, project_in_);
     x = x + layers::learned_positions(positions_, past, t, kPositionOffset);
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
@@ -74,7 +74,7 @@ class OptModel final : public Model {
       if (!pre) x = l.mlp_ln(x, eps);
     }
     cache.advance(t);
-    if (keep_last > 0 && keep_last < t) x = x.narrow(1, t - keep_last, keep_last);
+    x = layers::last_positions(x, keep_last);
     if (final_.w.defined()) x = final_(x, eps);
     if (project_out_.defined()) x = layers::linear(x, project_out_);
     return layers::linear(x, head_).to(at::kFloat);
