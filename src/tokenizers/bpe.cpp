@@ -45,16 +45,6 @@ const ByteMap& byte_map() {
   return m;
 }
 
-// Decodes one UTF-8 code point of valid text at s[i]; advances i.
-uint32_t next_cp(const std::string& s, size_t& i) {
-  const auto c = static_cast<uint8_t>(s[i]);
-  const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
-  for (int k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
-  i += len;
-  return cp;
-}
-
 class Regex {
  public:
   Regex(const std::string& pattern, bool literal, const std::string& where) {
@@ -94,7 +84,7 @@ class Regex {
       } else {  // empty match: step over one code point
         if (ov[0] >= s.size()) break;
         size_t i = ov[0];
-        next_cp(s, i);
+        next_code_point(s, i);
         start = i;
       }
     }
@@ -236,7 +226,7 @@ class ByteLevelBpe final : public TokenizerBase {
       std::string b;
       bool mapped = true;
       for (size_t i = 0; i < t.size() && mapped;) {
-        const auto it = m.to_byte.find(next_cp(t, i));
+        const auto it = m.to_byte.find(next_code_point(t, i));
         if (it == m.to_byte.end()) mapped = false;
         else b += static_cast<char>(it->second);
       }
@@ -297,7 +287,7 @@ class ByteLevelBpe final : public TokenizerBase {
       std::vector<std::string> sym;
       for (size_t i = 0; i < word.size();) {
         const size_t b = i;
-        next_cp(word, i);
+        next_code_point(word, i);
         sym.push_back(word.substr(b, i - b));
       }
       // Repeatedly merge the pair of lowest rank, every occurrence left to right (GPT-2's bpe()).

@@ -108,13 +108,6 @@ const Shim& shim() {
   throw Error(msg);
 }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
-
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
-  return s;
-}
-
 class SentencePieceTokenizer final : public TokenizerBase {
  public:
   SentencePieceTokenizer(const std::string& path, const TokenizerConfig& cfg, const TokenizerOptions& o) {

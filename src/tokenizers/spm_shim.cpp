@@ -36,6 +36,19 @@ void set_error(char** err, const std::string& msg) {
   if (*err) std::memcpy(*err, msg.c_str(), msg.size() + 1);
 }
 
+// Copies `n` elements into a malloc'd buffer (one spare element, so it is never empty and a string
+// gets its terminating 0): 0, or -1 with *err set.
+template <typename T>
+int copy_out(const T* data, size_t n, T** out, char** err) {
+  *out = static_cast<T*>(std::calloc(n + 1, sizeof(T)));
+  if (!*out) {
+    set_error(err, "out of memory");
+    return -1;
+  }
+  if (n) std::memcpy(*out, data, sizeof(T) * n);
+  return 0;
+}
+
 // Minimal protobuf wire-format reader: enough to find ModelProto.normalizer_spec (field 3) and
 // set its add_dummy_prefix (field 3, bool) without the generated protobuf classes, which Debian
 // does not ship.
@@ -169,13 +182,7 @@ SHIM_API int specdec_spm_encode(const specdec_spm* sp, const char* text, size_t 
     return -1;
   }
   *n = out.size();
-  *ids = static_cast<int*>(std::malloc(sizeof(int) * (out.empty() ? 1 : out.size())));
-  if (!*ids) {
-    set_error(err, "out of memory");
-    return -1;
-  }
-  if (!out.empty()) std::memcpy(*ids, out.data(), sizeof(int) * out.size());
-  return 0;
+  return copy_out(out.data(), out.size(), ids, err);
 }
 
 SHIM_API int specdec_spm_decode_pieces(const specdec_spm* sp, const char* const* pieces,
@@ -191,13 +198,7 @@ SHIM_API int specdec_spm_decode_pieces(const specdec_spm* sp, const char* const*
     return -1;
   }
   *out_len = text.size();
-  *out = static_cast<char*>(std::malloc(text.size() + 1));
-  if (!*out) {
-    set_error(err, "out of memory");
-    return -1;
-  }
-  std::memcpy(*out, text.c_str(), text.size() + 1);
-  return 0;
+  return copy_out(text.data(), text.size(), out, err);
 }
 
 SHIM_API int specdec_spm_train(const char* args, char** err) {

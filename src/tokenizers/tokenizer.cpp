@@ -49,20 +49,38 @@ bool is_space_cp(uint32_t cp) {
          cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-// Code points of valid UTF-8 text with their byte offsets.
+}  // namespace
+
+uint32_t next_code_point(const std::string& s, size_t& i) {
+  uint32_t cp = 0;
+  size_t consumed = 0;
+  const int len = utf8_sequence(s, i, cp, consumed);
+  i += len ? len : consumed;
+  return len ? cp : 0xFFFD;
+}
+
+namespace {
+// Code points of UTF-8 text with their byte offsets.
 std::vector<std::pair<size_t, uint32_t>> code_points(const std::string& s) {
   std::vector<std::pair<size_t, uint32_t>> out;
   for (size_t i = 0; i < s.size();) {
-    uint32_t cp = 0;
-    size_t consumed = 0;
-    const int len = utf8_sequence(s, i, cp, consumed);
-    out.emplace_back(i, len ? cp : 0xFFFD);
-    i += len ? len : consumed;
+    const size_t at = i;
+    out.emplace_back(at, next_code_point(s, i));
   }
   return out;
 }
-
 }  // namespace
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  return s;
+}
 
 void require_utf8(const std::string& text) {
   for (size_t i = 0; i < text.size();) {
@@ -163,10 +181,7 @@ std::string clean_up_tokenization(std::string s) {
   static const std::pair<const char*, const char*> kRules[] = {
       {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
       {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-  for (const auto& [from, to] : kRules) {
-    const std::string f(from), t(to);
-    for (size_t p = 0; (p = s.find(f, p)) != std::string::npos; p += t.size()) s.replace(p, f.size(), t);
-  }
+  for (const auto& [from, to] : kRules) s = replace_all(std::move(s), from, to);
   return s;
 }
 
@@ -437,9 +452,8 @@ std::string TokenizerBase::fingerprint() const {
 namespace {
 const char* const kSentencePieceFiles[] = {"tokenizer.model", "spiece.model"};
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using tok::ends_with;
+
 std::string parent_dir(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);

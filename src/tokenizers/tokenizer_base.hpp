@@ -30,6 +30,12 @@ void require_utf8(const std::string& text);
 // Bytes to text; each maximal invalid subsequence becomes U+FFFD (Python's errors="replace").
 std::string utf8_lossy(const std::string& bytes);
 void append_utf8(std::string& out, uint32_t cp);
+// The code point at s[i], advancing i past it; an invalid sequence reads as U+FFFD and i moves
+// past its maximal valid prefix.
+uint32_t next_code_point(const std::string& s, size_t& i);
+bool starts_with(const std::string& s, const std::string& prefix);
+bool ends_with(const std::string& s, const std::string& suffix);
+std::string replace_all(std::string s, const std::string& from, const std::string& to);
 // Unicode normalization through ICU: form is "NFC", "NFD", "NFKC" or "NFKD".
 std::string normalize_unicode(const std::string& text, const std::string& form);
 // Python's str.lstrip() / str.rstrip() (Unicode whitespace).
