@@ -16,17 +16,7 @@ run() { # run LABEL ARGS...
   local label=$1; shift
   "$bin" compare --model "$models/target" --draft "$models/draft" --prompt-ids "$prompt" \
     --max-new-tokens 32 --threads 2 --json "$@" |
-    python3 -c "
-import json,sys
-j=json.load(sys.stdin); a=j['assisted']['stats']; t=j['target_only']['stats']
-print(json.dumps({'config':sys.argv[1],'identical':j['identical'],
-  'greedy_ms_per_token':round(1e3*t['total_seconds']/t['new_tokens'],1),
-  'assisted_ms_per_token':round(1e3*a['total_seconds']/a['new_tokens'],1),
-  'speedup':round(j['speedup'],2),'predicted':round(j['predicted_speedup'],2),
-  'share_of_predicted':round(j['speedup']/j['predicted_speedup'],2) if j['predicted_speedup'] else None,
-  'target_passes':a['target_passes'],'draft_passes':a['draft_passes'],
-  'acceptance':round(a['acceptance_rate'],3),'tokens_per_pass':round(a['tokens_per_target_pass'],2),
-  'cost_ratio':round(j['cost_ratio'],3)}))" "$label"
+    python3 "$(dirname "$0")/compare_summary.py" "$label"
 }
 run "constant K=5" --num-assistant-tokens 5 --schedule constant
 run "heuristic K=5" --num-assistant-tokens 5 --schedule heuristic

@@ -21,12 +21,5 @@ prompt="1,450,1234,338,29871,$start,$passage,29889,450,1234,338,$start"
 for n in 5 10 20; do
   "$bin" compare --model "$models/bigram" --prompt-ids "$prompt" --prompt-lookup $n \
     --max-new-tokens 48 --threads 2 --json |
-    python3 -c "
-import json,sys
-j=json.load(sys.stdin); a=j['assisted']['stats']; t=j['target_only']['stats']
-print(json.dumps({'config':'prompt lookup %s' % sys.argv[1],'identical':j['identical'],
-  'greedy_ms_per_token':round(1e3*t['total_seconds']/t['new_tokens'],1),
-  'assisted_ms_per_token':round(1e3*a['total_seconds']/a['new_tokens'],1),
-  'speedup':round(j['speedup'],2),'target_passes':a['target_passes'],
-  'acceptance':round(a['acceptance_rate'],3),'tokens_per_pass':round(a['tokens_per_target_pass'],2)}))" "$n"
+    python3 "$(dirname "$0")/compare_summary.py" "prompt lookup $n"
 done

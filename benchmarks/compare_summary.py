@@ -1,0 +1,16 @@
+"""Reads one `specdec compare --json` object on stdin; prints one JSON line of its key figures.
+Usage: specdec compare ... --json | python3 benchmarks/compare_summary.py LABEL"""
+import json
+import sys
+
+j = json.load(sys.stdin)
+a, t = j["assisted"]["stats"], j["target_only"]["stats"]
+print(json.dumps({
+    "config": sys.argv[1], "identical": j["identical"],
+    "greedy_ms_per_token": round(1e3 * t["total_seconds"] / t["new_tokens"], 1),
+    "assisted_ms_per_token": round(1e3 * a["total_seconds"] / a["new_tokens"], 1),
+    "speedup": round(j["speedup"], 2), "predicted": round(j["predicted_speedup"], 2),
+    "share_of_predicted": round(j["speedup"] / j["predicted_speedup"], 2) if j["predicted_speedup"] else None,
+    "target_passes": a["target_passes"], "draft_passes": a["draft_passes"],
+    "acceptance": round(a["acceptance_rate"], 3), "tokens_per_pass": round(a["tokens_per_target_pass"], 2),
+    "cost_ratio": round(j["cost_ratio"], 3)}))
