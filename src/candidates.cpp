@@ -16,13 +16,16 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 
 DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft,
                                          const GenerationConfig& config,
-                                         LookaheadSchedule& schedule, Rng& rng, int64_t max_length)
+                                         LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
+                                         const at::Tensor& encoder_states)
     : draft_(std::move(draft)),
       config_(config),
       schedule_(schedule),
       rng_(rng),
       processors_(config),
-      cache_(draft_->make_cache(max_length)) {}
+      cache_(draft_->make_cache(max_length)) {
+  if (draft_->config().is_encoder_decoder) draft_->attach_encoder(encoder_states, cache_);
+}
 
 Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int64_t max_tokens) {
   Candidates out;

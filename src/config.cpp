@@ -13,7 +13,7 @@ namespace specdec {
 using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"};
+  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"};
   return kTypes;
 }
 
@@ -66,6 +66,40 @@ void read_special_tokens(const json& j, ModelConfig& c, const std::string& sourc
     auto ids = read_token_list(j["pad_token_id"], "pad_token_id", source);
     if (!ids.empty()) c.pad_token_id = ids[0];
   }
+  if (j.contains("decoder_start_token_id") && !j["decoder_start_token_id"].is_null()) {
+    auto ids = read_token_list(j["decoder_start_token_id"], "decoder_start_token_id", source);
+    if (!ids.empty()) c.decoder_start_token_id = ids[0];
+  }
+}
+
+// T5Config: d_model, d_ff, d_kv, num_heads, num_layers, num_decoder_layers, feed_forward_proj.
+void read_t5_fields(const json& j, ModelConfig& c, const std::string& source) {
+  c.is_encoder_decoder = true;
+  c.hidden_size = 512, c.head_dim = 64, c.intermediate_size = 2048, c.num_attention_heads = 8;
+  c.num_encoder_layers = 6;
+  read_field(j, "d_model", c.hidden_size, source);
+  read_field(j, "d_kv", c.head_dim, source);
+  read_field(j, "d_ff", c.intermediate_size, source);
+  read_field(j, "num_heads", c.num_attention_heads, source);
+  c.num_key_value_heads = c.num_attention_heads;
+  read_field(j, "num_layers", c.num_encoder_layers, source);
+  c.num_hidden_layers = c.num_encoder_layers;
+  read_field(j, "num_decoder_layers", c.num_hidden_layers, source);
+  read_field(j, "relative_attention_num_buckets", c.relative_attention_num_buckets, source);
+  read_field(j, "relative_attention_max_distance", c.relative_attention_max_distance, source);
+  std::string ff = "relu";
+  read_field(j, "feed_forward_proj", ff, source);
+  // As T5Config: "[gated-]ACT", and "gated-gelu" means the tanh approximation (t5-v1_1, flan-t5).
+  const size_t dash = ff.find('-');
+  const bool gated = dash != std::string::npos && ff.substr(0, dash) == "gated";
+  SPECDEC_CHECK(dash == std::string::npos || (gated && ff.find('-', dash + 1) == std::string::npos),
+                source, ": feed_forward_proj '", ff, "' is not of the form ACT or gated-ACT");
+  c.is_gated_act = gated;
+  c.hidden_act = ff == "gated-gelu" ? "gelu_new" : gated ? ff.substr(dash + 1) : ff;
+  // Fields saved by T5Config.to_dict() win, as in Hugging Face.
+  read_field(j, "dense_act_fn", c.hidden_act, source);
+  read_field(j, "is_gated_act", c.is_gated_act, source);
+  c.tie_word_embeddings = true;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -91,16 +125,20 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                 ": unsupported model_type '", c.model_type, "' (supported: ", join(types), ")");
   const bool gpt2 = c.model_type == "gpt2", opt = c.model_type == "opt", neox = c.model_type == "gpt_neox";
   read_field(j, "vocab_size", c.vocab_size, source);
-  read_field(j, gpt2 ? "n_embd" : "hidden_size", c.hidden_size, source);
-  read_field(j, gpt2 ? "n_inner" : opt ? "ffn_dim" : "intermediate_size", c.intermediate_size, source);
-  if (gpt2 && c.intermediate_size == 0) c.intermediate_size = 4 * c.hidden_size;  // n_inner: null
-  read_field(j, gpt2 ? "n_layer" : "num_hidden_layers", c.num_hidden_layers, source);
-  read_field(j, gpt2 ? "n_head" : "num_attention_heads", c.num_attention_heads, source);
-  c.num_key_value_heads = c.num_attention_heads;
-  read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
-  if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
-  read_field(j, "head_dim", c.head_dim, source);
-  read_field(j, gpt2 ? "n_positions" : "max_position_embeddings", c.max_position_embeddings, source);
+  if (c.model_type == "t5") {
+    read_t5_fields(j, c, source);
+  } else {
+    read_field(j, gpt2 ? "n_embd" : "hidden_size", c.hidden_size, source);
+    read_field(j, gpt2 ? "n_inner" : opt ? "ffn_dim" : "intermediate_size", c.intermediate_size, source);
+    if (gpt2 && c.intermediate_size == 0) c.intermediate_size = 4 * c.hidden_size;  // n_inner: null
+    read_field(j, gpt2 ? "n_layer" : "num_hidden_layers", c.num_hidden_layers, source);
+    read_field(j, gpt2 ? "n_head" : "num_attention_heads", c.num_attention_heads, source);
+    c.num_key_value_heads = c.num_attention_heads;
+    read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
+    if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
+    read_field(j, "head_dim", c.head_dim, source);
+    read_field(j, gpt2 ? "n_positions" : "max_position_embeddings", c.max_position_embeddings, source);
+  }
   if (neox || gpt2 || opt) c.rms_norm_eps = 1e-5;
   read_field(j, "rms_norm_eps", c.rms_norm_eps, source);
   read_field(j, "layer_norm_eps", c.rms_norm_eps, source);
@@ -120,7 +158,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   read_field(j, "attention_bias", c.attention_bias, source);
   if (c.model_type == "qwen2") c.attention_bias = true;  // Qwen2 always has q/k/v biases
   // GPT-2 and OPT tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
-  c.tie_word_embeddings = gpt2 || opt;
+  if (!c.is_encoder_decoder) c.tie_word_embeddings = gpt2 || opt;
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
   if (neox || gpt2 || opt) c.hidden_act = neox ? "gelu" : gpt2 ? "gelu_new" : "relu";
   read_field(j, "hidden_act", c.hidden_act, source);
@@ -178,8 +216,9 @@ void ModelConfig::validate(const std::string& source) const {
   SPECDEC_CHECK(num_attention_heads % num_key_value_heads == 0, source,
                 ": num_attention_heads (", num_attention_heads,
                 ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
-  SPECDEC_CHECK(head_dim % 2 == 0, source, ": head_dim must be even for rotary embeddings, got ",
-                head_dim);
+  if (!is_encoder_decoder)
+    SPECDEC_CHECK(head_dim % 2 == 0, source, ": head_dim must be even for rotary embeddings, got ",
+                  head_dim);
   SPECDEC_CHECK(rms_norm_eps > 0, source, ": rms_norm_eps must be > 0");
   SPECDEC_CHECK(rope_theta > 0, source, ": rope_theta must be > 0");
   if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
@@ -189,6 +228,16 @@ void ModelConfig::validate(const std::string& source) const {
     const std::vector<std::string> acts = {"relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "silu"};
     SPECDEC_CHECK(std::find(acts.begin(), acts.end(), hidden_act) != acts.end(), source,
                   ": unsupported activation '", hidden_act, "' (supported: ", join(acts), ")");
+  }
+  if (is_encoder_decoder) {
+    positive(num_encoder_layers, "num_layers");
+    positive(relative_attention_num_buckets, "relative_attention_num_buckets");
+    positive(relative_attention_max_distance, "relative_attention_max_distance");
+    SPECDEC_CHECK(decoder_start_token_id.has_value(), source,
+                  ": encoder-decoder model without decoder_start_token_id");
+    SPECDEC_CHECK(*decoder_start_token_id >= 0 && *decoder_start_token_id < vocab_size, source,
+                  ": decoder_start_token_id ", *decoder_start_token_id, " is outside the vocabulary [0, ",
+                  vocab_size, ")");
   }
   for (int64_t id : eos_token_ids)
     SPECDEC_CHECK(id >= 0 && id < vocab_size, source, ": eos_token_id ", id,

@@ -35,14 +35,17 @@ const char* architecture_of(const std::string& arch) {
   if (arch == "gpt_neox") return "GPTNeoXForCausalLM";
   if (arch == "gpt2") return "GPT2LMHeadModel";
   if (arch == "opt") return "OPTForCausalLM";
+  if (arch == "t5") return "T5ForConditionalGeneration";
   return "Qwen2ForCausalLM";
 }
 
 bool llama_family(const std::string& arch) { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
 
-// The decoder layer a tensor belongs to ("model.layers.3.", "transformer.h.3." ...), or -1.
+// The decoder layer a tensor belongs to ("model.layers.3.", "transformer.h.3.", "decoder.block.3."
+// ...), or -1 (T5's encoder blocks included: a draft keeps the whole encoder).
 int64_t layer_of(const std::string& name) {
-  for (const char* marker : {"layers.", "h."}) {
+  if (name.rfind("encoder.", 0) == 0) return -1;
+  for (const char* marker : {"layers.", "h.", "block."}) {
     const size_t at = name.find(marker);
     if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) continue;
     const size_t digits = at + std::strlen(marker);
@@ -53,10 +56,13 @@ int64_t layer_of(const std::string& name) {
   return -1;
 }
 
+const char* const kSpecialTokenKeys[] = {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"};
+
 json generation_config_json(const json& config) {
-  return {{"bos_token_id", config["bos_token_id"]},
-          {"eos_token_id", config["eos_token_id"]},
-          {"pad_token_id", config["pad_token_id"]}};
+  json g = json::object();
+  for (const char* key : kSpecialTokenKeys)
+    if (config.contains(key)) g[key] = config[key];
+  return g;
 }
 
 const char* const kTokenizerFiles[] = {"tokenizer.model", "spiece.model", "tokenizer.json", "vocab.json",
@@ -79,9 +85,10 @@ void write_checkpoint(const std::string& dir, const json& config,
 }  // namespace
 
 void FixtureOptions::validate() const {
-  SPECDEC_CHECK(llama_family(arch) || arch == "gpt_neox" || arch == "gpt2" || arch == "opt",
+  SPECDEC_CHECK(llama_family(arch) || arch == "gpt_neox" || arch == "gpt2" || arch == "opt" || arch == "t5",
                 "make-fixture: --arch '", arch,
-                "' is not supported (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt)");
+                "' is not supported (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
+  SPECDEC_CHECK(arch == "t5" || !gated_act, "make-fixture: --gated is for --arch t5 only");
   SPECDEC_CHECK(llama_family(arch) || kv_heads == 0 || kv_heads == heads, "make-fixture: ", arch,
                 " has no grouped-query attention (--kv-heads must equal --heads)");
   SPECDEC_CHECK(layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_pos > 0,
@@ -200,6 +207,44 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     c.update({{"n_embd", h}, {"n_inner", inter}, {"n_layer", o.layers}, {"n_head", o.heads},
               {"n_positions", o.max_pos}, {"activation_function", "gelu_new"},
               {"layer_norm_epsilon", 1e-5}, {"scale_attn_weights", true}});
+  } else if (o.arch == "t5") {
+    const int64_t inner = o.heads * d;
+    t["shared.weight"] = randn({o.vocab, h});
+    auto block = [&](const std::string& p, bool decoder, double s) {
+      auto attention = [&](const std::string& a) {
+        for (const char* n : {"q", "k", "v"}) t[a + n + ".weight"] = randn({inner, h});
+        t[a + "o.weight"] = randn({h, inner}, s);
+      };
+      t[p + "layer.0.layer_norm.weight"] = ones(h);
+      attention(p + "layer.0.SelfAttention.");
+      if (decoder) {
+        t[p + "layer.1.layer_norm.weight"] = ones(h);
+        attention(p + "layer.1.EncDecAttention.");
+      }
+      const std::string f = p + "layer." + (decoder ? "2" : "1") + ".";
+      t[f + "layer_norm.weight"] = ones(h);
+      for (const char* n : o.gated_act ? std::vector<const char*>{"wi_0", "wi_1"} : std::vector<const char*>{"wi"})
+        t[f + "DenseReluDense." + n + ".weight"] = randn({inter, h});
+      t[f + "DenseReluDense.wo.weight"] = randn({h, inter}, s);
+    };
+    for (int64_t i = 0; i < o.layers; ++i) {
+      block("encoder.block." + std::to_string(i) + ".", false, 1.0);
+      block("decoder.block." + std::to_string(i) + ".", true, exit_scale(i));
+    }
+    // The relative position bias is learnt by the first block of each stack: N(0, 1) per bucket
+    // and head, so that positions matter.
+    for (const char* stack : {"encoder", "decoder"})
+      t[std::string(stack) + ".block.0.layer.0.SelfAttention.relative_attention_bias.weight"] =
+          at::normal(0.0, 1.0, {32, o.heads}, gen).to(dtype);
+    t["encoder.final_layer_norm.weight"] = ones(h);
+    t["decoder.final_layer_norm.weight"] = ones(h);
+    if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, h});
+    c.update({{"d_model", h}, {"d_kv", d}, {"d_ff", inter}, {"num_layers", o.layers},
+              {"num_decoder_layers", o.layers}, {"num_heads", o.heads},
+              {"relative_attention_num_buckets", 32}, {"relative_attention_max_distance", 128},
+              {"feed_forward_proj", o.gated_act ? "gated-gelu" : "relu"}, {"layer_norm_epsilon", 1e-6},
+              {"is_encoder_decoder", true}, {"decoder_start_token_id", o.pad_token_id},
+              {"tie_word_embeddings", o.tie_word_embeddings}});
   } else {  // opt
     const std::string r = "model.decoder.";
     t[r + "embed_tokens.weight"] = randn({o.vocab, h});
@@ -237,10 +282,10 @@ void make_draft_of(const std::string& target_dir, const std::string& out_dir, in
   SPECDEC_CHECK(layers >= 1 && layers <= tc.num_hidden_layers, "make-fixture: --layers ", layers,
                 " must be in [1, ", tc.num_hidden_layers, "] for a draft of ", target_dir);
   json c = json::parse(read_text_file(target_dir + "/config.json"));
-  c[tc.model_type == "gpt2" ? "n_layer" : "num_hidden_layers"] = layers;
+  c[tc.model_type == "gpt2" ? "n_layer" : tc.model_type == "t5" ? "num_decoder_layers" : "num_hidden_layers"] = layers;
   if (file_exists(target_dir + "/generation_config.json")) {
     const json g = json::parse(read_text_file(target_dir + "/generation_config.json"));
-    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    for (const char* key : kSpecialTokenKeys)
       if (g.contains(key)) c[key] = g[key];
   }
   WeightStore w(target_dir);

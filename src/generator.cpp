@@ -38,6 +38,11 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   SPECDEC_CHECK(t.eos_token_ids == d.eos_token_ids,
                 "draft and target have different eos_token_id: they must share a tokenizer");
   SPECDEC_CHECK(target_->device() == draft_->device(), "draft and target are on different devices");
+  SPECDEC_CHECK(t.is_encoder_decoder == d.is_encoder_decoder, "draft (", d.model_type, ") and target (",
+                t.model_type, ") must both be decoder-only or both encoder-decoder");
+  SPECDEC_CHECK(t.decoder_start_token_id == d.decoder_start_token_id,
+                "draft and target have different decoder_start_token_id");
+  share_encoder_ = t.is_encoder_decoder && target_->same_encoder(*draft_);
 }
 
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
@@ -54,12 +59,14 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
                   " is outside the vocabulary [0, ", tc.vocab_size, ")");
 
   c10::InferenceMode inference_guard;
-  const auto prompt_len = static_cast<int64_t>(prompt.size());
-  const int64_t max_length = prompt_len + config.max_new_tokens;
+  // The sequence the target continues: the prompt, or for encoder-decoder models the decoder's
+  // start token (the prompt goes to the encoder). The cache holds a prefix of it.
+  std::vector<int64_t> tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
+  const int64_t max_length = static_cast<int64_t>(tokens.size()) + config.max_new_tokens;
 
   GenerationResult result;
   GenerationStats& st = result.stats;
-  st.prompt_tokens = prompt_len;
+  st.prompt_tokens = static_cast<int64_t>(prompt.size());
   Rng rng(config.seed);
   LookaheadSchedule schedule(config);
   const bool carry = config.num_assistant_tokens_schedule == "heuristic";
@@ -68,12 +75,28 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
     if (carried_lookahead_) schedule.set_num_tokens(*carried_lookahead_);
   }
 
+  KVCache cache = target_->make_cache(max_length);
+  const bool use_draft = draft_ && config.prompt_lookup_num_tokens == 0;
+  at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
+  if (tc.is_encoder_decoder) {
+    const auto t0 = Clock::now();
+    const at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
+    const at::Tensor states = target_->encode(ids);
+    target_->attach_encoder(states, cache);
+    ++st.encoder_passes;
+    if (use_draft) {
+      draft_states = share_encoder_ ? states : draft_->encode(ids);
+      if (!share_encoder_) ++st.encoder_passes;
+    }
+    st.prefill_seconds += seconds_since(t0);
+  }
+
   std::unique_ptr<CandidateGenerator> candidates;
   if (config.prompt_lookup_num_tokens > 0) {
     candidates = std::make_unique<PromptLookupGenerator>(
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids);
-  } else if (draft_) {
-    candidates = std::make_unique<DraftModelGenerator>(draft_, config, schedule, rng, max_length);
+  } else if (use_draft) {
+    candidates = std::make_unique<DraftModelGenerator>(draft_, config, schedule, rng, max_length, draft_states);
   }
   const LogitsProcessorChain processors(config);
   const GreedyVerifier greedy;
@@ -82,8 +105,6 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
                              : config.sampling() ? static_cast<const Verifier&>(rejection)
                                                  : greedy;
 
-  KVCache cache = target_->make_cache(max_length);
-  std::vector<int64_t> tokens = prompt;  // prompt + generated; the cache holds a prefix of it
   std::vector<int64_t> history;          // tokens + candidates (processor history)
   std::vector<int64_t> input;
   st.stop_reason = "max_new_tokens";

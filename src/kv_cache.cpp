@@ -42,4 +42,17 @@ void KVCache::crop(int64_t n) {
   length_ = n;
 }
 
+void KVCache::set_cross(int64_t layer, at::Tensor k, at::Tensor v) {
+  SPECDEC_CHECK(layer >= 0 && layer < num_layers(), "KVCache: layer ", layer, " out of range");
+  cross_.resize(keys_.size());
+  cross_[layer] = {std::move(k), std::move(v)};
+}
+
+const std::pair<at::Tensor, at::Tensor>& KVCache::cross(int64_t layer) const {
+  SPECDEC_CHECK(layer >= 0 && layer < static_cast<int64_t>(cross_.size()) && cross_[layer].first.defined(),
+                "KVCache: no encoder output attached for layer ", layer,
+                " (call Model::attach_encoder before the decoder's forward)");
+  return cross_[layer];
+}
+
 }  // namespace specdec

@@ -63,19 +63,24 @@ at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Devic
   return at::triu(m, past + 1);  // query i (position past+i) sees keys 0..past+i
 }
 
-at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            KVCache& cache, int64_t layer, const at::Tensor& mask, double scale) {
+at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                  const at::Tensor& mask, double scale) {
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
-  const int64_t hkv = k.size(1), groups = hq / hkv;
-  auto [keys, values] = cache.append(layer, k, v);  // [B, Hkv, L, D] views
-  const int64_t len = keys.size(2);
+  const int64_t hkv = keys.size(1), groups = hq / hkv, len = keys.size(2);
   // Fold the query heads that share a KV head into the row dimension: no copy of the cache.
   const at::Tensor qg = q.reshape({b, hkv, groups * t, d});             // [B, Hkv, g*T, D]
-  at::Tensor scores = at::matmul(qg, keys.transpose(-1, -2)) * scale;   // [B, Hkv, g*T, L]
+  at::Tensor scores = at::matmul(qg, keys.transpose(-1, -2));           // [B, Hkv, g*T, L]
+  if (scale != 1.0) scores = scores * scale;
   if (mask.defined()) scores = (scores.view({b, hkv, groups, t, len}) + mask).view({b, hkv, groups * t, len});
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   const at::Tensor out = at::matmul(probs, values);                     // [B, Hkv, g*T, D]
   return out.view({b, hq, t, d}).transpose(1, 2).reshape({b, t, hq * d});
+}
+
+at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            KVCache& cache, int64_t layer, const at::Tensor& mask, double scale) {
+  auto [keys, values] = cache.append(layer, k, v);  // [B, Hkv, L, D] views
+  return attend(q, keys, values, mask, scale);
 }
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
@@ -90,19 +95,30 @@ at::Tensor activation(const at::Tensor& x, const std::string& name) {
   throw Error("unsupported activation '" + name + "'");
 }
 
-at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
-                                 double scale, const at::Tensor& cos, const at::Tensor& sin) const {
+std::array<at::Tensor, 3> Attention::project(const at::Tensor& x, const at::Tensor& cos,
+                                             const at::Tensor& sin) const {
   const int64_t b = x.size(0), t = x.size(1), d = head_dim;
   const at::Tensor qkv = linear(x, qkv_w, qkv_b);  // [B, T, (Hq + 2 Hkv) D]
   const auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   at::Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // [B, Hq, T, D]
   at::Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
-  const at::Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
+  at::Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
   if (cos.defined()) {
     q = Rotary::apply(q, cos, sin);
     k = Rotary::apply(k, cos, sin);
   }
+  return {q, k, v};
+}
+
+at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
+                                 double scale, const at::Tensor& cos, const at::Tensor& sin) const {
+  const auto [q, k, v] = project(x, cos, sin);
   return linear(cached_attention(q, k, v, cache, layer, mask, scale), o_w, o_b);
+}
+
+at::Tensor Attention::operator()(const at::Tensor& x, const at::Tensor& mask, double scale) const {
+  const auto [q, k, v] = project(x, {}, {});
+  return linear(attend(q, k, v, mask, scale), o_w, o_b);
 }
 
 at::Tensor embed(const at::Tensor& table, const at::Tensor& ids) {

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
+
 #include "specdec/config.hpp"
 #include "specdec/kv_cache.hpp"
 
@@ -31,9 +33,12 @@ class Rotary {
 // Additive causal mask [T, past + T] (0 or -inf) in `dtype`, or an undefined tensor when T == 1.
 at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device);
 
-// Grouped-query attention of new queries against the cache.
-// q [B, Hq, T, D]; k, v [B, Hkv, T, D] are appended to `cache` layer `layer` first.
-// mask [T, L] additive or undefined. Returns [B, T, Hq * D].
+// Grouped-query attention: q [B, Hq, T, D] against keys, values [B, Hkv, L, D]. mask: additive,
+// broadcastable to [B, Hkv, Hq / Hkv, T, L] (e.g. [T, L], or [H, 1, T, L] with a per-head bias),
+// or undefined. Returns [B, T, Hq * D].
+at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                  const at::Tensor& mask, double scale);
+// The same against the cache: k, v [B, Hkv, T, D] are appended to `cache` layer `layer` first.
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             KVCache& cache, int64_t layer, const at::Tensor& mask, double scale);
 
@@ -55,6 +60,12 @@ struct Attention {
   // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary.
   at::Tensor operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
                         double scale, const at::Tensor& cos = {}, const at::Tensor& sin = {}) const;
+  // Without a cache: every position of x attends to every position of x under `mask` (encoders).
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& mask, double scale) const;
+
+ private:
+  // q [B, Hq, T, D], k and v [B, Hkv, T, D], rotated when cos/sin are defined.
+  std::array<at::Tensor, 3> project(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
 };
 
 // Two-layer MLP: down(act(up(x))).
@@ -63,6 +74,17 @@ struct Mlp {
   std::string act;
   at::Tensor operator()(const at::Tensor& x) const {
     return linear(activation(linear(x, up_w, up_b), act), down_w, down_b);
+  }
+};
+
+// Gated MLP: down(act(gate(x)) * up(x)), gate and up fused into one [2 I, H] matrix (gate rows
+// first). Llama's SiLU MLP; T5 v1.1's gated GELU.
+struct GatedMlp {
+  at::Tensor gate_up_w, down_w;
+  std::string act;
+  at::Tensor operator()(const at::Tensor& x) const {
+    const auto gu = layers::linear(x, gate_up_w).chunk(2, -1);  // 2 x [B, T, I]
+    return layers::linear(activation(gu[0], act) * gu[1], down_w);
   }
 };
 

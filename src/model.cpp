@@ -15,6 +15,16 @@ KVCache Model::make_cache(int64_t max_length, int64_t batch) const {
                  config_.head_dim, at::TensorOptions().dtype(dtype_).device(device_));
 }
 
+at::Tensor Model::encode(const at::Tensor&) const {
+  throw Error(config_.model_type + " is a decoder-only model: it has no encoder");
+}
+
+void Model::attach_encoder(const at::Tensor&, KVCache&) const {
+  throw Error(config_.model_type + " is a decoder-only model: it has no encoder");
+}
+
+bool Model::same_encoder(const Model&) const { return false; }
+
 c10::Device parse_device(const std::string& name) {
   c10::Device device(c10::kCPU);
   try {
@@ -46,6 +56,7 @@ std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOption
   if (config.model_type == "gpt_neox") return models::make_gpt_neox(config, weights, options);
   if (config.model_type == "gpt2") return models::make_gpt2(config, weights, options);
   if (config.model_type == "opt") return models::make_opt(config, weights, options);
+  if (config.model_type == "t5") return models::make_t5(config, weights, options);
   return models::make_llama(config, weights, options);
 }
 

@@ -38,11 +38,13 @@ class CandidateGenerator {
 
 // Runs a draft model with its own KV cache under a LookaheadSchedule. Greedy requests draft the
 // argmax; sampling requests sample from q = processed draft distribution (same processor chain as
-// the target). Drafting stops at EOS.
+// the target). Drafting stops at EOS. An encoder-decoder draft attends to `encoder_states` (the
+// output of its own encoder, or of the target's when they have the same encoder).
 class DraftModelGenerator final : public CandidateGenerator {
  public:
   DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
-                      LookaheadSchedule& schedule, Rng& rng, int64_t max_length);
+                      LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
+                      const at::Tensor& encoder_states = {});
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
   void on_verified(const Candidates& proposed, int64_t accepted,
                    const std::vector<int64_t>& tokens) override;

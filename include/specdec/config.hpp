@@ -19,12 +19,12 @@ struct RopeScaling {
 
 // The architecture of a checkpoint, read from config.json. Field names follow Hugging Face.
 struct ModelConfig {
-  std::string model_type;            // "llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"
+  std::string model_type;            // "llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"
   std::string architecture;          // first entry of `architectures`, e.g. "LlamaForCausalLM"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
-  int64_t num_hidden_layers = 0;
+  int64_t num_hidden_layers = 0;     // decoder layers (T5: num_decoder_layers)
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;   // defaults to num_attention_heads (multi-head attention)
   int64_t head_dim = 0;              // defaults to hidden_size / num_attention_heads
@@ -46,12 +46,21 @@ struct ModelConfig {
   int64_t word_embed_proj_dim = 0;     // embedding width when it differs from hidden_size
   bool enable_bias = true;
   bool remove_final_layer_norm = false;
+  // T5 (encoder-decoder). The fields above describe the decoder: d_model is hidden_size, d_ff
+  // intermediate_size, d_kv head_dim, num_heads num_attention_heads, num_decoder_layers
+  // num_hidden_layers, the activation of feed_forward_proj hidden_act.
+  bool is_encoder_decoder = false;
+  int64_t num_encoder_layers = 0;              // num_layers
+  bool is_gated_act = false;                   // feed_forward_proj "gated-*": act(wi_0 x) * wi_1 x
+  int64_t relative_attention_num_buckets = 32;
+  int64_t relative_attention_max_distance = 128;
   std::string torch_dtype = "float32";  // dtype the checkpoint was saved in (informational)
 
   // Special tokens: generation_config.json wins over config.json when both name them.
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // `eos_token_id` may be an int or a list
   std::optional<int64_t> pad_token_id;
+  std::optional<int64_t> decoder_start_token_id;  // encoder-decoder: the decoder's first token
 
   // Reads `dir`/config.json and, when present, `dir`/generation_config.json. Throws specdec::Error
   // naming the file and field on any problem (missing file, bad JSON, unknown model_type ...).

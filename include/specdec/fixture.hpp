@@ -7,8 +7,8 @@
 namespace specdec {
 
 struct FixtureOptions {
-  std::string arch = "llama";  // llama | mistral | qwen2 | gpt_neox | gpt2 | opt
-  int64_t layers = 2;
+  std::string arch = "llama";  // llama | mistral | qwen2 | gpt_neox | gpt2 | opt | t5
+  int64_t layers = 2;          // t5: encoder layers and decoder layers each
   int64_t hidden = 64;
   int64_t heads = 4;
   int64_t kv_heads = 0;        // 0 = heads
@@ -25,9 +25,10 @@ struct FixtureOptions {
   int64_t exit_layers = -1;       // -1 = off
   double exit_scale = 1.0;
   bool tie_word_embeddings = false;
+  bool gated_act = false;         // t5: feed_forward_proj "gated-gelu" (t5-v1_1, flan-t5), else "relu"
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
-  int64_t pad_token_id = 0;
+  int64_t pad_token_id = 0;       // t5: also the decoder_start_token_id
   // Copy the tokenizer files of this folder into the checkpoint (empty = none). The vocabulary
   // becomes the tokenizer's size and bos/eos its tokens, so generated ids always decode.
   std::string tokenizer_dir;
@@ -40,7 +41,8 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options);
 
 // Derives an early-exit draft from the checkpoint in `target_dir`: its embeddings, first `layers`
 // layers, final norm and head, plus optional Gaussian noise of standard deviation `noise`. The
-// target's tokenizer files are copied too.
+// target's tokenizer files are copied too. T5: the whole encoder is kept (with noise 0 the pair
+// then shares one encoder pass) and `layers` counts decoder layers.
 void make_draft_of(const std::string& target_dir, const std::string& out_dir, int64_t layers,
                    double noise = 0.0, uint64_t seed = 0);
 

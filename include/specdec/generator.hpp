@@ -28,11 +28,14 @@ class Generator {
  public:
   // `draft` may be null: generation is then target-only, or prompt lookup when the request sets
   // prompt_lookup_num_tokens. Throws specdec::Error when draft and target are incompatible
-  // (vocabulary size, EOS ids, device).
+  // (vocabulary size, EOS ids, device, decoder-only with encoder-decoder, decoder start token).
+  // Encoder-decoder pairs share one encoder pass per request when Model::same_encoder says so.
   explicit Generator(std::shared_ptr<const Model> target,
                      std::shared_ptr<const Model> draft = nullptr);
 
   // Generates up to config.max_new_tokens tokens after `prompt` (non-empty, ids < vocab size).
+  // Encoder-decoder models: `prompt` is the encoder's input, the decoder starts from
+  // decoder_start_token_id, and the result holds the decoder's tokens after it.
   // Greedy output equals the target's own greedy output token for token; sampled output has the
   // target's distribution. Thread-safe: requests share only the immutable models (and the carried
   // heuristic lookahead, guarded by a mutex).
@@ -51,6 +54,7 @@ class Generator {
   std::shared_ptr<const Model> target_;
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;
+  bool share_encoder_ = false;  // encoder-decoder: the draft reuses the target's encoder output
   // "heuristic" schedule: the lookahead reached by the last request, carried to the next one
   // (Hugging Face keeps it on the assistant model's generation config).
   mutable std::mutex carried_mutex_;

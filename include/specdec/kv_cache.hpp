@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace specdec {
@@ -29,9 +30,16 @@ class KVCache {
   void crop(int64_t n);
   void reset() { length_ = 0; }
 
+  // Encoder-decoder models: the cross-attention keys and values of decoder layer `layer` over the
+  // encoder output ([B, H, S, D]), set once per request (Model::attach_encoder). crop() and reset()
+  // leave them alone; cross() throws when they were never set.
+  void set_cross(int64_t layer, at::Tensor k, at::Tensor v);
+  const std::pair<at::Tensor, at::Tensor>& cross(int64_t layer) const;
+
  private:
   std::vector<at::Tensor> keys_;    // per layer [B, H_kv, capacity, D]
   std::vector<at::Tensor> values_;  // per layer [B, H_kv, capacity, D]
+  std::vector<std::pair<at::Tensor, at::Tensor>> cross_;  // per layer, empty for decoder-only
   int64_t length_ = 0;
   int64_t capacity_ = 0;
 };

@@ -1,4 +1,5 @@
-// Model: a loaded causal language model (immutable weights, shareable across threads).
+// Model: a loaded language model, decoder-only or encoder-decoder (immutable weights, shareable
+// across threads).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -27,8 +28,20 @@ class Model {
   // Runs `input_ids` ([B, T], int64, on any device) at positions [cache.length(), +T), appends their
   // keys/values to `cache`, and returns float32 logits [B, T', V] for the last T' = min(T, keep)
   // positions (keep <= 0: all T). Must be called inside c10::InferenceMode (the generator does).
+  // Encoder-decoder models: `input_ids` are decoder ids, and `cache` must hold the encoder output
+  // (attach_encoder).
   virtual at::Tensor forward(const at::Tensor& input_ids, KVCache& cache,
                              int64_t keep_last = 0) const = 0;
+
+  // --- encoder-decoder models (config().is_encoder_decoder); the others throw specdec::Error ---
+  // Runs the encoder over `input_ids` ([B, S], int64): hidden states [B, S, H].
+  virtual at::Tensor encode(const at::Tensor& input_ids) const;
+  // Computes every decoder layer's cross-attention keys/values over `encoder_states` (from encode()
+  // of this model or of one with the same_encoder()) once and stores them in `cache`.
+  virtual void attach_encoder(const at::Tensor& encoder_states, KVCache& cache) const;
+  // True when `other` has an identical encoder (configuration and weights), so that one encoder
+  // pass serves both models. False for decoder-only models.
+  virtual bool same_encoder(const Model& other) const;
 
  protected:
   Model(ModelConfig config, c10::Device device, at::ScalarType dtype)

@@ -13,8 +13,7 @@ struct LlamaLayer {
   at::Tensor input_norm;  // [H]
   layers::Attention attn;  // q, k, v fused into one matmul; biases for Qwen2
   at::Tensor post_norm;   // [H]
-  at::Tensor gate_up_w;   // [2 I, H] gate and up projections fused
-  at::Tensor down_w;      // [H, I]
+  layers::GatedMlp mlp;   // SiLU-gated
 };
 
 class LlamaModel final : public Model {
@@ -45,9 +44,10 @@ class LlamaModel final : public Model {
                                 load(p + "self_attn.v_proj.bias", {hkv * d})});
       l.attn.o_w = load(p + "self_attn.o_proj.weight", {h, hq * d});
       l.post_norm = load(p + "post_attention_layernorm.weight", {h});
-      l.gate_up_w = at::cat({load(p + "mlp.gate_proj.weight", {inter, h}),
-                             load(p + "mlp.up_proj.weight", {inter, h})});
-      l.down_w = load(p + "mlp.down_proj.weight", {h, inter});
+      l.mlp.gate_up_w = at::cat({load(p + "mlp.gate_proj.weight", {inter, h}),
+                                 load(p + "mlp.up_proj.weight", {inter, h})});
+      l.mlp.down_w = load(p + "mlp.down_proj.weight", {h, inter});
+      l.mlp.act = "silu";
       layers_.push_back(std::move(l));
     }
     norm_ = load("model.norm.weight", {h});
@@ -67,9 +67,7 @@ class LlamaModel final : public Model {
       const LlamaLayer& l = layers_[i];
       const at::Tensor hidden = layers::rms_norm(x, l.input_norm, c.rms_norm_eps);  // [B, T, H]
       x = x + l.attn(hidden, cache, static_cast<int64_t>(i), mask, scale_, cos, sin);
-      const at::Tensor h2 = layers::rms_norm(x, l.post_norm, c.rms_norm_eps);
-      const auto gu = layers::linear(h2, l.gate_up_w).chunk(2, -1);  // 2 x [B, T, I]
-      x = x + layers::linear(at::silu(gu[0]) * gu[1], l.down_w);
+      x = x + l.mlp(layers::rms_norm(x, l.post_norm, c.rms_norm_eps));
     }
     cache.advance(t);
     x = layers::last_positions(x, keep_last);

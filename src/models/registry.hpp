@@ -17,5 +17,7 @@ std::shared_ptr<const Model> make_gpt2(const ModelConfig& config, const WeightSt
                                        const LoadOptions& options);
 std::shared_ptr<const Model> make_opt(const ModelConfig& config, const WeightStore& weights,
                                       const LoadOptions& options);
+std::shared_ptr<const Model> make_t5(const ModelConfig& config, const WeightStore& weights,
+                                     const LoadOptions& options);
 
 }  // namespace specdec::models

@@ -14,7 +14,7 @@ std::vector<std::string> reference_folders(bool assisted_only = false) {
   std::vector<std::string> out;
   const std::string root = fixtures_dir();
   if (root.empty()) return out;
-  for (const char* arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"}) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
     const std::string dir = root + "/hf/" + arch;
     DIR* d = ::opendir(dir.c_str());
     if (!d) continue;
@@ -52,8 +52,18 @@ TEST_P(HfReference, LogitsMatch) {
   const auto model = load_model(dir_);
   c10::InferenceMode guard;
   const auto input = ids(ref_["logits"]["input_ids"]);
-  KVCache cache = model->make_cache(static_cast<int64_t>(input.size()));
-  const at::Tensor got = model->forward(at::tensor(input, at::kLong).view({1, -1}), cache);
+  auto tensor = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); };
+  at::Tensor got;
+  if (ref_["logits"].contains("decoder_input_ids")) {  // encoder-decoder: input_ids go to the encoder
+    ASSERT_TRUE(model->config().is_encoder_decoder);
+    const auto decoder_input = ids(ref_["logits"]["decoder_input_ids"]);
+    KVCache cache = model->make_cache(static_cast<int64_t>(decoder_input.size()));
+    model->attach_encoder(model->encode(tensor(input)), cache);
+    got = model->forward(tensor(decoder_input), cache);
+  } else {
+    KVCache cache = model->make_cache(static_cast<int64_t>(input.size()));
+    got = model->forward(tensor(input), cache);
+  }
   const auto data = ref_["logits"]["data"].get<std::vector<float>>();
   const auto shape = ref_["logits"]["shape"].get<std::vector<int64_t>>();
   const at::Tensor want = at::tensor(data).view(shape);
@@ -90,8 +100,10 @@ TEST_P(HfAssistedReference, AssistedTokensAndTraceMatch) {
     cfg.num_assistant_tokens_schedule = a["settings"]["num_assistant_tokens_schedule"].get<std::string>();
     const auto prompt = ids(run["input_ids"]);
     const auto result = gen.generate(prompt, cfg);
+    // output_ids: prompt + new tokens, or for encoder-decoder models decoder start + new tokens.
     auto expected = ids(run["output_ids"]);
-    expected.erase(expected.begin(), expected.begin() + static_cast<long>(prompt.size()));
+    expected.erase(expected.begin(),
+                   expected.begin() + (target->config().is_encoder_decoder ? 1 : static_cast<long>(prompt.size())));
     EXPECT_EQ(result.tokens, expected) << "prompt " << run["input_ids"] << " max_new_tokens "
                                        << cfg.max_new_tokens;
     std::vector<std::array<int64_t, 2>> trace;

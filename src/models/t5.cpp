@@ -1,0 +1,244 @@
+// T5ForConditionalGeneration (t5, t5-v1_1, flan-t5): an encoder and a decoder of pre-norm blocks with
+// T5's RMS LayerNorm, unscaled attention with a relative position bias (bucketed, learnt by the
+// first block of each stack and shared by the others), ReLU or gated-GELU feed-forward, and a head
+// tied to the shared embedding (then scaled by d_model^-0.5) or separate (lm_head).
+//
+// The encoder runs once per request (encode); attach_encoder computes every decoder layer's
+// cross-attention keys/values from its output once; the decoder's self-attention goes through the
+// ordinary, croppable KVCache.
+#include <c10/core/InferenceMode.h>
+
+#include <cmath>
+
+#include "layers.hpp"
+#include "models/registry.hpp"
+#include "specdec/error.hpp"
+
+namespace specdec::models {
+namespace {
+
+// T5's relative position bias: learnt per (bucket, head); the bucket of a key at distance k - q
+// from the query is exact for small distances and logarithmic up to max_distance.
+class RelativeBias {
+ public:
+  RelativeBias() = default;
+  RelativeBias(at::Tensor table, bool bidirectional, int64_t buckets, int64_t max_distance)
+      : table_(std::move(table)), bidirectional_(bidirectional), buckets_(buckets), max_distance_(max_distance) {}
+
+  // Additive bias [H, 1, T, L] for queries at positions [past, past + T) against keys [0, L).
+  at::Tensor operator()(int64_t past, int64_t t, int64_t len) const {
+    const at::Tensor rel = at::arange(len, at::kLong).view({1, len}) -
+                           at::arange(past, past + t, at::kLong).view({t, 1});  // [T, L]
+    const at::Tensor b = bucket(rel).to(table_.device()).reshape(-1);
+    return table_.index_select(0, b).view({t, len, -1}).permute({2, 0, 1}).unsqueeze(1);
+  }
+
+  const at::Tensor& table() const { return table_; }
+
+ private:
+  // Hugging Face's T5Attention._relative_position_bucket, op for op (the float32 logarithm decides
+  // the bucket at the boundaries).
+  at::Tensor bucket(const at::Tensor& rel) const {
+    int64_t n = buckets_;
+    at::Tensor out = at::zeros_like(rel);
+    at::Tensor dist;
+    if (bidirectional_) {
+      n /= 2;
+      out = out + (rel > 0).to(at::kLong) * n;
+      dist = rel.abs();
+    } else {
+      dist = -at::minimum(rel, at::zeros_like(rel));
+    }
+    const int64_t max_exact = n / 2;
+    at::Tensor large = max_exact + (at::log(dist.to(at::kFloat) / max_exact) /
+                                    std::log(static_cast<double>(max_distance_) / max_exact) *
+                                    (n - max_exact))
+                                       .to(at::kLong);
+    large = at::minimum(large, at::full_like(large, n - 1));
+    return out + at::where(dist < max_exact, dist, large);
+  }
+
+  at::Tensor table_;  // [buckets, H]
+  bool bidirectional_ = true;
+  int64_t buckets_ = 32, max_distance_ = 128;
+};
+
+// T5 keeps float16 activations finite by clamping them after every sub-layer.
+at::Tensor clamp_half(const at::Tensor& x) {
+  if (x.scalar_type() != at::kHalf) return x;
+  const double max = 65504.0;  // torch.finfo(torch.float16).max
+  const double c = x.isinf().any().item<bool>() ? max - 1000 : max;
+  return x.clamp(-c, c);
+}
+
+struct T5Block {
+  at::Tensor attn_norm;
+  layers::Attention attn;      // self-attention, unscaled
+  at::Tensor cross_norm;       // decoder only
+  at::Tensor cross_q, cross_o; // decoder only; keys/values come from attach_encoder
+  at::Tensor ff_norm;
+  layers::Mlp mlp;             // ReLU (t5): wo(act(wi x))
+  layers::GatedMlp gated;      // gated-GELU (t5-v1_1, flan-t5): wo(act(wi_0 x) * wi_1 x)
+  bool is_gated = false;
+  at::Tensor ff(const at::Tensor& x) const { return is_gated ? gated(x) : mlp(x); }
+};
+
+class T5Model final : public Model {
+ public:
+  T5Model(const ModelConfig& c, const WeightStore& w, const LoadOptions& o) : Model(c, o.device, o.dtype) {
+    c10::InferenceMode guard;
+    const int64_t h = c.hidden_size, inner = c.num_attention_heads * c.head_dim, f = c.intermediate_size,
+                  v = c.vocab_size;
+    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
+      return w.load(name, dtype_, device_, shape);
+    };
+    embed_ = load(w.contains("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight", {v, h});
+    auto block = [&](const std::string& p, bool decoder) {
+      T5Block b;
+      const std::string sa = p + "layer.0.SelfAttention.";
+      b.attn_norm = load(p + "layer.0.layer_norm.weight", {h});
+      b.attn.heads = b.attn.kv_heads = c.num_attention_heads, b.attn.head_dim = c.head_dim;
+      b.attn.qkv_w = at::cat({load(sa + "q.weight", {inner, h}), load(sa + "k.weight", {inner, h}),
+                              load(sa + "v.weight", {inner, h})});
+      b.attn.o_w = load(sa + "o.weight", {h, inner});
+      if (decoder) {
+        const std::string ca = p + "layer.1.EncDecAttention.";
+        b.cross_norm = load(p + "layer.1.layer_norm.weight", {h});
+        b.cross_q = load(ca + "q.weight", {inner, h});
+        b.cross_o = load(ca + "o.weight", {h, inner});
+      }
+      const std::string ffp = p + "layer." + (decoder ? "2" : "1") + ".";
+      b.ff_norm = load(ffp + "layer_norm.weight", {h});
+      b.is_gated = c.is_gated_act;
+      if (c.is_gated_act) {
+        b.gated.gate_up_w = at::cat({load(ffp + "DenseReluDense.wi_0.weight", {f, h}),
+                                     load(ffp + "DenseReluDense.wi_1.weight", {f, h})});
+        b.gated.down_w = load(ffp + "DenseReluDense.wo.weight", {h, f});
+        b.gated.act = c.hidden_act;
+      } else {
+        b.mlp.up_w = load(ffp + "DenseReluDense.wi.weight", {f, h});
+        b.mlp.down_w = load(ffp + "DenseReluDense.wo.weight", {h, f});
+        b.mlp.act = c.hidden_act;
+      }
+      return b;
+    };
+    const std::string bias_name = "block.0.layer.0.SelfAttention.relative_attention_bias.weight";
+    const std::vector<int64_t> bias_shape = {c.relative_attention_num_buckets, c.num_attention_heads};
+    encoder_bias_ = RelativeBias(load("encoder." + bias_name, bias_shape), true,
+                                 c.relative_attention_num_buckets, c.relative_attention_max_distance);
+    decoder_bias_ = RelativeBias(load("decoder." + bias_name, bias_shape), false,
+                                 c.relative_attention_num_buckets, c.relative_attention_max_distance);
+    for (int64_t i = 0; i < c.num_encoder_layers; ++i)
+      encoder_.push_back(block("encoder.block." + std::to_string(i) + ".", false));
+    std::vector<at::Tensor> cross_kv;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      const std::string p = "decoder.block." + std::to_string(i) + ".";
+      decoder_.push_back(block(p, true));
+      cross_kv.push_back(load(p + "layer.1.EncDecAttention.k.weight", {inner, h}));
+      cross_kv.push_back(load(p + "layer.1.EncDecAttention.v.weight", {inner, h}));
+    }
+    cross_kv_w_ = at::cat(cross_kv);  // every layer's keys and values: one matmul per request
+    encoder_norm_ = load("encoder.final_layer_norm.weight", {h});
+    decoder_norm_ = load("decoder.final_layer_norm.weight", {h});
+    const bool has_head = w.contains("lm_head.weight");
+    SPECDEC_CHECK(has_head || c.tie_word_embeddings, w.dir(),
+                  ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
+    lm_head_ = c.tie_word_embeddings ? embed_ : load("lm_head.weight", {v, h});
+  }
+
+  at::Tensor encode(const at::Tensor& input_ids) const override {
+    const double eps = config_.rms_norm_eps;
+    const int64_t s = input_ids.size(1);
+    at::Tensor x = layers::embed(embed_, input_ids);  // [B, S, H]
+    const at::Tensor bias = encoder_bias_(0, s, s);   // [H, 1, S, S]
+    for (const T5Block& b : encoder_) {
+      x = clamp_half(x + b.attn(layers::rms_norm(x, b.attn_norm, eps), bias, 1.0));
+      x = clamp_half(x + b.ff(layers::rms_norm(x, b.ff_norm, eps)));
+    }
+    return layers::rms_norm(x, encoder_norm_, eps);
+  }
+
+  void attach_encoder(const at::Tensor& states, KVCache& cache) const override {
+    SPECDEC_CHECK(states.dim() == 3 && states.size(2) == config_.hidden_size,
+                  "attach_encoder: expected encoder states [B, S, ", config_.hidden_size, "], got ",
+                  states.sizes());
+    const int64_t b = states.size(0), s = states.size(1), heads = config_.num_attention_heads,
+                  d = config_.head_dim;
+    // [B, S, layers * 2 * H * D] -> [layers * 2, B, H, S, D]
+    const at::Tensor kv = layers::linear(states.to(device_, dtype_), cross_kv_w_)
+                              .view({b, s, -1, heads, d})
+                              .permute({2, 0, 3, 1, 4})
+                              .contiguous();
+    for (int64_t i = 0; i < static_cast<int64_t>(decoder_.size()); ++i)
+      cache.set_cross(i, kv[2 * i], kv[2 * i + 1]);
+  }
+
+  bool same_encoder(const Model& other) const override {
+    if (&other == this) return true;
+    const auto* o = dynamic_cast<const T5Model*>(&other);
+    if (o == nullptr || o->dtype_ != dtype_ || o->device_ != device_) return false;
+    const ModelConfig &a = config_, &b = o->config_;
+    if (a.hidden_size != b.hidden_size || a.num_encoder_layers != b.num_encoder_layers ||
+        a.num_attention_heads != b.num_attention_heads || a.head_dim != b.head_dim ||
+        a.intermediate_size != b.intermediate_size || a.hidden_act != b.hidden_act ||
+        a.is_gated_act != b.is_gated_act || a.rms_norm_eps != b.rms_norm_eps ||
+        a.relative_attention_num_buckets != b.relative_attention_num_buckets ||
+        a.relative_attention_max_distance != b.relative_attention_max_distance)
+      return false;
+    const auto mine = encoder_tensors(), theirs = o->encoder_tensors();
+    for (size_t i = 0; i < mine.size(); ++i)
+      if (mine[i].sizes() != theirs[i].sizes() || !at::equal(mine[i], theirs[i])) return false;
+    return true;
+  }
+
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+    const double eps = config_.rms_norm_eps;
+    const int64_t t = input_ids.size(1), past = cache.length();
+    at::Tensor x = layers::embed(embed_, input_ids);  // [B, T, H]
+    at::Tensor bias = decoder_bias_(past, t, past + t);  // [H, 1, T, past+T]
+    const at::Tensor causal = layers::causal_mask(past, t, dtype_, device_);
+    if (causal.defined()) bias = bias + causal;
+    const int64_t b = x.size(0), heads = config_.num_attention_heads, d = config_.head_dim;
+    for (size_t i = 0; i < decoder_.size(); ++i) {
+      const T5Block& l = decoder_[i];
+      const auto layer = static_cast<int64_t>(i);
+      x = clamp_half(x + l.attn(layers::rms_norm(x, l.attn_norm, eps), cache, layer, bias, 1.0));
+      const at::Tensor q = layers::linear(layers::rms_norm(x, l.cross_norm, eps), l.cross_q)
+                               .view({b, t, heads, d})
+                               .transpose(1, 2);  // [B, H, T, D]
+      const auto& [keys, values] = cache.cross(layer);
+      x = clamp_half(x + layers::linear(layers::attend(q, keys, values, {}, 1.0), l.cross_o));
+      x = clamp_half(x + l.ff(layers::rms_norm(x, l.ff_norm, eps)));
+    }
+    cache.advance(t);
+    x = layers::rms_norm(layers::last_positions(x, keep_last), decoder_norm_, eps);
+    if (config_.tie_word_embeddings) x = x * std::pow(static_cast<double>(config_.hidden_size), -0.5);
+    return layers::linear(x, lm_head_).to(at::kFloat);
+  }
+
+ private:
+  // Everything the encoder's output depends on, in a fixed order.
+  std::vector<at::Tensor> encoder_tensors() const {
+    std::vector<at::Tensor> t = {embed_, encoder_bias_.table(), encoder_norm_};
+    for (const T5Block& b : encoder_)
+      t.insert(t.end(), {b.attn_norm, b.attn.qkv_w, b.attn.o_w, b.ff_norm,
+                         b.is_gated ? b.gated.gate_up_w : b.mlp.up_w, b.is_gated ? b.gated.down_w : b.mlp.down_w});
+    return t;
+  }
+
+  at::Tensor embed_;  // [V, H] shared by encoder, decoder (and the head when tied)
+  RelativeBias encoder_bias_, decoder_bias_;
+  std::vector<T5Block> encoder_, decoder_;
+  at::Tensor cross_kv_w_;  // [layers * 2 * H * D, H]: k then v of each decoder layer
+  at::Tensor encoder_norm_, decoder_norm_;
+  at::Tensor lm_head_;  // [V, H]
+};
+
+}  // namespace
+
+std::shared_ptr<const Model> make_t5(const ModelConfig& config, const WeightStore& weights,
+                                     const LoadOptions& options) {
+  return std::make_shared<T5Model>(config, weights, options);
+}
+
+}  // namespace specdec::models
