@@ -82,9 +82,14 @@ nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse
 std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t>& prompt,
                                    int64_t max_new_tokens, const std::vector<int64_t>& eos) {
   c10::InferenceMode guard;
-  std::vector<int64_t> seq = prompt, out;
+  const bool enc_dec = model.config().is_encoder_decoder;
+  // Encoder-decoder: the prompt is re-encoded every step too, and the decoder starts from its
+  // start token.
+  std::vector<int64_t> seq = enc_dec ? std::vector<int64_t>{*model.config().decoder_start_token_id} : prompt;
+  std::vector<int64_t> out;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     KVCache cache = model.make_cache(static_cast<int64_t>(seq.size()));
+    if (enc_dec) model.attach_encoder(model.encode(at::tensor(prompt, at::kLong).view({1, -1})), cache);
     const at::Tensor logits = model.forward(at::tensor(seq, at::kLong).view({1, -1}), cache, 1);
     const int64_t tok = logits[0][0].argmax().item<int64_t>();
     seq.push_back(tok);

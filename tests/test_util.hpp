@@ -22,7 +22,8 @@ std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& data);
 
 // Target-only greedy continuation computed the slow, obvious way: the whole sequence is re-run
-// through the model without any cache for every token. An independent oracle for the cached paths.
+// through the model without any cache for every token (encoder-decoder models: the decoder's
+// sequence, with the prompt re-encoded each time). An independent oracle for the cached paths.
 std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t>& prompt,
                                    int64_t max_new_tokens, const std::vector<int64_t>& eos);
 

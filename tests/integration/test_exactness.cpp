@@ -1,5 +1,6 @@
 // The core invariant on generated checkpoints: assisted greedy output == target-only greedy output,
 // token for token, for every schedule, K, length limit, EOS placement and draft quality.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,8 +65,9 @@ TEST(Exactness, TargetOnlyGreedyEqualsUncachedOracle) {
 
 TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
   int64_t cases = 0;
-  for (uint64_t seed : {1, 2, 3}) {
-    const Pair p = pair_for(seed);
+  const std::pair<const char*, uint64_t> runs[] = {{"llama", 1}, {"llama", 2}, {"llama", 3}, {"t5", 1}, {"t5", 2}};
+  for (const auto& [arch, seed] : runs) {
+    const Pair p = pair_for(seed, arch);
     const auto prompt = prompt_for(seed, 5);
     for (const char* schedule : {"constant", "heuristic", "heuristic_transient", "dynamic"}) {
       for (int64_t k : {1, 2, 5, 8}) {
@@ -78,8 +80,8 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
           const auto want = Generator(p.target).generate(prompt, cfg).tokens;
           for (const auto& draft : {p.early_exit, p.unrelated}) {
             const auto got = Generator(p.target, draft).generate(prompt, cfg);
-            ASSERT_EQ(got.tokens, want) << "seed " << seed << " schedule " << schedule << " K " << k
-                                        << " max_new_tokens " << n;
+            ASSERT_EQ(got.tokens, want) << arch << " seed " << seed << " schedule " << schedule
+                                        << " K " << k << " max_new_tokens " << n;
             ASSERT_LE(static_cast<int64_t>(got.tokens.size()), n);
             ++cases;
           }
@@ -87,16 +89,16 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
           lookup.prompt_lookup_num_tokens = k;
           lookup.max_matching_ngram_size = 1 + k % 3;
           ASSERT_EQ(Generator(p.target).generate(prompt, lookup).tokens, want)
-              << "prompt lookup seed " << seed << " K " << k << " max_new_tokens " << n;
+              << arch << " prompt lookup seed " << seed << " K " << k << " max_new_tokens " << n;
         }
       }
     }
   }
-  EXPECT_EQ(cases, 3 * 4 * 4 * 5 * 2);
+  EXPECT_EQ(cases, 5 * 4 * 4 * 5 * 2);
 }
 
 TEST(Exactness, OtherArchitecturesAndPromptLookup) {
-  for (const char* arch : {"mistral", "qwen2", "gpt_neox", "gpt2", "opt"}) {
+  for (const char* arch : {"mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
     const Pair p = pair_for(7, arch);
     const auto prompt = prompt_for(7, 6);
     GenerationConfig cfg;
@@ -118,6 +120,68 @@ TEST(Exactness, OtherArchitecturesAndPromptLookup) {
     }
     cfg.prompt_lookup_num_tokens = 4;
     EXPECT_EQ(Generator(p.target).generate(prompt, cfg).tokens, want) << arch << " prompt lookup";
+  }
+}
+
+TEST(Exactness, EncoderDecoderSharesTheEncoderOnlyWhenIdentical) {
+  // pair_for's T5 early-exit draft keeps the target's encoder exactly; the unrelated one and a
+  // noisy copy have encoders of their own. Output is the same in every case.
+  const Pair p = pair_for(7, "t5");
+  const std::string noisy = temp_dir("t5_noisy");
+  make_draft_of(cached_fixture("t7t5", small(7, 3, "t5")), noisy, 1, 0.01, 3);
+  const auto noisy_draft = cached_model(noisy);
+  EXPECT_TRUE(p.target->same_encoder(*p.early_exit));
+  EXPECT_FALSE(p.target->same_encoder(*p.unrelated));
+  EXPECT_FALSE(p.target->same_encoder(*noisy_draft));
+  const auto prompt = prompt_for(7, 9);
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 25;
+  cfg.eos_token_ids = {95};
+  const auto plain = Generator(p.target).generate(prompt, cfg);
+  EXPECT_EQ(plain.stats.encoder_passes, 1);
+  EXPECT_EQ(plain.stats.prompt_tokens, 9);
+  const std::pair<std::shared_ptr<const Model>, int64_t> drafts[] = {{p.early_exit, 1}, {p.unrelated, 2}, {noisy_draft, 2}};
+  for (const auto& [draft, passes] : drafts) {
+    const auto r = Generator(p.target, draft).generate(prompt, cfg);
+    EXPECT_EQ(r.tokens, plain.tokens);
+    EXPECT_EQ(r.stats.encoder_passes, passes);
+  }
+  GenerationConfig lookup = cfg;
+  lookup.prompt_lookup_num_tokens = 3;
+  const auto r = Generator(p.target, p.unrelated).generate(prompt, lookup);  // the draft is not used
+  EXPECT_EQ(r.tokens, plain.tokens);
+  EXPECT_EQ(r.stats.encoder_passes, 1);
+  EXPECT_EQ(r.stats.draft_passes, 0);
+  // A different prompt changes the encoder's output and so the decoder's.
+  EXPECT_NE(Generator(p.target).generate(prompt_for(8, 9), cfg).tokens, plain.tokens);
+}
+
+TEST(Exactness, T5VariantsGatedGeluUntiedHeadAndTiedHead) {
+  // flan-t5 style (gated GELU, separate lm_head) and t5 style (ReLU, tied head scaled by
+  // d_model^-0.5): cached decoding equals the uncached oracle and assisted output equals it.
+  for (const bool gated : {true, false}) {
+    FixtureOptions o = small(11, 3, "t5");
+    o.gated_act = gated;
+    o.tie_word_embeddings = !gated;
+    const std::string key = gated ? "t5_gated" : "t5_tied";
+    const std::string dir = cached_fixture(key, o);
+    const std::string draft_dir = temp_dir(key + "_draft");
+    make_draft_of(dir, draft_dir, 1);
+    const auto target = cached_model(dir), draft = cached_model(draft_dir);
+    EXPECT_EQ(target->config().is_gated_act, gated);
+    EXPECT_EQ(target->config().hidden_act, gated ? "gelu_new" : "relu");
+    const auto prompt = prompt_for(11, 6);
+    GenerationConfig cfg;
+    cfg.max_new_tokens = 20;
+    cfg.eos_token_ids = {95};
+    const auto want = oracle_greedy(*target, prompt, 20, {95});
+    EXPECT_EQ(Generator(target).generate(prompt, cfg).tokens, want) << key;
+    for (const char* schedule : {"constant", "heuristic", "dynamic"}) {
+      cfg.num_assistant_tokens_schedule = schedule;
+      const auto r = Generator(target, draft).generate(prompt, cfg);
+      EXPECT_EQ(r.tokens, want) << key << " " << schedule;
+      EXPECT_GT(r.stats.accepted_tokens, 0) << key << " " << schedule;
+    }
   }
 }
 
@@ -176,29 +240,31 @@ TEST(Exactness, UnrelatedDraftIsRarelyAcceptedButStillExact) {
 }
 
 TEST(Exactness, EosInsideAnAcceptedBlockEndsGenerationThere) {
-  const Pair p = pair_for(6);
-  const auto prompt = prompt_for(6, 5);
-  GenerationConfig probe;
-  probe.max_new_tokens = 30;
-  probe.eos_token_ids = {95};
-  const auto free_run = Generator(p.target).generate(prompt, probe).tokens;
-  ASSERT_GE(free_run.size(), 12u);
-  // Make the token at position 9 the EOS: with a draft identical to the target it sits inside a
-  // fully accepted block for K = 5 and 8.
-  const int64_t eos = free_run[9];
-  const size_t first = std::find(free_run.begin(), free_run.end(), eos) - free_run.begin();
-  const std::vector<int64_t> expected(free_run.begin(), free_run.begin() + first + 1);
-  for (int64_t k : {2, 5, 8}) {
-    for (const auto& draft : {p.target, p.early_exit}) {
-      GenerationConfig cfg = probe;
-      cfg.eos_token_ids = {eos};
-      cfg.num_assistant_tokens = k;
-      std::vector<int64_t> streamed;
-      const auto got = Generator(p.target, draft).generate(
-          prompt, cfg, [&](const std::vector<int64_t>& t) { streamed.insert(streamed.end(), t.begin(), t.end()); });
-      EXPECT_EQ(got.tokens, expected) << "K " << k;
-      EXPECT_EQ(streamed, expected) << "nothing after EOS may be streamed";
-      EXPECT_EQ(got.stats.stop_reason, "eos");
+  for (const char* arch : {"llama", "t5"}) {
+    const Pair p = pair_for(6, arch);
+    const auto prompt = prompt_for(6, 5);
+    GenerationConfig probe;
+    probe.max_new_tokens = 30;
+    probe.eos_token_ids = {95};
+    const auto free_run = Generator(p.target).generate(prompt, probe).tokens;
+    ASSERT_GE(free_run.size(), 12u);
+    // Make the token at position 9 the EOS: with a draft identical to the target it sits inside a
+    // fully accepted block for K = 5 and 8.
+    const int64_t eos = free_run[9];
+    const size_t first = std::find(free_run.begin(), free_run.end(), eos) - free_run.begin();
+    const std::vector<int64_t> expected(free_run.begin(), free_run.begin() + first + 1);
+    for (int64_t k : {2, 5, 8}) {
+      for (const auto& draft : {p.target, p.early_exit}) {
+        GenerationConfig cfg = probe;
+        cfg.eos_token_ids = {eos};
+        cfg.num_assistant_tokens = k;
+        std::vector<int64_t> streamed;
+        const auto got = Generator(p.target, draft).generate(
+            prompt, cfg, [&](const std::vector<int64_t>& t) { streamed.insert(streamed.end(), t.begin(), t.end()); });
+        EXPECT_EQ(got.tokens, expected) << arch << " K " << k;
+        EXPECT_EQ(streamed, expected) << "nothing after EOS may be streamed";
+        EXPECT_EQ(got.stats.stop_reason, "eos");
+      }
     }
   }
 }
@@ -237,6 +303,17 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
   eos.eos_token_id = 7;
   const auto wrong_eos = cached_model(cached_fixture("eos7", eos));
   EXPECT_THROW(Generator(p.target, wrong_eos), Error);
+  // Encoder-decoder with decoder-only, either way round, and a different decoder start token.
+  const Pair t5 = pair_for(7, "t5");
+  EXPECT_THROW(Generator(p.target, t5.early_exit), Error);
+  EXPECT_THROW(Generator(t5.target, p.early_exit), Error);
+  FixtureOptions start = small(9, 1, "t5");
+  start.pad_token_id = 3;
+  EXPECT_THROW(Generator(t5.target, cached_model(cached_fixture("t5start3", start))), Error);
+  EXPECT_THROW(p.target->encode(at::zeros({1, 2}, at::kLong)), Error);  // decoder-only: no encoder
+  GenerationConfig ok;
+  EXPECT_THROW(Generator(t5.target).generate({}, ok), Error);   // empty encoder input
+  EXPECT_THROW(Generator(t5.target).generate({96}, ok), Error); // outside the vocabulary
 }
 
 }  // namespace

@@ -30,12 +30,17 @@ FixtureOptions tiny(uint64_t seed, int64_t layers) {
 }
 
 // Exact marginal distributions of generated tokens 1..3 of the target alone under `cfg`.
-std::vector<std::vector<double>> exact_marginals(const Model& m, const std::vector<int64_t>& prompt,
+// Encoder-decoder models: the prompt is encoded once and the decoder starts from its start token.
+std::vector<std::vector<double>> exact_marginals(const Model& m, const std::vector<int64_t>& encoder_prompt,
                                                  const GenerationConfig& cfg) {
   c10::InferenceMode guard;
   const LogitsProcessorChain chain(cfg);
+  const bool enc_dec = m.config().is_encoder_decoder;
+  const at::Tensor states = enc_dec ? m.encode(at::tensor(encoder_prompt, at::kLong).view({1, -1})) : at::Tensor();
+  const std::vector<int64_t> prompt = enc_dec ? std::vector<int64_t>{*m.config().decoder_start_token_id} : encoder_prompt;
   const auto next = [&](const std::vector<int64_t>& seq) {
     KVCache cache = m.make_cache(static_cast<int64_t>(seq.size()));
+    if (enc_dec) m.attach_encoder(states, cache);
     at::Tensor s = m.forward(at::tensor(seq, at::kLong).view({1, -1}), cache, 1)[0];  // [1, V]
     s = chain.apply(s, seq).softmax(-1)[0].to(at::kDouble);
     return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + kVocab);
@@ -193,6 +198,24 @@ TEST(Statistical, DraftWithZerosWhereTargetIsPositiveKeepsDistribution) {
   const Models m = models();
   const Outcome o = run(m.target, m.unrelated, sampling(1.0, 3, 1.0));
   EXPECT_TRUE(o.all_pass) << o.report;
+}
+
+TEST(Statistical, EncoderDecoderKeepsDistribution) {
+  // T5 pairs: an unrelated draft with its own encoder, and an early-exit draft that shares the
+  // target's encoder pass.
+  FixtureOptions t = tiny(21, 2), u = tiny(99, 1);
+  t.arch = u.arch = "t5";
+  const auto target = cached_model(cached_fixture("stat_t5_target", t));
+  const std::string shared = temp_dir("stat_t5_early_exit");
+  make_draft_of(cached_fixture("stat_t5_target", t), shared, 1);
+  const auto early_exit = cached_model(shared);
+  const auto unrelated = cached_model(cached_fixture("stat_t5_unrelated", u));
+  Outcome o = run(target, unrelated, kCases[0].cfg);
+  EXPECT_TRUE(o.all_pass) << "unrelated draft\n" << o.report;
+  EXPECT_LT(o.acceptance, 0.9);
+  o = run(target, early_exit, kCases[1].cfg);
+  EXPECT_TRUE(o.all_pass) << "early-exit draft, shared encoder\n" << o.report;
+  EXPECT_GT(o.acceptance, 0.0);
 }
 
 TEST(Statistical, PromptLookupOneHotProposalsKeepDistribution) {

@@ -43,8 +43,7 @@ TEST(ModelConfig, Qwen2AlwaysHasAttentionBias) {
 TEST(ModelConfig, RejectsBadInput) {
   expect_error("{not json", "invalid JSON");
   expect_error(R"({"model_type":"bert"})",
-               "unsupported model_type 'bert' (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt)");
-  expect_error(R"({"model_type":"t5"})", "unsupported model_type 't5'");
+               "unsupported model_type 'bert' (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
   expect_error(R"({"vocab_size":3})", "missing field 'model_type'");
   std::string t = kGood;
   expect_error(t.replace(t.find("\"hidden_size\":16"), 16, "\"hidden_size\":\"x\""), "'hidden_size' has the wrong type");
@@ -54,6 +53,47 @@ TEST(ModelConfig, RejectsBadInput) {
   expect_error(t.replace(t.find("[2,3]"), 5, "[2,99]"), "eos_token_id 99 is outside the vocabulary");
   t = kGood;
   expect_error(t.replace(t.find("llama3"), 6, "yarn"), "unsupported rope_scaling type 'yarn'");
+}
+
+// A flan-t5-small style config.json (as T5Config.to_dict() writes it, minus unrelated fields).
+const char* kFlanT5 = R"({"model_type":"t5","architectures":["T5ForConditionalGeneration"],
+ "vocab_size":32128,"d_model":512,"d_kv":64,"d_ff":1024,"num_layers":8,"num_decoder_layers":6,
+ "num_heads":6,"relative_attention_num_buckets":32,"relative_attention_max_distance":128,
+ "feed_forward_proj":"gated-gelu","layer_norm_epsilon":1e-06,"tie_word_embeddings":false,
+ "decoder_start_token_id":0,"eos_token_id":1,"pad_token_id":0,"is_encoder_decoder":true})";
+
+TEST(ModelConfig, T5FieldsMapOntoTheDecoderView) {
+  const ModelConfig c = ModelConfig::from_json_text(kFlanT5, "cfg.json");
+  EXPECT_TRUE(c.is_encoder_decoder);
+  EXPECT_EQ(c.hidden_size, 512);
+  EXPECT_EQ(c.head_dim, 64);  // d_kv, not d_model / num_heads
+  EXPECT_EQ(c.num_attention_heads, 6);
+  EXPECT_EQ(c.num_key_value_heads, 6);
+  EXPECT_EQ(c.intermediate_size, 1024);
+  EXPECT_EQ(c.num_encoder_layers, 8);
+  EXPECT_EQ(c.num_hidden_layers, 6);  // the decoder's
+  EXPECT_TRUE(c.is_gated_act);
+  EXPECT_EQ(c.hidden_act, "gelu_new");  // "gated-gelu" is the tanh approximation
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.decoder_start_token_id, 0);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{1});
+  // t5-small: ReLU, tied head (the default), decoder layers = encoder layers.
+  std::string t = R"({"model_type":"t5","vocab_size":32128,"num_layers":6,"decoder_start_token_id":0})";
+  const ModelConfig small = ModelConfig::from_json_text(t, "cfg.json");
+  EXPECT_EQ(small.num_hidden_layers, 6);
+  EXPECT_EQ(small.hidden_size, 512);  // T5Config's defaults
+  EXPECT_FALSE(small.is_gated_act);
+  EXPECT_EQ(small.hidden_act, "relu");
+  EXPECT_TRUE(small.tie_word_embeddings);
+  EXPECT_EQ(ModelConfig::from_json_text(R"({"model_type":"t5","vocab_size":9,"decoder_start_token_id":0,
+    "feed_forward_proj":"gated-silu"})", "cfg.json").hidden_act, "silu");
+  t = kFlanT5;
+  expect_error(t.replace(t.find("gated-gelu"), 10, "gated-gelu-x"), "feed_forward_proj 'gated-gelu-x' is not of the form");
+  t = kFlanT5;
+  expect_error(t.replace(t.find("\"decoder_start_token_id\":0,"), 27, ""), "without decoder_start_token_id");
+  t = kFlanT5;
+  expect_error(t.replace(t.find("\"decoder_start_token_id\":0"), 26, "\"decoder_start_token_id\":40000"),
+               "decoder_start_token_id 40000 is outside the vocabulary");
 }
 
 TEST(ModelConfig, MissingFolderNamesTheFile) {
