@@ -24,9 +24,14 @@ using nlohmann::json;
 
 namespace {
 
+// Creates `dir` and any missing parents (mkdir -p).
 void make_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    throw Error(detail::concat(dir, ": cannot create folder: ", std::strerror(errno)));
+  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string part = dir.substr(0, slash);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+      throw Error(detail::concat(part, ": cannot create folder: ", std::strerror(errno)));
+    if (slash == std::string::npos) return;
+  }
 }
 
 const char* architecture_of(const std::string& arch) {
@@ -116,7 +121,13 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     o.vocab = tok->size();
     if (tok->bos_token_id()) o.bos_token_id = *tok->bos_token_id();
     if (tok->eos_token_id()) o.eos_token_id = *tok->eos_token_id();
+    // Padding (and T5's decoder start) is the tokenizer's <pad> when it has one, else EOS.
     o.pad_token_id = o.eos_token_id;
+    for (int64_t id = 0; id < tok->size(); ++id)
+      if (tok->token(id) == "<pad>") {
+        o.pad_token_id = id;
+        break;
+      }
   }
   o.validate();
   c10::InferenceMode guard;

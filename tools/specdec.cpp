@@ -327,10 +327,12 @@ int main(int argc, char** argv) {
   auto* mk = app.add_subcommand("make-fixture",
                                 "Write a deterministic random-weight checkpoint in Hugging Face layout");
   mk->add_option("--out", out, "Output folder")->required();
-  mk->add_option("--arch", fx.arch, "Architecture")
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt"}))
+  mk->add_option("--arch", fx.arch, "Architecture (t5: encoder-decoder T5ForConditionalGeneration)")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}))
       ->capture_default_str();
-  mk->add_option("--layers", fx.layers, "Decoder layers (with --draft-of: layers kept)")
+  mk->add_option("--layers", fx.layers,
+                 "Decoder layers (t5: encoder and decoder layers each; with --draft-of: decoder layers "
+                 "kept, a t5 draft keeps the whole encoder)")
       ->capture_default_str();
   mk->add_option("--hidden", fx.hidden, "Hidden size")->capture_default_str();
   mk->add_option("--heads", fx.heads, "Attention heads")->capture_default_str();
@@ -348,6 +350,10 @@ int main(int argc, char** argv) {
                  "0 with --exit-scale 0: a bigram model that still runs every layer)")
       ->capture_default_str();
   mk->add_option("--exit-scale", fx.exit_scale, "See --exit-layers")->capture_default_str();
+  mk->add_flag("--gated", fx.gated_act,
+              "t5: gated-GELU feed-forward as in t5-v1_1 / flan-t5 (default: ReLU as in t5)");
+  mk->add_flag("--tie-word-embeddings", fx.tie_word_embeddings,
+               "Tie the head to the input embeddings (t5: then scaled by d_model^-0.5)");
   mk->add_option("--tokenizer", fx.tokenizer_dir,
                  "Copy this folder's tokenizer files in; --vocab becomes the tokenizer's size");
   mk->add_option("--draft-of", draft_of,

@@ -66,6 +66,22 @@ for arch in gpt_neox gpt2 opt; do
 import json,sys; j=json.loads(sys.argv[1]); assert j['identical'] is True and j['assisted']['stats']['accepted_tokens']>0, j" "$c"
 done
 
+# ---- T5 (encoder-decoder): the prompt goes to the encoder; an early-exit draft shares it ----
+"$SPECDEC" make-fixture --out "$work/m/t5" --arch t5 --gated --layers 2 --hidden 64 --heads 4 --vocab 128 \
+  --init-std 0.1 --exit-layers 1 --exit-scale 0.2 --seed 2 2>/dev/null
+"$SPECDEC" make-fixture --draft-of "$work/m/t5" --out "$work/m/t5-d" --layers 1 2>/dev/null
+check "make-fixture --arch t5 --gated writes a flan-t5 style config (parent folders created)" python3 -c "
+import json,sys; c=json.load(open(sys.argv[1]+'/config.json')); d=json.load(open(sys.argv[2]+'/config.json'))
+assert c['feed_forward_proj']=='gated-gelu' and c['is_encoder_decoder'] and c['decoder_start_token_id']==0, c
+assert d['num_layers']==2 and d['num_decoder_layers']==1, d" "$work/m/t5" "$work/m/t5-d"
+c=$("$SPECDEC" compare --model "$work/m/t5" --draft "$work/m/t5-d" --prompt-ids 5,6,7,8,9 --max-new-tokens 12 --json --warmup 0)
+check "t5: identical assisted output, one shared encoder pass" python3 -c "
+import json,sys; j=json.loads(sys.argv[1]); a=j['assisted']['stats']
+assert j['identical'] is True and a['accepted_tokens']>0 and a['encoder_passes']==1 and a['prompt_tokens']==5, j" "$c"
+expect_error "t5 draft for a decoder-only target" "both be decoder-only or both encoder-decoder" \
+  generate --model "$work/t" --draft "$work/m/t5-d" --prompt-ids 1
+expect_error "--gated without t5" "--gated is for --arch t5 only" make-fixture --out "$work/x" --gated
+
 # ---- text in, text out (the tiny BPE tokenizer of tests/data) ----
 tok="$data/tiny_bpe"
 "$SPECDEC" make-fixture --out "$work/tt" --layers 2 --hidden 64 --heads 4 --init-std 0.1 --exit-layers 1 \

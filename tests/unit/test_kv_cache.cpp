@@ -37,5 +37,21 @@ TEST(KVCache, AppendCropAndCapacity) {
   }
 }
 
+TEST(KVCache, CrossAttentionEntriesSurviveCropAndReset) {
+  KVCache c(2, 1, 2, 8, 4, at::TensorOptions().dtype(at::kFloat));
+  EXPECT_THROW(c.cross(0), Error);  // nothing attached yet
+  const at::Tensor k = at::full({1, 2, 5, 4}, 3.0), v = at::full({1, 2, 5, 4}, 4.0);
+  c.set_cross(1, k, v);
+  EXPECT_THROW(c.cross(0), Error);  // layer 0 still has none
+  EXPECT_THROW(c.set_cross(2, k, v), Error);
+  c.append(0, at::ones({1, 2, 3, 4}), at::ones({1, 2, 3, 4}));
+  c.append(1, at::ones({1, 2, 3, 4}), at::ones({1, 2, 3, 4}));
+  c.advance(3);
+  c.crop(1);
+  c.reset();
+  EXPECT_TRUE(at::equal(c.cross(1).first, k));
+  EXPECT_TRUE(at::equal(c.cross(1).second, v));
+}
+
 }  // namespace
 }  // namespace specdec
