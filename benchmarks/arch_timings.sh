@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Prefill and decode time per token for each architecture at one comparable size: hidden 1024,
 # 12 layers, 16 heads (no grouped-query attention), MLP 4096, vocab 32000, float32, 2 threads;
-# 128-token prompt, 64 new tokens, target only. Prints one JSON line per architecture.
+# 128-token prompt, 64 new tokens, target only. t5 has 12 encoder and 12 decoder layers; its prefill
+# is the encoder over the prompt plus the first decoder step. Prints one JSON line per architecture
+# (ARCHS="t5 llama" picks some).
 # Usage: benchmarks/arch_timings.sh [BUILD_DIR] [MODELS_DIR]
 set -euo pipefail
 build=${1:-build} models=${2:-bench-models}
 bin=$build/specdec
 prompt=$(python3 -c "print(','.join(str(3 + (i * 7919) % 31000) for i in range(128)))")
-for arch in llama gpt_neox gpt2 opt; do
+for arch in ${ARCHS:-llama gpt_neox gpt2 opt t5}; do
   dir=$models/arch-$arch
   [ -f "$dir/config.json" ] || "$bin" make-fixture --out "$dir" --arch $arch --layers 12 --hidden 1024 \
     --heads 16 --intermediate 4096 --vocab 32000 --max-pos 1024 --seed 1 2>/dev/null
