@@ -121,6 +121,26 @@ at::Tensor Attention::operator()(const at::Tensor& x, const at::Tensor& mask, do
   return linear(attend(q, k, v, mask, scale), o_w, o_b);
 }
 
+at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, int64_t num_buckets,
+                                    int64_t max_distance) {
+  int64_t n = num_buckets;
+  at::Tensor out = at::zeros_like(rel);
+  at::Tensor dist;
+  if (bidirectional) {
+    n /= 2;
+    out = out + (rel > 0).to(at::kLong) * n;
+    dist = rel.abs();
+  } else {
+    dist = -at::minimum(rel, at::zeros_like(rel));
+  }
+  const int64_t max_exact = n / 2;
+  at::Tensor large = max_exact + (at::log(dist.to(at::kFloat) / max_exact) /
+                                  std::log(static_cast<double>(max_distance) / max_exact) * (n - max_exact))
+                                     .to(at::kLong);
+  large = at::minimum(large, at::full_like(large, n - 1));
+  return out + at::where(dist < max_exact, dist, large);
+}
+
 at::Tensor embed(const at::Tensor& table, const at::Tensor& ids) {
   return table.index_select(0, ids.to(table.device()).reshape(-1)).view({ids.size(0), ids.size(1), -1});
 }

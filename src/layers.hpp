@@ -94,6 +94,13 @@ struct Norm {
   at::Tensor operator()(const at::Tensor& x, double eps) const { return layer_norm(x, w, b, eps); }
 };
 
+// T5's bucket of each relative position (key - query; int64): offsets below half the buckets (per
+// direction when bidirectional) get a bucket each, larger ones share logarithmically wider buckets
+// up to max_distance, and the rest the last one. Hugging Face's T5Attention._relative_position_bucket
+// op for op: its float32 logarithm decides the bucket at the boundaries.
+at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, int64_t num_buckets,
+                                    int64_t max_distance);
+
 // Rows of `table` [V, H] for `ids` [B, T] (moved to the table's device): [B, T, H].
 at::Tensor embed(const at::Tensor& table, const at::Tensor& ids);
 // The last `keep` positions of x [B, T, H] (keep <= 0 or >= T: all of them).

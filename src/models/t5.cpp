@@ -17,8 +17,8 @@
 namespace specdec::models {
 namespace {
 
-// T5's relative position bias: learnt per (bucket, head); the bucket of a key at distance k - q
-// from the query is exact for small distances and logarithmic up to max_distance.
+// T5's relative position bias: learnt per (bucket, head) for the bucket of each key's offset from
+// the query (layers::relative_position_bucket).
 class RelativeBias {
  public:
   RelativeBias() = default;
@@ -29,35 +29,14 @@ class RelativeBias {
   at::Tensor operator()(int64_t past, int64_t t, int64_t len) const {
     const at::Tensor rel = at::arange(len, at::kLong).view({1, len}) -
                            at::arange(past, past + t, at::kLong).view({t, 1});  // [T, L]
-    const at::Tensor b = bucket(rel).to(table_.device()).reshape(-1);
+    const at::Tensor b =
+        layers::relative_position_bucket(rel, bidirectional_, buckets_, max_distance_).to(table_.device()).reshape(-1);
     return table_.index_select(0, b).view({t, len, -1}).permute({2, 0, 1}).unsqueeze(1);
   }
 
   const at::Tensor& table() const { return table_; }
 
  private:
-  // Hugging Face's T5Attention._relative_position_bucket, op for op (the float32 logarithm decides
-  // the bucket at the boundaries).
-  at::Tensor bucket(const at::Tensor& rel) const {
-    int64_t n = buckets_;
-    at::Tensor out = at::zeros_like(rel);
-    at::Tensor dist;
-    if (bidirectional_) {
-      n /= 2;
-      out = out + (rel > 0).to(at::kLong) * n;
-      dist = rel.abs();
-    } else {
-      dist = -at::minimum(rel, at::zeros_like(rel));
-    }
-    const int64_t max_exact = n / 2;
-    at::Tensor large = max_exact + (at::log(dist.to(at::kFloat) / max_exact) /
-                                    std::log(static_cast<double>(max_distance_) / max_exact) *
-                                    (n - max_exact))
-                                       .to(at::kLong);
-    large = at::minimum(large, at::full_like(large, n - 1));
-    return out + at::where(dist < max_exact, dist, large);
-  }
-
   at::Tensor table_;  // [buckets, H]
   bool bidirectional_ = true;
   int64_t buckets_ = 32, max_distance_ = 128;
