@@ -1,23 +1,44 @@
 #!/usr/bin/env bash
-# End-to-end speedup on the issue's synthetic pair: Llama target hidden 2048, 16 layers, 32/8 heads,
-# MLP 8192, vocab 32000, o_proj/down_proj of layers >= 1 scaled by 0.03 (--exit-scale), and its
-# 1-layer early-exit draft. 16-token prompt, 32 new tokens, float32, 2 threads.
-# Usage: benchmarks/e2e_speedup.sh [BUILD_DIR] [MODELS_DIR]; prints one JSON line per configuration.
+# End-to-end speedup of a synthetic pair with real costs (random weights; the target's output
+# projections above layer 1 scaled by 0.03 so that its early exit agrees with it often), float32,
+# 2 threads, 32 new tokens. Prints one JSON line per configuration.
+# Usage: benchmarks/e2e_speedup.sh [BUILD_DIR] [MODELS_DIR] [PAIR]
+#   PAIR llama (default): the issue's pair: Llama target hidden 2048, 16 layers, 32/8 heads, MLP
+#     8192, vocab 32000, and its 1-layer early-exit draft; 16-token prompt.
+#   PAIR t5: T5 target with 12 encoder and 12 decoder layers, hidden 1024, 16 heads, ReLU MLP 4096,
+#     vocab 32000, tied head, and its early-exit draft: the same encoder (one encoder pass serves
+#     both) and 1 decoder layer; 64-token encoder input.
 set -euo pipefail
-build=${1:-build} models=${2:-bench-models}
+build=${1:-build} models=${2:-bench-models} pair=${3:-llama}
 bin=$build/specdec
-if [ ! -f "$models/target/config.json" ]; then
-  "$bin" make-fixture --out "$models/target" --arch llama --layers 16 --hidden 2048 --heads 32 \
-    --kv-heads 8 --intermediate 8192 --vocab 32000 --max-pos 4096 --seed 1 --exit-layers 1 --exit-scale 0.03
-fi
-[ -f "$models/draft/config.json" ] || "$bin" make-fixture --draft-of "$models/target" --out "$models/draft" --layers 1
-prompt=1,306,4658,278,6593,310,2834,338,29871,29946,29906,29889,450,1234,338,29871
+case $pair in
+  llama)
+    target=$models/target draft=$models/draft
+    prompt=1,306,4658,278,6593,310,2834,338,29871,29946,29906,29889,450,1234,338,29871
+    [ -f "$target/config.json" ] || "$bin" make-fixture --out "$target" --arch llama --layers 16 --hidden 2048 \
+      --heads 32 --kv-heads 8 --intermediate 8192 --vocab 32000 --max-pos 4096 --seed 1 --exit-layers 1 --exit-scale 0.03
+    ;;
+  t5)
+    target=$models/t5-target draft=$models/t5-draft
+    prompt=$(python3 -c "print(','.join(str(3 + (i * 7919) % 31000) for i in range(64)))")
+    [ -f "$target/config.json" ] || "$bin" make-fixture --out "$target" --arch t5 --layers 12 --hidden 1024 \
+      --heads 16 --intermediate 4096 --vocab 32000 --seed 1 --exit-layers 1 --exit-scale 0.03 --tie-word-embeddings
+    ;;
+  *) echo "unknown pair '$pair' (llama or t5)" >&2; exit 2 ;;
+esac
+[ -f "$draft/config.json" ] || "$bin" make-fixture --draft-of "$target" --out "$draft" --layers 1
 run() { # run LABEL ARGS...
   local label=$1; shift
-  "$bin" compare --model "$models/target" --draft "$models/draft" --prompt-ids "$prompt" \
+  "$bin" compare --model "$target" --draft "$draft" --prompt-ids "$prompt" \
     --max-new-tokens 32 --threads 2 --json "$@" |
     python3 "$(dirname "$0")/compare_summary.py" "$label"
 }
+if [ "$pair" = t5 ]; then
+  run "t5 constant K=5" --num-assistant-tokens 5 --schedule constant
+  run "t5 dynamic (adaptive)" --schedule dynamic
+  run "t5 sampling T=0.7 K=5" --num-assistant-tokens 5 --do-sample --temperature 0.7 --seed 1
+  exit 0
+fi
 run "constant K=5" --num-assistant-tokens 5 --schedule constant
 run "heuristic K=5" --num-assistant-tokens 5 --schedule heuristic
 run "dynamic (adaptive)" --schedule dynamic

@@ -10,7 +10,7 @@ namespace specdec {
 
 struct GenerationStats {
   int64_t prompt_tokens = 0;    // encoder-decoder models: the encoder's input
-  int64_t encoder_passes = 0;   // encoder-decoder: 1 when draft and target share the encoder, else 2
+  int64_t encoder_passes = 0;   // encoder-decoder: 1 (target only, or a draft sharing its encoder) or 2
   int64_t new_tokens = 0;
   int64_t target_passes = 0;    // target forward passes (the first one includes the prompt)
   int64_t draft_passes = 0;     // draft forward passes (each drafts one token)
