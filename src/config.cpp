@@ -99,7 +99,6 @@ void read_t5_fields(const json& j, ModelConfig& c, const std::string& source) {
   // Fields saved by T5Config.to_dict() win, as in Hugging Face.
   read_field(j, "dense_act_fn", c.hidden_act, source);
   read_field(j, "is_gated_act", c.is_gated_act, source);
-  c.tie_word_embeddings = true;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -157,8 +156,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (neox) c.attention_bias = true;
   read_field(j, "attention_bias", c.attention_bias, source);
   if (c.model_type == "qwen2") c.attention_bias = true;  // Qwen2 always has q/k/v biases
-  // GPT-2 and OPT tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
-  if (!c.is_encoder_decoder) c.tie_word_embeddings = gpt2 || opt;
+  // GPT-2, OPT and T5 tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
+  c.tie_word_embeddings = gpt2 || opt || c.is_encoder_decoder;
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
   if (neox || gpt2 || opt) c.hidden_act = neox ? "gelu" : gpt2 ? "gelu_new" : "relu";
   read_field(j, "hidden_act", c.hidden_act, source);

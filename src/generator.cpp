@@ -105,7 +105,7 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
                              : config.sampling() ? static_cast<const Verifier&>(rejection)
                                                  : greedy;
 
-  std::vector<int64_t> history;          // tokens + candidates (processor history)
+  std::vector<int64_t> history;  // tokens + candidates (processor history)
   std::vector<int64_t> input;
   st.stop_reason = "max_new_tokens";
 
