@@ -4,9 +4,11 @@
 #include <ATen/Context.h>
 #include <torch/version.h>
 
+#include "gguf_model.hpp"
 #include "models/registry.hpp"
 #include "specdec/error.hpp"
 #include "specdec/weights.hpp"
+#include "util.hpp"
 
 namespace specdec {
 
@@ -40,8 +42,21 @@ c10::Device parse_device(const std::string& name) {
   return device;
 }
 
-std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOptions& options) {
-  const ModelConfig config = ModelConfig::from_dir(dir);
+namespace {
+
+std::shared_ptr<const Model> build(const ModelConfig& config, const WeightSource& weights,
+                                   const LoadOptions& options) {
+  // supported_model_types() lists exactly what from_json_text accepts.
+  if (config.model_type == "gpt_neox") return models::make_gpt_neox(config, weights, options);
+  if (config.model_type == "gpt2") return models::make_gpt2(config, weights, options);
+  if (config.model_type == "opt") return models::make_opt(config, weights, options);
+  if (config.model_type == "t5") return models::make_t5(config, weights, options);
+  return models::make_llama(config, weights, options);
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options) {
   if (options.device.is_cuda())
     SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
 #if TORCH_VERSION_MAJOR < 2
@@ -51,13 +66,15 @@ std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOption
                 TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
                 " (use float32 or bfloat16 there, or float16 on cuda)");
 #endif
-  WeightStore weights(dir);
-  // supported_model_types() lists exactly what from_json_text accepts.
-  if (config.model_type == "gpt_neox") return models::make_gpt_neox(config, weights, options);
-  if (config.model_type == "gpt2") return models::make_gpt2(config, weights, options);
-  if (config.model_type == "opt") return models::make_opt(config, weights, options);
-  if (config.model_type == "t5") return models::make_t5(config, weights, options);
-  return models::make_llama(config, weights, options);
+  std::string gguf;
+  if (!file_exists(path + "/config.json") && find_gguf(path, &gguf)) {
+    // The mapping lives only while loading: the model keeps its own converted copy.
+    const GgufFile file(gguf);
+    const ModelConfig config = ModelConfig::from_gguf(file);
+    return build(config, GgufWeights(file, config), options);
+  }
+  const ModelConfig config = ModelConfig::from_dir(path);
+  return build(config, WeightStore(path), options);
 }
 
 }  // namespace specdec

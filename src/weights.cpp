@@ -198,19 +198,25 @@ at::Tensor WeightStore::load(const std::string& name, at::ScalarType dtype, c10:
   auto it = where_.find(name);
   SPECDEC_CHECK(it != where_.end(), dir_, ": checkpoint has no tensor named '", name, "'");
   const SafetensorsFile& f = *files_[it->second];
-  if (!expected_shape.empty()) {
-    const auto& shape = f.tensors().at(name).shape;
-    if (shape != expected_shape) {
-      auto fmt = [](const std::vector<int64_t>& s) {
-        std::string r = "[";
-        for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-        return r + "]";
-      };
-      throw Error(detail::concat(f.path(), ": tensor '", name, "' has shape ", fmt(shape),
-                                 " but config.json implies ", fmt(expected_shape)));
-    }
-  }
+  check_shape(f.path(), name, f.tensors().at(name).shape, expected_shape, "config.json");
   return f.load(name, dtype, device);
+}
+
+at::ScalarType WeightStore::stored_dtype(const std::string& name) const {
+  const std::string& dt = info(name).dtype;
+  return dt == "BF16" ? at::kBFloat16 : dt == "F16" ? at::kHalf : at::kFloat;
+}
+
+void check_shape(const std::string& source, const std::string& name, const std::vector<int64_t>& actual,
+                 const std::vector<int64_t>& expected, const std::string& implied_by) {
+  if (expected.empty() || actual == expected) return;
+  auto fmt = [](const std::vector<int64_t>& s) {
+    std::string r = "[";
+    for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + "]";
+  };
+  throw Error(detail::concat(source, ": tensor '", name, "' has shape ", fmt(actual), " but ", implied_by,
+                             " implies ", fmt(expected)));
 }
 
 std::vector<std::string> WeightStore::names() const {

@@ -8,6 +8,8 @@
 
 namespace specdec {
 
+class GgufFile;
+
 // `rope_scaling` of config.json. Only the types that change the rotary frequencies are modelled.
 struct RopeScaling {
   std::string type;                        // "" (none), "linear" or "llama3"
@@ -67,6 +69,13 @@ struct ModelConfig {
   static ModelConfig from_dir(const std::string& dir);
   // Parses config.json text; `source` names it in errors.
   static ModelConfig from_json_text(const std::string& text, const std::string& source);
+  // Reads a GGUF file's metadata (architectures `llama` and `qwen2`): `<arch>.context_length`,
+  // `embedding_length`, `block_count`, `feed_forward_length`, `attention.head_count[_kv]`,
+  // `rope.freq_base`, `attention.layer_norm_rms_epsilon`, `rope.scaling.*`, the vocabulary size from
+  // the token list, a tied head when `output.weight` is absent, BOS/EOS/PAD from `tokenizer.ggml.*`.
+  static ModelConfig from_gguf(const GgufFile& file);
+  // A checkpoint folder (config.json), or a `.gguf` file or a folder holding one.
+  static ModelConfig from_path(const std::string& path);
   // Applies generation_config.json text (bos/eos/pad) over this config.
   void apply_generation_config_text(const std::string& text, const std::string& source);
 

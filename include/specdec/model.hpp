@@ -58,8 +58,10 @@ struct LoadOptions {
 };
 
 // Loads a Hugging Face checkpoint folder (config.json, generation_config.json, model.safetensors or
-// a sharded index). Throws specdec::Error naming the file and what is wrong.
-std::shared_ptr<const Model> load_model(const std::string& dir, const LoadOptions& options = {});
+// a sharded index), or a GGUF file (a `.gguf` path, or a folder without config.json holding one
+// `.gguf`), dequantized into the compute dtype. Throws specdec::Error naming the file and what is
+// wrong.
+std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options = {});
 
 // Parses "cpu", "cuda", "cuda:1"; throws specdec::Error for anything else or when CUDA is absent.
 c10::Device parse_device(const std::string& name);

@@ -6,6 +6,7 @@
 #include "specdec/error.hpp"
 #include "specdec/fixture.hpp"
 #include "specdec/generator.hpp"
+#include "specdec/gguf.hpp"
 #include "specdec/kv_cache.hpp"
 #include "specdec/lookahead.hpp"
 #include "specdec/model.hpp"

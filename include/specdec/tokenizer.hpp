@@ -46,7 +46,8 @@ class Tokenizer {
 };
 
 // Picks the kind from the files in `dir`: tokenizer.model or spiece.model (SentencePiece), else
-// tokenizer.json, else vocab.json + merges.txt. Reads tokenizer_config.json (and
+// tokenizer.json, else vocab.json + merges.txt, else a GGUF file's metadata (`dir` may also be the
+// `.gguf` file itself; tokenizer.ggml.model "gpt2"). Reads tokenizer_config.json (and
 // special_tokens_map.json, added_tokens.json) when present. Throws specdec::Error naming the file on
 // anything missing, malformed or unsupported.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const TokenizerOptions& options = {});
@@ -54,7 +55,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const Tokenize
 // from tokenizer_config.json beside it.
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path,
                                                const TokenizerOptions& options = {});
-// True when `dir` holds tokenizer files load_tokenizer can pick from.
+// True when `dir` holds tokenizer files load_tokenizer can pick from (or is, or holds, a GGUF file).
 bool has_tokenizer(const std::string& dir);
 
 // Throws specdec::Error unless draft and target tokenize identically (same fingerprint); the

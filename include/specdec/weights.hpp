@@ -45,19 +45,37 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// All tensors of a checkpoint folder: `model.safetensors`, or the shards listed by
-// `model.safetensors.index.json`.
-class WeightStore {
+// Where a model's weights come from: named tensors under Hugging Face's parameter names
+// ("model.layers.0.self_attn.q_proj.weight"), whatever the file format. A safetensors folder hands
+// them out as stored; a GGUF file through a name map per architecture (and with llama.cpp's own
+// layouts undone), so each architecture's model code exists once.
+class WeightSource {
  public:
-  explicit WeightStore(const std::string& dir);
-  bool contains(const std::string& name) const { return where_.count(name) != 0; }
-  const TensorInfo& info(const std::string& name) const;
+  virtual ~WeightSource() = default;
+  virtual bool contains(const std::string& name) const = 0;
   // Loads `name`, checking its shape when `expected_shape` is non-empty; throws specdec::Error
   // naming the tensor, the file and the expected/actual shapes.
+  virtual at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device,
+                          const std::vector<int64_t>& expected_shape = {}) const = 0;
+  virtual std::vector<std::string> names() const = 0;
+  // The stored dtype of `name` when it is float32/bfloat16/float16, float32 for quantized formats.
+  virtual at::ScalarType stored_dtype(const std::string& name) const = 0;
+  // The file or folder the weights come from (for messages).
+  virtual const std::string& dir() const = 0;
+};
+
+// All tensors of a checkpoint folder: `model.safetensors`, or the shards listed by
+// `model.safetensors.index.json`.
+class WeightStore final : public WeightSource {
+ public:
+  explicit WeightStore(const std::string& dir);
+  bool contains(const std::string& name) const override { return where_.count(name) != 0; }
+  const TensorInfo& info(const std::string& name) const;
   at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device,
-                  const std::vector<int64_t>& expected_shape = {}) const;
-  std::vector<std::string> names() const;
-  const std::string& dir() const { return dir_; }
+                  const std::vector<int64_t>& expected_shape = {}) const override;
+  std::vector<std::string> names() const override;
+  at::ScalarType stored_dtype(const std::string& name) const override;
+  const std::string& dir() const override { return dir_; }
 
  private:
   std::string dir_;
@@ -69,6 +87,11 @@ class WeightStore {
 // (temporary file + rename). Tensors are written in name order.
 void save_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
+
+// Throws specdec::Error naming the tensor and `source` when `actual` differs from a non-empty
+// `expected` shape (`implied_by` names where the expectation comes from).
+void check_shape(const std::string& source, const std::string& name, const std::vector<int64_t>& actual,
+                 const std::vector<int64_t>& expected, const std::string& implied_by);
 
 // "float32" | "bfloat16" | "float16" -> ScalarType; throws specdec::Error for anything else.
 at::ScalarType parse_dtype(const std::string& name);

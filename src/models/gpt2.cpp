@@ -18,7 +18,7 @@ struct Gpt2Layer {
 
 class Gpt2Model final : public Model {
  public:
-  Gpt2Model(const ModelConfig& c, const WeightStore& w, const LoadOptions& o) : Model(c, o.device, o.dtype) {
+  Gpt2Model(const ModelConfig& c, const WeightSource& w, const LoadOptions& o) : Model(c, o.device, o.dtype) {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, in = c.intermediate_size, v = c.vocab_size;
     const std::string root = w.contains("transformer.wte.weight") ? "transformer." : "";
@@ -75,7 +75,7 @@ class Gpt2Model final : public Model {
 
 }  // namespace
 
-std::shared_ptr<const Model> make_gpt2(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_gpt2(const ModelConfig& config, const WeightSource& weights,
                                        const LoadOptions& options) {
   return std::make_shared<Gpt2Model>(config, weights, options);
 }

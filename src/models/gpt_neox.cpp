@@ -16,7 +16,7 @@ struct NeoXLayer {
 
 class GptNeoXModel final : public Model {
  public:
-  GptNeoXModel(const ModelConfig& c, const WeightStore& w, const LoadOptions& o)
+  GptNeoXModel(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
       : Model(c, o.device, o.dtype),
         rotary_(static_cast<int64_t>(c.head_dim * c.rotary_pct), c.rope_theta, c.rope_scaling),
         scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
@@ -86,7 +86,7 @@ class GptNeoXModel final : public Model {
 
 }  // namespace
 
-std::shared_ptr<const Model> make_gpt_neox(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_gpt_neox(const ModelConfig& config, const WeightSource& weights,
                                            const LoadOptions& options) {
   return std::make_shared<GptNeoXModel>(config, weights, options);
 }

@@ -18,7 +18,7 @@ struct LlamaLayer {
 
 class LlamaModel final : public Model {
  public:
-  LlamaModel(const ModelConfig& c, const WeightStore& w, const LoadOptions& o)
+  LlamaModel(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
       : Model(c, o.device, o.dtype),
         rotary_(c.head_dim, c.rope_theta, c.rope_scaling),
         scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
@@ -85,7 +85,7 @@ class LlamaModel final : public Model {
 
 }  // namespace
 
-std::shared_ptr<const Model> make_llama(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_llama(const ModelConfig& config, const WeightSource& weights,
                                         const LoadOptions& options) {
   return std::make_shared<LlamaModel>(config, weights, options);
 }

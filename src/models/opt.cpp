@@ -19,7 +19,7 @@ constexpr int64_t kPositionOffset = 2;  // OPTLearnedPositionalEmbedding
 
 class OptModel final : public Model {
  public:
-  OptModel(const ModelConfig& c, const WeightStore& w, const LoadOptions& o)
+  OptModel(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
       : Model(c, o.device, o.dtype), scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
@@ -89,7 +89,7 @@ class OptModel final : public Model {
 
 }  // namespace
 
-std::shared_ptr<const Model> make_opt(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_opt(const ModelConfig& config, const WeightSource& weights,
                                       const LoadOptions& options) {
   return std::make_shared<OptModel>(config, weights, options);
 }

@@ -9,15 +9,15 @@
 namespace specdec::models {
 
 // Llama, Mistral and Qwen2 share one implementation (they differ only in config fields).
-std::shared_ptr<const Model> make_llama(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_llama(const ModelConfig& config, const WeightSource& weights,
                                         const LoadOptions& options);
-std::shared_ptr<const Model> make_gpt_neox(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_gpt_neox(const ModelConfig& config, const WeightSource& weights,
                                            const LoadOptions& options);
-std::shared_ptr<const Model> make_gpt2(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_gpt2(const ModelConfig& config, const WeightSource& weights,
                                        const LoadOptions& options);
-std::shared_ptr<const Model> make_opt(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_opt(const ModelConfig& config, const WeightSource& weights,
                                       const LoadOptions& options);
-std::shared_ptr<const Model> make_t5(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_t5(const ModelConfig& config, const WeightSource& weights,
                                      const LoadOptions& options);
 
 }  // namespace specdec::models

@@ -64,7 +64,7 @@ struct T5Block {
 
 class T5Model final : public Model {
  public:
-  T5Model(const ModelConfig& c, const WeightStore& w, const LoadOptions& o) : Model(c, o.device, o.dtype) {
+  T5Model(const ModelConfig& c, const WeightSource& w, const LoadOptions& o) : Model(c, o.device, o.dtype) {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, inner = c.num_attention_heads * c.head_dim, f = c.intermediate_size,
                   v = c.vocab_size;
@@ -215,7 +215,7 @@ class T5Model final : public Model {
 
 }  // namespace
 
-std::shared_ptr<const Model> make_t5(const ModelConfig& config, const WeightStore& weights,
+std::shared_ptr<const Model> make_t5(const ModelConfig& config, const WeightSource& weights,
                                      const LoadOptions& options) {
   return std::make_shared<T5Model>(config, weights, options);
 }

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "specdec/error.hpp"
+#include "specdec/gguf.hpp"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
 
@@ -20,6 +21,9 @@ using nlohmann::json;
 // GPT-2's pre-tokenizer regex (also the ByteLevel pre-tokenizer's) and Qwen2's.
 const char* const kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// Llama 3's (llama.cpp's "llama-bpe" pre-tokenizer).
+const char* const kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* const kQwen2Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -162,6 +166,12 @@ class ByteLevelBpe final : public TokenizerBase {
     base_size_ = size_ = static_cast<int64_t>(id_to_token_.size());
   }
 
+  void set_vocab(const std::vector<std::string>& tokens) {
+    id_to_token_ = tokens;
+    for (size_t i = 0; i < tokens.size(); ++i) vocab_[tokens[i]] = static_cast<int64_t>(i);
+    base_size_ = size_ = static_cast<int64_t>(tokens.size());
+  }
+
   void add_merge(const std::string& a, const std::string& b) {
     SPECDEC_CHECK(!a.empty() && !b.empty(), source_, ": empty merge part (merge ", ranks_.size() + 1, ")");
     ranks_.emplace(a + ' ' + b, static_cast<int>(ranks_.size()));
@@ -180,6 +190,7 @@ class ByteLevelBpe final : public TokenizerBase {
 
   friend std::unique_ptr<Tokenizer> tok::load_bpe_json(const std::string&, const TokenizerConfig&,
                                                        const TokenizerOptions&);
+  friend std::unique_ptr<Tokenizer> tok::load_bpe_gguf(const GgufFile&, const TokenizerOptions&);
   friend std::unique_ptr<Tokenizer> tok::load_bpe_vocab_merges(const std::string&, const TokenizerConfig&,
                                                                const TokenizerOptions&);
 
@@ -526,6 +537,79 @@ std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const T
       c.json.erase(key);
   t->finish(c);
   t->model_unk_ = t->unk_id();  // GPT2Tokenizer maps unknown symbols to unk_token
+  return t;
+}
+
+}  // namespace specdec::tok
+
+namespace specdec::tok {
+
+std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& f, const TokenizerOptions& options) {
+  const std::string& path = f.path();
+  auto t = std::make_unique<ByteLevelBpe>(path);
+  const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
+  SPECDEC_CHECK(!tokens.empty(), path, ": tokenizer.ggml.tokens is empty");
+  t->set_vocab(tokens);
+  for (const std::string& m : f.get_strings("tokenizer.ggml.merges")) {
+    const size_t cut = m.find(' ');
+    SPECDEC_CHECK(cut != std::string::npos, path, ": tokenizer.ggml.merges entry '", m, "' is not 'a b'");
+    t->add_merge(m.substr(0, cut), m.substr(cut + 1));
+  }
+  // llama.cpp's pre-tokenizer names (tokenizer.ggml.pre) -> the pre-tokenizers of the original
+  // tokenizer.json: "smollm" splits digits one by one before GPT-2's byte-level regex, as
+  // SmolLM's Digits(individual_digits) does.
+  const std::string pre = f.find_string("tokenizer.ggml.pre").value_or("default");
+  auto split_step = [&](const char* pattern, const std::string& name) {
+    PreStep s;
+    s.regex = std::make_shared<Regex>(pattern, false, path);
+    s.description = "gguf-" + name;
+    return s;
+  };
+  if (pre == "default" || pre == "gpt-2" || pre == "gpt2") {
+    t->pre_.push_back(byte_level_step(false, true, path));
+  } else if (pre == "smollm" || pre == "starcoder" || pre == "refact") {
+    t->pre_.push_back(split_step(R"(\p{N})", pre));
+    t->pre_.push_back(byte_level_step(false, true, path));
+  } else if (pre == "llama-bpe" || pre == "llama3") {
+    t->pre_.push_back(split_step(kLlama3Pattern, pre));
+    t->pre_.push_back(byte_level_step(false, false, path));
+  } else if (pre == "qwen2") {
+    t->normalizers_.push_back("NFC");
+    t->pre_.push_back(split_step(kQwen2Pattern, pre));
+    t->pre_.push_back(byte_level_step(false, false, path));
+  } else {
+    throw Error(path + ": unsupported tokenizer.ggml.pre '" + pre +
+                "' (supported: default, gpt-2, smollm, starcoder, refact, llama-bpe, qwen2)");
+  }
+  // Token types (llama.cpp): 3 = control (special added token), 4 = user-defined (added token).
+  if (f.has("tokenizer.ggml.token_type")) {
+    const std::vector<int64_t> types = f.get_ints("tokenizer.ggml.token_type");
+    SPECDEC_CHECK(types.size() == tokens.size(), path, ": tokenizer.ggml.token_type has ", types.size(),
+                  " entries for ", tokens.size(), " tokens");
+    for (size_t i = 0; i < types.size(); ++i)
+      if (types[i] == 3 || types[i] == 4)
+        t->add_token({tokens[i], static_cast<int64_t>(i), types[i] == 3});
+  }
+  TokenizerConfig cfg;
+  const std::pair<const char*, const char*> kNamed[] = {{"tokenizer.ggml.bos_token_id", "bos_token"},
+                                                        {"tokenizer.ggml.eos_token_id", "eos_token"},
+                                                        {"tokenizer.ggml.unknown_token_id", "unk_token"},
+                                                        {"tokenizer.ggml.padding_token_id", "pad_token"}};
+  for (const auto& [key, name] : kNamed) {
+    if (auto id = f.find_int(key)) {
+      SPECDEC_CHECK(*id >= 0 && *id < static_cast<int64_t>(tokens.size()), path, ": ", key, " ", *id,
+                    " is outside the vocabulary of ", tokens.size());
+      cfg.json[name] = tokens[static_cast<size_t>(*id)];
+    }
+  }
+  t->spaces_between_special_ = false;  // as the fast tokenizers join tokens
+  t->add_bos_ = options.add_bos_token.value_or(f.find_bool("tokenizer.ggml.add_bos_token").value_or(false));
+  t->add_eos_ = options.add_eos_token.value_or(f.find_bool("tokenizer.ggml.add_eos_token").value_or(false));
+  if (options.add_prefix_space)
+    for (PreStep& s : t->pre_)
+      if (s.byte_level) s.add_prefix_space = *options.add_prefix_space;
+  t->config_digest_ = "gguf:" + pre;
+  t->finish(cfg);
   return t;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "specdec/error.hpp"
+#include "specdec/gguf.hpp"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
 
@@ -460,14 +461,25 @@ std::string parent_dir(const std::string& path) {
 }
 }  // namespace
 
-bool has_tokenizer(const std::string& dir) {
+namespace {
+bool has_tokenizer_files(const std::string& dir) {
   for (const char* f : kSentencePieceFiles)
     if (file_exists(dir + "/" + f)) return true;
-  return file_exists(dir + "/tokenizer.json") ||
-         (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"));
+  return file_exists(dir + "/tokenizer.json") || (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"));
 }
+}  // namespace
+
+bool has_tokenizer(const std::string& dir) { return has_tokenizer_files(dir) || find_gguf(dir); }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const TokenizerOptions& options) {
+  std::string gguf;
+  if (!has_tokenizer_files(dir) && find_gguf(dir, &gguf)) {
+    const GgufFile f(gguf);
+    const std::string model = f.get_string("tokenizer.ggml.model");
+    SPECDEC_CHECK(model == "gpt2", gguf, ": tokenizer.ggml.model '", model,
+                  "' is not supported (supported: gpt2, byte-level BPE)");
+    return tok::load_bpe_gguf(f, options);
+  }
   for (const char* f : kSentencePieceFiles)
     if (file_exists(dir + "/" + f)) return load_tokenizer_file(dir + "/" + f, options);
   if (file_exists(dir + "/tokenizer.json")) return load_tokenizer_file(dir + "/tokenizer.json", options);

@@ -10,6 +10,10 @@
 
 #include "specdec/tokenizer.hpp"
 
+namespace specdec {
+class GgufFile;
+}
+
 namespace specdec::tok {
 
 struct AddedToken {
@@ -108,6 +112,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path, con
                                               const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> load_bpe_json(const std::string& json_path, const TokenizerConfig& cfg,
                                          const TokenizerOptions& options);
+// tokenizer.ggml.model "gpt2": byte-level BPE from a GGUF file's metadata.
+std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& file, const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const TokenizerConfig& cfg,
                                                  const TokenizerOptions& options);
 

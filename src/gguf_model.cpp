@@ -1,0 +1,172 @@
+// GGUF checkpoints: the model configuration from the metadata, and the weights under Hugging Face's
+// names (one name table per GGUF architecture), so that the model code is the safetensors one.
+#include "gguf_model.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "specdec/error.hpp"
+#include "util.hpp"
+
+namespace specdec {
+namespace {
+
+// GGUF name -> Hugging Face name, for the llama family (llama.cpp's LLM_ARCH_LLAMA and
+// LLM_ARCH_QWEN2 use the same names). "{N}" is the block index.
+const std::pair<const char*, const char*> kLlamaNames[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+    {"blk.{N}.attn_norm.weight", "model.layers.{N}.input_layernorm.weight"},
+    {"blk.{N}.attn_q.weight", "model.layers.{N}.self_attn.q_proj.weight"},
+    {"blk.{N}.attn_k.weight", "model.layers.{N}.self_attn.k_proj.weight"},
+    {"blk.{N}.attn_v.weight", "model.layers.{N}.self_attn.v_proj.weight"},
+    {"blk.{N}.attn_q.bias", "model.layers.{N}.self_attn.q_proj.bias"},
+    {"blk.{N}.attn_k.bias", "model.layers.{N}.self_attn.k_proj.bias"},
+    {"blk.{N}.attn_v.bias", "model.layers.{N}.self_attn.v_proj.bias"},
+    {"blk.{N}.attn_output.weight", "model.layers.{N}.self_attn.o_proj.weight"},
+    {"blk.{N}.ffn_norm.weight", "model.layers.{N}.post_attention_layernorm.weight"},
+    {"blk.{N}.ffn_gate.weight", "model.layers.{N}.mlp.gate_proj.weight"},
+    {"blk.{N}.ffn_up.weight", "model.layers.{N}.mlp.up_proj.weight"},
+    {"blk.{N}.ffn_down.weight", "model.layers.{N}.mlp.down_proj.weight"},
+};
+
+std::string replace_block(std::string s, const std::string& n) {
+  const size_t at = s.find("{N}");
+  return at == std::string::npos ? s : s.replace(at, 3, n);
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& supported_gguf_architectures() {
+  static const std::vector<std::string> kArchs = {"llama", "qwen2"};
+  return kArchs;
+}
+
+ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
+  const std::string& src = f.path();
+  const std::string arch = f.get_string("general.architecture");
+  const auto& archs = supported_gguf_architectures();
+  SPECDEC_CHECK(std::find(archs.begin(), archs.end(), arch) != archs.end(), src,
+                ": unsupported GGUF architecture '", arch, "' (supported: ", join(archs), ")");
+  ModelConfig c;
+  c.model_type = arch;
+  c.architecture = arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const std::string p = arch + ".";
+  c.hidden_size = f.get_int(p + "embedding_length");
+  c.intermediate_size = f.get_int(p + "feed_forward_length");
+  c.num_hidden_layers = f.get_int(p + "block_count");
+  c.num_attention_heads = f.get_int(p + "attention.head_count");
+  c.num_key_value_heads = f.find_int(p + "attention.head_count_kv").value_or(c.num_attention_heads);
+  SPECDEC_CHECK(c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, src, ": ", p,
+                "embedding_length ", c.hidden_size, " is not a multiple of ", p, "attention.head_count ",
+                c.num_attention_heads);
+  c.head_dim = f.find_int(p + "attention.key_length").value_or(c.hidden_size / c.num_attention_heads);
+  if (auto rot = f.find_int(p + "rope.dimension_count"))
+    SPECDEC_CHECK(*rot == c.head_dim, src, ": ", p, "rope.dimension_count ", *rot,
+                  " differs from the head size ", c.head_dim, " (partial rotary is not supported for ", arch, ")");
+  c.max_position_embeddings = f.find_int(p + "context_length").value_or(c.max_position_embeddings);
+  c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
+  c.rope_theta = f.find_float(p + "rope.freq_base").value_or(10000.0);
+  const std::string scaling = f.find_string(p + "rope.scaling.type").value_or("none");
+  if (scaling == "linear") {
+    c.rope_scaling.type = "linear";
+    c.rope_scaling.factor = f.get_float(p + "rope.scaling.factor");
+  } else if (auto old = f.find_float(p + "rope.scale_linear"); old && *old != 1.0) {
+    c.rope_scaling.type = "linear";
+    c.rope_scaling.factor = *old;
+  } else {
+    SPECDEC_CHECK(scaling == "none", src, ": unsupported ", p, "rope.scaling.type '", scaling,
+                  "' (supported: none, linear)");
+  }
+  SPECDEC_CHECK(!f.tensors().count("rope_freqs.weight"), src,
+                ": per-frequency rope factors (tensor 'rope_freqs.weight', Llama 3.1 style) are not supported");
+  c.vocab_size = f.has("tokenizer.ggml.tokens")
+                     ? static_cast<int64_t>(f.value("tokenizer.ggml.tokens").array.size())
+                     : f.get_int(p + "vocab_size");
+  c.attention_bias = arch == "qwen2" || f.tensors().count("blk.0.attn_q.bias") != 0;
+  c.tie_word_embeddings = f.tensors().count("output.weight") == 0;
+  c.hidden_act = "silu";
+  if (auto id = f.find_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = *id;
+  if (auto id = f.find_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {*id};
+  if (auto id = f.find_int("tokenizer.ggml.padding_token_id")) c.pad_token_id = *id;
+  c.validate(src);
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+                          "tokenizer.ggml.padding_token_id"})
+    if (auto id = f.find_int(key))
+      SPECDEC_CHECK(*id >= 0 && *id < c.vocab_size, src, ": ", key, " ", *id, " is outside the vocabulary of ",
+                    c.vocab_size);
+  return c;
+}
+
+ModelConfig ModelConfig::from_path(const std::string& path) {
+  std::string gguf;
+  if (!file_exists(path + "/config.json") && find_gguf(path, &gguf)) return from_gguf(GgufFile(gguf));
+  return from_dir(path);
+}
+
+GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
+    : file_(file),
+      heads_(config.num_attention_heads),
+      kv_heads_(config.num_key_value_heads),
+      unpermute_qk_(config.model_type == "llama") {
+  // Only llama.cpp's converter for LlamaForCausalLM permutes q/k rows (Qwen2's does not).
+  for (int64_t n = 0; n < config.num_hidden_layers; ++n) {
+    for (const auto& [g, h] : kLlamaNames) {
+      const std::string gname = replace_block(g, std::to_string(n));
+      to_gguf_[replace_block(h, std::to_string(n))] = gname;
+    }
+  }
+}
+
+const GgufTensorInfo& GgufWeights::info(const std::string& name) const {
+  auto it = to_gguf_.find(name);
+  SPECDEC_CHECK(it != to_gguf_.end() && file_.tensors().count(it->second), file_.path(),
+                ": checkpoint has no tensor for '", name, "'");
+  return file_.tensors().at(it->second);
+}
+
+at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10::Device device,
+                             const std::vector<int64_t>& expected_shape) const {
+  auto it = to_gguf_.find(name);
+  SPECDEC_CHECK(it != to_gguf_.end(), file_.path(), ": checkpoint has no tensor for '", name, "'");
+  SPECDEC_CHECK(file_.tensors().count(it->second), file_.path(), ": missing tensor '", it->second, "' (",
+                name, ")");
+  const GgufTensorInfo& t = file_.tensors().at(it->second);
+  check_shape(file_.path(), t.name, t.shape, expected_shape, "the GGUF metadata");
+  at::Tensor x = file_.load(t.name, at::kFloat, c10::Device(c10::kCPU));  // [rows, ...]
+  const bool q = t.name.find(".attn_q.") != std::string::npos, k = t.name.find(".attn_k.") != std::string::npos;
+  if (unpermute_qk_ && (q || k)) {
+    // llama.cpp's converter stores each head's rotary halves interleaved (row 2i + h holds Hugging
+    // Face's row h * d/2 + i); put them back.
+    const int64_t heads = q ? heads_ : kv_heads_;
+    const int64_t d = x.size(0) / heads;
+    SPECDEC_CHECK(x.size(0) % heads == 0 && d % 2 == 0, file_.path(), ": tensor '", t.name, "' has ", x.size(0),
+                  " rows, not a whole number of heads of even size");
+    std::vector<int64_t> split = {heads, d / 2, 2};
+    for (int64_t i = 1; i < x.dim(); ++i) split.push_back(x.size(i));
+    x = x.view(split).transpose(1, 2).reshape(x.sizes()).contiguous();
+  }
+  return dtype == at::kFloat && device.is_cpu() ? x : x.to(device, dtype);
+}
+
+std::vector<std::string> GgufWeights::names() const {
+  std::vector<std::string> n;
+  for (const auto& kv : to_gguf_)
+    if (file_.tensors().count(kv.second)) n.push_back(kv.first);
+  return n;
+}
+
+at::ScalarType GgufWeights::stored_dtype(const std::string& name) const {
+  const GgmlType type = info(name).type;
+  return type == GgmlType::kF16 ? at::kHalf : type == GgmlType::kBF16 ? at::kBFloat16 : at::kFloat;
+}
+
+}  // namespace specdec

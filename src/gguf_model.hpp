@@ -1,0 +1,40 @@
+// GGUF checkpoints as a WeightSource: llama.cpp's tensor names mapped to Hugging Face's, and the
+// rotary row order of llama.cpp's converter undone. Private to the library.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "specdec/config.hpp"
+#include "specdec/gguf.hpp"
+#include "specdec/weights.hpp"
+
+namespace specdec {
+
+// GGUF architectures whose tensors this build can map ("llama", "qwen2").
+const std::vector<std::string>& supported_gguf_architectures();
+
+class GgufWeights final : public WeightSource {
+ public:
+  // `file` must outlive this object; `config` comes from ModelConfig::from_gguf(file).
+  GgufWeights(const GgufFile& file, const ModelConfig& config);
+  bool contains(const std::string& name) const override {
+    auto it = to_gguf_.find(name);
+    return it != to_gguf_.end() && file_.tensors().count(it->second) != 0;
+  }
+  at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device,
+                  const std::vector<int64_t>& expected_shape = {}) const override;
+  std::vector<std::string> names() const override;
+  at::ScalarType stored_dtype(const std::string& name) const override;
+  const std::string& dir() const override { return file_.path(); }
+  // The GGUF tensor behind a Hugging Face name.
+  const GgufTensorInfo& info(const std::string& name) const;
+
+ private:
+  const GgufFile& file_;
+  int64_t heads_ = 0, kv_heads_ = 0;
+  bool unpermute_qk_ = false;                   // llama: the converter reordered q/k rows
+  std::map<std::string, std::string> to_gguf_;  // Hugging Face name -> GGUF name (present or not)
+};
+
+}  // namespace specdec
