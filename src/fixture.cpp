@@ -16,6 +16,7 @@
 #include "specdec/error.hpp"
 #include "specdec/tokenizer.hpp"
 #include "specdec/weights.hpp"
+#include "gguf_model.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -285,34 +286,76 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
   write_checkpoint(out_dir, c, t);
 }
 
-void make_draft_of(const std::string& target_dir, const std::string& out_dir, int64_t layers,
+namespace {
+
+// config.json of a llama-family model read from GGUF metadata (what Hugging Face's LlamaConfig /
+// Qwen2Config would say), so that a draft cut from a GGUF target is an ordinary checkpoint folder.
+json llama_family_config(const ModelConfig& c) {
+  json j = {{"model_type", c.model_type},
+            {"architectures", {c.architecture}},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"head_dim", c.head_dim},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"attention_bias", c.attention_bias},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"hidden_act", c.hidden_act},
+            {"torch_dtype", "float32"}};
+  if (!c.rope_scaling.type.empty()) j["rope_scaling"] = {{"type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+  if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
+  return j;
+}
+
+}  // namespace
+
+void make_draft_of(const std::string& target, const std::string& out_dir, int64_t layers,
                    double noise, uint64_t seed) {
   c10::InferenceMode guard;
   SPECDEC_CHECK(noise >= 0, "make-fixture: --noise must be >= 0");
-  const ModelConfig tc = ModelConfig::from_dir(target_dir);  // validates the target
-  SPECDEC_CHECK(layers >= 1 && layers <= tc.num_hidden_layers, "make-fixture: --layers ", layers,
-                " must be in [1, ", tc.num_hidden_layers, "] for a draft of ", target_dir);
-  json c = json::parse(read_text_file(target_dir + "/config.json"));
-  c[tc.model_type == "gpt2" ? "n_layer" : tc.model_type == "t5" ? "num_decoder_layers" : "num_hidden_layers"] = layers;
-  if (file_exists(target_dir + "/generation_config.json")) {
-    const json g = json::parse(read_text_file(target_dir + "/generation_config.json"));
-    for (const char* key : kSpecialTokenKeys)
-      if (g.contains(key)) c[key] = g[key];
+  std::string gguf_path;
+  const bool gguf = !file_exists(target + "/config.json") && find_gguf(target, &gguf_path);
+  std::unique_ptr<GgufFile> gguf_file;
+  std::unique_ptr<WeightSource> w;
+  ModelConfig tc;  // validates the target
+  json c;
+  if (gguf) {
+    gguf_file = std::make_unique<GgufFile>(gguf_path);
+    tc = ModelConfig::from_gguf(*gguf_file);
+    c = llama_family_config(tc);
+    w = std::make_unique<GgufWeights>(*gguf_file, tc);
+  } else {
+    tc = ModelConfig::from_dir(target);
+    c = json::parse(read_text_file(target + "/config.json"));
+    if (file_exists(target + "/generation_config.json")) {
+      const json g = json::parse(read_text_file(target + "/generation_config.json"));
+      for (const char* key : kSpecialTokenKeys)
+        if (g.contains(key)) c[key] = g[key];
+    }
+    w = std::make_unique<WeightStore>(target);
   }
-  WeightStore w(target_dir);
+  SPECDEC_CHECK(layers >= 1 && layers <= tc.num_hidden_layers, "make-fixture: --layers ", layers,
+                " must be in [1, ", tc.num_hidden_layers, "] for a draft of ", target);
+  c[tc.model_type == "gpt2" ? "n_layer" : tc.model_type == "t5" ? "num_decoder_layers" : "num_hidden_layers"] = layers;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   std::map<std::string, at::Tensor> t;
-  for (const std::string& name : w.names()) {
+  for (const std::string& name : w->names()) {
     if (layer_of(name) >= layers) continue;
-    const TensorInfo& info = w.info(name);
-    const at::ScalarType stored = info.dtype == "F32" ? at::kFloat
-                                  : info.dtype == "BF16" ? at::kBFloat16 : at::kHalf;
-    at::Tensor x = w.load(name, at::kFloat, c10::Device(c10::kCPU));
+    at::Tensor x = w->load(name, at::kFloat, c10::Device(c10::kCPU));
     if (noise > 0) x = x + at::normal(0.0, noise, x.sizes(), gen);
-    t[name] = x.to(stored);
+    t[name] = x.to(w->stored_dtype(name));
   }
   make_dir(out_dir);
-  copy_tokenizer_files(target_dir, out_dir);
+  // A GGUF target's tokenizer lives in its metadata: the draft folder has none of its own and
+  // programs use the target's.
+  if (!gguf) copy_tokenizer_files(target, out_dir);
   write_checkpoint(out_dir, c, t);
 }
 

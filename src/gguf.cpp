@@ -177,7 +177,8 @@ class Cursor {
   }
   std::string read_string(const std::string& what) {
     const uint64_t n = read<uint64_t>(what + " (string length)");
-    SPECDEC_CHECK(n <= remaining(), path_, ": ", what, ": string length ", n, " runs past the end of the file (",
+    SPECDEC_CHECK(n <= remaining(), path_, ": truncated file or bad length: ", what, ": string length ", n,
+                  " runs past the end of the file (",
                   remaining(), " bytes left at offset ", offset(), ")");
     std::string s(reinterpret_cast<const char*>(p_), static_cast<size_t>(n));
     p_ += n;

@@ -1,5 +1,7 @@
 #include "test_util.hpp"
 
+#include "util.hpp"
+
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <sys/stat.h>
@@ -97,6 +99,11 @@ std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t
     if (std::find(eos.begin(), eos.end(), tok) != eos.end()) break;
   }
   return out;
+}
+
+std::string smollm2_path() {
+  const std::string path = std::string(SPECDEC_MODELS_DIR) + "/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return file_exists(path) ? path : "";
 }
 
 }  // namespace specdec::test

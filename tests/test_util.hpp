@@ -17,6 +17,8 @@ std::string cached_fixture(const std::string& key, const FixtureOptions& options
 std::shared_ptr<const Model> cached_model(const std::string& dir);
 // ../shared/fixtures, or "" when absent.
 std::string fixtures_dir();
+// The real SmolLM2-135M-Instruct GGUF under models/smollm2 (scripts/get_models.sh), or "" when absent.
+std::string smollm2_path();
 nlohmann::json read_json(const std::string& path);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& data);

@@ -1,4 +1,4 @@
-// The `specdec` command-line program: generate, compare, tokenize, detokenize, make-tokenizer,
+// The `specdec` command-line program: generate, compare, chat, tokenize, detokenize, make-tokenizer,
 // make-fixture.
 #include <ATen/Parallel.h>
 
@@ -21,8 +21,12 @@ using namespace specdec;
 
 namespace {
 
+enum class Mode { kGenerate, kCompare, kChat };
+
 struct RunOptions {
   std::string model, draft, prompt, prompt_ids, tokenizer, device = "cpu", dtype = "float32";
+  std::string system, chat_template;
+  bool chat = false;
   int threads = 0;
   bool json_out = false;
   bool no_stream = false;
@@ -31,16 +35,26 @@ struct RunOptions {
   GenerationConfig gen;
 };
 
-void add_run_options(CLI::App* app, RunOptions& o, bool compare) {
-  app->add_option("--model", o.model, "Target checkpoint folder (Hugging Face layout)")->required();
-  app->add_option("--draft", o.draft, "Draft checkpoint folder; omit for target-only generation");
-  auto* text = app->add_option("--prompt", o.prompt,
-                               "Prompt text (encoded with the tokenizer, BOS/EOS as it is configured); "
-                               "without --prompt or --prompt-ids the prompt is read from stdin");
-  app->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
-      ->excludes(text);
+void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
+  const bool compare = mode == Mode::kCompare;
+  app->add_option("--model", o.model,
+                  "Target checkpoint: a Hugging Face folder, a .gguf file, or a folder holding one")
+      ->required();
+  app->add_option("--draft", o.draft, "Draft checkpoint (same forms); omit for target-only generation");
+  app->add_option("--system", o.system, "Chat: the system message (default: the template's own, if any)");
+  app->add_option("--chat-template", o.chat_template,
+                  "Chat: chatml, llama3, llama2 or mistral (default: recognised from the model's template)");
+  if (mode != Mode::kChat) {
+    app->add_flag("--chat", o.chat,
+                  "Format the prompt as one user turn of the model's chat template; stop at its end of turn");
+    auto* text = app->add_option("--prompt", o.prompt,
+                                 "Prompt text (encoded with the tokenizer, BOS/EOS as it is configured); "
+                                 "without --prompt or --prompt-ids the prompt is read from stdin");
+    app->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
+        ->excludes(text);
+  }
   app->add_option("--tokenizer", o.tokenizer,
-                  "Folder with the tokenizer files (default: --model's, when it has them)");
+                  "Tokenizer: a folder with tokenizer files or a .gguf (default: --model's, when it has one)");
   app->add_flag("--no-stream", o.no_stream, "Print the generated text at the end, not as it is accepted");
   app->add_option("--max-new-tokens", o.gen.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str();
@@ -79,7 +93,7 @@ void add_run_options(CLI::App* app, RunOptions& o, bool compare) {
       ->capture_default_str();
   app->add_option("--threads", o.threads, "CPU threads for libtorch (0 = libtorch's default)")
       ->capture_default_str();
-  app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
+  if (mode != Mode::kChat) app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
   if (compare)
     app->add_option("--warmup", o.warmup,
                     "Untimed warm-up runs of each mode before timing (a few tokens each)")
@@ -115,23 +129,51 @@ std::string read_stdin() {
 struct Loaded {
   std::shared_ptr<const Model> target, draft;
   std::unique_ptr<Tokenizer> tokenizer;  // null when there is none and ids are used
+  std::optional<ChatTemplate> chat;      // --chat and the chat subcommand
   std::vector<int64_t> prompt;
 };
 
-Loaded load(RunOptions& o) {
+// The chat format: --chat-template, else recognised from the template the model ships.
+ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
+  if (!o.chat_template.empty()) return ChatTemplate::by_name(o.chat_template);
+  for (const std::string& where : {tok_source, o.model}) {
+    if (auto text = read_chat_template(where)) return ChatTemplate::recognise(*text, where);
+  }
+  throw Error(o.model + " ships no chat template: choose one with --chat-template chatml|llama3|llama2|mistral");
+}
+
+std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages) {
+  const std::vector<int64_t> ids = l.tokenizer->encode(l.chat->render(messages, true), false);
+  if (ids.empty()) throw Error("the prompt is empty");
+  return ids;
+}
+
+Loaded load(RunOptions& o, bool chat) {
   if (o.threads < 0) throw Error("--threads must be >= 0");
   if (o.threads > 0) at::set_num_threads(o.threads);
   o.gen.adaptive_threshold = !o.no_adaptive;
   o.gen.validate();
+  if (!chat && (!o.system.empty() || !o.chat_template.empty()))
+    throw Error("--system and --chat-template need --chat");
   Loaded l;
   const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer : has_tokenizer(o.model) ? o.model : "";
   if (!tok_dir.empty()) l.tokenizer = load_tokenizer(tok_dir);
   // A draft with tokenizer files of its own must tokenize exactly like the target.
   if (l.tokenizer && !o.draft.empty() && has_tokenizer(o.draft))
     require_same_tokenizer(*l.tokenizer, *load_tokenizer(o.draft));
+  if (chat) {
+    if (!o.prompt_ids.empty()) throw Error("--chat needs a text prompt (--prompt or stdin), not --prompt-ids");
+    if (!l.tokenizer) throw Error(o.model + " has no tokenizer: give --tokenizer, which chat needs");
+    l.chat = chat_template(o, tok_dir);
+  }
   if (!o.prompt_ids.empty()) {
     l.prompt = parse_ids(o.prompt_ids);
-  } else {
+  } else if (o.chat) {
+    std::vector<ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", o.prompt.empty() ? read_stdin() : o.prompt});
+    l.prompt = encode_chat(l, messages);
+  } else if (!chat) {
     if (!l.tokenizer)
       throw Error(o.model + " has no tokenizer files: give --tokenizer DIR, or the prompt as --prompt-ids");
     const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
@@ -143,9 +185,16 @@ Loaded load(RunOptions& o) {
   lo.dtype = parse_dtype(o.dtype);
   l.target = load_model(o.model, lo);
   if (!o.draft.empty()) l.draft = load_model(o.draft, lo);
-  if (l.tokenizer && o.gen.eos_token_ids.empty() && l.target->config().eos_token_ids.empty() &&
-      l.tokenizer->eos_token_id())
-    o.gen.eos_token_ids = {*l.tokenizer->eos_token_id()};
+  if (o.gen.eos_token_ids.empty()) {
+    o.gen.eos_token_ids = l.target->config().eos_token_ids;
+    if (o.gen.eos_token_ids.empty() && l.tokenizer && l.tokenizer->eos_token_id())
+      o.gen.eos_token_ids = {*l.tokenizer->eos_token_id()};
+    // A chat answer ends at the template's end-of-turn token too.
+    if (l.chat) {
+      const std::vector<int64_t> eot = l.tokenizer->encode(l.chat->end_of_turn(), false);
+      if (eot.size() == 1 && !l.target->config().is_eos(eot[0])) o.gen.eos_token_ids.push_back(eot[0]);
+    }
+  }
   return l;
 }
 
@@ -175,7 +224,7 @@ std::string join_ids(const std::vector<int64_t>& v) {
 }
 
 int run_generate(RunOptions& o) {
-  Loaded l = load(o);
+  Loaded l = load(o, o.chat);
   Generator gen(l.target, l.draft);
   bool first = true;
   std::optional<StreamDecoder> text_stream;
@@ -201,6 +250,61 @@ int run_generate(RunOptions& o) {
     std::cout << text_stream->finish();
   std::cout << "\n";
   print_stats(r.stats, std::cerr);
+  return 0;
+}
+
+// Interactive conversation: a line of stdin per user turn, the answer streamed as it is verified.
+// Each turn re-encodes the whole conversation and generates from it with a fresh cache.
+int run_chat(RunOptions& o) {
+  Loaded l = load(o, true);
+  Generator gen(l.target, l.draft);
+  std::vector<ChatMessage> messages;
+  const auto reset = [&] {
+    messages.clear();
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+  };
+  reset();
+  const bool tty = isatty(STDIN_FILENO);
+  std::cerr << "specdec chat (" << l.chat->name() << (l.draft ? ", with a draft" : "")
+            << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
+            << "): type a message; /reset starts over, /stats shows the last answer's statistics, /exit or "
+               "Ctrl-D ends\n";
+  std::optional<GenerationStats> last;
+  int64_t total_tokens = 0;
+  double total_seconds = 0;
+  std::string line;
+  while (true) {
+    if (tty) std::cerr << "> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      reset();
+      std::cerr << "(conversation reset)\n";
+      continue;
+    }
+    if (line == "/stats") {
+      if (last) print_stats(*last, std::cerr);
+      else std::cerr << "(no answer yet)\n";
+      std::cerr << "session: " << total_tokens << " tokens in " << total_seconds << " s\n";
+      continue;
+    }
+    if (line[0] == '/') {
+      std::cerr << "unknown command " << line << " (commands: /reset, /stats, /exit)\n";
+      continue;
+    }
+    messages.push_back({"user", line});
+    StreamDecoder stream(*l.tokenizer, true);
+    const GenerationResult r = gen.generate(encode_chat(l, messages), o.gen, [&](const std::vector<int64_t>& t) {
+      if (!o.no_stream) std::cout << stream.push(t) << std::flush;
+    });
+    const std::string answer = l.tokenizer->decode(r.tokens, true);
+    std::cout << (o.no_stream ? answer : stream.finish()) << "\n" << std::flush;
+    messages.push_back({"assistant", answer});
+    last = r.stats;
+    total_tokens += r.stats.new_tokens;
+    total_seconds += r.stats.total_seconds;
+  }
   return 0;
 }
 
@@ -230,7 +334,7 @@ int run_detokenize(const TokenizeOptions& o) {
 }
 
 int run_compare(RunOptions& o) {
-  Loaded l = load(o);
+  Loaded l = load(o, o.chat);
   if (!l.draft && o.gen.prompt_lookup_num_tokens == 0)
     throw Error("compare needs --draft DIR or --prompt-lookup N");
   Generator plain(l.target);
@@ -290,10 +394,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   RunOptions gen_opts, cmp_opts;
   auto* gen = app.add_subcommand("generate", "Generate tokens (assisted when --draft is given)");
-  add_run_options(gen, gen_opts, false);
+  add_run_options(gen, gen_opts, Mode::kGenerate);
   auto* cmp = app.add_subcommand(
       "compare", "Target-only and assisted generation on the same prompt: outputs, times, speedup");
-  add_run_options(cmp, cmp_opts, true);
+  add_run_options(cmp, cmp_opts, Mode::kCompare);
+  RunOptions chat_opts;
+  chat_opts.gen.max_new_tokens = 256;
+  auto* chat = app.add_subcommand(
+      "chat", "Interactive multi-turn conversation with the model's chat template, streamed; /reset, /stats");
+  add_run_options(chat, chat_opts, Mode::kChat);
 
   TokenizeOptions tk, dtk;
   auto* tokc = app.add_subcommand("tokenize", "Text to token ids (the text from --text or stdin)");
@@ -370,6 +479,7 @@ int main(int argc, char** argv) {
   try {
     if (*gen) return run_generate(gen_opts);
     if (*cmp) return run_compare(cmp_opts);
+    if (*chat) return run_chat(chat_opts);
     if (*tokc) return run_tokenize(tk);
     if (*mtok) {
       if (mt_vocab < 8) throw Error("--vocab-size must be >= 8");

@@ -39,11 +39,13 @@ struct FixtureOptions {
 // missing). Each file is written atomically; config.json last, so a folder that has it is whole.
 void make_fixture(const std::string& out_dir, const FixtureOptions& options);
 
-// Derives an early-exit draft from the checkpoint in `target_dir`: its embeddings, first `layers`
-// layers, final norm and head, plus optional Gaussian noise of standard deviation `noise`. The
-// target's tokenizer files are copied too. T5: the whole encoder is kept (with noise 0 the pair
+// Derives an early-exit draft from the checkpoint `target` (a folder, or a GGUF file or a folder
+// holding one): its embeddings, first `layers` layers, final norm and head, plus optional Gaussian
+// noise of standard deviation `noise`, written as a safetensors folder (from GGUF: dequantized to
+// float32, with a config.json made from the metadata). The target's tokenizer files are copied too
+// (a GGUF's tokenizer stays in the GGUF). T5: the whole encoder is kept (with noise 0 the pair
 // then shares one encoder pass) and `layers` counts decoder layers.
-void make_draft_of(const std::string& target_dir, const std::string& out_dir, int64_t layers,
+void make_draft_of(const std::string& target, const std::string& out_dir, int64_t layers,
                    double noise = 0.0, uint64_t seed = 0);
 
 }  // namespace specdec

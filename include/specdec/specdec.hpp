@@ -2,6 +2,7 @@
 #pragma once
 
 #include "specdec/candidates.hpp"
+#include "specdec/chat.hpp"
 #include "specdec/config.hpp"
 #include "specdec/error.hpp"
 #include "specdec/fixture.hpp"

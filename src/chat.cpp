@@ -1,0 +1,173 @@
+// Chat templates rendered natively, family by family, as Hugging Face's reference Jinja templates
+// of each family render them (checked against apply_chat_template in the tests).
+#include "specdec/chat.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "specdec/error.hpp"
+#include "specdec/gguf.hpp"
+#include "util.hpp"
+
+namespace specdec {
+namespace {
+
+const std::pair<const char*, ChatTemplate::Kind> kNames[] = {
+    {"chatml", ChatTemplate::Kind::kChatML},
+    {"llama3", ChatTemplate::Kind::kLlama3},
+    {"llama2", ChatTemplate::Kind::kLlama2},
+    {"mistral", ChatTemplate::Kind::kMistral},
+};
+
+// Python's str.strip() for ASCII whitespace (what the Llama templates apply to contents).
+std::string strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+void check_role(const ChatMessage& m) {
+  SPECDEC_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant", "chat: unknown role '", m.role,
+                "' (expected system, user or assistant)");
+}
+
+// A ChatML template's built-in system prompt: the literal text of a
+// '<|im_start|>system\n...<|im_end|>' string in the template, if it has one.
+std::string chatml_default_system(const std::string& t) {
+  for (const char* head : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
+    for (size_t at = t.find(head); at != std::string::npos; at = t.find(head, at + 1)) {
+      const size_t begin = at + std::string(head).size();
+      const size_t end = t.find("<|im_end|>", begin);
+      if (end == std::string::npos) continue;
+      const std::string text = t.substr(begin, end - begin);
+      if (text.find_first_of("'\"{}+") != std::string::npos) continue;  // an expression, not a literal
+      std::string out;
+      for (size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == 'n') out += '\n', ++i;
+        else out += text[i];
+      }
+      return out;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+const std::vector<std::string>& ChatTemplate::names() {
+  static const std::vector<std::string> kList = {"chatml", "llama3", "llama2", "mistral"};
+  return kList;
+}
+
+ChatTemplate ChatTemplate::by_name(const std::string& name) {
+  for (const auto& [n, kind] : kNames) {
+    if (name == n) {
+      ChatTemplate t;
+      t.kind_ = kind;
+      return t;
+    }
+  }
+  throw Error("unknown chat template '" + name + "' (known: chatml, llama3, llama2, mistral)");
+}
+
+ChatTemplate ChatTemplate::recognise(const std::string& text, const std::string& source) {
+  ChatTemplate t;
+  if (text.find("<|im_start|>") != std::string::npos) {
+    t.kind_ = Kind::kChatML;
+    t.default_system_ = chatml_default_system(text);
+  } else if (text.find("<|start_header_id|>") != std::string::npos) {
+    t.kind_ = Kind::kLlama3;
+  } else if (text.find("[INST]") != std::string::npos) {
+    t.kind_ = text.find("<<SYS>>") != std::string::npos ? Kind::kLlama2 : Kind::kMistral;
+  } else {
+    std::string head = text.substr(0, 120);
+    for (char& c : head)
+      if (c == '\n') c = ' ';
+    throw Error(source + ": unrecognised chat template (not ChatML, Llama 3, Llama 2 or Mistral): \"" + head +
+                (text.size() > 120 ? "..." : "") +
+                "\"; choose one with --chat-template chatml|llama3|llama2|mistral");
+  }
+  return t;
+}
+
+std::string ChatTemplate::name() const {
+  for (const auto& [n, kind] : kNames)
+    if (kind == kind_) return n;
+  return "?";
+}
+
+std::string ChatTemplate::end_of_turn() const {
+  switch (kind_) {
+    case Kind::kChatML: return "<|im_end|>";
+    case Kind::kLlama3: return "<|eot_id|>";
+    default: return "</s>";
+  }
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  for (const ChatMessage& m : messages) check_role(m);
+  std::string out;
+  switch (kind_) {
+    case Kind::kChatML: {
+      if (!default_system_.empty() && (messages.empty() || messages[0].role != "system"))
+        out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
+      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      return out;
+    }
+    case Kind::kLlama3: {
+      for (size_t i = 0; i < messages.size(); ++i)
+        out += std::string(i == 0 ? "<|begin_of_text|>" : "") + "<|start_header_id|>" + messages[i].role +
+               "<|end_header_id|>\n\n" + strip(messages[i].content) + "<|eot_id|>";
+      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      return out;
+    }
+    case Kind::kLlama2:
+    case Kind::kMistral: {
+      // Both alternate user/assistant after an optional system message, which goes into the first
+      // user turn: Llama 2 in a <<SYS>> block, Mistral as a first paragraph.
+      size_t first = 0;
+      std::string system;
+      if (!messages.empty() && messages[0].role == "system") system = messages[0].content, first = 1;
+      const bool llama2 = kind_ == Kind::kLlama2;
+      if (!llama2) out += "<s>";
+      for (size_t i = first; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        SPECDEC_CHECK((m.role == "user") == ((i - first) % 2 == 0), "chat: the ", name(),
+                      " format needs roles alternating user/assistant/user/... after an optional system message");
+        std::string content = m.content;
+        if (i == first && first == 1)
+          content = llama2 ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content : system + "\n\n" + content;
+        if (m.role == "user") out += (llama2 ? "<s>[INST] " + strip(content) : "[INST] " + content) + " [/INST]";
+        else out += llama2 ? " " + strip(content) + " </s>" : content + "</s>";
+      }
+      return out;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> read_chat_template(const std::string& path) {
+  std::string gguf;
+  if (!file_exists(path + "/tokenizer_config.json") && find_gguf(path, &gguf))
+    return GgufFile(gguf).find_string("tokenizer.chat_template");
+  const std::string cfg = path + "/tokenizer_config.json";
+  if (!file_exists(cfg)) return std::nullopt;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(cfg));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(cfg + ": invalid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null()) return std::nullopt;
+  const auto& t = j["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  // A list of named templates: the one named "default".
+  if (t.is_array())
+    for (const auto& e : t)
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        return e["template"].get<std::string>();
+  throw Error(cfg + ": chat_template must be a string or a list with a 'default' entry");
+}
+
+}  // namespace specdec

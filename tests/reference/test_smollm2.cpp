@@ -1,0 +1,151 @@
+// The real SmolLM2-135M-Instruct (Q4_1 GGUF) against Hugging Face transformers 4.47 loading the same
+// file (float32), recorded by scripts/hf_reference_smollm2.py in tests/data/smollm2/reference.json:
+// tokenizer ids, chat-formatted prompts, logits, and 64-token greedy chat answers; plus assisted
+// generation on them. Skipped with a message when the model file is absent (scripts/get_models.sh;
+// CI downloads it, so there they run).
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "specdec/specdec.hpp"
+#include "test_util.hpp"
+
+using namespace specdec;
+using namespace specdec::test;
+
+namespace {
+
+const nlohmann::json& reference() {
+  static const nlohmann::json j = read_json(std::string(SPECDEC_TEST_DATA) + "/smollm2/reference.json");
+  return j;
+}
+
+#define REQUIRE_MODEL()                                                                          \
+  const std::string model_path = smollm2_path();                                                \
+  if (model_path.empty()) GTEST_SKIP() << "models/smollm2 absent: run scripts/get_models.sh"
+
+std::shared_ptr<const Model> model(const std::string& path) {
+  static std::shared_ptr<const Model> m = load_model(path);
+  return m;
+}
+
+const Tokenizer& tokenizer(const std::string& path) {
+  static std::unique_ptr<Tokenizer> t = load_tokenizer(path);
+  return *t;
+}
+
+std::vector<int64_t> cut_at_eos(std::vector<int64_t> tokens, int64_t eos) {
+  auto it = std::find(tokens.begin(), tokens.end(), eos);
+  if (it != tokens.end()) tokens.erase(it + 1, tokens.end());
+  return tokens;
+}
+
+}  // namespace
+
+TEST(SmolLM2, ConfigFromGgufMetadata) {
+  REQUIRE_MODEL();
+  const ModelConfig c = ModelConfig::from_path(model_path);
+  EXPECT_EQ(c.model_type, "llama");
+  EXPECT_EQ(c.hidden_size, 576);
+  EXPECT_EQ(c.num_hidden_layers, 30);
+  EXPECT_EQ(c.num_attention_heads, 9);
+  EXPECT_EQ(c.num_key_value_heads, 3);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.intermediate_size, 1536);
+  EXPECT_EQ(c.vocab_size, 49152);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+  EXPECT_EQ(c.rope_theta, 100000.0);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{2});
+}
+
+TEST(SmolLM2, TokenizerMatchesHuggingFace) {
+  REQUIRE_MODEL();
+  const Tokenizer& tok = tokenizer(model_path);
+  EXPECT_EQ(tok.size(), 49152);
+  EXPECT_TRUE(tok.is_special(2));
+  for (const auto& c : reference()["tokenizer"]) {
+    const std::string text = c["text"];
+    const auto ids = c["ids"].get<std::vector<int64_t>>();
+    EXPECT_EQ(tok.encode(text, false), ids) << text;
+    EXPECT_EQ(tok.decode(ids, false), c["decoded"].get<std::string>()) << text;
+    // GGUF says add_bos_token false: nothing is added.
+    EXPECT_EQ(tok.encode(text, true), ids) << text;
+  }
+}
+
+TEST(SmolLM2, ChatTemplateMatchesHuggingFace) {
+  REQUIRE_MODEL();
+  const auto text = read_chat_template(model_path);
+  ASSERT_TRUE(text);
+  const ChatTemplate t = ChatTemplate::recognise(*text, model_path);
+  EXPECT_EQ(t.name(), "chatml");
+  EXPECT_EQ(t.default_system(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  for (const auto& c : reference()["chat"]) {
+    std::vector<ChatMessage> messages;
+    for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
+    const std::string rendered = t.render(messages, true);
+    EXPECT_EQ(rendered, c["text"].get<std::string>());
+    EXPECT_EQ(tokenizer(model_path).encode(rendered, false), c["prompt_ids"].get<std::vector<int64_t>>());
+  }
+}
+
+TEST(SmolLM2, LogitsMatchHuggingFace) {
+  REQUIRE_MODEL();
+  c10::InferenceMode guard;
+  const auto m = model(model_path);
+  for (const auto& c : reference()["logits"]) {
+    const auto ids = c["ids"].get<std::vector<int64_t>>();
+    KVCache cache = m->make_cache(static_cast<int64_t>(ids.size()));
+    const at::Tensor logits = m->forward(at::tensor(ids).unsqueeze(0), cache)[0];  // [T, V]
+    const auto& top_ids = c["top_ids"];
+    const auto& top_values = c["top_values"];
+    double worst = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      const auto row = logits[static_cast<int64_t>(t)].contiguous();
+      for (size_t k = 0; k < top_ids[t].size(); ++k) {
+        const double ref = top_values[t][k], ours = row[top_ids[t][k].get<int64_t>()].item<double>();
+        worst = std::max(worst, std::fabs(ours - ref) / std::max(1.0, std::fabs(ref)));
+      }
+      EXPECT_EQ(row.argmax().item<int64_t>(), top_ids[t][0].get<int64_t>()) << c["text"] << " position " << t;
+    }
+    EXPECT_LT(worst, 1e-4) << c["text"];
+  }
+}
+
+// 14 chat prompts, 64 new tokens each: target-only greedy equals Hugging Face's greedy tokens (up to
+// and including the first <|im_end|>, where generation stops), and assisted greedy (prompt lookup;
+// on all; a 4-layer early-exit draft made from the model itself on three) equals target-only greedy.
+TEST(SmolLM2, GreedyChatAnswersMatchHuggingFaceAndAssistedIsIdentical) {
+  REQUIRE_MODEL();
+  const auto m = model(model_path);
+  const std::string draft_dir = temp_dir("smollm2_draft");
+  make_draft_of(model_path, draft_dir, 4);
+  const auto draft = load_model(draft_dir);
+  Generator plain(m), lookup(m), assisted(m, draft);
+  GenerationConfig g;
+  g.max_new_tokens = 64;
+  GenerationConfig pl = g;
+  pl.prompt_lookup_num_tokens = 10;
+  GenerationConfig dyn = g;
+  dyn.num_assistant_tokens_schedule = "dynamic";
+  int64_t accepted = 0, n = 0;
+  for (const auto& c : reference()["chat"]) {
+    const auto prompt = c["prompt_ids"].get<std::vector<int64_t>>();
+    const auto expected = cut_at_eos(c["greedy"].get<std::vector<int64_t>>(), reference()["eos_token_id"]);
+    const auto r = plain.generate(prompt, g);
+    EXPECT_EQ(r.tokens, expected) << c["text"];
+    const auto a = lookup.generate(prompt, pl);
+    EXPECT_EQ(a.tokens, r.tokens) << "prompt lookup: " << c["text"];
+    accepted += a.stats.accepted_tokens;
+    if (++n <= 3) {  // the draft costs most: three prompts
+      const auto d = assisted.generate(prompt, dyn);
+      EXPECT_EQ(d.tokens, r.tokens) << "4-layer draft, dynamic: " << c["text"];
+      accepted += d.stats.accepted_tokens;
+    }
+  }
+  EXPECT_GT(accepted, 0);  // speculation was exercised, not only the bonus tokens
+}

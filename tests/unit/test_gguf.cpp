@@ -1,0 +1,431 @@
+// GGUF: dequantizers on hand-built blocks and against the `gguf` Python package, the reader on good
+// and bad bytes, and a generated Llama written as GGUF (q/k rows permuted as llama.cpp's converter
+// does) giving bitwise the logits of its safetensors original.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/util/Half.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "specdec/specdec.hpp"
+#include "test_util.hpp"
+
+using namespace specdec;
+using namespace specdec::test;
+using nlohmann::json;
+
+namespace {
+
+// A GGUF file built byte by byte (little-endian, version 3 unless told otherwise).
+struct GgufWriter {
+  std::string kv;
+  uint64_t n_kv = 0;
+  struct Tensor {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t type;
+    std::string data;
+  };
+  std::vector<Tensor> tensors;
+
+  template <typename T>
+  static void put(std::string& s, T v) {
+    s.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  static void put_str(std::string& s, const std::string& v) {
+    put<uint64_t>(s, v.size());
+    s += v;
+  }
+  void key(const std::string& k, uint32_t type) {
+    put_str(kv, k);
+    put<uint32_t>(kv, type);
+    ++n_kv;
+  }
+  void u32(const std::string& k, uint32_t v) { key(k, 4), put(kv, v); }
+  void f32(const std::string& k, float v) { key(k, 6), put(kv, v); }
+  void boolean(const std::string& k, bool v) { key(k, 7), put<uint8_t>(kv, v); }
+  void str(const std::string& k, const std::string& v) { key(k, 8), put_str(kv, v); }
+  void strs(const std::string& k, const std::vector<std::string>& v) {
+    key(k, 9);
+    put<uint32_t>(kv, 8);
+    put<uint64_t>(kv, v.size());
+    for (const auto& x : v) put_str(kv, x);
+  }
+  void i32s(const std::string& k, const std::vector<int32_t>& v) {
+    key(k, 9);
+    put<uint32_t>(kv, 5);
+    put<uint64_t>(kv, v.size());
+    for (int32_t x : v) put(kv, x);
+  }
+  // `shape` in PyTorch order; float32 data.
+  void f32_tensor(const std::string& name, const at::Tensor& t) {
+    const at::Tensor c = t.to(at::kFloat).contiguous();
+    std::vector<uint64_t> ne(c.sizes().rbegin(), c.sizes().rend());
+    tensors.push_back({name, ne, 0, std::string(static_cast<const char*>(c.data_ptr()), c.numel() * 4)});
+  }
+  std::string bytes(uint32_t version = 3, uint64_t alignment = 32) const {
+    std::string s;
+    put<uint32_t>(s, 0x46554747);
+    put<uint32_t>(s, version);
+    put<uint64_t>(s, tensors.size());
+    put<uint64_t>(s, n_kv);
+    s += kv;
+    uint64_t offset = 0;
+    std::vector<uint64_t> offsets;
+    for (const Tensor& t : tensors) {
+      put_str(s, t.name);
+      put<uint32_t>(s, t.ne.size());
+      for (uint64_t d : t.ne) put(s, d);
+      put<uint32_t>(s, t.type);
+      put<uint64_t>(s, offset);
+      offsets.push_back(offset);
+      offset += (t.data.size() + alignment - 1) / alignment * alignment;
+    }
+    s.append((alignment - s.size() % alignment) % alignment, '\0');
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      s += tensors[i].data;
+      s.append((alignment - tensors[i].data.size() % alignment) % alignment, '\0');
+    }
+    return s;
+  }
+};
+
+std::string gguf_file(const std::string& name, const std::string& bytes) {
+  static const std::string dir = temp_dir("gguf");
+  const std::string path = dir + "/" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string f16_bytes(float v) {
+  const uint16_t bits = c10::Half(v).x;
+  return std::string(reinterpret_cast<const char*>(&bits), 2);
+}
+
+std::vector<float> dequantize(GgmlType type, const std::string& block) {
+  const int64_t n = ggml_block_elements(type) * static_cast<int64_t>(block.size()) / ggml_block_bytes(type);
+  std::vector<float> out(n);
+  ggml_dequantize(type, reinterpret_cast<const uint8_t*>(block.data()), out.data(), n);
+  return out;
+}
+
+std::string expect_error(const std::string& path) {
+  try {
+    GgufFile f(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << path << ": no error";
+  return "";
+}
+
+}  // namespace
+
+// --- dequantizers on hand-built blocks: values worked out by hand from ggml's block layouts ---
+
+TEST(GgufDequant, Q8_0ByHand) {
+  std::string b = f16_bytes(0.5f);
+  for (int j = 0; j < 32; ++j) b += static_cast<char>(static_cast<int8_t>(j - 16));
+  const auto y = dequantize(GgmlType::kQ8_0, b);
+  for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.5f * (j - 16)) << j;
+}
+
+TEST(GgufDequant, Q4_0AndQ4_1ByHand) {
+  // Byte j holds element j in its low nibble and element j + 16 in its high nibble.
+  std::string q;
+  for (int j = 0; j < 16; ++j) q += static_cast<char>((j & 0x0F) | ((15 - j) << 4));
+  const auto a = dequantize(GgmlType::kQ4_0, f16_bytes(2.0f) + q);  // (q - 8) * d
+  const auto b = dequantize(GgmlType::kQ4_1, f16_bytes(0.25f) + f16_bytes(-1.0f) + q);  // q * d + m
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(a[j], 2.0f * (j - 8));
+    EXPECT_EQ(a[j + 16], 2.0f * (15 - j - 8));
+    EXPECT_EQ(b[j], 0.25f * j - 1.0f);
+    EXPECT_EQ(b[j + 16], 0.25f * (15 - j) - 1.0f);
+  }
+}
+
+TEST(GgufDequant, Q5_0AndQ5_1ByHand) {
+  // qh bit j is the fifth bit of element j: set it for the odd elements only.
+  uint32_t qh = 0;
+  for (int j = 1; j < 32; j += 2) qh |= 1u << j;
+  std::string h(reinterpret_cast<const char*>(&qh), 4), q;
+  for (int j = 0; j < 16; ++j) q += static_cast<char>(3 | (12 << 4));  // low nibble 3, high 12
+  const auto a = dequantize(GgmlType::kQ5_0, f16_bytes(1.0f) + h + q);  // (q - 16) * d
+  const auto b = dequantize(GgmlType::kQ5_1, f16_bytes(0.5f) + f16_bytes(2.0f) + h + q);  // q * d + m
+  for (int j = 0; j < 32; ++j) {
+    const int v = (j < 16 ? 3 : 12) + (j % 2 ? 16 : 0);
+    EXPECT_EQ(a[j], static_cast<float>(v - 16)) << j;
+    EXPECT_EQ(b[j], 0.5f * v + 2.0f) << j;
+  }
+}
+
+TEST(GgufDequant, Q4_KByHand) {
+  // Scales: sub-blocks 0-3 read 6 bits of bytes 0-3 (scale) and 4-7 (min); 4-7 combine the low
+  // nibbles / high nibbles of bytes 8-11 with the top 2 bits of bytes 0-3 / 4-7.
+  std::string b = f16_bytes(1.0f) + f16_bytes(0.5f);
+  uint8_t sc[12] = {1, 2, 3, 4, 10, 20, 30, 40, 0x21, 0x43, 0x65, 0x87};
+  sc[0] |= 0x40;  // sub-block 4's scale gets 1 << 4 from bits 6-7 of byte 0
+  b.append(reinterpret_cast<const char*>(sc), 12);
+  for (int j = 0; j < 128; ++j) b += static_cast<char>(5 | (9 << 4));  // low nibble 5, high 9
+  const auto y = dequantize(GgmlType::kQ4_K, b);
+  const int scale[8] = {1, 2, 3, 4, 1 + 16, 3, 5, 7};
+  const int mins[8] = {10, 20, 30, 40, 2, 4, 6, 8};
+  for (int s = 0; s < 8; ++s) {
+    const int q = s % 2 == 0 ? 5 : 9;  // even sub-blocks take the low nibbles of their 32 bytes
+    for (int l = 0; l < 32; ++l)
+      EXPECT_EQ(y[s * 32 + l], 1.0f * scale[s] * q - 0.5f * mins[s]) << "sub-block " << s;
+  }
+}
+
+TEST(GgufDequant, Q6_KByHand) {
+  // ql low nibbles 1, high 2; qh 0: q = 1 or 2 minus 32; int8 scales 1..16; d = 0.5.
+  std::string b(128, static_cast<char>(1 | (2 << 4)));
+  b += std::string(64, '\0');
+  for (int i = 0; i < 16; ++i) b += static_cast<char>(i + 1);
+  b += f16_bytes(0.5f);
+  const auto y = dequantize(GgmlType::kQ6_K, b);
+  for (int n = 0; n < 2; ++n)
+    for (int l = 0; l < 32; ++l) {
+      const int is = 8 * n + l / 16;
+      EXPECT_EQ(y[128 * n + l], 0.5f * (is + 1) * (1 - 32));
+      EXPECT_EQ(y[128 * n + l + 32], 0.5f * (is + 3) * (1 - 32));
+      EXPECT_EQ(y[128 * n + l + 64], 0.5f * (is + 5) * (2 - 32));
+      EXPECT_EQ(y[128 * n + l + 96], 0.5f * (is + 7) * (2 - 32));
+    }
+}
+
+// --- against the gguf Python package (scripts/gguf_reference_blocks.py) ---
+
+namespace {
+json gguf_reference() {
+  return json::parse(std::ifstream(std::string(SPECDEC_TEST_DATA) + "/gguf_reference.json"));
+}
+std::string unhex(const std::string& h) {
+  std::string out;
+  for (size_t i = 0; i + 1 < h.size(); i += 2) out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
+  return out;
+}
+}  // namespace
+
+TEST(GgufDequant, EveryTypeMatchesTheGgufPackage) {
+  const json ref = gguf_reference();
+  ASSERT_EQ(ref["blocks"].size(), 11u);
+  for (const json& b : ref["blocks"]) {
+    const auto type = static_cast<GgmlType>(b["type_id"].get<uint32_t>());
+    const auto y = dequantize(type, unhex(b["bytes"].get<std::string>()));
+    const auto expected = b["values"].get<std::vector<float>>();
+    ASSERT_EQ(y.size(), expected.size()) << b["type"];
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(y[i], expected[i], 1e-6 * std::max(1.0f, std::fabs(expected[i]))) << b["type"] << " element " << i;
+  }
+}
+
+TEST(GgufDequant, EveryTensorOfTheRealFileMatchesTheGgufPackage) {
+  const std::string path = smollm2_path();
+  if (path.empty()) GTEST_SKIP() << "models/smollm2 absent: run scripts/get_models.sh";
+  const GgufFile f(path);
+  const json ref = gguf_reference();
+  ASSERT_EQ(f.tensors().size(), ref["tensors"].size());
+  for (const json& r : ref["tensors"]) {
+    const std::string name = r["name"];
+    ASSERT_TRUE(f.tensors().count(name)) << name;
+    const GgufTensorInfo& info = f.tensors().at(name);
+    EXPECT_EQ(ggml_type_name(static_cast<uint32_t>(info.type)), r["type"].get<std::string>()) << name;
+    EXPECT_EQ(info.shape, r["shape"].get<std::vector<int64_t>>()) << name;
+    const at::Tensor x = f.load(name, at::kFloat, c10::Device(c10::kCPU)).to(at::kDouble).reshape(-1);
+    const double sum = r["sum"], sum_sq = r["sum_sq"];
+    EXPECT_NEAR(x.sum().item<double>(), sum, 1e-6 * std::max(1.0, std::sqrt(sum_sq))) << name;
+    EXPECT_NEAR((x * x).sum().item<double>(), sum_sq, 1e-9 * std::max(1.0, sum_sq)) << name;
+    const auto head = r["head"].get<std::vector<double>>(), tail = r["tail"].get<std::vector<double>>();
+    for (size_t i = 0; i < head.size(); ++i) {
+      EXPECT_EQ(x[i].item<double>(), head[i]) << name;
+      EXPECT_EQ(x[x.numel() - 8 + i].item<double>(), tail[i]) << name;
+    }
+  }
+}
+
+// --- the reader ---
+
+namespace {
+GgufWriter small_file() {
+  GgufWriter w;
+  w.str("general.architecture", "llama");
+  w.u32("some.u32", 7);
+  w.f32("some.f32", 0.25f);
+  w.boolean("some.bool", true);
+  w.strs("some.strings", {"a", "bc", ""});
+  w.i32s("some.ints", {-1, 2, 3});
+  w.f32_tensor("t.weight", at::arange(64, at::kFloat).reshape({2, 32}));
+  return w;
+}
+}  // namespace
+
+TEST(GgufReader, MetadataAndTensors) {
+  for (uint32_t version : {2u, 3u}) {
+    const GgufFile f(gguf_file("good.gguf", small_file().bytes(version)));
+    EXPECT_EQ(f.version(), version);
+    EXPECT_EQ(f.get_string("general.architecture"), "llama");
+    EXPECT_EQ(f.get_int("some.u32"), 7);
+    EXPECT_EQ(f.get_float("some.f32"), 0.25);
+    EXPECT_TRUE(f.get_bool("some.bool"));
+    EXPECT_EQ(f.get_strings("some.strings"), (std::vector<std::string>{"a", "bc", ""}));
+    EXPECT_EQ(f.get_ints("some.ints"), (std::vector<int64_t>{-1, 2, 3}));
+    EXPECT_FALSE(f.find_int("missing"));
+    EXPECT_THROW(f.get_int("general.architecture"), Error);
+    const at::Tensor t = f.load("t.weight", at::kFloat, c10::Device(c10::kCPU));
+    EXPECT_EQ(t.sizes().vec(), (std::vector<int64_t>{2, 32}));
+    EXPECT_TRUE(at::equal(t, at::arange(64, at::kFloat).reshape({2, 32})));
+  }
+}
+
+TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
+  const std::string good = small_file().bytes();
+  auto patched = [&](size_t at, const std::string& bytes) {
+    std::string s = good;
+    s.replace(at, bytes.size(), bytes);
+    return s;
+  };
+  auto u64 = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
+  auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+  EXPECT_NE(expect_error(gguf_file("short.gguf", good.substr(0, 10))).find("too short"), std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("trunc.gguf", good.substr(0, 60))).find("truncated"), std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("magic.gguf", patched(0, "GGUX"))).find("magic"), std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("v1.gguf", patched(4, u32(1)))).find("version 1"), std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("ntensors.gguf", patched(8, u64(1ull << 62)))).find("tensor_count"),
+            std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("nkv.gguf", patched(16, u64(~0ull >> 1)))).find("metadata_kv_count"),
+            std::string::npos);
+  // The first key's length (offset 24): past the end.
+  EXPECT_NE(expect_error(gguf_file("strlen.gguf", patched(24, u64(1ull << 40)))).find("string length"),
+            std::string::npos);
+  // The first value's type (after the 20-byte key "general.architecture").
+  EXPECT_NE(expect_error(gguf_file("vtype.gguf", patched(24 + 8 + 20, u32(99)))).find("unknown value type"),
+            std::string::npos);
+  // Tensor infos: build files with one bad field each.
+  auto with_tensor = [&](const std::vector<uint64_t>& ne, uint32_t type, uint64_t offset, bool twice = false) {
+    GgufWriter w;
+    w.str("general.architecture", "llama");
+    std::string s;
+    GgufWriter::put<uint32_t>(s, 0x46554747);
+    GgufWriter::put<uint32_t>(s, 3);
+    GgufWriter::put<uint64_t>(s, twice ? 2 : 1);
+    GgufWriter::put<uint64_t>(s, 1);
+    s += w.kv;
+    for (int k = 0; k < (twice ? 2 : 1); ++k) {
+      GgufWriter::put_str(s, "t");
+      GgufWriter::put<uint32_t>(s, ne.size());
+      for (uint64_t d : ne) GgufWriter::put(s, d);
+      GgufWriter::put<uint32_t>(s, type);
+      GgufWriter::put<uint64_t>(s, offset + 32 * k * 4);
+    }
+    s.append((32 - s.size() % 32) % 32, '\0');
+    s.append(4096, '\0');
+    return s;
+  };
+  EXPECT_NO_THROW(GgufFile(gguf_file("ok.gguf", with_tensor({32}, 0, 0))));  // the builder is well-formed
+  EXPECT_NE(expect_error(gguf_file("ttype.gguf", with_tensor({32}, 77, 0))).find("unsupported tensor type"),
+            std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("overflow.gguf", with_tensor({1ull << 40, 1ull << 40}, 0, 0))).find("overflows"),
+            std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("align.gguf", with_tensor({32}, 0, 4))).find("alignment"), std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("past.gguf", with_tensor({1 << 20}, 0, 0))).find("past the end"),
+            std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("blocks.gguf", with_tensor({33}, 8, 0))).find("blocks of 32"), std::string::npos);
+  EXPECT_NE(expect_error(gguf_file("dup.gguf", with_tensor({32}, 0, 0, true))).find("duplicate tensor name 't'"),
+            std::string::npos);
+}
+
+// --- a generated Llama as GGUF ---
+
+namespace {
+// llama.cpp's converter (convert_hf_to_gguf.py LlamaModel.permute): per head, rows [h * d/2 + i]
+// go to row 2i + h.
+at::Tensor llama_cpp_permute(const at::Tensor& w, int64_t heads) {
+  return w.reshape({heads, 2, w.size(0) / heads / 2, w.size(1)}).transpose(1, 2).reshape(w.sizes());
+}
+
+GgufWriter llama_as_gguf(const std::string& dir, bool with_head) {
+  const ModelConfig c = ModelConfig::from_dir(dir);
+  WeightStore w(dir);
+  GgufWriter g;
+  g.str("general.architecture", "llama");
+  g.u32("llama.context_length", c.max_position_embeddings);
+  g.u32("llama.embedding_length", c.hidden_size);
+  g.u32("llama.block_count", c.num_hidden_layers);
+  g.u32("llama.feed_forward_length", c.intermediate_size);
+  g.u32("llama.attention.head_count", c.num_attention_heads);
+  g.u32("llama.attention.head_count_kv", c.num_key_value_heads);
+  g.f32("llama.rope.freq_base", c.rope_theta);
+  g.f32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  g.u32("llama.vocab_size", c.vocab_size);
+  g.u32("tokenizer.ggml.eos_token_id", c.eos_token_ids.at(0));
+  const std::pair<const char*, const char*> names[] = {
+      {"input_layernorm.weight", "attn_norm.weight"}, {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},   {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"}};
+  const c10::Device cpu(c10::kCPU);
+  g.f32_tensor("token_embd.weight", w.load("model.embed_tokens.weight", at::kFloat, cpu));
+  g.f32_tensor("output_norm.weight", w.load("model.norm.weight", at::kFloat, cpu));
+  if (with_head) g.f32_tensor("output.weight", w.load("lm_head.weight", at::kFloat, cpu));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    for (const auto& [hf, gg] : names) {
+      at::Tensor t = w.load("model.layers." + std::to_string(i) + "." + hf, at::kFloat, cpu);
+      if (std::string(gg) == "attn_q.weight") t = llama_cpp_permute(t, c.num_attention_heads);
+      if (std::string(gg) == "attn_k.weight") t = llama_cpp_permute(t, c.num_key_value_heads);
+      g.f32_tensor("blk." + std::to_string(i) + "." + gg, t);
+    }
+  return g;
+}
+}  // namespace
+
+TEST(GgufModel, GeneratedLlamaGivesTheSafetensorsLogitsBitwise) {
+  c10::InferenceMode guard;
+  FixtureOptions o;
+  o.hidden = 64, o.heads = 4, o.kv_heads = 2, o.layers = 2, o.vocab = 256, o.seed = 7;
+  const std::string dir = temp_dir("gguf_llama");
+  make_fixture(dir, o);
+  const std::string path = gguf_file("llama.gguf", llama_as_gguf(dir, true).bytes());
+  const auto a = load_model(dir), b = load_model(path);
+  EXPECT_EQ(b->config().num_key_value_heads, 2);
+  EXPECT_FALSE(b->config().tie_word_embeddings);
+  const at::Tensor ids = at::tensor(std::vector<int64_t>{1, 5, 9, 200, 3, 17}).unsqueeze(0);
+  KVCache ca = a->make_cache(16), cb = b->make_cache(16);
+  EXPECT_TRUE(at::equal(a->forward(ids, ca), b->forward(ids, cb)));
+  // Without output.weight the head is tied to the embeddings.
+  const auto tied = load_model(gguf_file("tied.gguf", llama_as_gguf(dir, false).bytes()));
+  EXPECT_TRUE(tied->config().tie_word_embeddings);
+  // Without the un-permutation the logits would differ: the permutation is not the identity here.
+  WeightStore w(dir);
+  const at::Tensor q = w.load("model.layers.0.self_attn.q_proj.weight", at::kFloat, c10::Device(c10::kCPU));
+  EXPECT_FALSE(at::equal(q, llama_cpp_permute(q, 4)));
+}
+
+TEST(GgufModel, MissingTensorAndUnsupportedArchitecture) {
+  FixtureOptions o;
+  o.hidden = 32, o.heads = 2, o.layers = 1, o.vocab = 64;
+  const std::string dir = temp_dir("gguf_llama_small");
+  make_fixture(dir, o);
+  GgufWriter g = llama_as_gguf(dir, true);
+  g.tensors.erase(g.tensors.begin() + 3);  // blk.0.attn_norm.weight
+  try {
+    load_model(gguf_file("missing.gguf", g.bytes()));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing tensor 'blk.0.attn_norm.weight'"), std::string::npos) << e.what();
+  }
+  GgufWriter bad;
+  bad.str("general.architecture", "mamba");
+  try {
+    load_model(gguf_file("mamba.gguf", bad.bytes()));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unsupported GGUF architecture 'mamba' (supported: llama, qwen2)"),
+              std::string::npos)
+        << e.what();
+  }
+}
