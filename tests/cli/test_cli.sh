@@ -109,7 +109,31 @@ expect_error "draft with another tokenizer" "tokenizers differ" generate --model
 expect_error "text prompt without a tokenizer" "--prompt-ids" generate --model "$work/t" --prompt "Hello"
 expect_error "--prompt and --prompt-ids together" "excludes" generate --model "$work/tt" --prompt "Hello" --prompt-ids 1
 expect_error "bad ids for detokenize" "not in the tokenizer" detokenize --tokenizer "$tok" --ids 9999
-check "--help lists the subcommands" bash -c "'$SPECDEC' --help | grep -q make-fixture && '$SPECDEC' --help | grep -q detokenize"
+check "--help lists the subcommands" bash -c "'$SPECDEC' --help | grep -q make-fixture && '$SPECDEC' --help | grep -q detokenize && '$SPECDEC' --help | grep -q chat"
+expect_error "--system without --chat" "need --chat" generate --model "$work/tt" --prompt "Hello" --system "x"
+expect_error "chat without a template" "no chat template" generate --model "$work/tt" --prompt "Hello" --chat
+
+# The real model, when scripts/get_models.sh has fetched it.
+smol=${SPECDEC_MODELS:-$(dirname "$0")/../../models}/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$smol" ]; then
+  ans=$("$SPECDEC" generate --model "$smol" --chat --prompt "What is the capital of France?" --max-new-tokens 24 2>/dev/null)
+  check "SmolLM2 GGUF: a chat answer" test "$ans" = "The capital of France is Paris."
+  folder=$("$SPECDEC" generate --model "$(dirname "$smol")" --chat --prompt "What is the capital of France?" --max-new-tokens 24 --prompt-lookup 5 2>/dev/null)
+  check "SmolLM2 GGUF: a folder holding it, prompt lookup, same answer" test "$folder" = "$ans"
+  conv=$(printf 'Hi, my name is Ada.\n/stats\nWhat is my name?\n/reset\nWhat is my name?\n' |
+    "$SPECDEC" chat --model "$smol" --max-new-tokens 40 --prompt-lookup 5 2>"$work/chat_err")
+  one=$("$SPECDEC" generate --model "$smol" --chat --prompt "Hi, my name is Ada." --max-new-tokens 40 2>/dev/null)
+  fresh=$("$SPECDEC" generate --model "$smol" --chat --prompt "What is my name?" --max-new-tokens 40 2>/dev/null)
+  check "chat: turn 1 and the turn after /reset are one-shot answers; turn 2 sees the history" python3 -c "
+import sys; lines=sys.argv[1].strip().split('\\n'); assert len(lines)==3, lines
+assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3], lines" "$conv" "$one" "$fresh"
+  check "chat: /stats and the reset notice go to stderr" bash -c "grep -q 'target passes' '$work/chat_err' && grep -q 'reset' '$work/chat_err'"
+  ids=$("$SPECDEC" tokenize --tokenizer "$smol" --text "Hello world 123")
+  check "tokenize from GGUF metadata (digits split, no BOS)" test "$ids" = "19556,905,216,33,34,35"
+  expect_error "unknown --chat-template" "unknown chat template" generate --model "$smol" --chat --chat-template vicuna --prompt "Hi"
+else
+  echo "skip SmolLM2 checks: $smol absent (scripts/get_models.sh fetches it)"
+fi
 
 echo "$passes passed, $fails failed"
 [ "$fails" -eq 0 ]

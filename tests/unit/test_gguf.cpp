@@ -112,14 +112,16 @@ std::vector<float> dequantize(GgmlType type, const std::string& block) {
   return out;
 }
 
-std::string expect_error(const std::string& path) {
+void expect_gguf_error(const std::string& name, const std::string& bytes, const std::string& needle) {
+  const std::string path = gguf_file(name, bytes);
   try {
     GgufFile f(path);
+    ADD_FAILURE() << name << ": no error";
   } catch (const Error& e) {
-    return e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find(needle), std::string::npos) << name << ": " << what;
+    EXPECT_EQ(what.rfind(path, 0), 0u) << "the message names the file: " << what;
   }
-  ADD_FAILURE() << path << ": no error";
-  return "";
 }
 
 }  // namespace
@@ -290,20 +292,17 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
   };
   auto u64 = [](uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
-  EXPECT_NE(expect_error(gguf_file("short.gguf", good.substr(0, 10))).find("too short"), std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("trunc.gguf", good.substr(0, 60))).find("truncated"), std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("magic.gguf", patched(0, "GGUX"))).find("magic"), std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("v1.gguf", patched(4, u32(1)))).find("version 1"), std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("ntensors.gguf", patched(8, u64(1ull << 62)))).find("tensor_count"),
-            std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("nkv.gguf", patched(16, u64(~0ull >> 1)))).find("metadata_kv_count"),
-            std::string::npos);
+  expect_gguf_error("short.gguf", good.substr(0, 10), "too short");
+  expect_gguf_error("trunc.gguf", good.substr(0, 150), "truncated");
+  expect_gguf_error("trunc_data.gguf", good.substr(0, good.size() - 16), "runs past the end of the file");
+  expect_gguf_error("magic.gguf", patched(0, "GGUX"), "magic");
+  expect_gguf_error("v1.gguf", patched(4, u32(1)), "version 1");
+  expect_gguf_error("ntensors.gguf", patched(8, u64(1ull << 62)), "tensor_count");
+  expect_gguf_error("nkv.gguf", patched(16, u64(~0ull >> 1)), "metadata_kv_count");
   // The first key's length (offset 24): past the end.
-  EXPECT_NE(expect_error(gguf_file("strlen.gguf", patched(24, u64(1ull << 40)))).find("string length"),
-            std::string::npos);
+  expect_gguf_error("strlen.gguf", patched(24, u64(1ull << 40)), "string length");
   // The first value's type (after the 20-byte key "general.architecture").
-  EXPECT_NE(expect_error(gguf_file("vtype.gguf", patched(24 + 8 + 20, u32(99)))).find("unknown value type"),
-            std::string::npos);
+  expect_gguf_error("vtype.gguf", patched(24 + 8 + 20, u32(99)), "unknown value type");
   // Tensor infos: build files with one bad field each.
   auto with_tensor = [&](const std::vector<uint64_t>& ne, uint32_t type, uint64_t offset, bool twice = false) {
     GgufWriter w;
@@ -326,16 +325,12 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
     return s;
   };
   EXPECT_NO_THROW(GgufFile(gguf_file("ok.gguf", with_tensor({32}, 0, 0))));  // the builder is well-formed
-  EXPECT_NE(expect_error(gguf_file("ttype.gguf", with_tensor({32}, 77, 0))).find("unsupported tensor type"),
-            std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("overflow.gguf", with_tensor({1ull << 40, 1ull << 40}, 0, 0))).find("overflows"),
-            std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("align.gguf", with_tensor({32}, 0, 4))).find("alignment"), std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("past.gguf", with_tensor({1 << 20}, 0, 0))).find("past the end"),
-            std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("blocks.gguf", with_tensor({33}, 8, 0))).find("blocks of 32"), std::string::npos);
-  EXPECT_NE(expect_error(gguf_file("dup.gguf", with_tensor({32}, 0, 0, true))).find("duplicate tensor name 't'"),
-            std::string::npos);
+  expect_gguf_error("ttype.gguf", with_tensor({32}, 77, 0), "unsupported tensor type");
+  expect_gguf_error("overflow.gguf", with_tensor({1ull << 40, 1ull << 40}, 0, 0), "overflows");
+  expect_gguf_error("align.gguf", with_tensor({32}, 0, 4), "alignment");
+  expect_gguf_error("past.gguf", with_tensor({1 << 20}, 0, 0), "past the end");
+  expect_gguf_error("blocks.gguf", with_tensor({33}, 8, 0), "blocks of 32");
+  expect_gguf_error("dup.gguf", with_tensor({32}, 0, 0, true), "duplicate tensor name 't'");
 }
 
 // --- a generated Llama as GGUF ---
