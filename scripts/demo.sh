@@ -9,7 +9,7 @@ bash scripts/get_models.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
 cmake --build build -j"$(nproc)" --target specdec_cli >> build.log 2>&1 || { tail -50 build.log; exit 1; }
 model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-prompt=${1:-"Rewrite this email so that it is more polite: Send me the report by Friday. I need it for the board meeting and I do not want any more delays."}
+prompt=${1:-"Extract all the names from this text: At the meeting, Alice Johnson presented the budget, Bob Smith talked about hiring, and Carol White summarised the customer feedback before David Brown closed the session."}
 n=${2:-128}
 echo "== user: $prompt"
 echo "== target only (greedy), streamed:"
