@@ -3,6 +3,9 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
+#include <cmath>
+#include <limits>
+
 namespace specdec::kernels {
 namespace {
 
@@ -63,6 +66,11 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, int64_t t_row
                                                    const float* w, int64_t n0, int64_t n1,
                                                    int64_t n_total, float* y) {
   int64_t n = n0;
+  // Few input rows (decode): more weight rows in flight per input row hide the FMA latency.
+  if (t_rows == 1)
+    for (; n + 8 <= n1; n += 8) row_block<8>(x, t_rows, k, w, n, n_total, y);
+  if (t_rows <= 2)
+    for (; n + 4 <= n1; n += 4) row_block<4>(x, t_rows, k, w, n, n_total, y);
   for (; n + 2 <= n1; n += 2) row_block<2>(x, t_rows, k, w, n, n_total, y);
   if (n < n1) row_block<1>(x, t_rows, k, w, n, n_total, y);
 }
@@ -97,6 +105,150 @@ at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = n;
   return y.view(shape);
+}
+
+namespace {
+
+bool cpu_f32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
+
+// Sum of a[i] * b[i] (or a[i] * a[i]) with eight partial sums in a fixed lane pattern, combined in
+// a fixed tree, then the tail in order: the same arithmetic for every row.
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t n8 = n - n % 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (int64_t i = n8; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline float sum(const float* a, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t n8 = n - n % 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (int64_t i = n8; i < n; ++i) s += a[i];
+  return s;
+}
+
+}  // namespace
+
+at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                         const at::Tensor& mask, double scale) {
+  if (!cpu_f32(q) || !cpu_f32(keys) || !cpu_f32(values) || (mask.defined() && !cpu_f32(mask)) ||
+      q.dim() != 4 || keys.dim() != 4 || keys.stride(3) != 1 || values.stride(3) != 1)
+    return {};
+  const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
+  const int64_t hkv = keys.size(1), len = keys.size(2), groups = hq / hkv;
+  const at::Tensor qc = q.contiguous();                                       // [B, Hq, T, D]
+  at::Tensor m;                                                               // [B, Hkv, g, T, L] view
+  if (mask.defined()) m = mask.expand({b, hkv, groups, t, len});
+  at::Tensor out = at::empty({b, t, hq * d}, q.options());                    // [B, T, Hq * D]
+  const float* qp = qc.data_ptr<float>();
+  const float* kp = keys.data_ptr<float>();
+  const float* vp = values.data_ptr<float>();
+  const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
+  float* op = out.data_ptr<float>();
+  const float s = static_cast<float>(scale);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  at::parallel_for(0, b * hq * t, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> p(len);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bi = r / (hq * t), h = (r / t) % hq, ti = r % t, kh = h / groups;
+      const float* qr = qp + r * d;
+      const float* kr = kp + bi * keys.stride(0) + kh * keys.stride(1);
+      const float* vr = vp + bi * values.stride(0) + kh * values.stride(1);
+      const float* mr =
+          mp ? mp + bi * m.stride(0) + kh * m.stride(1) + (h % groups) * m.stride(2) + ti * m.stride(3) : nullptr;
+      const int64_t ms = m.defined() ? m.stride(4) : 0;
+      float mx = neg_inf;
+      for (int64_t j = 0; j < len; ++j) {
+        float x = dot(qr, kr + j * keys.stride(2), d) * s;
+        if (mr) {
+          const float add = mr[j * ms];
+          x = add == neg_inf ? neg_inf : x + add;
+        }
+        p[j] = x;
+        mx = std::max(mx, x);
+      }
+      float total = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        p[j] = p[j] == neg_inf ? 0.0f : std::exp(p[j] - mx);
+        total += p[j];
+      }
+      float* o = op + (bi * t + ti) * hq * d + h * d;
+      for (int64_t c = 0; c < d; ++c) o[c] = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        if (p[j] == 0.0f) continue;
+        const float w = p[j] / total;
+        const float* v = vr + j * values.stride(2);
+        for (int64_t c = 0; c < d; ++c) o[c] += w * v[c];
+      }
+    }
+  });
+  return out;
+}
+
+at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps) {
+  if (!cpu_f32(x) || !cpu_f32(w)) return {};
+  const int64_t h = x.size(-1);
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel() / h, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = xp + r * h;
+      const float inv = 1.0f / std::sqrt(dot(xr, xr, h) / static_cast<float>(h) + static_cast<float>(eps));
+      for (int64_t i = 0; i < h; ++i) yp[r * h + i] = wp[i] * (xr[i] * inv);
+    }
+  });
+  return y;
+}
+
+at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  if (!cpu_f32(x) || !cpu_f32(w) || (b.defined() && !cpu_f32(b))) return {};
+  const int64_t h = x.size(-1);
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  const at::Tensor bc = b.defined() ? b.contiguous() : at::Tensor();
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel() / h, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> c(h);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = xp + r * h;
+      const float mean = sum(xr, h) / static_cast<float>(h);
+      for (int64_t i = 0; i < h; ++i) c[i] = xr[i] - mean;
+      const float inv = 1.0f / std::sqrt(dot(c.data(), c.data(), h) / static_cast<float>(h) + static_cast<float>(eps));
+      for (int64_t i = 0; i < h; ++i) yp[r * h + i] = c[i] * inv * wp[i] + (bp ? bp[i] : 0.0f);
+    }
+  });
+  return y;
+}
+
+at::Tensor activation_f32(const at::Tensor& x, const std::string& name) {
+  if (!cpu_f32(x)) return {};
+  float (*f)(float) = nullptr;
+  if (name == "silu") f = [](float v) { return v / (1.0f + std::exp(-v)); };
+  else if (name == "gelu") f = [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); };
+  else if (name == "gelu_tanh")
+    f = [](float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v))); };
+  else if (name == "relu") f = [](float v) { return v > 0.0f ? v : 0.0f; };
+  else return {};
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel(), 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) yp[i] = f(xp[i]);
+  });
+  return y;
 }
 
 }  // namespace specdec::kernels

@@ -12,4 +12,23 @@ namespace specdec::kernels {
 // tokens share a pass. Returns an undefined tensor when the inputs are not of that kind.
 at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
+// The rest of a forward pass, for float32 CPU tensors, with the same promise: every output row is
+// computed by one thread with one fixed order of operations, whatever the number of rows in the
+// pass and the thread count (libtorch's own kernels split reductions and vector tails at
+// size-dependent offsets). Each returns an undefined tensor for inputs of another kind, and the
+// caller falls back to libtorch.
+
+// softmax(q k^T * scale + mask) v per head. q [B, Hq, T, D]; keys, values [B, Hkv, L, D] (any
+// strides with a contiguous last dimension, e.g. views of the KV cache); Hq a multiple of Hkv
+// (grouped-query attention); mask undefined or broadcastable to [B, Hkv, Hq / Hkv, T, L] (additive:
+// a causal -inf triangle [T, L], a per-head bias [Hq, 1, T, L]). Keys whose mask is -inf are skipped. Returns [B, T, Hq * D].
+at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                         const at::Tensor& mask, double scale);
+// w * (x / sqrt(mean(x^2) + eps)) over the last dimension.
+at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps);
+// (x - mean) / sqrt(var + eps) * w + b over the last dimension (b may be undefined).
+at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps);
+// "silu", "gelu" (erf), "gelu_tanh", "relu", element by element with scalar libm calls.
+at::Tensor activation_f32(const at::Tensor& x, const std::string& name);
+
 }  // namespace specdec::kernels

@@ -13,12 +13,14 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b)
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  if (at::Tensor y = kernels::rms_norm_f32(x, w, eps); y.defined()) return y;
   const at::Tensor xf = x.to(at::kFloat);                          // [..., H]
   const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);     // [..., 1]
   return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
 }
 
-Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling) {
+Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_t max_positions,
+               at::ScalarType dtype, c10::Device device) {
   at::Tensor exponent = at::arange(0, rot_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot_dim);
   at::Tensor inv = 1.0 / at::pow(at::scalar_tensor(theta, at::kFloat), exponent);  // [rot_dim/2]
   if (scaling.type == "linear") {
@@ -35,15 +37,17 @@ Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling) {
     const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
     inv = at::where(medium, smoothed, scaled);
   }
-  inv_freq_ = inv.contiguous();
+  const at::Tensor pos = at::arange(0, max_positions, at::kLong).to(at::kFloat);  // [P]
+  const at::Tensor freqs = at::outer(pos, inv);                                  // [P, rot/2]
+  const at::Tensor emb = at::cat({freqs, freqs}, -1);                            // [P, rot]
+  cos_ = emb.cos().to(device, dtype);
+  sin_ = emb.sin().to(device, dtype);
 }
 
-std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t, at::ScalarType dtype,
-                                                 c10::Device device) const {
-  const at::Tensor pos = at::arange(start, start + t, at::kLong).to(at::kFloat);  // [T]
-  const at::Tensor freqs = at::outer(pos, inv_freq_);                            // [T, rot/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);                            // [T, rot]
-  return {emb.cos().to(device, dtype), emb.sin().to(device, dtype)};
+std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t) const {
+  SPECDEC_CHECK(start + t <= cos_.size(0), "positions up to ", start + t, " exceed max_position_embeddings (",
+                cos_.size(0), ")");
+  return {cos_.narrow(0, start, t), sin_.narrow(0, start, t)};
 }
 
 at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -65,6 +69,7 @@ at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Devic
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                   const at::Tensor& mask, double scale) {
+  if (at::Tensor y = kernels::attention_f32(q, keys, values, mask, scale); y.defined()) return y;
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
   const int64_t hkv = keys.size(1), groups = hq / hkv, len = keys.size(2);
   // Fold the query heads that share a KV head into the row dimension: no copy of the cache.
@@ -84,10 +89,13 @@ at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  if (at::Tensor y = kernels::layer_norm_f32(x, w, b, eps); y.defined()) return y;
   return at::layer_norm(x, {x.size(-1)}, w, b, eps);
 }
 
 at::Tensor activation(const at::Tensor& x, const std::string& name) {
+  const bool tanh = name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast";
+  if (at::Tensor y = kernels::activation_f32(x, tanh ? "gelu_tanh" : name); y.defined()) return y;
   if (name == "relu") return at::relu(x);
   if (name == "gelu") return at::gelu(x);
   if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return at::gelu(x, "tanh");

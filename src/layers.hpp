@@ -18,16 +18,19 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 class Rotary {
  public:
   Rotary() = default;
-  Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling);
-  // cos, sin tables [T, rot_dim] for positions [start, start + T), computed in float32 and cast to
-  // `dtype` on `device` (as Hugging Face does).
-  std::pair<at::Tensor, at::Tensor> tables(int64_t start, int64_t t, at::ScalarType dtype,
-                                           c10::Device device) const;
+  // Precomputes the cos and sin tables of positions [0, max_positions) once, in float32, cast to
+  // `dtype` on `device` (as Hugging Face computes them): a position's values never depend on the
+  // pass it is in.
+  Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_t max_positions,
+         at::ScalarType dtype, c10::Device device);
+  // cos, sin tables [T, rot_dim] for positions [start, start + T) (views of the precomputed ones);
+  // throws specdec::Error past max_positions.
+  std::pair<at::Tensor, at::Tensor> tables(int64_t start, int64_t t) const;
   // x [B, H, T, D]; rotates the first rot_dim features, leaves the rest.
   static at::Tensor apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
-  at::Tensor inv_freq_;  // [rot_dim / 2] float32, CPU
+  at::Tensor cos_, sin_;  // [max_positions, rot_dim] in the model's dtype, on its device
 };
 
 // Additive causal mask [T, past + T] (0 or -inf) in `dtype`, or an undefined tensor when T == 1.

@@ -18,7 +18,8 @@ class GptNeoXModel final : public Model {
  public:
   GptNeoXModel(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
       : Model(c, o.device, o.dtype),
-        rotary_(static_cast<int64_t>(c.head_dim * c.rotary_pct), c.rope_theta, c.rope_scaling),
+        rotary_(static_cast<int64_t>(c.head_dim * c.rotary_pct), c.rope_theta, c.rope_scaling,
+                c.max_position_embeddings, o.dtype, o.device),
         scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, d = c.head_dim, n = c.num_attention_heads, v = c.vocab_size;
@@ -58,7 +59,7 @@ class GptNeoXModel final : public Model {
     const ModelConfig& c = config_;
     const int64_t t = input_ids.size(1), past = cache.length();
     at::Tensor x = layers::embed(embed_, input_ids);
-    auto [cos, sin] = rotary_.tables(past, t, dtype_, device_);
+    auto [cos, sin] = rotary_.tables(past, t);
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
     const double eps = c.rms_norm_eps;
     for (size_t i = 0; i < layers_.size(); ++i) {

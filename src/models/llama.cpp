@@ -20,7 +20,7 @@ class LlamaModel final : public Model {
  public:
   LlamaModel(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
       : Model(c, o.device, o.dtype),
-        rotary_(c.head_dim, c.rope_theta, c.rope_scaling),
+        rotary_(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings, o.dtype, o.device),
         scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
@@ -61,7 +61,7 @@ class LlamaModel final : public Model {
     const ModelConfig& c = config_;
     const int64_t t = input_ids.size(1), past = cache.length();
     at::Tensor x = layers::embed(embed_, input_ids);                           // [B, T, H]
-    auto [cos, sin] = rotary_.tables(past, t, dtype_, device_);                // [T, D]
+    auto [cos, sin] = rotary_.tables(past, t);                // [T, D]
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);     // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LlamaLayer& l = layers_[i];

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "specdec/error.hpp"
+#include "specdec/gguf.hpp"
 #include "tokenizers/spm_shim.h"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
@@ -110,7 +111,9 @@ const Shim& shim() {
 
 class SentencePieceTokenizer final : public TokenizerBase {
  public:
-  SentencePieceTokenizer(const std::string& path, const TokenizerConfig& cfg, const TokenizerOptions& o) {
+  // `bytes`: the serialized model (the file's content); `path` names it in errors.
+  SentencePieceTokenizer(const std::string& path, std::string bytes, const TokenizerConfig& cfg,
+                         const TokenizerOptions& o) {
     source_ = path;
     const std::string file = path.substr(path.find_last_of('/') + 1);
     t5_ = cfg.tokenizer_class.rfind("T5", 0) == 0 || (cfg.tokenizer_class.empty() && file == "spiece.model");
@@ -120,7 +123,7 @@ class SentencePieceTokenizer final : public TokenizerBase {
     add_eos_ = o.add_eos_token.value_or(cfg.get_bool("add_eos_token").value_or(t5_));
 
     const Shim& s = shim();
-    bytes_ = read_text_file(path);
+    bytes_ = std::move(bytes);
     char* err = nullptr;
     // Non-legacy mode loads the model with its dummy prefix turned off, as Hugging Face does.
     sp_ = s.load(bytes_.data(), bytes_.size(), legacy_ ? -1 : 0, &err);
@@ -274,7 +277,85 @@ class SentencePieceTokenizer final : public TokenizerBase {
 
 std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path, const TokenizerConfig& cfg,
                                               const TokenizerOptions& options) {
-  return std::make_unique<SentencePieceTokenizer>(model_path, cfg, options);
+  return std::make_unique<SentencePieceTokenizer>(model_path, read_text_file(model_path), cfg, options);
+}
+
+namespace {
+
+// Protocol-buffer wire format, just what a SentencePiece ModelProto needs.
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) out += static_cast<char>((v & 0x7F) | 0x80), v >>= 7;
+  out += static_cast<char>(v);
+}
+void put_key(std::string& out, int field, int wire) { put_varint(out, (static_cast<uint64_t>(field) << 3) | wire); }
+void put_int(std::string& out, int field, int64_t v) {  // int32 / enum / bool (negatives sign-extended)
+  put_key(out, field, 0);
+  put_varint(out, static_cast<uint64_t>(v));
+}
+void put_bytes(std::string& out, int field, const std::string& v) {
+  put_key(out, field, 2);
+  put_varint(out, v.size());
+  out += v;
+}
+void put_float(std::string& out, int field, float v) {
+  put_key(out, field, 5);
+  out.append(reinterpret_cast<const char*>(&v), 4);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f, const TokenizerOptions& options) {
+  // tokenizer.ggml.model "llama": a SentencePiece BPE vocabulary with scores and piece types (the
+  // types are SentencePiece's own: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte).
+  // Rebuilt here as the ModelProto that llama.cpp's converter read it from: identity normalizer,
+  // dummy prefix from tokenizer.ggml.add_space_prefix, byte fallback when byte pieces exist.
+  const std::string& path = f.path();
+  const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
+  SPECDEC_CHECK(!tokens.empty(), path, ": tokenizer.ggml.tokens is empty");
+  const std::vector<double> scores =
+      f.has("tokenizer.ggml.scores") ? f.get_floats("tokenizer.ggml.scores") : std::vector<double>(tokens.size(), 0.0);
+  const std::vector<int64_t> types = f.has("tokenizer.ggml.token_type") ? f.get_ints("tokenizer.ggml.token_type")
+                                                                        : std::vector<int64_t>(tokens.size(), 1);
+  SPECDEC_CHECK(scores.size() == tokens.size() && types.size() == tokens.size(), path,
+                ": tokenizer.ggml.scores / token_type do not have one entry per token (", tokens.size(), ")");
+  std::string proto;
+  bool has_bytes = false;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    SPECDEC_CHECK(types[i] >= 1 && types[i] <= 6, path, ": tokenizer.ggml.token_type[", i, "] is ", types[i],
+                  " (expected 1 to 6)");
+    has_bytes |= types[i] == 6;
+    std::string piece;
+    put_bytes(piece, 1, tokens[i]);
+    put_float(piece, 2, static_cast<float>(scores[i]));
+    put_int(piece, 3, types[i]);
+    put_bytes(proto, 1, piece);
+  }
+  const auto id = [&](const char* key, int64_t fallback) {
+    const int64_t v = f.find_int(key).value_or(fallback);
+    SPECDEC_CHECK(v >= -1 && v < static_cast<int64_t>(tokens.size()), path, ": ", key, " ", v,
+                  " is outside the vocabulary");
+    return v;
+  };
+  std::string trainer;
+  put_int(trainer, 3, 2);  // model_type BPE
+  put_int(trainer, 4, static_cast<int64_t>(tokens.size()));
+  put_int(trainer, 35, has_bytes);  // byte_fallback
+  put_int(trainer, 40, id("tokenizer.ggml.unknown_token_id", 0));
+  put_int(trainer, 41, id("tokenizer.ggml.bos_token_id", 1));
+  put_int(trainer, 42, id("tokenizer.ggml.eos_token_id", 2));
+  put_int(trainer, 43, id("tokenizer.ggml.padding_token_id", -1));
+  put_bytes(proto, 2, trainer);
+  std::string normalizer;
+  put_bytes(normalizer, 1, "identity");
+  put_int(normalizer, 3, f.find_bool("tokenizer.ggml.add_space_prefix").value_or(true));
+  put_int(normalizer, 4, 0);  // remove_extra_whitespaces
+  put_int(normalizer, 5, 1);  // escape_whitespaces
+  put_bytes(proto, 3, normalizer);
+  TokenizerConfig cfg;
+  TokenizerOptions o = options;
+  if (!o.add_bos_token) o.add_bos_token = f.find_bool("tokenizer.ggml.add_bos_token").value_or(true);
+  if (!o.add_eos_token) o.add_eos_token = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  return std::make_unique<SentencePieceTokenizer>(path, std::move(proto), cfg, o);
 }
 
 }  // namespace tok

@@ -476,8 +476,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const Tokenize
   if (!has_tokenizer_files(dir) && find_gguf(dir, &gguf)) {
     const GgufFile f(gguf);
     const std::string model = f.get_string("tokenizer.ggml.model");
+    if (model == "llama") return tok::load_sentencepiece_gguf(f, options);
     SPECDEC_CHECK(model == "gpt2", gguf, ": tokenizer.ggml.model '", model,
-                  "' is not supported (supported: gpt2, byte-level BPE)");
+                  "' is not supported (supported: gpt2 = byte-level BPE, llama = SentencePiece)");
     return tok::load_bpe_gguf(f, options);
   }
   for (const char* f : kSentencePieceFiles)

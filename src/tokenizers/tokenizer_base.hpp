@@ -112,6 +112,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path, con
                                               const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> load_bpe_json(const std::string& json_path, const TokenizerConfig& cfg,
                                          const TokenizerOptions& options);
+// tokenizer.ggml.model "llama": a SentencePiece model rebuilt from a GGUF file's metadata.
+std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& file, const TokenizerOptions& options);
 // tokenizer.ggml.model "gpt2": byte-level BPE from a GGUF file's metadata.
 std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& file, const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const TokenizerConfig& cfg,

@@ -54,6 +54,12 @@ struct GgufWriter {
     put<uint64_t>(kv, v.size());
     for (const auto& x : v) put_str(kv, x);
   }
+  void f32s(const std::string& k, const std::vector<float>& v) {
+    key(k, 9);
+    put<uint32_t>(kv, 6);
+    put<uint64_t>(kv, v.size());
+    for (float x : v) put(kv, x);
+  }
   void i32s(const std::string& k, const std::vector<int32_t>& v) {
     key(k, 9);
     put<uint32_t>(kv, 5);
@@ -422,5 +428,107 @@ TEST(GgufModel, MissingTensorAndUnsupportedArchitecture) {
     EXPECT_NE(std::string(e.what()).find("unsupported GGUF architecture 'mamba' (supported: llama, qwen2)"),
               std::string::npos)
         << e.what();
+  }
+}
+
+// --- tokenizer.ggml.model "llama": a SentencePiece model rebuilt from GGUF metadata ---
+
+namespace {
+// The pieces of a serialized SentencePiece ModelProto (field 1: piece 1, score 2, type 3), read
+// with a minimal protobuf reader, independent of the library's writer.
+struct Piece {
+  std::string text;
+  float score = 0;
+  int type = 1;
+};
+uint64_t varint(const std::string& s, size_t& i) {
+  uint64_t v = 0;
+  for (int shift = 0;; shift += 7) {
+    const uint8_t b = static_cast<uint8_t>(s.at(i++));
+    v |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if (!(b & 0x80)) return v;
+  }
+}
+std::vector<Piece> proto_pieces(const std::string& model) {
+  std::vector<Piece> out;
+  for (size_t i = 0; i < model.size();) {
+    const uint64_t key = varint(model, i);
+    const int field = static_cast<int>(key >> 3), wire = static_cast<int>(key & 7);
+    if (wire == 0) { varint(model, i); continue; }
+    if (wire == 5) { i += 4; continue; }
+    if (wire == 1) { i += 8; continue; }
+    const size_t len = varint(model, i);
+    const std::string body = model.substr(i, len);
+    i += len;
+    if (field != 1) continue;
+    Piece p;
+    for (size_t j = 0; j < body.size();) {
+      const uint64_t k = varint(body, j);
+      if ((k >> 3) == 1) {
+        const size_t n = varint(body, j);
+        p.text = body.substr(j, n);
+        j += n;
+      } else if ((k >> 3) == 2) {
+        std::memcpy(&p.score, body.data() + j, 4);
+        j += 4;
+      } else {
+        p.type = static_cast<int>(varint(body, j));
+      }
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(GgufTokenizer, SentencePieceVocabularyTokenizesLikeTheOriginalModel) {
+  // A Llama-style model: BPE, byte fallback, identity normalizer, no whitespace squeezing.
+  const std::string dir = temp_dir("gguf_spm");
+  std::string corpus;
+  const char* lines[] = {"the quick brown fox jumps over the lazy dog", "speculative decoding drafts tokens",
+                         "the target verifies them in one pass", "café naïve Привет мир 12345"};
+  for (int k = 0; k < 300; ++k) corpus += std::string(lines[k % 4]) + (k % 7 ? " fast" : " slow") + "\n";
+  write_file(dir + "/corpus.txt", corpus);
+  train_sentencepiece("--input=" + dir + "/corpus.txt --model_prefix=" + dir +
+                      "/tokenizer --vocab_size=400 --model_type=bpe --byte_fallback=true --character_coverage=1.0 "
+                      "--normalization_rule_name=identity --remove_extra_whitespaces=false");
+  const auto original = load_tokenizer(dir);
+  const std::vector<Piece> pieces = proto_pieces(read_file(dir + "/tokenizer.model"));
+  ASSERT_EQ(static_cast<int64_t>(pieces.size()), original->size());
+  GgufWriter g;
+  g.str("general.architecture", "llama");
+  g.str("tokenizer.ggml.model", "llama");
+  std::vector<std::string> texts;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (const Piece& p : pieces) texts.push_back(p.text), scores.push_back(p.score), types.push_back(p.type);
+  g.strs("tokenizer.ggml.tokens", texts);
+  g.f32s("tokenizer.ggml.scores", scores);
+  g.i32s("tokenizer.ggml.token_type", types);
+  g.u32("tokenizer.ggml.unknown_token_id", 0);
+  g.u32("tokenizer.ggml.bos_token_id", 1);
+  g.u32("tokenizer.ggml.eos_token_id", 2);
+  const auto rebuilt = load_tokenizer(gguf_file("spm.gguf", g.bytes()));
+  EXPECT_EQ(rebuilt->kind(), "sentencepiece");
+  EXPECT_EQ(rebuilt->size(), original->size());
+  EXPECT_EQ(rebuilt->bos_token_id(), 1);
+  EXPECT_EQ(rebuilt->eos_token_id(), 2);
+  for (const std::string text : {"the quick brown fox", "  two  spaces  ", "café Привет", "unseen: Zebra ✓ 42",
+                                 "<s>the</s> fast", "line\nbreak", ""}) {
+    for (bool special : {false, true}) {
+      const auto ids = original->encode(text, special);
+      EXPECT_EQ(rebuilt->encode(text, special), ids) << text;
+      EXPECT_EQ(rebuilt->decode(ids, false), original->decode(ids, false)) << text;
+      EXPECT_EQ(rebuilt->decode(ids, true), original->decode(ids, true)) << text;
+    }
+  }
+  // An unknown tokenizer model is refused, naming it.
+  GgufWriter bad;
+  bad.str("tokenizer.ggml.model", "bert");
+  try {
+    load_tokenizer(gguf_file("bert.gguf", bad.bytes()));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"), std::string::npos);
   }
 }
