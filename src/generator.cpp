@@ -63,6 +63,15 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
   // start token (the prompt goes to the encoder). The cache holds a prefix of it.
   std::vector<int64_t> tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
   const int64_t max_length = static_cast<int64_t>(tokens.size()) + config.max_new_tokens;
+  // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
+  // (T5's relative positions have no such limit).
+  for (const Model* m : {target_.get(), draft_.get()}) {
+    if (!m || m->config().is_encoder_decoder) continue;
+    SPECDEC_CHECK(max_length <= m->config().max_position_embeddings, "the prompt (", tokens.size(),
+                  " tokens) plus max_new_tokens (", config.max_new_tokens, ") is ", max_length,
+                  " positions, more than the ", m == target_.get() ? "target" : "draft",
+                  "'s max_position_embeddings (", m->config().max_position_embeddings, ")");
+  }
 
   GenerationResult result;
   GenerationStats& st = result.stats;
@@ -70,7 +79,10 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
   Rng rng(config.seed);
   LookaheadSchedule schedule(config);
   const bool carry = config.num_assistant_tokens_schedule == "heuristic";
-  if (carry) {
+  // A sampled request starts from num_assistant_tokens, not from the carried value: the lookahead
+  // decides how many random draws each step takes, so carrying it would make a seed's tokens depend
+  // on earlier or concurrent requests. (Greedy output never depends on the lookahead.)
+  if (carry && !config.sampling()) {
     std::lock_guard<std::mutex> lock(carried_mutex_);
     if (carried_lookahead_) schedule.set_num_tokens(*carried_lookahead_);
   }

@@ -55,8 +55,9 @@ class Generator {
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;
   bool share_encoder_ = false;  // encoder-decoder: the draft reuses the target's encoder output
-  // "heuristic" schedule: the lookahead reached by the last request, carried to the next one
-  // (Hugging Face keeps it on the assistant model's generation config).
+  // "heuristic" schedule: the lookahead reached by the last request, carried to the next greedy one
+  // (Hugging Face keeps it on the assistant model's generation config). Sampled requests start from
+  // num_assistant_tokens, so that a seed gives the same tokens whatever ran before or beside it.
   mutable std::mutex carried_mutex_;
   mutable std::optional<int64_t> carried_lookahead_;
 };

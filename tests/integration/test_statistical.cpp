@@ -6,6 +6,8 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <cmath>
 
 #include "test_util.hpp"
@@ -255,6 +257,34 @@ TEST(Statistical, SameSeedSameTokens) {
   EXPECT_EQ(a, Generator(m.target, m.unrelated).generate({3, 7, 1}, c).tokens);
   c.seed = 1235;
   EXPECT_NE(a, g.generate({3, 7, 1}, c).tokens);
+}
+
+// The heuristic lookahead carried between requests must not change a seeded request's tokens:
+// the same sampled request gives the same tokens on a fresh Generator, after greedy requests that
+// moved the carried value, and while other threads run requests on the same Generator.
+TEST(Statistical, SameSeedSameTokensWhateverRanBefore) {
+  const Models m = models();
+  GenerationConfig c = sampling(1.0, 0, 1.0);
+  c.max_new_tokens = 24;
+  c.seed = 99;
+  c.num_assistant_tokens_schedule = "heuristic";
+  c.num_assistant_tokens = 4;
+  const std::vector<int64_t> prompt = {3, 7, 1};
+  const auto fresh = Generator(m.target, m.unrelated).generate(prompt, c).tokens;
+  const Generator g(m.target, m.unrelated);  // mostly rejected: greedy requests move K down to 1
+  GenerationConfig greedy = c;
+  greedy.do_sample = false;
+  greedy.max_new_tokens = 40;
+  g.generate(prompt, greedy);
+  g.generate(prompt, greedy);
+  EXPECT_EQ(g.generate(prompt, c).tokens, fresh);
+  std::vector<std::thread> others;
+  std::vector<std::vector<int64_t>> got(4);
+  for (int i = 0; i < 4; ++i)
+    others.emplace_back([&, i] { got[i] = i % 2 ? g.generate(prompt, greedy).tokens : g.generate(prompt, c).tokens; });
+  for (auto& t : others) t.join();
+  EXPECT_EQ(got[0], fresh);
+  EXPECT_EQ(got[2], fresh);
 }
 
 }  // namespace

@@ -149,3 +149,22 @@ TEST(SmolLM2, GreedyChatAnswersMatchHuggingFaceAndAssistedIsIdentical) {
   }
   EXPECT_GT(accepted, 0);  // speculation was exercised, not only the bonus tokens
 }
+
+// A 512-token greedy generation of the trained model (near-ties happen over that many tokens):
+// assisted output equals target-only output token for token. EOS is set to <|endoftext|> so that
+// generation runs past the end of the first answer.
+TEST(SmolLM2, LongGreedyGenerationIsExactUnderSpeculation) {
+  REQUIRE_MODEL();
+  const auto m = model(model_path);
+  const auto prompt = reference()["chat"][3]["prompt_ids"].get<std::vector<int64_t>>();
+  GenerationConfig g;
+  g.max_new_tokens = 512;
+  g.eos_token_ids = {0};
+  const auto plain = Generator(m).generate(prompt, g);
+  GenerationConfig pl = g;
+  pl.prompt_lookup_num_tokens = 10;
+  const auto lookup = Generator(m).generate(prompt, pl);
+  EXPECT_EQ(plain.tokens.size(), 512u);
+  EXPECT_EQ(lookup.tokens, plain.tokens);
+  EXPECT_GT(lookup.stats.accepted_tokens, 0);
+}
