@@ -64,7 +64,11 @@ void require_same_tokenizer(const Tokenizer& target, const Tokenizer& draft);
 
 // Incremental decoding for streaming: push ids as they are generated, print what comes back. The
 // pieces concatenate to decode(all ids) once finish() is called, and no piece ends inside a UTF-8
-// sequence (text that a later token could still change is held back).
+// sequence: text that a later token could still change is held back (an incomplete character,
+// trailing whitespace, the start of a clean-up pattern such as " '"). Each push decodes only the
+// tokens since the last point where everything was shown (plus one token of context), so a
+// generation costs O(n) decoding in all. Should a decoder still change text already shown, the
+// stream goes on after the part both versions share: nothing is lost.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
@@ -72,10 +76,14 @@ class StreamDecoder {
   std::string finish();
 
  private:
+  std::string window_text() const;           // the text of ids_[settled_:]
+  std::string emit(const std::string& ready);  // the part of `ready` not shown yet
+
   const Tokenizer& tok_;
   bool skip_special_;
   std::vector<int64_t> ids_;
-  std::string emitted_;
+  size_t settled_ = 0;   // ids_[:settled_] are shown in full
+  std::string emitted_;  // what has been shown of ids_[settled_:]
 };
 
 // Trains a SentencePiece model with SentencePiece's own trainer (`args` as its command line, e.g.

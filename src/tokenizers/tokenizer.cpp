@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "specdec/error.hpp"
 #include "specdec/gguf.hpp"
@@ -531,32 +532,80 @@ void require_same_tokenizer(const Tokenizer& target, const Tokenizer& draft) {
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tok_(tokenizer), skip_special_(skip_special_tokens) {}
 
+namespace {
+
+// What a later token can still change at the end of decoded text: an incomplete UTF-8 sequence
+// (decoded as U+FFFD), trailing whitespace (some decoders strip it, or a later token merges it), and
+// the start of one of Hugging Face's clean-up patterns (" '" + " b" becomes "'b" when
+// clean_up_tokenization_spaces is on).
+size_t settled_length(const std::string& text) {
+  std::string t = text;
+  for (bool changed = true; changed;) {
+    changed = false;
+    if (ends_with(t, "\xEF\xBF\xBD")) t.resize(t.size() - 3), changed = true;
+    const std::string trimmed = tok::rstrip_ws(t);
+    if (trimmed.size() != t.size()) t = trimmed, changed = true;
+    for (const char* tail : {" '", " n", " n'", " 'v", " 'r"})
+      if (ends_with(t, tail)) t.resize(t.size() - std::strlen(tail)), changed = true;
+  }
+  return t.size();
+}
+
+size_t common_prefix(const std::string& a, const std::string& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
+
+std::string StreamDecoder::window_text() const {
+  // The text of ids_[settled_:], decoded with the token before it (not a skipped special token) as
+  // context so that a leading space is kept, and that context's own text cut off.
+  size_t anchor = settled_;
+  while (anchor > 0) {
+    --anchor;
+    if (!(skip_special_ && tok_.is_special(ids_[anchor]))) break;
+  }
+  const std::vector<int64_t> head(ids_.begin() + anchor, ids_.begin() + settled_);
+  const std::vector<int64_t> all(ids_.begin() + anchor, ids_.end());
+  const std::string head_text = tok_.decode(head, skip_special_), text = tok_.decode(all, skip_special_);
+  if (text.compare(0, head_text.size(), head_text) == 0) return text.substr(head_text.size());
+  // The context decodes differently inside the longer text: fall back to the whole decode.
+  const std::vector<int64_t> before(ids_.begin(), ids_.begin() + settled_);
+  const std::string full = tok_.decode(ids_, skip_special_), prior = tok_.decode(before, skip_special_);
+  return full.substr(std::min(full.size(), common_prefix(full, prior)));
+}
+
+std::string StreamDecoder::emit(const std::string& ready) {
+  // `ready` extends what this window has shown (the usual case), or, when a decoder changed text
+  // already shown, goes on after the part both agree on: nothing is lost, though a changed
+  // character may show twice.
+  const size_t keep = common_prefix(ready, emitted_);
+  if (ready.size() <= keep) return "";  // nothing new (or less than shown: held back again)
+  emitted_ = ready;
+  return ready.substr(keep);
+}
+
 std::string StreamDecoder::push(const std::vector<int64_t>& ids) {
   ids_.insert(ids_.end(), ids.begin(), ids.end());
-  std::string ready = tok_.decode(ids_, skip_special_);
-  // Hold back what a later token can still change: an incomplete UTF-8 sequence (decoded as a
-  // trailing U+FFFD) and trailing whitespace (some decoders strip it, or a later token merges it).
-  for (;;) {
-    if (ends_with(ready, "\xEF\xBF\xBD")) {
-      ready.resize(ready.size() - 3);
-      continue;
-    }
-    const std::string trimmed = tok::rstrip_ws(ready);
-    if (trimmed.size() == ready.size()) break;
-    ready = trimmed;
+  const std::string text = window_text();
+  const size_t n = settled_length(text);
+  std::string out = emit(text.substr(0, n));
+  // Everything shown (and shown at all: a token whose text is still empty, like T5's lone "▁",
+  // may yet turn into a space): start the next window here.
+  if (!text.empty() && n == text.size() && emitted_ == text) {
+    settled_ = ids_.size();
+    emitted_.clear();
   }
-  if (ready.size() <= emitted_.size() || ready.compare(0, emitted_.size(), emitted_) != 0) return "";
-  std::string out = ready.substr(emitted_.size());
-  emitted_ = std::move(ready);
   return out;
 }
 
 std::string StreamDecoder::finish() {
-  const std::string full = tok_.decode(ids_, skip_special_);
+  const std::string out = emit(window_text());
   ids_.clear();
-  std::string out;
-  if (full.compare(0, emitted_.size(), emitted_) == 0) out = full.substr(emitted_.size());
   emitted_.clear();
+  settled_ = 0;
   return out;
 }
 

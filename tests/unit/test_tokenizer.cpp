@@ -200,5 +200,65 @@ TEST(SentencePiece, TruncatedModelIsAClearError) {
   EXPECT_THROW(load_tokenizer(dir), Error);
 }
 
+
+namespace {
+// Forwards to a tokenizer and counts the ids it is asked to decode.
+class CountingTokenizer final : public Tokenizer {
+ public:
+  explicit CountingTokenizer(const Tokenizer& t) : t_(t) {}
+  std::vector<int64_t> encode(const std::string& s, bool special) const override { return t_.encode(s, special); }
+  std::string decode(const std::vector<int64_t>& ids, bool skip) const override {
+    decoded += static_cast<int64_t>(ids.size());
+    return t_.decode(ids, skip);
+  }
+  int64_t size() const override { return t_.size(); }
+  std::string token(int64_t id) const override { return t_.token(id); }
+  bool is_special(int64_t id) const override { return t_.is_special(id); }
+  std::optional<int64_t> bos_token_id() const override { return t_.bos_token_id(); }
+  std::optional<int64_t> eos_token_id() const override { return t_.eos_token_id(); }
+  std::string kind() const override { return t_.kind(); }
+  std::string fingerprint() const override { return t_.fingerprint(); }
+  mutable int64_t decoded = 0;
+
+ private:
+  const Tokenizer& t_;
+};
+}  // namespace
+
+TEST(StreamDecoder, CleanUpSpacesLoseNothing) {
+  // clean_up_tokenization_spaces turns "a ' b" into "a'b": text shown after "a '" would be changed
+  // by " b". The stream holds " '" back and ends with exactly the full decode.
+  const std::string dir = temp_dir("cleanup_bpe");
+  for (const char* f : {"vocab.json", "merges.txt"}) write_file(dir + "/" + f, read_file(kTinyBpe + "/" + f));
+  write_file(dir + "/tokenizer_config.json", R"({"clean_up_tokenization_spaces": true})");
+  const auto t = load_tokenizer(dir);
+  for (const std::string text : {"a ' b", "a ' b . c ,d", "don 't , isn 't"}) {
+    const auto ids = t->encode(text, false);
+    StreamDecoder s(*t);
+    std::string streamed;
+    for (int64_t id : ids) streamed += s.push({id});
+    streamed += s.finish();
+    EXPECT_EQ(streamed, t->decode(ids, false)) << text;
+  }
+  EXPECT_EQ(t->decode(t->encode("a ' b", false), false), "a'b");
+}
+
+TEST(StreamDecoder, DecodingWorkIsLinearInTheLength) {
+  const auto t = load_tokenizer(kTinyBpe);
+  const CountingTokenizer counting(*t);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 300; ++i) {
+    const auto w = t->encode(i % 7 ? " Hello" : " é\n", false);
+    ids.insert(ids.end(), w.begin(), w.end());
+  }
+  StreamDecoder s(counting);
+  std::string streamed;
+  for (int64_t id : ids) streamed += s.push({id});
+  streamed += s.finish();
+  EXPECT_EQ(streamed, t->decode(ids, false));
+  // Re-decoding everything on each push would cost n (n + 1) / 2 ids; the windows cost a few per push.
+  EXPECT_LT(counting.decoded, 12 * static_cast<int64_t>(ids.size())) << ids.size() << " ids";
+}
+
 }  // namespace
 }  // namespace specdec::test
