@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "specdec/error.hpp"
 
@@ -17,8 +18,9 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft,
                                          const GenerationConfig& config,
                                          LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
-                                         const at::Tensor& encoder_states)
+                                         const at::Tensor& encoder_states, int64_t target_vocab)
     : draft_(std::move(draft)),
+      vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size),
       config_(config),
       schedule_(schedule),
       rng_(rng),
@@ -39,10 +41,18 @@ Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int6
   if (!processors_.empty()) history = tokens;
   // The cache holds a prefix of `tokens`; feed the rest, then one drafted token per step.
   std::vector<int64_t> pending(tokens.begin() + cache_.length(), tokens.end());
+  const int64_t own = draft_->config().vocab_size;
+  // A token the draft has no row for (the target's vocabulary is larger): the draft cannot follow
+  // this sequence any more, so the rest of the request runs without proposals.
+  for (int64_t id : pending) out_of_vocab_ = out_of_vocab_ || id >= own;
+  if (out_of_vocab_) return out;
   for (int64_t i = 0; i < k; ++i) {
     const at::Tensor ids = at::tensor(pending, at::kLong).view({1, -1});
-    at::Tensor scores = draft_->forward(ids, cache_, 1)[0];  // [1, V]
+    at::Tensor scores = draft_->forward(ids, cache_, 1)[0];  // [1, V_draft]
     ++passes_;
+    if (own > vocab_) scores = scores.narrow(-1, 0, vocab_);  // [1, V]: the draft's padding rows go
+    if (own < vocab_)
+      scores = at::constant_pad_nd(scores, {0, vocab_ - own}, -std::numeric_limits<double>::infinity());
     if (!processors_.empty()) scores = processors_.apply(scores, history);
     int64_t tok;
     double p = 1.0;

@@ -33,8 +33,10 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   if (!draft_) return;
   const ModelConfig& t = target_->config();
   const ModelConfig& d = draft_->config();
-  SPECDEC_CHECK(t.vocab_size == d.vocab_size, "draft and target have different vocab sizes (draft ",
-                d.vocab_size, ", target ", t.vocab_size, "): they must share a tokenizer");
+  // Vocabulary sizes may differ by padding rows (Qwen2.5-7B has 152064, Qwen2.5-0.5B 151936): the
+  // draft proposes over the target's ids with q = 0 where it has none. Whether the two tokenizers
+  // agree on every real id is for the caller to check (require_same_tokenizer; the program does);
+  // output stays exact either way, only acceptance depends on it.
   SPECDEC_CHECK(t.eos_token_ids == d.eos_token_ids,
                 "draft and target have different eos_token_id: they must share a tokenizer");
   SPECDEC_CHECK(target_->device() == draft_->device(), "draft and target are on different devices");
@@ -108,7 +110,8 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
     candidates = std::make_unique<PromptLookupGenerator>(
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids);
   } else if (use_draft) {
-    candidates = std::make_unique<DraftModelGenerator>(draft_, config, schedule, rng, max_length, draft_states);
+    candidates = std::make_unique<DraftModelGenerator>(draft_, config, schedule, rng, max_length, draft_states,
+                                                       tc.vocab_size);
   }
   const LogitsProcessorChain processors(config);
   const GreedyVerifier greedy;

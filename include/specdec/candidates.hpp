@@ -42,9 +42,12 @@ class CandidateGenerator {
 // output of its own encoder, or of the target's when they have the same encoder).
 class DraftModelGenerator final : public CandidateGenerator {
  public:
+  // `target_vocab`: the width of the target's logits (0 = the draft's own). A draft whose
+  // vocabulary differs only by padding rows proposes over the target's ids: its scores are cut to,
+  // or padded with -inf up to, that width (q = 0 for ids the draft cannot produce).
   DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
                       LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
-                      const at::Tensor& encoder_states = {});
+                      const at::Tensor& encoder_states = {}, int64_t target_vocab = 0);
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
   void on_verified(const Candidates& proposed, int64_t accepted,
                    const std::vector<int64_t>& tokens) override;
@@ -52,6 +55,8 @@ class DraftModelGenerator final : public CandidateGenerator {
 
  private:
   std::shared_ptr<const Model> draft_;
+  int64_t vocab_;  // width of the proposals (the target's vocabulary)
+  bool out_of_vocab_ = false;  // the sequence holds an id the draft has no row for
   const GenerationConfig& config_;
   LookaheadSchedule& schedule_;
   Rng& rng_;

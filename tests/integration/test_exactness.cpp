@@ -316,5 +316,50 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
   EXPECT_THROW(Generator(t5.target).generate({96}, ok), Error); // outside the vocabulary
 }
 
+// A copy of the early-exit draft whose vocabulary is cut to `vocab` rows or padded to it with
+// random rows (as checkpoints padded to a multiple of 64 or 128 are).
+std::shared_ptr<const Model> resized_draft(uint64_t seed, int64_t vocab) {
+  const std::string from = temp_dir("resize_from");
+  make_draft_of(cached_fixture("t" + std::to_string(seed) + "llama", small(seed, 3)), from, 1);
+  const std::string dir = temp_dir("resized_" + std::to_string(vocab));
+  WeightStore w(from);
+  std::map<std::string, at::Tensor> t;
+  for (const std::string& name : w.names()) {
+    at::Tensor x = w.load(name, at::kFloat, c10::Device(c10::kCPU));
+    if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
+      x = vocab <= x.size(0) ? x.narrow(0, 0, vocab).clone()
+                             : at::cat({x, 0.1 * at::randn({vocab - x.size(0), x.size(1)})});
+    }
+    t[name] = x;
+  }
+  save_safetensors(dir + "/model.safetensors", t);
+  nlohmann::json c = read_json(from + "/config.json");
+  c["vocab_size"] = vocab;
+  write_file(dir + "/config.json", c.dump());
+  return load_model(dir);
+}
+
+TEST(Exactness, DraftVocabularyPaddedOrCutStaysExact) {
+  // Target vocabulary 96. A draft with 64 ids cannot propose ids 64-95 (q = 0 there) and stops
+  // proposing once the sequence holds one; a draft with 128 ids has padding rows the target never
+  // uses. Both stay exact and are accepted where they agree.
+  const Pair p = pair_for(1);
+  for (int64_t vocab : {64, 128}) {
+    const auto draft = resized_draft(1, vocab);
+    for (bool sample : {false, true}) {
+      GenerationConfig cfg;
+      cfg.max_new_tokens = 37;
+      cfg.eos_token_ids = {95};
+      cfg.do_sample = sample;
+      cfg.seed = 5;
+      const std::vector<int64_t> prompt = {3, 10, 21, 33, 40, 52, 63};  // ids every draft has
+      const auto got = Generator(p.target, draft).generate(prompt, cfg);
+      if (!sample) EXPECT_EQ(got.tokens, Generator(p.target).generate(prompt, cfg).tokens) << vocab;
+      for (int64_t id : got.tokens) EXPECT_LT(id, 96);
+      EXPECT_GT(got.stats.accepted_tokens, 0) << vocab << (sample ? " sampling" : " greedy");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace specdec::test

@@ -194,6 +194,15 @@ TEST(Statistical, UnrelatedDraftKeepsDistribution) {
   }
 }
 
+TEST(Statistical, DraftWithALargerPaddedVocabularyKeepsDistribution) {
+  // 20 ids against the target's 16: the draft's 4 extra rows are cut off before it samples.
+  FixtureOptions o = tiny(99, 1);
+  o.vocab = 20;
+  const auto padded = cached_model(cached_fixture("stat_padded", o));
+  const Outcome r = run(models().target, padded, kCases[0].cfg);
+  EXPECT_TRUE(r.all_pass) << r.report;
+}
+
 TEST(Statistical, DraftWithZerosWhereTargetIsPositiveKeepsDistribution) {
   // top-k 3 truncates each side to its own 3 best tokens: the unrelated draft's q is 0 on tokens
   // the target's p keeps, and positive where p is 0.
