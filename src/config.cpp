@@ -156,6 +156,17 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (neox) c.attention_bias = true;
   read_field(j, "attention_bias", c.attention_bias, source);
   if (c.model_type == "qwen2") c.attention_bias = true;  // Qwen2 always has q/k/v biases
+  read_field(j, "mlp_bias", c.mlp_bias, source);
+  if (c.model_type == "mistral") read_field(j, "sliding_window", c.sliding_window, source);
+  if (c.model_type == "qwen2") {
+    // Qwen2 applies its window only with use_sliding_window, and then only from max_window_layers.
+    bool use = false;
+    read_field(j, "use_sliding_window", use, source);
+    SPECDEC_CHECK(!use, source, ": use_sliding_window is not supported for qwen2 (the window applies "
+                  "from max_window_layers on); only Mistral's sliding_window is");
+  }
+  SPECDEC_CHECK(!c.mlp_bias || c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2",
+                source, ": mlp_bias is only supported for the llama family");
   // GPT-2, OPT and T5 tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
   c.tie_word_embeddings = gpt2 || opt || c.is_encoder_decoder;
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);

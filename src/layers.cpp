@@ -60,11 +60,14 @@ at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::T
   return rot == d ? out : at::cat({out, x.narrow(-1, rot, d - rot)}, -1);
 }
 
-at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device) {
-  if (t == 1) return {};
+at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device, int64_t window) {
+  const bool windowed = window > 0 && past + t > window;
+  if (t == 1 && !windowed) return {};
   at::Tensor m = at::full({t, past + t}, -std::numeric_limits<float>::infinity(),
                           at::TensorOptions().dtype(dtype).device(device));
-  return at::triu(m, past + 1);  // query i (position past+i) sees keys 0..past+i
+  at::Tensor mask = at::triu(m, past + 1);  // query i (position past+i) sees keys 0..past+i
+  if (windowed) mask = mask + at::tril(m, past - window);  // ... and none at or before past+i-window
+  return mask;
 }
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,

@@ -34,7 +34,10 @@ class Rotary {
 };
 
 // Additive causal mask [T, past + T] (0 or -inf) in `dtype`, or an undefined tensor when T == 1.
-at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device);
+// With `window` > 0 (Mistral's sliding_window), query i also sees only the last `window` keys up to
+// its own position (key j is visible when i - window < j <= i); the mask is then defined for T == 1
+// too once the sequence is longer than the window.
+at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device, int64_t window = 0);
 
 // Grouped-query attention: q [B, Hq, T, D] against keys, values [B, Hkv, L, D]. mask: additive,
 // broadcastable to [B, Hkv, Hq / Hkv, T, L] (e.g. [T, L], or [H, 1, T, L] with a per-head bias),
@@ -84,10 +87,11 @@ struct Mlp {
 // first). Llama's SiLU MLP; T5 v1.1's gated GELU.
 struct GatedMlp {
   at::Tensor gate_up_w, down_w;
+  at::Tensor gate_up_b, down_b;  // Llama's mlp_bias; undefined otherwise
   std::string act;
   at::Tensor operator()(const at::Tensor& x) const {
-    const auto gu = layers::linear(x, gate_up_w).chunk(2, -1);  // 2 x [B, T, I]
-    return layers::linear(activation(gu[0], act) * gu[1], down_w);
+    const auto gu = layers::linear(x, gate_up_w, gate_up_b).chunk(2, -1);  // 2 x [B, T, I]
+    return layers::linear(activation(gu[0], act) * gu[1], down_w, down_b);
   }
 };
 

@@ -35,6 +35,8 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool attention_bias = false;       // q/k/v biases (always true for qwen2)
+  bool mlp_bias = false;             // llama: gate/up/down projections have biases
+  int64_t sliding_window = 0;        // mistral: attend to the last sliding_window positions only (0 = all)
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
   std::string hidden_act = "silu";   // also from activation_function (gpt2, opt)
   // GPT-NeoX

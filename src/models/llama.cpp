@@ -47,6 +47,10 @@ class LlamaModel final : public Model {
       l.mlp.gate_up_w = at::cat({load(p + "mlp.gate_proj.weight", {inter, h}),
                                  load(p + "mlp.up_proj.weight", {inter, h})});
       l.mlp.down_w = load(p + "mlp.down_proj.weight", {h, inter});
+      if (c.mlp_bias) {
+        l.mlp.gate_up_b = at::cat({load(p + "mlp.gate_proj.bias", {inter}), load(p + "mlp.up_proj.bias", {inter})});
+        l.mlp.down_b = load(p + "mlp.down_proj.bias", {h});
+      }
       l.mlp.act = "silu";
       layers_.push_back(std::move(l));
     }
@@ -62,7 +66,7 @@ class LlamaModel final : public Model {
     const int64_t t = input_ids.size(1), past = cache.length();
     at::Tensor x = layers::embed(embed_, input_ids);                           // [B, T, H]
     auto [cos, sin] = rotary_.tables(past, t);                // [T, D]
-    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);     // [T, past+T]
+    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_, c.sliding_window);  // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LlamaLayer& l = layers_[i];
       const at::Tensor hidden = layers::rms_norm(x, l.input_norm, c.rms_norm_eps);  // [B, T, H]
