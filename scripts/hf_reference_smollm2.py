@@ -11,7 +11,11 @@ recorded:
   greedy:  for 12 chat prompts (the GGUF's chat template, applied by transformers' Jinja renderer),
            the prompt ids and 64 greedy tokens (argmax of transformers' own forward with its KV cache;
            generation does not stop at EOS here: the tests cut at the first EOS themselves);
-  tokenizer: ids of the shared tokenizer test strings (no special tokens) and their decoded text.
+  tokenizer: ids of the shared tokenizer test strings (no special tokens) and their decoded text;
+  prompt_lookup: for the 8 input-grounded prompts of benchmarks/prompts/grounded.txt (chat-formatted),
+           transformers' own assisted generation with prompt_lookup_num_tokens=10 (64 new tokens,
+           greedy, EOS <|im_end|>): the tokens and the per-pass trace [candidates, accepted], recorded
+           by wrapping PromptLookupCandidateGenerator.
 
 Tokenizer notes (transformers 4.47's GGUF converter, integrations/ggml.py GGUFLlamaConverter):
   - it ignores `tokenizer.ggml.add_bos_token` (false in this file) and adds <|im_start|> as BOS, and it
@@ -77,6 +81,36 @@ def greedy(model, ids, n):
     return out
 
 
+def prompt_lookup_traces(model, tok, prompts):
+    from transformers.generation import candidate_generator as cg
+    cls = cg.PromptLookupCandidateGenerator
+    trace = []
+    orig_get, orig_update = cls.get_candidates, cls.update_candidate_strategy
+
+    def get_candidates(self, input_ids):
+        out, logits = orig_get(self, input_ids)
+        trace.append([out.shape[1] - input_ids.shape[1], 0])
+        return out, logits
+
+    def update(self, input_ids, scores, num_matches):
+        trace[-1][1] = int(num_matches)
+        return orig_update(self, input_ids, scores, num_matches)
+
+    cls.get_candidates, cls.update_candidate_strategy = get_candidates, update
+    cases = []
+    for p in prompts:
+        text = tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+        ids = tok.encode(text, add_special_tokens=False)
+        trace.clear()
+        out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
+                             prompt_lookup_num_tokens=10, eos_token_id=2, pad_token_id=2,
+                             attention_mask=torch.ones(1, len(ids), dtype=torch.long), synced_gpus=False)
+        cases.append({"prompt": p, "prompt_ids": ids, "tokens": out[0, len(ids):].tolist(), "trace": [list(t) for t in trace]})
+        print("prompt lookup:", trace, flush=True)
+    cls.get_candidates, cls.update_candidate_strategy = orig_get, orig_update
+    return cases
+
+
 def main():
     gguf_path, out_path = sys.argv[1], sys.argv[2]
     shared = os.environ.get("SPECDEC_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
@@ -123,6 +157,9 @@ def main():
             logit_cases.append({"text": p, "ids": ids, "top_ids": top.indices.tolist(),
                                 "top_values": top.values.tolist()})
 
+    grounded = open(os.path.join(os.path.dirname(__file__), "..", "benchmarks", "prompts", "grounded.txt")).read()
+    lookup_cases = prompt_lookup_traces(model, tok, [line for line in grounded.splitlines() if line.strip()])
+
     out = {
         "source": {"file": f, "transformers": __import__("transformers").__version__,
                    "torch": torch.__version__, "dtype": "float32"},
@@ -130,6 +167,7 @@ def main():
         "tokenizer": cases,
         "logits": logit_cases,
         "chat": greedy_cases,
+        "prompt_lookup": lookup_cases,
     }
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp = out_path + ".tmp"

@@ -84,8 +84,8 @@ void DraftModelGenerator::on_verified(const Candidates& proposed, int64_t accept
 }
 
 PromptLookupGenerator::PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram,
-                                             std::vector<int64_t> eos_ids)
-    : num_tokens_(num_tokens), max_ngram_(max_ngram), eos_ids_(std::move(eos_ids)) {
+                                             std::vector<int64_t> eos_ids, bool most_recent)
+    : num_tokens_(num_tokens), max_ngram_(max_ngram), eos_ids_(std::move(eos_ids)), most_recent_(most_recent) {
   SPECDEC_CHECK(num_tokens_ >= 1, "prompt lookup: prompt_lookup_num_tokens must be >= 1");
   SPECDEC_CHECK(max_ngram_ >= 1, "prompt lookup: max_matching_ngram_size must be >= 1");
 }
@@ -95,15 +95,16 @@ Candidates PromptLookupGenerator::propose(const std::vector<int64_t>& tokens, in
   const int64_t k = std::min(num_tokens_, max_tokens);
   const auto len = static_cast<int64_t>(tokens.size());
   if (k <= 0) return out;
+  // Hugging Face's rule: the longest n-gram first; its leftmost earlier occurrence whose
+  // continuation is not empty; the continuation is cut before its first EOS (an empty proposal then
+  // means no speculation this step).
   for (int64_t n = std::min(max_ngram_, len - 1); n >= 1; --n) {
     const int64_t tail = len - n;  // the last n tokens are tokens[tail, len)
-    // Most recent earlier occurrence: scan start positions from right to left.
-    for (int64_t s = tail - 1; s >= 0; --s) {
+    for (int64_t i = 0; i < tail; ++i) {
+      const int64_t s = most_recent_ ? tail - 1 - i : i;
       if (!std::equal(tokens.begin() + s, tokens.begin() + s + n, tokens.begin() + tail)) continue;
-      for (int64_t j = s + n; j < len && static_cast<int64_t>(out.tokens.size()) < k; ++j) {
-        out.tokens.push_back(tokens[j]);
-        if (contains(eos_ids_, tokens[j])) break;
-      }
+      const int64_t end = std::min(s + n + k, len);
+      for (int64_t j = s + n; j < end && !contains(eos_ids_, tokens[j]); ++j) out.tokens.push_back(tokens[j]);
       return out;
     }
   }

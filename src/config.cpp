@@ -134,8 +134,13 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     read_field(j, gpt2 ? "n_head" : "num_attention_heads", c.num_attention_heads, source);
     c.num_key_value_heads = c.num_attention_heads;
     read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
-    if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
     read_field(j, "head_dim", c.head_dim, source);
+    if (c.head_dim == 0 && c.num_attention_heads > 0) {
+      SPECDEC_CHECK(c.hidden_size % c.num_attention_heads == 0, source, ": hidden_size ", c.hidden_size,
+                    " is not a multiple of num_attention_heads ", c.num_attention_heads,
+                    " (and there is no head_dim)");
+      c.head_dim = c.hidden_size / c.num_attention_heads;
+    }
     read_field(j, gpt2 ? "n_positions" : "max_position_embeddings", c.max_position_embeddings, source);
   }
   if (neox || gpt2 || opt) c.rms_norm_eps = 1e-5;
@@ -203,7 +208,10 @@ ModelConfig ModelConfig::from_dir(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
   ModelConfig c = from_json_text(read_text_file(config_path), config_path);
   const std::string gen_path = dir + "/generation_config.json";
-  if (file_exists(gen_path)) c.apply_generation_config_text(read_text_file(gen_path), gen_path);
+  if (file_exists(gen_path)) {
+    c.apply_generation_config_text(read_text_file(gen_path), gen_path);
+    c.validate(gen_path);  // its token ids must fit the vocabulary too
+  }
   return c;
 }
 
@@ -252,6 +260,11 @@ void ModelConfig::validate(const std::string& source) const {
   for (int64_t id : eos_token_ids)
     SPECDEC_CHECK(id >= 0 && id < vocab_size, source, ": eos_token_id ", id,
                   " is outside the vocabulary [0, ", vocab_size, ")");
+  SPECDEC_CHECK(!bos_token_id || (*bos_token_id >= 0 && *bos_token_id < vocab_size), source, ": bos_token_id ",
+                bos_token_id.value_or(0), " is outside the vocabulary [0, ", vocab_size, ")");
+  // A negative pad_token_id (original LLaMA configs say -1) means none.
+  SPECDEC_CHECK(!pad_token_id || *pad_token_id < vocab_size, source, ": pad_token_id ", pad_token_id.value_or(0),
+                " is outside the vocabulary [0, ", vocab_size, ")");
   if (!rope_scaling.type.empty())
     SPECDEC_CHECK(rope_scaling.factor > 0, source, ": rope_scaling.factor must be > 0");
 }
@@ -277,6 +290,8 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(prompt_lookup_num_tokens >= 0,
                 "GenerationConfig.prompt_lookup_num_tokens must be >= 0, got ",
                 prompt_lookup_num_tokens);
+  SPECDEC_CHECK(prompt_lookup_match == "first" || prompt_lookup_match == "last",
+                "GenerationConfig.prompt_lookup_match must be \"first\" or \"last\", got \"", prompt_lookup_match, "\"");
   SPECDEC_CHECK(max_matching_ngram_size >= 1,
                 "GenerationConfig.max_matching_ngram_size must be >= 1, got ",
                 max_matching_ngram_size);

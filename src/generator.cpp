@@ -11,6 +11,7 @@
 #include "specdec/lookahead.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/verifier.hpp"
+#include "util.hpp"
 
 namespace specdec {
 
@@ -47,9 +48,13 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   share_encoder_ = t.is_encoder_decoder && target_->same_encoder(*draft_);
 }
 
-GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
-                                     const GenerationConfig& user_config,
+GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                                      const TokenCallback& on_token) const {
+  return torch_errors_as_specdec("generate", [&] { return run(prompt, config, on_token); });
+}
+
+GenerationResult Generator::run(const std::vector<int64_t>& prompt, const GenerationConfig& user_config,
+                                const TokenCallback& on_token) const {
   const auto start = Clock::now();
   user_config.validate();
   GenerationConfig config = user_config;
@@ -108,7 +113,8 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
   std::unique_ptr<CandidateGenerator> candidates;
   if (config.prompt_lookup_num_tokens > 0) {
     candidates = std::make_unique<PromptLookupGenerator>(
-        config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids);
+        config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids,
+        config.prompt_lookup_match == "last");
   } else if (use_draft) {
     candidates = std::make_unique<DraftModelGenerator>(draft_, config, schedule, rng, max_length, draft_states,
                                                        tc.vocab_size);

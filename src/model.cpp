@@ -54,9 +54,10 @@ std::shared_ptr<const Model> build(const ModelConfig& config, const WeightSource
   return models::make_llama(config, weights, options);
 }
 
-}  // namespace
-
-std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options) {
+std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& options) {
+  SPECDEC_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16 || options.dtype == at::kHalf,
+                "load_model: unsupported compute dtype ", c10::toString(options.dtype),
+                " (supported: float32, bfloat16, float16)");
   if (options.device.is_cuda())
     SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
 #if TORCH_VERSION_MAJOR < 2
@@ -75,6 +76,12 @@ std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptio
   }
   const ModelConfig config = ModelConfig::from_dir(path);
   return build(config, WeightStore(path), options);
+}
+
+}  // namespace
+
+std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options) {
+  return torch_errors_as_specdec(("load_model(" + path + ")").c_str(), [&] { return load(path, options); });
 }
 
 }  // namespace specdec

@@ -5,7 +5,22 @@
 #include <ostream>
 #include <string>
 
+#include <c10/util/Exception.h>
+
+#include "specdec/error.hpp"
+
 namespace specdec {
+
+// Runs `f`, turning libtorch's c10::Error into the specdec::Error the public API promises
+// (`what` says which call failed).
+template <typename F>
+auto torch_errors_as_specdec(const char* what, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error& e) {
+    throw Error(std::string(what) + ": " + e.what_without_backtrace());
+  }
+}
 
 // Whole file as a string; throws specdec::Error naming the path when it cannot be read.
 std::string read_text_file(const std::string& path);

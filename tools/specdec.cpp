@@ -75,6 +75,10 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   app->add_option("--max-matching-ngram", o.gen.max_matching_ngram_size,
                   "Prompt lookup: longest n-gram to match")
       ->capture_default_str();
+  app->add_option("--prompt-lookup-match", o.gen.prompt_lookup_match,
+                  "Prompt lookup: copy after the first (Hugging Face) or the last earlier occurrence")
+      ->check(CLI::IsMember({"first", "last"}))
+      ->capture_default_str();
   app->add_flag("--do-sample", o.gen.do_sample, "Sample instead of greedy decoding");
   app->add_option("--temperature", o.gen.temperature, "Sampling temperature (0 = greedy)")
       ->capture_default_str();
@@ -100,8 +104,10 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
         ->capture_default_str();
 }
 
-std::vector<int64_t> parse_ids(const std::string& text, const char* flag = "--prompt-ids") {
+// Comma-separated ids; an empty list is an error unless `allow_empty` (detokenize: "" decodes to "").
+std::vector<int64_t> parse_ids(const std::string& text, const char* flag = "--prompt-ids", bool allow_empty = false) {
   std::vector<int64_t> ids;
+  if (allow_empty && text.empty()) return ids;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -327,7 +333,7 @@ int run_tokenize(const TokenizeOptions& o) {
 
 int run_detokenize(const TokenizeOptions& o) {
   const auto tok = load_tokenizer(o.dir);
-  const std::string text = tok->decode(parse_ids(o.ids, "--ids"), o.skip_special);
+  const std::string text = tok->decode(parse_ids(o.ids, "--ids", true), o.skip_special);
   if (o.json_out) std::cout << json{{"text", text}}.dump() << "\n";
   else std::cout << text << "\n";
   return 0;
@@ -412,7 +418,7 @@ int main(int argc, char** argv) {
   tokc->add_flag("--json", tk.json_out, "Print {\"ids\": [...]}");
   auto* detok = app.add_subcommand("detokenize", "Token ids to text");
   detok->add_option("--tokenizer", dtk.dir, "Folder with the tokenizer files")->required();
-  detok->add_option("--ids", dtk.ids, "Token ids, comma-separated")->required();
+  detok->add_option("--ids", dtk.ids, "Token ids, comma-separated (\"\" for none)")->required();
   detok->add_flag("--skip-special", dtk.skip_special, "Leave special tokens (BOS, EOS, ...) out");
   detok->add_flag("--json", dtk.json_out, "Print {\"text\": \"...\"}");
 

@@ -65,11 +65,14 @@ class DraftModelGenerator final : public CandidateGenerator {
   int64_t passes_ = 0;
 };
 
-// Prompt lookup decoding: copy the continuation of the most recent earlier occurrence of the last
-// n tokens (n = max_matching_ngram_size down to 1) in prompt + output. Proposals stop after an EOS.
+// Prompt lookup decoding, Hugging Face's rule: copy the continuation of the leftmost earlier
+// occurrence of the last n tokens (n = max_matching_ngram_size down to 1) in prompt + output, cut
+// before its first EOS. With `most_recent`, the rightmost earlier occurrence instead (specdec's
+// option, GenerationConfig::prompt_lookup_match = "last").
 class PromptLookupGenerator final : public CandidateGenerator {
  public:
-  PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram, std::vector<int64_t> eos_ids);
+  PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram, std::vector<int64_t> eos_ids,
+                        bool most_recent = false);
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
   void on_verified(const Candidates&, int64_t, const std::vector<int64_t>&) override {}
 
@@ -77,6 +80,7 @@ class PromptLookupGenerator final : public CandidateGenerator {
   int64_t num_tokens_;
   int64_t max_ngram_;
   std::vector<int64_t> eos_ids_;
+  bool most_recent_;
 };
 
 }  // namespace specdec

@@ -112,6 +112,9 @@ struct GenerationConfig {
   int64_t prompt_lookup_num_tokens = 0;
   // Longest n-gram prompt lookup tries to match (it falls back to shorter ones down to 1).
   int64_t max_matching_ngram_size = 2;
+  // Which earlier occurrence of the n-gram prompt lookup copies from: "first" (Hugging Face's rule)
+  // or "last" (the most recent one; specdec's option, measured in the README).
+  std::string prompt_lookup_match = "first";
 
   // --- sampling ---
   bool do_sample = false;          // false: greedy (argmax). temperature == 0 also means greedy.

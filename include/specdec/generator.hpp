@@ -51,6 +51,8 @@ class Generator {
   const Model* draft() const { return draft_.get(); }
 
  private:
+  GenerationResult run(const std::vector<int64_t>& prompt, const GenerationConfig& config,
+                       const TokenCallback& on_token) const;
   std::shared_ptr<const Model> target_;
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;

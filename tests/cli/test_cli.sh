@@ -31,7 +31,10 @@ import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2
 
 cmp=$("$SPECDEC" compare --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 --json --warmup 0)
 check "compare --json reports identical outputs and a speedup" python3 -c "
-import json,sys; j=json.loads(sys.argv[1]); assert j['identical'] is True and j['speedup']>0 and 'predicted_speedup' in j" "$cmp"
+import json,sys; j=json.loads(sys.argv[1]); assert j['identical'] is True and 'predicted_speedup' in j
+a, t = j['assisted']['stats'], j['target_only']['stats']
+ratio = t['total_seconds'] / a['total_seconds']  # the definition: same tokens, target-only time / assisted time
+assert abs(j['speedup'] - ratio) <= 1e-9 * ratio, (j['speedup'], ratio)" "$cmp"
 
 stream=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 2>/dev/null)
 check "streamed ids equal the JSON tokens" python3 -c "
@@ -56,7 +59,9 @@ expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --mode
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
 expect_error "unknown subcommand" "" nosuchcommand
 "$SPECDEC" make-fixture --out "$work/v" --vocab 64 --layers 1 --hidden 64 --heads 4 2>/dev/null
-expect_error "draft with another vocabulary" "different vocab sizes" generate --model "$work/t" --draft "$work/v" --prompt-ids 1
+small_vocab=$("$SPECDEC" generate --model "$work/t" --draft "$work/v" --prompt-ids 5,6,7 --max-new-tokens 12 --json)
+check "a draft with a smaller vocabulary is accepted and exact" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2])['tokens']" "$small_vocab" "$plain"
 for arch in gpt_neox gpt2 opt; do
   "$SPECDEC" make-fixture --out "$work/$arch" --arch $arch --layers 2 --hidden 64 --heads 4 --vocab 128 \
     --init-std 0.1 --exit-layers 1 --exit-scale 0.2 --seed 2 2>/dev/null
@@ -108,6 +113,8 @@ mkdir -p "$work/tok2" && cp "$tok"/* "$work/tok2/" && sed -i 's/l l/o l/' "$work
 expect_error "draft with another tokenizer" "tokenizers differ" generate --model "$work/tt" --draft "$work/td2" --prompt "Hello"
 expect_error "text prompt without a tokenizer" "--prompt-ids" generate --model "$work/t" --prompt "Hello"
 expect_error "--prompt and --prompt-ids together" "excludes" generate --model "$work/tt" --prompt "Hello" --prompt-ids 1
+empty=$("$SPECDEC" detokenize --tokenizer "$tok" --ids "" --json)
+check "detokenize of no ids is the empty text" test "$empty" = '{"text":""}'
 expect_error "bad ids for detokenize" "not in the tokenizer" detokenize --tokenizer "$tok" --ids 9999
 check "--help lists the subcommands" bash -c "'$SPECDEC' --help | grep -q make-fixture && '$SPECDEC' --help | grep -q detokenize && '$SPECDEC' --help | grep -q chat"
 expect_error "--system without --chat" "need --chat" generate --model "$work/tt" --prompt "Hello" --system "x"

@@ -168,3 +168,32 @@ TEST(SmolLM2, LongGreedyGenerationIsExactUnderSpeculation) {
   EXPECT_EQ(lookup.tokens, plain.tokens);
   EXPECT_GT(lookup.stats.accepted_tokens, 0);
 }
+
+// Prompt lookup (10 tokens) on the 8 input-grounded prompts: the same tokens and the same per-pass
+// trace [candidates, accepted] as transformers' own assisted generation (leftmost n-gram match,
+// proposal cut before EOS), up to the length cap described below.
+TEST(SmolLM2, PromptLookupTracesMatchHuggingFace) {
+  REQUIRE_MODEL();
+  const auto m = model(model_path);
+  GenerationConfig g;
+  g.max_new_tokens = 64;
+  g.prompt_lookup_num_tokens = 10;
+  ASSERT_EQ(reference()["prompt_lookup"].size(), 8u);
+  for (const auto& c : reference()["prompt_lookup"]) {
+    const auto r = Generator(m).generate(c["prompt_ids"].get<std::vector<int64_t>>(), g);
+    EXPECT_EQ(r.tokens, c["tokens"].get<std::vector<int64_t>>()) << c["prompt"];
+    std::vector<std::vector<int64_t>> trace, expected;
+    for (const auto& t : r.stats.trace) trace.push_back({t[0], t[1]});
+    // transformers' prompt lookup proposes up to 10 candidates even when fewer new tokens remain
+    // (its draft-model generator caps them at max_length - length - 1, as specdec does for both):
+    // near the length limit the expected trace is transformers' with that cap applied.
+    int64_t generated = 0;
+    for (const auto& t : c["trace"]) {
+      const int64_t cap = g.max_new_tokens - generated - 1;
+      const int64_t drafted = std::min(t[0].get<int64_t>(), cap), accepted = std::min(t[1].get<int64_t>(), drafted);
+      expected.push_back({drafted, accepted});
+      generated += accepted + 1;
+    }
+    EXPECT_EQ(trace, expected) << c["prompt"];
+  }
+}

@@ -127,5 +127,56 @@ TEST(GenerationConfig, ValidatesEveryKnob) {
   bad([](GenerationConfig& c) { c.max_matching_ngram_size = 0; });
 }
 
+TEST(ModelConfig, ReviewGapsAreClearErrors) {
+  // head_dim derived from a hidden size that does not divide.
+  std::string t = kGood;
+  t.replace(t.find("\"hidden_size\":16"), 16, "\"hidden_size\":18");
+  expect_error(t, "not a multiple of num_attention_heads");
+  // Token ids of generation_config.json are checked against the vocabulary too.
+  const std::string dir = temp_dir("gen_config");
+  write_file(dir + "/config.json", kGood);
+  write_file(dir + "/generation_config.json", R"({"bos_token_id": 40})");
+  try {
+    ModelConfig::from_dir(dir);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("generation_config.json: bos_token_id 40 is outside"), std::string::npos)
+        << e.what();
+  }
+  // Mistral's sliding_window and Llama's mlp_bias are read; Qwen2's use_sliding_window is refused.
+  std::string m = kGood;
+  m.replace(m.find("\"llama\""), 7, "\"mistral\"");
+  m.insert(1, R"("sliding_window": 4096, "mlp_bias": true, )");
+  const ModelConfig mc = ModelConfig::from_json_text(m, "cfg.json");
+  EXPECT_EQ(mc.sliding_window, 4096);
+  EXPECT_TRUE(mc.mlp_bias);
+  std::string q = kGood;
+  q.replace(q.find("\"llama\""), 7, "\"qwen2\"");
+  q.insert(1, R"("use_sliding_window": true, )");
+  expect_error(q, "use_sliding_window is not supported");
+}
+
+TEST(LoadModel, BadOptionsAndLibtorchFailuresAreSpecdecErrors) {
+  FixtureOptions o;
+  o.hidden = 32, o.heads = 2, o.layers = 1, o.vocab = 64;
+  const std::string dir = cached_fixture("load_options", o);
+  LoadOptions bad;
+  bad.dtype = at::kInt;
+  EXPECT_THROW(load_model(dir, bad), Error);
+  // A configuration whose rotary table cannot be allocated: libtorch's c10::Error comes out as a
+  // specdec::Error naming the call.
+  const std::string huge = temp_dir("huge_positions");
+  nlohmann::json c = read_json(dir + "/config.json");
+  c["max_position_embeddings"] = int64_t{1} << 42;
+  write_file(huge + "/config.json", c.dump());
+  write_file(huge + "/model.safetensors", read_file(dir + "/model.safetensors"));
+  try {
+    load_model(huge);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_model("), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace specdec::test

@@ -1,5 +1,6 @@
 // safetensors reading and model loading on good and bad bytes.
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
@@ -103,9 +104,16 @@ TEST(LoadModel, ComputeDtypesLoad) {
     o.dtype = dt;
     const auto m = load_model(dir, o);
     EXPECT_EQ(m->dtype(), dt);
-    GenerationConfig cfg;
-    cfg.max_new_tokens = 3;
-    EXPECT_EQ(Generator(m).generate({1, 2}, cfg).tokens.size(), 3u);
+    // The low-precision logits are those of the float32 model up to that precision's rounding,
+    // and really were computed in it (not bitwise the float32 ones).
+    c10::InferenceMode guard;
+    const auto f32 = load_model(dir);
+    const at::Tensor ids = at::tensor(std::vector<int64_t>{1, 2, 5, 7}).unsqueeze(0);
+    KVCache a = m->make_cache(4), b = f32->make_cache(4);
+    const at::Tensor low = m->forward(ids, a), full = f32->forward(ids, b);  // [1, 4, V] float32
+    const double scale = full.abs().max().item<double>();
+    EXPECT_LT((low - full).abs().max().item<double>(), 0.05 * scale) << c10::toString(dt);
+    EXPECT_FALSE(at::equal(low, full)) << c10::toString(dt);
   }
 }
 
