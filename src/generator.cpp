@@ -190,7 +190,14 @@ GenerationResult Generator::run(const std::vector<int64_t>& prompt, const Genera
       if (i < accepted) ++st.accepted_at_position[i];
     }
     if (candidates) candidates->on_verified(cand, accepted, tokens);
-    if (on_token) on_token(fresh);
+    if (on_token) {
+      try {
+        on_token(fresh);
+      } catch (const Cancelled&) {
+        st.stop_reason = "cancelled";
+        break;
+      }
+    }
     if (stop_eos) {
       st.stop_reason = "eos";
       break;

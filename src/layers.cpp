@@ -51,6 +51,7 @@ std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t) const
 }
 
 at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (at::Tensor y = kernels::rotary_f32(x, cos, sin); y.defined()) return y;
   const int64_t rot = cos.size(-1);
   const int64_t d = x.size(-1);
   const at::Tensor xr = rot == d ? x : x.narrow(-1, 0, rot);  // [B, H, T, rot]

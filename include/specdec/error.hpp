@@ -13,6 +13,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Thrown by a streaming callback to stop its request: Generator::generate then returns the tokens
+// delivered so far, with stats.stop_reason "cancelled". Any other exception a callback throws
+// leaves generate() as it is; in both cases the Generator stays usable.
+class Cancelled : public std::exception {
+ public:
+  const char* what() const noexcept override { return "generation cancelled by the callback"; }
+};
+
 namespace detail {
 [[noreturn]] void throw_error(const std::string& message);
 

@@ -21,7 +21,8 @@ struct GenerationResult {
   GenerationStats stats;
 };
 
-// Called with each group of newly verified tokens, in order, as soon as they are known.
+// Called with each group of newly verified tokens, in order, as soon as they are known. Throw
+// specdec::Cancelled from it to stop the request (see error.hpp).
 using TokenCallback = std::function<void(const std::vector<int64_t>& new_tokens)>;
 
 class Generator {

@@ -1,0 +1,91 @@
+// What a service needs from one shared Generator: concurrent requests that do not interfere, and
+// requests that a streaming callback stops (specdec::Cancelled) or that fail inside the callback,
+// after which the Generator goes on as before.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "test_util.hpp"
+
+namespace specdec::test {
+namespace {
+
+FixtureOptions small_llama(uint64_t seed, int64_t layers) {
+  FixtureOptions o;
+  o.seed = seed, o.layers = layers, o.hidden = 64, o.heads = 4, o.kv_heads = 2, o.vocab = 96;
+  o.init_std = 0.1, o.exit_layers = 1, o.exit_scale = 0.2;
+  return o;
+}
+
+struct Request {
+  std::vector<int64_t> prompt;
+  GenerationConfig config;
+};
+
+std::vector<Request> mixed_requests() {
+  std::vector<Request> out;
+  const char* schedules[] = {"constant", "heuristic", "heuristic_transient", "dynamic"};
+  for (int i = 0; i < 24; ++i) {
+    Request r;
+    for (int j = 0; j <= i % 9; ++j) r.prompt.push_back((i * 13 + j * 7) % 90 + 3);
+    r.config.max_new_tokens = 8 + (i * 5) % 30;
+    r.config.eos_token_ids = {95};
+    r.config.num_assistant_tokens_schedule = schedules[i % 4];
+    if (i % 3 == 1) r.config.do_sample = true, r.config.seed = 100 + i, r.config.temperature = 0.8;
+    if (i % 5 == 4) r.config.prompt_lookup_num_tokens = 4;
+    out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Service, EightThreadsOnOneGeneratorGiveWhatEachRequestGivesAlone) {
+  const auto target = cached_model(cached_fixture("svc_t", small_llama(4, 3)));
+  const std::string draft_dir = temp_dir("svc_d");
+  make_draft_of(cached_fixture("svc_t", small_llama(4, 3)), draft_dir, 1);
+  const auto draft = load_model(draft_dir);
+  const auto requests = mixed_requests();
+  std::vector<std::vector<int64_t>> alone;
+  for (const Request& r : requests) {
+    // Alone: a fresh Generator each, so no lookahead carried from another request.
+    alone.push_back(Generator(target, draft).generate(r.prompt, r.config).tokens);
+  }
+  const Generator shared(target, draft);
+  std::vector<std::vector<int64_t>> got(requests.size());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (size_t i; (i = next++) < requests.size();) got[i] = shared.generate(requests[i].prompt, requests[i].config).tokens;
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i], alone[i]) << "request " << i;
+}
+
+TEST(Service, CallbackCancelsOrFailsAndTheGeneratorGoesOn) {
+  const auto target = cached_model(cached_fixture("svc_t", small_llama(4, 3)));
+  const Generator g(target, target);
+  GenerationConfig c;
+  c.max_new_tokens = 30;
+  c.eos_token_ids = {95};
+  const std::vector<int64_t> prompt = {5, 9, 12};
+  const auto full = g.generate(prompt, c).tokens;
+  ASSERT_EQ(full.size(), 30u);
+  std::vector<int64_t> streamed;
+  const auto stopped = g.generate(prompt, c, [&](const std::vector<int64_t>& t) {
+    streamed.insert(streamed.end(), t.begin(), t.end());
+    if (streamed.size() >= 5) throw Cancelled();
+  });
+  EXPECT_EQ(stopped.stats.stop_reason, "cancelled");
+  EXPECT_EQ(stopped.tokens, streamed);  // what was delivered, nothing after
+  EXPECT_GE(stopped.tokens.size(), 5u);
+  EXPECT_LT(stopped.tokens.size(), full.size());
+  EXPECT_TRUE(std::equal(stopped.tokens.begin(), stopped.tokens.end(), full.begin()));
+  EXPECT_THROW(g.generate(prompt, c, [](const std::vector<int64_t>&) { throw std::runtime_error("client gone"); }),
+               std::runtime_error);
+  EXPECT_EQ(g.generate(prompt, c).tokens, full);
+}
+
+}  // namespace specdec::test
