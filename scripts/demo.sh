@@ -15,9 +15,9 @@ echo "== user: $prompt"
 echo "== target only (greedy), streamed:"
 ./build/specdec generate --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n"
 echo
-echo "== assisted (prompt lookup, 10 tokens), streamed:"
-./build/specdec generate --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n" --prompt-lookup 10
+echo "== assisted (prompt lookup, 10 tokens, most recent match), streamed:"
+./build/specdec generate --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n" --prompt-lookup 10 --prompt-lookup-match last
 echo
 echo "== both in one process, timed after a warm-up:"
-./build/specdec compare --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n" --prompt-lookup 10 |
+./build/specdec compare --model "$model" --chat --prompt "$prompt" --max-new-tokens "$n" --prompt-lookup 10 --prompt-lookup-match last |
   grep -v '^target only: "\|^assisted:    "'
