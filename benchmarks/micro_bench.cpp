@@ -64,6 +64,17 @@ void BM_Linear8192x2048(benchmark::State& state) {
 BENCHMARK_TEMPLATE(BM_Linear8192x2048, false)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
 BENCHMARK_TEMPLATE(BM_Linear8192x2048, true)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
 
+// Byte-level BPE on one word without spaces of state.range(0) bytes (the heap merge is O(n log n);
+// the textbook loop is quadratic). The tiny BPE of tests/data: "Hello" repeated.
+void BM_BpeLongWord(benchmark::State& state) {
+  const auto tok = specdec::load_tokenizer(SPECDEC_TEST_DATA "/tiny_bpe");
+  std::string word;
+  for (int64_t i = 0; i < state.range(0); ++i) word += "Hello"[i % 5];
+  for (auto _ : state) benchmark::DoNotOptimize(tok->encode(word, false));  // long words are not cached
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_BpeLongWord)->Arg(1 << 16)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

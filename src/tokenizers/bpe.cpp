@@ -6,6 +6,8 @@
 
 #include <array>
 #include <mutex>
+#include <queue>
+#include <tuple>
 #include <unordered_map>
 
 #include "specdec/error.hpp"
@@ -295,30 +297,7 @@ class ByteLevelBpe final : public TokenizerBase {
     if (ignore_merges_ && whole != vocab_.end()) {
       ids.push_back(whole->second);
     } else {
-      std::vector<std::string> sym;
-      for (size_t i = 0; i < word.size();) {
-        const size_t b = i;
-        next_code_point(word, i);
-        sym.push_back(word.substr(b, i - b));
-      }
-      // Repeatedly merge the pair of lowest rank, every occurrence left to right (GPT-2's bpe()).
-      while (sym.size() > 1) {
-        int best = -1;
-        std::string best_key;
-        for (size_t k = 0; k + 1 < sym.size(); ++k) {
-          const auto it = ranks_.find(sym[k] + ' ' + sym[k + 1]);
-          if (it != ranks_.end() && (best < 0 || it->second < best)) best = it->second, best_key = it->first;
-        }
-        if (best < 0) break;
-        const size_t cut = best_key.find(' ');
-        const std::string a = best_key.substr(0, cut), b = best_key.substr(cut + 1);
-        std::vector<std::string> merged;
-        for (size_t k = 0; k < sym.size(); ++k) {
-          if (k + 1 < sym.size() && sym[k] == a && sym[k + 1] == b) merged.push_back(a + b), ++k;
-          else merged.push_back(sym[k]);
-        }
-        sym.swap(merged);
-      }
+      std::vector<std::string> sym = merge(word);
       for (const std::string& s : sym) {
         const auto it = vocab_.find(s);
         if (it != vocab_.end()) ids.push_back(it->second);
@@ -327,8 +306,58 @@ class ByteLevelBpe final : public TokenizerBase {
       }
     }
     out.insert(out.end(), ids.begin(), ids.end());
+    // The cache holds short words only: its memory stays bounded (100 000 x 256 bytes) whatever
+    // the input.
+    if (word.size() > 256) return;
     std::lock_guard<std::mutex> lock(cache_mutex_);
     if (cache_.size() < 100000) cache_.emplace(word, std::move(ids));
+  }
+
+  // GPT-2's bpe(): repeatedly merge the pair of lowest rank, every occurrence left to right. Done
+  // with a heap of adjacent pairs over a linked list of symbols, O(n log n) in the word's length
+  // (the textbook loop rescans the word per merge: quadratic, minutes for a 1 MB word). Pairs a
+  // merge creates always rank after it (a merge only uses symbols made by earlier merges), so
+  // popping (rank, position) in order is exactly GPT-2's order.
+  std::vector<std::string> merge(const std::string& word) const {
+    struct Sym {
+      std::string text;
+      int64_t prev, next;
+    };
+    std::vector<Sym> sym;
+    for (size_t i = 0; i < word.size();) {
+      const size_t b = i;
+      next_code_point(word, i);
+      const auto n = static_cast<int64_t>(sym.size());
+      sym.push_back({word.substr(b, i - b), n - 1, n + 1});
+    }
+    if (sym.empty()) return {};
+    sym.back().next = -1;
+    using Entry = std::tuple<int, int64_t, int64_t>;  // rank, left symbol, right symbol
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+    const auto push = [&](int64_t l, int64_t r) {
+      if (l < 0 || r < 0) return;
+      const auto it = ranks_.find(sym[l].text + ' ' + sym[r].text);
+      if (it != ranks_.end()) heap.emplace(it->second, l, r);
+    };
+    for (int64_t i = 0; i + 1 < static_cast<int64_t>(sym.size()); ++i) push(i, i + 1);
+    std::vector<bool> dead(sym.size(), false);
+    while (!heap.empty()) {
+      const auto [rank, l, r] = heap.top();
+      heap.pop();
+      // Stale entries: a side was merged away, or the left symbol grew since this pair was seen.
+      if (dead[l] || dead[r] || sym[l].next != r) continue;
+      const auto it = ranks_.find(sym[l].text + ' ' + sym[r].text);
+      if (it == ranks_.end() || it->second != rank) continue;
+      sym[l].text += sym[r].text;
+      dead[r] = true;
+      sym[l].next = sym[r].next;
+      if (sym[r].next >= 0) sym[sym[r].next].prev = l;
+      push(sym[l].prev, l);
+      push(l, sym[l].next);
+    }
+    std::vector<std::string> out;
+    for (int64_t i = 0; i >= 0; i = sym[i].next) out.push_back(std::move(sym[i].text));
+    return out;
   }
 
   std::unordered_map<std::string, int64_t> vocab_;

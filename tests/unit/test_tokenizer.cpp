@@ -260,5 +260,21 @@ TEST(StreamDecoder, DecodingWorkIsLinearInTheLength) {
   EXPECT_LT(counting.decoded, 12 * static_cast<int64_t>(ids.size())) << ids.size() << " ids";
 }
 
+TEST(TinyBpe, OneLongWordTokenizesCompletelyAndRoundTrips) {
+  // 200 000 letters without a space: one pre-tokenizer piece, merged with the heap (the textbook
+  // loop would rescan it per merge). Timings are in benchmarks (Bpe*), not asserted here.
+  const auto t = load_tokenizer(kTinyBpe);
+  std::string word;
+  for (int i = 0; i < 200000; ++i) word += "Hello"[i % 5];
+  const auto ids = t->encode(word, false);
+  EXPECT_EQ(t->decode(ids, false), word);
+  EXPECT_LT(ids.size(), word.size());  // merges happened
+  // The same ids as the concatenation of the ids of its 5-letter blocks (each "Hello" is one
+  // token in this vocabulary, and no merge crosses "o" + "H").
+  const auto block = t->encode("Hello", false);
+  ASSERT_EQ(block.size(), 1u);
+  EXPECT_EQ(ids, std::vector<int64_t>(word.size() / 5, block[0]));
+}
+
 }  // namespace
 }  // namespace specdec::test
