@@ -1,14 +1,20 @@
 #include "kernels.hpp"
 
 #include <ATen/Parallel.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#define SPECDEC_X86 1
+#endif
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <limits>
 
 namespace specdec::kernels {
 namespace {
 
+#ifdef SPECDEC_X86
 // Register tile: NB weight rows x TB input rows. Every output element (n, t) owns one 8-lane
 // accumulator fed in k order (lane = k mod 8), then a fixed horizontal sum, then the tail in order:
 // the same arithmetic whatever the tile, so results do not depend on how many rows share a pass.
@@ -75,9 +81,42 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, int64_t t_row
   if (n < n1) row_block<1>(x, t_rows, k, w, n, n_total, y);
 }
 
-bool has_avx2_fma() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return ok;
+#endif  // SPECDEC_X86
+
+// The portable kernel (any CPU): one weight row at a time, each output element summed with eight
+// partial sums in a fixed lane pattern, combined in a fixed tree, then the tail: also independent
+// of the number of rows in the pass (its results differ from the AVX2 kernel's in the last bits).
+void rows_portable(const float* x, int64_t t_rows, int64_t k, const float* w, int64_t n0, int64_t n1,
+                   int64_t n_total, float* y) {
+  const int64_t k8 = k - k % 8;
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* wr = w + n * k;
+    for (int64_t t = 0; t < t_rows; ++t) {
+      const float* xr = x + t * k;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t c = 0; c < k8; c += 8)
+        for (int l = 0; l < 8; ++l) acc[l] += wr[c + l] * xr[c + l];
+      float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+      for (int64_t c = k8; c < k; ++c) s += wr[c] * xr[c];
+      y[t * n_total + n] = s;
+    }
+  }
+}
+
+using RowsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);
+
+// Chosen once per process: the AVX2/FMA kernel on x86-64 CPUs that have it, else the portable one.
+// SPECDEC_PORTABLE_KERNELS=1 forces the portable kernel (CI runs the suite both ways).
+RowsFn linear_rows() {
+  static const RowsFn fn = []() -> RowsFn {
+    const char* force = std::getenv("SPECDEC_PORTABLE_KERNELS");
+    if (force && std::string(force) == "1") return rows_portable;
+#ifdef SPECDEC_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return rows_avx2;
+#endif
+    return rows_portable;
+  }();
+  return fn;
 }
 
 constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keeps x in L2)
@@ -85,7 +124,8 @@ constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keep
 }  // namespace
 
 at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  if (!has_avx2_fma() || !x.device().is_cpu() || x.scalar_type() != at::kFloat ||
+  const RowsFn rows_fn = linear_rows();
+  if (!x.device().is_cpu() || x.scalar_type() != at::kFloat ||
       w.scalar_type() != at::kFloat || !w.is_contiguous() || w.dim() != 2)
     return {};
   const int64_t k = w.size(1), n = w.size(0);
@@ -98,7 +138,7 @@ at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int64_t r = std::min(kRowTile, rows - r0);
     at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
-      rows_avx2(xp + r0 * k, r, k, wp, n0, n1, n, yp + r0 * n);
+      rows_fn(xp + r0 * k, r, k, wp, n0, n1, n, yp + r0 * n);
     });
   }
   if (b.defined()) y.add_(b);

@@ -9,7 +9,9 @@ namespace specdec::kernels {
 // Each weight row is streamed from memory once for all rows of x (a K+1-token verification pass
 // costs about what one decode pass costs), and every output element is computed with the same
 // fixed summation order whatever the number of rows: results are bitwise independent of how many
-// tokens share a pass. Returns an undefined tensor when the inputs are not of that kind.
+// tokens share a pass. AVX2/FMA on x86-64 CPUs that have it, a portable fixed-order kernel
+// elsewhere (or with SPECDEC_PORTABLE_KERNELS=1). Returns an undefined tensor when the inputs are
+// not of that kind.
 at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 
 // The rest of a forward pass, for float32 CPU tensors, with the same promise: every output row is
