@@ -188,6 +188,31 @@ TEST(GgufDequant, Q4_KByHand) {
   }
 }
 
+TEST(GgufDequant, Q5_KByHand) {
+  // The Q4_K scales above; qh bit 2c (first half of 64-element chunk c) and 2c + 1 (second half)
+  // add 16. Only bit 0 is set: sub-block 0 reads 5 + 16, the others their nibble alone.
+  std::string b = f16_bytes(1.0f) + f16_bytes(0.5f);
+  uint8_t sc[12] = {1, 2, 3, 4, 10, 20, 30, 40, 0x21, 0x43, 0x65, 0x87};
+  sc[0] |= 0x40;
+  b.append(reinterpret_cast<const char*>(sc), 12);
+  b += std::string(32, '\x01');                                          // qh
+  for (int j = 0; j < 128; ++j) b += static_cast<char>(5 | (9 << 4));  // ql
+  const auto y = dequantize(GgmlType::kQ5_K, b);
+  const int scale[8] = {1, 2, 3, 4, 1 + 16, 3, 5, 7};
+  const int mins[8] = {10, 20, 30, 40, 2, 4, 6, 8};
+  for (int s = 0; s < 8; ++s) {
+    const int q = (s % 2 == 0 ? 5 : 9) + (s == 0 ? 16 : 0);
+    for (int l = 0; l < 32; ++l) EXPECT_EQ(y[s * 32 + l], 1.0f * scale[s] * q - 0.5f * mins[s]) << "sub-block " << s;
+  }
+}
+
+TEST(GgufDequant, F16AndBF16ByHand) {
+  // float16 0x3C00 = 1, 0xC000 = -2, 0x3555 = 0.333251953125; bfloat16 0x3F80 = 1, 0xC040 = -3.
+  const std::string h("\x00\x3C\x00\xC0\x55\x35", 6), bf("\x80\x3F\x40\xC0", 4);
+  EXPECT_EQ(dequantize(GgmlType::kF16, h), (std::vector<float>{1.0f, -2.0f, 0.333251953125f}));
+  EXPECT_EQ(dequantize(GgmlType::kBF16, bf), (std::vector<float>{1.0f, -3.0f}));
+}
+
 TEST(GgufDequant, Q6_KByHand) {
   // ql low nibbles 1, high 2; qh 0: q = 1 or 2 minus 32; int8 scales 1..16; d = 0.5.
   std::string b(128, static_cast<char>(1 | (2 << 4)));
