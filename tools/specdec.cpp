@@ -161,6 +161,10 @@ Loaded load(RunOptions& o, bool chat) {
   o.gen.validate();
   if (!chat && (!o.system.empty() || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");
+  for (const std::string* path : {&o.model, &o.draft, &o.tokenizer}) {
+    struct stat st {};
+    if (!path->empty() && ::stat(path->c_str(), &st) != 0) throw Error(*path + ": no such file or folder");
+  }
   Loaded l;
   const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer : has_tokenizer(o.model) ? o.model : "";
   if (!tok_dir.empty()) l.tokenizer = load_tokenizer(tok_dir);

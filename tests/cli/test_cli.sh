@@ -52,7 +52,7 @@ expect_error() { # expect_error NAME NEEDLE ARGS...
   check "$name" bash -c "[ $rc -ne 0 ] && grep -qF -- \"\$1\" <<<\"\$2\"" _ "$needle" "$err"
 }
 expect_error "bad prompt ids" "'x' is not an integer" generate --model "$work/t" --prompt-ids 1,x
-expect_error "missing model folder" "/nonexistent/config.json" generate --model /nonexistent --prompt-ids 1
+expect_error "missing model folder" "/nonexistent: no such file or folder" generate --model /nonexistent --prompt-ids 1
 expect_error "bad schedule" "--schedule" generate --model "$work/t" --prompt-ids 1 --schedule sometimes
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model "$work/t" --prompt-ids 1000
 expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
@@ -117,6 +117,7 @@ empty=$("$SPECDEC" detokenize --tokenizer "$tok" --ids "" --json)
 check "detokenize of no ids is the empty text" test "$empty" = '{"text":""}'
 expect_error "bad ids for detokenize" "not in the tokenizer" detokenize --tokenizer "$tok" --ids 9999
 check "--help lists the subcommands" bash -c "'$SPECDEC' --help | grep -q make-fixture && '$SPECDEC' --help | grep -q detokenize && '$SPECDEC' --help | grep -q chat"
+expect_error "a model path that does not exist" "no such file or folder" generate --model "$work/nothing.gguf" --prompt "Hi"
 expect_error "--system without --chat" "need --chat" generate --model "$work/tt" --prompt "Hello" --system "x"
 expect_error "chat without a template" "no chat template" generate --model "$work/tt" --prompt "Hello" --chat
 
