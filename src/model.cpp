@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
-#include <torch/version.h>
+#include "torch_compat.hpp"
 
 #include "gguf_model.hpp"
 #include "models/registry.hpp"
@@ -60,13 +60,9 @@ std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& op
                 " (supported: float32, bfloat16, float16)");
   if (options.device.is_cuda())
     SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
-#if TORCH_VERSION_MAJOR < 2
-  // libtorch 1.x has no float16 matrix product on the CPU.
-  SPECDEC_CHECK(!(options.device.is_cpu() && options.dtype == at::kHalf),
-                "load_model: float16 compute is not supported on the CPU by libtorch ",
-                TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
-                " (use float32 or bfloat16 there, or float16 on cuda)");
-#endif
+  SPECDEC_CHECK(compat::kCpuHalfMatmul || !(options.device.is_cpu() && options.dtype == at::kHalf),
+                "load_model: float16 compute is not supported on the CPU by libtorch ", compat::kMajor, ".",
+                compat::kMinor, " (use float32 or bfloat16 there, or float16 on cuda)");
   std::string gguf;
   if (!file_exists(path + "/config.json") && find_gguf(path, &gguf)) {
     // The mapping lives only while loading: the model keeps its own converted copy.
