@@ -305,9 +305,24 @@ int run_chat(RunOptions& o) {
     }
     messages.push_back({"user", line});
     StreamDecoder stream(*l.tokenizer, true);
-    const GenerationResult r = gen.generate(encode_chat(l, messages), o.gen, [&](const std::vector<int64_t>& t) {
-      if (!o.no_stream) std::cout << stream.push(t) << std::flush;
-    });
+    GenerationResult r;
+    try {
+      const std::vector<int64_t> prompt = encode_chat(l, messages);
+      // --max-new-tokens is a cap per answer; a long conversation leaves less room in the context.
+      GenerationConfig turn = o.gen;
+      int64_t room = l.target->config().max_position_embeddings;
+      if (l.draft) room = std::min(room, l.draft->config().max_position_embeddings);
+      room -= static_cast<int64_t>(prompt.size());
+      if (room < 1) throw Error("the conversation fills the model's context");
+      turn.max_new_tokens = std::min(turn.max_new_tokens, room);
+      r = gen.generate(prompt, turn, [&](const std::vector<int64_t>& t) {
+        if (!o.no_stream) std::cout << stream.push(t) << std::flush;
+      });
+    } catch (const Error& e) {  // e.g. the conversation outgrew the context: this turn is dropped
+      messages.pop_back();
+      std::cerr << "specdec: error: " << e.what() << " (the conversation goes on without this turn; /reset starts over)\n";
+      continue;
+    }
     const std::string answer = l.tokenizer->decode(r.tokens, true);
     std::cout << (o.no_stream ? answer : stream.finish()) << "\n" << std::flush;
     messages.push_back({"assistant", answer});
