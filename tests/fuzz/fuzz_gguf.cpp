@@ -2,23 +2,14 @@
 // crash, another exception, a sanitizer report, a huge allocation) is a finding. A parsed file is
 // also read as a model configuration and a tokenizer (byte-level BPE), and its small tensors are
 // dequantized.
-#include <unistd.h>
-
-#include <cstdint>
-#include <cstdio>
-#include <string>
 #include <vector>
 
+#include "fuzz_util.hpp"
 #include "specdec/specdec.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/dev/shm/specdec_fuzz_gguf_" + std::to_string(::getpid()) + ".gguf";
-  if (FILE* f = std::fopen(path.c_str(), "wb")) {
-    std::fwrite(data, 1, size, f);
-    std::fclose(f);
-  } else {
-    return 0;
-  }
+  const std::string path = fuzz_input_file(data, size, "model.gguf");
+  if (path.empty()) return 0;
   try {
     const specdec::GgufFile file(path);
     for (const auto& [name, t] : file.tensors()) {
