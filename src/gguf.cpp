@@ -25,6 +25,11 @@ namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxArrayDepth = 4;
+// Metadata values of all arrays together, at most: real files hold a few hundred thousand (the
+// vocabulary, its scores and types, the merges); each value costs ~100 bytes in memory, so a file
+// that packs a billion one-byte values must not become 100 GB.
+constexpr int64_t kMaxMetadataValues = int64_t{1} << 23;
+constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
 constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
 
 float f16(const uint8_t* p) {
@@ -208,7 +213,8 @@ uint64_t min_value_bytes(GgufValue::Type type) {
   }
 }
 
-GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const std::string& path, int depth) {
+GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const std::string& path, int depth,
+                     int64_t& budget) {
   SPECDEC_CHECK(raw_type <= 12, path, ": metadata '", key, "' has unknown value type ", raw_type);
   GgufValue v;
   v.type = static_cast<GgufValue::Type>(raw_type);
@@ -245,8 +251,11 @@ GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const
       v.array_type = static_cast<GgufValue::Type>(et);
       SPECDEC_CHECK(n <= c.remaining() / min_value_bytes(v.array_type), path, ": ", what, ": array length ", n,
                     " cannot fit in the ", c.remaining(), " bytes left");
+      SPECDEC_CHECK(static_cast<int64_t>(n) <= budget, path, ": ", what, ": array length ", n,
+                    " exceeds the limit of ", kMaxMetadataValues, " metadata values in a file");
+      budget -= static_cast<int64_t>(n);
       v.array.reserve(static_cast<size_t>(n));
-      for (uint64_t k = 0; k < n; ++k) v.array.push_back(read_value(c, et, key, path, depth + 1));
+      for (uint64_t k = 0; k < n; ++k) v.array.push_back(read_value(c, et, key, path, depth + 1, budget));
       break;
     }
   }
@@ -316,10 +325,17 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
                   map_size_, " bytes");
     SPECDEC_CHECK(n_tensors <= c.remaining() / 24, path, ": tensor_count ", n_tensors,
                   " cannot fit in a file of ", map_size_, " bytes");
+    // Limits that bound memory whatever the file's size (real files: under 100 keys, a few
+    // thousand tensors).
+    SPECDEC_CHECK(n_kv <= kMaxMetadataValues, path, ": metadata_kv_count ", n_kv, " exceeds the limit of ",
+                  kMaxMetadataValues);
+    SPECDEC_CHECK(n_tensors <= kMaxTensors, path, ": tensor_count ", n_tensors, " exceeds the limit of ",
+                  kMaxTensors);
+    int64_t budget = kMaxMetadataValues;
     for (uint64_t k = 0; k < n_kv; ++k) {
       std::string key = c.read_string("metadata key " + std::to_string(k));
       const uint32_t type = c.read<uint32_t>("metadata '" + key + "' type");
-      GgufValue v = read_value(c, type, key, path, 0);
+      GgufValue v = read_value(c, type, key, path, 0, budget);
       SPECDEC_CHECK(metadata_.count(key) == 0, path, ": duplicate metadata key '", key, "'");
       metadata_.emplace(std::move(key), std::move(v));
     }

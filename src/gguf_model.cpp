@@ -97,12 +97,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (auto id = f.find_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = *id;
   if (auto id = f.find_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {*id};
   if (auto id = f.find_int("tokenizer.ggml.padding_token_id")) c.pad_token_id = *id;
-  c.validate(src);
-  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                          "tokenizer.ggml.padding_token_id"})
-    if (auto id = f.find_int(key))
-      SPECDEC_CHECK(*id >= 0 && *id < c.vocab_size, src, ": ", key, " ", *id, " is outside the vocabulary of ",
-                    c.vocab_size);
+  c.validate(src);  // also checks the BOS/EOS/PAD ids against the vocabulary
   return c;
 }
 
@@ -118,11 +113,13 @@ GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
       kv_heads_(config.num_key_value_heads),
       unpermute_qk_(config.model_type == "llama") {
   // Only llama.cpp's converter for LlamaForCausalLM permutes q/k rows (Qwen2's does not).
-  for (int64_t n = 0; n < config.num_hidden_layers; ++n) {
-    for (const auto& [g, h] : kLlamaNames) {
-      const std::string gname = replace_block(g, std::to_string(n));
-      to_gguf_[replace_block(h, std::to_string(n))] = gname;
+  for (const auto& [g, h] : kLlamaNames) {
+    if (std::string(g).find("{N}") == std::string::npos) {
+      to_gguf_[h] = g;
+      continue;
     }
+    for (int64_t n = 0; n < config.num_hidden_layers; ++n)
+      to_gguf_[replace_block(h, std::to_string(n))] = replace_block(g, std::to_string(n));
   }
 }
 

@@ -56,7 +56,8 @@ struct GgufTensorInfo {
 // infos. Every count, length, dimension product and offset is checked against the file size with
 // overflow-safe arithmetic before it is used. Construction throws specdec::Error naming the file and
 // the field or tensor for: a missing, short or truncated file, wrong magic, an unsupported version,
-// absurd counts, a string or array past the end, an unknown value or tensor type, a dimension product
+// absurd counts (limits that bound memory: 2^23 metadata keys and array values in all, 2^20
+// tensors), a string or array past the end, an unknown value or tensor type, a dimension product
 // that overflows, a shape that does not divide into blocks, a misaligned offset, tensor data past the
 // end, overlapping tensor data, duplicate keys or tensor names.
 class GgufFile {

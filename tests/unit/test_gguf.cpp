@@ -355,7 +355,20 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
     s.append(4096, '\0');
     return s;
   };
-  EXPECT_NO_THROW(GgufFile(gguf_file("ok.gguf", with_tensor({32}, 0, 0))));  // the builder is well-formed
+  EXPECT_NO_THROW(GgufFile(gguf_file("ok.gguf", with_tensor({32}, 0, 0))));
+  {  // 2^23 + 1 one-byte values: the file is only 8 MB, the parsed values would be ~1 GB
+    std::string s;
+    GgufWriter::put<uint32_t>(s, 0x46554747);
+    GgufWriter::put<uint32_t>(s, 3);
+    GgufWriter::put<uint64_t>(s, 0);
+    GgufWriter::put<uint64_t>(s, 1);
+    GgufWriter::put_str(s, "many");
+    GgufWriter::put<uint32_t>(s, 9);
+    GgufWriter::put<uint32_t>(s, 0);
+    GgufWriter::put<uint64_t>(s, (uint64_t{1} << 23) + 1);
+    s.append((size_t{1} << 23) + 1, '\x07');
+    expect_gguf_error("many.gguf", s, "exceeds the limit of 8388608 metadata values");
+  }  // the builder is well-formed
   expect_gguf_error("ttype.gguf", with_tensor({32}, 77, 0), "unsupported tensor type");
   expect_gguf_error("overflow.gguf", with_tensor({1ull << 40, 1ull << 40}, 0, 0), "overflows");
   expect_gguf_error("align.gguf", with_tensor({32}, 0, 4), "alignment");
