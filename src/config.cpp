@@ -1,6 +1,8 @@
 #include "specdec/config.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -31,6 +33,17 @@ template <typename T>
 void read_field(const json& j, const char* key, T& out, const std::string& source) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // An integer field written as a float (2048.0) is accepted when it is a whole number in range;
+    // converting an out-of-range float (1e43) to an integer would be undefined behaviour.
+    if (it->is_number_float()) {
+      const double d = it->get<double>();
+      SPECDEC_CHECK(std::isfinite(d) && d == std::floor(d) && d >= -9.2e18 && d <= 9.2e18, source, ": field '",
+                    key, "' must be an integer, got ", it->dump());
+      out = static_cast<T>(d);
+      return;
+    }
+  }
   try {
     out = it->get<T>();
   } catch (const json::exception&) {

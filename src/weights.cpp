@@ -92,10 +92,21 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                         e.contains("data_offsets"),
                     path, ": tensor '", name, "' needs dtype, shape and data_offsets");
       TensorInfo info;
+      // Non-negative integers only: a number like 1e43 must not reach an integer conversion.
+      const auto naturals = [&](const json& a, const char* field) {
+        SPECDEC_CHECK(a.is_array(), path, ": tensor '", name, "': ", field, " must be an array");
+        std::vector<uint64_t> v;
+        for (const json& x : a) {
+          SPECDEC_CHECK(x.is_number_unsigned() && x.get<uint64_t>() <= uint64_t{1} << 62, path, ": tensor '", name,
+                        "': ", field, " must hold non-negative integers below 2^62, got ", x.dump());
+          v.push_back(x.get<uint64_t>());
+        }
+        return v;
+      };
       try {
         info.dtype = e["dtype"].get<std::string>();
-        info.shape = e["shape"].get<std::vector<int64_t>>();
-        auto off = e["data_offsets"].get<std::vector<uint64_t>>();
+        for (uint64_t d : naturals(e["shape"], "shape")) info.shape.push_back(static_cast<int64_t>(d));
+        const auto off = naturals(e["data_offsets"], "data_offsets");
         SPECDEC_CHECK(off.size() == 2, path, ": tensor '", name, "': data_offsets needs 2 numbers");
         info.begin = off[0];
         info.end = off[1];
@@ -107,8 +118,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                     info.dtype, "' (supported: F32, F16, BF16)");
       uint64_t numel = 1;
       for (int64_t d : info.shape) {
-        SPECDEC_CHECK(d >= 0, path, ": tensor '", name, "' has a negative dimension");
-        numel *= static_cast<uint64_t>(d);
+        const auto u = static_cast<uint64_t>(d);
+        SPECDEC_CHECK(u == 0 || numel <= (uint64_t{1} << 62) / u, path, ": tensor '", name,
+                      "': the product of its dimensions overflows");
+        numel *= u;
       }
       SPECDEC_CHECK(info.begin <= info.end && info.end <= data_size, path, ": tensor '", name,
                     "' data_offsets [", info.begin, ", ", info.end,

@@ -158,8 +158,8 @@ class ByteLevelBpe final : public TokenizerBase {
   void set_vocab(const json& vocab) {
     SPECDEC_CHECK(vocab.is_object() && !vocab.empty(), source_, ": the vocabulary must be a non-empty object");
     for (const auto& [tok, id] : vocab.items()) {
-      SPECDEC_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, source_, ": vocabulary id of '", tok,
-                    "' is not a non-negative integer");
+      SPECDEC_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 24),
+                    source_, ": vocabulary id of '", tok, "' is not an integer in [0, 2^24)");
       const int64_t i = id.get<int64_t>();
       vocab_[tok] = i;
       if (static_cast<int64_t>(id_to_token_.size()) <= i) id_to_token_.resize(i + 1);
@@ -368,6 +368,14 @@ class ByteLevelBpe final : public TokenizerBase {
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };
 
+// A token id from JSON: an integer in [0, 2^24) (a float would be converted with undefined
+// behaviour; a huge id would size the id table).
+int64_t json_id(const json& v, const std::string& where) {
+  SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t{1} << 24), where,
+                ": token id ", v.dump(), " is not an integer in [0, 2^24)");
+  return v.get<int64_t>();
+}
+
 json parse_json_file(const std::string& path) {
   try {
     return json::parse(read_text_file(path));
@@ -451,7 +459,7 @@ void parse_post_processor(const json& p, const std::string& where, ByteLevelBpe&
       }
       const std::string name = item.at("SpecialToken").at("id").get<std::string>();
       const json& ids = p.at("special_tokens").at(name).at("ids");
-      for (const json& id : ids) t.template_.push_back(id.get<int64_t>());
+      for (const json& id : ids) t.template_.push_back(json_id(id, where));
     }
   } else if (type != "ByteLevel") {
     throw Error(where + ": unsupported post-processor '" + type + "'");
@@ -501,7 +509,7 @@ std::unique_ptr<Tokenizer> load_bpe_json(const std::string& path, const Tokenize
     check_decoder(j.value("decoder", json()), path);
     parse_post_processor(j.value("post_processor", json()), path, *t);
     for (const json& a : j.value("added_tokens", json::array()))
-      t->add_token({a.at("content").get<std::string>(), a.at("id").get<int64_t>(), a.value("special", false),
+      t->add_token({a.at("content").get<std::string>(), json_id(a.at("id"), path), a.value("special", false),
                     a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false)});
   } catch (const json::exception& e) {
     throw Error(path + ": malformed tokenizer.json: " + e.what());

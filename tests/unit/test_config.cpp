@@ -127,6 +127,15 @@ TEST(GenerationConfig, ValidatesEveryKnob) {
   bad([](GenerationConfig& c) { c.max_matching_ngram_size = 0; });
 }
 
+TEST(ModelConfig, IntegerFieldsWrittenAsFloats) {
+  std::string t = kGood;
+  t.insert(1, R"("max_position_embeddings": 4096.0, )");
+  EXPECT_EQ(ModelConfig::from_json_text(t, "cfg.json").max_position_embeddings, 4096);
+  std::string huge = kGood;  // a float that no integer holds: an error, not undefined behaviour
+  huge.insert(1, R"("max_position_embeddings": 1.5e43, )");
+  expect_error(huge, "must be an integer");
+}
+
 TEST(ModelConfig, ReviewGapsAreClearErrors) {
   // head_dim derived from a hidden size that does not divide.
   std::string t = kGood;

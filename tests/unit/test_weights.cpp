@@ -52,6 +52,14 @@ TEST(Safetensors, RejectsBadFiles) {
   expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", "xxxxxxxx"), "overlap");
   expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[1]}})", "xxxx"), "needs dtype, shape and data_offsets");
   expect_load_error(file_with(R"([1,2])", ""), "must be a JSON object");
+  // Found by fuzzing (scripts/fuzz.sh safetensors): a huge number parsed as a float reached an
+  // integer conversion (undefined behaviour); and dimensions whose product wraps around.
+  expect_load_error(file_with(R"({"a":{"dtype":"BF16","shape":[3],"data_offsets":[155555555555555555555555555555555555555555556,2]}})", "xx"),
+                    "data_offsets must hold non-negative integers");
+  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "xxxx"),
+                    "shape must hold non-negative integers");
+  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""),
+                    "overflows");
 }
 
 TEST(Safetensors, MissingFileNamesIt) {
