@@ -14,6 +14,28 @@
 namespace specdec::kernels {
 namespace {
 
+// Sum of a[i] * b[i] (or a[i] * a[i]) with eight partial sums in a fixed lane pattern, combined in
+// a fixed tree, then the tail in order: the same arithmetic for every row.
+inline float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t n8 = n - n % 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (int64_t i = n8; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline float sum(const float* a, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t n8 = n - n % 8;
+  for (int64_t i = 0; i < n8; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l];
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (int64_t i = n8; i < n; ++i) s += a[i];
+  return s;
+}
+
 #ifdef SPECDEC_X86
 // Register tile: NB weight rows x TB input rows. Every output element (n, t) owns one 8-lane
 // accumulator fed in k order (lane = k mod 8), then a fixed horizontal sum, then the tail in order:
@@ -83,24 +105,13 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* x, int64_t t_row
 
 #endif  // SPECDEC_X86
 
-// The portable kernel (any CPU): one weight row at a time, each output element summed with eight
-// partial sums in a fixed lane pattern, combined in a fixed tree, then the tail: also independent
-// of the number of rows in the pass (its results differ from the AVX2 kernel's in the last bits).
+// The portable kernel (any CPU): one weight row at a time, each output element a fixed-order dot():
+// also independent of the number of rows in the pass (its results differ from the AVX2 kernel's in
+// the last bits).
 void rows_portable(const float* x, int64_t t_rows, int64_t k, const float* w, int64_t n0, int64_t n1,
                    int64_t n_total, float* y) {
-  const int64_t k8 = k - k % 8;
-  for (int64_t n = n0; n < n1; ++n) {
-    const float* wr = w + n * k;
-    for (int64_t t = 0; t < t_rows; ++t) {
-      const float* xr = x + t * k;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int64_t c = 0; c < k8; c += 8)
-        for (int l = 0; l < 8; ++l) acc[l] += wr[c + l] * xr[c + l];
-      float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-      for (int64_t c = k8; c < k; ++c) s += wr[c] * xr[c];
-      y[t * n_total + n] = s;
-    }
-  }
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t t = 0; t < t_rows; ++t) y[t * n_total + n] = dot(w + n * k, x + t * k, k);
 }
 
 using RowsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);
@@ -150,28 +161,6 @@ at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 namespace {
 
 bool cpu_f32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
-
-// Sum of a[i] * b[i] (or a[i] * a[i]) with eight partial sums in a fixed lane pattern, combined in
-// a fixed tree, then the tail in order: the same arithmetic for every row.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  const int64_t n8 = n - n % 8;
-  for (int64_t i = 0; i < n8; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (int64_t i = n8; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-inline float sum(const float* a, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  const int64_t n8 = n - n % 8;
-  for (int64_t i = 0; i < n8; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (int64_t i = n8; i < n; ++i) s += a[i];
-  return s;
-}
 
 }  // namespace
 
