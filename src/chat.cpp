@@ -55,7 +55,11 @@ std::string chatml_default_system(const std::string& t) {
 }  // namespace
 
 const std::vector<std::string>& ChatTemplate::names() {
-  static const std::vector<std::string> kList = {"chatml", "llama3", "llama2", "mistral"};
+  static const std::vector<std::string> kList = [] {
+    std::vector<std::string> v;
+    for (const auto& entry : kNames) v.push_back(entry.first);
+    return v;
+  }();
   return kList;
 }
 
@@ -67,7 +71,7 @@ ChatTemplate ChatTemplate::by_name(const std::string& name) {
       return t;
     }
   }
-  throw Error("unknown chat template '" + name + "' (known: chatml, llama3, llama2, mistral)");
+  throw Error("unknown chat template '" + name + "' (known: " + join(names()) + ")");
 }
 
 ChatTemplate ChatTemplate::recognise(const std::string& text, const std::string& source) {

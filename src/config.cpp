@@ -114,12 +114,6 @@ void read_t5_fields(const json& j, ModelConfig& c, const std::string& source) {
   read_field(j, "is_gated_act", c.is_gated_act, source);
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 }  // namespace
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source) {

@@ -321,7 +321,7 @@ void make_draft_of(const std::string& target, const std::string& out_dir, int64_
   c10::InferenceMode guard;
   SPECDEC_CHECK(noise >= 0, "make-fixture: --noise must be >= 0");
   std::string gguf_path;
-  const bool gguf = !file_exists(target + "/config.json") && find_gguf(target, &gguf_path);
+  const bool gguf = gguf_checkpoint(target, &gguf_path);
   std::unique_ptr<GgufFile> gguf_file;
   std::unique_ptr<WeightSource> w;
   ModelConfig tc;  // validates the target

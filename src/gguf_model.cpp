@@ -37,12 +37,6 @@ std::string replace_block(std::string s, const std::string& n) {
   return at == std::string::npos ? s : s.replace(at, 3, n);
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 }  // namespace
 
 const std::vector<std::string>& supported_gguf_architectures() {
@@ -101,9 +95,13 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   return c;
 }
 
+bool gguf_checkpoint(const std::string& path, std::string* file) {
+  return !file_exists(path + "/config.json") && find_gguf(path, file);
+}
+
 ModelConfig ModelConfig::from_path(const std::string& path) {
   std::string gguf;
-  if (!file_exists(path + "/config.json") && find_gguf(path, &gguf)) return from_gguf(GgufFile(gguf));
+  if (gguf_checkpoint(path, &gguf)) return from_gguf(GgufFile(gguf));
   return from_dir(path);
 }
 

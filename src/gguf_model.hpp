@@ -11,6 +11,10 @@
 
 namespace specdec {
 
+// True when `path` is a GGUF checkpoint: a `.gguf` file, or a folder without config.json holding
+// one (`file` receives it). A Hugging Face folder (config.json) is not, even beside a `.gguf`.
+bool gguf_checkpoint(const std::string& path, std::string* file);
+
 // GGUF architectures whose tensors this build can map ("llama", "qwen2").
 const std::vector<std::string>& supported_gguf_architectures();
 

@@ -64,7 +64,7 @@ std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& op
                 "load_model: float16 compute is not supported on the CPU by libtorch ", compat::kMajor, ".",
                 compat::kMinor, " (use float32 or bfloat16 there, or float16 on cuda)");
   std::string gguf;
-  if (!file_exists(path + "/config.json") && find_gguf(path, &gguf)) {
+  if (gguf_checkpoint(path, &gguf)) {
     // The mapping lives only while loading: the model keeps its own converted copy.
     const GgufFile file(gguf);
     const ModelConfig config = ModelConfig::from_gguf(file);

@@ -12,6 +12,12 @@
 
 namespace specdec {
 
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   SPECDEC_CHECK(in.good(), path, ": cannot open file: ", std::strerror(errno));

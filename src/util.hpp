@@ -4,6 +4,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
@@ -25,6 +26,8 @@ auto torch_errors_as_specdec(const char* what, F&& f) -> decltype(f()) {
 // Whole file as a string; throws specdec::Error naming the path when it cannot be read.
 std::string read_text_file(const std::string& path);
 bool file_exists(const std::string& path);
+// "a, b, c".
+std::string join(const std::vector<std::string>& items);
 // Writes `data` to `path` through a temporary file in the same folder and a rename, so a reader
 // never sees a half-written file.
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
