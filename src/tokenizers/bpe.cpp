@@ -149,6 +149,14 @@ std::vector<std::string> split(const std::string& s, const PreStep& step) {
   return out;
 }
 
+// A token id from JSON: an integer in [0, 2^24) (a float would be converted with undefined
+// behaviour; a huge id would size the id table).
+int64_t json_id(const json& v, const std::string& where) {
+  SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t{1} << 24), where,
+                ": token id ", v.dump(), " is not an integer in [0, 2^24)");
+  return v.get<int64_t>();
+}
+
 class ByteLevelBpe final : public TokenizerBase {
  public:
   explicit ByteLevelBpe(std::string source) { source_ = std::move(source); }
@@ -158,9 +166,7 @@ class ByteLevelBpe final : public TokenizerBase {
   void set_vocab(const json& vocab) {
     SPECDEC_CHECK(vocab.is_object() && !vocab.empty(), source_, ": the vocabulary must be a non-empty object");
     for (const auto& [tok, id] : vocab.items()) {
-      SPECDEC_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 24),
-                    source_, ": vocabulary id of '", tok, "' is not an integer in [0, 2^24)");
-      const int64_t i = id.get<int64_t>();
+      const int64_t i = json_id(id, source_ + ": vocabulary entry '" + tok + "'");
       vocab_[tok] = i;
       if (static_cast<int64_t>(id_to_token_.size()) <= i) id_to_token_.resize(i + 1);
       id_to_token_[i] = tok;
@@ -367,14 +373,6 @@ class ByteLevelBpe final : public TokenizerBase {
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };
-
-// A token id from JSON: an integer in [0, 2^24) (a float would be converted with undefined
-// behaviour; a huge id would size the id table).
-int64_t json_id(const json& v, const std::string& where) {
-  SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t{1} << 24), where,
-                ": token id ", v.dump(), " is not an integer in [0, 2^24)");
-  return v.get<int64_t>();
-}
 
 json parse_json_file(const std::string& path) {
   try {
