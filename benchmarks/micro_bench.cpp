@@ -4,10 +4,12 @@
 #include <benchmark/benchmark.h>
 #include <c10/core/InferenceMode.h>
 
-#include "kernels.hpp"
+#include "linear.hpp"
 #include "specdec/specdec.hpp"
 
 namespace {
+
+using specdec::GgmlType;
 
 void BM_KVCacheCrop(benchmark::State& state) {
   specdec::KVCache c(16, 1, 8, 4096, 128, at::TensorOptions().dtype(at::kFloat));
@@ -45,24 +47,44 @@ void BM_TopPProcessor(benchmark::State& state) {
 }
 BENCHMARK(BM_TopPProcessor);
 
-// One 8192 x 2048 float32 projection (64 MB, beyond the 32 MB L3 of the machine measured) for
-// T tokens: libtorch's at::linear against specdec's kernel. Eight matrices rotate so each call
-// streams its weights from memory.
-template <bool kKernel>
+// One 8192 x 2048 projection (64 MB in float32, beyond the 32 MB L3 of the machine measured) for
+// T tokens: libtorch's at::linear on float32 against specdec's Linear in each weight format
+// (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1). Eight matrices rotate so each
+// call streams its weights from memory; bytes/s counts the weight bytes read.
 void BM_Linear8192x2048(benchmark::State& state) {
   c10::InferenceMode guard;
-  at::set_num_threads(2);  // as in the end-to-end figures
+  at::set_num_threads(std::getenv("BENCH_THREADS") ? std::atoi(std::getenv("BENCH_THREADS")) : 2);  // 2: as in the end-to-end figures
+  const GgmlType types[] = {GgmlType::kF32, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1};
+  const GgmlType type = types[state.range(1)];
+  std::vector<specdec::Linear> w;
+  for (int i = 0; i < 8; ++i) {
+    const at::Tensor f = at::randn({8192, 2048});
+    if (type == GgmlType::kF32 || type == GgmlType::kBF16) {
+      w.emplace_back(type == GgmlType::kF32 ? f : f.to(at::kBFloat16));
+    } else {
+      at::Tensor bytes = at::empty({8192, 2048 / 32 * specdec::ggml_block_bytes(type)}, at::kByte);
+      specdec::ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), f.numel());
+      w.emplace_back(type, bytes, 2048);
+    }
+  }
+  const at::Tensor x = at::randn({1, state.range(0), 2048});
+  size_t i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(w[i++ % w.size()](x));
+  state.SetBytesProcessed(state.iterations() * w[0].bytes());
+  state.SetLabel(specdec::ggml_type_name(static_cast<uint32_t>(type)));
+}
+BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 6}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMillisecond);
+
+void BM_LibtorchLinear8192x2048(benchmark::State& state) {
+  c10::InferenceMode guard;
+  at::set_num_threads(2);
   std::vector<at::Tensor> w;
   for (int i = 0; i < 8; ++i) w.push_back(at::randn({8192, 2048}));
   const at::Tensor x = at::randn({1, state.range(0), 2048});
   size_t i = 0;
-  for (auto _ : state) {
-    const at::Tensor& m = w[i++ % w.size()];
-    benchmark::DoNotOptimize(kKernel ? specdec::kernels::linear_f32(x, m, {}) : at::linear(x, m));
-  }
+  for (auto _ : state) benchmark::DoNotOptimize(at::linear(x, w[i++ % w.size()]));
 }
-BENCHMARK_TEMPLATE(BM_Linear8192x2048, false)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
-BENCHMARK_TEMPLATE(BM_Linear8192x2048, true)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_LibtorchLinear8192x2048)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
 
 // Byte-level BPE on one word without spaces of state.range(0) bytes (the heap merge is O(n log n);
 // the textbook loop is quadratic). The tiny BPE of tests/data: "Hello" repeated.

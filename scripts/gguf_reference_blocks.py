@@ -7,6 +7,8 @@
   blocks:  for every type specdec reads (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K),
            4 blocks of random bytes (seeded; scale fields set to finite float16 values) and the floats
            gguf.quants.dequantize makes of them;
+  quantized: for Q8_0, Q4_0 and Q4_1, 8 blocks of seeded random floats (scales varied, one block all
+           zeros, one constant) and the bytes gguf.quants.quantize makes of them;
   tensors: for every tensor of the real file, its type and shape, the float64 sum and sum of squares of
            gguf's dequantization, and its first 8 and last 8 values.
 """
@@ -17,7 +19,7 @@ import sys
 import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as T
-from gguf.quants import dequantize
+from gguf.quants import dequantize, quantize
 
 # Byte offsets of float16 scale fields inside one block, per type.
 F16_FIELDS = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
@@ -46,6 +48,14 @@ def main():
         values = dequantize(raw.reshape(-1), t).reshape(-1).astype(np.float32)
         blocks.append({"type": t.name, "type_id": int(t), "bytes": raw.tobytes().hex(),
                        "values": [float(v) for v in values]})
+    quantized = []
+    for t in [T.Q8_0, T.Q4_0, T.Q4_1]:
+        x = rng.normal(size=(8, 32)) * rng.uniform(0.01, 10.0, size=(8, 1))
+        x[6] = 0.0
+        x[7] = 0.37
+        x = x.astype(np.float32)
+        quantized.append({"type": t.name, "type_id": int(t), "values": [float(v) for v in x.reshape(-1)],
+                          "bytes": quantize(x, t).tobytes().hex()})
     tensors = []
     reader = gguf.GGUFReader(gguf_path)
     for t in reader.tensors:
@@ -55,7 +65,7 @@ def main():
                         "sum": float(v.sum()), "sum_sq": float((v * v).sum()),
                         "head": [float(x) for x in v[:8]], "tail": [float(x) for x in v[-8:]]})
     out = {"gguf": gguf.__version__ if hasattr(gguf, "__version__") else "0.19", "file": os.path.basename(gguf_path),
-           "blocks": blocks, "tensors": tensors}
+           "blocks": blocks, "quantized": quantized, "tensors": tensors}
     tmp = out_path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(out, fh, separators=(",", ":"))

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -290,6 +291,73 @@ void ggml_dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   const int64_t grain = std::max<int64_t>(1, 16384 / e.block_elements);
   at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) e.dequantize(src + k * e.block_bytes, dst + k * e.block_elements);
+  });
+}
+
+namespace {
+
+// ggml's quantize_row_*_ref, one block of 32 at a time; scales stored as float16 (round to nearest even).
+void put_f16(uint8_t* p, float v) {
+  const uint16_t bits = c10::Half(v).x;
+  std::memcpy(p, &bits, 2);
+}
+
+void quant_q8_0(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+}
+
+void quant_q4_0(const float* x, uint8_t* b) {
+  float amax = 0.0f, max = 0.0f;  // the value of largest magnitude, with its sign
+  for (int j = 0; j < 32; ++j)
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+    const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+    b[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+void quant_q4_1(const float* x, uint8_t* b) {
+  float min = x[0], max = x[0];
+  for (int j = 1; j < 32; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / 15.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  put_f16(b, d);
+  put_f16(b + 2, min);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
+    const int hi = std::min(15, static_cast<int>(static_cast<int8_t>((x[j + 16] - min) * id + 0.5f)));
+    b[4 + j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+}  // namespace
+
+void ggml_quantize(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
+  void (*quant)(const float*, uint8_t*) = type == GgmlType::kQ8_0   ? quant_q8_0
+                                          : type == GgmlType::kQ4_0 ? quant_q4_0
+                                          : type == GgmlType::kQ4_1 ? quant_q4_1
+                                                                    : nullptr;
+  SPECDEC_CHECK(quant, "ggml_quantize: cannot quantize to ", ggml_type_name(static_cast<uint32_t>(type)),
+                " (supported: Q8_0, Q4_0, Q4_1)");
+  SPECDEC_CHECK(n % 32 == 0, "ggml_quantize: ", n, " elements is not a whole number of blocks of 32");
+  const int64_t bytes = ggml_block_bytes(type);
+  at::parallel_for(0, n / 32, 512, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) quant(src + k * 32, dst + k * bytes);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "specdec/error.hpp"
 #include "util.hpp"
@@ -123,33 +124,48 @@ GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
 
 const GgufTensorInfo& GgufWeights::info(const std::string& name) const {
   auto it = to_gguf_.find(name);
-  SPECDEC_CHECK(it != to_gguf_.end() && file_.tensors().count(it->second), file_.path(),
-                ": checkpoint has no tensor for '", name, "'");
+  SPECDEC_CHECK(it != to_gguf_.end(), file_.path(), ": checkpoint has no tensor for '", name, "'");
+  SPECDEC_CHECK(file_.tensors().count(it->second), file_.path(), ": missing tensor '", it->second, "' (", name,
+                ")");
   return file_.tensors().at(it->second);
+}
+
+const GgufTensorInfo& GgufWeights::checked(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+  const GgufTensorInfo& t = info(name);
+  check_shape(file_.path(), t.name, t.shape, expected_shape, "the GGUF metadata");
+  return t;
+}
+
+at::Tensor GgufWeights::unpermute(const GgufTensorInfo& t, at::Tensor x) const {
+  const bool q = t.name.find(".attn_q.") != std::string::npos, k = t.name.find(".attn_k.") != std::string::npos;
+  if (!unpermute_qk_ || !(q || k)) return x;
+  const int64_t heads = q ? heads_ : kv_heads_;
+  const int64_t d = x.size(0) / heads;
+  SPECDEC_CHECK(x.size(0) % heads == 0 && d % 2 == 0, file_.path(), ": tensor '", t.name, "' has ", x.size(0),
+                " rows, not a whole number of heads of even size");
+  std::vector<int64_t> split = {heads, d / 2, 2};
+  for (int64_t i = 1; i < x.dim(); ++i) split.push_back(x.size(i));
+  return x.view(split).transpose(1, 2).reshape(x.sizes()).contiguous();
 }
 
 at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10::Device device,
                              const std::vector<int64_t>& expected_shape) const {
-  auto it = to_gguf_.find(name);
-  SPECDEC_CHECK(it != to_gguf_.end(), file_.path(), ": checkpoint has no tensor for '", name, "'");
-  SPECDEC_CHECK(file_.tensors().count(it->second), file_.path(), ": missing tensor '", it->second, "' (",
-                name, ")");
-  const GgufTensorInfo& t = file_.tensors().at(it->second);
-  check_shape(file_.path(), t.name, t.shape, expected_shape, "the GGUF metadata");
-  at::Tensor x = file_.load(t.name, at::kFloat, c10::Device(c10::kCPU));  // [rows, ...]
-  const bool q = t.name.find(".attn_q.") != std::string::npos, k = t.name.find(".attn_k.") != std::string::npos;
-  if (unpermute_qk_ && (q || k)) {
-    // llama.cpp's converter stores each head's rotary halves interleaved (row 2i + h holds Hugging
-    // Face's row h * d/2 + i); put them back.
-    const int64_t heads = q ? heads_ : kv_heads_;
-    const int64_t d = x.size(0) / heads;
-    SPECDEC_CHECK(x.size(0) % heads == 0 && d % 2 == 0, file_.path(), ": tensor '", t.name, "' has ", x.size(0),
-                  " rows, not a whole number of heads of even size");
-    std::vector<int64_t> split = {heads, d / 2, 2};
-    for (int64_t i = 1; i < x.dim(); ++i) split.push_back(x.size(i));
-    x = x.view(split).transpose(1, 2).reshape(x.sizes()).contiguous();
-  }
+  const GgufTensorInfo& t = checked(name, expected_shape);
+  const at::Tensor x = unpermute(t, file_.load(t.name, at::kFloat, c10::Device(c10::kCPU)));  // [rows, ...]
   return dtype == at::kFloat && device.is_cpu() ? x : x.to(device, dtype);
+}
+
+bool GgufWeights::load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape,
+                              at::Tensor* bytes, uint32_t* type) const {
+  const GgufTensorInfo& t = checked(name, expected_shape);
+  if (t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16 || t.shape.size() != 2)
+    return false;
+  const int64_t rows = t.shape[0], row_bytes = static_cast<int64_t>(t.bytes) / rows;
+  at::Tensor b = at::empty({rows, row_bytes}, at::kByte);
+  std::memcpy(b.data_ptr<uint8_t>(), file_.data(t), t.bytes);
+  *bytes = unpermute(t, b);
+  *type = static_cast<uint32_t>(t.type);
+  return true;
 }
 
 std::vector<std::string> GgufWeights::names() const {

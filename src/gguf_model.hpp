@@ -28,13 +28,21 @@ class GgufWeights final : public WeightSource {
   }
   at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device,
                   const std::vector<int64_t>& expected_shape = {}) const override;
+  bool load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape, at::Tensor* bytes,
+                   uint32_t* type) const override;
   std::vector<std::string> names() const override;
   at::ScalarType stored_dtype(const std::string& name) const override;
   const std::string& dir() const override { return file_.path(); }
   // The GGUF tensor behind a Hugging Face name.
   const GgufTensorInfo& info(const std::string& name) const;
+  // llama.cpp's converter stores each head's rotary halves of q/k rows interleaved (row 2i + h
+  // holds Hugging Face's row h * d/2 + i): puts rows of x [rows, ...] of tensor `t` back.
+  at::Tensor unpermute(const GgufTensorInfo& t, at::Tensor x) const;
 
  private:
+  // info(name) with its shape checked against a non-empty `expected_shape`.
+  const GgufTensorInfo& checked(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+
   const GgufFile& file_;
   int64_t heads_ = 0, kv_heads_ = 0;
   bool unpermute_qk_ = false;                   // llama: the converter reordered q/k rows

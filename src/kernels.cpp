@@ -7,6 +7,8 @@
 #endif
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 #include <cstdlib>
 #include <string>
 #include <limits>
@@ -37,119 +39,284 @@ inline float sum(const float* a, int64_t n) {
 }
 
 #ifdef SPECDEC_X86
-// Register tile: NB weight rows x TB input rows. Every output element (n, t) owns one 8-lane
-// accumulator fed in k order (lane = k mod 8), then a fixed horizontal sum, then the tail in order:
-// the same arithmetic whatever the tile, so results do not depend on how many rows share a pass.
-__attribute__((target("avx2,fma"))) inline float hsum(__m256 s) {
+// --- AVX2 linear kernels, one per weight format ---
+// A decoder turns one block of a weight row into kVecs vectors of 8 floats with exactly the
+// values of ggml_dequantize, so a packed format gives bitwise the results of the float32 kernel
+// on the dequantized matrix. (q * d is exact in float32 for the 4- and 8-bit formats: at most 8 + 11
+// significant bits. So Q4_1's q * d + m rounds once, and a fused multiply-add equals it.)
+#define SPECDEC_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+SPECDEC_AVX2 inline float half_to_float(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return _cvtsh_ss(bits);
+}
+
+struct F32Dec {
+  static constexpr int kElems = 8, kVecs = 1;
+  const float* p;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { p = reinterpret_cast<const float*>(row) + b * 8; }
+  SPECDEC_AVX2 __m256 vec(int) const { return _mm256_loadu_ps(p); }
+  static float scalar(const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; }
+};
+
+struct BF16Dec {
+  static constexpr int kElems = 8, kVecs = 1;
+  __m256 v;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16));
+    v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  SPECDEC_AVX2 __m256 vec(int) const { return v; }
+  static float scalar(const uint8_t* row, int64_t c) {
+    uint16_t bits;
+    std::memcpy(&bits, row + 2 * c, 2);
+    const uint32_t f = static_cast<uint32_t>(bits) << 16;
+    float out;
+    std::memcpy(&out, &f, 4);
+    return out;
+  }
+};
+
+struct F16Dec {
+  static constexpr int kElems = 8, kVecs = 1;
+  __m256 v;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16)));
+  }
+  SPECDEC_AVX2 __m256 vec(int) const { return v; }
+  SPECDEC_AVX2 static float scalar(const uint8_t* row, int64_t c) { return half_to_float(row + 2 * c); }
+};
+
+struct Q8_0Dec {  // d (f16), qs[32] int8: x = q * d
+  static constexpr int kElems = 32, kVecs = 4;
+  __m256 d;
+  const uint8_t* q;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * 34;
+    d = _mm256_set1_ps(half_to_float(blk));
+    q = blk + 2;
+  }
+  SPECDEC_AVX2 __m256 vec(int v) const {
+    const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * v));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8)), d);
+  }
+};
+
+// Q4_0 / Q4_1: element j of a block is the low nibble of qs[j] (j < 16) or the high nibble of
+// qs[j - 16]. The nibbles of vector v: v = 0, 1 low nibbles of bytes 0-7, 8-15; v = 2, 3 high ones.
+struct Nibbles {
+  __m128i lo, hi;
+  SPECDEC_AVX2 void load(const uint8_t* qs) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    lo = _mm_and_si128(b, m);
+    hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  }
+  SPECDEC_AVX2 __m256i get(int v) const {
+    const __m128i src = v < 2 ? lo : hi;
+    return _mm256_cvtepu8_epi32((v & 1) ? _mm_srli_si128(src, 8) : src);
+  }
+};
+
+struct Q4_0Dec {  // d (f16), qs[16]: x = (q - 8) * d
+  static constexpr int kElems = 32, kVecs = 4;
+  __m256 d;
+  Nibbles n;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * 18;
+    d = _mm256_set1_ps(half_to_float(blk));
+    n.load(blk + 2);
+  }
+  SPECDEC_AVX2 __m256 vec(int v) const {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(n.get(v), _mm256_set1_epi32(8))), d);
+  }
+};
+
+struct Q4_1Dec {  // d (f16), m (f16), qs[16]: x = q * d + m
+  static constexpr int kElems = 32, kVecs = 4;
+  __m256 d, m;
+  Nibbles n;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * 20;
+    d = _mm256_set1_ps(half_to_float(blk));
+    m = _mm256_set1_ps(half_to_float(blk + 2));
+    n.load(blk + 4);
+  }
+  SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(n.get(v)), d, m); }
+};
+
+// The other block formats (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the block is dequantized into a buffer
+// by ggml_dequantize itself. Slower than the formats above, same reduction order.
+template <GgmlType T, int E>
+struct BufferDec {
+  static constexpr int kElems = E, kVecs = E / 8;
+  float buf[E];
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    static const int64_t bytes = ggml_block_bytes(T);
+    ggml_dequantize(T, row + b * bytes, buf, E);
+  }
+  SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_loadu_ps(buf + 8 * v); }
+};
+
+SPECDEC_AVX2 inline float hsum(__m256 s) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
   return _mm_cvtss_f32(lo);
 }
 
-template <int NB, int TB>
-__attribute__((target("avx2,fma"))) inline void tile(const float* x, int64_t k, const float* w,
-                                                     int64_t n, int64_t t, int64_t n_total, float* y) {
-  const int64_t k8 = k - k % 8;
+template <class Dec>
+constexpr bool kHasTail = Dec::kElems == 8;  // float formats: any K; block formats: whole blocks
+
+// Register tile: NB weight rows x TB input rows. Every output element (n, t) owns one 8-lane
+// accumulator fed in k order (lane = k mod 8), then a fixed horizontal sum, then the tail in order:
+// the same arithmetic whatever the tile and the format, so results do not depend on how many rows
+// share a pass, and a packed format equals float32 on its dequantized values.
+template <class Dec, int NB, int TB>
+SPECDEC_AVX2 inline void tile(const float* x, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
+                              int64_t t, int64_t n_total, float* y) {
+  const int64_t blocks = k / Dec::kElems;
   __m256 acc[NB][TB];
   for (int i = 0; i < NB; ++i)
     for (int j = 0; j < TB; ++j) acc[i][j] = _mm256_setzero_ps();
-  const float* wr[NB];
+  const uint8_t* wr[NB];
   const float* xr[TB];
-  for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * k;
+  for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
   for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
-  for (int64_t c = 0; c < k8; c += 8) {
-    __m256 wv[NB];
-    for (int i = 0; i < NB; ++i) wv[i] = _mm256_loadu_ps(wr[i] + c);
-    for (int j = 0; j < TB; ++j) {
-      const __m256 xv = _mm256_loadu_ps(xr[j] + c);
-      for (int i = 0; i < NB; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], xv, acc[i][j]);
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int i = 0; i < NB; ++i) {  // one weight row's block at a time: one decoder state live
+      Dec dec;
+      dec.start(wr[i], b);
+      for (int v = 0; v < Dec::kVecs; ++v) {
+        const __m256 wv = dec.vec(v);
+        const int64_t c = b * Dec::kElems + 8 * v;
+        for (int j = 0; j < TB; ++j) acc[i][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c), acc[i][j]);
+      }
     }
-  }
   for (int i = 0; i < NB; ++i)
     for (int j = 0; j < TB; ++j) {
       float s = hsum(acc[i][j]);
-      for (int64_t c = k8; c < k; ++c) s += wr[i][c] * xr[j][c];
+      if constexpr (kHasTail<Dec>)
+        for (int64_t c = blocks * 8; c < k; ++c) s += Dec::scalar(wr[i], c) * xr[j][c];
       y[(t + j) * n_total + n + i] = s;
     }
 }
 
-template <int NB>
-__attribute__((target("avx2,fma"))) inline void row_block(const float* x, int64_t t_rows,
-                                                          int64_t k, const float* w, int64_t n,
-                                                          int64_t n_total, float* y) {
+template <class Dec, int NB>
+SPECDEC_AVX2 inline void row_block(const float* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                                   int64_t row_bytes, int64_t n, int64_t n_total, float* y) {
   int64_t t = 0;
-  for (; t + 6 <= t_rows; t += 6) tile<NB, 6>(x, k, w, n, t, n_total, y);
+  for (; t + 6 <= t_rows; t += 6) tile<Dec, NB, 6>(x, k, w, row_bytes, n, t, n_total, y);
   switch (t_rows - t) {
-    case 5: tile<NB, 5>(x, k, w, n, t, n_total, y); break;
-    case 4: tile<NB, 4>(x, k, w, n, t, n_total, y); break;
-    case 3: tile<NB, 3>(x, k, w, n, t, n_total, y); break;
-    case 2: tile<NB, 2>(x, k, w, n, t, n_total, y); break;
-    case 1: tile<NB, 1>(x, k, w, n, t, n_total, y); break;
+    case 5: tile<Dec, NB, 5>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 4: tile<Dec, NB, 4>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 3: tile<Dec, NB, 3>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 2: tile<Dec, NB, 2>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 1: tile<Dec, NB, 1>(x, k, w, row_bytes, n, t, n_total, y); break;
     default: break;
   }
 }
 
-__attribute__((target("avx2,fma"))) void rows_avx2(const float* x, int64_t t_rows, int64_t k,
-                                                   const float* w, int64_t n0, int64_t n1,
-                                                   int64_t n_total, float* y) {
+template <class Dec>
+SPECDEC_AVX2 void rows_avx2(const float* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
+                            int64_t n0, int64_t n1, int64_t n_total, float* y) {
   int64_t n = n0;
   // Few input rows (decode): more weight rows in flight per input row hide the FMA latency.
   if (t_rows == 1)
-    for (; n + 8 <= n1; n += 8) row_block<8>(x, t_rows, k, w, n, n_total, y);
+    for (; n + 8 <= n1; n += 8) row_block<Dec, 8>(x, t_rows, k, w, row_bytes, n, n_total, y);
   if (t_rows <= 2)
-    for (; n + 4 <= n1; n += 4) row_block<4>(x, t_rows, k, w, n, n_total, y);
-  for (; n + 2 <= n1; n += 2) row_block<2>(x, t_rows, k, w, n, n_total, y);
-  if (n < n1) row_block<1>(x, t_rows, k, w, n, n_total, y);
+    for (; n + 4 <= n1; n += 4) row_block<Dec, 4>(x, t_rows, k, w, row_bytes, n, n_total, y);
+  for (; n + 2 <= n1; n += 2) row_block<Dec, 2>(x, t_rows, k, w, row_bytes, n, n_total, y);
+  if (n < n1) row_block<Dec, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
+}
+
+LinearKernel avx2_kernel(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return rows_avx2<F32Dec>;
+    case GgmlType::kBF16: return rows_avx2<BF16Dec>;
+    case GgmlType::kF16: return rows_avx2<F16Dec>;
+    case GgmlType::kQ8_0: return rows_avx2<Q8_0Dec>;
+    case GgmlType::kQ4_0: return rows_avx2<Q4_0Dec>;
+    case GgmlType::kQ4_1: return rows_avx2<Q4_1Dec>;
+    case GgmlType::kQ5_0: return rows_avx2<BufferDec<GgmlType::kQ5_0, 32>>;
+    case GgmlType::kQ5_1: return rows_avx2<BufferDec<GgmlType::kQ5_1, 32>>;
+    case GgmlType::kQ4_K: return rows_avx2<BufferDec<GgmlType::kQ4_K, 256>>;
+    case GgmlType::kQ5_K: return rows_avx2<BufferDec<GgmlType::kQ5_K, 256>>;
+    case GgmlType::kQ6_K: return rows_avx2<BufferDec<GgmlType::kQ6_K, 256>>;
+  }
+  return nullptr;
 }
 
 #endif  // SPECDEC_X86
 
-// The portable kernel (any CPU): one weight row at a time, each output element a fixed-order dot():
-// also independent of the number of rows in the pass (its results differ from the AVX2 kernel's in
-// the last bits).
-void rows_portable(const float* x, int64_t t_rows, int64_t k, const float* w, int64_t n0, int64_t n1,
-                   int64_t n_total, float* y) {
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t t = 0; t < t_rows; ++t) y[t * n_total + n] = dot(w + n * k, x + t * k, k);
+// The portable kernel (any CPU, any format): each weight row dequantized by ggml_dequantize into a
+// buffer, each output element a fixed-order dot(): also independent of the number of rows in the
+// pass (its results differ from the AVX2 kernel's in the last bits).
+template <GgmlType T>
+void rows_portable(const float* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n0,
+                   int64_t n1, int64_t n_total, float* y) {
+  thread_local std::vector<float> buf;
+  if (T != GgmlType::kF32) buf.resize(k);
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* wr = reinterpret_cast<const float*>(w + n * row_bytes);
+    if (T != GgmlType::kF32) {
+      ggml_dequantize(T, w + n * row_bytes, buf.data(), k);
+      wr = buf.data();
+    }
+    for (int64_t t = 0; t < t_rows; ++t) y[t * n_total + n] = dot(wr, x + t * k, k);
+  }
 }
 
-using RowsFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*);
-
-// Chosen once per process: the AVX2/FMA kernel on x86-64 CPUs that have it, else the portable one.
-// SPECDEC_PORTABLE_KERNELS=1 forces the portable kernel (CI runs the suite both ways).
-RowsFn linear_rows() {
-  static const RowsFn fn = []() -> RowsFn {
-    const char* force = std::getenv("SPECDEC_PORTABLE_KERNELS");
-    if (force && std::string(force) == "1") return rows_portable;
-#ifdef SPECDEC_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return rows_avx2;
-#endif
-    return rows_portable;
-  }();
-  return fn;
+LinearKernel portable_kernel(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return rows_portable<GgmlType::kF32>;
+    case GgmlType::kBF16: return rows_portable<GgmlType::kBF16>;
+    case GgmlType::kF16: return rows_portable<GgmlType::kF16>;
+    case GgmlType::kQ8_0: return rows_portable<GgmlType::kQ8_0>;
+    case GgmlType::kQ4_0: return rows_portable<GgmlType::kQ4_0>;
+    case GgmlType::kQ4_1: return rows_portable<GgmlType::kQ4_1>;
+    case GgmlType::kQ5_0: return rows_portable<GgmlType::kQ5_0>;
+    case GgmlType::kQ5_1: return rows_portable<GgmlType::kQ5_1>;
+    case GgmlType::kQ4_K: return rows_portable<GgmlType::kQ4_K>;
+    case GgmlType::kQ5_K: return rows_portable<GgmlType::kQ5_K>;
+    case GgmlType::kQ6_K: return rows_portable<GgmlType::kQ6_K>;
+  }
+  return nullptr;
 }
 
 constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keeps x in L2)
 
 }  // namespace
 
-at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const RowsFn rows_fn = linear_rows();
-  if (!x.device().is_cpu() || x.scalar_type() != at::kFloat ||
-      w.scalar_type() != at::kFloat || !w.is_contiguous() || w.dim() != 2)
-    return {};
-  const int64_t k = w.size(1), n = w.size(0);
+static bool portable_kernels_forced() {
+  static const bool forced = [] {
+    const char* force = std::getenv("SPECDEC_PORTABLE_KERNELS");
+    return force && std::string(force) == "1";
+  }();
+  return forced;
+}
+
+LinearKernel linear_kernel(GgmlType type) {
+#ifdef SPECDEC_X86
+  static const bool avx2 =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  if (avx2 && !portable_kernels_forced()) return avx2_kernel(type);
+#endif
+  return portable_kernel(type);
+}
+
+at::Tensor linear_packed(const at::Tensor& x, LinearKernel kernel, const uint8_t* w, int64_t row_bytes,
+                         int64_t n, int64_t k, const at::Tensor& b) {
   const at::Tensor x2 = x.reshape({-1, k}).contiguous();  // [R, K]
   const int64_t rows = x2.size(0);
   at::Tensor y = at::empty({rows, n}, x.options());       // [R, N]
   const float* xp = x2.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int64_t r = std::min(kRowTile, rows - r0);
     at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
-      rows_fn(xp + r0 * k, r, k, wp, n0, n1, n, yp + r0 * n);
+      kernel(xp + r0 * k, r, k, w, row_bytes, n0, n1, n, yp + r0 * n);
     });
   }
   if (b.defined()) y.add_(b);

@@ -3,16 +3,25 @@
 
 #include <ATen/ATen.h>
 
+#include "specdec/gguf.hpp"
+
 namespace specdec::kernels {
 
-// y = x @ w^T + b for float32 CPU tensors: x [..., K], w [N, K] contiguous, b [N] or undefined.
-// Each weight row is streamed from memory once for all rows of x (a K+1-token verification pass
-// costs about what one decode pass costs), and every output element is computed with the same
-// fixed summation order whatever the number of rows: results are bitwise independent of how many
-// tokens share a pass. AVX2/FMA on x86-64 CPUs that have it, a portable fixed-order kernel
-// elsewhere (or with SPECDEC_PORTABLE_KERNELS=1). Returns an undefined tensor when the inputs are
-// not of that kind.
-at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// y = x @ W^T + b for float32 CPU activations x [..., K] and a weight matrix W [N, K] stored in
+// one of ggml's formats (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): row n of
+// W is the `row_bytes` bytes at w + n * row_bytes. Each weight row is streamed from memory once for
+// all rows of x (a K+1-token verification pass costs about what one decode pass costs), and every
+// output element is computed with the same fixed summation order whatever the number of rows and
+// threads: results are bitwise independent of how many tokens share a pass. The weights are
+// dequantized in registers with ggml_dequantize's roundings, so a packed matrix gives bitwise the
+// results of the float32 kernel on its dequantized values (activations stay float32).
+using LinearKernel = void (*)(const float* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                              int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total, float* y);
+// The kernel for `type`, chosen from the CPU's features once per process: AVX2/FMA/F16C on x86-64
+// CPUs that have them, a portable fixed-order kernel elsewhere or with SPECDEC_PORTABLE_KERNELS=1.
+LinearKernel linear_kernel(GgmlType type);
+at::Tensor linear_packed(const at::Tensor& x, LinearKernel kernel, const uint8_t* w, int64_t row_bytes,
+                         int64_t n, int64_t k, const at::Tensor& b);
 
 // The rest of a forward pass, for float32 CPU tensors, with the same promise: every output row is
 // computed by one thread with one fixed order of operations, whatever the number of rows in the

@@ -7,11 +7,6 @@
 
 namespace specdec::layers {
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  at::Tensor y = kernels::linear_f32(x, w, b);
-  return y.defined() ? y : at::linear(x, w, b);
-}
-
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   if (at::Tensor y = kernels::rms_norm_f32(x, w, eps); y.defined()) return y;
   const at::Tensor xf = x.to(at::kFloat);                          // [..., H]
@@ -110,8 +105,8 @@ at::Tensor activation(const at::Tensor& x, const std::string& name) {
 std::array<at::Tensor, 3> Attention::project(const at::Tensor& x, const at::Tensor& cos,
                                              const at::Tensor& sin) const {
   const int64_t b = x.size(0), t = x.size(1), d = head_dim;
-  const at::Tensor qkv = linear(x, qkv_w, qkv_b);  // [B, T, (Hq + 2 Hkv) D]
-  const auto parts = qkv.split({heads * d, kv_heads * d, kv_heads * d}, -1);
+  const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
+  const auto parts = y.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   at::Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // [B, Hq, T, D]
   at::Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
   at::Tensor v = parts[2].view({b, t, kv_heads, d}).transpose(1, 2);
@@ -125,12 +120,12 @@ std::array<at::Tensor, 3> Attention::project(const at::Tensor& x, const at::Tens
 at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
                                  double scale, const at::Tensor& cos, const at::Tensor& sin) const {
   const auto [q, k, v] = project(x, cos, sin);
-  return linear(cached_attention(q, k, v, cache, layer, mask, scale), o_w, o_b);
+  return o(cached_attention(q, k, v, cache, layer, mask, scale));
 }
 
 at::Tensor Attention::operator()(const at::Tensor& x, const at::Tensor& mask, double scale) const {
   const auto [q, k, v] = project(x, {}, {});
-  return linear(attend(q, k, v, mask, scale), o_w, o_b);
+  return o(attend(q, k, v, mask, scale));
 }
 
 at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, int64_t num_buckets,
@@ -151,10 +146,6 @@ at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, i
                                      .to(at::kLong);
   large = at::minimum(large, at::full_like(large, n - 1));
   return out + at::where(dist < max_exact, dist, large);
-}
-
-at::Tensor embed(const at::Tensor& table, const at::Tensor& ids) {
-  return table.index_select(0, ids.to(table.device()).reshape(-1)).view({ids.size(0), ids.size(1), -1});
 }
 
 at::Tensor last_positions(const at::Tensor& x, int64_t keep) {

@@ -8,6 +8,7 @@
 
 #include "specdec/config.hpp"
 #include "specdec/kv_cache.hpp"
+#include "linear.hpp"
 
 namespace specdec::layers {
 
@@ -48,9 +49,6 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
 at::Tensor cached_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             KVCache& cache, int64_t layer, const at::Tensor& mask, double scale);
 
-// x @ w^T + b (b may be undefined): the float32 CPU kernel when it applies, else libtorch.
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
-
 // LayerNorm with weight and bias (either may be undefined) over the last dimension.
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps);
 
@@ -61,7 +59,7 @@ at::Tensor activation(const at::Tensor& x, const std::string& name);
 // Self-attention with a fused q|k|v projection (rows: Hq*D queries, Hkv*D keys, Hkv*D values),
 // optional rotary embeddings and an output projection; keys/values go through the cache.
 struct Attention {
-  at::Tensor qkv_w, qkv_b, o_w, o_b;  // biases may be undefined
+  Linear qkv, o;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary.
   at::Tensor operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
@@ -76,22 +74,19 @@ struct Attention {
 
 // Two-layer MLP: down(act(up(x))).
 struct Mlp {
-  at::Tensor up_w, up_b, down_w, down_b;
+  Linear up, down;
   std::string act;
-  at::Tensor operator()(const at::Tensor& x) const {
-    return linear(activation(linear(x, up_w, up_b), act), down_w, down_b);
-  }
+  at::Tensor operator()(const at::Tensor& x) const { return down(activation(up(x), act)); }
 };
 
 // Gated MLP: down(act(gate(x)) * up(x)), gate and up fused into one [2 I, H] matrix (gate rows
 // first). Llama's SiLU MLP; T5 v1.1's gated GELU.
 struct GatedMlp {
-  at::Tensor gate_up_w, down_w;
-  at::Tensor gate_up_b, down_b;  // Llama's mlp_bias; undefined otherwise
+  Linear gate_up, down;  // biases: Llama's mlp_bias
   std::string act;
   at::Tensor operator()(const at::Tensor& x) const {
-    const auto gu = layers::linear(x, gate_up_w, gate_up_b).chunk(2, -1);  // 2 x [B, T, I]
-    return layers::linear(activation(gu[0], act) * gu[1], down_w, down_b);
+    const auto gu = gate_up(x).chunk(2, -1);  // 2 x [B, T, I]
+    return down(activation(gu[0], act) * gu[1]);
   }
 };
 
@@ -108,8 +103,6 @@ struct Norm {
 at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, int64_t num_buckets,
                                     int64_t max_distance);
 
-// Rows of `table` [V, H] for `ids` [B, T] (moved to the table's device): [B, T, H].
-at::Tensor embed(const at::Tensor& table, const at::Tensor& ids);
 // The last `keep` positions of x [B, T, H] (keep <= 0 or >= T: all of them).
 at::Tensor last_positions(const at::Tensor& x, int64_t keep);
 

@@ -24,7 +24,8 @@ namespace {
 enum class Mode { kGenerate, kCompare, kChat };
 
 struct RunOptions {
-  std::string model, draft, prompt, prompt_ids, tokenizer, device = "cpu", dtype = "float32";
+  std::string model, draft, prompt, prompt_ids, tokenizer, device = "cpu", dtype = "float32", weights = "as-stored",
+              draft_weights = "as-stored";
   std::string system, chat_template;
   bool chat = false;
   int threads = 0;
@@ -94,6 +95,15 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   app->add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
   app->add_option("--dtype", o.dtype, "Compute dtype")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
+  const std::string formats = "as-stored (keep the checkpoint's format: a Q4_1 GGUF stays Q4_1), float32, bfloat16, "
+                              "float16, q8_0, q4_0 (quantized at load); packed formats need --device cpu --dtype float32";
+  const std::vector<std::string> format_names = {"as-stored", "float32", "bfloat16", "float16", "q8_0", "q4_0"};
+  app->add_option("--weights", o.weights, "Format of the target's weight matrices: " + formats)
+      ->check(CLI::IsMember(format_names))
+      ->capture_default_str();
+  app->add_option("--draft-weights", o.draft_weights, "Format of the draft's weight matrices (same choices)")
+      ->check(CLI::IsMember(format_names))
       ->capture_default_str();
   app->add_option("--threads", o.threads, "CPU threads for libtorch (0 = libtorch's default)")
       ->capture_default_str();
@@ -193,8 +203,11 @@ Loaded load(RunOptions& o, bool chat) {
   LoadOptions lo;
   lo.device = parse_device(o.device);
   lo.dtype = parse_dtype(o.dtype);
+  lo.weights = parse_weight_format(o.weights);
+  LoadOptions draft_lo = lo;
+  draft_lo.weights = parse_weight_format(o.draft_weights);
   l.target = load_model(o.model, lo);
-  if (!o.draft.empty()) l.draft = load_model(o.draft, lo);
+  if (!o.draft.empty()) l.draft = load_model(o.draft, draft_lo);
   if (o.gen.eos_token_ids.empty()) {
     o.gen.eos_token_ids = l.target->config().eos_token_ids;
     if (o.gen.eos_token_ids.empty() && l.tokenizer && l.tokenizer->eos_token_id())

@@ -42,6 +42,9 @@ int64_t ggml_block_elements(GgmlType type);
 int64_t ggml_block_bytes(GgmlType type);
 // Dequantizes `n` elements (a multiple of the block size) stored as `type` at `src` into `dst`.
 void ggml_dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t n);
+// Quantizes `n` floats (a multiple of 32) into Q8_0, Q4_0 or Q4_1 blocks at `dst` with ggml's
+// reference quantizers (quantize_row_*_ref); throws specdec::Error for other types.
+void ggml_quantize(GgmlType type, const float* src, uint8_t* dst, int64_t n);
 
 struct GgufTensorInfo {
   std::string name;

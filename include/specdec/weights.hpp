@@ -58,6 +58,15 @@ class WeightSource {
   virtual at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device,
                           const std::vector<int64_t>& expected_shape = {}) const = 0;
   virtual std::vector<std::string> names() const = 0;
+  // A block-quantized matrix as stored (GGUF Q8_0, Q4_1, Q4_K, ...), for weight formats that keep
+  // it so: its bytes as a CPU uint8 tensor [rows, row_bytes] and its ggml type id (GgmlType) in
+  // `type`, after the same checks and row reordering as load(). False for tensors stored as floats
+  // (the default), which load() hands out in their stored_dtype without loss.
+  virtual bool load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape,
+                           at::Tensor* bytes, uint32_t* type) const {
+    (void)name, (void)expected_shape, (void)bytes, (void)type;
+    return false;
+  }
   // The stored dtype of `name` when it is float32/bfloat16/float16, float32 for quantized formats.
   virtual at::ScalarType stored_dtype(const std::string& name) const = 0;
   // The file or folder the weights come from (for messages).

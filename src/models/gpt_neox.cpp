@@ -24,41 +24,41 @@ class GptNeoXModel final : public Model {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, d = c.head_dim, n = c.num_attention_heads, v = c.vocab_size;
     const std::string root = w.contains("gpt_neox.embed_in.weight") ? "gpt_neox." : "";
-    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
-      return w.load(name, dtype_, device_, shape);
-    };
-    embed_ = load(root + "embed_in.weight", {v, h});
+    const WeightLoader load(w, o);
+    embed_ = load.linear(root + "embed_in.weight", {v, h});
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = root + "layers." + std::to_string(i) + ".";
       NeoXLayer l;
-      l.ln1 = {load(p + "input_layernorm.weight", {h}), load(p + "input_layernorm.bias", {h})};
-      l.ln2 = {load(p + "post_attention_layernorm.weight", {h}), load(p + "post_attention_layernorm.bias", {h})};
+      l.ln1 = {load.tensor(p + "input_layernorm.weight", {h}), load.tensor(p + "input_layernorm.bias", {h})};
+      l.ln2 = {load.tensor(p + "post_attention_layernorm.weight", {h}),
+               load.tensor(p + "post_attention_layernorm.bias", {h})};
       // Stored per head as [q_h | k_h | v_h]; regroup into [all q | all k | all v].
       const auto regroup = [&](const at::Tensor& t) {
         const at::Tensor x = t.reshape({n, 3, d, -1}).transpose(0, 1).reshape({3 * n * d, -1});
         return t.dim() == 1 ? x.reshape({-1}).contiguous() : x.contiguous();
       };
       l.attn.heads = l.attn.kv_heads = n, l.attn.head_dim = d;
-      l.attn.qkv_w = regroup(load(p + "attention.query_key_value.weight", {3 * h, h}));
-      if (c.attention_bias) {
-        l.attn.qkv_b = regroup(load(p + "attention.query_key_value.bias", {3 * h}));
-        l.attn.o_b = load(p + "attention.dense.bias", {h});
-      }
-      l.attn.o_w = load(p + "attention.dense.weight", {h, h});
-      l.mlp = {load(p + "mlp.dense_h_to_4h.weight", {c.intermediate_size, h}),
-               load(p + "mlp.dense_h_to_4h.bias", {c.intermediate_size}),
-               load(p + "mlp.dense_4h_to_h.weight", {h, c.intermediate_size}),
-               load(p + "mlp.dense_4h_to_h.bias", {h}), c.hidden_act};
+      const std::string qkv = p + "attention.query_key_value.weight";
+      l.attn.qkv = load.make(qkv, regroup(load.stored(qkv, {3 * h, h})),
+                             c.attention_bias ? regroup(load.tensor(p + "attention.query_key_value.bias", {3 * h}))
+                                              : at::Tensor());
+      l.attn.o = load.linear(p + "attention.dense.weight", {h, h},
+                             c.attention_bias ? load.tensor(p + "attention.dense.bias", {h}) : at::Tensor());
+      l.mlp = {load.linear(p + "mlp.dense_h_to_4h.weight", {c.intermediate_size, h},
+                           load.tensor(p + "mlp.dense_h_to_4h.bias", {c.intermediate_size})),
+               load.linear(p + "mlp.dense_4h_to_h.weight", {h, c.intermediate_size},
+                           load.tensor(p + "mlp.dense_4h_to_h.bias", {h})),
+               c.hidden_act};
       layers_.push_back(std::move(l));
     }
-    final_ = {load(root + "final_layer_norm.weight", {h}), load(root + "final_layer_norm.bias", {h})};
-    head_ = c.tie_word_embeddings ? embed_ : load("embed_out.weight", {v, h});
+    final_ = {load.tensor(root + "final_layer_norm.weight", {h}), load.tensor(root + "final_layer_norm.bias", {h})};
+    head_ = c.tie_word_embeddings ? embed_ : load.linear("embed_out.weight", {v, h});
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const ModelConfig& c = config_;
     const int64_t t = input_ids.size(1), past = cache.length();
-    at::Tensor x = layers::embed(embed_, input_ids);
+    at::Tensor x = embed_.rows(input_ids, dtype_);
     auto [cos, sin] = rotary_.tables(past, t);
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
     const double eps = c.rms_norm_eps;
@@ -74,13 +74,13 @@ class GptNeoXModel final : public Model {
     }
     cache.advance(t);
     x = layers::last_positions(x, keep_last);
-    return layers::linear(final_(x, eps), head_).to(at::kFloat);
+    return head_(final_(x, eps)).to(at::kFloat);
   }
 
  private:
   layers::Rotary rotary_;
   double scale_;
-  at::Tensor embed_, head_;
+  Linear embed_, head_;  // head_: embed_ itself when tied
   std::vector<NeoXLayer> layers_;
   layers::Norm final_;
 };

@@ -25,46 +25,41 @@ class LlamaModel final : public Model {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
                   hkv = c.num_key_value_heads, inter = c.intermediate_size, v = c.vocab_size;
-    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
-      return w.load(name, dtype_, device_, shape);
-    };
-    embed_ = load("model.embed_tokens.weight", {v, h});
+    const WeightLoader load(w, o);
+    embed_ = load.linear("model.embed_tokens.weight", {v, h});
     layers_.reserve(c.num_hidden_layers);
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
+      auto bias = [&](const std::string& name, int64_t n, bool present) {
+        return present ? load.tensor(name, {n}) : at::Tensor();
+      };
       LlamaLayer l;
-      l.input_norm = load(p + "input_layernorm.weight", {h});
+      l.input_norm = load.tensor(p + "input_layernorm.weight", {h});
       l.attn.heads = hq, l.attn.kv_heads = hkv, l.attn.head_dim = d;
-      l.attn.qkv_w = at::cat({load(p + "self_attn.q_proj.weight", {hq * d, h}),
-                              load(p + "self_attn.k_proj.weight", {hkv * d, h}),
-                              load(p + "self_attn.v_proj.weight", {hkv * d, h})});
-      if (c.attention_bias)
-        l.attn.qkv_b = at::cat({load(p + "self_attn.q_proj.bias", {hq * d}),
-                                load(p + "self_attn.k_proj.bias", {hkv * d}),
-                                load(p + "self_attn.v_proj.bias", {hkv * d})});
-      l.attn.o_w = load(p + "self_attn.o_proj.weight", {h, hq * d});
-      l.post_norm = load(p + "post_attention_layernorm.weight", {h});
-      l.mlp.gate_up_w = at::cat({load(p + "mlp.gate_proj.weight", {inter, h}),
-                                 load(p + "mlp.up_proj.weight", {inter, h})});
-      l.mlp.down_w = load(p + "mlp.down_proj.weight", {h, inter});
-      if (c.mlp_bias) {
-        l.mlp.gate_up_b = at::cat({load(p + "mlp.gate_proj.bias", {inter}), load(p + "mlp.up_proj.bias", {inter})});
-        l.mlp.down_b = load(p + "mlp.down_proj.bias", {h});
-      }
+      const std::string a = p + "self_attn.";
+      l.attn.qkv = Linear::cat({load.linear(a + "q_proj.weight", {hq * d, h}, bias(a + "q_proj.bias", hq * d, c.attention_bias)),
+                                load.linear(a + "k_proj.weight", {hkv * d, h}, bias(a + "k_proj.bias", hkv * d, c.attention_bias)),
+                                load.linear(a + "v_proj.weight", {hkv * d, h}, bias(a + "v_proj.bias", hkv * d, c.attention_bias))});
+      l.attn.o = load.linear(a + "o_proj.weight", {h, hq * d});
+      l.post_norm = load.tensor(p + "post_attention_layernorm.weight", {h});
+      const std::string m = p + "mlp.";
+      l.mlp.gate_up = Linear::cat({load.linear(m + "gate_proj.weight", {inter, h}, bias(m + "gate_proj.bias", inter, c.mlp_bias)),
+                                   load.linear(m + "up_proj.weight", {inter, h}, bias(m + "up_proj.bias", inter, c.mlp_bias))});
+      l.mlp.down = load.linear(m + "down_proj.weight", {h, inter}, bias(m + "down_proj.bias", h, c.mlp_bias));
       l.mlp.act = "silu";
       layers_.push_back(std::move(l));
     }
-    norm_ = load("model.norm.weight", {h});
+    norm_ = load.tensor("model.norm.weight", {h});
     const bool has_head = w.contains("lm_head.weight");
-    lm_head_ = (c.tie_word_embeddings || !has_head) ? embed_ : load("lm_head.weight", {v, h});
     SPECDEC_CHECK(has_head || c.tie_word_embeddings, w.dir(),
                   ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
+    lm_head_ = (c.tie_word_embeddings || !has_head) ? embed_ : load.linear("lm_head.weight", {v, h});
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const ModelConfig& c = config_;
     const int64_t t = input_ids.size(1), past = cache.length();
-    at::Tensor x = layers::embed(embed_, input_ids);                           // [B, T, H]
+    at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
     auto [cos, sin] = rotary_.tables(past, t);                // [T, D]
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_, c.sliding_window);  // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -75,16 +70,16 @@ class LlamaModel final : public Model {
     }
     cache.advance(t);
     x = layers::last_positions(x, keep_last);
-    return layers::linear(layers::rms_norm(x, norm_, c.rms_norm_eps), lm_head_).to(at::kFloat);
+    return lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);
   }
 
  private:
   layers::Rotary rotary_;
   double scale_;
-  at::Tensor embed_;    // [V, H]
+  Linear embed_;        // [V, H]
   std::vector<LlamaLayer> layers_;
   at::Tensor norm_;     // [H]
-  at::Tensor lm_head_;  // [V, H]
+  Linear lm_head_;      // [V, H]: embed_ itself when tied
 };
 
 }  // namespace

@@ -25,16 +25,16 @@ class OptModel final : public Model {
     const int64_t h = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
     const int64_t e = c.word_embed_proj_dim > 0 ? c.word_embed_proj_dim : h;
     const std::string root = w.contains("model.decoder.embed_tokens.weight") ? "model.decoder." : "decoder.";
-    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
-      return w.load(name, dtype_, device_, shape);
+    const WeightLoader load(w, o);
+    auto bias = [&](const std::string& name, int64_t n) { return c.enable_bias ? load.tensor(name, {n}) : at::Tensor(); };
+    auto norm = [&](const std::string& p) {
+      return layers::Norm{load.tensor(p + ".weight", {h}), load.tensor(p + ".bias", {h})};
     };
-    auto bias = [&](const std::string& name, int64_t n) { return c.enable_bias ? load(name, {n}) : at::Tensor(); };
-    auto norm = [&](const std::string& p) { return layers::Norm{load(p + ".weight", {h}), load(p + ".bias", {h})}; };
-    embed_ = load(root + "embed_tokens.weight", {v, e});
-    positions_ = load(root + "embed_positions.weight", {c.max_position_embeddings + kPositionOffset, h});
+    embed_ = load.linear(root + "embed_tokens.weight", {v, e});
+    positions_ = load.tensor(root + "embed_positions.weight", {c.max_position_embeddings + kPositionOffset, h});
     if (e != h) {
-      project_in_ = load(root + "project_in.weight", {h, e});
-      project_out_ = load(root + "project_out.weight", {e, h});
+      project_in_ = load.linear(root + "project_in.weight", {h, e});
+      project_out_ = load.linear(root + "project_out.weight", {e, h});
     }
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = root + "layers." + std::to_string(i) + ".";
@@ -42,27 +42,25 @@ class OptModel final : public Model {
       l.attn_ln = norm(p + "self_attn_layer_norm");
       l.mlp_ln = norm(p + "final_layer_norm");
       l.attn.heads = l.attn.kv_heads = c.num_attention_heads, l.attn.head_dim = c.head_dim;
-      l.attn.qkv_w = at::cat({load(p + "self_attn.q_proj.weight", {h, h}), load(p + "self_attn.k_proj.weight", {h, h}),
-                              load(p + "self_attn.v_proj.weight", {h, h})});
-      if (c.enable_bias)
-        l.attn.qkv_b = at::cat({load(p + "self_attn.q_proj.bias", {h}), load(p + "self_attn.k_proj.bias", {h}),
-                                load(p + "self_attn.v_proj.bias", {h})});
-      l.attn.o_w = load(p + "self_attn.out_proj.weight", {h, h});
-      l.attn.o_b = bias(p + "self_attn.out_proj.bias", h);
-      l.mlp = {load(p + "fc1.weight", {f, h}), bias(p + "fc1.bias", f), load(p + "fc2.weight", {h, f}),
-               bias(p + "fc2.bias", h), c.hidden_act};
+      const std::string a = p + "self_attn.";
+      l.attn.qkv = Linear::cat({load.linear(a + "q_proj.weight", {h, h}, bias(a + "q_proj.bias", h)),
+                                load.linear(a + "k_proj.weight", {h, h}, bias(a + "k_proj.bias", h)),
+                                load.linear(a + "v_proj.weight", {h, h}, bias(a + "v_proj.bias", h))});
+      l.attn.o = load.linear(a + "out_proj.weight", {h, h}, bias(a + "out_proj.bias", h));
+      l.mlp = {load.linear(p + "fc1.weight", {f, h}, bias(p + "fc1.bias", f)),
+               load.linear(p + "fc2.weight", {h, f}, bias(p + "fc2.bias", h)), c.hidden_act};
       layers_.push_back(std::move(l));
     }
     if (c.do_layer_norm_before && !c.remove_final_layer_norm) final_ = norm(root + "final_layer_norm");
-    head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight")) ? embed_ : load("lm_head.weight", {v, e});
+    head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight")) ? embed_ : load.linear("lm_head.weight", {v, e});
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const ModelConfig& c = config_;
     const double eps = c.rms_norm_eps;
     const int64_t t = input_ids.size(1), past = cache.length();
-    at::Tensor x = layers::embed(embed_, input_ids);
-    if (project_in_.defined()) x = layers::linear(x, project_in_);
+    at::Tensor x = embed_.rows(input_ids, dtype_);
+    if (project_in_.defined()) x = project_in_(x);
     x = x + layers::learned_positions(positions_, past, t, kPositionOffset);
     const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -76,13 +74,14 @@ class OptModel final : public Model {
     cache.advance(t);
     x = layers::last_positions(x, keep_last);
     if (final_.w.defined()) x = final_(x, eps);
-    if (project_out_.defined()) x = layers::linear(x, project_out_);
-    return layers::linear(x, head_).to(at::kFloat);
+    if (project_out_.defined()) x = project_out_(x);
+    return head_(x).to(at::kFloat);
   }
 
  private:
   double scale_;
-  at::Tensor embed_, positions_, project_in_, project_out_, head_;
+  Linear embed_, project_in_, project_out_, head_;  // head_: embed_ itself when tied
+  at::Tensor positions_;
   std::vector<OptLayer> layers_;
   layers::Norm final_;
 };

@@ -54,7 +54,7 @@ struct T5Block {
   at::Tensor attn_norm;
   layers::Attention attn;      // self-attention, unscaled
   at::Tensor cross_norm;       // decoder only
-  at::Tensor cross_q, cross_o; // decoder only; keys/values come from attach_encoder
+  Linear cross_q, cross_o;     // decoder only; keys/values come from attach_encoder
   at::Tensor ff_norm;
   layers::Mlp mlp;             // ReLU (t5): wo(act(wi x))
   layers::GatedMlp gated;      // gated-GELU (t5-v1_1, flan-t5): wo(act(wi_0 x) * wi_1 x)
@@ -68,67 +68,64 @@ class T5Model final : public Model {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, inner = c.num_attention_heads * c.head_dim, f = c.intermediate_size,
                   v = c.vocab_size;
-    auto load = [&](const std::string& name, std::vector<int64_t> shape) {
-      return w.load(name, dtype_, device_, shape);
-    };
-    embed_ = load(w.contains("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight", {v, h});
+    const WeightLoader load(w, o);
+    embed_ = load.linear(w.contains("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight", {v, h});
     auto block = [&](const std::string& p, bool decoder) {
       T5Block b;
       const std::string sa = p + "layer.0.SelfAttention.";
-      b.attn_norm = load(p + "layer.0.layer_norm.weight", {h});
+      b.attn_norm = load.tensor(p + "layer.0.layer_norm.weight", {h});
       b.attn.heads = b.attn.kv_heads = c.num_attention_heads, b.attn.head_dim = c.head_dim;
-      b.attn.qkv_w = at::cat({load(sa + "q.weight", {inner, h}), load(sa + "k.weight", {inner, h}),
-                              load(sa + "v.weight", {inner, h})});
-      b.attn.o_w = load(sa + "o.weight", {h, inner});
+      b.attn.qkv = Linear::cat({load.linear(sa + "q.weight", {inner, h}), load.linear(sa + "k.weight", {inner, h}),
+                                load.linear(sa + "v.weight", {inner, h})});
+      b.attn.o = load.linear(sa + "o.weight", {h, inner});
       if (decoder) {
         const std::string ca = p + "layer.1.EncDecAttention.";
-        b.cross_norm = load(p + "layer.1.layer_norm.weight", {h});
-        b.cross_q = load(ca + "q.weight", {inner, h});
-        b.cross_o = load(ca + "o.weight", {h, inner});
+        b.cross_norm = load.tensor(p + "layer.1.layer_norm.weight", {h});
+        b.cross_q = load.linear(ca + "q.weight", {inner, h});
+        b.cross_o = load.linear(ca + "o.weight", {h, inner});
       }
-      const std::string ffp = p + "layer." + (decoder ? "2" : "1") + ".";
-      b.ff_norm = load(ffp + "layer_norm.weight", {h});
+      const std::string ffp = p + "layer." + (decoder ? "2" : "1") + ".DenseReluDense.";
+      b.ff_norm = load.tensor(p + "layer." + (decoder ? "2" : "1") + ".layer_norm.weight", {h});
       b.is_gated = c.is_gated_act;
       if (c.is_gated_act) {
-        b.gated.gate_up_w = at::cat({load(ffp + "DenseReluDense.wi_0.weight", {f, h}),
-                                     load(ffp + "DenseReluDense.wi_1.weight", {f, h})});
-        b.gated.down_w = load(ffp + "DenseReluDense.wo.weight", {h, f});
+        b.gated.gate_up = Linear::cat({load.linear(ffp + "wi_0.weight", {f, h}), load.linear(ffp + "wi_1.weight", {f, h})});
+        b.gated.down = load.linear(ffp + "wo.weight", {h, f});
         b.gated.act = c.hidden_act;
       } else {
-        b.mlp.up_w = load(ffp + "DenseReluDense.wi.weight", {f, h});
-        b.mlp.down_w = load(ffp + "DenseReluDense.wo.weight", {h, f});
+        b.mlp.up = load.linear(ffp + "wi.weight", {f, h});
+        b.mlp.down = load.linear(ffp + "wo.weight", {h, f});
         b.mlp.act = c.hidden_act;
       }
       return b;
     };
     const std::string bias_name = "block.0.layer.0.SelfAttention.relative_attention_bias.weight";
     const std::vector<int64_t> bias_shape = {c.relative_attention_num_buckets, c.num_attention_heads};
-    encoder_bias_ = RelativeBias(load("encoder." + bias_name, bias_shape), true,
+    encoder_bias_ = RelativeBias(load.tensor("encoder." + bias_name, bias_shape), true,
                                  c.relative_attention_num_buckets, c.relative_attention_max_distance);
-    decoder_bias_ = RelativeBias(load("decoder." + bias_name, bias_shape), false,
+    decoder_bias_ = RelativeBias(load.tensor("decoder." + bias_name, bias_shape), false,
                                  c.relative_attention_num_buckets, c.relative_attention_max_distance);
     for (int64_t i = 0; i < c.num_encoder_layers; ++i)
       encoder_.push_back(block("encoder.block." + std::to_string(i) + ".", false));
-    std::vector<at::Tensor> cross_kv;
+    std::vector<Linear> cross_kv;
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = "decoder.block." + std::to_string(i) + ".";
       decoder_.push_back(block(p, true));
-      cross_kv.push_back(load(p + "layer.1.EncDecAttention.k.weight", {inner, h}));
-      cross_kv.push_back(load(p + "layer.1.EncDecAttention.v.weight", {inner, h}));
+      cross_kv.push_back(load.linear(p + "layer.1.EncDecAttention.k.weight", {inner, h}));
+      cross_kv.push_back(load.linear(p + "layer.1.EncDecAttention.v.weight", {inner, h}));
     }
-    cross_kv_w_ = at::cat(cross_kv);  // every layer's keys and values: one matmul per request
-    encoder_norm_ = load("encoder.final_layer_norm.weight", {h});
-    decoder_norm_ = load("decoder.final_layer_norm.weight", {h});
+    cross_kv_ = Linear::cat(cross_kv);  // every layer's keys and values: one matmul per request
+    encoder_norm_ = load.tensor("encoder.final_layer_norm.weight", {h});
+    decoder_norm_ = load.tensor("decoder.final_layer_norm.weight", {h});
     const bool has_head = w.contains("lm_head.weight");
     SPECDEC_CHECK(has_head || c.tie_word_embeddings, w.dir(),
                   ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
-    lm_head_ = c.tie_word_embeddings ? embed_ : load("lm_head.weight", {v, h});
+    lm_head_ = c.tie_word_embeddings ? embed_ : load.linear("lm_head.weight", {v, h});
   }
 
   at::Tensor encode(const at::Tensor& input_ids) const override {
     const double eps = config_.rms_norm_eps;
     const int64_t s = input_ids.size(1);
-    at::Tensor x = layers::embed(embed_, input_ids);  // [B, S, H]
+    at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, S, H]
     const at::Tensor bias = encoder_bias_(0, s, s);   // [H, 1, S, S]
     for (const T5Block& b : encoder_) {
       x = clamp_half(x + b.attn(layers::rms_norm(x, b.attn_norm, eps), bias, 1.0));
@@ -144,7 +141,7 @@ class T5Model final : public Model {
     const int64_t b = states.size(0), s = states.size(1), heads = config_.num_attention_heads,
                   d = config_.head_dim;
     // [B, S, layers * 2 * H * D] -> [layers * 2, B, H, S, D]
-    const at::Tensor kv = layers::linear(states.to(device_, dtype_), cross_kv_w_)
+    const at::Tensor kv = cross_kv_(states.to(device_, dtype_))
                               .view({b, s, -1, heads, d})
                               .permute({2, 0, 3, 1, 4})
                               .contiguous();
@@ -166,14 +163,16 @@ class T5Model final : public Model {
       return false;
     const auto mine = encoder_tensors(), theirs = o->encoder_tensors();
     for (size_t i = 0; i < mine.size(); ++i)
-      if (mine[i].sizes() != theirs[i].sizes() || !at::equal(mine[i], theirs[i])) return false;
+      if (mine[i].sizes() != theirs[i].sizes() || mine[i].scalar_type() != theirs[i].scalar_type() ||
+          !at::equal(mine[i], theirs[i]))
+        return false;
     return true;
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
     const double eps = config_.rms_norm_eps;
     const int64_t t = input_ids.size(1), past = cache.length();
-    at::Tensor x = layers::embed(embed_, input_ids);  // [B, T, H]
+    at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
     at::Tensor bias = decoder_bias_(past, t, past + t);  // [H, 1, T, past+T]
     const at::Tensor causal = layers::causal_mask(past, t, dtype_, device_);
     if (causal.defined()) bias = bias + causal;
@@ -182,35 +181,42 @@ class T5Model final : public Model {
       const T5Block& l = decoder_[i];
       const auto layer = static_cast<int64_t>(i);
       x = clamp_half(x + l.attn(layers::rms_norm(x, l.attn_norm, eps), cache, layer, bias, 1.0));
-      const at::Tensor q = layers::linear(layers::rms_norm(x, l.cross_norm, eps), l.cross_q)
+      const at::Tensor q = l.cross_q(layers::rms_norm(x, l.cross_norm, eps))
                                .view({b, t, heads, d})
                                .transpose(1, 2);  // [B, H, T, D]
       const auto& [keys, values] = cache.cross(layer);
-      x = clamp_half(x + layers::linear(layers::attend(q, keys, values, {}, 1.0), l.cross_o));
+      x = clamp_half(x + l.cross_o(layers::attend(q, keys, values, {}, 1.0)));
       x = clamp_half(x + l.ff(layers::rms_norm(x, l.ff_norm, eps)));
     }
     cache.advance(t);
     x = layers::rms_norm(layers::last_positions(x, keep_last), decoder_norm_, eps);
     if (config_.tie_word_embeddings) x = x * std::pow(static_cast<double>(config_.hidden_size), -0.5);
-    return layers::linear(x, lm_head_).to(at::kFloat);
+    return lm_head_(x).to(at::kFloat);
   }
 
  private:
   // Everything the encoder's output depends on, in a fixed order.
   std::vector<at::Tensor> encoder_tensors() const {
-    std::vector<at::Tensor> t = {embed_, encoder_bias_.table(), encoder_norm_};
-    for (const T5Block& b : encoder_)
-      t.insert(t.end(), {b.attn_norm, b.attn.qkv_w, b.attn.o_w, b.ff_norm,
-                         b.is_gated ? b.gated.gate_up_w : b.mlp.up_w, b.is_gated ? b.gated.down_w : b.mlp.down_w});
+    std::vector<at::Tensor> t = {encoder_bias_.table(), encoder_norm_};
+    std::vector<const Linear*> linears = {&embed_};
+    for (const T5Block& b : encoder_) {
+      t.insert(t.end(), {b.attn_norm, b.ff_norm});
+      linears.insert(linears.end(), {&b.attn.qkv, &b.attn.o, b.is_gated ? &b.gated.gate_up : &b.mlp.up,
+                                     b.is_gated ? &b.gated.down : &b.mlp.down});
+    }
+    for (const Linear* l : linears) {
+      const auto w = l->tensors();
+      t.insert(t.end(), w.begin(), w.end());
+    }
     return t;
   }
 
-  at::Tensor embed_;  // [V, H] shared by encoder, decoder (and the head when tied)
+  Linear embed_;  // [V, H] shared by encoder, decoder (and the head when tied)
   RelativeBias encoder_bias_, decoder_bias_;
   std::vector<T5Block> encoder_, decoder_;
-  at::Tensor cross_kv_w_;  // [layers * 2 * H * D, H]: k then v of each decoder layer
+  Linear cross_kv_;  // [layers * 2 * H * D, H]: k then v of each decoder layer
   at::Tensor encoder_norm_, decoder_norm_;
-  at::Tensor lm_head_;  // [V, H]
+  Linear lm_head_;  // [V, H]: embed_ itself when tied
 };
 
 }  // namespace

@@ -116,6 +116,22 @@ TEST(SmolLM2, LogitsMatchHuggingFace) {
   }
 }
 
+// The model as stored (Q4_1 layers, Q8_0 embeddings and tied head, run by the packed kernels) gives
+// bitwise the logits of the float32 model dequantized at load: the kernels dequantize in registers
+// with the dequantizer's own roundings. (The tests around this one run the as-stored model.)
+TEST(SmolLM2, AsStoredWeightsGiveBitwiseTheDequantizedModelsLogits) {
+  REQUIRE_MODEL();
+  c10::InferenceMode guard;
+  LoadOptions o;
+  o.weights = WeightFormat::kFloat32;
+  const auto f32 = load_model(model_path, o);
+  const auto packed = model(model_path);
+  const auto ids = reference()["logits"][0]["ids"].get<std::vector<int64_t>>();
+  KVCache a = f32->make_cache(static_cast<int64_t>(ids.size())), b = packed->make_cache(static_cast<int64_t>(ids.size()));
+  const at::Tensor x = at::tensor(ids).unsqueeze(0);
+  EXPECT_TRUE(at::equal(f32->forward(x, a), packed->forward(x, b)));
+}
+
 // 14 chat prompts, 64 new tokens each: target-only greedy equals Hugging Face's greedy tokens (up to
 // and including the first <|im_end|>, where generation stops), and assisted greedy (prompt lookup;
 // on all; a 4-layer early-exit draft made from the model itself on three) equals target-only greedy.

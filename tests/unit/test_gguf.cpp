@@ -230,6 +230,48 @@ TEST(GgufDequant, Q6_KByHand) {
     }
 }
 
+// Quantizing blocks whose bytes can be worked out by hand.
+TEST(GgufQuantize, HandBuiltBlocks) {
+  auto quantize = [](GgmlType type, const std::vector<float>& x) {
+    std::vector<uint8_t> out(ggml_block_bytes(type));
+    ggml_quantize(type, x.data(), out.data(), 32);
+    return out;
+  };
+  // Q8_0: the largest magnitude 127 gives d = 1 (float16 0x3C00), q = round(x).
+  std::vector<float> x(32);
+  for (int j = 0; j < 32; ++j) x[j] = static_cast<float>(j - 16) + (j % 2 ? 0.4f : -0.4f);
+  x[31] = 127.0f;
+  auto q8 = quantize(GgmlType::kQ8_0, x);
+  EXPECT_EQ(q8[0], 0x00);
+  EXPECT_EQ(q8[1], 0x3C);
+  for (int j = 0; j < 31; ++j) EXPECT_EQ(static_cast<int8_t>(q8[2 + j]), j - 16) << j;
+  EXPECT_EQ(q8[33], 127);
+  // Q4_0: the signed extreme -8 gives d = -8 / -8 = 1; q = x + 8 (0 for -8, 8 for 0); element j in
+  // the low nibble of byte j, element j + 16 in its high nibble.
+  std::vector<float> z(32, 0.0f);
+  z[0] = -8.0f;
+  z[17] = 3.0f;
+  auto q4 = quantize(GgmlType::kQ4_0, z);
+  EXPECT_EQ(q4[0], 0x00);
+  EXPECT_EQ(q4[1], 0x3C);
+  EXPECT_EQ(q4[2], 0x80);      // q[0] = 0, q[16] = 8
+  EXPECT_EQ(q4[3], 0xB8);      // q[1] = 8, q[17] = 11
+  for (int j = 2; j < 16; ++j) EXPECT_EQ(q4[2 + j], 0x88) << j;
+  // Q4_1: values 0..15 twice: min 0 (m = 0), d = 15 / 15 = 1, q = x.
+  std::vector<float> r(32);
+  for (int j = 0; j < 32; ++j) r[j] = static_cast<float>(j % 16);
+  auto q41 = quantize(GgmlType::kQ4_1, r);
+  EXPECT_EQ(q41[0], 0x00);
+  EXPECT_EQ(q41[1], 0x3C);
+  EXPECT_EQ(q41[2], 0x00);
+  EXPECT_EQ(q41[3], 0x00);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(q41[4 + j], j | (j << 4)) << j;
+  // Round trip: dequantizing gives the values back exactly where they are representable.
+  EXPECT_EQ(dequantize(GgmlType::kQ4_1, std::string(q41.begin(), q41.end())), r);
+  EXPECT_THROW(quantize(GgmlType::kQ6_K, x), Error);
+  EXPECT_THROW(ggml_quantize(GgmlType::kQ8_0, x.data(), q8.data(), 31), Error);
+}
+
 // --- against the gguf Python package (scripts/gguf_reference_blocks.py) ---
 
 namespace {
@@ -253,6 +295,19 @@ TEST(GgufDequant, EveryTypeMatchesTheGgufPackage) {
     ASSERT_EQ(y.size(), expected.size()) << b["type"];
     for (size_t i = 0; i < y.size(); ++i)
       ASSERT_NEAR(y[i], expected[i], 1e-6 * std::max(1.0f, std::fabs(expected[i]))) << b["type"] << " element " << i;
+  }
+}
+
+TEST(GgufQuantize, EveryTypeMatchesTheGgufPackage) {
+  const json ref = gguf_reference();
+  ASSERT_EQ(ref["quantized"].size(), 3u);
+  for (const json& q : ref["quantized"]) {
+    const auto type = static_cast<GgmlType>(q["type_id"].get<uint32_t>());
+    const auto x = q["values"].get<std::vector<float>>();
+    const std::string expected = unhex(q["bytes"].get<std::string>());
+    std::string bytes(expected.size(), '\0');
+    ggml_quantize(type, x.data(), reinterpret_cast<uint8_t*>(bytes.data()), static_cast<int64_t>(x.size()));
+    EXPECT_EQ(bytes, expected) << q["type"];
   }
 }
 

@@ -1,29 +1,108 @@
-// The float32 CPU linear kernel: agrees with libtorch, and is bitwise independent of how many rows
-// share a call (a verification pass computes exactly what single-token passes compute).
+// The CPU linear kernels of every weight format: float32 agrees with libtorch; every format is
+// bitwise independent of how many rows share a call (a verification pass computes exactly what
+// single-token passes compute); a packed format gives bitwise the float32 kernel's results on its
+// dequantized values (the kernels dequantize in registers with ggml_dequantize's roundings).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "kernels.hpp"
+#include <cstring>
+
+#include "linear.hpp"
+#include "specdec/error.hpp"
 
 namespace specdec {
 namespace {
 
-TEST(LinearKernel, MatchesLibtorchAndIsBatchInvariant) {
+// Every row grouping of x [1, T, K] gives the rows of the whole pass bitwise.
+void expect_batch_invariant(const Linear& l, const at::Tensor& x, const std::string& what) {
+  const at::Tensor y = l(x);
+  for (int64_t t = 0; t < x.size(1); ++t)
+    ASSERT_TRUE(at::equal(l(x.narrow(1, t, 1))[0][0], y[0][t])) << what << " row " << t;
+  EXPECT_TRUE(at::equal(l(x.narrow(1, 3, 6)), y.narrow(1, 3, 6))) << what;
+}
+
+TEST(LinearKernel, Float32MatchesLibtorchAndIsBatchInvariant) {
   for (int64_t k : {64, 100, 2048}) {  // 100: a tail that is not a multiple of 8
     const at::Tensor w = at::randn({37, k});
     const at::Tensor b = at::randn({37});
     const at::Tensor x = at::randn({1, 11, k});
-    const at::Tensor y = kernels::linear_f32(x, w, b);
-    if (!y.defined()) GTEST_SKIP() << "CPU without AVX2/FMA: libtorch's linear is used instead";
+    const Linear l(w, b);
     const at::Tensor ref = at::linear(x, w, b);
-    EXPECT_LT((y - ref).abs().max().item<float>(), 1e-4 * ref.abs().max().item<float>());
-    for (int64_t t = 0; t < 11; ++t) {
-      const at::Tensor one = kernels::linear_f32(x.narrow(1, t, 1), w, b);
-      EXPECT_TRUE(at::equal(one[0][0], y[0][t])) << "row " << t << " K " << k;
-    }
-    EXPECT_TRUE(at::equal(kernels::linear_f32(x.narrow(1, 3, 6), w, b), y.narrow(1, 3, 6)));
+    EXPECT_LT((l(x) - ref).abs().max().item<float>(), 1e-4 * ref.abs().max().item<float>());
+    expect_batch_invariant(l, x, "float32 K " + std::to_string(k));
   }
-  EXPECT_FALSE(kernels::linear_f32(at::randn({2, 8}).to(at::kBFloat16), at::randn({4, 8}), {}).defined());
+}
+
+// Random blocks of `type` with finite float16 scales (the offsets of each type's scale fields).
+at::Tensor random_blocks(GgmlType type, int64_t rows, int64_t k) {
+  const int64_t blocks = k / ggml_block_elements(type), bytes = ggml_block_bytes(type);
+  at::Tensor out = at::randint(0, 256, {rows, blocks * bytes}, at::kByte);
+  std::vector<int> scale_fields;
+  switch (type) {
+    case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ8_0: scale_fields = {0}; break;
+    case GgmlType::kQ4_1: case GgmlType::kQ5_1: case GgmlType::kQ4_K: case GgmlType::kQ5_K: scale_fields = {0, 2}; break;
+    case GgmlType::kQ6_K: scale_fields = {208}; break;
+    default: break;
+  }
+  uint8_t* p = out.data_ptr<uint8_t>();
+  for (int64_t blk = 0; blk < rows * blocks; ++blk)
+    for (int off : scale_fields) {
+      const uint16_t h = c10::Half(0.001f + 0.05f * static_cast<float>(blk % 7)).x;
+      std::memcpy(p + blk * bytes + off, &h, 2);
+    }
+  return out;
+}
+
+TEST(LinearKernel, EveryPackedFormatEqualsFloat32OnItsDequantizedValues) {
+  const GgmlType types[] = {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                            GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  for (GgmlType type : types) {
+    const int64_t k = ggml_block_elements(type) == 256 ? 512 : 96, n = 21;
+    const at::Tensor bytes = random_blocks(type, n, k);
+    at::Tensor dense = at::empty({n, k});
+    ggml_dequantize(type, bytes.data_ptr<uint8_t>(), dense.data_ptr<float>(), n * k);
+    const at::Tensor b = at::randn({n});
+    const Linear packed(type, bytes, k, b), reference(dense, b);
+    const std::string name = ggml_type_name(static_cast<uint32_t>(type));
+    for (int64_t t : {1, 2, 5, 13}) {
+      const at::Tensor x = at::randn({1, t, k});
+      EXPECT_TRUE(at::equal(packed(x), reference(x))) << name << " rows " << t;
+    }
+    expect_batch_invariant(packed, at::randn({1, 11, k}), name);
+    // The embedding lookup of a shared matrix gives its dequantized rows.
+    const at::Tensor ids = at::tensor({3, 0, 20}, at::kLong).view({1, 3});
+    EXPECT_TRUE(at::equal(packed.rows(ids, at::kFloat)[0], dense.index_select(0, ids[0]))) << name;
+    EXPECT_THROW(packed.rows(at::tensor({21}, at::kLong).view({1, 1}), at::kFloat), Error) << name;
+  }
+}
+
+TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
+  for (at::ScalarType dtype : {at::kBFloat16, at::kHalf}) {
+    for (int64_t k : {64, 100}) {
+      const at::Tensor w = at::randn({19, k}).to(dtype);
+      const Linear half(w), reference(w.to(at::kFloat));
+      for (int64_t t : {1, 4, 7}) {
+        const at::Tensor x = at::randn({2, t, k});
+        EXPECT_TRUE(at::equal(half(x), reference(x))) << dtype << " K " << k << " rows " << t;
+      }
+      expect_batch_invariant(half, at::randn({1, 11, k}), std::string(c10::toString(dtype)));
+    }
+  }
+}
+
+TEST(LinearKernel, FusedPartsOfDifferentFormatsRunOneByOne) {
+  const int64_t k = 64;
+  const at::Tensor a = at::randn({8, k}), c = at::randn({5, k});
+  at::Tensor q8 = at::empty({5, k / 32 * 34}, at::kByte);
+  ggml_quantize(GgmlType::kQ8_0, c.data_ptr<float>(), q8.data_ptr<uint8_t>(), 5 * k);
+  at::Tensor c_deq = at::empty({5, k});
+  ggml_dequantize(GgmlType::kQ8_0, q8.data_ptr<uint8_t>(), c_deq.data_ptr<float>(), 5 * k);
+  const Linear mixed = Linear::cat({Linear(a), Linear(GgmlType::kQ8_0, q8, k)});
+  const Linear same = Linear::cat({Linear(a), Linear(c_deq)});
+  EXPECT_EQ(mixed.out_features(), 13);
+  const at::Tensor x = at::randn({1, 3, k});
+  EXPECT_TRUE(at::equal(mixed(x), same(x)));
+  EXPECT_THROW(Linear(GgmlType::kQ8_0, q8, k + 32), Error);  // bytes that do not hold K values
 }
 
 }  // namespace

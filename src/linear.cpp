@@ -1,0 +1,179 @@
+#include "linear.hpp"
+
+#include <cstring>
+
+#include "specdec/error.hpp"
+#include "util.hpp"
+
+namespace specdec {
+namespace {
+
+GgmlType dense_type(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return GgmlType::kF32;
+    case at::kBFloat16: return GgmlType::kBF16;
+    case at::kHalf: return GgmlType::kF16;
+    default: throw Error("linear layer: unsupported weight dtype " + dtype_name(dtype));
+  }
+}
+
+const std::pair<WeightFormat, const char*> kFormatNames[] = {
+    {WeightFormat::kAsStored, "as-stored"}, {WeightFormat::kFloat32, "float32"}, {WeightFormat::kBFloat16, "bfloat16"},
+    {WeightFormat::kFloat16, "float16"},    {WeightFormat::kQ8_0, "q8_0"},        {WeightFormat::kQ4_0, "q4_0"},
+};
+
+}  // namespace
+
+WeightFormat parse_weight_format(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& [f, n] : kFormatNames) {
+    if (name == n) return f;
+    names.push_back(n);
+  }
+  throw Error("unknown weight format '" + name + "' (expected one of: " + join(names) + ")");
+}
+
+std::string weight_format_name(WeightFormat format) {
+  for (const auto& [f, n] : kFormatNames)
+    if (f == format) return n;
+  return "unknown";
+}
+
+Linear::Linear(at::Tensor w, at::Tensor b)
+    : w_(w.contiguous()), b_(std::move(b)), type_(dense_type(w.scalar_type())), n_(w.size(0)), k_(w.size(1)) {
+  row_bytes_ = k_ * static_cast<int64_t>(w_.element_size());
+  if (w_.device().is_cpu()) kernel_ = kernels::linear_kernel(type_);
+}
+
+Linear::Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b)
+    : w_(bytes.contiguous()), b_(std::move(b)), type_(type), n_(bytes.size(0)), k_(k), row_bytes_(bytes.size(1)) {
+  SPECDEC_CHECK(k % ggml_block_elements(type) == 0 && k / ggml_block_elements(type) * ggml_block_bytes(type) == row_bytes_,
+                "linear layer: ", row_bytes_, " bytes per row do not hold ", k, " ",
+                ggml_type_name(static_cast<uint32_t>(type)), " values");
+  kernel_ = kernels::linear_kernel(type);
+}
+
+Linear Linear::cat(const std::vector<Linear>& parts) {
+  SPECDEC_CHECK(!parts.empty(), "Linear::cat of nothing");
+  bool same = true;
+  const bool biased = parts[0].b_.defined();
+  std::vector<at::Tensor> w, b;
+  for (const Linear& p : parts) {
+    same = same && p.parts_.empty() && p.type_ == parts[0].type_ && p.k_ == parts[0].k_ &&
+           p.w_.device() == parts[0].w_.device();
+    SPECDEC_CHECK(p.b_.defined() == biased, "Linear::cat: parts with and without bias");
+    w.push_back(p.w_);
+    if (biased) b.push_back(p.b_);
+  }
+  Linear out;
+  out.n_ = 0;
+  for (const Linear& p : parts) out.n_ += p.n_;
+  out.k_ = parts[0].k_;
+  out.type_ = parts[0].type_;
+  if (!same) {
+    out.parts_ = parts;
+    return out;
+  }
+  out.w_ = at::cat(w);  // the parts' tensors are released by the caller
+  if (biased) out.b_ = at::cat(b);
+  out.row_bytes_ = parts[0].row_bytes_;
+  out.kernel_ = parts[0].kernel_;
+  return out;
+}
+
+int64_t Linear::bytes() const {
+  int64_t total = (w_.defined() ? w_.nbytes() : 0) + (b_.defined() ? b_.nbytes() : 0);
+  for (const Linear& p : parts_) total += p.bytes();
+  return total;
+}
+
+std::vector<at::Tensor> Linear::tensors() const {
+  std::vector<at::Tensor> out;
+  if (w_.defined()) out.push_back(w_);
+  if (b_.defined()) out.push_back(b_);
+  for (const Linear& p : parts_) {
+    const auto t = p.tensors();
+    out.insert(out.end(), t.begin(), t.end());
+  }
+  return out;
+}
+
+at::Tensor Linear::operator()(const at::Tensor& x) const {
+  if (!parts_.empty()) {
+    std::vector<at::Tensor> ys;
+    for (const Linear& p : parts_) ys.push_back(p(x));
+    return at::cat(ys, -1);
+  }
+  if (kernel_ && x.device().is_cpu() && x.scalar_type() == at::kFloat)
+    return kernels::linear_packed(x, kernel_, static_cast<const uint8_t*>(w_.data_ptr()), row_bytes_, n_, k_, b_);
+  SPECDEC_CHECK(w_.scalar_type() != at::kByte, "linear layer: ", ggml_type_name(static_cast<uint32_t>(type_)),
+                " weights need float32 activations on the CPU");
+  return at::linear(x, w_, b_);
+}
+
+at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {
+  SPECDEC_CHECK(parts_.empty(), "embedding lookup in a fused layer");
+  const at::Tensor flat = ids.reshape(-1).to(at::kCPU, at::kLong).contiguous();
+  const int64_t* id = flat.data_ptr<int64_t>();
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    SPECDEC_CHECK(id[i] >= 0 && id[i] < n_, "token id ", id[i], " is outside the vocabulary [0, ", n_, ")");
+  if (w_.scalar_type() != at::kByte && (w_.scalar_type() == dtype || !w_.device().is_cpu()))
+    return w_.index_select(0, flat.to(w_.device())).to(dtype).view({ids.size(0), ids.size(1), k_});
+  at::Tensor out = at::empty({flat.numel(), k_}, at::kFloat);
+  const uint8_t* w = static_cast<const uint8_t*>(w_.data_ptr());
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    ggml_dequantize(type_, w + id[i] * row_bytes_, out.data_ptr<float>() + i * k_, k_);
+  return out.to(dtype).view({ids.size(0), ids.size(1), k_});
+}
+
+WeightLoader::WeightLoader(const WeightSource& source, const LoadOptions& options)
+    : source_(source), options_(options), packed_(options.device.is_cpu() && options.dtype == at::kFloat) {
+  if (packed_ || options.weights == WeightFormat::kAsStored) return;
+  const bool own_dtype = (options.weights == WeightFormat::kFloat32 && options.dtype == at::kFloat) ||
+                         (options.weights == WeightFormat::kBFloat16 && options.dtype == at::kBFloat16) ||
+                         (options.weights == WeightFormat::kFloat16 && options.dtype == at::kHalf);
+  SPECDEC_CHECK(own_dtype, "weight format ", weight_format_name(options.weights),
+                " needs float32 compute on the CPU (here: ", dtype_name(options.dtype), " on ",
+                options.device.str(), "); use as-stored or the compute dtype");
+}
+
+at::Tensor WeightLoader::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
+  return source_.load(name, options_.dtype, options_.device, shape);
+}
+
+at::Tensor WeightLoader::stored(const std::string& name, const std::vector<int64_t>& shape) const {
+  if (!packed_) return tensor(name, shape);
+  return source_.load(name, source_.stored_dtype(name), c10::Device(c10::kCPU), shape);
+}
+
+Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>& shape, at::Tensor bias) const {
+  at::Tensor bytes;
+  uint32_t type = 0;
+  if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))
+    return Linear(static_cast<GgmlType>(type), bytes, shape.empty() ? bytes.size(1) : shape[1], std::move(bias));
+  return make(name, stored(name, shape), std::move(bias));
+}
+
+Linear WeightLoader::make(const std::string& name, const at::Tensor& w, at::Tensor bias) const {
+  if (!packed_) return Linear(w.to(options_.device, options_.dtype), std::move(bias));
+  switch (options_.weights) {
+    case WeightFormat::kAsStored: return Linear(w, std::move(bias));
+    case WeightFormat::kFloat32: return Linear(w.to(at::kFloat), std::move(bias));
+    case WeightFormat::kBFloat16: return Linear(w.to(at::kBFloat16), std::move(bias));
+    case WeightFormat::kFloat16: return Linear(w.to(at::kHalf), std::move(bias));
+    case WeightFormat::kQ8_0:
+    case WeightFormat::kQ4_0: {
+      const GgmlType type = options_.weights == WeightFormat::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0;
+      const int64_t n = w.size(0), k = w.size(1);
+      SPECDEC_CHECK(k % 32 == 0, source_.dir(), ": cannot hold '", name, "' [", n, ", ", k, "] as ",
+                    weight_format_name(options_.weights), ": its ", k, " columns are not a whole number of blocks of 32");
+      const at::Tensor f = w.to(at::kFloat).contiguous();
+      at::Tensor bytes = at::empty({n, k / 32 * ggml_block_bytes(type)}, at::kByte);
+      ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), n * k);
+      return Linear(type, bytes, k, std::move(bias));
+    }
+  }
+  throw Error("unknown weight format");
+}
+
+}  // namespace specdec

@@ -1,0 +1,82 @@
+// A linear layer that owns its weight format, and the loader that builds every model's layers in
+// the format LoadOptions::weights asks for. Private header: full ATen available.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels.hpp"
+#include "specdec/gguf.hpp"
+#include "specdec/model.hpp"
+#include "specdec/weights.hpp"
+
+namespace specdec {
+
+// y = x @ W^T + b with W [N, K] held as float32, bfloat16, float16 or ggml blocks (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K). The kernel is chosen once, when the layer is built: the
+// packed CPU kernels for float32 activations on the CPU, libtorch's at::linear for dense weights
+// on other devices or compute dtypes. Copies share the weights.
+class Linear {
+ public:
+  Linear() = default;
+  // Dense weights [N, K] (float32, bfloat16 or float16, any device), kept as they are.
+  explicit Linear(at::Tensor w, at::Tensor b = {});
+  // Block-quantized weights: `bytes` [N, row_bytes] (CPU uint8) of `type`, K columns per row.
+  Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {});
+  // One layer whose output is the concatenation of the parts' outputs (fused q|k|v, gate|up): the
+  // rows are concatenated into one matrix when the parts share a format (one pass over x), else
+  // the parts run one after the other (GGUF files that mix formats, e.g. Q4_K_M).
+  static Linear cat(const std::vector<Linear>& parts);
+
+  bool defined() const { return w_.defined() || !parts_.empty(); }
+  int64_t out_features() const { return n_; }
+  int64_t in_features() const { return k_; }
+  GgmlType type() const { return type_; }
+  // Bytes held by the weights (and bias).
+  int64_t bytes() const;
+  // The tensors holding the weights and bias, in a fixed order (to compare two layers).
+  std::vector<at::Tensor> tensors() const;
+
+  // x [..., K] -> [..., N].
+  at::Tensor operator()(const at::Tensor& x) const;
+  // Rows `ids` ([B, T] int64, any device) of W as [B, T, K] in `dtype` on the weights' device:
+  // the token-embedding lookup of a matrix shared with the output head. Throws specdec::Error for
+  // ids outside [0, N).
+  at::Tensor rows(const at::Tensor& ids, at::ScalarType dtype) const;
+
+ private:
+  at::Tensor w_;  // dense [N, K], or uint8 [N, row_bytes] for block formats
+  at::Tensor b_;  // [N] or undefined
+  GgmlType type_ = GgmlType::kF32;
+  int64_t n_ = 0, k_ = 0, row_bytes_ = 0;
+  kernels::LinearKernel kernel_ = nullptr;  // the packed CPU kernel, or null (dense at::linear only)
+  std::vector<Linear> parts_;               // set instead of w_ when fused parts differ in format
+};
+
+// Builds a model's parameters from a WeightSource under LoadOptions: dense tensors in the compute
+// dtype on the device (norms, biases, position tables), and Linear layers in the weight format.
+class WeightLoader {
+ public:
+  // Throws specdec::Error when the weight format cannot serve the device and compute dtype.
+  WeightLoader(const WeightSource& source, const LoadOptions& options);
+
+  // A tensor in the compute dtype on the device.
+  at::Tensor tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  // Matrix `name` [N, K] as a Linear in the weight format (block-quantized tensors stay as stored
+  // under WeightFormat::kAsStored).
+  Linear linear(const std::string& name, const std::vector<int64_t>& shape, at::Tensor bias = {}) const;
+  // Matrix `name` in its stored float dtype on the CPU (in the compute dtype on the device when
+  // packed formats do not apply), for models that reorder or transpose it before make().
+  at::Tensor stored(const std::string& name, const std::vector<int64_t>& shape) const;
+  // A Linear in the weight format from a matrix [N, K] that stored() gave (`name` for messages).
+  Linear make(const std::string& name, const at::Tensor& w, at::Tensor bias = {}) const;
+
+ private:
+  const WeightSource& source_;
+  LoadOptions options_;
+  bool packed_ = false;  // float32 compute on the CPU: every weight format applies
+};
+
+}  // namespace specdec

@@ -1,0 +1,129 @@
+// Weight formats (LoadOptions::weights): every architecture loads in each format; a verification
+// pass, decode steps and a prefill give bitwise the same logits in each; assisted greedy output
+// equals target-only greedy output with a quantized target and a draft in another format; a packed
+// format computes bitwise what float32 computes on its dequantized values; bad requests are errors.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
+
+#include "specdec/specdec.hpp"
+#include "test_util.hpp"
+
+using namespace specdec;
+using namespace specdec::test;
+
+namespace {
+
+FixtureOptions tiny(const std::string& arch, int64_t layers, uint64_t seed) {
+  FixtureOptions o;
+  o.arch = arch;
+  o.layers = layers, o.hidden = 64, o.heads = 4, o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+  o.vocab = 128, o.max_pos = 256, o.seed = seed, o.init_std = 0.1;
+  return o;
+}
+
+std::shared_ptr<const Model> load(const std::string& dir, WeightFormat format) {
+  LoadOptions o;
+  o.weights = format;
+  return load_model(dir, o);
+}
+
+KVCache prepared_cache(const Model& m, int64_t capacity) {
+  KVCache cache = m.make_cache(capacity);
+  if (m.config().is_encoder_decoder) m.attach_encoder(m.encode(at::arange(3, 19, at::kLong).unsqueeze(0)), cache);
+  return cache;
+}
+
+const WeightFormat kFormats[] = {WeightFormat::kBFloat16, WeightFormat::kFloat16, WeightFormat::kQ8_0,
+                                 WeightFormat::kQ4_0};
+
+}  // namespace
+
+TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
+  c10::InferenceMode guard;
+  const int saved = at::get_num_threads();
+  for (const std::string arch : {"llama", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
+    const std::string dir = cached_fixture("wf_" + arch, tiny(arch, 2, 9));
+    const auto f32 = load(dir, WeightFormat::kFloat32);
+    for (WeightFormat format : kFormats) {
+      const auto m = load(dir, format);
+      const std::string where = arch + " " + weight_format_name(format);
+      const at::Tensor ids = at::randint(4, 128, {1, 43}, at::TensorOptions().dtype(at::kLong));
+      const at::Tensor prefix = ids.narrow(1, 0, 37), next = ids.narrow(1, 37, 6);
+      for (int threads : {1, 2}) {
+        at::set_num_threads(threads);
+        KVCache a = prepared_cache(*m, 43), b = prepared_cache(*m, 43), c = prepared_cache(*m, 43);
+        m->forward(prefix, a);
+        const at::Tensor verify = m->forward(next, a)[0];  // [6, V]
+        m->forward(prefix, b);
+        std::vector<at::Tensor> steps;
+        for (int64_t i = 0; i < 6; ++i) steps.push_back(m->forward(next.narrow(1, i, 1), b)[0]);
+        const at::Tensor decode = at::cat(steps);  // [6, V]
+        EXPECT_TRUE(at::equal(verify, decode)) << where << ", " << threads << " threads: verification vs decode";
+        EXPECT_TRUE(at::equal(m->forward(ids, c, 6)[0], decode)) << where << ": prefill vs decode";
+        // Quantization changes the numbers, but not beyond recognition: the same model.
+        KVCache d = prepared_cache(*f32, 43);
+        const at::Tensor ref = f32->forward(ids, d, 6)[0];
+        const double tol = format == WeightFormat::kQ4_0 ? 0.5 : format == WeightFormat::kQ8_0 ? 0.05 : 0.02;
+        EXPECT_LT((decode - ref).abs().max().item<double>(), tol * ref.abs().max().item<double>()) << where;
+      }
+    }
+  }
+  at::set_num_threads(saved);
+}
+
+TEST(WeightFormats, AssistedEqualsTargetOnlyWithQuantizedTargetAndDraft) {
+  const std::string target_dir = cached_fixture("wf_target", tiny("llama", 3, 21));
+  const std::string draft_dir = temp_dir("wf_draft");
+  make_draft_of(target_dir, draft_dir, 1);  // an early exit: its first layer, norm and head
+  const std::pair<WeightFormat, WeightFormat> pairs[] = {{WeightFormat::kQ8_0, WeightFormat::kQ4_0},
+                                                         {WeightFormat::kFloat32, WeightFormat::kQ4_0},
+                                                         {WeightFormat::kQ4_0, WeightFormat::kBFloat16}};
+  for (const auto& [tf, df] : pairs) {
+    const auto target = load(target_dir, tf), draft = load(draft_dir, df);
+    for (const char* schedule : {"constant", "dynamic"}) {
+      for (int64_t k : {1, 3, 6}) {
+        GenerationConfig cfg;
+        cfg.max_new_tokens = 40;
+        cfg.num_assistant_tokens = k;
+        cfg.num_assistant_tokens_schedule = schedule;
+        cfg.eos_token_ids = {95};
+        const std::vector<int64_t> prompt = {5, 17, 33, 9, 61};
+        const auto want = Generator(target).generate(prompt, cfg).tokens;
+        EXPECT_EQ(oracle_greedy(*target, prompt, 40, {95}), want) << weight_format_name(tf);
+        EXPECT_EQ(Generator(target, draft).generate(prompt, cfg).tokens, want)
+            << weight_format_name(tf) << " target, " << weight_format_name(df) << " draft, " << schedule << " K " << k;
+      }
+    }
+  }
+}
+
+TEST(WeightFormats, BadRequestsAreErrors) {
+  EXPECT_THROW(parse_weight_format("q3_k"), Error);
+  EXPECT_EQ(parse_weight_format("q4_0"), WeightFormat::kQ4_0);
+  EXPECT_EQ(weight_format_name(WeightFormat::kAsStored), "as-stored");
+  const std::string dir = cached_fixture("wf_target", tiny("llama", 3, 21));
+  LoadOptions o;
+  o.weights = WeightFormat::kQ8_0;
+  o.dtype = at::kBFloat16;  // packed formats need float32 compute
+  try {
+    load_model(dir, o);
+    ADD_FAILURE() << "q8_0 with bfloat16 compute was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q8_0"), std::string::npos) << e.what();
+  }
+  o.weights = WeightFormat::kBFloat16;  // the compute dtype's own format is fine
+  EXPECT_NO_THROW(load_model(dir, o));
+  // Columns that are not a whole number of blocks of 32: the message names the tensor.
+  FixtureOptions odd = tiny("llama", 1, 4);
+  odd.hidden = 48, odd.heads = 4, odd.kv_heads = 2;
+  const std::string odd_dir = cached_fixture("wf_odd", odd);
+  try {
+    load(odd_dir, WeightFormat::kQ4_0);
+    ADD_FAILURE() << "hidden 48 was quantized to q4_0";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embed_tokens"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(load(odd_dir, WeightFormat::kBFloat16));
+}
