@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "specdec/error.hpp"
+#include "util.hpp"
 
 namespace specdec {
 namespace {
@@ -554,9 +555,12 @@ at::Tensor GgufFile::load(const std::string& name, at::ScalarType dtype, c10::De
   const GgufTensorInfo& t = it->second;
   at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(at::kFloat));
   ggml_dequantize(t.type, data(t), out.data_ptr<float>(), t.numel);
+  release(t);
   if (dtype == at::kFloat && device.is_cpu()) return out;
   return out.to(device, dtype);
 }
+
+void GgufFile::release(const GgufTensorInfo& info) const { release_mapped(data(info), data(info) + info.bytes); }
 
 bool find_gguf(const std::string& path, std::string* resolved) {
   struct stat st {};

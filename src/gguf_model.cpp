@@ -163,6 +163,7 @@ bool GgufWeights::load_blocks(const std::string& name, const std::vector<int64_t
   const int64_t rows = t.shape[0], row_bytes = static_cast<int64_t>(t.bytes) / rows;
   at::Tensor b = at::empty({rows, row_bytes}, at::kByte);
   std::memcpy(b.data_ptr<uint8_t>(), file_.data(t), t.bytes);
+  file_.release(t);
   *bytes = unpermute(t, b);
   *type = static_cast<uint32_t>(t.type);
   return true;

@@ -1,5 +1,8 @@
 #include "util.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -61,6 +64,13 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
     throw Error(detail::concat(path, ": cannot rename temporary file into place: ",
                                std::strerror(errno)));
   }
+}
+
+void release_mapped(const void* begin, const void* end) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
+  const uintptr_t e = reinterpret_cast<uintptr_t>(end) / page * page;
+  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);  // advice only: failure is harmless
 }
 
 }  // namespace specdec

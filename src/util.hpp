@@ -28,6 +28,10 @@ std::string read_text_file(const std::string& path);
 bool file_exists(const std::string& path);
 // "a, b, c".
 std::string join(const std::vector<std::string>& items);
+// Drops the whole pages of a read-only file mapping inside [begin, end) from this process's
+// resident memory once their bytes have been copied out (they are read from the file again if
+// touched), so that loading never holds a mapped tensor beside its converted copy.
+void release_mapped(const void* begin, const void* end);
 // Writes `data` to `path` through a temporary file in the same folder and a rename, so a reader
 // never sees a half-written file.
 void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);

@@ -163,6 +163,7 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype,
   // Copy out of the mapping first: the mapping may be unaligned and is released with this object.
   at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(dt->type));
   if (info.end > info.begin) std::memcpy(raw.data_ptr(), data_ + info.begin, info.end - info.begin);
+  release_mapped(data_ + info.begin, data_ + info.end);
   return raw.to(device, dtype);
 }
 

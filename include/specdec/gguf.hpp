@@ -94,7 +94,10 @@ class GgufFile {
 
   // The stored bytes of a tensor (inside the mapping, valid while this object lives).
   const uint8_t* data(const GgufTensorInfo& info) const { return data_ + info.offset; }
-  // The tensor dequantized to float32 and converted to `dtype` on `device`.
+  // Drops the tensor's pages from resident memory after its bytes were copied out (they are read
+  // from the file again if touched): loading holds no mapped tensor beside its converted copy.
+  void release(const GgufTensorInfo& info) const;
+  // The tensor dequantized to float32 and converted to `dtype` on `device` (then released).
   at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device) const;
 
  private:
