@@ -35,11 +35,11 @@ class GgufWeights final : public WeightSource {
   const std::string& dir() const override { return file_.path(); }
   // The GGUF tensor behind a Hugging Face name.
   const GgufTensorInfo& info(const std::string& name) const;
+
+ private:
   // llama.cpp's converter stores each head's rotary halves of q/k rows interleaved (row 2i + h
   // holds Hugging Face's row h * d/2 + i): puts rows of x [rows, ...] of tensor `t` back.
   at::Tensor unpermute(const GgufTensorInfo& t, at::Tensor x) const;
-
- private:
   // info(name) with its shape checked against a non-empty `expected_shape`.
   const GgufTensorInfo& checked(const std::string& name, const std::vector<int64_t>& expected_shape) const;
 

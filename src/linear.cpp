@@ -147,10 +147,11 @@ at::Tensor WeightLoader::stored(const std::string& name, const std::vector<int64
 }
 
 Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>& shape, at::Tensor bias) const {
+  SPECDEC_CHECK(shape.size() == 2, "WeightLoader::linear: '", name, "' needs its [N, K] shape");
   at::Tensor bytes;
   uint32_t type = 0;
   if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))
-    return Linear(static_cast<GgmlType>(type), bytes, shape.empty() ? bytes.size(1) : shape[1], std::move(bias));
+    return Linear(static_cast<GgmlType>(type), bytes, shape[1], std::move(bias));
   return make(name, stored(name, shape), std::move(bias));
 }
 
