@@ -106,4 +106,31 @@ std::string smollm2_path() {
   return file_exists(path) ? path : "";
 }
 
+namespace {
+KVCache prepared_cache(const Model& m, int64_t capacity) {
+  KVCache cache = m.make_cache(capacity);
+  if (m.config().is_encoder_decoder) {
+    const at::Tensor src = at::arange(3, 19, at::kLong).unsqueeze(0);  // [1, 16] encoder input
+    m.attach_encoder(m.encode(src), cache);
+  }
+  return cache;
+}
+}  // namespace
+
+ThreeWays logits_three_ways(const Model& m, const at::Tensor& ids, int64_t n) {
+  c10::InferenceMode guard;
+  const int64_t len = ids.size(1), ctx = len - n;
+  const at::Tensor prefix = ids.narrow(1, 0, ctx), next = ids.narrow(1, ctx, n);
+  KVCache a = prepared_cache(m, len), b = prepared_cache(m, len), c = prepared_cache(m, len);
+  m.forward(prefix, a);
+  ThreeWays out;
+  out.verify = m.forward(next, a)[0];  // [n, V]
+  m.forward(prefix, b);
+  std::vector<at::Tensor> steps;
+  for (int64_t i = 0; i < n; ++i) steps.push_back(m.forward(next.narrow(1, i, 1), b)[0]);
+  out.decode = at::cat(steps);            // [n, V]
+  out.prefill = m.forward(ids, c, n)[0];  // [n, V]: the last rows of one pass
+  return out;
+}
+
 }  // namespace specdec::test

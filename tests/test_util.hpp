@@ -29,4 +29,12 @@ void write_file(const std::string& path, const std::string& data);
 std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t>& prompt,
                                    int64_t max_new_tokens, const std::vector<int64_t>& eos);
 
+// The logits of the last `n` tokens of `ids` ([1, T], after T - n tokens of context) computed three
+// ways: one verification pass over the n tokens, n one-token decode steps, and the last n rows of
+// one prefill over all of `ids`; each [n, V]. Encoder-decoder models get a fixed 16-token encoder input.
+struct ThreeWays {
+  at::Tensor verify, decode, prefill;
+};
+ThreeWays logits_three_ways(const Model& model, const at::Tensor& ids, int64_t n);
+
 }  // namespace specdec::test

@@ -20,15 +20,6 @@ struct Threads {  // restores libtorch's thread count
   ~Threads() { at::set_num_threads(saved); }
 };
 
-KVCache prepared_cache(const Model& m, int64_t capacity) {
-  KVCache cache = m.make_cache(capacity);
-  if (m.config().is_encoder_decoder) {
-    const at::Tensor src = at::arange(3, 19, at::kLong).unsqueeze(0);  // [1, 16] encoder input
-    m.attach_encoder(m.encode(src), cache);
-  }
-  return cache;
-}
-
 }  // namespace
 
 TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
@@ -42,18 +33,10 @@ TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
     const auto m = cached_model(cached_fixture("bi_" + arch, o));
     for (int64_t ctx : {1, 37, 1024}) {
       const at::Tensor ids = at::randint(4, 128, {1, ctx + 6}, at::TensorOptions().dtype(at::kLong));
-      const at::Tensor prefix = ids.narrow(1, 0, ctx), next = ids.narrow(1, ctx, 6);
       at::Tensor reference;  // [6, V] at 1 thread
       for (int threads : {1, 2, 3, 4}) {
         at::set_num_threads(threads);
-        KVCache a = prepared_cache(*m, ctx + 6), b = prepared_cache(*m, ctx + 6), c = prepared_cache(*m, ctx + 6);
-        m->forward(prefix, a);
-        const at::Tensor verify = m->forward(next, a)[0];  // [6, V]
-        m->forward(prefix, b);
-        std::vector<at::Tensor> steps;
-        for (int64_t i = 0; i < 6; ++i) steps.push_back(m->forward(next.narrow(1, i, 1), b)[0]);
-        const at::Tensor decode = at::cat(steps);          // [6, V]
-        const at::Tensor prefill = m->forward(ids, c, 6)[0];  // [6, V]: last rows of one pass
+        const auto [verify, decode, prefill] = logits_three_ways(*m, ids, 6);
         const std::string where = arch + ", context " + std::to_string(ctx) + ", " + std::to_string(threads) + " threads";
         EXPECT_TRUE(at::equal(verify, decode)) << where << ": verification pass vs decode steps, max diff "
                                                << (verify - decode).abs().max().item<float>();
