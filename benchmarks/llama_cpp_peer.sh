@@ -8,7 +8,9 @@
 # requantization: both engines read the same file). Per file and thread count: decode ms/token
 # (llama-bench tg64; specdec: 64 greedy tokens after a 3-token prompt, decode passes only) and
 # prefill time for 16 and 128 tokens (llama-bench pp; specdec: the first pass of a 16/128-token
-# prompt). Medians over ROUNDS rounds (default 3), threads 1 and 2 by default.
+# prompt). specdec runs twice on the block formats: float32 activations (the default: bitwise the
+# dequantized float32 model) and --int8-activations (llama.cpp's arithmetic). Medians over ROUNDS
+# rounds (default 3), threads 1 and 2 by default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -49,12 +51,16 @@ for r in $(seq "$rounds"); do
   for f in "${files[@]}"; do
     name=$(basename "$f" .gguf); name=${name##*.}
     for t in "${threads[@]}"; do
-      "$build/specdec" generate --model "$f" --prompt-ids 1,2,3 --max-new-tokens 64 --threads "$t" --json \
-        > "$out/specdec.$name.$t.tg.$r.json"
-      for p in 16 128; do
-        v=p$p
-        "$build/specdec" generate --model "$f" --prompt-ids "${!v}" --max-new-tokens 1 --threads "$t" --json \
-          > "$out/specdec.$name.$t.pp$p.$r.json"
+      for mode in float int8; do
+        flag=(); [ $mode = int8 ] && flag=(--int8-activations)
+        [ $mode = int8 ] && [[ $name == F* ]] && continue  # float formats have no integer kernel
+        "$build/specdec" generate --model "$f" "${flag[@]}" --prompt-ids 1,2,3 --max-new-tokens 64 --threads "$t" \
+          --json > "$out/specdec.$mode.$name.$t.tg.$r.json"
+        for p in 16 128; do
+          v=p$p
+          "$build/specdec" generate --model "$f" "${flag[@]}" --prompt-ids "${!v}" --max-new-tokens 1 --threads "$t" \
+            --json > "$out/specdec.$mode.$name.$t.pp$p.$r.json"
+        done
       done
       "$lbuild/bin/llama-bench" -m "$f" -t "$t" -p 16,128 -n 64 -r 1 -o json > "$out/llama.$name.$t.$r.json" 2> /dev/null
     done
@@ -64,20 +70,28 @@ python3 - "$out" "$rounds" "${threads[*]}" "${files[@]}" <<'PY'
 import json, os, statistics, sys
 out, rounds, threads, files = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
 med = statistics.median
-print(f"{'file':6} {'thr':>3} | {'decode ms/token':>22} | {'prefill 16 ms':>20} | {'prefill 128 ms':>20}")
-print(f"{'':6} {'':>3} | {'specdec':>10} {'llama.cpp':>11} | {'specdec':>9} {'llama.cpp':>10} | {'specdec':>9} {'llama.cpp':>10}")
+def specdec(mode, name, t, what):
+    vals = []
+    for r in range(1, rounds + 1):
+        path = f"{out}/specdec.{mode}.{name}.{t}.{what}.{r}.json"
+        if not os.path.exists(path): return None
+        st = json.load(open(path))["stats"]
+        vals.append(1000 * (st["target_seconds_per_pass"] if what == "tg" else st["prefill_seconds"]))
+    return med(vals)
+fmt = lambda v: f"{v:7.1f}" if v is not None else f"{'-':>7}"
+print("ms; specdec = float32 activations, int8 = --int8-activations, llama = llama.cpp (llama-bench)")
+print(f"{'file':5} {'thr':>3} | {'decode ms/token':^23} | {'prefill 16 tokens':^23} | {'prefill 128 tokens':^23}")
+print(f"{'':5} {'':>3} |" + " specdec    int8   llama |" * 3)
 for f in files:
     name = os.path.basename(f)[:-5].split(".")[-1]
     for t in threads:
-        s_tg, s_pp, l_tg, l_pp = [], {16: [], 128: []}, [], {16: [], 128: []}
+        l_tg, l_pp = [], {16: [], 128: []}
         for r in range(1, rounds + 1):
-            s_tg.append(1000 * json.load(open(f"{out}/specdec.{name}.{t}.tg.{r}.json"))["stats"]["target_seconds_per_pass"])
-            for p in (16, 128):
-                s_pp[p].append(1000 * json.load(open(f"{out}/specdec.{name}.{t}.pp{p}.{r}.json"))["stats"]["prefill_seconds"])
             for row in json.load(open(f"{out}/llama.{name}.{t}.{r}.json")):
-                ms = 1000 / row["avg_ts"] if row["n_gen"] else None
-                if row["n_gen"]: l_tg.append(ms)
+                if row["n_gen"]: l_tg.append(1000 / row["avg_ts"])
                 else: l_pp[row["n_prompt"]].append(1000 * row["n_prompt"] / row["avg_ts"])
-        print(f"{name:6} {t:>3} | {med(s_tg):10.2f} {med(l_tg):11.2f} | {med(s_pp[16]):9.1f} {med(l_pp[16]):10.1f} | "
-              f"{med(s_pp[128]):9.1f} {med(l_pp[128]):10.1f}")
+        cells = []
+        for what, llama in (("tg", med(l_tg)), ("pp16", med(l_pp[16])), ("pp128", med(l_pp[128]))):
+            cells.append(" ".join(fmt(v) for v in (specdec("float", name, t, what), specdec("int8", name, t, what), llama)))
+        print(f"{name:5} {t:>3} | " + " | ".join(cells))
 PY

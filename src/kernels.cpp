@@ -1,6 +1,7 @@
 #include "kernels.hpp"
 
 #include <ATen/Parallel.h>
+#include <c10/util/Half.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define SPECDEC_X86 1
@@ -173,9 +174,12 @@ constexpr bool kHasTail = Dec::kElems == 8;  // float formats: any K; block form
 // accumulator fed in k order (lane = k mod 8), then a fixed horizontal sum, then the tail in order:
 // the same arithmetic whatever the tile and the format, so results do not depend on how many rows
 // share a pass, and a packed format equals float32 on its dequantized values.
-template <class Dec, int NB, int TB>
-SPECDEC_AVX2 inline void tile(const float* x, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
+template <class Dec>
+struct FloatTiles {
+template <int NB, int TB>
+SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                               int64_t t, int64_t n_total, float* y) {
+  const float* x = static_cast<const float*>(xv);
   const int64_t blocks = k / Dec::kElems;
   __m256 acc[NB][TB];
   for (int i = 0; i < NB; ++i)
@@ -202,48 +206,112 @@ SPECDEC_AVX2 inline void tile(const float* x, int64_t k, const uint8_t* w, int64
       y[(t + j) * n_total + n + i] = s;
     }
 }
+};
 
-template <class Dec, int NB>
-SPECDEC_AVX2 inline void row_block(const float* x, int64_t t_rows, int64_t k, const uint8_t* w,
+// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0 and Q4_1 weights ---
+// Each block of 32 weights meets the matching block of the activation row quantized to int8
+// (ActBlock): an exact integer dot product, scaled by d_w * d_x into eight float lanes that take the
+// blocks in order (Q4_1 adds m_w * s_x in a float that also takes them in order), then a fixed
+// horizontal sum. The order does not depend on the tile, so batch invariance holds; the values are
+// those of llama.cpp's approach, not the float32 kernel's.
+template <GgmlType T>
+struct IntTiles {
+  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? 34 : T == GgmlType::kQ4_0 ? 18 : 20;
+  template <int NB, int TB>
+  SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
+                                int64_t t, int64_t n_total, float* y) {
+    const auto* x = static_cast<const ActBlock*>(xv);
+    const int64_t blocks = k / 32;
+    __m256 acc[NB][TB];
+    float macc[NB][TB];
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j) acc[i][j] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int i = 0; i < NB; ++i) {
+        const uint8_t* blk = w + (n + i) * row_bytes + b * kBytes;
+        const float dw = half_to_float(blk);
+        float mw = 0.0f;
+        __m256i wq;  // 32 weights as bytes: signed for Q8_0 and Q4_0, 0..15 for Q4_1
+        if constexpr (T == GgmlType::kQ8_0) {
+          wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+        } else {
+          const uint8_t* qs = blk + (T == GgmlType::kQ4_1 ? 4 : 2);
+          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+          const __m128i m = _mm_set1_epi8(0x0F);
+          wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+          if constexpr (T == GgmlType::kQ4_0) wq = _mm256_sub_epi8(wq, _mm256_set1_epi8(8));
+          if constexpr (T == GgmlType::kQ4_1) mw = half_to_float(blk + 2);
+        }
+        for (int j = 0; j < TB; ++j) {
+          const ActBlock& a = x[(t + j) * blocks + b];
+          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q));
+          __m256i p16;
+          if constexpr (T == GgmlType::kQ4_1) p16 = _mm256_maddubs_epi16(wq, xq);
+          else p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+          acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), p, acc[i][j]);
+          if constexpr (T == GgmlType::kQ4_1) macc[i][j] += mw * a.s;
+        }
+      }
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j) y[(t + j) * n_total + n + i] = hsum(acc[i][j]) + macc[i][j];
+  }
+};
+
+template <class Tiles, int NB>
+SPECDEC_AVX2 inline void row_block(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
                                    int64_t row_bytes, int64_t n, int64_t n_total, float* y) {
   int64_t t = 0;
-  for (; t + 6 <= t_rows; t += 6) tile<Dec, NB, 6>(x, k, w, row_bytes, n, t, n_total, y);
+  for (; t + 6 <= t_rows; t += 6) Tiles::template tile<NB, 6>(x, k, w, row_bytes, n, t, n_total, y);
   switch (t_rows - t) {
-    case 5: tile<Dec, NB, 5>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 4: tile<Dec, NB, 4>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 3: tile<Dec, NB, 3>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 2: tile<Dec, NB, 2>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 1: tile<Dec, NB, 1>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 5: Tiles::template tile<NB, 5>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 4: Tiles::template tile<NB, 4>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 3: Tiles::template tile<NB, 3>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 2: Tiles::template tile<NB, 2>(x, k, w, row_bytes, n, t, n_total, y); break;
+    case 1: Tiles::template tile<NB, 1>(x, k, w, row_bytes, n, t, n_total, y); break;
     default: break;
   }
 }
 
-template <class Dec>
-SPECDEC_AVX2 void rows_avx2(const float* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
+template <class Tiles>
+SPECDEC_AVX2 void rows_avx2(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
                             int64_t n0, int64_t n1, int64_t n_total, float* y) {
   int64_t n = n0;
-  // Few input rows (decode): more weight rows in flight per input row hide the FMA latency.
-  if (t_rows == 1)
-    for (; n + 8 <= n1; n += 8) row_block<Dec, 8>(x, t_rows, k, w, row_bytes, n, n_total, y);
-  if (t_rows <= 2)
-    for (; n + 4 <= n1; n += 4) row_block<Dec, 4>(x, t_rows, k, w, row_bytes, n, n_total, y);
-  for (; n + 2 <= n1; n += 2) row_block<Dec, 2>(x, t_rows, k, w, row_bytes, n, n_total, y);
-  if (n < n1) row_block<Dec, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
+  // Decode: one weight row at a time, in memory order, so that the hardware prefetcher sees one
+  // sequential stream (interleaving the blocks of 8 rows made SmolLM2's decode up to 2.5x slower).
+  // Several input rows: 2 or 4 weight rows per tile, each decoded block serving all input rows.
+  if (t_rows == 1) {
+    for (; n < n1; ++n) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
+    return;
+  }
+  if (t_rows == 2)
+    for (; n + 4 <= n1; n += 4) row_block<Tiles, 4>(x, t_rows, k, w, row_bytes, n, n_total, y);
+  for (; n + 2 <= n1; n += 2) row_block<Tiles, 2>(x, t_rows, k, w, row_bytes, n, n_total, y);
+  if (n < n1) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
 }
 
-LinearKernel avx2_kernel(GgmlType type) {
+RowsFn avx2_rows(GgmlType type, bool int8_activations) {
+  if (int8_activations) {
+    switch (type) {
+      case GgmlType::kQ8_0: return rows_avx2<IntTiles<GgmlType::kQ8_0>>;
+      case GgmlType::kQ4_0: return rows_avx2<IntTiles<GgmlType::kQ4_0>>;
+      case GgmlType::kQ4_1: return rows_avx2<IntTiles<GgmlType::kQ4_1>>;
+      default: break;
+    }
+  }
   switch (type) {
-    case GgmlType::kF32: return rows_avx2<F32Dec>;
-    case GgmlType::kBF16: return rows_avx2<BF16Dec>;
-    case GgmlType::kF16: return rows_avx2<F16Dec>;
-    case GgmlType::kQ8_0: return rows_avx2<Q8_0Dec>;
-    case GgmlType::kQ4_0: return rows_avx2<Q4_0Dec>;
-    case GgmlType::kQ4_1: return rows_avx2<Q4_1Dec>;
-    case GgmlType::kQ5_0: return rows_avx2<BufferDec<GgmlType::kQ5_0, 32>>;
-    case GgmlType::kQ5_1: return rows_avx2<BufferDec<GgmlType::kQ5_1, 32>>;
-    case GgmlType::kQ4_K: return rows_avx2<BufferDec<GgmlType::kQ4_K, 256>>;
-    case GgmlType::kQ5_K: return rows_avx2<BufferDec<GgmlType::kQ5_K, 256>>;
-    case GgmlType::kQ6_K: return rows_avx2<BufferDec<GgmlType::kQ6_K, 256>>;
+    case GgmlType::kF32: return rows_avx2<FloatTiles<F32Dec>>;
+    case GgmlType::kBF16: return rows_avx2<FloatTiles<BF16Dec>>;
+    case GgmlType::kF16: return rows_avx2<FloatTiles<F16Dec>>;
+    case GgmlType::kQ8_0: return rows_avx2<FloatTiles<Q8_0Dec>>;
+    case GgmlType::kQ4_0: return rows_avx2<FloatTiles<Q4_0Dec>>;
+    case GgmlType::kQ4_1: return rows_avx2<FloatTiles<Q4_1Dec>>;
+    case GgmlType::kQ5_0: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ5_0, 32>>>;
+    case GgmlType::kQ5_1: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ5_1, 32>>>;
+    case GgmlType::kQ4_K: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ4_K, 256>>>;
+    case GgmlType::kQ5_K: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ5_K, 256>>>;
+    case GgmlType::kQ6_K: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ6_K, 256>>>;
   }
   return nullptr;
 }
@@ -254,8 +322,9 @@ LinearKernel avx2_kernel(GgmlType type) {
 // buffer, each output element a fixed-order dot(): also independent of the number of rows in the
 // pass (its results differ from the AVX2 kernel's in the last bits).
 template <GgmlType T>
-void rows_portable(const float* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n0,
+void rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n0,
                    int64_t n1, int64_t n_total, float* y) {
+  const float* x = static_cast<const float*>(xv);
   thread_local std::vector<float> buf;
   if (T != GgmlType::kF32) buf.resize(k);
   for (int64_t n = n0; n < n1; ++n) {
@@ -268,7 +337,51 @@ void rows_portable(const float* x, int64_t t_rows, int64_t k, const uint8_t* w, 
   }
 }
 
-LinearKernel portable_kernel(GgmlType type) {
+// The portable 8-bit-activation kernel: per block an exact integer dot product, scaled and summed
+// in block order (one float per output element, not eight lanes: it differs from the AVX2 one).
+template <GgmlType T>
+void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
+                       int64_t n0, int64_t n1, int64_t n_total, float* y) {
+  const auto* x = static_cast<const ActBlock*>(xv);
+  const int64_t blocks = k / 32, bytes = ggml_block_bytes(T);
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t t = 0; t < t_rows; ++t) {
+      float acc = 0.0f, macc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = w + n * row_bytes + b * bytes;
+        const ActBlock& a = x[t * blocks + b];
+        uint16_t bits;
+        std::memcpy(&bits, blk, 2);
+        const float dw = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+        int32_t isum = 0;
+        for (int j = 0; j < 32; ++j) {
+          int q;
+          if (T == GgmlType::kQ8_0) q = static_cast<int8_t>(blk[2 + j]);
+          else {
+            const uint8_t byte = blk[(T == GgmlType::kQ4_1 ? 4 : 2) + j % 16];
+            q = (j < 16 ? byte & 0x0F : byte >> 4) - (T == GgmlType::kQ4_0 ? 8 : 0);
+          }
+          isum += q * a.q[j];
+        }
+        acc += dw * a.d * static_cast<float>(isum);
+        if (T == GgmlType::kQ4_1) {
+          std::memcpy(&bits, blk + 2, 2);
+          macc += static_cast<float>(c10::Half(bits, c10::Half::from_bits())) * a.s;
+        }
+      }
+      y[t * n_total + n] = acc + macc;
+    }
+}
+
+RowsFn portable_rows(GgmlType type, bool int8_activations) {
+  if (int8_activations) {
+    switch (type) {
+      case GgmlType::kQ8_0: return int_rows_portable<GgmlType::kQ8_0>;
+      case GgmlType::kQ4_0: return int_rows_portable<GgmlType::kQ4_0>;
+      case GgmlType::kQ4_1: return int_rows_portable<GgmlType::kQ4_1>;
+      default: break;
+    }
+  }
   switch (type) {
     case GgmlType::kF32: return rows_portable<GgmlType::kF32>;
     case GgmlType::kBF16: return rows_portable<GgmlType::kBF16>;
@@ -287,9 +400,7 @@ LinearKernel portable_kernel(GgmlType type) {
 
 constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keeps x in L2)
 
-}  // namespace
-
-static bool portable_kernels_forced() {
+bool portable_kernels_forced() {
   static const bool forced = [] {
     const char* force = std::getenv("SPECDEC_PORTABLE_KERNELS");
     return force && std::string(force) == "1";
@@ -297,26 +408,65 @@ static bool portable_kernels_forced() {
   return forced;
 }
 
-LinearKernel linear_kernel(GgmlType type) {
+}  // namespace
+
+bool has_int8_kernel(GgmlType type) {
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1;
+}
+
+LinearKernel linear_kernel(GgmlType type, bool int8_activations) {
+  LinearKernel kernel;
+  kernel.int8_activations = int8_activations && has_int8_kernel(type);
 #ifdef SPECDEC_X86
   static const bool avx2 =
       __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  if (avx2 && !portable_kernels_forced()) return avx2_kernel(type);
+  if (avx2 && !portable_kernels_forced()) {
+    kernel.rows = avx2_rows(type, kernel.int8_activations);
+    return kernel;
+  }
 #endif
-  return portable_kernel(type);
+  kernel.rows = portable_rows(type, kernel.int8_activations);
+  return kernel;
 }
 
-at::Tensor linear_packed(const at::Tensor& x, LinearKernel kernel, const uint8_t* w, int64_t row_bytes,
+void quantize_activations(const float* x, int64_t rows, int64_t k, ActBlock* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < k / 32; ++b) {
+      const float* v = x + r * k + b * 32;
+      ActBlock& a = out[r * (k / 32) + b];
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+      a.d = amax / 127.0f;
+      const float id = a.d != 0.0f ? 1.0f / a.d : 0.0f;
+      int sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        a.q[j] = static_cast<int8_t>(std::round(v[j] * id));
+        sum += a.q[j];
+      }
+      a.s = a.d * static_cast<float>(sum);
+    }
+}
+
+at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
                          int64_t n, int64_t k, const at::Tensor& b) {
   const at::Tensor x2 = x.reshape({-1, k}).contiguous();  // [R, K]
   const int64_t rows = x2.size(0);
   at::Tensor y = at::empty({rows, n}, x.options());       // [R, N]
   const float* xp = x2.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  std::vector<ActBlock> act;  // [R, K / 32] with 8-bit activations
+  if (kernel.int8_activations) {
+    act.resize(rows * (k / 32));
+    at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
+      quantize_activations(xp + r0 * k, r1 - r0, k, act.data() + r0 * (k / 32));
+    });
+  }
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int64_t r = std::min(kRowTile, rows - r0);
+    const void* xr = kernel.int8_activations ? static_cast<const void*>(act.data() + r0 * (k / 32))
+                                             : static_cast<const void*>(xp + r0 * k);
     at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
-      kernel(xp + r0 * k, r, k, w, row_bytes, n0, n1, n, yp + r0 * n);
+      kernel.rows(xr, r, k, w, row_bytes, n0, n1, n, yp + r0 * n);
     });
   }
   if (b.defined()) y.add_(b);

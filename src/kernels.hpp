@@ -15,12 +15,29 @@ namespace specdec::kernels {
 // threads: results are bitwise independent of how many tokens share a pass. The weights are
 // dequantized in registers with ggml_dequantize's roundings, so a packed matrix gives bitwise the
 // results of the float32 kernel on its dequantized values (activations stay float32).
-using LinearKernel = void (*)(const float* x, int64_t t_rows, int64_t k, const uint8_t* w,
-                              int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total, float* y);
+using RowsFn = void (*)(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
+                       int64_t n0, int64_t n1, int64_t n_total, float* y);
+struct LinearKernel {
+  RowsFn rows = nullptr;
+  // x reaches `rows` as ActBlocks (quantize_activations) instead of floats: an exact integer dot
+  // product per block of 32, as llama.cpp computes Q8_0/Q4_0/Q4_1 (faster; the values differ from
+  // the float32 kernel's on the dequantized weights, still batch-invariant).
+  bool int8_activations = false;
+  explicit operator bool() const { return rows != nullptr; }
+};
+// One block of 32 activations quantized like ggml's Q8_1: x ~ d * q, s = d * sum(q).
+struct ActBlock {
+  float d, s;
+  int8_t q[32];
+};
+void quantize_activations(const float* x, int64_t rows, int64_t k, ActBlock* out);
+// True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1).
+bool has_int8_kernel(GgmlType type);
 // The kernel for `type`, chosen from the CPU's features once per process: AVX2/FMA/F16C on x86-64
 // CPUs that have them, a portable fixed-order kernel elsewhere or with SPECDEC_PORTABLE_KERNELS=1.
-LinearKernel linear_kernel(GgmlType type);
-at::Tensor linear_packed(const at::Tensor& x, LinearKernel kernel, const uint8_t* w, int64_t row_bytes,
+// `int8_activations` applies where has_int8_kernel(type), and is ignored elsewhere.
+LinearKernel linear_kernel(GgmlType type, bool int8_activations = false);
+at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
                          int64_t n, int64_t k, const at::Tensor& b);
 
 // The rest of a forward pass, for float32 CPU tensors, with the same promise: every output row is

@@ -45,12 +45,12 @@ Linear::Linear(at::Tensor w, at::Tensor b)
   if (w_.device().is_cpu()) kernel_ = kernels::linear_kernel(type_);
 }
 
-Linear::Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b)
+Linear::Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b, bool int8_activations)
     : w_(bytes.contiguous()), b_(std::move(b)), type_(type), n_(bytes.size(0)), k_(k), row_bytes_(bytes.size(1)) {
   SPECDEC_CHECK(k % ggml_block_elements(type) == 0 && k / ggml_block_elements(type) * ggml_block_bytes(type) == row_bytes_,
                 "linear layer: ", row_bytes_, " bytes per row do not hold ", k, " ",
                 ggml_type_name(static_cast<uint32_t>(type)), " values");
-  kernel_ = kernels::linear_kernel(type);
+  kernel_ = kernels::linear_kernel(type, int8_activations);
 }
 
 Linear Linear::cat(const std::vector<Linear>& parts) {
@@ -151,7 +151,7 @@ Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>&
   at::Tensor bytes;
   uint32_t type = 0;
   if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))
-    return Linear(static_cast<GgmlType>(type), bytes, shape[1], std::move(bias));
+    return Linear(static_cast<GgmlType>(type), bytes, shape[1], std::move(bias), options_.int8_activations);
   return make(name, stored(name, shape), std::move(bias));
 }
 
@@ -171,7 +171,7 @@ Linear WeightLoader::make(const std::string& name, const at::Tensor& w, at::Tens
       const at::Tensor f = w.to(at::kFloat).contiguous();
       at::Tensor bytes = at::empty({n, k / 32 * ggml_block_bytes(type)}, at::kByte);
       ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), n * k);
-      return Linear(type, bytes, k, std::move(bias));
+      return Linear(type, bytes, k, std::move(bias), options_.int8_activations);
     }
   }
   throw Error("unknown weight format");

@@ -23,8 +23,9 @@ class Linear {
   Linear() = default;
   // Dense weights [N, K] (float32, bfloat16 or float16, any device), kept as they are.
   explicit Linear(at::Tensor w, at::Tensor b = {});
-  // Block-quantized weights: `bytes` [N, row_bytes] (CPU uint8) of `type`, K columns per row.
-  Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {});
+  // Block-quantized weights: `bytes` [N, row_bytes] (CPU uint8) of `type`, K columns per row. With
+  // `int8_activations`, Q8_0/Q4_0/Q4_1 run the 8-bit-activation kernel (kernels::LinearKernel).
+  Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {}, bool int8_activations = false);
   // One layer whose output is the concatenation of the parts' outputs (fused q|k|v, gate|up): the
   // rows are concatenated into one matrix when the parts share a format (one pass over x), else
   // the parts run one after the other (GGUF files that mix formats, e.g. Q4_K_M).
@@ -51,7 +52,7 @@ class Linear {
   at::Tensor b_;  // [N] or undefined
   GgmlType type_ = GgmlType::kF32;
   int64_t n_ = 0, k_ = 0, row_bytes_ = 0;
-  kernels::LinearKernel kernel_ = nullptr;  // the packed CPU kernel, or null (dense at::linear only)
+  kernels::LinearKernel kernel_;  // the packed CPU kernel, or none (dense at::linear only)
   std::vector<Linear> parts_;               // set instead of w_ when fused parts differ in format
 };
 

@@ -28,6 +28,7 @@ struct RunOptions {
               draft_weights = "as-stored";
   std::string system, chat_template;
   bool chat = false;
+  bool int8_activations = false, draft_int8_activations = false;
   int threads = 0;
   bool json_out = false;
   bool no_stream = false;
@@ -105,6 +106,11 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   app->add_option("--draft-weights", o.draft_weights, "Format of the draft's weight matrices (same choices)")
       ->check(CLI::IsMember(format_names))
       ->capture_default_str();
+  app->add_flag("--int8-activations", o.int8_activations,
+                "Q8_0/Q4_0/Q4_1 target weights multiply activations quantized to 8 bits (faster, as llama.cpp; "
+                "the target's numbers then differ from its dequantized float32 model)");
+  app->add_flag("--draft-int8-activations", o.draft_int8_activations,
+                "The same for the draft (speculation stays exact whatever the draft computes)");
   app->add_option("--threads", o.threads, "CPU threads for libtorch (0 = libtorch's default)")
       ->capture_default_str();
   if (mode != Mode::kChat) app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
@@ -204,8 +210,10 @@ Loaded load(RunOptions& o, bool chat) {
   lo.device = parse_device(o.device);
   lo.dtype = parse_dtype(o.dtype);
   lo.weights = parse_weight_format(o.weights);
+  lo.int8_activations = o.int8_activations;
   LoadOptions draft_lo = lo;
   draft_lo.weights = parse_weight_format(o.draft_weights);
+  draft_lo.int8_activations = o.draft_int8_activations;
   l.target = load_model(o.model, lo);
   if (!o.draft.empty()) l.draft = load_model(o.draft, draft_lo);
   if (o.gen.eos_token_ids.empty()) {

@@ -23,14 +23,16 @@ FixtureOptions tiny(const std::string& arch, int64_t layers, uint64_t seed) {
   return o;
 }
 
-std::shared_ptr<const Model> load(const std::string& dir, WeightFormat format) {
+std::shared_ptr<const Model> load(const std::string& dir, WeightFormat format, bool int8_activations = false) {
   LoadOptions o;
   o.weights = format;
+  o.int8_activations = int8_activations;
   return load_model(dir, o);
 }
 
-const WeightFormat kFormats[] = {WeightFormat::kBFloat16, WeightFormat::kFloat16, WeightFormat::kQ8_0,
-                                 WeightFormat::kQ4_0};
+const std::pair<WeightFormat, bool> kCases[] = {{WeightFormat::kBFloat16, false}, {WeightFormat::kFloat16, false},
+                                                {WeightFormat::kQ8_0, false},     {WeightFormat::kQ4_0, false},
+                                                {WeightFormat::kQ8_0, true},      {WeightFormat::kQ4_0, true}};
 
 }  // namespace
 
@@ -40,9 +42,9 @@ TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
   for (const std::string arch : {"llama", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
     const std::string dir = cached_fixture("wf_" + arch, tiny(arch, 2, 9));
     const auto f32 = load(dir, WeightFormat::kFloat32);
-    for (WeightFormat format : kFormats) {
-      const auto m = load(dir, format);
-      const std::string where = arch + " " + weight_format_name(format);
+    for (const auto& [format, int8] : kCases) {
+      const auto m = load(dir, format, int8);
+      const std::string where = arch + " " + weight_format_name(format) + (int8 ? " int8 activations" : "");
       const at::Tensor ids = (at::arange(43, at::kLong) * 37 + 11).remainder(124).add(4).unsqueeze(0);  // [1, 43]
       for (int threads : {1, 2}) {
         at::set_num_threads(threads);
@@ -52,7 +54,7 @@ TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
         // 16-bit and 8-bit weights change the logits a little (relative L2 error). (Q4_0 on these
         // tiny random models moves them by about their own size: not checked here; its kernel
         // and quantizer are checked exactly in the unit tests.)
-        if (format != WeightFormat::kQ4_0) {
+        if (format != WeightFormat::kQ4_0 && !int8) {
           const at::Tensor ref = logits_three_ways(*f32, ids, 6).prefill;
           const double tol = format == WeightFormat::kQ8_0 ? 0.05 : 0.02;
           EXPECT_LT((decode - ref).norm().item<double>(), tol * ref.norm().item<double>()) << where;
@@ -67,11 +69,16 @@ TEST(WeightFormats, AssistedEqualsTargetOnlyWithQuantizedTargetAndDraft) {
   const std::string target_dir = cached_fixture("wf_target", tiny("llama", 3, 21));
   const std::string draft_dir = temp_dir("wf_draft");
   make_draft_of(target_dir, draft_dir, 1);  // an early exit: its first layer, norm and head
-  const std::pair<WeightFormat, WeightFormat> pairs[] = {{WeightFormat::kQ8_0, WeightFormat::kQ4_0},
-                                                         {WeightFormat::kFloat32, WeightFormat::kQ4_0},
-                                                         {WeightFormat::kQ4_0, WeightFormat::kBFloat16}};
-  for (const auto& [tf, df] : pairs) {
-    const auto target = load(target_dir, tf), draft = load(draft_dir, df);
+  struct Case {
+    WeightFormat target, draft;
+    bool int8;  // 8-bit activations for both
+  };
+  const Case cases[] = {{WeightFormat::kQ8_0, WeightFormat::kQ4_0, false},
+                        {WeightFormat::kFloat32, WeightFormat::kQ4_0, false},
+                        {WeightFormat::kQ4_0, WeightFormat::kBFloat16, false},
+                        {WeightFormat::kQ8_0, WeightFormat::kQ4_0, true}};
+  for (const auto& [tf, df, int8] : cases) {
+    const auto target = load(target_dir, tf, int8), draft = load(draft_dir, df, int8);
     for (const char* schedule : {"constant", "dynamic"}) {
       for (int64_t k : {1, 3, 6}) {
         GenerationConfig cfg;
@@ -83,7 +90,8 @@ TEST(WeightFormats, AssistedEqualsTargetOnlyWithQuantizedTargetAndDraft) {
         const auto want = Generator(target).generate(prompt, cfg).tokens;
         EXPECT_EQ(oracle_greedy(*target, prompt, 40, {95}), want) << weight_format_name(tf);
         EXPECT_EQ(Generator(target, draft).generate(prompt, cfg).tokens, want)
-            << weight_format_name(tf) << " target, " << weight_format_name(df) << " draft, " << schedule << " K " << k;
+            << weight_format_name(tf) << " target, " << weight_format_name(df) << " draft, int8 " << int8 << ", "
+            << schedule << " K " << k;
       }
     }
   }

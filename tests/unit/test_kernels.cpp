@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "linear.hpp"
@@ -88,6 +89,71 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
       expect_batch_invariant(half, at::randn({1, 11, k}), std::string(c10::toString(dtype)));
     }
   }
+}
+
+// 8-bit activations: the kernel's result equals the integer formula computed independently in double
+// precision from the same quantized activations (sum over blocks of d_w d_x sum(q_w q_x), plus m_w s_x
+// for Q4_1), and is bitwise batch-invariant.
+TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
+  const int64_t k = 96, n = 21;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1}) {
+    const std::string name = ggml_type_name(static_cast<uint32_t>(type));
+    const at::Tensor f = at::randn({n, k});
+    at::Tensor bytes = at::empty({n, k / 32 * ggml_block_bytes(type)}, at::kByte);
+    ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), n * k);
+    const Linear l(type, bytes, k, {}, /*int8_activations=*/true);
+    const at::Tensor x = at::randn({1, 5, k});
+    const at::Tensor y = l(x);  // [1, 5, N]
+    std::vector<kernels::ActBlock> act(5 * k / 32);
+    kernels::quantize_activations(x.data_ptr<float>(), 5, k, act.data());
+    const uint8_t* w = bytes.data_ptr<uint8_t>();
+    const int64_t bb = ggml_block_bytes(type);
+    for (int64_t t = 0; t < 5; ++t)
+      for (int64_t r = 0; r < n; ++r) {
+        double want = 0;
+        for (int64_t b = 0; b < k / 32; ++b) {
+          const uint8_t* blk = w + r * bytes.size(1) + b * bb;
+          const kernels::ActBlock& a = act[t * (k / 32) + b];
+          // The weights' integers: dequantized value = q * d (+ m), read back through the dequantizer.
+          float deq[32];
+          ggml_dequantize(type, blk, deq, 32);
+          uint16_t bits;
+          std::memcpy(&bits, blk, 2);
+          const double d = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+          double m = 0;
+          if (type == GgmlType::kQ4_1) {
+            std::memcpy(&bits, blk + 2, 2);
+            m = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+          }
+          long isum = 0;
+          for (int j = 0; j < 32; ++j) isum += std::lround((deq[j] - m) / d) * a.q[j];
+          want += d * a.d * static_cast<double>(isum) + m * a.s;
+        }
+        EXPECT_NEAR(y[0][t][r].item<double>(), want, 1e-5 * (1 + std::fabs(want))) << name << " row " << t << " col " << r;
+      }
+    expect_batch_invariant(l, at::randn({1, 11, k}), name + " int8");
+    // Close to the float kernel's result on the same weights (8-bit activations lose little).
+    const Linear exact(type, bytes, k);
+    EXPECT_LT((y - exact(x)).norm().item<double>(), 0.02 * exact(x).norm().item<double>()) << name;
+  }
+}
+
+TEST(LinearKernel, ActivationQuantizationByHand) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f, x[1] = -3.4f, x[2] = 2.5f, x[31] = -0.6f;  // amax 127: d = 1, q = round(x)
+  kernels::ActBlock a;
+  kernels::quantize_activations(x.data(), 1, 32, &a);
+  EXPECT_EQ(a.d, 1.0f);
+  EXPECT_EQ(a.q[0], 127);
+  EXPECT_EQ(a.q[1], -3);
+  EXPECT_EQ(a.q[2], 3);  // round half away from zero, as ggml
+  EXPECT_EQ(a.q[31], -1);
+  EXPECT_EQ(a.s, 127.0f - 3 + 3 - 1);
+  std::vector<float> zeros(32, 0.0f);
+  kernels::quantize_activations(zeros.data(), 1, 32, &a);
+  EXPECT_EQ(a.d, 0.0f);
+  EXPECT_EQ(a.s, 0.0f);
+  EXPECT_EQ(a.q[5], 0);
 }
 
 TEST(LinearKernel, FusedPartsOfDifferentFormatsRunOneByOne) {
