@@ -24,13 +24,16 @@ const std::pair<WeightFormat, const char*> kFormatNames[] = {
 
 }  // namespace
 
-WeightFormat parse_weight_format(const std::string& name) {
+std::vector<std::string> weight_format_names() {
   std::vector<std::string> names;
-  for (const auto& [f, n] : kFormatNames) {
+  for (const auto& [f, n] : kFormatNames) names.push_back(n);
+  return names;
+}
+
+WeightFormat parse_weight_format(const std::string& name) {
+  for (const auto& [f, n] : kFormatNames)
     if (name == n) return f;
-    names.push_back(n);
-  }
-  throw Error("unknown weight format '" + name + "' (expected one of: " + join(names) + ")");
+  throw Error("unknown weight format '" + name + "' (expected one of: " + join(weight_format_names()) + ")");
 }
 
 std::string weight_format_name(WeightFormat format) {

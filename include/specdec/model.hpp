@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "specdec/config.hpp"
 #include "specdec/kv_cache.hpp"
@@ -62,6 +63,8 @@ enum class WeightFormat { kAsStored, kFloat32, kBFloat16, kFloat16, kQ8_0, kQ4_0
 // "as-stored", "float32", "bfloat16", "float16", "q8_0", "q4_0"; throws specdec::Error otherwise.
 WeightFormat parse_weight_format(const std::string& name);
 std::string weight_format_name(WeightFormat format);
+// Every format's name, in enum order.
+std::vector<std::string> weight_format_names();
 
 struct LoadOptions {
   c10::Device device = c10::Device(c10::kCPU);  // cpu or cuda[:N]
@@ -76,7 +79,8 @@ struct LoadOptions {
 
 // Loads a Hugging Face checkpoint folder (config.json, generation_config.json, model.safetensors or
 // a sharded index), or a GGUF file (a `.gguf` path, or a folder without config.json holding one
-// `.gguf`), with its weight matrices in `options.weights`' format. Throws specdec::Error naming the file and what is
+// `.gguf`), with its weight matrices in `options.weights`' format. Throws specdec::Error naming the
+// file and what is
 // wrong.
 std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options = {});
 

@@ -58,6 +58,15 @@ expect_error "token outside the vocabulary" "outside the vocabulary" generate --
 expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
 expect_error "unknown subcommand" "" nosuchcommand
+expect_error "unknown weight format" "--weights" generate --model "$work/t" --prompt-ids 1 --weights q3
+expect_error "packed weights need float32 compute" "q8_0 needs float32 compute" generate --model "$work/t" \
+  --prompt-ids 1 --weights q8_0 --dtype bfloat16
+q=$("$SPECDEC" generate --model "$work/t" --weights q8_0 --int8-activations --draft "$work/d" --draft-weights q4_0 \
+  --draft-int8-activations --prompt-ids 5,6,7 --max-new-tokens 12 --json)
+qplain=$("$SPECDEC" generate --model "$work/t" --weights q8_0 --int8-activations --prompt-ids 5,6,7 --max-new-tokens 12 --json)
+check "quantized target and draft: assisted equals target-only" python3 -c "
+import json,sys; a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert a['tokens']==b['tokens'] and len(a['tokens'])==12, (a['tokens'], b['tokens'])" "$q" "$qplain"
 "$SPECDEC" make-fixture --out "$work/v" --vocab 64 --layers 1 --hidden 64 --heads 4 2>/dev/null
 small_vocab=$("$SPECDEC" generate --model "$work/t" --draft "$work/v" --prompt-ids 5,6,7 --max-new-tokens 12 --json)
 check "a draft with a smaller vocabulary is accepted and exact" python3 -c "
