@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Speculation on a trained model: SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized to float32), chat
+# Speculation on a trained model: SmolLM2-135M-Instruct (Q4_1 GGUF run as stored; the early-exit
+# drafts cut from it are float32 safetensors folders), chat
 # prompts. (a) prompt lookup on input-grounded prompts (benchmarks/prompts/grounded.txt: rewrite,
 # extract, summarise, fix code ...); (b) early-exit drafts cut from the model itself at a few depths
 # (make-fixture --draft-of), constant K; (c) the dynamic schedule with those drafts. Each line is
