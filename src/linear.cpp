@@ -20,6 +20,7 @@ GgmlType dense_type(at::ScalarType dtype) {
 const std::pair<WeightFormat, const char*> kFormatNames[] = {
     {WeightFormat::kAsStored, "as-stored"}, {WeightFormat::kFloat32, "float32"}, {WeightFormat::kBFloat16, "bfloat16"},
     {WeightFormat::kFloat16, "float16"},    {WeightFormat::kQ8_0, "q8_0"},        {WeightFormat::kQ4_0, "q4_0"},
+    {WeightFormat::kQ4_1, "q4_1"},
 };
 
 }  // namespace
@@ -166,8 +167,11 @@ Linear WeightLoader::make(const std::string& name, const at::Tensor& w, at::Tens
     case WeightFormat::kBFloat16: return Linear(w.to(at::kBFloat16), std::move(bias));
     case WeightFormat::kFloat16: return Linear(w.to(at::kHalf), std::move(bias));
     case WeightFormat::kQ8_0:
-    case WeightFormat::kQ4_0: {
-      const GgmlType type = options_.weights == WeightFormat::kQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0;
+    case WeightFormat::kQ4_0:
+    case WeightFormat::kQ4_1: {
+      const GgmlType type = options_.weights == WeightFormat::kQ8_0   ? GgmlType::kQ8_0
+                            : options_.weights == WeightFormat::kQ4_0 ? GgmlType::kQ4_0
+                                                                      : GgmlType::kQ4_1;
       const int64_t n = w.size(0), k = w.size(1);
       SPECDEC_CHECK(k % 32 == 0, source_.dir(), ": cannot hold '", name, "' [", n, ", ", k, "] as ",
                     weight_format_name(options_.weights), ": its ", k, " columns are not a whole number of blocks of 32");

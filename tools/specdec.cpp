@@ -98,7 +98,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
       ->capture_default_str();
   const std::string formats = "as-stored (keep the checkpoint's format: a Q4_1 GGUF stays Q4_1), float32, bfloat16, "
-                              "float16, q8_0, q4_0 (quantized at load); packed formats need --device cpu --dtype float32";
+                              "float16, q8_0, q4_0, q4_1 (quantized at load); packed formats need --device cpu --dtype float32";
   const std::vector<std::string> format_names = weight_format_names();
   app->add_option("--weights", o.weights, "Format of the target's weight matrices: " + formats)
       ->check(CLI::IsMember(format_names))

@@ -55,12 +55,12 @@ class Model {
 
 // How the weight matrices of the linear layers (and the token embeddings) are held in memory.
 // kAsStored keeps the checkpoint's format: a Q4_1 GGUF stays Q4_1, a bf16 safetensors stays bf16.
-// The others convert at load: to a float format, or quantized to Q8_0 / Q4_0 with ggml's reference
+// The others convert at load: to a float format, or quantized to Q8_0 / Q4_0 / Q4_1 with ggml's reference
 // quantizers (safetensors checkpoints too). Packed formats need float32 compute on the CPU; with
 // another device or compute dtype, only kAsStored (dequantized into the compute dtype, as before)
 // and the compute dtype's own format are accepted.
-enum class WeightFormat { kAsStored, kFloat32, kBFloat16, kFloat16, kQ8_0, kQ4_0 };
-// "as-stored", "float32", "bfloat16", "float16", "q8_0", "q4_0"; throws specdec::Error otherwise.
+enum class WeightFormat { kAsStored, kFloat32, kBFloat16, kFloat16, kQ8_0, kQ4_0, kQ4_1 };
+// "as-stored", "float32", "bfloat16", "float16", "q8_0", "q4_0", "q4_1"; throws specdec::Error otherwise.
 WeightFormat parse_weight_format(const std::string& name);
 std::string weight_format_name(WeightFormat format);
 // Every format's name, in enum order.

@@ -32,7 +32,8 @@ std::shared_ptr<const Model> load(const std::string& dir, WeightFormat format, b
 
 const std::pair<WeightFormat, bool> kCases[] = {{WeightFormat::kBFloat16, false}, {WeightFormat::kFloat16, false},
                                                 {WeightFormat::kQ8_0, false},     {WeightFormat::kQ4_0, false},
-                                                {WeightFormat::kQ8_0, true},      {WeightFormat::kQ4_0, true}};
+                                                {WeightFormat::kQ8_0, true},      {WeightFormat::kQ4_0, true},
+                                                {WeightFormat::kQ4_1, false},     {WeightFormat::kQ4_1, true}};
 
 }  // namespace
 
@@ -52,9 +53,9 @@ TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
         EXPECT_TRUE(at::equal(verify, decode)) << where << ", " << threads << " threads: verification vs decode";
         EXPECT_TRUE(at::equal(prefill, decode)) << where << ": prefill vs decode";
         // 16-bit and 8-bit weights change the logits a little (relative L2 error). (Q4_0 on these
-        // tiny random models moves them by about their own size: not checked here; its kernel
-        // and quantizer are checked exactly in the unit tests.)
-        if (format != WeightFormat::kQ4_0 && !int8) {
+        // tiny random models moves them by about their own size, Q4_1 too: not checked here; their
+        // kernels and quantizers are checked exactly in the unit tests.)
+        if (format != WeightFormat::kQ4_0 && format != WeightFormat::kQ4_1 && !int8) {
           const at::Tensor ref = logits_three_ways(*f32, ids, 6).prefill;
           const double tol = format == WeightFormat::kQ8_0 ? 0.05 : 0.02;
           EXPECT_LT((decode - ref).norm().item<double>(), tol * ref.norm().item<double>()) << where;
@@ -76,7 +77,8 @@ TEST(WeightFormats, AssistedEqualsTargetOnlyWithQuantizedTargetAndDraft) {
   const Case cases[] = {{WeightFormat::kQ8_0, WeightFormat::kQ4_0, false},
                         {WeightFormat::kFloat32, WeightFormat::kQ4_0, false},
                         {WeightFormat::kQ4_0, WeightFormat::kBFloat16, false},
-                        {WeightFormat::kQ8_0, WeightFormat::kQ4_0, true}};
+                        {WeightFormat::kQ8_0, WeightFormat::kQ4_0, true},
+                        {WeightFormat::kQ4_1, WeightFormat::kQ4_1, true}};
   for (const auto& [tf, df, int8] : cases) {
     const auto target = load(target_dir, tf, int8), draft = load(draft_dir, df, int8);
     for (const char* schedule : {"constant", "dynamic"}) {
@@ -100,6 +102,7 @@ TEST(WeightFormats, AssistedEqualsTargetOnlyWithQuantizedTargetAndDraft) {
 TEST(WeightFormats, BadRequestsAreErrors) {
   EXPECT_THROW(parse_weight_format("q3_k"), Error);
   EXPECT_EQ(parse_weight_format("q4_0"), WeightFormat::kQ4_0);
+  EXPECT_EQ(parse_weight_format("q4_1"), WeightFormat::kQ4_1);
   EXPECT_EQ(weight_format_name(WeightFormat::kAsStored), "as-stored");
   const std::string dir = cached_fixture("wf_target", tiny("llama", 3, 21));
   LoadOptions o;
