@@ -47,6 +47,8 @@ inline float sum(const float* a, int64_t n) {
 // significant bits. So Q4_1's q * d + m rounds once, and a fused multiply-add equals it.)
 #define SPECDEC_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+constexpr int64_t kQ8_0Bytes = 34, kQ4_0Bytes = 18, kQ4_1Bytes = 20;  // ggml's block sizes
+
 SPECDEC_AVX2 inline float half_to_float(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
@@ -94,7 +96,7 @@ struct Q8_0Dec {  // d (f16), qs[32] int8: x = q * d
   __m256 d;
   const uint8_t* q;
   SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + b * 34;
+    const uint8_t* blk = row + b * kQ8_0Bytes;
     d = _mm256_set1_ps(half_to_float(blk));
     q = blk + 2;
   }
@@ -125,7 +127,7 @@ struct Q4_0Dec {  // d (f16), qs[16]: x = (q - 8) * d
   __m256 d;
   Nibbles n;
   SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + b * 18;
+    const uint8_t* blk = row + b * kQ4_0Bytes;
     d = _mm256_set1_ps(half_to_float(blk));
     n.load(blk + 2);
   }
@@ -139,7 +141,7 @@ struct Q4_1Dec {  // d (f16), m (f16), qs[16]: x = q * d + m
   __m256 d, m;
   Nibbles n;
   SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + b * 20;
+    const uint8_t* blk = row + b * kQ4_1Bytes;
     d = _mm256_set1_ps(half_to_float(blk));
     m = _mm256_set1_ps(half_to_float(blk + 2));
     n.load(blk + 4);
@@ -216,7 +218,7 @@ SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64
 // those of llama.cpp's approach, not the float32 kernel's.
 template <GgmlType T>
 struct IntTiles {
-  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? 34 : T == GgmlType::kQ4_0 ? 18 : 20;
+  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
   template <int NB, int TB>
   SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                 int64_t t, int64_t n_total, float* y) {
@@ -337,6 +339,12 @@ void rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, 
   }
 }
 
+inline float half_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
 // The portable 8-bit-activation kernel: per block an exact integer dot product, scaled and summed
 // in block order (one float per output element, not eight lanes: it differs from the AVX2 one).
 template <GgmlType T>
@@ -350,9 +358,7 @@ void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t*
       for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* blk = w + n * row_bytes + b * bytes;
         const ActBlock& a = x[t * blocks + b];
-        uint16_t bits;
-        std::memcpy(&bits, blk, 2);
-        const float dw = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+        const float dw = half_at(blk);
         int32_t isum = 0;
         for (int j = 0; j < 32; ++j) {
           int q;
@@ -364,10 +370,7 @@ void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t*
           isum += q * a.q[j];
         }
         acc += dw * a.d * static_cast<float>(isum);
-        if (T == GgmlType::kQ4_1) {
-          std::memcpy(&bits, blk + 2, 2);
-          macc += static_cast<float>(c10::Half(bits, c10::Half::from_bits())) * a.s;
-        }
+        if (T == GgmlType::kQ4_1) macc += half_at(blk + 2) * a.s;
       }
       y[t * n_total + n] = acc + macc;
     }

@@ -1,8 +1,6 @@
 #include "util.hpp"
 
 #include <sys/mman.h>
-#include <unistd.h>
-
 #include <sys/stat.h>
 #include <unistd.h>
 
