@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define SPECDEC_X86 1
 #endif
@@ -421,8 +422,11 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations) {
   LinearKernel kernel;
   kernel.int8_activations = int8_activations && has_int8_kernel(type);
 #ifdef SPECDEC_X86
-  static const bool avx2 =
-      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  // FMA and F16C through cpuid: clang's __builtin_cpu_supports knows no "f16c".
+  static const bool avx2 = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_FMA) && (c & bit_F16C) && __builtin_cpu_supports("avx2");
+  }();
   if (avx2 && !portable_kernels_forced()) {
     kernel.rows = avx2_rows(type, kernel.int8_activations);
     return kernel;

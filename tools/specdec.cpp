@@ -14,6 +14,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "generation_options.hpp"
 #include "specdec/specdec.hpp"
 
 using nlohmann::json;
@@ -58,41 +59,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   app->add_option("--tokenizer", o.tokenizer,
                   "Tokenizer: a folder with tokenizer files or a .gguf (default: --model's, when it has one)");
   app->add_flag("--no-stream", o.no_stream, "Print the generated text at the end, not as it is accepted");
-  app->add_option("--max-new-tokens", o.gen.max_new_tokens, "Tokens to generate at most")
-      ->capture_default_str();
-  app->add_option("--num-assistant-tokens", o.gen.num_assistant_tokens,
-                  "Draft tokens per iteration (0 = 5, or 20 for --schedule dynamic)")
-      ->capture_default_str();
-  app->add_option("--schedule", o.gen.num_assistant_tokens_schedule, "Lookahead schedule")
-      ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic"}))
-      ->capture_default_str();
-  app->add_option("--confidence-threshold", o.gen.assistant_confidence_threshold,
-                  "dynamic: stop drafting below this draft probability")
-      ->capture_default_str();
-  app->add_flag("--no-adaptive-threshold", o.no_adaptive,
-                "dynamic: keep the confidence threshold fixed");
-  app->add_option("--prompt-lookup", o.gen.prompt_lookup_num_tokens,
-                  "Prompt lookup decoding with up to N tokens per iteration (no draft model)")
-      ->capture_default_str();
-  app->add_option("--max-matching-ngram", o.gen.max_matching_ngram_size,
-                  "Prompt lookup: longest n-gram to match")
-      ->capture_default_str();
-  app->add_option("--prompt-lookup-match", o.gen.prompt_lookup_match,
-                  "Prompt lookup: copy after the first (Hugging Face) or the last earlier occurrence")
-      ->check(CLI::IsMember({"first", "last"}))
-      ->capture_default_str();
-  app->add_flag("--do-sample", o.gen.do_sample, "Sample instead of greedy decoding");
-  app->add_option("--temperature", o.gen.temperature, "Sampling temperature (0 = greedy)")
-      ->capture_default_str();
-  app->add_option("--top-k", o.gen.top_k, "Keep the k most likely tokens (0 = off)")
-      ->capture_default_str();
-  app->add_option("--top-p", o.gen.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
-  app->add_option("--min-p", o.gen.min_p, "Drop tokens below min_p * max probability (0 = off)")
-      ->capture_default_str();
-  app->add_option("--repetition-penalty", o.gen.repetition_penalty, "1 = off")
-      ->capture_default_str();
-  app->add_option("--seed", o.gen.seed, "Seed of the request's random generator")
-      ->capture_default_str();
+  cli::add_generation_options(app, o.gen, o.no_adaptive);
   app->add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
   app->add_option("--dtype", o.dtype, "Compute dtype")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
@@ -173,8 +140,7 @@ std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>
 Loaded load(RunOptions& o, bool chat) {
   if (o.threads < 0) throw Error("--threads must be >= 0");
   if (o.threads > 0) at::set_num_threads(o.threads);
-  o.gen.adaptive_threshold = !o.no_adaptive;
-  o.gen.validate();
+  cli::finish_generation_options(o.gen, o.no_adaptive);
   if (!chat && (!o.system.empty() || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");
   for (const std::string* path : {&o.model, &o.draft, &o.tokenizer}) {

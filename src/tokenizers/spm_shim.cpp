@@ -117,30 +117,46 @@ bool set_add_dummy_prefix(const std::string& b, bool value, std::string& out) {
   return true;
 }
 
+// Runs `body`; an exception (SentencePiece's darts_clone throws on some malformed models) becomes
+// *err and `failure`: no exception may cross the C interface.
+template <typename R, typename F>
+R guarded(char** err, R failure, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    set_error(err, std::string("SentencePiece failed: ") + e.what());
+  } catch (...) {
+    set_error(err, "SentencePiece failed (unknown exception)");
+  }
+  return failure;
+}
+
 }  // namespace
 
 SHIM_API specdec_spm* specdec_spm_load(const char* data, size_t size, int add_dummy_prefix,
                                        char** err) {
-  std::string bytes(data, size);
-  if (add_dummy_prefix >= 0) {
-    std::string patched;
-    if (!set_add_dummy_prefix(bytes, add_dummy_prefix != 0, patched)) {
-      set_error(err, "not a SentencePiece model (malformed or truncated protobuf)");
+  return guarded<specdec_spm*>(err, nullptr, [&]() -> specdec_spm* {
+    std::string bytes(data, size);
+    if (add_dummy_prefix >= 0) {
+      std::string patched;
+      if (!set_add_dummy_prefix(bytes, add_dummy_prefix != 0, patched)) {
+        set_error(err, "not a SentencePiece model (malformed or truncated protobuf)");
+        return nullptr;
+      }
+      bytes.swap(patched);
+    }
+    auto sp = std::make_unique<specdec_spm>();
+    const auto status = sp->proc.LoadFromSerializedProto(bytes);
+    if (!status.ok()) {
+      set_error(err, "not a SentencePiece model (" + status.ToString() + ")");
       return nullptr;
     }
-    bytes.swap(patched);
-  }
-  auto sp = std::make_unique<specdec_spm>();
-  const auto status = sp->proc.LoadFromSerializedProto(bytes);
-  if (!status.ok()) {
-    set_error(err, "not a SentencePiece model (" + status.ToString() + ")");
-    return nullptr;
-  }
-  if (sp->proc.GetPieceSize() <= 0) {
-    set_error(err, "SentencePiece model has no pieces");
-    return nullptr;
-  }
-  return sp.release();
+    if (sp->proc.GetPieceSize() <= 0) {
+      set_error(err, "SentencePiece model has no pieces");
+      return nullptr;
+    }
+    return sp.release();
+  });
 }
 
 SHIM_API void specdec_spm_free(specdec_spm* sp) { delete sp; }
@@ -159,6 +175,7 @@ SHIM_API int specdec_spm_piece_to_id(const specdec_spm* sp, const char* piece, s
 }
 
 SHIM_API int specdec_spm_piece_type(const specdec_spm* sp, int id) {
+  if (id < 0 || id >= sp->proc.GetPieceSize()) return -1;
   if (sp->proc.IsUnknown(id)) return 1;
   if (sp->proc.IsControl(id)) return 2;
   if (sp->proc.IsByte(id)) return 3;
@@ -175,39 +192,45 @@ SHIM_API void specdec_spm_special_ids(const specdec_spm* sp, int out[4]) {
 
 SHIM_API int specdec_spm_encode(const specdec_spm* sp, const char* text, size_t len, int** ids,
                                 size_t* n, char** err) {
-  std::vector<int> out;
-  const auto status = sp->proc.Encode(std::string(text, len), &out);
-  if (!status.ok()) {
-    set_error(err, status.ToString());
-    return -1;
-  }
-  *n = out.size();
-  return copy_out(out.data(), out.size(), ids, err);
+  return guarded<int>(err, -1, [&]() -> int {
+    std::vector<int> out;
+    const auto status = sp->proc.Encode(std::string(text, len), &out);
+    if (!status.ok()) {
+      set_error(err, status.ToString());
+      return -1;
+    }
+    *n = out.size();
+    return copy_out(out.data(), out.size(), ids, err);
+  });
 }
 
 SHIM_API int specdec_spm_decode_pieces(const specdec_spm* sp, const char* const* pieces,
                                        const size_t* lens, size_t n, char** out, size_t* out_len,
                                        char** err) {
-  std::vector<std::string> ps;
-  ps.reserve(n);
-  for (size_t i = 0; i < n; ++i) ps.emplace_back(pieces[i], lens[i]);
-  std::string text;
-  const auto status = sp->proc.Decode(ps, &text);
-  if (!status.ok()) {
-    set_error(err, status.ToString());
-    return -1;
-  }
-  *out_len = text.size();
-  return copy_out(text.data(), text.size(), out, err);
+  return guarded<int>(err, -1, [&]() -> int {
+    std::vector<std::string> ps;
+    ps.reserve(n);
+    for (size_t i = 0; i < n; ++i) ps.emplace_back(pieces[i], lens[i]);
+    std::string text;
+    const auto status = sp->proc.Decode(ps, &text);
+    if (!status.ok()) {
+      set_error(err, status.ToString());
+      return -1;
+    }
+    *out_len = text.size();
+    return copy_out(text.data(), text.size(), out, err);
+  });
 }
 
 SHIM_API int specdec_spm_train(const char* args, char** err) {
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args);
-  if (!status.ok()) {
-    set_error(err, status.ToString());
-    return -1;
-  }
-  return 0;
+  return guarded<int>(err, -1, [&]() -> int {
+    const auto status = sentencepiece::SentencePieceTrainer::Train(args);
+    if (!status.ok()) {
+      set_error(err, status.ToString());
+      return -1;
+    }
+    return 0;
+  });
 }
 
 SHIM_API void specdec_spm_free_buffer(void* p) { std::free(p); }

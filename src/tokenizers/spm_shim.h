@@ -25,7 +25,7 @@ int specdec_spm_size(const specdec_spm* sp);
 // The piece of `id` (valid as long as the model), or NULL when out of range.
 const char* specdec_spm_id_to_piece(const specdec_spm* sp, int id, size_t* len);
 int specdec_spm_piece_to_id(const specdec_spm* sp, const char* piece, size_t len);
-// 0 normal, 1 unknown, 2 control, 3 byte, 4 unused.
+// 0 normal, 1 unknown, 2 control, 3 byte, 4 unused; -1 when `id` is out of range.
 int specdec_spm_piece_type(const specdec_spm* sp, int id);
 // unk, bos, eos, pad ids in that order (-1 when the model has none).
 void specdec_spm_special_ids(const specdec_spm* sp, int out[4]);

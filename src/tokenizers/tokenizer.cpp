@@ -486,19 +486,23 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const Tokenize
     if (file_exists(dir + "/" + f)) return load_tokenizer_file(dir + "/" + f, options);
   if (file_exists(dir + "/tokenizer.json")) return load_tokenizer_file(dir + "/tokenizer.json", options);
   if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"))
-    return tok::load_bpe_vocab_merges(dir, tok::read_tokenizer_config(dir), options);
+    return load_tokenizer_file(dir + "/vocab.json", options);
   throw Error(dir + ": no tokenizer files (tokenizer.model, spiece.model, tokenizer.json, or "
                     "vocab.json + merges.txt)");
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, const TokenizerOptions& options) {
   SPECDEC_CHECK(file_exists(path), path, ": no such file");
-  const tok::TokenizerConfig cfg = tok::read_tokenizer_config(parent_dir(path));
-  if (ends_with(path, ".model")) return tok::load_sentencepiece(path, cfg, options);
-  if (ends_with(path, "/vocab.json") || ends_with(path, "/merges.txt") || path == "vocab.json" ||
-      path == "merges.txt")
-    return tok::load_bpe_vocab_merges(parent_dir(path), cfg, options);
-  if (ends_with(path, ".json")) return tok::load_bpe_json(path, cfg, options);
+  try {
+    const tok::TokenizerConfig cfg = tok::read_tokenizer_config(parent_dir(path));
+    if (ends_with(path, ".model")) return tok::load_sentencepiece(path, cfg, options);
+    if (ends_with(path, "/vocab.json") || ends_with(path, "/merges.txt") || path == "vocab.json" ||
+        path == "merges.txt")
+      return tok::load_bpe_vocab_merges(parent_dir(path), cfg, options);
+    if (ends_with(path, ".json")) return tok::load_bpe_json(path, cfg, options);
+  } catch (const nlohmann::json::exception& e) {  // a configuration value of the wrong JSON type
+    throw Error(path + ": " + e.what());
+  }
   throw Error(path + ": unknown tokenizer file (expected a SentencePiece .model or a tokenizer.json)");
 }
 

@@ -200,6 +200,42 @@ TEST(SentencePiece, TruncatedModelIsAClearError) {
   EXPECT_THROW(load_tokenizer(dir), Error);
 }
 
+// A tokenizer_config.json value of the wrong JSON type, or a T5 sentinel count that would add
+// billions of tokens, is an error naming the file (not nlohmann's exception, not an allocation).
+TEST(SentencePiece, BadTokenizerConfigValuesAreClearErrors) {
+  const std::string dir = trained_sentencepiece(300, "");
+  const std::string t5 = temp_dir("spm_bad_config");
+  write_file(t5 + "/spiece.model", read_file(dir + "/tokenizer.model"));
+  for (const std::string config : {R"({"tokenizer_class": "T5Tokenizer", "extra_ids": 4000000000})",
+                                   R"({"tokenizer_class": "T5Tokenizer", "extra_ids": "100"})",
+                                   R"({"tokenizer_class": "T5Tokenizer", "extra_ids": -1})",
+                                   R"({"additional_special_tokens": [{"content": 5}]})"}) {
+    write_file(t5 + "/tokenizer_config.json", config);
+    try {
+      load_tokenizer(t5);
+      FAIL() << "loaded with " << config;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("spiece.model"), std::string::npos) << e.what();
+    }
+  }
+  write_file(t5 + "/tokenizer_config.json", R"({"tokenizer_class": "T5Tokenizer", "extra_ids": 3})");
+  EXPECT_EQ(load_tokenizer(t5)->size(), 303);
+}
+
+// Found by tests/fuzz/fuzz_sentencepiece.cpp: SentencePiece's darts_clone throws a C++ exception
+// ("zero-length key") from inside the shim's C interface, which terminated the process.
+TEST(SentencePiece, ModelThatMakesSentencePieceThrowIsAClearError) {
+  const std::string dir = temp_dir("spm_darts");
+  write_file(dir + "/tokenizer.model",
+             read_file(std::string(SPECDEC_TEST_DATA) + "/../fuzz/corpus/sentencepiece/finding-darts-zero-length-key.model"));
+  try {
+    load_tokenizer(dir);
+    FAIL() << "model loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SentencePiece failed"), std::string::npos) << e.what();
+  }
+}
+
 
 namespace {
 // Forwards to a tokenizer and counts the ids it is asked to decode.

@@ -1,0 +1,50 @@
+// The `specdec` program's generation flags (--max-new-tokens ... --seed), shared by the program and
+// the fuzz target that feeds them CLI-like strings (tests/fuzz/fuzz_generation_options.cpp).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "specdec/config.hpp"
+
+namespace specdec::cli {
+
+// Adds the flags that fill `gen`; `no_adaptive` receives --no-adaptive-threshold (apply it with
+// finish_generation_options once parsed).
+inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& no_adaptive) {
+  app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")->capture_default_str();
+  app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
+                  "Draft tokens per iteration (0 = 5, or 20 for --schedule dynamic)")
+      ->capture_default_str();
+  app->add_option("--schedule", gen.num_assistant_tokens_schedule, "Lookahead schedule")
+      ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic"}))
+      ->capture_default_str();
+  app->add_option("--confidence-threshold", gen.assistant_confidence_threshold,
+                  "dynamic: stop drafting below this draft probability")
+      ->capture_default_str();
+  app->add_flag("--no-adaptive-threshold", no_adaptive, "dynamic: keep the confidence threshold fixed");
+  app->add_option("--prompt-lookup", gen.prompt_lookup_num_tokens,
+                  "Prompt lookup decoding with up to N tokens per iteration (no draft model)")
+      ->capture_default_str();
+  app->add_option("--max-matching-ngram", gen.max_matching_ngram_size, "Prompt lookup: longest n-gram to match")
+      ->capture_default_str();
+  app->add_option("--prompt-lookup-match", gen.prompt_lookup_match,
+                  "Prompt lookup: copy after the first (Hugging Face) or the last earlier occurrence")
+      ->check(CLI::IsMember({"first", "last"}))
+      ->capture_default_str();
+  app->add_flag("--do-sample", gen.do_sample, "Sample instead of greedy decoding");
+  app->add_option("--temperature", gen.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
+  app->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  app->add_option("--top-p", gen.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
+  app->add_option("--min-p", gen.min_p, "Drop tokens below min_p * max probability (0 = off)")
+      ->capture_default_str();
+  app->add_option("--repetition-penalty", gen.repetition_penalty, "1 = off")->capture_default_str();
+  app->add_option("--seed", gen.seed, "Seed of the request's random generator")->capture_default_str();
+}
+
+// Applies --no-adaptive-threshold and validates (throws specdec::Error).
+inline void finish_generation_options(GenerationConfig& gen, bool no_adaptive) {
+  gen.adaptive_threshold = !no_adaptive;
+  gen.validate();
+}
+
+}  // namespace specdec::cli
