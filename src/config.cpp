@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -231,6 +232,8 @@ void ModelConfig::validate(const std::string& source) const {
     SPECDEC_CHECK(v > 0, source, ": field '", name, "' must be a positive integer, got ", v);
   };
   positive(vocab_size, "vocab_size");
+  SPECDEC_CHECK(vocab_size <= limits().max_vocab_size, source, ": vocab_size ", vocab_size,
+                " exceeds the limit of ", limits().max_vocab_size, " (Limits::max_vocab_size)");
   positive(hidden_size, "hidden_size");
   positive(intermediate_size, "intermediate_size");
   positive(num_hidden_layers, "num_hidden_layers");
@@ -284,6 +287,9 @@ int64_t GenerationConfig::resolved_num_assistant_tokens() const {
 void GenerationConfig::validate() const {
   SPECDEC_CHECK(max_new_tokens >= 1, "GenerationConfig.max_new_tokens must be >= 1, got ",
                 max_new_tokens);
+  SPECDEC_CHECK(max_new_tokens <= limits().max_sequence_length, "GenerationConfig.max_new_tokens ",
+                max_new_tokens, " exceeds the limit of ", limits().max_sequence_length,
+                " positions (Limits::max_sequence_length)");
   SPECDEC_CHECK(num_assistant_tokens >= 0,
                 "GenerationConfig.num_assistant_tokens must be >= 0 (0 = default), got ",
                 num_assistant_tokens);

@@ -8,6 +8,7 @@
 
 #include "specdec/candidates.hpp"
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "specdec/lookahead.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/verifier.hpp"
@@ -69,6 +70,12 @@ GenerationResult Generator::run(const std::vector<int64_t>& prompt, const Genera
   // The sequence the target continues: the prompt, or for encoder-decoder models the decoder's
   // start token (the prompt goes to the encoder). The cache holds a prefix of it.
   std::vector<int64_t> tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
+  // Bounded before anything is sized from them (and before the sum below could overflow).
+  const int64_t max_sequence = limits().max_sequence_length;
+  for (const size_t n : {prompt.size(), tokens.size()})
+    SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence && config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
+                  "the prompt (", n, " tokens) plus max_new_tokens (", config.max_new_tokens,
+                  ") exceeds the limit of ", max_sequence, " positions (Limits::max_sequence_length)");
   const int64_t max_length = static_cast<int64_t>(tokens.size()) + config.max_new_tokens;
   // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
   // (T5's relative positions have no such limit).

@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -27,12 +28,9 @@ namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxArrayDepth = 4;
-// Metadata values of all arrays together, at most: real files hold a few hundred thousand (the
-// vocabulary, its scores and types, the merges); each value costs ~100 bytes in memory, so a file
-// that packs a billion one-byte values must not become 100 GB.
-constexpr int64_t kMaxMetadataValues = int64_t{1} << 23;
-constexpr uint64_t kMaxTensors = uint64_t{1} << 20;
 constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
+// Limits::max_metadata_values bounds the metadata values of all arrays together: each costs ~100
+// bytes in memory, so a file that packs a billion one-byte values must not become 100 GB.
 
 float f16(const uint8_t* p) {
   uint16_t bits;
@@ -170,8 +168,8 @@ const TypeEntry& type_entry(GgmlType type) {
 // Bounds-checked little-endian reading over [p, end). Errors name the file and what was being read.
 class Cursor {
  public:
-  Cursor(const uint8_t* begin, size_t size, const std::string& path)
-      : begin_(begin), p_(begin), end_(begin + size), path_(path) {}
+  Cursor(const uint8_t* begin, size_t size, const std::string& path, int64_t max_string)
+      : begin_(begin), p_(begin), end_(begin + size), path_(path), max_string_(max_string) {}
   size_t offset() const { return static_cast<size_t>(p_ - begin_); }
   size_t remaining() const { return static_cast<size_t>(end_ - p_); }
   template <typename T>
@@ -184,6 +182,8 @@ class Cursor {
   }
   std::string read_string(const std::string& what) {
     const uint64_t n = read<uint64_t>(what + " (string length)");
+    SPECDEC_CHECK(n <= static_cast<uint64_t>(max_string_), path_, ": ", what, ": string length ", n,
+                  " exceeds the limit of ", max_string_, " bytes (Limits::max_header_bytes)");
     SPECDEC_CHECK(n <= remaining(), path_, ": truncated file or bad length: ", what, ": string length ", n,
                   " runs past the end of the file (",
                   remaining(), " bytes left at offset ", offset(), ")");
@@ -201,6 +201,7 @@ class Cursor {
   const uint8_t* p_;
   const uint8_t* end_;
   const std::string& path_;
+  int64_t max_string_;
 };
 
 // Smallest encoded size of one value of `type` (for bounding array counts by the bytes left).
@@ -254,7 +255,8 @@ GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const
       SPECDEC_CHECK(n <= c.remaining() / min_value_bytes(v.array_type), path, ": ", what, ": array length ", n,
                     " cannot fit in the ", c.remaining(), " bytes left");
       SPECDEC_CHECK(static_cast<int64_t>(n) <= budget, path, ": ", what, ": array length ", n,
-                    " exceeds the limit of ", kMaxMetadataValues, " metadata values in a file");
+                    " exceeds the limit of ", limits().max_metadata_values,
+                    " metadata values in a file (Limits::max_metadata_values)");
       budget -= static_cast<int64_t>(n);
       v.array.reserve(static_cast<size_t>(n));
       for (uint64_t k = 0; k < n; ++k) v.array.push_back(read_value(c, et, key, path, depth + 1, budget));
@@ -380,7 +382,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   SPECDEC_CHECK(map_ != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
   try {
     const auto* base = static_cast<const uint8_t*>(map_);
-    Cursor c(base, map_size_, path);
+    const Limits lim = limits();
+    Cursor c(base, map_size_, path, lim.max_header_bytes);
     const uint32_t magic = c.read<uint32_t>("magic");
     SPECDEC_CHECK(magic == kMagic, path, ": not a GGUF file (magic bytes are not 'GGUF')");
     version_ = c.read<uint32_t>("version");
@@ -396,11 +399,11 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
                   " cannot fit in a file of ", map_size_, " bytes");
     // Limits that bound memory whatever the file's size (real files: under 100 keys, a few
     // thousand tensors).
-    SPECDEC_CHECK(n_kv <= kMaxMetadataValues, path, ": metadata_kv_count ", n_kv, " exceeds the limit of ",
-                  kMaxMetadataValues);
-    SPECDEC_CHECK(n_tensors <= kMaxTensors, path, ": tensor_count ", n_tensors, " exceeds the limit of ",
-                  kMaxTensors);
-    int64_t budget = kMaxMetadataValues;
+    SPECDEC_CHECK(n_kv <= static_cast<uint64_t>(lim.max_metadata_values), path, ": metadata_kv_count ", n_kv,
+                  " exceeds the limit of ", lim.max_metadata_values, " (Limits::max_metadata_values)");
+    SPECDEC_CHECK(n_tensors <= static_cast<uint64_t>(lim.max_tensors), path, ": tensor_count ", n_tensors,
+                  " exceeds the limit of ", lim.max_tensors, " (Limits::max_tensors)");
+    int64_t budget = lim.max_metadata_values;
     for (uint64_t k = 0; k < n_kv; ++k) {
       std::string key = c.read_string("metadata key " + std::to_string(k));
       const uint32_t type = c.read<uint32_t>("metadata '" + key + "' type");
@@ -421,8 +424,9 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       t.name = c.read_string("tensor name " + std::to_string(k));
       const std::string what = "tensor '" + t.name + "'";
       const uint32_t n_dims = c.read<uint32_t>(what + " n_dims");
-      SPECDEC_CHECK(n_dims >= 1 && n_dims <= kMaxDims, path, ": ", what, ": ", n_dims,
-                    " dimensions (expected 1 to ", kMaxDims, ")");
+      const int64_t max_dims = std::min<int64_t>(kMaxDims, lim.max_rank);
+      SPECDEC_CHECK(n_dims >= 1 && n_dims <= max_dims, path, ": ", what, ": ", n_dims,
+                    " dimensions (expected 1 to ", max_dims, ")");
       std::vector<int64_t> ne;
       for (uint32_t d = 0; d < n_dims; ++d) {
         const uint64_t dim = c.read<uint64_t>(what + " dimension");
@@ -433,6 +437,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
         t.numel *= static_cast<int64_t>(dim);
         ne.push_back(static_cast<int64_t>(dim));
       }
+      SPECDEC_CHECK(t.numel <= lim.max_tensor_elements, path, ": ", what, ": ", t.numel,
+                    " elements, more than the limit of ", lim.max_tensor_elements, " (Limits::max_tensor_elements)");
       t.shape.assign(ne.rbegin(), ne.rend());
       const uint32_t type = c.read<uint32_t>(what + " type");
       const TypeEntry* e = find_type(type);

@@ -4,6 +4,7 @@
 
 #include "kernels.hpp"
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 
 namespace specdec::layers {
 
@@ -32,6 +33,8 @@ Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_
     const at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
     inv = at::where(medium, smoothed, scaled);
   }
+  // A request never runs past Limits::max_sequence_length, whatever the configuration claims.
+  max_positions = std::min(max_positions, limits().max_sequence_length);
   const at::Tensor pos = at::arange(0, max_positions, at::kLong).to(at::kFloat);  // [P]
   const at::Tensor freqs = at::outer(pos, inv);                                  // [P, rot/2]
   const at::Tensor emb = at::cat({freqs, freqs}, -1);                            // [P, rot]

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -40,8 +41,6 @@ const DtypeEntry* find_dtype(at::ScalarType type) {
   return nullptr;
 }
 
-constexpr uint64_t kMaxHeader = 100ull << 20;  // the format's own limit (100 MB)
-
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
@@ -65,9 +64,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const auto* bytes = static_cast<const uint8_t*>(map_);
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian
-    SPECDEC_CHECK(header_len <= kMaxHeader && header_len <= map_size_ - 8, path,
-                  ": header length ", header_len, " runs past the end of the file (",
-                  map_size_, " bytes)");
+    const Limits lim = limits();
+    SPECDEC_CHECK(header_len <= static_cast<uint64_t>(lim.max_header_bytes), path, ": header length ", header_len,
+                  " exceeds the limit of ", lim.max_header_bytes, " bytes (Limits::max_header_bytes)");
+    SPECDEC_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len,
+                  " runs past the end of the file (", map_size_, " bytes)");
     const uint64_t data_size = map_size_ - 8 - header_len;
     data_ = bytes + 8 + header_len;
     json header;
@@ -77,6 +78,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw Error(detail::concat(path, ": invalid safetensors header JSON: ", e.what()));
     }
     SPECDEC_CHECK(header.is_object(), path, ": safetensors header must be a JSON object");
+    SPECDEC_CHECK(static_cast<int64_t>(header.size()) <= lim.max_tensors + 1, path, ": ", header.size(),
+                  " header entries exceed the limit of ", lim.max_tensors, " tensors (Limits::max_tensors)");
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     std::vector<std::string> range_names;
     for (auto it = header.begin(); it != header.end(); ++it) {
@@ -116,6 +119,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       const DtypeEntry* dt = find_dtype(info.dtype);
       SPECDEC_CHECK(dt != nullptr, path, ": tensor '", name, "' has unsupported dtype '",
                     info.dtype, "' (supported: F32, F16, BF16)");
+      SPECDEC_CHECK(static_cast<int64_t>(info.shape.size()) <= lim.max_rank, path, ": tensor '", name, "' has ",
+                    info.shape.size(), " dimensions, more than the limit of ", lim.max_rank, " (Limits::max_rank)");
       uint64_t numel = 1;
       for (int64_t d : info.shape) {
         const auto u = static_cast<uint64_t>(d);
@@ -123,6 +128,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                       "': the product of its dimensions overflows");
         numel *= u;
       }
+      SPECDEC_CHECK(numel <= static_cast<uint64_t>(lim.max_tensor_elements), path, ": tensor '", name, "' has ",
+                    numel, " elements, more than the limit of ", lim.max_tensor_elements,
+                    " (Limits::max_tensor_elements)");
       SPECDEC_CHECK(info.begin <= info.end && info.end <= data_size, path, ": tensor '", name,
                     "' data_offsets [", info.begin, ", ", info.end,
                     ") lie outside the data section (", data_size, " bytes)");

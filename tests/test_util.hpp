@@ -37,4 +37,11 @@ struct ThreeWays {
 };
 ThreeWays logits_three_ways(const Model& model, const at::Tensor& ids, int64_t n);
 
+// Sets the process-wide Limits for the lifetime of the object, then puts the old ones back.
+struct ScopedLimits {
+  explicit ScopedLimits(const Limits& l) : saved(limits()) { set_limits(l); }
+  ~ScopedLimits() { set_limits(saved); }
+  Limits saved;
+};
+
 }  // namespace specdec::test

@@ -9,6 +9,7 @@
 #include "specdec/generator.hpp"
 #include "specdec/gguf.hpp"
 #include "specdec/kv_cache.hpp"
+#include "specdec/limits.hpp"
 #include "specdec/lookahead.hpp"
 #include "specdec/model.hpp"
 #include "specdec/sampling.hpp"

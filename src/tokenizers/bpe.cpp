@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "specdec/gguf.hpp"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
@@ -149,11 +150,12 @@ std::vector<std::string> split(const std::string& s, const PreStep& step) {
   return out;
 }
 
-// A token id from JSON: an integer in [0, 2^24) (a float would be converted with undefined
-// behaviour; a huge id would size the id table).
+// A token id from JSON: an integer in [0, Limits::max_vocab_size) (a float would be converted with
+// undefined behaviour; a huge id would size the id table).
 int64_t json_id(const json& v, const std::string& where) {
-  SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < (int64_t{1} << 24), where,
-                ": token id ", v.dump(), " is not an integer in [0, 2^24)");
+  const int64_t max = limits().max_vocab_size;
+  SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < max, where,
+                ": token id ", v.dump(), " is not an integer in [0, ", max, ") (Limits::max_vocab_size)");
   return v.get<int64_t>();
 }
 

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "specdec/gguf.hpp"
 #include "tokenizers/spm_shim.h"
 #include "tokenizers/tokenizer_base.hpp"
@@ -109,10 +110,6 @@ const Shim& shim() {
   throw Error(msg);
 }
 
-// T5Tokenizer's sentinel count: 100 in T5, 125 in ByT5; the bound keeps a bad file from asking for
-// billions of added tokens.
-constexpr int64_t kMaxExtraIds = 4096;
-
 class SentencePieceTokenizer final : public TokenizerBase {
  public:
   // `bytes`: the serialized model (the file's content); `path` names it in errors.
@@ -150,8 +147,9 @@ class SentencePieceTokenizer final : public TokenizerBase {
       // T5Tokenizer's sentinels: <extra_id_0> is the last id.
       const auto it = cfg.json.find("extra_ids");
       const int64_t extra = it == cfg.json.end() ? 100 : it->is_number_integer() ? it->get<int64_t>() : -1;
-      SPECDEC_CHECK(extra >= 0 && extra <= kMaxExtraIds, path, ": tokenizer_config.json: extra_ids must be an integer in [0, ",
-                    kMaxExtraIds, "]");
+      const int64_t max_extra = limits().max_extra_ids;
+      SPECDEC_CHECK(extra >= 0 && extra <= max_extra, path, ": tokenizer_config.json: extra_ids must be an integer in [0, ",
+                    max_extra, "] (Limits::max_extra_ids)");
       for (int64_t i = 0; i < extra; ++i) {
         AddedToken t{"<extra_id_" + std::to_string(i) + ">", base_size_ + extra - 1 - i, true, true, true};
         add_token(t);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "specdec/gguf.hpp"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
@@ -281,7 +282,8 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
 // ---- TokenizerBase ----
 
 void TokenizerBase::add_token(const AddedToken& t) {
-  SPECDEC_CHECK(t.id >= 0, source_, ": added token '", t.content, "' has a negative id");
+  SPECDEC_CHECK(t.id >= 0 && t.id < limits().max_vocab_size, source_, ": added token '", t.content, "' has id ", t.id,
+                ", outside [0, ", limits().max_vocab_size, ") (Limits::max_vocab_size)");
   SPECDEC_CHECK(!t.content.empty(), source_, ": added token ", t.id, " is empty");
   added_[t.id] = t;
   if (t.special) special_ids_.insert(t.id);

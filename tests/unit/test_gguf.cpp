@@ -369,6 +369,57 @@ TEST(GgufReader, MetadataAndTensors) {
   }
 }
 
+// Each Limits field refuses a file that is otherwise fine, naming the limit; the defaults load it.
+TEST(GgufReader, LimitsAreCheckedBeforeAllocating) {
+  GgufWriter w = small_file();  // 6 keys (4 + 3 + 3 values), 1 tensor [2, 32]
+  w.f32_tensor("u.weight", at::zeros({32}));
+  const std::string path = gguf_file("limits.gguf", w.bytes());
+  EXPECT_NO_THROW(GgufFile{path});
+  const auto refused = [&](Limits l, const std::string& field) {
+    const ScopedLimits scoped(l);
+    try {
+      GgufFile f(path);
+      ADD_FAILURE() << field << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("Limits::" + field), std::string::npos) << e.what();
+    }
+  };
+  Limits l;
+  l.max_metadata_values = 5;
+  refused(l, "max_metadata_values");  // 6 keys
+  {
+    GgufWriter one_array;  // 1 key, 10 array elements
+    one_array.i32s("ids", std::vector<int32_t>(10, 1));
+    const std::string p = gguf_file("limits_array.gguf", one_array.bytes());
+    l = {}, l.max_metadata_values = 9;
+    const ScopedLimits scoped(l);
+    try {
+      GgufFile f(p);
+      ADD_FAILURE() << "array: loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("Limits::max_metadata_values"), std::string::npos) << e.what();
+    }
+  }
+  l = {}, l.max_header_bytes = 4;
+  refused(l, "max_header_bytes");     // "llama" is 5 bytes
+  l = {}, l.max_tensors = 1;
+  refused(l, "max_tensors");
+  l = {}, l.max_tensor_elements = 63;
+  refused(l, "max_tensor_elements");
+  l = {}, l.max_rank = 1;
+  try {
+    const ScopedLimits scoped(l);
+    GgufFile f(path);
+    ADD_FAILURE() << "max_rank: loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dimensions (expected 1 to 1)"), std::string::npos) << e.what();
+  }
+  l = {}, l.max_metadata_values = 12, l.max_header_bytes = 20, l.max_tensors = 2, l.max_tensor_elements = 64,
+  l.max_rank = 2;
+  const ScopedLimits exact(l);
+  EXPECT_NO_THROW(GgufFile{path});
+}
+
 TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
   const std::string good = small_file().bytes();
   auto patched = [&](size_t at, const std::string& bytes) {
