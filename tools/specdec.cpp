@@ -78,7 +78,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                 "the target's numbers then differ from its dequantized float32 model)");
   app->add_flag("--draft-int8-activations", o.draft_int8_activations,
                 "The same for the draft (speculation stays exact whatever the draft computes)");
-  app->add_option("--threads", o.threads, "CPU threads for libtorch (0 = libtorch's default)")
+  app->add_option("--threads", o.threads, "CPU threads of every pool specdec computes with: libtorch's (which runs specdec's kernels) "
+                  "and OpenBLAS's (0 = their defaults)")
       ->capture_default_str();
   if (mode != Mode::kChat) app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
   if (compare)
@@ -139,7 +140,7 @@ std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>
 
 Loaded load(RunOptions& o, bool chat) {
   if (o.threads < 0) throw Error("--threads must be >= 0");
-  if (o.threads > 0) at::set_num_threads(o.threads);
+  if (o.threads > 0) set_num_threads(o.threads);
   cli::finish_generation_options(o.gen, o.no_adaptive);
   if (!chat && (!o.system.empty() || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   const int64_t max_new = argc > 2 ? std::stoll(argv[2]) : 64;
   try {
     // Debian's libtorch starts with one intra-op thread here; use every core.
-    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    specdec::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     ensure_pair(dir);
     const auto target = specdec::load_model(dir + "/target");
     const auto draft = specdec::load_model(dir + "/draft");

@@ -3,6 +3,9 @@
 // after which the Generator goes on as before.
 #include <gtest/gtest.h>
 
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
+
 #include <atomic>
 #include <thread>
 
@@ -86,6 +89,22 @@ TEST(Service, CallbackCancelsOrFailsAndTheGeneratorGoesOn) {
   EXPECT_THROW(g.generate(prompt, c, [](const std::vector<int64_t>&) { throw std::runtime_error("client gone"); }),
                std::runtime_error);
   EXPECT_EQ(g.generate(prompt, c).tokens, full);
+}
+
+// --threads (set_num_threads) governs both pools the library computes with: libtorch's intra-op
+// pool and OpenBLAS's own, which at::set_num_threads alone leaves at every core.
+TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
+  using GetThreads = int (*)();
+  const auto blas = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  ASSERT_NE(blas, nullptr) << "libtorch does not use OpenBLAS here (scripts/setup.sh installs libopenblas0-pthread)";
+  const int saved = at::get_num_threads();
+  for (int n : {1, 2, 1}) {
+    set_num_threads(n);
+    EXPECT_EQ(at::get_num_threads(), n);
+    EXPECT_EQ(blas(), n);
+  }
+  EXPECT_THROW(set_num_threads(0), Error);
+  set_num_threads(saved);
 }
 
 }  // namespace specdec::test

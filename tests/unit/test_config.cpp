@@ -172,8 +172,11 @@ TEST(LoadModel, BadOptionsAndLibtorchFailuresAreSpecdecErrors) {
   LoadOptions bad;
   bad.dtype = at::kInt;
   EXPECT_THROW(load_model(dir, bad), Error);
-  // A configuration whose rotary table cannot be allocated: libtorch's c10::Error comes out as a
-  // specdec::Error naming the call.
+  // A configuration whose rotary table cannot be allocated (once Limits::max_sequence_length lets
+  // it ask): libtorch's c10::Error comes out as a specdec::Error naming the call.
+  Limits l;
+  l.max_sequence_length = int64_t{1} << 42;
+  const ScopedLimits scoped(l);
   const std::string huge = temp_dir("huge_positions");
   nlohmann::json c = read_json(dir + "/config.json");
   c["max_position_embeddings"] = int64_t{1} << 42;
