@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <stdexcept>
 #include <thread>
 
 #include "test_util.hpp"
@@ -44,6 +45,7 @@ std::vector<Request> mixed_requests() {
 
 }  // namespace
 
+// Failing and cancelled requests run among them and change nothing for the others.
 TEST(Service, EightThreadsOnOneGeneratorGiveWhatEachRequestGivesAlone) {
   const auto target = cached_model(cached_fixture("svc_t", small_llama(4, 3)));
   const std::string draft_dir = temp_dir("svc_d");
@@ -61,7 +63,19 @@ TEST(Service, EightThreadsOnOneGeneratorGiveWhatEachRequestGivesAlone) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t)
     threads.emplace_back([&] {
-      for (size_t i; (i = next++) < requests.size();) got[i] = shared.generate(requests[i].prompt, requests[i].config).tokens;
+      for (size_t i; (i = next++) < requests.size();) {
+        const Request& r = requests[i];
+        if (i % 4 == 3) {
+          // Beside the others: a request whose client fails mid-way, and one it cancels.
+          int64_t n = 0;
+          EXPECT_THROW(shared.generate(r.prompt, r.config, [&](const std::vector<int64_t>&) {
+            if (++n == 2) throw std::runtime_error("client gone");
+          }), std::runtime_error);
+          EXPECT_EQ(shared.generate(r.prompt, r.config, [](const std::vector<int64_t>&) { throw Cancelled(); })
+                        .stats.stop_reason, "cancelled");
+        }
+        got[i] = shared.generate(r.prompt, r.config).tokens;
+      }
     });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i], alone[i]) << "request " << i;
