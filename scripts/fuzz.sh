@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}; shift || true
-targets=("$@"); ((${#targets[@]})) || targets=(gguf safetensors config tokenizer_json vocab_merges tokenizer_config sentencepiece generation_options)
+targets=("$@"); ((${#targets[@]})) || targets=(gguf safetensors safetensors_index config tokenizer_json vocab_merges tokenizer_config sentencepiece generation_options)
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -g -O1"
 if [[ ! -f build-fuzz/CMakeCache.txt ]]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECDEC_BUILD_FUZZERS=ON \
