@@ -281,7 +281,8 @@ void ModelConfig::validate(const std::string& source) const {
 
 int64_t GenerationConfig::resolved_num_assistant_tokens() const {
   if (num_assistant_tokens > 0) return num_assistant_tokens;
-  return num_assistant_tokens_schedule == "dynamic" ? 20 : 5;
+  if (num_assistant_tokens_schedule == "dynamic") return 20;
+  return num_assistant_tokens_schedule == "goodput" ? 12 : 5;
 }
 
 void GenerationConfig::validate() const {
@@ -294,9 +295,9 @@ void GenerationConfig::validate() const {
                 "GenerationConfig.num_assistant_tokens must be >= 0 (0 = default), got ",
                 num_assistant_tokens);
   const auto& s = num_assistant_tokens_schedule;
-  SPECDEC_CHECK(s == "constant" || s == "heuristic" || s == "heuristic_transient" || s == "dynamic",
+  SPECDEC_CHECK(s == "constant" || s == "heuristic" || s == "heuristic_transient" || s == "dynamic" || s == "goodput",
                 "GenerationConfig.num_assistant_tokens_schedule must be constant, heuristic, "
-                "heuristic_transient or dynamic, got '", s, "'");
+                "heuristic_transient, dynamic or goodput, got '", s, "'");
   SPECDEC_CHECK(assistant_confidence_threshold >= 0 && assistant_confidence_threshold <= 1,
                 "GenerationConfig.assistant_confidence_threshold must be in [0, 1], got ",
                 assistant_confidence_threshold);

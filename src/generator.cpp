@@ -49,6 +49,44 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   share_encoder_ = t.is_encoder_decoder && target_->same_encoder(*draft_);
 }
 
+void Generator::plan_goodput(LookaheadSchedule& schedule, KVCache& cache,
+                             const std::vector<int64_t>& tokens) const {
+  // Once per Generator: time target passes of 1 to cap + 1 rows on this request's cache (appended
+  // after what it holds, then cropped away; the best of two runs each).
+  bool calibrate = false;
+  {
+    std::lock_guard<std::mutex> lock(costs_mutex_);
+    calibrate = !calibrating_;
+    calibrating_ = true;
+  }
+  if (calibrate) {
+    const int64_t length = cache.length();
+    const at::Tensor last = at::tensor(std::vector<int64_t>{tokens[length]}, at::kLong);
+    for (int64_t rows = 1; rows <= schedule.cap() + 1 && length + rows <= cache.capacity(); ++rows) {
+      const at::Tensor ids = last.expand({rows}).reshape({1, rows});
+      double best = 0;
+      for (int rep = 0; rep < 2; ++rep) {
+        const auto t0 = Clock::now();
+        (void)target_->forward(ids, cache, 1);
+        const double s = seconds_since(t0);
+        cache.crop(length);
+        best = rep == 0 ? s : std::min(best, s);
+      }
+      std::lock_guard<std::mutex> lock(costs_mutex_);
+      target_cost_.observe(rows, best);
+    }
+  }
+  PassCost target;
+  std::optional<double> draft;
+  {
+    std::lock_guard<std::mutex> lock(costs_mutex_);
+    target = target_cost_;
+    if (!draft_cost_.empty()) draft = draft_cost_(1);
+  }
+  // Until a draft pass has been timed (and while another request calibrates), K stays where it is.
+  if (draft && target.size() > 1) schedule.plan([&](int64_t rows) { return target(rows); }, *draft);
+}
+
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                                      const TokenCallback& on_token) const {
   return torch_errors_as_specdec("generate", [&] { return run(prompt, config, on_token); });
@@ -137,17 +175,24 @@ GenerationResult Generator::run(const std::vector<int64_t>& prompt, const Genera
   std::vector<int64_t> input;
   st.stop_reason = "max_new_tokens";
 
+  const bool goodput = use_draft && schedule.kind() == "goodput";
   while (st.new_tokens < config.max_new_tokens) {
     const int64_t remaining = config.max_new_tokens - st.new_tokens;
     const bool first = st.target_passes == 0;
+    if (goodput && !first) plan_goodput(schedule, cache, tokens);
     // Draft at most remaining - 1 tokens: the target always adds one of its own.
     auto t0 = Clock::now();
     const int64_t draft_passes_before = candidates ? candidates->passes() : 0;
     Candidates cand = (candidates && remaining > 1) ? candidates->propose(tokens, remaining - 1)
                                                     : Candidates{};
-    (first ? st.prefill_seconds : st.drafting_seconds) += seconds_since(t0);
+    const double draft_seconds = seconds_since(t0);
+    (first ? st.prefill_seconds : st.drafting_seconds) += draft_seconds;
     if (first && candidates) st.prefill_draft_passes = candidates->passes() - draft_passes_before;
     const auto k = static_cast<int64_t>(cand.size());
+    if (goodput && !first && k > 0) {
+      std::lock_guard<std::mutex> lock(costs_mutex_);
+      draft_cost_.observe(1, draft_seconds / static_cast<double>(candidates->passes() - draft_passes_before));
+    }
 
     // One target pass over [uncached tokens, c1..cK]; keep the logits of the last K+1 positions.
     t0 = Clock::now();
@@ -159,6 +204,10 @@ GenerationResult Generator::run(const std::vector<int64_t>& prompt, const Genera
       history = tokens;
       history.insert(history.end(), cand.tokens.begin(), cand.tokens.end());
       scores = processors.apply(scores, history);  // [K+1, V]
+    }
+    if (goodput && !first) {
+      std::lock_guard<std::mutex> lock(costs_mutex_);
+      target_cost_.observe(static_cast<int64_t>(input.size()), seconds_since(t0));
     }
     Verdict verdict = verifier.verify(scores, cand, rng);
     (first ? st.prefill_seconds : st.verification_seconds) += seconds_since(t0);

@@ -8,7 +8,10 @@ namespace specdec {
 
 LookaheadSchedule::LookaheadSchedule(const GenerationConfig& c)
     : kind_(c.num_assistant_tokens_schedule),
-      k_(c.resolved_num_assistant_tokens()),
+      // goodput starts at 5 (or the cap, if smaller) until costs have been measured.
+      k_(c.num_assistant_tokens_schedule == "goodput" ? std::min<int64_t>(5, c.resolved_num_assistant_tokens())
+                                                      : c.resolved_num_assistant_tokens()),
+      cap_(c.resolved_num_assistant_tokens()),
       threshold_(c.assistant_confidence_threshold),
       adaptive_(c.adaptive_threshold) {}
 
@@ -16,6 +19,9 @@ void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepte
   const auto drafted = static_cast<int64_t>(probs.size());
   if (kind_ == "heuristic" || kind_ == "heuristic_transient") {
     k_ = accepted == drafted ? k_ + 2 : std::max<int64_t>(1, k_ - 1);
+  } else if (kind_ == "goodput") {
+    accepted_ = 0.95 * accepted_ + static_cast<double>(accepted);
+    rejected_ = 0.95 * rejected_ + (accepted < drafted ? 1.0 : 0.0);
   } else if (kind_ == "dynamic" && adaptive_) {
     // Keep the accepted tokens and the first rejected one; later drafts were never judged.
     for (int64_t i = 0; i < drafted && i <= accepted; ++i) {
@@ -24,6 +30,50 @@ void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepte
     }
     threshold_ = fit_threshold(hist_probs_, hist_accepted_, threshold_);
   }
+}
+
+void LookaheadSchedule::plan(const std::function<double(int64_t)>& target_cost, double draft_cost) {
+  if (kind_ == "goodput") k_ = best_lookahead(target_cost, draft_cost, acceptance(), cap_);
+}
+
+double LookaheadSchedule::expected_tokens(double alpha, int64_t k) {
+  double sum = 0, term = 1;
+  for (int64_t i = 0; i <= k; ++i, term *= alpha) sum += term;
+  return sum;
+}
+
+int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
+                                          double alpha, int64_t max_k) {
+  int64_t best = 0;
+  double best_rate = -1;
+  for (int64_t k = 0; k <= max_k; ++k) {
+    const double seconds = target_cost(k + 1) + static_cast<double>(k) * draft_cost;
+    const double rate = seconds > 0 ? expected_tokens(alpha, k) / seconds : 0;
+    if (rate > best_rate) best_rate = rate, best = k;
+  }
+  return best;
+}
+
+void PassCost::observe(int64_t rows, double seconds) {
+  auto [it, fresh] = points_.emplace(rows, seconds);
+  if (!fresh) it->second += 0.2 * (seconds - it->second);
+}
+
+double PassCost::operator()(int64_t rows) const {
+  if (points_.empty()) return 0;
+  auto hi = points_.lower_bound(rows);
+  if (hi != points_.end() && hi->first == rows) return hi->second;
+  if (hi == points_.begin()) return hi->second;  // below every observation
+  if (hi == points_.end()) {                     // above: extend the last segment
+    auto last = std::prev(hi);
+    if (last == points_.begin()) return last->second;
+    auto before = std::prev(last);
+    const double slope = (last->second - before->second) / static_cast<double>(last->first - before->first);
+    return last->second + slope * static_cast<double>(rows - last->first);
+  }
+  auto lo = std::prev(hi);
+  const double t = static_cast<double>(rows - lo->first) / static_cast<double>(hi->first - lo->first);
+  return lo->second + t * (hi->second - lo->second);
 }
 
 double LookaheadSchedule::fit_threshold(const std::vector<double>& probs,

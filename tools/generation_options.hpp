@@ -13,10 +13,10 @@ namespace specdec::cli {
 inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& no_adaptive) {
   app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")->capture_default_str();
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
-                  "Draft tokens per iteration (0 = 5, or 20 for --schedule dynamic)")
+                  "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 20 for dynamic, 12 for goodput)")
       ->capture_default_str();
   app->add_option("--schedule", gen.num_assistant_tokens_schedule, "Lookahead schedule")
-      ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic"}))
+      ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}))
       ->capture_default_str();
   app->add_option("--confidence-threshold", gen.assistant_confidence_threshold,
                   "dynamic: stop drafting below this draft probability")

@@ -98,10 +98,13 @@ struct GenerationConfig {
 
   // --- assisted generation ---
   // Draft tokens per iteration: the fixed K (constant), the start value (heuristic*), or the cap
-  // (dynamic). 0 = default: 20 for "dynamic", 5 otherwise.
+  // (dynamic, goodput). 0 = default: 20 for "dynamic", 12 for "goodput", 5 otherwise.
   int64_t num_assistant_tokens = 0;
   // "constant" | "heuristic" (value carried over between requests of one Generator) |
-  // "heuristic_transient" (reset each request) | "dynamic" (confidence-threshold stop).
+  // "heuristic_transient" (reset each request) | "dynamic" (confidence-threshold stop) |
+  // "goodput" (specdec's: the K with the most expected tokens per second, from measured costs;
+  // see lookahead.hpp. Sampled output keeps the target's distribution, but which tokens a seed
+  // gives then depends on the measured timings).
   std::string num_assistant_tokens_schedule = "constant";
   // dynamic: the draft stops once the probability of the token it just drafted is below this.
   double assistant_confidence_threshold = 0.4;

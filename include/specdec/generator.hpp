@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "specdec/config.hpp"
+#include "specdec/lookahead.hpp"
 #include "specdec/model.hpp"
 #include "specdec/stats.hpp"
 
@@ -63,6 +64,12 @@ class Generator {
   // num_assistant_tokens, so that a seed gives the same tokens whatever ran before or beside it.
   mutable std::mutex carried_mutex_;
   mutable std::optional<int64_t> carried_lookahead_;
+  // "goodput" schedule: target pass cost by rows (calibrated by the first request, refined by
+  // every one) and draft cost per token, measured on this Generator's models.
+  void plan_goodput(LookaheadSchedule& schedule, KVCache& cache, const std::vector<int64_t>& tokens) const;
+  mutable std::mutex costs_mutex_;
+  mutable PassCost target_cost_, draft_cost_;
+  mutable bool calibrating_ = false;
 };
 
 }  // namespace specdec

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,11 +17,16 @@ namespace specdec {
 // dynamic:   up to K, but the draft stops right after a token it drafted with probability below
 //   the confidence threshold; with adaptive_threshold the threshold is re-fit from the request's
 //   acceptance history (Hugging Face's rule: minimise FPR + 3 FNR over the observed probabilities).
+// goodput:   specdec's own. Before each iteration, the K in [0, num_assistant_tokens] that maximises
+//   the expected tokens per second of the iteration (best_lookahead), from the measured cost of a
+//   target pass as a function of its rows, the measured draft cost per token, and the acceptance
+//   rate estimated from the request's history. K = 0 means no speculation for that iteration.
 class LookaheadSchedule {
  public:
   explicit LookaheadSchedule(const GenerationConfig& config);
 
   const std::string& kind() const { return kind_; }
+  int64_t cap() const { return cap_; }              // the largest K (dynamic, goodput)
   int64_t num_tokens() const { return k_; }        // tokens to draft next (before length clamps)
   double threshold() const { return threshold_; }  // dynamic only
   // True when drafting must stop after a token drafted with probability `p` (dynamic only).
@@ -30,6 +37,23 @@ class LookaheadSchedule {
   // Seeds the heuristic value (carried over between requests for "heuristic").
   void set_num_tokens(int64_t k) { k_ = k; }
 
+  // goodput: sets num_tokens() to best_lookahead(target_cost, draft_cost, acceptance(), cap) with
+  // cap = num_assistant_tokens. `target_cost(rows)` is the seconds of a target pass over `rows`
+  // tokens, `draft_cost` the seconds per drafted token. Other schedules ignore it.
+  void plan(const std::function<double(int64_t)>& target_cost, double draft_cost);
+  // goodput: the estimated probability that a drafted token is accepted, given that the ones before
+  // it were: accepted / (accepted + rejections) over the history, each step weighing 0.95 of the
+  // one after it, with one accepted and one rejected token as a prior (0.5 before any evidence).
+  double acceptance() const { return (accepted_ + 1.0) / (accepted_ + rejected_ + 2.0); }
+
+  // Expected tokens of one iteration that drafts k tokens, each accepted with probability `alpha`
+  // once the ones before it were: 1 + alpha + ... + alpha^k (the target always adds one).
+  static double expected_tokens(double alpha, int64_t k);
+  // The k in [0, max_k] maximising expected_tokens(alpha, k) / (target_cost(k + 1) + k * draft_cost):
+  // tokens per second of the iteration. Ties keep the smaller k.
+  static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
+                                double alpha, int64_t max_k);
+
   // The adaptive rule on its own: given draft probabilities and whether each was accepted, the
   // threshold minimising FPR + 3 * FNR. Returns `current` when there are <= 5 samples or only one
   // outcome.
@@ -39,10 +63,27 @@ class LookaheadSchedule {
  private:
   std::string kind_;
   int64_t k_;
+  int64_t cap_;  // goodput: the largest K considered
+  double accepted_ = 0, rejected_ = 0;  // goodput: decayed counts
   double threshold_;
   bool adaptive_;
   std::vector<double> hist_probs_;    // dynamic+adaptive: one per drafted token up to first reject
   std::vector<bool> hist_accepted_;
+};
+
+// The measured cost (seconds) of a model pass as a function of the rows (tokens) in it:
+// piecewise-linear between the row counts observed, the smallest one's cost below them, and the
+// last segment's slope above them. Each observation moves the value at its row count a fifth of
+// the way (the first one sets it).
+class PassCost {
+ public:
+  void observe(int64_t rows, double seconds);
+  double operator()(int64_t rows) const;  // 0 when nothing was observed
+  bool empty() const { return points_.empty(); }
+  size_t size() const { return points_.size(); }
+
+ private:
+  std::map<int64_t, double> points_;
 };
 
 }  // namespace specdec

@@ -69,7 +69,7 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
   for (const auto& [arch, seed] : runs) {
     const Pair p = pair_for(seed, arch);
     const auto prompt = prompt_for(seed, 5);
-    for (const char* schedule : {"constant", "heuristic", "heuristic_transient", "dynamic"}) {
+    for (const char* schedule : {"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}) {
       for (int64_t k : {1, 2, 5, 8}) {
         for (int64_t n : {int64_t{1}, int64_t{2}, k, k + 1, int64_t{37}}) {
           GenerationConfig cfg;
@@ -94,7 +94,7 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
       }
     }
   }
-  EXPECT_EQ(cases, 5 * 4 * 4 * 5 * 2);
+  EXPECT_EQ(cases, 5 * 5 * 4 * 5 * 2);
 }
 
 TEST(Exactness, OtherArchitecturesAndPromptLookup) {

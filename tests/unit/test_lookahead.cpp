@@ -75,5 +75,52 @@ TEST(Lookahead, AdaptiveUpdateKeepsOnlyJudgedDrafts) {
   EXPECT_DOUBLE_EQ(f.threshold(), 0.4);
 }
 
+// goodput: tokens per second of an iteration, worked out by hand. Target pass 1 + 0.1 (rows - 1) s,
+// draft 0.05 s per token, acceptance 0.8: rate(k) = (1 - 0.8^(k+1)) / 0.2 / (1 + 0.15 k) =
+// 1, 1.5652, 1.8769, 2.0359, 2.1010, 2.1082, 2.0797 for k = 0..6: best 5.
+TEST(Lookahead, GoodputPicksTheMostTokensPerSecond) {
+  const auto linear = [](int64_t rows) { return 1.0 + 0.1 * static_cast<double>(rows - 1); };
+  EXPECT_NEAR(LookaheadSchedule::expected_tokens(0.8, 5), 3.68928, 1e-12);
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, 0.8, 12), 5);
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, 0.8, 3), 3);  // the cap
+  // Acceptance 0.3: 1, 1.1304, 1.0692: best 1.
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, 0.3, 12), 1);
+  // A draft token costing half a target pass at acceptance 0.5: 1.5 / 1.6 < 1: no speculation.
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.5, 0.5, 12), 0);
+  // Memory-bound target (every pass costs the same) and a free draft: as many as allowed.
+  EXPECT_EQ(LookaheadSchedule::best_lookahead([](int64_t) { return 1.0; }, 0.0, 0.9, 8), 8);
+}
+
+TEST(Lookahead, GoodputScheduleUsesTheAcceptanceHistory) {
+  GenerationConfig c = with("goodput", 0);
+  LookaheadSchedule s(c);
+  EXPECT_EQ(s.cap(), 12);
+  EXPECT_EQ(s.num_tokens(), 5);  // before any measurement
+  EXPECT_DOUBLE_EQ(s.acceptance(), 0.5);
+  s.update({1, 1, 1, 1, 1}, 3);  // 3 accepted, then a rejection
+  EXPECT_DOUBLE_EQ(s.acceptance(), 4.0 / 6.0);
+  s.update({1, 1}, 2);  // all accepted: no rejection
+  EXPECT_DOUBLE_EQ(s.acceptance(), (0.95 * 3 + 2 + 1) / (0.95 * 3 + 2 + 0.95 + 2));
+  const auto linear = [](int64_t rows) { return 1.0 + 0.1 * static_cast<double>(rows - 1); };
+  s.plan(linear, 0.05);
+  EXPECT_EQ(s.num_tokens(), LookaheadSchedule::best_lookahead(linear, 0.05, s.acceptance(), 12));
+  LookaheadSchedule constant(with("constant", 4));
+  constant.plan(linear, 10.0);  // other schedules ignore plan()
+  EXPECT_EQ(constant.num_tokens(), 4);
+}
+
+TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {
+  PassCost c;
+  EXPECT_EQ(c(3), 0.0);
+  c.observe(1, 1.0);
+  EXPECT_EQ(c(5), 1.0);  // one point: flat
+  c.observe(4, 1.6);
+  EXPECT_DOUBLE_EQ(c(2), 1.2);
+  EXPECT_DOUBLE_EQ(c(8), 2.4);  // slope 0.2 per row beyond the last point
+  c.observe(1, 2.0);            // a fifth of the way: 1.2
+  EXPECT_DOUBLE_EQ(c(1), 1.2);
+  EXPECT_DOUBLE_EQ(c(0), 1.2);
+}
+
 }  // namespace
 }  // namespace specdec
