@@ -43,5 +43,7 @@ run "constant K=5" --num-assistant-tokens 5 --schedule constant
 run "heuristic K=5" --num-assistant-tokens 5 --schedule heuristic
 run "dynamic (adaptive)" --schedule dynamic
 run "dynamic (fixed 0.4)" --schedule dynamic --no-adaptive-threshold
+run "goodput" --schedule goodput
 run "prompt lookup 10" --prompt-lookup 10
 for t in 0.3 0.7 1.0; do run "sampling T=$t K=5" --num-assistant-tokens 5 --do-sample --temperature $t --seed 1; done
+run "sampling T=0.7 goodput" --schedule goodput --do-sample --temperature 0.7 --seed 1
