@@ -194,6 +194,16 @@ TEST(Statistical, UnrelatedDraftKeepsDistribution) {
   }
 }
 
+// goodput picks each iteration's K from measured timings and the acceptance so far (0 allowed):
+// a choice made before the iteration's draws, so the distribution must stay the target's.
+TEST(Statistical, GoodputScheduleKeepsDistribution) {
+  const Models m = models();
+  GenerationConfig c = kCases[1].cfg;
+  c.num_assistant_tokens_schedule = "goodput";
+  const Outcome o = run(m.target, m.unrelated, c);
+  EXPECT_TRUE(o.all_pass) << o.report;
+}
+
 TEST(Statistical, DraftWithALargerPaddedVocabularyKeepsDistribution) {
   // 20 ids against the target's 16: the draft's 4 extra rows are cut off before it samples.
   FixtureOptions o = tiny(99, 1);
