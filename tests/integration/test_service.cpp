@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "test_util.hpp"
+#include "torch_compat.hpp"
 
 namespace specdec::test {
 namespace {
@@ -110,12 +111,14 @@ TEST(Service, CallbackCancelsOrFailsAndTheGeneratorGoesOn) {
 TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
   using GetThreads = int (*)();
   const auto blas = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  ASSERT_NE(blas, nullptr) << "libtorch does not use OpenBLAS here (scripts/setup.sh installs libopenblas0-pthread)";
+  // Debian's libtorch (1.13) calls OpenBLAS (scripts/setup.sh installs libopenblas0-pthread);
+  // PyPI's (2.x) links MKL into itself, whose threads at::set_num_threads sets.
+  if (compat::kMajor < 2) ASSERT_NE(blas, nullptr) << "Debian's libtorch does not use OpenBLAS here";
   const int saved = at::get_num_threads();
   for (int n : {1, 2, 1}) {
     set_num_threads(n);
     EXPECT_EQ(at::get_num_threads(), n);
-    EXPECT_EQ(blas(), n);
+    if (blas) EXPECT_EQ(blas(), n);
   }
   EXPECT_THROW(set_num_threads(0), Error);
   set_num_threads(saved);
