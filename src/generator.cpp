@@ -59,8 +59,8 @@ void Generator::plan_goodput(LookaheadSchedule& schedule, KVCache& cache,
     calibrate = !calibrating_;
     calibrating_ = true;
   }
-  if (calibrate) {
-    const int64_t length = cache.length();
+  const int64_t length = cache.length();
+  if (calibrate && length < static_cast<int64_t>(tokens.size())) {
     const at::Tensor last = at::tensor(std::vector<int64_t>{tokens[length]}, at::kLong);
     for (int64_t rows = 1; rows <= schedule.cap() + 1 && length + rows <= cache.capacity(); ++rows) {
       const at::Tensor ids = last.expand({rows}).reshape({1, rows});
