@@ -588,7 +588,9 @@ at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Te
 at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   if (!cpu_f32(x) || !cpu_f32(cos) || !cpu_f32(sin) || x.dim() != 4 || x.stride(3) != 1) return {};
   const int64_t b = x.size(0), h = x.size(1), t = x.size(2), d = x.size(3), rot = cos.size(-1), half = rot / 2;
-  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();  // [T, rot]
+  const bool per_row = cos.dim() == 4;
+  if (per_row && (cos.size(0) != b || cos.size(2) != t)) return {};
+  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();  // [T, rot] or [B, 1, T, rot]
   at::Tensor out = at::empty({b, h, t, d}, x.options());
   const float* xp = x.data_ptr<float>();
   const float* cp = cc.data_ptr<float>();
@@ -598,8 +600,9 @@ at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tens
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bi = r / (h * t), hi = (r / t) % h, ti = r % t;
       const float* xr = xp + bi * x.stride(0) + hi * x.stride(1) + ti * x.stride(2);
-      const float* c = cp + ti * rot;
-      const float* s = sp + ti * rot;
+      const int64_t row = per_row ? bi * t + ti : ti;  // cos/sin [B, 1, T, rot] or [T, rot]
+      const float* c = cp + row * rot;
+      const float* s = sp + row * rot;
       float* o = op + r * d;
       for (int64_t i = 0; i < half; ++i) o[i] = xr[i] * c[i] + (-xr[i + half]) * s[i];
       for (int64_t i = half; i < rot; ++i) o[i] = xr[i] * c[i] + xr[i - half] * s[i];

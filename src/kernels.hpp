@@ -57,7 +57,7 @@ at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps);
 // (x - mean) / sqrt(var + eps) * w + b over the last dimension (b may be undefined).
 at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps);
 // Rotary embedding of x [B, H, T, D] (any strides, contiguous last dimension) with cos, sin
-// [T, rot]: the first rot features rotated (x * cos + rotate_half(x) * sin), the rest kept; one
+// [T, rot] (or [B, 1, T, rot]: a position per row and token): the first rot features rotated (x * cos + rotate_half(x) * sin), the rest kept; one
 // fused pass with the same roundings as the composite. Returns a contiguous [B, H, T, D].
 at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // "silu", "gelu" (erf), "gelu_tanh", "relu", element by element with scalar libm calls.

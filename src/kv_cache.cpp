@@ -2,44 +2,98 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "specdec/error.hpp"
 
 namespace specdec {
 
 KVCache::KVCache(int64_t num_layers, int64_t batch, int64_t kv_heads, int64_t capacity,
                  int64_t head_dim, at::TensorOptions options)
-    : capacity_(capacity) {
+    : lengths_(batch > 0 ? batch : 0, 0), capacity_(capacity) {
   SPECDEC_CHECK(num_layers > 0 && batch > 0 && kv_heads > 0 && capacity > 0 && head_dim > 0,
                 "KVCache: every dimension must be positive");
   keys_.reserve(num_layers);
   values_.reserve(num_layers);
   for (int64_t i = 0; i < num_layers; ++i) {
-    keys_.push_back(at::empty({batch, kv_heads, capacity, head_dim}, options));
-    values_.push_back(at::empty({batch, kv_heads, capacity, head_dim}, options));
+    keys_.push_back(at::zeros({batch, kv_heads, capacity, head_dim}, options));
+    values_.push_back(at::zeros({batch, kv_heads, capacity, head_dim}, options));
   }
 }
 
-std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k,
-                                                  const at::Tensor& v) {
-  SPECDEC_CHECK(layer >= 0 && layer < num_layers(), "KVCache: layer ", layer, " out of range");
-  const int64_t t = k.size(2);
-  SPECDEC_CHECK(length_ + t <= capacity_, "KVCache: capacity ", capacity_,
-                " exceeded (holding ", length_, " positions, appending ", t,
-                "); create the cache with a larger max length");
-  keys_[layer].narrow(2, length_, t).copy_(k);
-  values_[layer].narrow(2, length_, t).copy_(v);
-  return {keys_[layer].narrow(2, 0, length_ + t), values_[layer].narrow(2, 0, length_ + t)};
+int64_t KVCache::length(int64_t row) const {
+  SPECDEC_CHECK(row >= 0 && row < batch(), "KVCache: row ", row, " out of range (", batch(), " rows)");
+  return lengths_[row];
 }
 
-void KVCache::advance(int64_t t) {
-  SPECDEC_CHECK(t >= 0 && length_ + t <= capacity_, "KVCache: cannot advance by ", t);
-  length_ += t;
+int64_t KVCache::length() const {
+  if (lengths_.empty()) return 0;
+  SPECDEC_CHECK(std::all_of(lengths_.begin(), lengths_.end(), [&](int64_t n) { return n == lengths_[0]; }),
+                "KVCache: rows hold different lengths; ask for one row's length");
+  return lengths_[0];
+}
+
+std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  SPECDEC_CHECK(layer >= 0 && layer < num_layers(), "KVCache: layer ", layer, " out of range");
+  const int64_t b = k.size(0), t = k.size(2);
+  SPECDEC_CHECK(b <= batch(), "KVCache: a pass of ", b, " rows on a cache of ", batch());
+  const auto first = lengths_.begin(), last = lengths_.begin() + b;
+  const int64_t longest = *std::max_element(first, last);
+  if (std::all_of(first, last, [&](int64_t n) { return n == longest; })) {
+    SPECDEC_CHECK(longest + t <= capacity_, "KVCache: capacity ", capacity_, " exceeded (holding ", longest,
+                  " positions, appending ", t, "); create the cache with a larger max length");
+    keys_[layer].narrow(0, 0, b).narrow(2, longest, t).copy_(k);
+    values_[layer].narrow(0, 0, b).narrow(2, longest, t).copy_(v);
+  } else {
+    for (int64_t r = 0; r < b; ++r) {
+      const int64_t n = std::min(t, capacity_ - lengths_[r]);
+      if (n <= 0) continue;
+      keys_[layer][r].narrow(1, lengths_[r], n).copy_(k[r].narrow(1, 0, n));
+      values_[layer][r].narrow(1, lengths_[r], n).copy_(v[r].narrow(1, 0, n));
+    }
+  }
+  const int64_t len = std::min(capacity_, longest + t);
+  return {keys_[layer].narrow(0, 0, b).narrow(2, 0, len), values_[layer].narrow(0, 0, b).narrow(2, 0, len)};
+}
+
+void KVCache::advance(const std::vector<int64_t>& counts) {
+  SPECDEC_CHECK(static_cast<int64_t>(counts.size()) <= batch(), "KVCache: advancing ", counts.size(),
+                " rows of ", batch());
+  for (size_t r = 0; r < counts.size(); ++r)
+    SPECDEC_CHECK(counts[r] >= 0 && lengths_[r] + counts[r] <= capacity_, "KVCache: cannot advance row ", r,
+                  " by ", counts[r]);
+  for (size_t r = 0; r < counts.size(); ++r) lengths_[r] += counts[r];
 }
 
 void KVCache::crop(int64_t n) {
-  SPECDEC_CHECK(n >= 0 && n <= length_, "KVCache: cannot crop to ", n, " positions (holding ",
-                length_, ")");
-  length_ = n;
+  for (int64_t r = 0; r < batch(); ++r) crop(r, n);
+}
+
+void KVCache::crop(int64_t row, int64_t n) {
+  SPECDEC_CHECK(n >= 0 && n <= length(row), "KVCache: cannot crop row ", row, " to ", n,
+                " positions (holding ", lengths_[row], ")");
+  lengths_[row] = n;
+}
+
+void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
+
+void KVCache::copy_row(int64_t from, int64_t to) {
+  SPECDEC_CHECK(from >= 0 && from < batch() && to >= 0 && to < batch(), "KVCache: copy_row(", from, ", ", to,
+                ") out of range (", batch(), " rows)");
+  if (from == to) return;
+  const int64_t n = lengths_[from];
+  for (int64_t l = 0; l < num_layers(); ++l) {
+    if (n > 0) {
+      keys_[l][to].narrow(1, 0, n).copy_(keys_[l][from].narrow(1, 0, n));
+      values_[l][to].narrow(1, 0, n).copy_(values_[l][from].narrow(1, 0, n));
+    }
+    if (l < static_cast<int64_t>(cross_.size()) && cross_[l].first.defined()) {
+      cross_[l].first[to].copy_(cross_[l].first[from]);
+      cross_[l].second[to].copy_(cross_[l].second[from]);
+    }
+  }
+  if (cross_mask_.defined()) cross_mask_[to].copy_(cross_mask_[from]);
+  lengths_[to] = n;
 }
 
 void KVCache::set_cross(int64_t layer, at::Tensor k, at::Tensor v) {

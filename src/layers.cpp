@@ -1,6 +1,8 @@
 #include "layers.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels.hpp"
 #include "specdec/error.hpp"
@@ -13,6 +15,55 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   const at::Tensor xf = x.to(at::kFloat);                          // [..., H]
   const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);     // [..., 1]
   return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
+}
+
+Pass::Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<int64_t>& row_tokens,
+           c10::Device device)
+    : t_(input_ids.size(1)), device_(device) {
+  const int64_t b = input_ids.size(0);
+  SPECDEC_CHECK(input_ids.dim() == 2 && b >= 1, "forward: expected input ids [B, T], got ", input_ids.sizes());
+  SPECDEC_CHECK(b <= cache.batch(), "forward: a pass of ", b, " rows on a cache of ", cache.batch(), " rows");
+  SPECDEC_CHECK(row_tokens.empty() || static_cast<int64_t>(row_tokens.size()) == b, "forward: ",
+                row_tokens.size(), " row token counts for ", b, " rows");
+  for (int64_t r = 0; r < b; ++r) {
+    const int64_t n = row_tokens.empty() ? t_ : row_tokens[r];
+    SPECDEC_CHECK(n >= 0 && n <= t_, "forward: row ", r, " has ", n, " tokens in a pass of ", t_);
+    const int64_t start = cache.length(r);
+    SPECDEC_CHECK(start + n <= cache.capacity(), "KVCache: capacity ", cache.capacity(), " exceeded (row ", r,
+                  " holds ", start, " positions, appending ", n, "); create the cache with a larger max length");
+    starts_.push_back(start);
+    counts_.push_back(n);
+    same_start_ = same_start_ && start == starts_[0];
+    full_ = full_ && n == t_;
+    end_ = std::max(end_, start + n);
+  }
+  keys_ = std::min(cache.capacity(), *std::max_element(starts_.begin(), starts_.end()) + t_);
+}
+
+at::Tensor Pass::positions(int64_t limit) const {
+  const at::Tensor starts = at::tensor(starts_, at::kLong).view({rows(), 1});
+  return (starts + at::arange(t_, at::kLong).view({1, t_})).clamp_max(limit - 1).to(device_);
+}
+
+at::Tensor Pass::causal_mask(at::ScalarType dtype, int64_t window) const {
+  if (same_start_) return layers::causal_mask(past(), t_, dtype, device_, window);
+  const at::Tensor pos = positions(keys_).unsqueeze(-1);                     // [B, T, 1]
+  const at::Tensor key = at::arange(keys_, at::TensorOptions().dtype(at::kLong).device(device_));
+  at::Tensor hidden = key.view({1, 1, keys_}) > pos;                         // [B, T, L]
+  if (window > 0) hidden = hidden.logical_or(key.view({1, 1, keys_}) <= pos - window);
+  return at::zeros(hidden.sizes(), at::TensorOptions().dtype(dtype).device(device_))
+      .masked_fill_(hidden, -std::numeric_limits<float>::infinity())
+      .view({rows(), 1, 1, t_, keys_});
+}
+
+at::Tensor Pass::last(const at::Tensor& x, int64_t keep) const {
+  if (full_ || keep <= 0) return last_positions(x, keep);
+  keep = std::min(keep, t_);
+  std::vector<int64_t> idx;
+  for (const int64_t n : counts_)
+    for (int64_t j = 0; j < keep; ++j) idx.push_back(std::max<int64_t>(0, n - keep + j));
+  const at::Tensor index = at::tensor(idx, at::kLong).to(x.device()).view({rows(), keep, 1});
+  return x.gather(1, index.expand({rows(), keep, x.size(2)}));
 }
 
 Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_t max_positions,
@@ -46,6 +97,15 @@ std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t) const
   SPECDEC_CHECK(start + t <= cos_.size(0), "positions up to ", start + t, " exceed max_position_embeddings (",
                 cos_.size(0), ")");
   return {cos_.narrow(0, start, t), sin_.narrow(0, start, t)};
+}
+
+std::pair<at::Tensor, at::Tensor> Rotary::tables(const Pass& pass) const {
+  if (pass.same_start()) return tables(pass.past(), pass.tokens());
+  SPECDEC_CHECK(pass.end() <= cos_.size(0), "positions up to ", pass.end(), " exceed max_position_embeddings (",
+                cos_.size(0), ")");
+  const at::Tensor idx = pass.positions(cos_.size(0)).reshape(-1);
+  const std::vector<int64_t> shape = {pass.rows(), 1, pass.tokens(), cos_.size(1)};
+  return {cos_.index_select(0, idx).view(shape), sin_.index_select(0, idx).view(shape)};
 }
 
 at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
@@ -160,6 +220,18 @@ at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, i
   SPECDEC_CHECK(offset + past + t <= table.size(0), "sequence of ", past + t,
                 " tokens is longer than the model's learned positions (", table.size(0) - offset, ")");
   return table.narrow(0, offset + past, t);
+}
+
+}  // namespace specdec::layers
+
+namespace specdec::layers {
+
+at::Tensor learned_positions(const at::Tensor& table, const Pass& pass, int64_t offset) {
+  if (pass.same_start()) return learned_positions(table, pass.past(), pass.tokens(), offset);
+  SPECDEC_CHECK(offset + pass.end() <= table.size(0), "sequence of ", pass.end(),
+                " tokens is longer than the model's learned positions (", table.size(0) - offset, ")");
+  const at::Tensor idx = pass.positions(table.size(0) - offset).reshape(-1) + offset;
+  return table.index_select(0, idx).view({pass.rows(), pass.tokens(), table.size(1)});
 }
 
 }  // namespace specdec::layers

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <vector>
 
 #include "specdec/config.hpp"
 #include "specdec/kv_cache.hpp"
@@ -14,6 +15,40 @@ namespace specdec::layers {
 
 // Hugging Face's RMSNorm: normalise in float32, cast back, then scale. x [..., H], w [H].
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
+
+// Where the tokens of one forward pass go (Model::forward): row b of input_ids [B, T] goes to cache
+// row b, its first n_b tokens (row_tokens[b], all T when row_tokens is empty) at positions
+// [cache.length(b), cache.length(b) + n_b); the rest of the row is padding, computed but never
+// attended to by a real token and never kept. When every row starts at the same position (one
+// request, or a batch in lockstep) masks and tables are the single-sequence ones.
+class Pass {
+ public:
+  Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<int64_t>& row_tokens,
+       c10::Device device);
+  int64_t rows() const { return static_cast<int64_t>(starts_.size()); }
+  int64_t tokens() const { return t_; }
+  bool same_start() const { return same_start_; }
+  int64_t past() const { return starts_[0]; }      // same_start(): where every row starts
+  int64_t keys() const { return keys_; }           // L: the key positions attention runs over
+  int64_t end() const { return end_; }             // 1 + the last real position of any row
+  // [B, T] int64 positions on the device, padding clamped below `limit` (tables' sizes); only
+  // when !same_start().
+  at::Tensor positions(int64_t limit) const;
+  // Additive causal mask over the pass's L keys: [T, L] (undefined when T == 1 and no window
+  // applies) when same_start(), else [B, 1, 1, T, L]. `window` > 0: Mistral's sliding window.
+  at::Tensor causal_mask(at::ScalarType dtype, int64_t window = 0) const;
+  // The hidden states x [B, T, H] of each row's last `keep` real tokens ([B, keep, H]; keep <= 0:
+  // all T). A row with fewer real tokens gets copies of its first one in front.
+  at::Tensor last(const at::Tensor& x, int64_t keep) const;
+  // Advances each row of `cache` by its real tokens, after every layer has appended.
+  void commit(KVCache& cache) const { cache.advance(counts_); }
+
+ private:
+  std::vector<int64_t> starts_, counts_;
+  int64_t t_ = 0, keys_ = 0, end_ = 0;
+  bool same_start_ = true, full_ = true;
+  c10::Device device_;
+};
 
 // Rotary position embedding over the first `rot_dim` features of each head (rotate-half layout).
 class Rotary {
@@ -27,6 +62,9 @@ class Rotary {
   // cos, sin tables [T, rot_dim] for positions [start, start + T) (views of the precomputed ones);
   // throws specdec::Error past max_positions.
   std::pair<at::Tensor, at::Tensor> tables(int64_t start, int64_t t) const;
+  // The tables of a pass: [T, rot] when every row starts at the same position, else
+  // [B, 1, T, rot] (a position per row and token).
+  std::pair<at::Tensor, at::Tensor> tables(const Pass& pass) const;
   // x [B, H, T, D]; rotates the first rot_dim features, leaves the rest.
   static at::Tensor apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
@@ -109,5 +147,7 @@ at::Tensor last_positions(const at::Tensor& x, int64_t keep);
 // Learned absolute positions: rows [offset + past, offset + past + T) of `table`, [T, H]; throws
 // when the sequence would run past the table.
 at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, int64_t offset);
+// The rows of a pass: [T, H] when every row starts at the same position, else [B, T, H].
+at::Tensor learned_positions(const at::Tensor& table, const Pass& pass, int64_t offset);
 
 }  // namespace specdec::layers

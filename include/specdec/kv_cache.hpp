@@ -1,4 +1,5 @@
-// KVCache: per-layer key/value storage, preallocated once per request, cropped in O(1).
+// KVCache: per-layer key/value storage for a batch of sequences, preallocated once per request,
+// with a length per row, cropped in O(1).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,35 +13,52 @@ namespace specdec {
 class KVCache {
  public:
   KVCache() = default;
-  // Allocates `num_layers` key and value buffers of shape [batch, kv_heads, capacity, head_dim].
+  // Allocates `num_layers` key and value buffers of shape [batch, kv_heads, capacity, head_dim]
+  // (zero-filled: slots a row has not written hold finite values).
   KVCache(int64_t num_layers, int64_t batch, int64_t kv_heads, int64_t capacity, int64_t head_dim,
           at::TensorOptions options);
 
-  int64_t length() const { return length_; }      // positions held (same for every layer)
-  int64_t capacity() const { return capacity_; }  // positions that fit
+  int64_t batch() const { return static_cast<int64_t>(lengths_.size()); }  // rows (sequences)
+  int64_t length(int64_t row) const;  // positions row `row` holds
+  // The length every row has (the single-request case); throws specdec::Error when rows differ.
+  int64_t length() const;
+  int64_t capacity() const { return capacity_; }  // positions that fit in each row
   int64_t num_layers() const { return static_cast<int64_t>(keys_.size()); }
 
-  // Writes `k`, `v` ([B, H_kv, T, D]) for layer `layer` at positions [length, length + T) in place
-  // and returns views of the keys and values of positions [0, length + T). Throws specdec::Error
-  // when length + T would exceed the capacity. The length moves only with advance().
+  // Writes `k`, `v` ([B, H_kv, T, D], B <= batch()) for layer `layer`: row b at positions
+  // [length(b), length(b) + T) of cache row b, in place (positions past the capacity are dropped:
+  // they can only be a ragged pass's padding), and returns views [B, H_kv, L, D] of rows [0, B)
+  // with L = min(capacity, max_b length(b) + T). Throws specdec::Error when a row of equal-length
+  // rows would overflow. Lengths move only with advance().
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
-  // Commits `t` new positions after every layer has appended them.
-  void advance(int64_t t);
-  // Forgets every position >= n: O(1), nothing is copied or freed. Throws when n > length.
+  // Commits new positions after every layer has appended them: row b grows by counts[b] (rows
+  // past counts.size() are unchanged).
+  void advance(const std::vector<int64_t>& counts);
+  void advance(int64_t t) { advance(std::vector<int64_t>(lengths_.size(), t)); }  // every row by t
+  // Forgets every position >= n of every row (of row `row`): O(1), nothing is copied or freed.
+  // Throws when n exceeds a row's length.
   void crop(int64_t n);
-  void reset() { length_ = 0; }
+  void crop(int64_t row, int64_t n);
+  void reset();
+  // Copies row `from` (its positions, length and encoder entries) over row `to`: compacts a batch
+  // when a sequence finishes, so that later passes run on rows [0, B - 1).
+  void copy_row(int64_t from, int64_t to);
 
   // Encoder-decoder models: the cross-attention keys and values of decoder layer `layer` over the
   // encoder output ([B, H, S, D]), set once per request (Model::attach_encoder). crop() and reset()
-  // leave them alone; cross() throws when they were never set.
+  // leave them alone; cross() throws when they were never set. `mask` ([B, 1, 1, 1, S] additive,
+  // or undefined) hides the padding of rows whose encoder output is shorter than S.
   void set_cross(int64_t layer, at::Tensor k, at::Tensor v);
   const std::pair<at::Tensor, at::Tensor>& cross(int64_t layer) const;
+  void set_cross_mask(at::Tensor mask) { cross_mask_ = std::move(mask); }
+  const at::Tensor& cross_mask() const { return cross_mask_; }
 
  private:
   std::vector<at::Tensor> keys_;    // per layer [B, H_kv, capacity, D]
   std::vector<at::Tensor> values_;  // per layer [B, H_kv, capacity, D]
   std::vector<std::pair<at::Tensor, at::Tensor>> cross_;  // per layer, empty for decoder-only
-  int64_t length_ = 0;
+  at::Tensor cross_mask_;
+  std::vector<int64_t> lengths_;  // per row
   int64_t capacity_ = 0;
 };
 

@@ -23,16 +23,21 @@ class Model {
   c10::Device device() const { return device_; }
   at::ScalarType dtype() const { return dtype_; }
 
-  // A cache sized for `max_length` positions of `batch` sequences (the request owns it).
+  // A cache sized for `max_length` positions of each of `batch` sequences (the request owns it).
   KVCache make_cache(int64_t max_length, int64_t batch = 1) const;
 
-  // Runs `input_ids` ([B, T], int64, on any device) at positions [cache.length(), +T), appends their
-  // keys/values to `cache`, and returns float32 logits [B, T', V] for the last T' = min(T, keep)
-  // positions (keep <= 0: all T). Must be called inside c10::InferenceMode (the generator does).
+  // Runs a pass over `input_ids` ([B, T], int64, on any device; B <= cache.batch()): row b is
+  // sequence b of `cache`, and its first n_b = row_tokens[b] tokens (all T when row_tokens is
+  // empty) take positions [cache.length(b), cache.length(b) + n_b); the rest of the row is
+  // padding (computed, never attended to, never kept). Rows of different lengths share the pass;
+  // each row's logits are bitwise those it would get alone. Appends the real tokens' keys/values to
+  // `cache` and returns float32 logits [B, T', V] for each row's last T' = min(T, keep_last) real
+  // tokens (keep_last <= 0: all T positions; a row with fewer real tokens has copies of its first
+  // one in front). Must be called inside c10::InferenceMode (the generator does).
   // Encoder-decoder models: `input_ids` are decoder ids, and `cache` must hold the encoder output
   // (attach_encoder).
-  virtual at::Tensor forward(const at::Tensor& input_ids, KVCache& cache,
-                             int64_t keep_last = 0) const = 0;
+  virtual at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last = 0,
+                             const std::vector<int64_t>& row_tokens = {}) const = 0;
 
   // --- encoder-decoder models (config().is_encoder_decoder); the others throw specdec::Error ---
   // Runs the encoder over `input_ids` ([B, S], int64): hidden states [B, S, H].

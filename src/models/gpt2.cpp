@@ -47,19 +47,20 @@ class Gpt2Model final : public Model {
     head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight")) ? wte_ : load.linear("lm_head.weight", {v, h});
   }
 
-  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
+                     const std::vector<int64_t>& row_tokens) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const double eps = config_.rms_norm_eps;
-    const int64_t t = input_ids.size(1), past = cache.length();
     at::Tensor x = wte_.rows(input_ids, dtype_) +
-                   layers::learned_positions(wpe_, past, t, 0);
-    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
+                   layers::learned_positions(wpe_, pass, 0);
+    const at::Tensor mask = pass.causal_mask(dtype_);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Gpt2Layer& l = layers_[i];
       x = x + l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, l.scale);
       x = x + l.mlp(l.ln2(x, eps));
     }
-    cache.advance(t);
-    x = layers::last_positions(x, keep_last);
+    pass.commit(cache);
+    x = pass.last(x, keep_last);
     return head_(ln_f_(x, eps)).to(at::kFloat);
   }
 

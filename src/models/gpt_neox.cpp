@@ -55,12 +55,13 @@ class GptNeoXModel final : public Model {
     head_ = c.tie_word_embeddings ? embed_ : load.linear("embed_out.weight", {v, h});
   }
 
-  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
+                     const std::vector<int64_t>& row_tokens) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const ModelConfig& c = config_;
-    const int64_t t = input_ids.size(1), past = cache.length();
     at::Tensor x = embed_.rows(input_ids, dtype_);
-    auto [cos, sin] = rotary_.tables(past, t);
-    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
+    auto [cos, sin] = rotary_.tables(pass);
+    const at::Tensor mask = pass.causal_mask(dtype_);
     const double eps = c.rms_norm_eps;
     for (size_t i = 0; i < layers_.size(); ++i) {
       const NeoXLayer& l = layers_[i];
@@ -72,8 +73,8 @@ class GptNeoXModel final : public Model {
         x = x + l.mlp(l.ln2(x, eps));
       }
     }
-    cache.advance(t);
-    x = layers::last_positions(x, keep_last);
+    pass.commit(cache);
+    x = pass.last(x, keep_last);
     return head_(final_(x, eps)).to(at::kFloat);
   }
 

@@ -56,20 +56,21 @@ class LlamaModel final : public Model {
     lm_head_ = (c.tie_word_embeddings || !has_head) ? embed_ : load.linear("lm_head.weight", {v, h});
   }
 
-  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
+                     const std::vector<int64_t>& row_tokens) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const ModelConfig& c = config_;
-    const int64_t t = input_ids.size(1), past = cache.length();
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
-    auto [cos, sin] = rotary_.tables(past, t);                // [T, D]
-    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_, c.sliding_window);  // [T, past+T]
+    auto [cos, sin] = rotary_.tables(pass);                // [T, D]
+    const at::Tensor mask = pass.causal_mask(dtype_, c.sliding_window);  // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LlamaLayer& l = layers_[i];
       const at::Tensor hidden = layers::rms_norm(x, l.input_norm, c.rms_norm_eps);  // [B, T, H]
       x = x + l.attn(hidden, cache, static_cast<int64_t>(i), mask, scale_, cos, sin);
       x = x + l.mlp(layers::rms_norm(x, l.post_norm, c.rms_norm_eps));
     }
-    cache.advance(t);
-    x = layers::last_positions(x, keep_last);
+    pass.commit(cache);
+    x = pass.last(x, keep_last);
     return lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);
   }
 

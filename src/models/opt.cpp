@@ -55,14 +55,15 @@ class OptModel final : public Model {
     head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight")) ? embed_ : load.linear("lm_head.weight", {v, e});
   }
 
-  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
+                     const std::vector<int64_t>& row_tokens) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const ModelConfig& c = config_;
     const double eps = c.rms_norm_eps;
-    const int64_t t = input_ids.size(1), past = cache.length();
     at::Tensor x = embed_.rows(input_ids, dtype_);
     if (project_in_.defined()) x = project_in_(x);
-    x = x + layers::learned_positions(positions_, past, t, kPositionOffset);
-    const at::Tensor mask = layers::causal_mask(past, t, dtype_, device_);
+    x = x + layers::learned_positions(positions_, pass, kPositionOffset);
+    const at::Tensor mask = pass.causal_mask(dtype_);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const OptLayer& l = layers_[i];
       const bool pre = c.do_layer_norm_before;
@@ -71,8 +72,8 @@ class OptModel final : public Model {
       x = x + l.mlp(pre ? l.mlp_ln(x, eps) : x);
       if (!pre) x = l.mlp_ln(x, eps);
     }
-    cache.advance(t);
-    x = layers::last_positions(x, keep_last);
+    pass.commit(cache);
+    x = pass.last(x, keep_last);
     if (final_.w.defined()) x = final_(x, eps);
     if (project_out_.defined()) x = project_out_(x);
     return head_(x).to(at::kFloat);

@@ -9,6 +9,7 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cmath>
+#include <limits>
 
 #include "layers.hpp"
 #include "models/registry.hpp"
@@ -27,14 +28,29 @@ class RelativeBias {
 
   // Additive bias [H, 1, T, L] for queries at positions [past, past + T) against keys [0, L).
   at::Tensor operator()(int64_t past, int64_t t, int64_t len) const {
-    const at::Tensor rel = at::arange(len, at::kLong).view({1, len}) -
-                           at::arange(past, past + t, at::kLong).view({t, 1});  // [T, L]
-    const at::Tensor b =
-        layers::relative_position_bucket(rel, bidirectional_, buckets_, max_distance_).to(table_.device()).reshape(-1);
-    return table_.index_select(0, b).view({t, len, -1}).permute({2, 0, 1}).unsqueeze(1);
+    return bias(at::arange(len, at::kLong).view({1, len}) - at::arange(past, past + t, at::kLong).view({t, 1}));
+  }
+  // The same for a pass: [H, 1, T, L] when its rows start at the same position, else
+  // [B, H, 1, T, L] (each row's queries at its own positions).
+  at::Tensor operator()(const layers::Pass& pass) const {
+    if (pass.same_start()) return (*this)(pass.past(), pass.tokens(), pass.keys());
+    const int64_t len = pass.keys();
+    const at::Tensor pos = pass.positions(std::numeric_limits<int64_t>::max()).to(at::kCPU);  // [B, T]
+    return bias(at::arange(len, at::kLong).view({1, 1, len}) - pos.unsqueeze(-1));
   }
 
   const at::Tensor& table() const { return table_; }
+
+ private:
+  // rel [..., T, L] (key - query) -> bias [..., H, 1, T, L].
+  at::Tensor bias(const at::Tensor& rel) const {
+    const at::Tensor b =
+        layers::relative_position_bucket(rel, bidirectional_, buckets_, max_distance_).to(table_.device());
+    std::vector<int64_t> shape = rel.sizes().vec();
+    shape.push_back(-1);
+    const int64_t n = rel.dim();
+    return table_.index_select(0, b.reshape(-1)).view(shape).movedim(n, n - 2).unsqueeze(-3);
+  }
 
  private:
   at::Tensor table_;  // [buckets, H]
@@ -169,12 +185,14 @@ class T5Model final : public Model {
     return true;
   }
 
-  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last) const override {
+  at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
+                     const std::vector<int64_t>& row_tokens) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const double eps = config_.rms_norm_eps;
-    const int64_t t = input_ids.size(1), past = cache.length();
+    const int64_t t = input_ids.size(1);
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
-    at::Tensor bias = decoder_bias_(past, t, past + t);  // [H, 1, T, past+T]
-    const at::Tensor causal = layers::causal_mask(past, t, dtype_, device_);
+    at::Tensor bias = decoder_bias_(pass);  // [H, 1, T, L] or [B, H, 1, T, L]
+    const at::Tensor causal = pass.causal_mask(dtype_);
     if (causal.defined()) bias = bias + causal;
     const int64_t b = x.size(0), heads = config_.num_attention_heads, d = config_.head_dim;
     for (size_t i = 0; i < decoder_.size(); ++i) {
@@ -184,12 +202,13 @@ class T5Model final : public Model {
       const at::Tensor q = l.cross_q(layers::rms_norm(x, l.cross_norm, eps))
                                .view({b, t, heads, d})
                                .transpose(1, 2);  // [B, H, T, D]
-      const auto& [keys, values] = cache.cross(layer);
-      x = clamp_half(x + l.cross_o(layers::attend(q, keys, values, {}, 1.0)));
+      const auto& [keys, values] = cache.cross(layer);  // [cache rows, H, S, D]
+      const at::Tensor cross_mask = cache.cross_mask().defined() ? cache.cross_mask().narrow(0, 0, b) : at::Tensor();
+      x = clamp_half(x + l.cross_o(layers::attend(q, keys.narrow(0, 0, b), values.narrow(0, 0, b), cross_mask, 1.0)));
       x = clamp_half(x + l.ff(layers::rms_norm(x, l.ff_norm, eps)));
     }
-    cache.advance(t);
-    x = layers::rms_norm(layers::last_positions(x, keep_last), decoder_norm_, eps);
+    pass.commit(cache);
+    x = layers::rms_norm(pass.last(x, keep_last), decoder_norm_, eps);
     if (config_.tie_word_embeddings) x = x * std::pow(static_cast<double>(config_.hidden_size), -0.5);
     return lm_head_(x).to(at::kFloat);
   }
