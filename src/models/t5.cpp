@@ -8,6 +8,7 @@
 // ordinary, croppable KVCache.
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -150,12 +151,22 @@ class T5Model final : public Model {
     return layers::rms_norm(x, encoder_norm_, eps);
   }
 
-  void attach_encoder(const at::Tensor& states, KVCache& cache) const override {
-    SPECDEC_CHECK(states.dim() == 3 && states.size(2) == config_.hidden_size,
-                  "attach_encoder: expected encoder states [B, S, ", config_.hidden_size, "], got ",
-                  states.sizes());
+  void attach_encoder(const at::Tensor& states, KVCache& cache, const std::vector<int64_t>& lengths) const override {
+    SPECDEC_CHECK(states.dim() == 3 && states.size(2) == config_.hidden_size && states.size(0) == cache.batch(),
+                  "attach_encoder: expected encoder states [", cache.batch(), ", S, ", config_.hidden_size,
+                  "], got ", states.sizes());
     const int64_t b = states.size(0), s = states.size(1), heads = config_.num_attention_heads,
                   d = config_.head_dim;
+    SPECDEC_CHECK(lengths.empty() || static_cast<int64_t>(lengths.size()) == b, "attach_encoder: ",
+                  lengths.size(), " lengths for ", b, " rows");
+    at::Tensor mask;  // [B, 1, 1, 1, S]: -inf over each row's padding
+    if (std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n != s; })) {
+      for (const int64_t n : lengths) SPECDEC_CHECK(n >= 1 && n <= s, "attach_encoder: row length ", n, " outside [1, ", s, "]");
+      const at::Tensor pad = at::arange(s, at::kLong).view({1, s}) >= at::tensor(lengths, at::kLong).view({b, 1});
+      mask = at::zeros({b, s}, at::kFloat).masked_fill_(pad, -std::numeric_limits<float>::infinity())
+                 .to(device_, dtype_).view({b, 1, 1, 1, s});
+    }
+    cache.set_cross_mask(mask);
     // [B, S, layers * 2 * H * D] -> [layers * 2, B, H, S, D]
     const at::Tensor kv = cross_kv_(states.to(device_, dtype_))
                               .view({b, s, -1, heads, d})

@@ -20,6 +20,18 @@ struct Threads {  // restores libtorch's thread count
   ~Threads() { at::set_num_threads(saved); }
 };
 
+std::vector<int64_t> random_ids(int64_t n) {
+  const at::Tensor t = at::randint(4, 128, {n}, at::TensorOptions().dtype(at::kLong));
+  return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+}
+
+// Tokens a row holds after passes [0, step].
+int64_t held(const std::vector<std::vector<int64_t>>& passes, size_t step) {
+  int64_t n = 0;
+  for (size_t i = 0; i <= step; ++i) n += static_cast<int64_t>(passes[i].size());
+  return n;
+}
+
 }  // namespace
 
 TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
@@ -43,6 +55,87 @@ TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
         EXPECT_TRUE(at::equal(prefill, decode)) << where << ": prefill vs decode steps";
         if (threads == 1) reference = decode;
         else EXPECT_TRUE(at::equal(decode, reference)) << where << ": differs from 1 thread";
+      }
+    }
+  }
+}
+
+// Rows of different lengths in one pass (Model::forward with row_tokens): every row's logits are
+// bitwise those of the same row run alone, in batches of 3 and 8, through a ragged prefill, ragged
+// passes with idle rows (0 tokens) and after compacting the batch (KVCache::copy_row). T5 rows get
+// encoder outputs of different lengths (padding hidden by the cross mask).
+TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
+  c10::InferenceMode guard;
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  for (const std::string arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
+    FixtureOptions o;
+    o.arch = arch;
+    o.layers = 2, o.hidden = 64, o.heads = 4, o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+    o.vocab = 128, o.max_pos = 256, o.seed = 7, o.init_std = 0.1;
+    const auto m = cached_model(cached_fixture("bi_" + arch + "_ragged", o));
+    const bool enc_dec = m->config().is_encoder_decoder;
+    for (const int64_t batch : {3, 8}) {
+      at::manual_seed(static_cast<uint64_t>(batch));
+      // Each row's passes: a prompt of 1..40 tokens, then three passes of 0..6 tokens.
+      std::vector<std::vector<std::vector<int64_t>>> passes(batch);
+      for (auto& row : passes) {
+        const int64_t prompt = at::randint(1, 41, {1}, opts).item<int64_t>();
+        row.push_back(random_ids(prompt));
+        for (int step = 0; step < 3; ++step) row.push_back(random_ids(at::randint(0, 7, {1}, opts).item<int64_t>()));
+      }
+      std::vector<at::Tensor> encoder_ids;
+      for (int64_t r = 0; r < batch; ++r) encoder_ids.push_back(at::randint(4, 128, {1, 3 + 2 * r}, opts));
+
+      // Each row alone: the logits of every token of every pass, [tokens, V].
+      std::vector<std::vector<at::Tensor>> alone(batch);
+      for (int64_t r = 0; r < batch; ++r) {
+        KVCache cache = m->make_cache(128);
+        if (enc_dec) m->attach_encoder(m->encode(encoder_ids[r]), cache);
+        for (const auto& ids : passes[r])
+          alone[r].push_back(ids.empty() ? at::Tensor() : m->forward(at::tensor(ids, opts).view({1, -1}), cache)[0]);
+      }
+
+      // The batch: one ragged pass per step over every row (rows are padded with token 0).
+      KVCache cache = m->make_cache(128, batch);
+      if (enc_dec) {
+        std::vector<at::Tensor> states;
+        std::vector<int64_t> lengths;
+        for (const auto& ids : encoder_ids) {
+          const at::Tensor s = m->encode(ids);  // [1, S_r, H]
+          lengths.push_back(s.size(1));
+          states.push_back(at::constant_pad_nd(s, {0, 0, 0, 2 * batch + 1 - s.size(1)}));
+        }
+        m->attach_encoder(at::cat(states), cache, lengths);
+      }
+      std::vector<int64_t> rows(batch);
+      for (int64_t r = 0; r < batch; ++r) rows[r] = r;  // cache row -> original row
+      for (size_t step = 0; step < passes[0].size(); ++step) {
+        if (step == 3) {  // compact: drop cache row 1, the last row moves into its slot
+          cache.copy_row(static_cast<int64_t>(rows.size()) - 1, 1);
+          rows[1] = rows.back();
+          rows.pop_back();
+        }
+        const int64_t b = static_cast<int64_t>(rows.size());
+        std::vector<int64_t> counts;
+        int64_t t = 1;
+        for (const int64_t r : rows) {
+          counts.push_back(static_cast<int64_t>(passes[r][step].size()));
+          t = std::max(t, counts.back());
+        }
+        at::Tensor ids = at::zeros({b, t}, opts);
+        for (int64_t i = 0; i < b; ++i)
+          if (counts[i] > 0) ids[i].narrow(0, 0, counts[i]).copy_(at::tensor(passes[rows[i]][step], opts));
+        const int64_t keep = step % 2 == 1 ? std::min<int64_t>(2, t) : 0;  // every token, or each row's last two
+        const at::Tensor logits = m->forward(ids, cache, keep, counts);  // [B, T or 2, V]
+        for (int64_t i = 0; i < b; ++i) {
+          EXPECT_EQ(cache.length(i), held(passes[rows[i]], step)) << arch << ", row " << rows[i];
+          const int64_t n = keep > 0 ? std::min(keep, counts[i]) : counts[i];
+          if (n == 0) continue;
+          const at::Tensor mine = logits[i].narrow(0, keep > 0 ? keep - n : 0, n);
+          const at::Tensor ref = alone[rows[i]][step].narrow(0, counts[i] - n, n);
+          EXPECT_TRUE(at::equal(mine, ref)) << arch << ", batch " << batch << ", row " << rows[i] << ", pass "
+                                            << step << ": max diff " << (mine - ref).abs().max().item<float>();
+        }
       }
     }
   }
