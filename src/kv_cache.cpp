@@ -40,14 +40,12 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
   const auto first = lengths_.begin(), last = lengths_.begin() + b;
   const int64_t longest = *std::max_element(first, last);
   if (std::all_of(first, last, [&](int64_t n) { return n == longest; })) {
-    SPECDEC_CHECK(longest + t <= capacity_, "KVCache: capacity ", capacity_, " exceeded (holding ", longest,
-                  " positions, appending ", t, "); create the cache with a larger max length");
-    keys_[layer].narrow(0, 0, b).narrow(2, longest, t).copy_(k);
-    values_[layer].narrow(0, 0, b).narrow(2, longest, t).copy_(v);
+    const int64_t n = std::min(t, capacity_ - longest);
+    keys_[layer].narrow(0, 0, b).narrow(2, longest, n).copy_(k.narrow(2, 0, n));
+    values_[layer].narrow(0, 0, b).narrow(2, longest, n).copy_(v.narrow(2, 0, n));
   } else {
     for (int64_t r = 0; r < b; ++r) {
       const int64_t n = std::min(t, capacity_ - lengths_[r]);
-      if (n <= 0) continue;
       keys_[layer][r].narrow(1, lengths_[r], n).copy_(k[r].narrow(1, 0, n));
       values_[layer][r].narrow(1, lengths_[r], n).copy_(v[r].narrow(1, 0, n));
     }

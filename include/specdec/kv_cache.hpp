@@ -26,10 +26,10 @@ class KVCache {
   int64_t num_layers() const { return static_cast<int64_t>(keys_.size()); }
 
   // Writes `k`, `v` ([B, H_kv, T, D], B <= batch()) for layer `layer`: row b at positions
-  // [length(b), length(b) + T) of cache row b, in place (positions past the capacity are dropped:
-  // they can only be a ragged pass's padding), and returns views [B, H_kv, L, D] of rows [0, B)
-  // with L = min(capacity, max_b length(b) + T). Throws specdec::Error when a row of equal-length
-  // rows would overflow. Lengths move only with advance().
+  // [length(b), length(b) + T) of cache row b, in place, and returns views [B, H_kv, L, D] of rows
+  // [0, B) with L = min(capacity, max_b length(b) + T). Positions past the capacity are dropped:
+  // only padding can be there, as Model::forward refuses a pass whose real tokens do not fit.
+  // Lengths move only with advance().
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
   // Commits new positions after every layer has appended them: row b grows by counts[b] (rows
   // past counts.size() are unchanged).
