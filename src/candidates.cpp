@@ -15,72 +15,116 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 }
 }  // namespace
 
-DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft,
-                                         const GenerationConfig& config,
-                                         LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
-                                         const at::Tensor& encoder_states, int64_t target_vocab)
-    : draft_(std::move(draft)),
-      vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size),
-      config_(config),
-      schedule_(schedule),
-      rng_(rng),
-      processors_(config),
-      cache_(draft_->make_cache(max_length)) {
-  if (draft_->config().is_encoder_decoder) draft_->attach_encoder(encoder_states, cache_);
+DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows,
+                                         int64_t max_length, const at::Tensor& encoder_states,
+                                         const std::vector<int64_t>& encoder_lengths, int64_t target_vocab)
+    : draft_(std::move(draft)), vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size) {
+  SPECDEC_CHECK(!rows.empty(), "DraftModelGenerator: no rows");
+  for (const Row& r : rows) rows_.push_back({r, std::make_shared<const LogitsProcessorChain>(*r.config)});
+  cache_ = draft_->make_cache(max_length, static_cast<int64_t>(rows_.size()));
+  if (draft_->config().is_encoder_decoder) draft_->attach_encoder(encoder_states, cache_, encoder_lengths);
 }
 
-Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int64_t max_tokens) {
-  Candidates out;
-  const int64_t k = std::min(schedule_.num_tokens(), max_tokens);
-  if (k <= 0) return out;
-  const bool sampling = config_.sampling();
-  const bool need_probs = sampling || schedule_.kind() == "dynamic";
-  std::vector<at::Tensor> q_rows;
-  // Processor history: tokens + drafted so far (only history-dependent processors need it).
-  std::vector<int64_t> history;
-  if (!processors_.empty()) history = tokens;
-  // The cache holds a prefix of `tokens`; feed the rest, then one drafted token per step.
-  std::vector<int64_t> pending(tokens.begin() + cache_.length(), tokens.end());
+DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
+                                         LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
+                                         const at::Tensor& encoder_states, int64_t target_vocab)
+    : DraftModelGenerator(std::move(draft), {Row{&config, &schedule, &rng}}, max_length, encoder_states, {},
+                          target_vocab) {}
+
+std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<const std::vector<int64_t>*>& tokens,
+                                                           const std::vector<int64_t>& max_tokens) {
+  const auto b = static_cast<int64_t>(tokens.size());
+  SPECDEC_CHECK(b <= static_cast<int64_t>(rows_.size()) && max_tokens.size() == tokens.size(),
+                "DraftModelGenerator: ", b, " rows proposed for, ", rows_.size(), " held");
+  std::vector<Candidates> out(b);
   const int64_t own = draft_->config().vocab_size;
-  // A token the draft has no row for (the target's vocabulary is larger): the draft cannot follow
-  // this sequence any more, so the rest of the request runs without proposals.
-  for (int64_t id : pending) out_of_vocab_ = out_of_vocab_ || id >= own;
-  if (out_of_vocab_) return out;
-  for (int64_t i = 0; i < k; ++i) {
-    const at::Tensor ids = at::tensor(pending, at::kLong).view({1, -1});
-    at::Tensor scores = draft_->forward(ids, cache_, 1)[0];  // [1, V_draft]
-    ++passes_;
-    if (own > vocab_) scores = scores.narrow(-1, 0, vocab_);  // [1, V]: the draft's padding rows go
-    if (own < vocab_)
-      scores = at::constant_pad_nd(scores, {0, vocab_ - own}, -std::numeric_limits<double>::infinity());
-    if (!processors_.empty()) scores = processors_.apply(scores, history);
-    int64_t tok;
-    double p = 1.0;
-    if (sampling) {
-      const at::Tensor q = scores.softmax(-1)[0];  // [V]
-      tok = sample_index(q, rng_.uniform());
-      p = q[tok].item<double>();
-      q_rows.push_back(q);
-    } else {
-      tok = scores[0].argmax().item<int64_t>();
-      if (need_probs) p = scores[0].softmax(-1)[tok].item<double>();
-    }
-    out.tokens.push_back(tok);
-    out.probs.push_back(p);
-    if (!processors_.empty()) history.push_back(tok);
-    if (contains(config_.eos_token_ids, tok) || schedule_.stop_after(p)) break;
-    pending.assign(1, tok);
+  // Per row: how many to draft, what to feed next (the cache holds a prefix of its tokens; then
+  // one drafted token per pass), the processor history (tokens + drafted so far) and q rows.
+  std::vector<int64_t> todo(b, 0);
+  std::vector<std::vector<int64_t>> pending(b), history(b);
+  std::vector<std::vector<at::Tensor>> q_rows(b);
+  int64_t drafting = 0;
+  for (int64_t r = 0; r < b; ++r) {
+    State& st = rows_[r];
+    const std::vector<int64_t>& seq = *tokens[r];
+    pending[r].assign(seq.begin() + cache_.length(r), seq.end());
+    // A token the draft has no row for (the target's vocabulary is larger): the draft cannot
+    // follow this sequence any more, so the rest of the request runs without proposals.
+    for (int64_t id : pending[r]) st.out_of_vocab = st.out_of_vocab || id >= own;
+    todo[r] = st.out_of_vocab ? 0 : std::min(st.row.schedule->num_tokens(), max_tokens[r]);
+    if (todo[r] > 0 && !st.processors->empty()) history[r] = seq;
+    drafting += todo[r] > 0;
   }
-  if (sampling) out.q = at::stack(q_rows);  // [K, V]
+  while (drafting > 0) {
+    // One pass: row r feeds pending[r] while it drafts, nothing (padding) otherwise.
+    std::vector<int64_t> counts(b, 0);
+    int64_t t = 1;
+    for (int64_t r = 0; r < b; ++r)
+      if (todo[r] > 0) t = std::max(t, counts[r] = static_cast<int64_t>(pending[r].size()));
+    at::Tensor ids = at::zeros({b, t}, at::kLong);
+    for (int64_t r = 0; r < b; ++r)
+      if (counts[r] > 0) ids[r].narrow(0, 0, counts[r]).copy_(at::tensor(pending[r], at::kLong));
+    const at::Tensor logits = draft_->forward(ids, cache_, 1, counts);  // [B, 1, V_draft]
+    ++passes_;
+    for (int64_t r = 0; r < b; ++r) {
+      if (todo[r] == 0) continue;
+      State& st = rows_[r];
+      const GenerationConfig& config = *st.row.config;
+      ++st.passes;
+      at::Tensor scores = logits[r];  // [1, V_draft]
+      if (own > vocab_) scores = scores.narrow(-1, 0, vocab_);  // [1, V]: the draft's padding rows go
+      if (own < vocab_)
+        scores = at::constant_pad_nd(scores, {0, vocab_ - own}, -std::numeric_limits<double>::infinity());
+      if (!st.processors->empty()) scores = st.processors->apply(scores, history[r]);
+      const bool sampling = config.sampling();
+      const bool need_probs = sampling || st.row.schedule->kind() == "dynamic";
+      int64_t tok;
+      double p = 1.0;
+      if (sampling) {
+        const at::Tensor q = scores.softmax(-1)[0];  // [V]
+        tok = sample_index(q, st.row.rng->uniform());
+        p = q[tok].item<double>();
+        q_rows[r].push_back(q);
+      } else {
+        tok = scores[0].argmax().item<int64_t>();
+        if (need_probs) p = scores[0].softmax(-1)[tok].item<double>();
+      }
+      Candidates& c = out[r];
+      c.tokens.push_back(tok);
+      c.probs.push_back(p);
+      if (!st.processors->empty()) history[r].push_back(tok);
+      if (static_cast<int64_t>(c.size()) == todo[r] || contains(config.eos_token_ids, tok) ||
+          st.row.schedule->stop_after(p)) {
+        todo[r] = 0;
+        --drafting;
+      }
+      pending[r].assign(1, tok);
+    }
+  }
+  for (int64_t r = 0; r < b; ++r)
+    if (!q_rows[r].empty()) out[r].q = at::stack(q_rows[r]);  // [K, V]
   return out;
 }
 
-void DraftModelGenerator::on_verified(const Candidates& proposed, int64_t accepted,
-                                      const std::vector<int64_t>& tokens) {
+void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted,
+                                          const std::vector<int64_t>& tokens) {
   // Keep only positions whose tokens the target confirmed; the newest token is never cached yet.
   const int64_t valid = static_cast<int64_t>(tokens.size()) - 1;
-  if (cache_.length() > valid) cache_.crop(valid);
-  schedule_.update(proposed.probs, accepted);
+  if (cache_.length(row) > valid) cache_.crop(row, valid);
+  rows_[row].row.schedule->update(proposed.probs, accepted);
+}
+
+void DraftModelGenerator::move_row(int64_t from, int64_t to) {
+  cache_.copy_row(from, to);
+  rows_[to] = rows_[from];
+}
+
+Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int64_t max_tokens) {
+  return propose_batch({&tokens}, {max_tokens})[0];
+}
+
+void DraftModelGenerator::on_verified(const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens) {
+  on_verified_row(0, proposed, accepted, tokens);
 }
 
 PromptLookupGenerator::PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram,

@@ -49,27 +49,29 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   share_encoder_ = t.is_encoder_decoder && target_->same_encoder(*draft_);
 }
 
-void Generator::plan_goodput(LookaheadSchedule& schedule, KVCache& cache,
+void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                              const std::vector<int64_t>& tokens) const {
-  // Once per Generator: time target passes of 1 to cap + 1 rows on this request's cache (appended
-  // after what it holds, then cropped away; the best of two runs each).
+  // Once per Generator: time target passes of 1 to cap + 1 rows on row 0 of this request's cache
+  // (appended after what it holds, then cropped away; the best of two runs each). `tokens`: row 0's.
   bool calibrate = false;
   {
     std::lock_guard<std::mutex> lock(costs_mutex_);
     calibrate = !calibrating_;
     calibrating_ = true;
   }
-  const int64_t length = cache.length();
+  int64_t cap = 0;
+  for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
+  const int64_t length = cache.length(0);
   if (calibrate && length < static_cast<int64_t>(tokens.size())) {
     const at::Tensor last = at::tensor(std::vector<int64_t>{tokens[length]}, at::kLong);
-    for (int64_t rows = 1; rows <= schedule.cap() + 1 && length + rows <= cache.capacity(); ++rows) {
+    for (int64_t rows = 1; rows <= cap + 1 && length + rows <= cache.capacity(); ++rows) {
       const at::Tensor ids = last.expand({rows}).reshape({1, rows});
       double best = 0;
       for (int rep = 0; rep < 2; ++rep) {
         const auto t0 = Clock::now();
         (void)target_->forward(ids, cache, 1);
         const double s = seconds_since(t0);
-        cache.crop(length);
+        cache.crop(0, length);
         best = rep == 0 ? s : std::min(best, s);
       }
       std::lock_guard<std::mutex> lock(costs_mutex_);
@@ -78,198 +80,353 @@ void Generator::plan_goodput(LookaheadSchedule& schedule, KVCache& cache,
   }
   PassCost target;
   std::optional<double> draft;
+  const auto batch = static_cast<int64_t>(schedules.size());
   {
     std::lock_guard<std::mutex> lock(costs_mutex_);
     target = target_cost_;
-    if (!draft_cost_.empty()) draft = draft_cost_(1);
+    if (!draft_cost_.empty()) draft = draft_cost_(batch);
   }
   // Until a draft pass has been timed (and while another request calibrates), K stays where it is.
-  if (draft && target.size() > 1) schedule.plan([&](int64_t rows) { return target(rows); }, *draft);
+  if (!draft || target.size() <= 1) return;
+  const auto cost = [&](int64_t rows) { return target(rows); };
+  if (batch == 1) return schedules[0]->plan(cost, *draft);
+  std::vector<double> alphas;
+  for (const LookaheadSchedule* s : schedules) alphas.push_back(s->acceptance());
+  const int64_t k = LookaheadSchedule::best_lookahead(cost, *draft, alphas, cap);
+  for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
 }
 
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                                      const TokenCallback& on_token) const {
-  return torch_errors_as_specdec("generate", [&] { return run(prompt, config, on_token); });
+  BatchTokenCallback each;
+  if (on_token) each = [&](size_t, const std::vector<int64_t>& fresh) { on_token(fresh); };
+  return torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each); }).results[0];
 }
 
-GenerationResult Generator::run(const std::vector<int64_t>& prompt, const GenerationConfig& user_config,
-                                const TokenCallback& on_token) const {
-  const auto start = Clock::now();
-  user_config.validate();
-  GenerationConfig config = user_config;
-  const ModelConfig& tc = target_->config();
-  if (config.eos_token_ids.empty()) config.eos_token_ids = tc.eos_token_ids;
-  SPECDEC_CHECK(!prompt.empty(), "generate: the prompt is empty (at least one token is needed)");
-  for (int64_t id : prompt)
-    SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: prompt token id ", id,
-                  " is outside the vocabulary [0, ", tc.vocab_size, ")");
+BatchResult Generator::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
+                                      const std::vector<GenerationConfig>& configs,
+                                      const BatchTokenCallback& on_tokens) const {
+  return torch_errors_as_specdec("generate_batch", [&] { return run(prompts, configs, on_tokens); });
+}
 
-  c10::InferenceMode inference_guard;
-  // The sequence the target continues: the prompt, or for encoder-decoder models the decoder's
-  // start token (the prompt goes to the encoder). The cache holds a prefix of it.
-  std::vector<int64_t> tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
-  // Bounded before anything is sized from them (and before the sum below could overflow).
-  const int64_t max_sequence = limits().max_sequence_length;
-  for (const size_t n : {prompt.size(), tokens.size()})
-    SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence && config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
-                  "the prompt (", n, " tokens) plus max_new_tokens (", config.max_new_tokens,
-                  ") exceeds the limit of ", max_sequence, " positions (Limits::max_sequence_length)");
-  const int64_t max_length = static_cast<int64_t>(tokens.size()) + config.max_new_tokens;
-  // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
-  // (T5's relative positions have no such limit).
-  for (const Model* m : {target_.get(), draft_.get()}) {
-    if (!m || m->config().is_encoder_decoder) continue;
-    SPECDEC_CHECK(max_length <= m->config().max_position_embeddings, "the prompt (", tokens.size(),
-                  " tokens) plus max_new_tokens (", config.max_new_tokens, ") is ", max_length,
-                  " positions, more than the ", m == target_.get() ? "target" : "draft",
-                  "'s max_position_embeddings (", m->config().max_position_embeddings, ")");
-  }
+namespace {
 
+// One sequence of a batch: its request, its state between iterations, and its result.
+struct Row {
+  size_t index = 0;  // the prompt's position in the batch
+  std::string name;  // "" for a single request, else "row N: " (error messages)
+  GenerationConfig config;
+  std::vector<int64_t> tokens;  // the sequence the target continues; the cache holds a prefix of it
+  std::unique_ptr<Rng> rng;
+  std::unique_ptr<LookaheadSchedule> schedule;
+  std::unique_ptr<LogitsProcessorChain> processors;
+  std::unique_ptr<PromptLookupGenerator> lookup;
+  const Verifier* verifier = nullptr;
   GenerationResult result;
-  GenerationStats& st = result.stats;
-  st.prompt_tokens = static_cast<int64_t>(prompt.size());
-  Rng rng(config.seed);
-  LookaheadSchedule schedule(config);
-  const bool carry = config.num_assistant_tokens_schedule == "heuristic";
-  // A sampled request starts from num_assistant_tokens, not from the carried value: the lookahead
-  // decides how many random draws each step takes, so carrying it would make a seed's tokens depend
-  // on earlier or concurrent requests. (Greedy output never depends on the lookahead.)
-  if (carry && !config.sampling()) {
-    std::lock_guard<std::mutex> lock(carried_mutex_);
-    if (carried_lookahead_) schedule.set_num_tokens(*carried_lookahead_);
-  }
+  bool done = false;
+  // This iteration's proposal and the target's verdict on it.
+  Candidates cand;
+  int64_t verified_len = 0;
+};
 
-  KVCache cache = target_->make_cache(max_length);
-  const bool use_draft = draft_ && config.prompt_lookup_num_tokens == 0;
-  at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
-  if (tc.is_encoder_decoder) {
-    const auto t0 = Clock::now();
-    const at::Tensor ids = at::tensor(prompt, at::kLong).view({1, -1});
-    const at::Tensor states = target_->encode(ids);
-    target_->attach_encoder(states, cache);
-    ++st.encoder_passes;
-    if (use_draft) {
-      draft_states = share_encoder_ ? states : draft_->encode(ids);
-      if (!share_encoder_) ++st.encoder_passes;
-    }
-    st.prefill_seconds += seconds_since(t0);
-  }
+}  // namespace
 
-  std::unique_ptr<CandidateGenerator> candidates;
-  if (config.prompt_lookup_num_tokens > 0) {
-    candidates = std::make_unique<PromptLookupGenerator>(
-        config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids,
-        config.prompt_lookup_match == "last");
-  } else if (use_draft) {
-    candidates = std::make_unique<DraftModelGenerator>(draft_, config, schedule, rng, max_length, draft_states,
-                                                       tc.vocab_size);
-  }
-  const LogitsProcessorChain processors(config);
+BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
+                           const std::vector<GenerationConfig>& configs, const BatchTokenCallback& on_tokens) const {
+  const auto start = Clock::now();
+  const ModelConfig& tc = target_->config();
+  SPECDEC_CHECK(!prompts.empty(), "generate_batch: the batch is empty (at least one prompt is needed)");
+  SPECDEC_CHECK(configs.size() == 1 || configs.size() == prompts.size(), "generate_batch: ", configs.size(),
+                " configs for ", prompts.size(), " prompts (give one, or one per prompt)");
+  const auto batch = static_cast<int64_t>(prompts.size());
   const GreedyVerifier greedy;
   const RejectionSamplingVerifier rejection;
-  const Verifier& verifier = custom_verifier_ ? *custom_verifier_
-                             : config.sampling() ? static_cast<const Verifier&>(rejection)
-                                                 : greedy;
 
-  std::vector<int64_t> history;  // tokens + candidates (processor history)
-  std::vector<int64_t> input;
-  st.stop_reason = "max_new_tokens";
+  // Validation first: nothing runs unless every row is valid.
+  std::vector<Row> rows(batch);
+  int64_t max_length = 0;
+  for (int64_t r = 0; r < batch; ++r) {
+    Row& row = rows[r];
+    row.index = static_cast<size_t>(r);
+    row.name = batch == 1 ? "" : "row " + std::to_string(r) + ": ";
+    const std::vector<int64_t>& prompt = prompts[r];
+    const GenerationConfig& user_config = configs.size() == 1 ? configs[0] : configs[r];
+    try {
+      user_config.validate();
+    } catch (const Error& e) {
+      throw Error(row.name + e.what());
+    }
+    row.config = user_config;
+    GenerationConfig& config = row.config;
+    if (config.eos_token_ids.empty()) config.eos_token_ids = tc.eos_token_ids;
+    SPECDEC_CHECK(!prompt.empty(), "generate: ", row.name, "the prompt is empty (at least one token is needed)");
+    for (int64_t id : prompt)
+      SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: ", row.name, "prompt token id ", id,
+                    " is outside the vocabulary [0, ", tc.vocab_size, ")");
+    SPECDEC_CHECK((config.prompt_lookup_num_tokens > 0) == (rows[0].config.prompt_lookup_num_tokens > 0),
+                  "generate_batch: ", row.name, "prompt_lookup_num_tokens is ", config.prompt_lookup_num_tokens,
+                  " but ", rows[0].config.prompt_lookup_num_tokens,
+                  " for row 0: every request of a batch must use prompt lookup, or none");
+    // Encoder-decoder models: the decoder starts from its start token (the prompt goes to the encoder).
+    row.tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
+    // Bounded before anything is sized from them (and before the sum below could overflow).
+    const int64_t max_sequence = limits().max_sequence_length;
+    for (const size_t n : {prompt.size(), row.tokens.size()})
+      SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence && config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
+                    row.name, "the prompt (", n, " tokens) plus max_new_tokens (", config.max_new_tokens,
+                    ") exceeds the limit of ", max_sequence, " positions (Limits::max_sequence_length)");
+    const int64_t length = static_cast<int64_t>(row.tokens.size()) + config.max_new_tokens;
+    // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
+    // (T5's relative positions have no such limit).
+    for (const Model* m : {target_.get(), draft_.get()}) {
+      if (!m || m->config().is_encoder_decoder) continue;
+      SPECDEC_CHECK(length <= m->config().max_position_embeddings, row.name, "the prompt (", row.tokens.size(),
+                    " tokens) plus max_new_tokens (", config.max_new_tokens, ") is ", length,
+                    " positions, more than the ", m == target_.get() ? "target" : "draft",
+                    "'s max_position_embeddings (", m->config().max_position_embeddings, ")");
+    }
+    max_length = std::max(max_length, length);
+  }
 
-  const bool goodput = use_draft && schedule.kind() == "goodput";
-  while (st.new_tokens < config.max_new_tokens) {
-    const int64_t remaining = config.max_new_tokens - st.new_tokens;
-    const bool first = st.target_passes == 0;
-    if (goodput && !first) plan_goodput(schedule, cache, tokens);
-    // Draft at most remaining - 1 tokens: the target always adds one of its own.
+  c10::InferenceMode inference_guard;
+  for (Row& row : rows) {
+    GenerationConfig& config = row.config;
+    row.result.stats.prompt_tokens = static_cast<int64_t>(prompts[row.index].size());
+    row.result.stats.stop_reason = "max_new_tokens";
+    row.rng = std::make_unique<Rng>(config.seed);
+    row.schedule = std::make_unique<LookaheadSchedule>(config);
+    // A sampled request starts from num_assistant_tokens, not from the carried value: the lookahead
+    // decides how many random draws each step takes, so carrying it would make a seed's tokens depend
+    // on earlier or concurrent requests. (Greedy output never depends on the lookahead.)
+    if (config.num_assistant_tokens_schedule == "heuristic" && !config.sampling()) {
+      std::lock_guard<std::mutex> lock(carried_mutex_);
+      if (carried_lookahead_) row.schedule->set_num_tokens(*carried_lookahead_);
+    }
+    row.processors = std::make_unique<LogitsProcessorChain>(config);
+    if (config.prompt_lookup_num_tokens > 0)
+      row.lookup = std::make_unique<PromptLookupGenerator>(config.prompt_lookup_num_tokens, config.max_matching_ngram_size,
+                                                           config.eos_token_ids, config.prompt_lookup_match == "last");
+    row.verifier = custom_verifier_ ? custom_verifier_.get()
+                   : config.sampling() ? static_cast<const Verifier*>(&rejection)
+                                       : &greedy;
+  }
+
+  KVCache cache = target_->make_cache(max_length, batch);
+  const bool use_draft = draft_ && rows[0].config.prompt_lookup_num_tokens == 0;
+  at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
+  std::vector<int64_t> encoder_lengths;
+  double prefill_seconds = 0;  // the first iteration, shared by every row
+  if (tc.is_encoder_decoder) {
+    // One encoder pass per prompt (no padding inside the encoder), padded to the longest.
+    const auto t0 = Clock::now();
+    int64_t longest = 0;
+    for (const auto& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+    const auto encode = [&](const Model& m) {
+      std::vector<at::Tensor> states;
+      for (const auto& p : prompts) {
+        const at::Tensor s = m.encode(at::tensor(p, at::kLong).view({1, -1}));  // [1, S_r, H]
+        states.push_back(at::constant_pad_nd(s, {0, 0, 0, longest - s.size(1)}));
+      }
+      return at::cat(states);  // [B, S, H]
+    };
+    for (const auto& p : prompts) encoder_lengths.push_back(static_cast<int64_t>(p.size()));
+    const at::Tensor states = encode(*target_);
+    target_->attach_encoder(states, cache, encoder_lengths);
+    int64_t passes = 1;
+    if (use_draft) {
+      draft_states = share_encoder_ ? states : encode(*draft_);
+      if (!share_encoder_) ++passes;
+    }
+    for (Row& row : rows) row.result.stats.encoder_passes = passes;
+    prefill_seconds += seconds_since(t0);
+  }
+
+  std::unique_ptr<DraftModelGenerator> drafter;
+  if (use_draft) {
+    std::vector<DraftModelGenerator::Row> draft_rows;
+    for (Row& row : rows) draft_rows.push_back({&row.config, row.schedule.get(), row.rng.get()});
+    drafter = std::make_unique<DraftModelGenerator>(draft_, std::move(draft_rows), max_length, draft_states,
+                                                    encoder_lengths, tc.vocab_size);
+  }
+
+  // slots[i]: the row in cache row i (and the drafter's row i); finished rows leave (compaction).
+  std::vector<Row*> slots;
+  for (Row& row : rows) slots.push_back(&row);
+  bool goodput = false;
+  for (const Row& row : rows) goodput = goodput || (use_draft && row.schedule->kind() == "goodput");
+  BatchStats bs;
+  bs.rows = batch;
+
+  for (bool first = true; !slots.empty(); first = false) {
+    const auto b = static_cast<int64_t>(slots.size());
+    if (goodput && !first) {
+      std::vector<LookaheadSchedule*> schedules;
+      for (Row* row : slots)
+        if (row->schedule->kind() == "goodput") schedules.push_back(row->schedule.get());
+      plan_goodput(schedules, cache, slots[0]->tokens);
+    }
+    // Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
     auto t0 = Clock::now();
-    const int64_t draft_passes_before = candidates ? candidates->passes() : 0;
-    Candidates cand = (candidates && remaining > 1) ? candidates->propose(tokens, remaining - 1)
-                                                    : Candidates{};
+    std::vector<int64_t> max_tokens;
+    std::vector<const std::vector<int64_t>*> sequences;
+    for (Row* row : slots) {
+      max_tokens.push_back(std::max<int64_t>(0, row->config.max_new_tokens - row->result.stats.new_tokens - 1));
+      sequences.push_back(&row->tokens);
+    }
+    const int64_t draft_passes_before = drafter ? drafter->passes() : 0;
+    std::vector<int64_t> row_passes_before(b, 0);
+    if (drafter) {
+      for (int64_t i = 0; i < b; ++i) row_passes_before[i] = drafter->row_passes(i);
+      std::vector<Candidates> proposals = drafter->propose_batch(sequences, max_tokens);
+      for (int64_t i = 0; i < b; ++i) slots[i]->cand = std::move(proposals[i]);
+    } else {
+      for (int64_t i = 0; i < b; ++i)
+        slots[i]->cand = slots[i]->lookup && max_tokens[i] > 0 ? slots[i]->lookup->propose(slots[i]->tokens, max_tokens[i])
+                                                               : Candidates{};
+    }
     const double draft_seconds = seconds_since(t0);
-    (first ? st.prefill_seconds : st.drafting_seconds) += draft_seconds;
-    if (first && candidates) st.prefill_draft_passes = candidates->passes() - draft_passes_before;
-    const auto k = static_cast<int64_t>(cand.size());
-    if (goodput && !first && k > 0) {
+    const int64_t draft_passes = drafter ? drafter->passes() - draft_passes_before : 0;
+    if (goodput && !first && draft_passes > 0) {
       std::lock_guard<std::mutex> lock(costs_mutex_);
-      draft_cost_.observe(1, draft_seconds / static_cast<double>(candidates->passes() - draft_passes_before));
+      draft_cost_.observe(b, draft_seconds / static_cast<double>(draft_passes));
     }
 
-    // One target pass over [uncached tokens, c1..cK]; keep the logits of the last K+1 positions.
+    // One target pass over every row: [uncached tokens, c1..cK], padded to the longest row; keep
+    // the logits of each row's last K+1 positions.
     t0 = Clock::now();
-    input.assign(tokens.begin() + cache.length(), tokens.end());
-    input.insert(input.end(), cand.tokens.begin(), cand.tokens.end());
-    const int64_t verified_len = static_cast<int64_t>(tokens.size());
-    at::Tensor scores = target_->forward(at::tensor(input, at::kLong).view({1, -1}), cache, k + 1)[0];
-    if (!processors.empty()) {
-      history = tokens;
-      history.insert(history.end(), cand.tokens.begin(), cand.tokens.end());
-      scores = processors.apply(scores, history);  // [K+1, V]
+    std::vector<int64_t> counts;
+    int64_t t = 1, keep = 1;
+    for (int64_t i = 0; i < b; ++i) {
+      Row& row = *slots[i];
+      row.verified_len = static_cast<int64_t>(row.tokens.size());
+      counts.push_back(row.verified_len - cache.length(i) + static_cast<int64_t>(row.cand.size()));
+      t = std::max(t, counts.back());
+      keep = std::max<int64_t>(keep, static_cast<int64_t>(row.cand.size()) + 1);
     }
+    at::Tensor ids = at::zeros({b, t}, at::kLong);
+    int64_t* idp = ids.data_ptr<int64_t>();
+    for (int64_t i = 0; i < b; ++i) {
+      const Row& row = *slots[i];
+      int64_t* out = idp + i * t;
+      out = std::copy(row.tokens.begin() + cache.length(i), row.tokens.end(), out);
+      std::copy(row.cand.tokens.begin(), row.cand.tokens.end(), out);
+    }
+    const at::Tensor logits = target_->forward(ids, cache, keep, counts);  // [B, keep, V]
+    std::vector<Verdict> verdicts(b);
+    for (int64_t i = 0; i < b; ++i) {
+      Row& row = *slots[i];
+      const auto k = static_cast<int64_t>(row.cand.size());
+      at::Tensor scores = logits[i].narrow(0, logits.size(1) - (k + 1), k + 1);  // [K+1, V]
+      if (!row.processors->empty()) {
+        std::vector<int64_t> history = row.tokens;
+        history.insert(history.end(), row.cand.tokens.begin(), row.cand.tokens.end());
+        scores = row.processors->apply(scores, history);
+      }
+      verdicts[i] = row.verifier->verify(scores, row.cand, *row.rng);
+    }
+    const double target_seconds = seconds_since(t0);
     if (goodput && !first) {
       std::lock_guard<std::mutex> lock(costs_mutex_);
-      target_cost_.observe(static_cast<int64_t>(input.size()), seconds_since(t0));
+      target_cost_.observe(b * t, target_seconds);
     }
-    Verdict verdict = verifier.verify(scores, cand, rng);
-    (first ? st.prefill_seconds : st.verification_seconds) += seconds_since(t0);
-    ++st.target_passes;
+    if (first) prefill_seconds += draft_seconds + target_seconds;
+    ++bs.target_passes;
 
-    // New tokens: the accepted candidates, then the target's own token. An EOS among them ends
-    // the request right there; an accepted EOS candidate counts as the target's token (as in
-    // Hugging Face, whose trace then shows one acceptance fewer).
-    std::vector<int64_t> fresh(cand.tokens.begin(), cand.tokens.begin() + verdict.accepted);
-    fresh.push_back(verdict.next_token);
-    int64_t accepted = verdict.accepted;
-    bool stop_eos = false;
-    for (size_t i = 0; i < fresh.size(); ++i) {
-      if (is_eos(config.eos_token_ids, fresh[i])) {
-        fresh.resize(i + 1);
-        accepted = std::min<int64_t>(accepted, static_cast<int64_t>(i));
-        stop_eos = true;
-        break;
+    std::vector<int64_t> finished;  // slots, ascending
+    for (int64_t i = 0; i < b; ++i) {
+      Row& row = *slots[i];
+      GenerationStats& st = row.result.stats;
+      const Candidates& cand = row.cand;
+      const Verdict& verdict = verdicts[i];
+      const auto k = static_cast<int64_t>(cand.size());
+      if (!first) {
+        st.drafting_seconds += draft_seconds;
+        st.verification_seconds += target_seconds;
       }
-    }
-    if (static_cast<int64_t>(fresh.size()) > remaining) fresh.resize(remaining);  // defensive
+      if (first && drafter) st.prefill_draft_passes = drafter->row_passes(i) - row_passes_before[i];
+      ++st.target_passes;
+      // New tokens: the accepted candidates, then the target's own token. An EOS among them ends
+      // the request right there; an accepted EOS candidate counts as the target's token (as in
+      // Hugging Face, whose trace then shows one acceptance fewer).
+      std::vector<int64_t> fresh(cand.tokens.begin(), cand.tokens.begin() + verdict.accepted);
+      fresh.push_back(verdict.next_token);
+      int64_t accepted = verdict.accepted;
+      bool stop_eos = false;
+      for (size_t j = 0; j < fresh.size(); ++j) {
+        if (is_eos(row.config.eos_token_ids, fresh[j])) {
+          fresh.resize(j + 1);
+          accepted = std::min<int64_t>(accepted, static_cast<int64_t>(j));
+          stop_eos = true;
+          break;
+        }
+      }
+      const int64_t remaining = row.config.max_new_tokens - st.new_tokens;
+      if (static_cast<int64_t>(fresh.size()) > remaining) fresh.resize(remaining);  // defensive
 
-    cache.crop(verified_len + verdict.accepted);  // drop rejected candidates' keys/values
-    tokens.insert(tokens.end(), fresh.begin(), fresh.end());
-    result.tokens.insert(result.tokens.end(), fresh.begin(), fresh.end());
-    st.new_tokens += static_cast<int64_t>(fresh.size());
-    st.drafted_tokens += k;
-    st.accepted_tokens += accepted;
-    st.trace.push_back({k, accepted});
-    if (static_cast<int64_t>(st.drafted_at_position.size()) < k) {
-      st.drafted_at_position.resize(k, 0);
-      st.accepted_at_position.resize(k, 0);
-    }
-    for (int64_t i = 0; i < k; ++i) {
-      ++st.drafted_at_position[i];
-      if (i < accepted) ++st.accepted_at_position[i];
-    }
-    if (candidates) candidates->on_verified(cand, accepted, tokens);
-    if (on_token) {
-      try {
-        on_token(fresh);
-      } catch (const Cancelled&) {
-        st.stop_reason = "cancelled";
-        break;
+      cache.crop(i, row.verified_len + verdict.accepted);  // drop rejected candidates' keys/values
+      row.tokens.insert(row.tokens.end(), fresh.begin(), fresh.end());
+      row.result.tokens.insert(row.result.tokens.end(), fresh.begin(), fresh.end());
+      st.new_tokens += static_cast<int64_t>(fresh.size());
+      st.drafted_tokens += k;
+      st.accepted_tokens += accepted;
+      st.trace.push_back({k, accepted});
+      if (static_cast<int64_t>(st.drafted_at_position.size()) < k) {
+        st.drafted_at_position.resize(k, 0);
+        st.accepted_at_position.resize(k, 0);
       }
+      for (int64_t j = 0; j < k; ++j) {
+        ++st.drafted_at_position[j];
+        if (j < accepted) ++st.accepted_at_position[j];
+      }
+      if (drafter) drafter->on_verified_row(i, cand, accepted, row.tokens);
+      bs.new_tokens += static_cast<int64_t>(fresh.size());
+      if (stop_eos) st.stop_reason = "eos";
+      row.done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
+      if (on_tokens) {
+        try {
+          on_tokens(row.index, fresh);
+        } catch (const Cancelled&) {
+          st.stop_reason = "cancelled";
+          row.done = true;
+        }
+      }
+      if (!row.done) continue;
+      if (drafter) st.draft_passes = drafter->row_passes(i);
+      finished.push_back(i);
     }
-    if (stop_eos) {
-      st.stop_reason = "eos";
-      break;
+
+    // Finished rows leave the batch: the last active row moves into each freed slot.
+    for (auto it = finished.rbegin(); it != finished.rend(); ++it) {
+      const int64_t last = static_cast<int64_t>(slots.size()) - 1;
+      if (*it != last) {
+        cache.copy_row(last, *it);
+        if (drafter) drafter->move_row(last, *it);
+        slots[*it] = slots[last];
+      }
+      slots.pop_back();
     }
   }
 
-  if (candidates) st.draft_passes = candidates->passes();
-  st.final_confidence_threshold = schedule.threshold();
-  if (carry) {
+  bs.draft_passes = drafter ? drafter->passes() : 0;
+  bs.total_seconds = seconds_since(start);
+  BatchResult out;
+  for (Row& row : rows) {
+    GenerationStats& st = row.result.stats;
+    st.final_confidence_threshold = row.schedule->threshold();
+    st.prefill_seconds = prefill_seconds;
+    st.total_seconds = bs.total_seconds;
+    st.other_seconds = std::max(0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds -
+                                         st.verification_seconds);
+    out.results.push_back(std::move(row.result));
+  }
+  // "heuristic": carry the lookahead the last row reached to the next request (Hugging Face keeps it
+  // on the assistant model's generation config; a batch of one is exactly that).
+  if (rows.back().config.num_assistant_tokens_schedule == "heuristic") {
     std::lock_guard<std::mutex> lock(carried_mutex_);
-    carried_lookahead_ = schedule.num_tokens();
+    carried_lookahead_ = rows.back().schedule->num_tokens();
   }
-  st.total_seconds = seconds_since(start);
-  st.other_seconds = std::max(0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds -
-                                       st.verification_seconds);
-  return result;
+  out.stats = bs;
+  return out;
 }
 
 }  // namespace specdec

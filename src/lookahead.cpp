@@ -44,11 +44,19 @@ double LookaheadSchedule::expected_tokens(double alpha, int64_t k) {
 
 int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
                                           double alpha, int64_t max_k) {
+  return best_lookahead(target_cost, draft_cost, std::vector<double>{alpha}, max_k);
+}
+
+int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
+                                          const std::vector<double>& alphas, int64_t max_k) {
+  const auto rows = static_cast<int64_t>(alphas.size());
   int64_t best = 0;
   double best_rate = -1;
   for (int64_t k = 0; k <= max_k; ++k) {
-    const double seconds = target_cost(k + 1) + static_cast<double>(k) * draft_cost;
-    const double rate = seconds > 0 ? expected_tokens(alpha, k) / seconds : 0;
+    const double seconds = target_cost(rows * (k + 1)) + static_cast<double>(k) * draft_cost;
+    double tokens = 0;
+    for (const double alpha : alphas) tokens += expected_tokens(alpha, k);
+    const double rate = seconds > 0 ? tokens / seconds : 0;
     if (rate > best_rate) best_rate = rate, best = k;
   }
   return best;

@@ -36,31 +36,56 @@ class CandidateGenerator {
   virtual int64_t passes() const { return 0; }
 };
 
-// Runs a draft model with its own KV cache under a LookaheadSchedule. Greedy requests draft the
-// argmax; sampling requests sample from q = processed draft distribution (same processor chain as
-// the target). Drafting stops at EOS. An encoder-decoder draft attends to `encoder_states` (the
-// output of its own encoder, or of the target's when they have the same encoder).
+// Runs a draft model with its own KV cache for a batch of sequences (rows), each under its own
+// request config, LookaheadSchedule and Rng. Greedy rows draft the argmax; sampling rows sample
+// from q = processed draft distribution (same processor chain as the target). A row stops drafting
+// at EOS. Each drafted position is one draft pass over every row still drafting (rows of different
+// lengths share it; see Model::forward). An encoder-decoder draft attends to `encoder_states`
+// ([B, S, H]: the output of its own encoder, or of the target's when they have the same encoder;
+// `encoder_lengths` as for Model::attach_encoder).
 class DraftModelGenerator final : public CandidateGenerator {
  public:
+  struct Row {
+    const GenerationConfig* config;
+    LookaheadSchedule* schedule;
+    Rng* rng;
+  };
   // `target_vocab`: the width of the target's logits (0 = the draft's own). A draft whose
   // vocabulary differs only by padding rows proposes over the target's ids: its scores are cut to,
   // or padded with -inf up to, that width (q = 0 for ids the draft cannot produce).
+  DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows, int64_t max_length,
+                      const at::Tensor& encoder_states = {}, const std::vector<int64_t>& encoder_lengths = {},
+                      int64_t target_vocab = 0);
+  // One row (a single request).
   DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
                       LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
                       const at::Tensor& encoder_states = {}, int64_t target_vocab = 0);
+
+  // Proposals for rows [0, tokens.size()): row b continues *tokens[b] with up to max_tokens[b]
+  // candidates (0: none).
+  std::vector<Candidates> propose_batch(const std::vector<const std::vector<int64_t>*>& tokens,
+                                        const std::vector<int64_t>& max_tokens);
+  // Row `row` kept `accepted` of `proposed`; `tokens` is its verified sequence.
+  void on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens);
+  // Moves row `from` (cache, state) into row `to`'s slot (compaction when a row finishes).
+  void move_row(int64_t from, int64_t to);
+  // Draft passes row `row` took part in.
+  int64_t row_passes(int64_t row) const { return rows_[row].passes; }
+
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
-  void on_verified(const Candidates& proposed, int64_t accepted,
-                   const std::vector<int64_t>& tokens) override;
+  void on_verified(const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens) override;
   int64_t passes() const override { return passes_; }
 
  private:
+  struct State {
+    Row row;
+    std::shared_ptr<const LogitsProcessorChain> processors;
+    bool out_of_vocab = false;  // the sequence holds an id the draft has no row for
+    int64_t passes = 0;
+  };
   std::shared_ptr<const Model> draft_;
   int64_t vocab_;  // width of the proposals (the target's vocabulary)
-  bool out_of_vocab_ = false;  // the sequence holds an id the draft has no row for
-  const GenerationConfig& config_;
-  LookaheadSchedule& schedule_;
-  Rng& rng_;
-  LogitsProcessorChain processors_;
+  std::vector<State> rows_;
   KVCache cache_;
   int64_t passes_ = 0;
 };

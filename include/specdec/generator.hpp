@@ -26,6 +26,23 @@ struct GenerationResult {
 // specdec::Cancelled from it to stop the request (see error.hpp).
 using TokenCallback = std::function<void(const std::vector<int64_t>& new_tokens)>;
 
+// A batch (Generator::generate_batch): one result per prompt, in order, and the batch's totals.
+struct BatchStats {
+  int64_t rows = 0;
+  int64_t new_tokens = 0;     // over every row
+  int64_t target_passes = 0;  // passes of the whole batch (each verifies every active row)
+  int64_t draft_passes = 0;
+  double total_seconds = 0;
+  double tokens_per_second() const { return total_seconds > 0 ? static_cast<double>(new_tokens) / total_seconds : 0.0; }
+};
+struct BatchResult {
+  std::vector<GenerationResult> results;
+  BatchStats stats;
+};
+// Called with row `row`'s newly verified tokens (row: the prompt's index in the batch). Throw
+// specdec::Cancelled to stop that row; the others go on.
+using BatchTokenCallback = std::function<void(size_t row, const std::vector<int64_t>& new_tokens)>;
+
 class Generator {
  public:
   // `draft` may be null: generation is then target-only, or prompt lookup when the request sets
@@ -44,6 +61,18 @@ class Generator {
   GenerationResult generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                             const TokenCallback& on_token = {}) const;
 
+  // Generates for several prompts at once: each step drafts for every active row (one draft pass
+  // per drafted position), verifies every row in one target pass, and accepts a different number of
+  // tokens per row; a row that hits EOS, its length limit or is cancelled leaves the batch while
+  // the others go on. Prompts may have different lengths. `configs`: one per prompt, or one for
+  // all; each row has its own schedule state, Rng (its config's seed) and stats, and its output is
+  // the one generate() gives for that prompt and config alone (greedy: token for token; sampling:
+  // the same tokens for the same seed). Every row must agree on using prompt lookup or not.
+  // generate() is the batch of one.
+  BatchResult generate_batch(const std::vector<std::vector<int64_t>>& prompts,
+                             const std::vector<GenerationConfig>& configs,
+                             const BatchTokenCallback& on_tokens = {}) const;
+
   // Replaces the verifier chosen from the request (greedy or rejection sampling). For research and
   // tests, e.g. a deliberately wrong verifier that a statistical test must catch. Not thread-safe
   // with concurrent generate() calls.
@@ -53,8 +82,8 @@ class Generator {
   const Model* draft() const { return draft_.get(); }
 
  private:
-  GenerationResult run(const std::vector<int64_t>& prompt, const GenerationConfig& config,
-                       const TokenCallback& on_token) const;
+  BatchResult run(const std::vector<std::vector<int64_t>>& prompts, const std::vector<GenerationConfig>& configs,
+                  const BatchTokenCallback& on_tokens) const;
   std::shared_ptr<const Model> target_;
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;
@@ -66,7 +95,8 @@ class Generator {
   mutable std::optional<int64_t> carried_lookahead_;
   // "goodput" schedule: target pass cost by rows (calibrated by the first request, refined by
   // every one) and draft cost per token, measured on this Generator's models.
-  void plan_goodput(LookaheadSchedule& schedule, KVCache& cache, const std::vector<int64_t>& tokens) const;
+  void plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
+                    const std::vector<int64_t>& tokens) const;
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;
   mutable bool calibrating_ = false;

@@ -53,6 +53,13 @@ class LookaheadSchedule {
   // tokens per second of the iteration. Ties keep the smaller k.
   static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
                                 double alpha, int64_t max_k);
+  // The same for a batch whose rows have acceptance rates `alphas`: a target pass computes every
+  // row padded to the longest, and each drafted position is one draft pass over the batch, so an
+  // iteration drafting k tokens costs target_cost(B * (k + 1)) + k * draft_cost whatever the
+  // rows' own k <= k, and every row gains from drafting the full k. The k in [0, max_k] maximising
+  // sum_r expected_tokens(alphas[r], k) / that cost; one row: best_lookahead.
+  static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
+                                const std::vector<double>& alphas, int64_t max_k);
 
   // The adaptive rule on its own: given draft probabilities and whether each was accepted, the
   // threshold minimising FPR + 3 * FNR. Returns `current` when there are <= 5 samples or only one

@@ -91,6 +91,21 @@ TEST(Lookahead, GoodputPicksTheMostTokensPerSecond) {
   EXPECT_EQ(LookaheadSchedule::best_lookahead([](int64_t) { return 1.0; }, 0.0, 0.9, 8), 8);
 }
 
+// goodput over a batch, by hand, with the same target and draft costs: a pass over B rows padded
+// to k + 1 tokens costs 1 + 0.1 (B (k + 1) - 1) s, a draft pass 0.05 s.
+TEST(Lookahead, GoodputForABatchPaysForEveryRowPaddedToTheLongest) {
+  const auto linear = [](int64_t rows) { return 1.0 + 0.1 * static_cast<double>(rows - 1); };
+  // Two rows at 0.8: 2 E(k) / (1.1 + 0.25 k) = 1.818, 2.667, 3.050, 3.191, 3.2015, 3.140: best 4
+  // (one row alone: 5).
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>{0.8, 0.8}, 12), 4);
+  // Four rows at 0.5: 4 E(k) / (1.3 + 0.45 k) = 3.077, 3.429, 3.182: best 1.
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>(4, 0.5), 12), 1);
+  // Eight rows at 0.3: 8 / 1.7 = 4.706 > 10.4 / 2.55 = 4.078: no speculation (one row alone: 1).
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>(8, 0.3), 12), 0);
+  // One row: the single-row rule.
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>{0.3}, 12), 1);
+}
+
 TEST(Lookahead, GoodputScheduleUsesTheAcceptanceHistory) {
   GenerationConfig c = with("goodput", 0);
   LookaheadSchedule s(c);
