@@ -109,18 +109,39 @@ struct Outcome {
   int64_t rejections = 0;  // iterations that rejected a candidate, EOS endings excluded
 };
 
+// `batch` > 1: the samples run through generate_batch, batch - 1 of them per call beside a longer
+// distractor prompt (its own seed and lookahead), so rows of different lengths share every pass.
 Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<const Model>& draft,
-            const GenerationConfig& base, std::shared_ptr<const Verifier> verifier = nullptr) {
+            const GenerationConfig& base, std::shared_ptr<const Verifier> verifier = nullptr, int batch = 1) {
   const std::vector<int64_t> prompt = {3, 7, 1};
   const auto marg = exact_marginals(*target, prompt, base);
   Generator gen(target, draft);
   if (verifier) gen.set_verifier(std::move(verifier));
   std::vector<std::vector<int>> counts(3, std::vector<int>(kVocab, 0));
   int64_t drafted = 0, accepted = 0, rejections = 0;
-  for (int i = 0; i < kSamples; ++i) {
+  std::vector<GenerationResult> results;
+  for (int i = 0; i < kSamples; i += std::max(1, batch - 1)) {
     GenerationConfig cfg = base;
     cfg.seed = 1000 + i;
-    const auto r = gen.generate(prompt, cfg);
+    if (batch == 1) {
+      results.push_back(gen.generate(prompt, cfg));
+      continue;
+    }
+    std::vector<std::vector<int64_t>> prompts = {{2, 9, 4, 11, 6, 5, 8}};
+    GenerationConfig distractor = base;
+    distractor.seed = 7 + i;
+    distractor.num_assistant_tokens = base.num_assistant_tokens + 3;
+    distractor.max_new_tokens = 1 + i % 5;
+    std::vector<GenerationConfig> configs = {distractor};
+    for (int j = i; j < std::min(kSamples, i + batch - 1); ++j) {
+      prompts.push_back(prompt);
+      configs.push_back(cfg);
+      configs.back().seed = 1000 + j;
+    }
+    BatchResult b = gen.generate_batch(prompts, configs);
+    results.insert(results.end(), b.results.begin() + 1, b.results.end());
+  }
+  for (const GenerationResult& r : results) {
     for (size_t pos = 0; pos < r.tokens.size() && pos < 3; ++pos) ++counts[pos][r.tokens[pos]];
     drafted += r.stats.drafted_tokens;
     accepted += r.stats.accepted_tokens;
@@ -204,6 +225,19 @@ TEST(Statistical, GoodputScheduleKeepsDistribution) {
   EXPECT_TRUE(o.all_pass) << o.report;
 }
 
+// Batches of 4 rows (3 samples and a longer distractor): each row's own seed, ragged passes.
+TEST(Statistical, BatchedRowsKeepDistribution) {
+  const Models m = models();
+  for (const auto& c : {kCases[0], kCases[1]}) {
+    const Outcome o = run(m.target, m.unrelated, c.cfg, nullptr, 4);
+    EXPECT_TRUE(o.all_pass) << c.name << "\n" << o.report;
+  }
+  GenerationConfig g = kCases[1].cfg;
+  g.num_assistant_tokens_schedule = "goodput";
+  const Outcome o = run(m.target, m.unrelated, g, nullptr, 4);
+  EXPECT_TRUE(o.all_pass) << "goodput\n" << o.report;
+}
+
 TEST(Statistical, DraftWithALargerPaddedVocabularyKeepsDistribution) {
   // 20 ids against the target's 16: the draft's 4 extra rows are cut off before it samples.
   FixtureOptions o = tiny(99, 1);
@@ -263,6 +297,12 @@ TEST(Statistical, NegativeControlAlwaysAcceptIsDetected) {
   const Models m = models();
   const Outcome o = run(m.target, m.unrelated, kCases[0].cfg, std::make_shared<AlwaysAccept>());
   EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong verifier:\n" << o.report;
+}
+
+TEST(Statistical, NegativeControlInABatchIsDetected) {
+  const Models m = models();
+  const Outcome o = run(m.target, m.unrelated, kCases[0].cfg, std::make_shared<AlwaysAccept>(), 4);
+  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong verifier in a batch:\n" << o.report;
 }
 
 TEST(Statistical, SameSeedSameTokens) {

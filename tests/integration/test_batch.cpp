@@ -1,0 +1,185 @@
+// Batched generation (Generator::generate_batch): every row's output equals the same request run
+// alone (greedy: the target-only output; sampling: the same seed's tokens), whatever the batch
+// size, the other rows, their lengths, schedules, limits and EOS; rows leave the batch when done;
+// bad batches are clear errors.
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
+namespace specdec::test {
+namespace {
+
+FixtureOptions small(const std::string& arch, uint64_t seed, int64_t layers) {
+  FixtureOptions o;
+  o.arch = arch;
+  o.seed = seed;
+  o.layers = layers;
+  o.hidden = 64;
+  o.heads = 4;
+  o.kv_heads = arch == "llama" ? 2 : 0;
+  o.intermediate = 128;
+  o.vocab = 96;
+  o.init_std = 0.1;
+  o.exit_layers = 1;
+  o.exit_scale = 0.2;
+  return o;
+}
+
+struct Pair {
+  std::shared_ptr<const Model> target, draft;
+};
+
+Pair pair_for(const std::string& arch, uint64_t seed) {
+  const std::string t = cached_fixture("batch_t" + arch + std::to_string(seed), small(arch, seed, 3));
+  static std::map<std::string, std::string> drafts;
+  const std::string key = arch + std::to_string(seed);
+  if (!drafts.count(key)) {
+    drafts[key] = temp_dir("batch_d" + key);
+    make_draft_of(t, drafts[key], 1, 0.0, seed);
+  }
+  return {cached_model(t), cached_model(drafts[key])};
+}
+
+// Prompts of lengths 1, 4, 7, ... (ragged), different per row.
+std::vector<std::vector<int64_t>> prompts_for(size_t rows, uint64_t seed) {
+  std::vector<std::vector<int64_t>> out;
+  for (size_t r = 0; r < rows; ++r) {
+    std::vector<int64_t> p;
+    for (size_t i = 0; i < 1 + 3 * r; ++i) p.push_back(static_cast<int64_t>((seed * 31 + r * 7 + i * 17 + 3) % 90) + 3);
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
+  int64_t rows_checked = 0;
+  const std::pair<const char*, uint64_t> runs[] = {{"llama", 1}, {"llama", 2}, {"gpt2", 3}, {"opt", 4}, {"gpt_neox", 5}, {"t5", 6}};
+  for (const auto& [arch, seed] : runs) {
+    const Pair p = pair_for(arch, seed);
+    const Generator target_only(p.target);
+    for (const size_t b : {1u, 3u, 8u}) {
+      const auto prompts = prompts_for(b, seed);
+      for (const char* schedule : {"constant", "heuristic", "dynamic", "goodput", "lookup"}) {
+        // Different limits per row (1 to 29 tokens), a lookahead per row, an EOS that some rows hit.
+        std::vector<GenerationConfig> configs;
+        for (size_t r = 0; r < b; ++r) {
+          GenerationConfig c;
+          c.max_new_tokens = 1 + static_cast<int64_t>((r * 7 + seed) % 29);
+          c.num_assistant_tokens = 1 + static_cast<int64_t>(r % 6);
+          c.eos_token_ids = {static_cast<int64_t>(40 + seed)};
+          if (std::string(schedule) == "lookup") {
+            c.prompt_lookup_num_tokens = c.num_assistant_tokens;
+          } else {
+            c.num_assistant_tokens_schedule = schedule;
+          }
+          configs.push_back(c);
+        }
+        const Generator assisted(p.target, p.draft);
+        const BatchResult got = assisted.generate_batch(prompts, configs);
+        ASSERT_EQ(got.results.size(), b);
+        int64_t total = 0;
+        for (size_t r = 0; r < b; ++r) {
+          GenerationConfig alone = configs[r];
+          alone.prompt_lookup_num_tokens = 0;
+          const auto want = target_only.generate(prompts[r], alone).tokens;
+          EXPECT_EQ(got.results[r].tokens, want)
+              << arch << " seed " << seed << " batch " << b << " " << schedule << " row " << r;
+          total += static_cast<int64_t>(got.results[r].tokens.size());
+          ++rows_checked;
+        }
+        EXPECT_EQ(got.stats.new_tokens, total);
+        EXPECT_EQ(got.stats.rows, static_cast<int64_t>(b));
+      }
+    }
+  }
+  EXPECT_EQ(rows_checked, 6 * 5 * (1 + 3 + 8));
+}
+
+TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {
+  const Pair p = pair_for("llama", 1);
+  const Generator g(p.target, p.draft);
+  const auto prompts = prompts_for(5, 9);
+  std::vector<GenerationConfig> configs;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    GenerationConfig c;
+    c.do_sample = r != 2;  // row 2 greedy among sampled rows
+    c.temperature = 0.8;
+    c.top_k = r == 1 ? 10 : 0;
+    c.seed = 100 + r;
+    c.max_new_tokens = 12 + static_cast<int64_t>(r) * 3;
+    c.num_assistant_tokens = 2 + static_cast<int64_t>(r);
+    configs.push_back(c);
+  }
+  const BatchResult batch = g.generate_batch(prompts, configs);
+  for (size_t r = 0; r < prompts.size(); ++r)
+    EXPECT_EQ(batch.results[r].tokens, g.generate(prompts[r], configs[r]).tokens) << "row " << r;
+  // The same rows in another order and company.
+  const BatchResult reversed = g.generate_batch({prompts[4], prompts[0], prompts[3]}, {configs[4], configs[0], configs[3]});
+  EXPECT_EQ(reversed.results[0].tokens, batch.results[4].tokens);
+  EXPECT_EQ(reversed.results[1].tokens, batch.results[0].tokens);
+  EXPECT_EQ(reversed.results[2].tokens, batch.results[3].tokens);
+}
+
+TEST(Batch, StreamingPerRowAndCancellingOneRowLeavesTheOthers) {
+  const Pair p = pair_for("llama", 2);
+  const Generator g(p.target, p.draft);
+  const auto prompts = prompts_for(4, 2);
+  GenerationConfig c;
+  c.max_new_tokens = 20;
+  c.eos_token_ids = {95};
+  std::vector<std::vector<int64_t>> streamed(4);
+  const BatchResult r = g.generate_batch(prompts, {c}, [&](size_t row, const std::vector<int64_t>& fresh) {
+    streamed[row].insert(streamed[row].end(), fresh.begin(), fresh.end());
+    if (row == 1 && streamed[row].size() >= 3) throw Cancelled();
+  });
+  for (size_t row = 0; row < 4; ++row) {
+    EXPECT_EQ(streamed[row], r.results[row].tokens) << row;
+    if (row == 1) continue;
+    EXPECT_EQ(r.results[row].tokens, Generator(p.target).generate(prompts[row], c).tokens) << row;
+    EXPECT_EQ(r.results[row].stats.stop_reason, "max_new_tokens");
+  }
+  EXPECT_EQ(r.results[1].stats.stop_reason, "cancelled");
+  EXPECT_GE(r.results[1].tokens.size(), 3u);
+  EXPECT_LT(r.results[1].tokens.size(), 20u);
+  // Per-row stats add up; the batch made one target pass per step, as many as its longest row.
+  int64_t longest = 0;
+  for (const auto& res : r.results) {
+    EXPECT_EQ(res.stats.new_tokens, static_cast<int64_t>(res.tokens.size()));
+    EXPECT_EQ(static_cast<int64_t>(res.stats.trace.size()), res.stats.target_passes);
+    longest = std::max(longest, res.stats.target_passes);
+  }
+  EXPECT_EQ(r.stats.target_passes, longest);
+  EXPECT_GT(r.stats.draft_passes, 0);
+}
+
+TEST(Batch, BadBatchesAreClearErrors) {
+  const Pair p = pair_for("llama", 1);
+  const Generator g(p.target, p.draft);
+  GenerationConfig c;
+  c.max_new_tokens = 4;
+  const auto message = [&](const std::vector<std::vector<int64_t>>& prompts, const std::vector<GenerationConfig>& configs) {
+    try {
+      g.generate_batch(prompts, configs);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({}, {c}).find("the batch is empty"), std::string::npos);
+  EXPECT_NE(message({{3}, {4}, {}}, {c}).find("row 2: the prompt is empty"), std::string::npos);
+  EXPECT_NE(message({{3}, {4, 96}}, {c}).find("row 1: prompt token id 96 is outside the vocabulary"), std::string::npos);
+  EXPECT_NE(message({{3}, {4}, {5}}, {c, c}).find("2 configs for 3 prompts"), std::string::npos);
+  GenerationConfig lookup = c;
+  lookup.prompt_lookup_num_tokens = 3;
+  EXPECT_NE(message({{3}, {4}}, {c, lookup}).find("row 1: prompt_lookup_num_tokens is 3"), std::string::npos);
+  GenerationConfig bad = c;
+  bad.max_new_tokens = 0;
+  EXPECT_NE(message({{3}, {4}}, {c, bad}).find("row 1: GenerationConfig.max_new_tokens"), std::string::npos);
+  GenerationConfig long_one = c;
+  long_one.max_new_tokens = p.target->config().max_position_embeddings;
+  EXPECT_NE(message({{3}, {4}}, {c, long_one}).find("row 1: the prompt"), std::string::npos);
+}
+
+}  // namespace specdec::test
