@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
@@ -35,6 +36,8 @@ struct RunOptions {
   bool no_stream = false;
   bool no_adaptive = false;
   int warmup = 1;
+  std::string prompts_file;  // generate: JSON Lines of requests
+  int batch_size = 1;
   GenerationConfig gen;
 };
 
@@ -53,8 +56,20 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
     auto* text = app->add_option("--prompt", o.prompt,
                                  "Prompt text (encoded with the tokenizer, BOS/EOS as it is configured); "
                                  "without --prompt or --prompt-ids the prompt is read from stdin");
-    app->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
+    auto* ids = app->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
         ->excludes(text);
+    if (mode == Mode::kGenerate) {
+      app->add_option("--prompts-file", o.prompts_file,
+                      "Many requests: a JSON Lines file (- for stdin), one {\"prompt\": TEXT} or {\"prompt_ids\": [...]} "
+                      "per line, with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
+                      "min_p, repetition_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
+                      "prompt_lookup_num_tokens, id); writes one JSON line per request, in order")
+          ->excludes(text)
+          ->excludes(ids);
+      app->add_option("--batch-size", o.batch_size,
+                      "--prompts-file: requests generated together in one batch (1 = one after another)")
+          ->capture_default_str();
+    }
   }
   app->add_option("--tokenizer", o.tokenizer,
                   "Tokenizer: a folder with tokenizer files or a .gguf (default: --model's, when it has one)");
@@ -159,7 +174,9 @@ Loaded load(RunOptions& o, bool chat) {
     if (!l.tokenizer) throw Error(o.model + " has no tokenizer: give --tokenizer, which chat needs");
     l.chat = chat_template(o, tok_dir);
   }
-  if (!o.prompt_ids.empty()) {
+  if (!o.prompts_file.empty()) {
+    // Read and checked by run_prompts_file.
+  } else if (!o.prompt_ids.empty()) {
     l.prompt = parse_ids(o.prompt_ids);
   } else if (o.chat) {
     std::vector<ChatMessage> messages;
@@ -221,8 +238,136 @@ std::string join_ids(const std::vector<int64_t>& v) {
   return s;
 }
 
+// One request of a prompts file, validated.
+struct FileRequest {
+  size_t line = 0;
+  json id;  // echoed back when given
+  std::vector<int64_t> prompt;
+  GenerationConfig config;
+};
+
+// Parses and validates every line before anything is generated: a bad line is an error naming it.
+std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l) {
+  std::ifstream file;
+  if (o.prompts_file != "-") {
+    file.open(o.prompts_file);
+    if (!file) throw Error(o.prompts_file + ": cannot open: " + std::strerror(errno));
+  }
+  std::istream& in = o.prompts_file == "-" ? std::cin : file;
+  const int64_t vocab = l.target->config().vocab_size;
+  std::vector<FileRequest> out;
+  std::string text;
+  for (size_t n = 1; std::getline(in, text); ++n) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
+    const std::string where = o.prompts_file + ":" + std::to_string(n) + ": ";
+    FileRequest r;
+    r.line = n;
+    r.config = o.gen;
+    try {
+      const json j = json::parse(text);
+      if (!j.is_object()) throw Error("expected a JSON object");
+      if (j.contains("prompt") == j.contains("prompt_ids")) throw Error("give exactly one of \"prompt\" and \"prompt_ids\"");
+      GenerationConfig& c = r.config;
+      for (const auto& [key, value] : j.items()) {
+        const auto integer = [&](auto& field) {
+          if (!value.is_number_integer()) throw Error("\"" + key + "\" must be an integer");
+          field = value.get<std::remove_reference_t<decltype(field)>>();
+        };
+        const auto number = [&](double& field) {
+          if (!value.is_number()) throw Error("\"" + key + "\" must be a number");
+          field = value.get<double>();
+        };
+        if (key == "prompt") {
+          if (!value.is_string()) throw Error("\"prompt\" must be a string");
+          if (!l.tokenizer) throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
+          r.prompt = o.chat ? encode_chat(l, {{"user", value.get<std::string>()}}) : l.tokenizer->encode(value.get<std::string>(), true);
+        } else if (key == "prompt_ids") {
+          if (!value.is_array()) throw Error("\"prompt_ids\" must be an array of integers");
+          for (const json& id : value) {
+            if (!id.is_number_integer()) throw Error("\"prompt_ids\" must be an array of integers");
+            r.prompt.push_back(id.get<int64_t>());
+          }
+        } else if (key == "id") {
+          r.id = value;
+        } else if (key == "max_new_tokens") integer(c.max_new_tokens);
+        else if (key == "top_k") integer(c.top_k);
+        else if (key == "seed") {
+          if (!value.is_number_unsigned()) throw Error("\"seed\" must be a non-negative integer");
+          c.seed = value.get<uint64_t>();
+        } else if (key == "num_assistant_tokens") integer(c.num_assistant_tokens);
+        else if (key == "prompt_lookup_num_tokens") integer(c.prompt_lookup_num_tokens);
+        else if (key == "temperature") number(c.temperature);
+        else if (key == "top_p") number(c.top_p);
+        else if (key == "min_p") number(c.min_p);
+        else if (key == "repetition_penalty") number(c.repetition_penalty);
+        else if (key == "do_sample") {
+          if (!value.is_boolean()) throw Error("\"do_sample\" must be true or false");
+          c.do_sample = value.get<bool>();
+        } else if (key == "num_assistant_tokens_schedule") {
+          if (!value.is_string()) throw Error("\"num_assistant_tokens_schedule\" must be a string");
+          c.num_assistant_tokens_schedule = value.get<std::string>();
+        } else {
+          throw Error("unknown key \"" + key + "\"");
+        }
+      }
+      if (r.prompt.empty()) throw Error("the prompt is empty");
+      for (int64_t id : r.prompt)
+        if (id < 0 || id >= vocab)
+          throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      c.validate();
+    } catch (const std::exception& e) {  // json's parse and type errors included
+      throw Error(where + e.what());
+    }
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) throw Error(o.prompts_file + ": no requests (one JSON object per line)");
+  // A batch uses prompt lookup for every request or for none.
+  const size_t group = static_cast<size_t>(o.batch_size);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const FileRequest& head = out[i - i % group];
+    if ((out[i].config.prompt_lookup_num_tokens > 0) != (head.config.prompt_lookup_num_tokens > 0))
+      throw Error(o.prompts_file + ":" + std::to_string(out[i].line) + ": prompt_lookup_num_tokens conflicts with line " +
+                  std::to_string(head.line) + " of the same batch (--batch-size " + std::to_string(group) +
+                  "): a batch uses prompt lookup for every request or for none");
+  }
+  return out;
+}
+
+// --prompts-file: every request validated first, then generated in batches of --batch-size on one
+// Generator; one JSON line per request on stdout (in order, flushed batch by batch), progress on stderr.
+int run_prompts_file(RunOptions& o, const Loaded& l) {
+  if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
+  const std::vector<FileRequest> requests = read_prompts_file(o, l);
+  const Generator gen(l.target, l.draft);
+  int64_t tokens = 0;
+  double seconds = 0;
+  for (size_t i = 0; i < requests.size(); i += static_cast<size_t>(o.batch_size)) {
+    const size_t end = std::min(requests.size(), i + static_cast<size_t>(o.batch_size));
+    std::vector<std::vector<int64_t>> prompts;
+    std::vector<GenerationConfig> configs;
+    for (size_t j = i; j < end; ++j) {
+      prompts.push_back(requests[j].prompt);
+      configs.push_back(requests[j].config);
+    }
+    const BatchResult b = gen.generate_batch(prompts, configs);
+    for (size_t j = i; j < end; ++j) {
+      json line = {{"line", requests[j].line}};
+      if (!requests[j].id.is_null()) line["id"] = requests[j].id;
+      line.update(result_json(b.results[j - i], l.tokenizer.get()));
+      std::cout << line.dump() << "\n";
+    }
+    std::cout << std::flush;
+    tokens += b.stats.new_tokens;
+    seconds += b.stats.total_seconds;
+    std::cerr << "specdec: " << end << "/" << requests.size() << " requests, " << tokens << " tokens, "
+              << (seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0) << " tokens/s\n";
+  }
+  return 0;
+}
+
 int run_generate(RunOptions& o) {
   Loaded l = load(o, o.chat);
+  if (!o.prompts_file.empty()) return run_prompts_file(o, l);
   Generator gen(l.target, l.draft);
   bool first = true;
   std::optional<StreamDecoder> text_stream;
