@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "prefill.hpp"
 #include "specdec/error.hpp"
 
 namespace specdec {
@@ -104,6 +105,14 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
   for (int64_t r = 0; r < b; ++r)
     if (!q_rows[r].empty()) out[r].q = at::stack(q_rows[r]);  // [K, V]
   return out;
+}
+
+void DraftModelGenerator::prefill(const std::vector<const std::vector<int64_t>*>& tokens) {
+  const int64_t own = draft_->config().vocab_size;
+  for (const auto* seq : tokens)
+    for (const int64_t id : *seq)
+      if (id >= own) return;
+  passes_ += prefill_rows(*draft_, cache_, tokens);
 }
 
 void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted,

@@ -11,6 +11,7 @@
 #include "specdec/limits.hpp"
 #include "specdec/lookahead.hpp"
 #include "specdec/sampling.hpp"
+#include "prefill.hpp"
 #include "specdec/verifier.hpp"
 #include "util.hpp"
 
@@ -211,6 +212,14 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                                        : &greedy;
   }
 
+  // slots[i]: the row in cache row i (and the drafter's row i). A batch starts longest prompt first
+  // (chunked prefill below); finished rows leave (compaction).
+  std::vector<Row*> slots;
+  for (Row& row : rows) slots.push_back(&row);
+  std::stable_sort(slots.begin(), slots.end(), [](const Row* a, const Row* b) { return a->tokens.size() > b->tokens.size(); });
+  std::vector<const std::vector<int64_t>*> sequences;
+  for (Row* row : slots) sequences.push_back(&row->tokens);
+
   KVCache cache = target_->make_cache(max_length, batch);
   const bool use_draft = draft_ && rows[0].config.prompt_lookup_num_tokens == 0;
   at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
@@ -220,16 +229,18 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     // One encoder pass per prompt (no padding inside the encoder), padded to the longest.
     const auto t0 = Clock::now();
     int64_t longest = 0;
-    for (const auto& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+    for (const Row* row : slots) {
+      encoder_lengths.push_back(static_cast<int64_t>(prompts[row->index].size()));
+      longest = std::max(longest, encoder_lengths.back());
+    }
     const auto encode = [&](const Model& m) {
       std::vector<at::Tensor> states;
-      for (const auto& p : prompts) {
-        const at::Tensor s = m.encode(at::tensor(p, at::kLong).view({1, -1}));  // [1, S_r, H]
+      for (const Row* row : slots) {
+        const at::Tensor s = m.encode(at::tensor(prompts[row->index], at::kLong).view({1, -1}));  // [1, S_r, H]
         states.push_back(at::constant_pad_nd(s, {0, 0, 0, longest - s.size(1)}));
       }
       return at::cat(states);  // [B, S, H]
     };
-    for (const auto& p : prompts) encoder_lengths.push_back(static_cast<int64_t>(p.size()));
     const at::Tensor states = encode(*target_);
     target_->attach_encoder(states, cache, encoder_lengths);
     int64_t passes = 1;
@@ -244,14 +255,19 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   std::unique_ptr<DraftModelGenerator> drafter;
   if (use_draft) {
     std::vector<DraftModelGenerator::Row> draft_rows;
-    for (Row& row : rows) draft_rows.push_back({&row.config, row.schedule.get(), row.rng.get()});
+    for (Row* row : slots) draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
     drafter = std::make_unique<DraftModelGenerator>(draft_, std::move(draft_rows), max_length, draft_states,
                                                     encoder_lengths, tc.vocab_size);
   }
-
-  // slots[i]: the row in cache row i (and the drafter's row i); finished rows leave (compaction).
-  std::vector<Row*> slots;
-  for (Row& row : rows) slots.push_back(&row);
+  if (batch > 1) {
+    // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
+    // over the rows that still have tokens (no row padded to the longest prompt). One request keeps
+    // Hugging Face's first pass over the whole prompt.
+    const auto t0 = Clock::now();
+    prefill_rows(*target_, cache, sequences);
+    if (drafter) drafter->prefill(sequences);
+    prefill_seconds += seconds_since(t0);
+  }
   bool goodput = false;
   for (const Row& row : rows) goodput = goodput || (use_draft && row.schedule->kind() == "goodput");
   BatchStats bs;
@@ -268,7 +284,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     // Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
     auto t0 = Clock::now();
     std::vector<int64_t> max_tokens;
-    std::vector<const std::vector<int64_t>*> sequences;
+    sequences.clear();
     for (Row* row : slots) {
       max_tokens.push_back(std::max<int64_t>(0, row->config.max_new_tokens - row->result.stats.new_tokens - 1));
       sequences.push_back(&row->tokens);

@@ -7,6 +7,7 @@
 #include "torch_compat.hpp"
 
 #include "gguf_model.hpp"
+#include "prefill.hpp"
 #include "models/registry.hpp"
 #include "specdec/error.hpp"
 #include "specdec/weights.hpp"
@@ -50,6 +51,31 @@ c10::Device parse_device(const std::string& name) {
     SPECDEC_CHECK(at::hasCUDA(), "device '", name,
                   "' requested but this libtorch build or machine has no CUDA");
   return device;
+}
+
+int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const std::vector<int64_t>*>& seqs,
+                     int64_t chunk) {
+  const auto b = static_cast<int64_t>(seqs.size());
+  std::vector<int64_t> todo(b);  // tokens each row still has to prefill
+  for (int64_t r = 0; r < b; ++r) {
+    todo[r] = std::max<int64_t>(0, static_cast<int64_t>(seqs[r]->size()) - 1 - cache.length(r));
+    SPECDEC_CHECK(r == 0 || todo[r] <= todo[r - 1], "prefill_rows: rows must be sorted longest first");
+  }
+  int64_t passes = 0;
+  for (int64_t done = 0; b > 0 && done < todo[0]; done += chunk, ++passes) {
+    int64_t rows = 0;
+    while (rows < b && todo[rows] > done) ++rows;
+    const int64_t t = std::min(chunk, todo[0] - done);
+    at::Tensor ids = at::zeros({rows, t}, at::kLong);
+    std::vector<int64_t> counts(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      counts[r] = std::min(t, todo[r] - done);
+      const auto first = seqs[r]->begin() + cache.length(r);
+      std::copy(first, first + counts[r], ids.data_ptr<int64_t>() + r * t);
+    }
+    (void)model.forward(ids.to(model.device()), cache, 1, counts);
+  }
+  return passes;
 }
 
 namespace {

@@ -65,6 +65,10 @@ class DraftModelGenerator final : public CandidateGenerator {
   // candidates (0: none).
   std::vector<Candidates> propose_batch(const std::vector<const std::vector<int64_t>*>& tokens,
                                         const std::vector<int64_t>& max_tokens);
+  // Fills the draft's cache with all but the last token of each row's sequence before the first
+  // proposal, in chunks (rows sorted longest first; see Generator::generate_batch). Rows whose
+  // sequence holds an id the draft has no row for are left to propose_batch.
+  void prefill(const std::vector<const std::vector<int64_t>*>& tokens);
   // Row `row` kept `accepted` of `proposed`; `tokens` is its verified sequence.
   void on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens);
   // Moves row `from` (cache, state) into row `to`'s slot (compaction when a row finishes).

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Throughput of batched generation: tokens/s at batch sizes 1, 2, 4, 8 with ragged prompts,
+target-only and assisted (constant K=5, dynamic, goodput, prompt lookup), through
+`specdec generate --prompts-file FILE --batch-size B` (the figure excludes loading: it is the
+program's own tokens/s over the requests). Prints one JSON line per run, then a table with the
+speedup of each mode over target-only at the same B and the gain of batching over B = 1.
+
+Usage: benchmarks/batch_throughput.py BUILD_DIR TARGET [DRAFT] [--requests N] [--new-tokens N]
+       [--threads N] [--batch-sizes 1,2,4,8] [--extra 'flags for both models']
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ap = argparse.ArgumentParser()
+ap.add_argument("build")
+ap.add_argument("target")
+ap.add_argument("draft", nargs="?")
+ap.add_argument("--requests", type=int, default=8)
+ap.add_argument("--new-tokens", type=int, default=16)
+ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--batch-sizes", default="1,2,4,8")
+ap.add_argument("--text", action="store_true", help="chat prompts from benchmarks/prompts/grounded.txt (needs a tokenizer)")
+ap.add_argument("--extra", default="")
+a = ap.parse_args()
+
+# Ragged prompts: lengths 8, 15, 22, ... tokens of a fixed pseudo-random sequence, or chat prompts.
+requests = []
+if a.text:
+    lines = [l.strip() for l in open(os.path.join(os.path.dirname(__file__), "prompts", "grounded.txt")) if l.strip()]
+    for i in range(a.requests):
+        requests.append({"prompt": lines[i % len(lines)], "max_new_tokens": a.new_tokens})
+else:
+    for i in range(a.requests):
+        n = 8 + 7 * i
+        requests.append({"prompt_ids": [3 + (j * 7919 + i * 104729) % 31000 for j in range(n)], "max_new_tokens": a.new_tokens})
+fd, path = tempfile.mkstemp(suffix=".jsonl")
+with os.fdopen(fd, "w") as f:
+    for r in requests:
+        f.write(json.dumps(r) + "\n")
+
+modes = [("target-only", [])]
+if a.draft:
+    modes += [("constant K=5", ["--draft", a.draft, "--schedule", "constant", "--num-assistant-tokens", "5"]),
+              ("dynamic", ["--draft", a.draft, "--schedule", "dynamic"]),
+              ("goodput", ["--draft", a.draft, "--schedule", "goodput"])]
+modes += [("prompt lookup 5", ["--prompt-lookup", "5"])]
+sizes = [int(x) for x in a.batch_sizes.split(",")]
+results = {}
+try:
+    for b in sizes:  # interleaved: every mode at one B before the next B
+        for name, flags in modes:
+            cmd = [os.path.join(a.build, "specdec"), "generate", "--model", a.target, "--prompts-file", path,
+                   "--batch-size", str(b), "--threads", str(a.threads)] + (["--chat"] if a.text else []) + flags + a.extra.split()
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+            rate = float(re.findall(r"([0-9.]+) tokens/s", p.stderr)[-1])
+            outs = [json.loads(l) for l in p.stdout.splitlines()]
+            tokens = [o["tokens"] for o in outs]
+            results[(name, b)] = (rate, tokens)
+            print(json.dumps({"mode": name, "batch": b, "tokens_per_second": rate,
+                              "acceptance": round(sum(o["stats"]["accepted_tokens"] for o in outs) /
+                                                  max(1, sum(o["stats"]["drafted_tokens"] for o in outs)), 3)}), flush=True)
+finally:
+    os.unlink(path)
+
+# Greedy output must not depend on the mode or the batch size.
+ref = results[("target-only", sizes[0])][1]
+same = all(t == ref for _, t in results.values())
+print(f"\nidentical greedy output in every run: {same}")
+print("| mode | " + " | ".join(f"B={b} tok/s (vs target-only)" for b in sizes) + f" | B={sizes[-1]} / B={sizes[0]} |")
+print("|---|" + "---|" * (len(sizes) + 1))
+for name, _ in modes:
+    cells = []
+    for b in sizes:
+        r = results[(name, b)][0]
+        cells.append(f"{r:.1f} ({r / results[('target-only', b)][0]:.2f}x)")
+    gain = results[(name, sizes[-1])][0] / results[(name, sizes[0])][0]
+    print(f"| {name} | " + " | ".join(cells) + f" | {gain:.2f}x |")
+if not same:
+    sys.exit("greedy output differs between runs")

@@ -1,0 +1,19 @@
+// Chunked prefill of a batch whose prompts have different lengths (private).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "specdec/kv_cache.hpp"
+#include "specdec/model.hpp"
+
+namespace specdec {
+
+// Appends all but the last token of each sequence to its row of `cache` (row b: *seqs[b], after
+// what the row holds), in passes of at most `chunk` tokens per row. The sequences must be sorted
+// by their uncached length, longest first: each pass then runs on the rows [0, b') that still have
+// tokens, so no row is padded by more than chunk - 1 positions. Returns the number of passes.
+int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const std::vector<int64_t>*>& seqs,
+                     int64_t chunk = 16);
+
+}  // namespace specdec
