@@ -52,8 +52,9 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
 
 void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                              const std::vector<int64_t>& tokens) const {
-  // Once per Generator: time target passes of 1 to cap + 1 rows on row 0 of this request's cache
-  // (appended after what it holds, then cropped away; the best of two runs each). `tokens`: row 0's.
+  // Once per Generator: time target passes of 1, cap / 2 + 1 and cap + 1 rows on row 0 of this
+  // request's cache (appended after what it holds, then cropped away); every real pass refines the
+  // curve after that. `tokens`: row 0's.
   bool calibrate = false;
   {
     std::lock_guard<std::mutex> lock(costs_mutex_);
@@ -65,18 +66,15 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   const int64_t length = cache.length(0);
   if (calibrate && length < static_cast<int64_t>(tokens.size())) {
     const at::Tensor last = at::tensor(std::vector<int64_t>{tokens[length]}, at::kLong);
-    for (int64_t rows = 1; rows <= cap + 1 && length + rows <= cache.capacity(); ++rows) {
+    for (const int64_t rows : {int64_t{1}, cap / 2 + 1, cap + 1}) {
+      if (length + rows > cache.capacity()) break;
       const at::Tensor ids = last.expand({rows}).reshape({1, rows});
-      double best = 0;
-      for (int rep = 0; rep < 2; ++rep) {
-        const auto t0 = Clock::now();
-        (void)target_->forward(ids, cache, 1);
-        const double s = seconds_since(t0);
-        cache.crop(0, length);
-        best = rep == 0 ? s : std::min(best, s);
-      }
+      const auto t0 = Clock::now();
+      (void)target_->forward(ids, cache, 1);
+      const double s = seconds_since(t0);
+      cache.crop(0, length);
       std::lock_guard<std::mutex> lock(costs_mutex_);
-      target_cost_.observe(rows, best);
+      target_cost_.observe(rows, s);
     }
   }
   PassCost target;

@@ -2,7 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
-#if defined(__x86_64__) || defined(__i386__)
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(SPECDEC_NO_X86_KERNELS)
 #include <cpuid.h>
 #include <immintrin.h>
 #define SPECDEC_X86 1

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The portable build (-DSPECDEC_X86_KERNELS=OFF): what a host without AVX2 (or a non-x86 one)
+# compiles. Proves that no AVX2 kernel is in the library, then runs the tests that exercise the
+# linear kernel on it. Usage: scripts/test_portable.sh [BUILD_DIR (build-portable)]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build-portable}
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DSPECDEC_X86_KERNELS=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF \
+  -DSPECDEC_BUILD_EXAMPLES=OFF > "$dir.log"
+cmake --build "$dir" -j"$(nproc)" >> "$dir.log"
+if nm -C "$dir/libspecdec.a" | grep -q 'rows_avx2'; then
+  echo "test_portable: the AVX2 kernels were compiled into $dir/libspecdec.a" >&2
+  exit 1
+fi
+echo "test_portable: no AVX2 kernel in $dir/libspecdec.a"
+cd "$dir" && ctest --output-on-failure -j"$(nproc)" \
+  -R 'LinearKernel|BatchInvariance|WeightFormats|Exactness|Batch\.|Statistical|HfReference|HfAssisted|HfExtra|Layers|SmolLM2.AsStored'
