@@ -79,17 +79,20 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
       if (!st.processors->empty()) scores = st.processors->apply(scores, history[r]);
       const bool sampling = config.sampling();
       const bool need_probs = sampling || st.row.schedule->kind() == "dynamic";
-      int64_t tok;
-      double p = 1.0;
+      // The drafted token and its draft probability, brought to the host in one copy.
+      at::Tensor idx, prob;  // [1] each
       if (sampling) {
         const at::Tensor q = scores.softmax(-1)[0];  // [V]
-        tok = sample_index(q, st.row.rng->uniform());
-        p = q[tok].item<double>();
+        idx = sample_index_tensor(q, st.row.rng->uniform());
+        prob = q.gather(0, idx);
         q_rows[r].push_back(q);
       } else {
-        tok = scores[0].argmax().item<int64_t>();
-        if (need_probs) p = scores[0].softmax(-1)[tok].item<double>();
+        idx = scores[0].argmax().view({1});
+        if (need_probs) prob = scores[0].softmax(-1).gather(0, idx);
       }
+      const at::Tensor host = (prob.defined() ? at::cat({idx.to(at::kDouble), prob.to(at::kDouble)}) : idx.to(at::kDouble)).to(at::kCPU);
+      const auto tok = static_cast<int64_t>(host.data_ptr<double>()[0]);
+      const double p = prob.defined() ? host.data_ptr<double>()[1] : 1.0;
       Candidates& c = out[r];
       c.tokens.push_back(tok);
       c.probs.push_back(p);

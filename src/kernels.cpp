@@ -404,6 +404,7 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
 
 constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keeps x in L2)
 
+#ifdef SPECDEC_X86
 bool portable_kernels_forced() {
   static const bool forced = [] {
     const char* force = std::getenv("SPECDEC_PORTABLE_KERNELS");
@@ -411,6 +412,7 @@ bool portable_kernels_forced() {
   }();
   return forced;
 }
+#endif
 
 }  // namespace
 

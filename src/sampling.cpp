@@ -139,12 +139,13 @@ at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,
   return s;
 }
 
-int64_t sample_index(const at::Tensor& probs, double u) {
+at::Tensor sample_index_tensor(const at::Tensor& probs, double u) {
   const at::Tensor cdf = probs.to(at::kDouble).cumsum(0);  // [V]
   const at::Tensor total = cdf.narrow(0, cdf.size(0) - 1, 1);
   const at::Tensor target = total * u;
-  const int64_t idx = at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).item<int64_t>();
-  return std::min<int64_t>(idx, probs.size(0) - 1);
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(probs.size(0) - 1);  // [1]
 }
+
+int64_t sample_index(const at::Tensor& probs, double u) { return sample_index_tensor(probs, u).item<int64_t>(); }
 
 }  // namespace specdec

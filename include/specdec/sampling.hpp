@@ -57,5 +57,7 @@ std::unique_ptr<LogitsProcessor> make_min_p(double p);
 // Draws an index from `probs` ([V], non-negative, any positive sum) by inverse CDF with the
 // uniform `u` in [0, 1). Indices of probability 0 are never drawn.
 int64_t sample_index(const at::Tensor& probs, double u);
+// The same without leaving the device: a one-element int64 tensor on probs' device.
+at::Tensor sample_index_tensor(const at::Tensor& probs, double u);
 
 }  // namespace specdec

@@ -29,15 +29,16 @@ class RelativeBias {
 
   // Additive bias [H, 1, T, L] for queries at positions [past, past + T) against keys [0, L).
   at::Tensor operator()(int64_t past, int64_t t, int64_t len) const {
-    return bias(at::arange(len, at::kLong).view({1, len}) - at::arange(past, past + t, at::kLong).view({t, 1}));
+    const auto opts = at::TensorOptions().dtype(at::kLong).device(table_.device());
+    return bias(at::arange(len, opts).view({1, len}) - at::arange(past, past + t, opts).view({t, 1}));
   }
   // The same for a pass: [H, 1, T, L] when its rows start at the same position, else
   // [B, H, 1, T, L] (each row's queries at its own positions).
   at::Tensor operator()(const layers::Pass& pass) const {
     if (pass.same_start()) return (*this)(pass.past(), pass.tokens(), pass.keys());
     const int64_t len = pass.keys();
-    const at::Tensor pos = pass.positions(std::numeric_limits<int64_t>::max()).to(at::kCPU);  // [B, T]
-    return bias(at::arange(len, at::kLong).view({1, 1, len}) - pos.unsqueeze(-1));
+    const at::Tensor pos = pass.positions(std::numeric_limits<int64_t>::max());  // [B, T] on the device
+    return bias(at::arange(len, pos.options()).view({1, 1, len}) - pos.unsqueeze(-1));
   }
 
   const at::Tensor& table() const { return table_; }
@@ -45,8 +46,7 @@ class RelativeBias {
  private:
   // rel [..., T, L] (key - query) -> bias [..., H, 1, T, L].
   at::Tensor bias(const at::Tensor& rel) const {
-    const at::Tensor b =
-        layers::relative_position_bucket(rel, bidirectional_, buckets_, max_distance_).to(table_.device());
+    const at::Tensor b = layers::relative_position_bucket(rel, bidirectional_, buckets_, max_distance_);
     std::vector<int64_t> shape = rel.sizes().vec();
     shape.push_back(-1);
     const int64_t n = rel.dim();
@@ -63,8 +63,9 @@ class RelativeBias {
 at::Tensor clamp_half(const at::Tensor& x) {
   if (x.scalar_type() != at::kHalf) return x;
   const double max = 65504.0;  // torch.finfo(torch.float16).max
-  const double c = x.isinf().any().item<bool>() ? max - 1000 : max;
-  return x.clamp(-c, c);
+  // Hugging Face's rule, decided on the device (no host sync): max - 1000 once anything overflowed.
+  const at::Tensor c = at::where(x.isinf().any(), at::Scalar(max - 1000), at::Scalar(max)).to(x.scalar_type());
+  return at::maximum(at::minimum(x, c), -c);
 }
 
 struct T5Block {
