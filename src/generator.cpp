@@ -123,7 +123,7 @@ struct Row {
   const Verifier* verifier = nullptr;
   GenerationResult result;
   bool done = false;
-  // This iteration's proposal and the target's verdict on it.
+  // This iteration: the proposal, and the length of the verified sequence it follows.
   Candidates cand;
   int64_t verified_len = 0;
 };

@@ -45,7 +45,7 @@ class CandidateGenerator {
 // `encoder_lengths` as for Model::attach_encoder).
 class DraftModelGenerator final : public CandidateGenerator {
  public:
-  struct Row {
+  struct Row {  // the request's state, owned by the caller, alive as long as this generator
     const GenerationConfig* config;
     LookaheadSchedule* schedule;
     Rng* rng;
