@@ -159,7 +159,8 @@ Loaded load(RunOptions& o, bool chat) {
   cli::finish_generation_options(o.gen, o.no_adaptive);
   if (!chat && (!o.system.empty() || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");
-  for (const std::string* path : {&o.model, &o.draft, &o.tokenizer}) {
+  std::string prompts_file = o.prompts_file == "-" ? "" : o.prompts_file;
+  for (const std::string* path : {&o.model, &o.draft, &o.tokenizer, &prompts_file}) {
     struct stat st {};
     if (!path->empty() && ::stat(path->c_str(), &st) != 0) throw Error(*path + ": no such file or folder");
   }
