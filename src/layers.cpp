@@ -19,9 +19,11 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 
 Pass::Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<int64_t>& row_tokens,
            c10::Device device)
-    : t_(input_ids.size(1)), device_(device) {
+    : device_(device) {
+  SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1, "forward: expected input ids [B, T], got ",
+                input_ids.sizes());
   const int64_t b = input_ids.size(0);
-  SPECDEC_CHECK(input_ids.dim() == 2 && b >= 1, "forward: expected input ids [B, T], got ", input_ids.sizes());
+  t_ = input_ids.size(1);
   SPECDEC_CHECK(b <= cache.batch(), "forward: a pass of ", b, " rows on a cache of ", cache.batch(), " rows");
   SPECDEC_CHECK(row_tokens.empty() || static_cast<int64_t>(row_tokens.size()) == b, "forward: ",
                 row_tokens.size(), " row token counts for ", b, " rows");
@@ -221,10 +223,6 @@ at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, i
                 " tokens is longer than the model's learned positions (", table.size(0) - offset, ")");
   return table.narrow(0, offset + past, t);
 }
-
-}  // namespace specdec::layers
-
-namespace specdec::layers {
 
 at::Tensor learned_positions(const at::Tensor& table, const Pass& pass, int64_t offset) {
   if (pass.same_start()) return learned_positions(table, pass.past(), pass.tokens(), offset);
