@@ -133,4 +133,20 @@ ThreeWays logits_three_ways(const Model& m, const at::Tensor& ids, int64_t n) {
   return out;
 }
 
+FixtureOptions small_fixture(uint64_t seed, int64_t layers, const std::string& arch) {
+  FixtureOptions o;
+  o.arch = arch;
+  o.seed = seed;
+  o.layers = layers;
+  o.hidden = 64;
+  o.heads = 4;
+  o.kv_heads = (arch == "llama" || arch == "mistral" || arch == "qwen2") ? 2 : 0;
+  o.intermediate = 128;
+  o.vocab = 96;
+  o.init_std = 0.1;
+  o.exit_layers = 1;
+  o.exit_scale = 0.2;
+  return o;
+}
+
 }  // namespace specdec::test

@@ -15,6 +15,10 @@ std::string temp_dir(const std::string& name);
 // A generated checkpoint cached per options key (generated once per test process).
 std::string cached_fixture(const std::string& key, const FixtureOptions& options);
 std::shared_ptr<const Model> cached_model(const std::string& dir);
+// The small generated checkpoint of the exactness and batch tests: hidden 64, 4 heads (2 KV heads
+// for the Llama family), MLP 128, vocabulary 96, weights of std 0.1 (larger than Hugging Face's
+// 0.02: peaked, input-dependent outputs), layers >= 1 scaled by 0.2 (an early exit agrees often).
+FixtureOptions small_fixture(uint64_t seed, int64_t layers, const std::string& arch = "llama");
 // ../shared/fixtures, or "" when absent.
 std::string fixtures_dir();
 // The real SmolLM2-135M-Instruct GGUF under models/smollm2 (scripts/get_models.sh), or "" when absent.

@@ -9,28 +9,12 @@
 namespace specdec::test {
 namespace {
 
-FixtureOptions small(const std::string& arch, uint64_t seed, int64_t layers) {
-  FixtureOptions o;
-  o.arch = arch;
-  o.seed = seed;
-  o.layers = layers;
-  o.hidden = 64;
-  o.heads = 4;
-  o.kv_heads = arch == "llama" ? 2 : 0;
-  o.intermediate = 128;
-  o.vocab = 96;
-  o.init_std = 0.1;
-  o.exit_layers = 1;
-  o.exit_scale = 0.2;
-  return o;
-}
-
 struct Pair {
   std::shared_ptr<const Model> target, draft;
 };
 
 Pair pair_for(const std::string& arch, uint64_t seed) {
-  const std::string t = cached_fixture("batch_t" + arch + std::to_string(seed), small(arch, seed, 3));
+  const std::string t = cached_fixture("batch_t" + arch + std::to_string(seed), small_fixture(seed, 3, arch));
   static std::map<std::string, std::string> drafts;
   const std::string key = arch + std::to_string(seed);
   if (!drafts.count(key)) {

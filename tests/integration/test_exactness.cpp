@@ -10,35 +10,19 @@
 namespace specdec::test {
 namespace {
 
-FixtureOptions small(uint64_t seed, int64_t layers, const std::string& arch = "llama") {
-  FixtureOptions o;
-  o.arch = arch;
-  o.seed = seed;
-  o.layers = layers;
-  o.hidden = 64;
-  o.heads = 4;
-  o.kv_heads = (arch == "llama" || arch == "mistral" || arch == "qwen2") ? 2 : 0;
-  o.intermediate = 128;
-  o.vocab = 96;
-  o.init_std = 0.1;  // larger weights than HF's 0.02 give peaked, input-dependent outputs
-  o.exit_layers = 1;
-  o.exit_scale = 0.2;
-  return o;
-}
-
 struct Pair {
   std::shared_ptr<const Model> target, early_exit, unrelated;
 };
 
 Pair pair_for(uint64_t seed, const std::string& arch = "llama") {
-  const std::string t = cached_fixture("t" + std::to_string(seed) + arch, small(seed, 3, arch));
+  const std::string t = cached_fixture("t" + std::to_string(seed) + arch, small_fixture(seed, 3, arch));
   const std::string key = "d" + std::to_string(seed) + arch;
   static std::map<std::string, std::string> drafts;
   if (!drafts.count(key)) {
     drafts[key] = temp_dir(key);
     make_draft_of(t, drafts[key], 1, 0.0, seed);
   }
-  FixtureOptions u = small(seed + 100, 1, arch);
+  FixtureOptions u = small_fixture(seed + 100, 1, arch);
   const std::string un = cached_fixture("u" + std::to_string(seed) + arch, u);
   return {cached_model(t), cached_model(drafts[key]), cached_model(un)};
 }
@@ -128,7 +112,7 @@ TEST(Exactness, EncoderDecoderSharesTheEncoderOnlyWhenIdentical) {
   // noisy copy have encoders of their own. Output is the same in every case.
   const Pair p = pair_for(7, "t5");
   const std::string noisy = temp_dir("t5_noisy");
-  make_draft_of(cached_fixture("t7t5", small(7, 3, "t5")), noisy, 1, 0.01, 3);
+  make_draft_of(cached_fixture("t7t5", small_fixture(7, 3, "t5")), noisy, 1, 0.01, 3);
   const auto noisy_draft = cached_model(noisy);
   EXPECT_TRUE(p.target->same_encoder(*p.early_exit));
   EXPECT_FALSE(p.target->same_encoder(*p.unrelated));
@@ -160,7 +144,7 @@ TEST(Exactness, T5VariantsGatedGeluUntiedHeadAndTiedHead) {
   // flan-t5 style (gated GELU, separate lm_head) and t5 style (ReLU, tied head scaled by
   // d_model^-0.5): cached decoding equals the uncached oracle and assisted output equals it.
   for (const bool gated : {true, false}) {
-    FixtureOptions o = small(11, 3, "t5");
+    FixtureOptions o = small_fixture(11, 3, "t5");
     o.gated_act = gated;
     o.tie_word_embeddings = !gated;
     const std::string key = gated ? "t5_gated" : "t5_tied";
@@ -188,7 +172,7 @@ TEST(Exactness, T5VariantsGatedGeluUntiedHeadAndTiedHead) {
 TEST(Exactness, PromptLookupCopiesAQuotedPassageOfABigramTarget) {
   // --exit-layers 0 --exit-scale 0: no layer changes the residual stream, so the next token depends
   // on the current one only, and the walk from token 5 is the same whatever precedes it.
-  FixtureOptions o = small(3, 3);
+  FixtureOptions o = small_fixture(3, 3);
   o.exit_layers = 0;
   o.exit_scale = 0.0;
   const auto target = cached_model(cached_fixture("bigram", o));
@@ -297,7 +281,7 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
   EXPECT_THROW(Generator(p.target).generate({1}, cfg), Error);
   cfg.max_new_tokens = 3000;  // past max_position_embeddings (2048)
   EXPECT_THROW(Generator(p.target).generate({1}, cfg), Error);
-  FixtureOptions eos = small(9, 1);
+  FixtureOptions eos = small_fixture(9, 1);
   eos.eos_token_id = 7;
   const auto wrong_eos = cached_model(cached_fixture("eos7", eos));
   EXPECT_THROW(Generator(p.target, wrong_eos), Error);
@@ -305,7 +289,7 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
   const Pair t5 = pair_for(7, "t5");
   EXPECT_THROW(Generator(p.target, t5.early_exit), Error);
   EXPECT_THROW(Generator(t5.target, p.early_exit), Error);
-  FixtureOptions start = small(9, 1, "t5");
+  FixtureOptions start = small_fixture(9, 1, "t5");
   start.pad_token_id = 3;
   EXPECT_THROW(Generator(t5.target, cached_model(cached_fixture("t5start3", start))), Error);
   EXPECT_THROW(p.target->encode(at::zeros({1, 2}, at::kLong)), Error);  // decoder-only: no encoder
@@ -318,7 +302,7 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
 // random rows (as checkpoints padded to a multiple of 64 or 128 are).
 std::shared_ptr<const Model> resized_draft(uint64_t seed, int64_t vocab) {
   const std::string from = temp_dir("resize_from");
-  make_draft_of(cached_fixture("t" + std::to_string(seed) + "llama", small(seed, 3)), from, 1);
+  make_draft_of(cached_fixture("t" + std::to_string(seed) + "llama", small_fixture(seed, 3)), from, 1);
   const std::string dir = temp_dir("resized_" + std::to_string(vocab));
   WeightStore w(from);
   std::map<std::string, at::Tensor> t;
