@@ -40,11 +40,15 @@ Pass::Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<
     end_ = std::max(end_, start + n);
   }
   keys_ = std::min(cache.capacity(), *std::max_element(starts_.begin(), starts_.end()) + t_);
+  if (!same_start_) {  // built and copied to the device once per pass, used by every table and mask
+    const at::Tensor starts = at::tensor(starts_, at::kLong).view({b, 1});
+    positions_ = (starts + at::arange(t_, at::kLong).view({1, t_})).to(device_);
+  }
 }
 
 at::Tensor Pass::positions(int64_t limit) const {
-  const at::Tensor starts = at::tensor(starts_, at::kLong).view({rows(), 1});
-  return (starts + at::arange(t_, at::kLong).view({1, t_})).clamp_max(limit - 1).to(device_);
+  SPECDEC_CHECK(positions_.defined(), "Pass::positions: every row starts at ", past(), ": use past()");
+  return positions_.clamp_max(limit - 1);
 }
 
 at::Tensor Pass::causal_mask(at::ScalarType dtype, int64_t window) const {

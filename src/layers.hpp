@@ -45,6 +45,7 @@ class Pass {
 
  private:
   std::vector<int64_t> starts_, counts_;
+  at::Tensor positions_;  // [B, T] on the device; only when !same_start_
   int64_t t_ = 0, keys_ = 0, end_ = 0;
   bool same_start_ = true, full_ = true;
   c10::Device device_;
