@@ -58,13 +58,11 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
   }
   while (drafting > 0) {
     // One pass: row r feeds pending[r] while it drafts, nothing (padding) otherwise.
-    std::vector<int64_t> counts(b, 0);
-    int64_t t = 1;
+    std::vector<std::vector<int64_t>> feed(b);
     for (int64_t r = 0; r < b; ++r)
-      if (todo[r] > 0) t = std::max(t, counts[r] = static_cast<int64_t>(pending[r].size()));
-    at::Tensor ids = at::zeros({b, t}, at::kLong);
-    for (int64_t r = 0; r < b; ++r)
-      if (counts[r] > 0) ids[r].narrow(0, 0, counts[r]).copy_(at::tensor(pending[r], at::kLong));
+      if (todo[r] > 0) feed[r] = pending[r];
+    std::vector<int64_t> counts;
+    const at::Tensor ids = padded_ids(feed, counts);
     const at::Tensor logits = draft_->forward(ids, cache_, 1, counts);  // [B, 1, V_draft]
     ++passes_;
     for (int64_t r = 0; r < b; ++r) {

@@ -122,7 +122,6 @@ struct Row {
   std::unique_ptr<PromptLookupGenerator> lookup;
   const Verifier* verifier = nullptr;
   GenerationResult result;
-  bool done = false;
   // This iteration: the proposal, and the length of the verified sequence it follows.
   Candidates cand;
   int64_t verified_len = 0;
@@ -308,23 +307,18 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     // One target pass over every row: [uncached tokens, c1..cK], padded to the longest row; keep
     // the logits of each row's last K+1 positions.
     t0 = Clock::now();
-    std::vector<int64_t> counts;
-    int64_t t = 1, keep = 1;
+    std::vector<std::vector<int64_t>> inputs(b);
+    int64_t keep = 1;
     for (int64_t i = 0; i < b; ++i) {
       Row& row = *slots[i];
       row.verified_len = static_cast<int64_t>(row.tokens.size());
-      counts.push_back(row.verified_len - cache.length(i) + static_cast<int64_t>(row.cand.size()));
-      t = std::max(t, counts.back());
+      inputs[i].assign(row.tokens.begin() + cache.length(i), row.tokens.end());
+      inputs[i].insert(inputs[i].end(), row.cand.tokens.begin(), row.cand.tokens.end());
       keep = std::max<int64_t>(keep, static_cast<int64_t>(row.cand.size()) + 1);
     }
-    at::Tensor ids = at::zeros({b, t}, at::kLong);
-    int64_t* idp = ids.data_ptr<int64_t>();
-    for (int64_t i = 0; i < b; ++i) {
-      const Row& row = *slots[i];
-      int64_t* out = idp + i * t;
-      out = std::copy(row.tokens.begin() + cache.length(i), row.tokens.end(), out);
-      std::copy(row.cand.tokens.begin(), row.cand.tokens.end(), out);
-    }
+    std::vector<int64_t> counts;
+    const at::Tensor ids = padded_ids(inputs, counts);
+    const int64_t t = ids.size(1);
     const at::Tensor logits = target_->forward(ids, cache, keep, counts);  // [B, keep, V]
     std::vector<Verdict> verdicts(b);
     for (int64_t i = 0; i < b; ++i) {
@@ -395,16 +389,16 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       if (drafter) drafter->on_verified_row(i, cand, accepted, row.tokens);
       bs.new_tokens += static_cast<int64_t>(fresh.size());
       if (stop_eos) st.stop_reason = "eos";
-      row.done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
+      bool done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
       if (on_tokens) {
         try {
           on_tokens(row.index, fresh);
         } catch (const Cancelled&) {
           st.stop_reason = "cancelled";
-          row.done = true;
+          done = true;
         }
       }
-      if (!row.done) continue;
+      if (!done) continue;
       if (drafter) st.draft_passes = drafter->row_passes(i);
       finished.push_back(i);
     }

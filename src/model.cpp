@@ -53,6 +53,19 @@ c10::Device parse_device(const std::string& name) {
   return device;
 }
 
+at::Tensor padded_ids(const std::vector<std::vector<int64_t>>& rows, std::vector<int64_t>& counts) {
+  counts.clear();
+  int64_t t = 1;
+  for (const auto& row : rows) {
+    counts.push_back(static_cast<int64_t>(row.size()));
+    t = std::max(t, counts.back());
+  }
+  at::Tensor ids = at::zeros({static_cast<int64_t>(rows.size()), t}, at::kLong);
+  int64_t* out = ids.data_ptr<int64_t>();
+  for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), out + r * t);
+  return ids;
+}
+
 int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const std::vector<int64_t>*>& seqs,
                      int64_t chunk) {
   const auto b = static_cast<int64_t>(seqs.size());
@@ -65,14 +78,13 @@ int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const
   for (int64_t done = 0; b > 0 && done < todo[0]; done += chunk, ++passes) {
     int64_t rows = 0;
     while (rows < b && todo[rows] > done) ++rows;
-    const int64_t t = std::min(chunk, todo[0] - done);
-    at::Tensor ids = at::zeros({rows, t}, at::kLong);
-    std::vector<int64_t> counts(rows);
+    std::vector<std::vector<int64_t>> pieces(rows);
     for (int64_t r = 0; r < rows; ++r) {
-      counts[r] = std::min(t, todo[r] - done);
       const auto first = seqs[r]->begin() + cache.length(r);
-      std::copy(first, first + counts[r], ids.data_ptr<int64_t>() + r * t);
+      pieces[r].assign(first, first + std::min(chunk, todo[r] - done));
     }
+    std::vector<int64_t> counts;
+    const at::Tensor ids = padded_ids(pieces, counts);
     (void)model.forward(ids.to(model.device()), cache, 1, counts);
   }
   return passes;

@@ -1,4 +1,4 @@
-// Chunked prefill of a batch whose prompts have different lengths (private).
+// Passes over rows of different lengths (private): padded ids, chunked prefill.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,10 @@
 #include "specdec/model.hpp"
 
 namespace specdec {
+
+// Ids [B, T] (int64, CPU) of rows of different lengths, each padded with 0 up to T = the longest
+// (at least 1); `counts` receives each row's length (Model::forward's row_tokens).
+at::Tensor padded_ids(const std::vector<std::vector<int64_t>>& rows, std::vector<int64_t>& counts);
 
 // Appends all but the last token of each sequence to its row of `cache` (row b: *seqs[b], after
 // what the row holds), in passes of at most `chunk` tokens per row. The sequences must be sorted
