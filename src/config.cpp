@@ -183,6 +183,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   // GPT-2, OPT and T5 tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
   c.tie_word_embeddings = gpt2 || opt || c.is_encoder_decoder;
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
+  if (j.contains("head_token_ids") && !j["head_token_ids"].is_null()) {
+    SPECDEC_CHECK(j["head_token_ids"].is_array(), source, ": field 'head_token_ids' must be a list of token ids");
+    c.head_token_ids = read_token_list(j["head_token_ids"], "head_token_ids", source);
+    SPECDEC_CHECK(!c.head_token_ids.empty(), source, ": field 'head_token_ids' is empty");
+  }
   if (neox || gpt2 || opt) c.hidden_act = neox ? "gelu" : gpt2 ? "gelu_new" : "relu";
   read_field(j, "hidden_act", c.hidden_act, source);
   read_field(j, "activation_function", c.hidden_act, source);
@@ -249,6 +254,13 @@ void ModelConfig::validate(const std::string& source) const {
                   head_dim);
   SPECDEC_CHECK(rms_norm_eps > 0, source, ": rms_norm_eps must be > 0");
   SPECDEC_CHECK(rope_theta > 0, source, ": rope_theta must be > 0");
+  for (size_t i = 0; i < head_token_ids.size(); ++i)
+    SPECDEC_CHECK(head_token_ids[i] >= 0 && head_token_ids[i] < vocab_size &&
+                      (i == 0 || head_token_ids[i] > head_token_ids[i - 1]),
+                  source, ": head_token_ids must be strictly increasing ids below vocab_size ", vocab_size,
+                  " (entry ", i, " is ", head_token_ids[i], ")");
+  SPECDEC_CHECK(head_token_ids.empty() || model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
+                source, ": head_token_ids (a reduced-vocabulary head) is supported for the llama family only");
   if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
     SPECDEC_CHECK(hidden_act == "silu", source, ": unsupported hidden_act '", hidden_act,
                   "' (supported: silu)");

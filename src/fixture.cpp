@@ -16,6 +16,7 @@
 #include "specdec/error.hpp"
 #include "specdec/tokenizer.hpp"
 #include "specdec/weights.hpp"
+#include "checkpoint.hpp"
 #include "gguf_model.hpp"
 #include "util.hpp"
 
@@ -23,9 +24,8 @@ namespace specdec {
 
 using nlohmann::json;
 
-namespace {
+namespace detail {
 
-// Creates `dir` and any missing parents (mkdir -p).
 void make_dir(const std::string& dir) {
   for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
     const std::string part = dir.substr(0, slash);
@@ -33,33 +33,6 @@ void make_dir(const std::string& dir) {
       throw Error(detail::concat(part, ": cannot create folder: ", std::strerror(errno)));
     if (slash == std::string::npos) return;
   }
-}
-
-const char* architecture_of(const std::string& arch) {
-  if (arch == "llama") return "LlamaForCausalLM";
-  if (arch == "mistral") return "MistralForCausalLM";
-  if (arch == "gpt_neox") return "GPTNeoXForCausalLM";
-  if (arch == "gpt2") return "GPT2LMHeadModel";
-  if (arch == "opt") return "OPTForCausalLM";
-  if (arch == "t5") return "T5ForConditionalGeneration";
-  return "Qwen2ForCausalLM";
-}
-
-bool llama_family(const std::string& arch) { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
-
-// The decoder layer a tensor belongs to ("model.layers.3.", "transformer.h.3.", "decoder.block.3."
-// ...), or -1 (T5's encoder blocks included: a draft keeps the whole encoder).
-int64_t layer_of(const std::string& name) {
-  if (name.rfind("encoder.", 0) == 0) return -1;
-  for (const char* marker : {"layers.", "h.", "block."}) {
-    const size_t at = name.find(marker);
-    if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) continue;
-    const size_t digits = at + std::strlen(marker);
-    size_t end = digits;
-    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
-    if (end > digits && end < name.size() && name[end] == '.') return std::stoll(name.substr(digits, end - digits));
-  }
-  return -1;
 }
 
 const char* const kSpecialTokenKeys[] = {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"};
@@ -86,6 +59,88 @@ void write_checkpoint(const std::string& dir, const json& config,
   save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
   write_file_atomic(dir + "/generation_config.json", generation_config_json(config).dump(2) + "\n");
   write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
+}
+
+// config.json of a llama-family model read from GGUF metadata (what Hugging Face's LlamaConfig /
+// Qwen2Config would say), so that a draft cut from a GGUF target is an ordinary checkpoint folder.
+json llama_family_config(const ModelConfig& c) {
+  json j = {{"model_type", c.model_type},
+            {"architectures", {c.architecture}},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"head_dim", c.head_dim},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"attention_bias", c.attention_bias},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"hidden_act", c.hidden_act},
+            {"torch_dtype", "float32"}};
+  if (!c.rope_scaling.type.empty()) j["rope_scaling"] = {{"type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+  if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
+  return j;
+}
+
+SourceCheckpoint open_checkpoint(const std::string& path) {
+  SourceCheckpoint s;
+  std::string gguf_path;
+  if (gguf_checkpoint(path, &gguf_path)) {
+    s.gguf = std::make_unique<GgufFile>(gguf_path);
+    s.config = ModelConfig::from_gguf(*s.gguf);
+    s.config_json = llama_family_config(s.config);
+    s.weights = std::make_unique<GgufWeights>(*s.gguf, s.config);
+  } else {
+    s.config = ModelConfig::from_dir(path);
+    s.config_json = json::parse(read_text_file(path + "/config.json"));
+    if (file_exists(path + "/generation_config.json")) {
+      const json g = json::parse(read_text_file(path + "/generation_config.json"));
+      for (const char* key : kSpecialTokenKeys)
+        if (g.contains(key)) s.config_json[key] = g[key];
+    }
+    s.weights = std::make_unique<WeightStore>(path);
+  }
+  return s;
+}
+
+}  // namespace detail
+
+namespace {
+
+using detail::make_dir;
+using detail::copy_tokenizer_files;
+using detail::write_checkpoint;
+
+const char* architecture_of(const std::string& arch) {
+  if (arch == "llama") return "LlamaForCausalLM";
+  if (arch == "mistral") return "MistralForCausalLM";
+  if (arch == "gpt_neox") return "GPTNeoXForCausalLM";
+  if (arch == "gpt2") return "GPT2LMHeadModel";
+  if (arch == "opt") return "OPTForCausalLM";
+  if (arch == "t5") return "T5ForConditionalGeneration";
+  return "Qwen2ForCausalLM";
+}
+
+bool llama_family(const std::string& arch) { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
+
+// The decoder layer a tensor belongs to ("model.layers.3.", "transformer.h.3.", "decoder.block.3."
+// ...), or -1 (T5's encoder blocks included: a draft keeps the whole encoder).
+int64_t layer_of(const std::string& name) {
+  if (name.rfind("encoder.", 0) == 0) return -1;
+  for (const char* marker : {"layers.", "h.", "block."}) {
+    const size_t at = name.find(marker);
+    if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) continue;
+    const size_t digits = at + std::strlen(marker);
+    size_t end = digits;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    if (end > digits && end < name.size() && name[end] == '.') return std::stoll(name.substr(digits, end - digits));
+  }
+  return -1;
 }
 
 }  // namespace
@@ -286,61 +341,14 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
   write_checkpoint(out_dir, c, t);
 }
 
-namespace {
-
-// config.json of a llama-family model read from GGUF metadata (what Hugging Face's LlamaConfig /
-// Qwen2Config would say), so that a draft cut from a GGUF target is an ordinary checkpoint folder.
-json llama_family_config(const ModelConfig& c) {
-  json j = {{"model_type", c.model_type},
-            {"architectures", {c.architecture}},
-            {"vocab_size", c.vocab_size},
-            {"hidden_size", c.hidden_size},
-            {"intermediate_size", c.intermediate_size},
-            {"num_hidden_layers", c.num_hidden_layers},
-            {"num_attention_heads", c.num_attention_heads},
-            {"num_key_value_heads", c.num_key_value_heads},
-            {"head_dim", c.head_dim},
-            {"max_position_embeddings", c.max_position_embeddings},
-            {"rms_norm_eps", c.rms_norm_eps},
-            {"rope_theta", c.rope_theta},
-            {"attention_bias", c.attention_bias},
-            {"tie_word_embeddings", c.tie_word_embeddings},
-            {"hidden_act", c.hidden_act},
-            {"torch_dtype", "float32"}};
-  if (!c.rope_scaling.type.empty()) j["rope_scaling"] = {{"type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
-  if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
-  if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
-  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
-  return j;
-}
-
-}  // namespace
-
 void make_draft_of(const std::string& target, const std::string& out_dir, int64_t layers,
                    double noise, uint64_t seed) {
   c10::InferenceMode guard;
   SPECDEC_CHECK(noise >= 0, "make-fixture: --noise must be >= 0");
-  std::string gguf_path;
-  const bool gguf = gguf_checkpoint(target, &gguf_path);
-  std::unique_ptr<GgufFile> gguf_file;
-  std::unique_ptr<WeightSource> w;
-  ModelConfig tc;  // validates the target
-  json c;
-  if (gguf) {
-    gguf_file = std::make_unique<GgufFile>(gguf_path);
-    tc = ModelConfig::from_gguf(*gguf_file);
-    c = llama_family_config(tc);
-    w = std::make_unique<GgufWeights>(*gguf_file, tc);
-  } else {
-    tc = ModelConfig::from_dir(target);
-    c = json::parse(read_text_file(target + "/config.json"));
-    if (file_exists(target + "/generation_config.json")) {
-      const json g = json::parse(read_text_file(target + "/generation_config.json"));
-      for (const char* key : kSpecialTokenKeys)
-        if (g.contains(key)) c[key] = g[key];
-    }
-    w = std::make_unique<WeightStore>(target);
-  }
+  const detail::SourceCheckpoint src = detail::open_checkpoint(target);
+  const ModelConfig& tc = src.config;
+  json c = src.config_json;
+  const WeightSource* w = src.weights.get();
   SPECDEC_CHECK(layers >= 1 && layers <= tc.num_hidden_layers, "make-fixture: --layers ", layers,
                 " must be in [1, ", tc.num_hidden_layers, "] for a draft of ", target);
   c[tc.model_type == "gpt2" ? "n_layer" : tc.model_type == "t5" ? "num_decoder_layers" : "num_hidden_layers"] = layers;
@@ -355,7 +363,7 @@ void make_draft_of(const std::string& target, const std::string& out_dir, int64_
   make_dir(out_dir);
   // A GGUF target's tokenizer lives in its metadata: the draft folder has none of its own and
   // programs use the target's.
-  if (!gguf) copy_tokenizer_files(target, out_dir);
+  if (!src.gguf) copy_tokenizer_files(target, out_dir);
   write_checkpoint(out_dir, c, t);
 }
 

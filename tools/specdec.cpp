@@ -1,9 +1,14 @@
 // The `specdec` command-line program: generate, compare, chat, tokenize, detokenize, make-tokenizer,
-// make-fixture.
+// make-fixture, make-draft.
 #include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -546,6 +551,75 @@ int run_compare(RunOptions& o) {
   return 0;
 }
 
+std::atomic<bool> g_interrupted{false};
+
+std::string duration_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<int64_t>(s + 0.5);
+  std::ostringstream o;
+  if (t >= 3600) o << t / 3600 << "h";
+  if (t >= 60) o << (t % 3600) / 60 << "m";
+  o << t % 60 << "s";
+  return o.str();
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal, else one line every 10 s and at the end
+// of each phase.
+class ProgressPrinter {
+ public:
+  void operator()(const MakeDraftProgress& p) {
+    const bool tty = isatty(STDERR_FILENO);
+    const auto now = std::chrono::steady_clock::now();
+    const bool end = p.done == p.total;
+    if (!tty && !end && now - last_ < std::chrono::seconds(10)) return;
+    last_ = now;
+    const int width = 24;
+    const int filled = p.total > 0 ? static_cast<int>(width * p.done / p.total) : 0;
+    std::ostringstream line;
+    line << (p.phase == "generate" ? "answering prompts " : p.phase == "label" ? "labelling (target)" : "training          ")
+         << " [" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), '.')
+         << "] " << p.done << "/" << p.total;
+    if (p.phase == "train") line << "  kl " << std::fixed << std::setprecision(4) << p.loss;
+    line << "  " << std::fixed << std::setprecision(0) << p.tokens_per_s << " tok/s  ETA " << duration_text(p.eta_s);
+    std::cerr << (tty ? "\r\033[K" : "") << line.str() << (tty && !end ? "" : "\n") << std::flush;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_{};
+};
+
+std::string quality_text(const DraftQuality& q) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(3) << "kl " << q.kl << ", acceptance >= " << q.acceptance
+    << ", greedy agreement " << q.greedy_agreement << " (" << q.positions << " positions)";
+  return o.str();
+}
+
+int run_make_draft(const MakeDraftOptions& o) {
+  // Ctrl-C asks for a clean stop (a checkpoint is written); a second one kills the program.
+  g_interrupted = false;
+  std::signal(SIGINT, [](int) {
+    g_interrupted = true;
+    std::signal(SIGINT, SIG_DFL);
+  });
+  ProgressPrinter printer;
+  const MakeDraftResult r = make_draft(o, std::ref(printer), &g_interrupted);
+  std::signal(SIGINT, SIG_DFL);
+  if (r.interrupted && r.steps_done == 0 && !o.resume) {
+    std::cerr << "\ninterrupted before the first checkpoint: nothing was written\n";
+    return 130;
+  }
+  std::cerr << "held-out, before training: " << quality_text(r.before) << "\n"
+            << "held-out, after " << r.steps_done << " steps: " << quality_text(r.after) << "\n";
+  if (r.interrupted) {
+    std::cerr << "interrupted: " << o.out << " holds the checkpoint of step " << r.steps_done
+              << "; continue with the same command and --resume\n";
+    return 130;
+  }
+  std::cerr << "wrote " << o.out << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -630,6 +704,42 @@ int main(int argc, char** argv) {
   mk->add_option("--noise", noise, "--draft-of: add Gaussian noise of this standard deviation")
       ->capture_default_str();
 
+  MakeDraftOptions md;
+  auto* mkd = app.add_subcommand(
+      "make-draft",
+      "Distil a small draft from a llama-family target: its first layers, a head over the most frequent "
+      "tokens, trained with libtorch to match the target's next-token distributions");
+  mkd->add_option("--target", md.target, "Target checkpoint: folder, or GGUF file / folder holding one")->required();
+  mkd->add_option("--out", md.out, "Output folder (must not exist unless --resume)")->required();
+  mkd->add_option("--layers", md.layers, "Keep the target's first N layers")->capture_default_str();
+  mkd->add_option("--layer-ids", md.layer_ids, "Keep exactly these target layers (comma-separated), instead of --layers")
+      ->delimiter(',');
+  auto* vs = mkd->add_option("--vocab-subset", md.vocab_subset,
+                             "Head over the V' most frequent tokens of the training text (plus EOS); default: "
+                             "the whole vocabulary");
+  mkd->add_option("--data", md.data_files, "Plain-text training files (off-policy)");
+  mkd->add_option("--prompts", md.prompts_file,
+                  "Prompts, one per line, that the target answers itself (on-policy training text; its chat "
+                  "template is applied when it has one)");
+  mkd->add_option("--data-from", md.data_from,
+                  "Reuse the training text and target labels of an earlier make-draft output folder (same target "
+                  "and --seq-len) instead of --data/--prompts");
+  mkd->add_option("--gen-tokens", md.gen_tokens, "--prompts: new tokens per answer")->capture_default_str();
+  mkd->add_option("--gen-temperature", md.gen_temperature, "--prompts: sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  mkd->add_option("--steps", md.steps, "Optimizer steps in all (with --resume: the total to reach; 0: write the untrained draft)")
+      ->capture_default_str();
+  mkd->add_option("--seq-len", md.seq_len, "Tokens per training sequence")->capture_default_str();
+  mkd->add_option("--batch", md.batch, "Sequences per step")->capture_default_str();
+  mkd->add_option("--lr", md.lr, "AdamW peak learning rate (warm-up over the first 5% of steps, cosine decay to 10%)")
+      ->capture_default_str();
+  mkd->add_option("--threads", md.threads, "CPU threads (0 = libtorch's default)")->capture_default_str();
+  mkd->add_option("--seed", md.seed, "Seed of the data order and of the sampled answers")->capture_default_str();
+  mkd->add_option("--checkpoint-every", md.checkpoint_every, "Steps between checkpoints (one is also written at the end)")
+      ->capture_default_str();
+  mkd->add_flag("--resume", md.resume,
+                "Continue the run saved in --out (its layers, head and data are kept; --steps is the new total)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -653,6 +763,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*detok) return run_detokenize(dtk);
+    if (*mkd) {
+      if (vs->count() > 0 && md.vocab_subset < 1) throw Error("make-draft: --vocab-subset must be >= 1");
+      return run_make_draft(md);
+    }
     if (*mk) {
       if (!draft_of.empty()) {
         make_draft_of(draft_of, out, fx.layers, noise, fx.seed);

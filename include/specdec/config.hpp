@@ -38,6 +38,10 @@ struct ModelConfig {
   bool mlp_bias = false;             // llama: gate/up/down projections have biases
   int64_t sliding_window = 0;        // mistral: attend to the last sliding_window positions only (0 = all)
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
+  // A reduced-vocabulary head (drafts written by `specdec make-draft --vocab-subset`; llama family
+  // only): lm_head.weight has one row per id listed here (strictly increasing, < vocab_size), and
+  // the logits of every other id are -inf. Empty = the head covers the whole vocabulary.
+  std::vector<int64_t> head_token_ids;
   std::string hidden_act = "silu";   // also from activation_function (gpt2, opt)
   // GPT-NeoX
   double rotary_pct = 1.0;             // fraction of each head that is rotated (partial_rotary_factor)

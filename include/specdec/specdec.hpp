@@ -6,6 +6,7 @@
 #include "specdec/config.hpp"
 #include "specdec/error.hpp"
 #include "specdec/fixture.hpp"
+#include "specdec/make_draft.hpp"
 #include "specdec/generator.hpp"
 #include "specdec/gguf.hpp"
 #include "specdec/kv_cache.hpp"

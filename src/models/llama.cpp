@@ -1,6 +1,9 @@
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM: pre-norm decoder with RMSNorm, rotary
 // embeddings, grouped-query attention and a SiLU-gated MLP.
+#include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+
+#include <limits>
 
 #include "layers.hpp"
 #include "models/registry.hpp"
@@ -51,6 +54,13 @@ class LlamaModel final : public Model {
     }
     norm_ = load.tensor("model.norm.weight", {h});
     const bool has_head = w.contains("lm_head.weight");
+    if (!c.head_token_ids.empty()) {
+      // A reduced head (make-draft --vocab-subset): its own rows, never tied.
+      const auto n = static_cast<int64_t>(c.head_token_ids.size());
+      lm_head_ = load.linear("lm_head.weight", {n, h});
+      head_ids_ = at::tensor(c.head_token_ids, at::kLong).to(o.device);
+      return;
+    }
     SPECDEC_CHECK(has_head || c.tie_word_embeddings, w.dir(),
                   ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
     lm_head_ = (c.tie_word_embeddings || !has_head) ? embed_ : load.linear("lm_head.weight", {v, h});
@@ -71,7 +81,12 @@ class LlamaModel final : public Model {
     }
     pass.commit(cache);
     x = pass.last(x, keep_last);
-    return lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);
+    at::Tensor logits = lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);  // [B, T', V or V']
+    if (!head_ids_.defined()) return logits;
+    // Reduced head: its V' logits go to their ids, every other id gets -inf (probability 0).
+    at::Tensor full = at::full({logits.size(0), logits.size(1), c.vocab_size},
+                               -std::numeric_limits<float>::infinity(), logits.options());  // [B, T', V]
+    return full.index_copy_(2, head_ids_, logits);
   }
 
  private:
@@ -80,7 +95,8 @@ class LlamaModel final : public Model {
   Linear embed_;        // [V, H]
   std::vector<LlamaLayer> layers_;
   at::Tensor norm_;     // [H]
-  Linear lm_head_;      // [V, H]: embed_ itself when tied
+  Linear lm_head_;      // [V, H]: embed_ itself when tied; [V', H] for a reduced head
+  at::Tensor head_ids_;  // [V'] int64: the ids a reduced head covers (undefined: full head)
 };
 
 }  // namespace

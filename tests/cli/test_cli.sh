@@ -58,6 +58,39 @@ expect_error "token outside the vocabulary" "outside the vocabulary" generate --
 expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
 expect_error "unknown subcommand" "" nosuchcommand
+
+# make-draft: a draft distilled from a small target with a tokenizer, end to end.
+"$SPECDEC" make-fixture --out "$work/tt" --layers 3 --hidden 64 --heads 4 --kv-heads 2 --init-std 0.1 \
+  --tokenizer "$data/tiny_bpe" --seed 4 2>/dev/null
+python3 -c "print(' '.join(['the cat sat on the mat and the dog ran to the big red house'] * 60))" > "$work/train.txt"
+"$SPECDEC" make-draft --target "$work/tt" --out "$work/md" --layers 1 --vocab-subset 20 --data "$work/train.txt" \
+  --steps 3 --seq-len 32 --batch 2 2>"$work/md_err"
+check "make-draft writes a draft with a reduced head and reports held-out quality" python3 -c "
+import json; c=json.load(open('$work/md/config.json')); assert c['num_hidden_layers']==1 and 20<=len(c['head_token_ids'])<=21, c
+assert 'held-out, after 3 steps' in open('$work/md_err').read()"
+a=$("$SPECDEC" generate --model "$work/tt" --draft "$work/md" --prompt "the cat" --max-new-tokens 16 --json)
+p=$("$SPECDEC" generate --model "$work/tt" --prompt "the cat" --max-new-tokens 16 --json)
+check "make-draft: assisted output with the draft equals target-only" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2])['tokens']" "$a" "$p"
+help=$("$SPECDEC" make-draft --help)
+check "make-draft --help names its options" bash -c 'for f in --layers --layer-ids --vocab-subset --data --prompts --steps --seq-len --lr --threads --seed --resume --data-from; do grep -qF -- "$f" <<<"$1" || exit 1; done' _ "$help"
+expect_error "make-draft: --vocab-subset 0" "--vocab-subset must be >= 1" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --vocab-subset 0
+expect_error "make-draft: more layers than the target" "has 3 layers" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --layers 4
+"$SPECDEC" make-fixture --arch gpt2 --out "$work/g2" --layers 1 --hidden 32 --heads 2 2>/dev/null
+expect_error "make-draft: unsupported architecture" "llama-family" make-draft --target "$work/g2" --out "$work/x" --data "$work/train.txt"
+expect_error "make-draft: output exists" "already exists" make-draft --target "$work/tt" --out "$work/md" --data "$work/train.txt"
+check "make-draft: failed runs leave no folder" test ! -e "$work/x"
+# Ctrl-C: the run stops at the next step, writes a checkpoint and says how to resume.
+"$SPECDEC" make-draft --target "$work/tt" --out "$work/mi" --data "$work/train.txt" --steps 1000000 --seq-len 32 \
+  --batch 2 --checkpoint-every 3 2>"$work/mi_err" &
+pid=$!
+for _ in $(seq 600); do [ -f "$work/mi/training/state.json" ] && break; sleep 0.1; done
+kill -INT $pid; wait $pid; rc=$?
+check "make-draft: Ctrl-C exits 130 with a checkpoint and a resume hint" bash -c "[ $rc -eq 130 ] && grep -q -- '--resume' '$work/mi_err' && test -f '$work/mi/model.safetensors'"
+step=$(python3 -c "import json; print(json.load(open('$work/mi/training/state.json'))['step'])")
+"$SPECDEC" make-draft --target "$work/tt" --out "$work/mi" --resume --steps $((step + 2)) --seq-len 32 --batch 2 2>/dev/null
+check "make-draft --resume continues to the new total" python3 -c "
+import json; assert json.load(open('$work/mi/training/state.json'))['step']==$step+2"
 expect_error "unknown weight format" "--weights" generate --model "$work/t" --prompt-ids 1 --weights q3
 expect_error "packed weights need float32 compute" "q8_0 needs float32 compute" generate --model "$work/t" \
   --prompt-ids 1 --weights q8_0 --dtype bfloat16

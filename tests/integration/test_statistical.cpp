@@ -255,6 +255,36 @@ TEST(Statistical, DraftWithZerosWhereTargetIsPositiveKeepsDistribution) {
   EXPECT_TRUE(o.all_pass) << o.report;
 }
 
+// A reduced-vocabulary head (make-draft --vocab-subset): the unrelated draft's head cut to 9 of the
+// 16 ids, so q is exactly 0 on the other 7, which the target reaches.
+TEST(Statistical, DraftWithAReducedVocabularyHeadKeepsDistribution) {
+  const std::string from = cached_fixture("stat_unrelated", tiny(99, 1));
+  const std::string dir = temp_dir("stat_reduced_head");
+  const std::vector<int64_t> ids = {0, 1, 3, 4, 6, 9, 10, 12, 15};
+  std::map<std::string, at::Tensor> t;
+  const WeightStore w(from);
+  for (const std::string& name : w.names()) t[name] = w.load(name, at::kFloat, c10::Device(c10::kCPU));
+  t["lm_head.weight"] = t["lm_head.weight"].index_select(0, at::tensor(ids, at::kLong)).contiguous();
+  save_safetensors(dir + "/model.safetensors", t);
+  nlohmann::json c = read_json(from + "/config.json");
+  c["head_token_ids"] = ids;
+  write_file(dir + "/config.json", c.dump());
+  write_file(dir + "/generation_config.json", read_file(from + "/generation_config.json"));
+  const auto draft = load_model(dir);
+  {
+    c10::InferenceMode guard;
+    KVCache cache = draft->make_cache(4);
+    const at::Tensor logits = draft->forward(at::tensor(std::vector<int64_t>{3, 7, 1}, at::kLong).view({1, 3}), cache);
+    EXPECT_EQ(logits.size(2), kVocab);
+    EXPECT_EQ(at::isinf(logits[0][0]).sum().item<int64_t>(), kVocab - static_cast<int64_t>(ids.size()));
+  }
+  for (const auto& c : {kCases[0], kCases[2]}) {
+    const Outcome o = run(models().target, draft, c.cfg);
+    EXPECT_TRUE(o.all_pass) << c.name << "\n" << o.report;
+    EXPECT_GT(o.rejections, 0) << c.name;
+  }
+}
+
 TEST(Statistical, EncoderDecoderKeepsDistribution) {
   // T5 pairs: an unrelated draft with its own encoder, and an early-exit draft that shares the
   // target's encoder pass.

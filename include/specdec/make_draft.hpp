@@ -1,0 +1,88 @@
+// make-draft: a small draft distilled from the target itself (first layers, reduced-vocabulary head,
+// KL distillation with libtorch autograd).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace specdec {
+
+class Model;
+
+struct MakeDraftOptions {
+  std::string target;  // checkpoint folder, or a GGUF file / a folder holding one (llama family)
+  std::string out;     // output folder: must not exist, unless `resume`
+  // The target layers the draft starts from: the first `layers`, or exactly `layer_ids` when set.
+  int64_t layers = 1;
+  std::vector<int64_t> layer_ids;
+  // Head restricted to the `vocab_subset` most frequent tokens of the training data (plus the EOS
+  // ids); 0 = the whole vocabulary.
+  int64_t vocab_subset = 0;
+  // Training text: plain-text files (off-policy), and prompts (one per line) that the target
+  // answers itself (on-policy; rendered with its chat template when it has one).
+  std::vector<std::string> data_files;
+  std::string prompts_file;
+  // Reuse the sequences and target labels of an earlier make-draft output folder (same target and
+  // seq_len) instead of making new ones; the head is still chosen for this run's vocab_subset.
+  std::string data_from;
+  int64_t gen_tokens = 128;      // new tokens per prompt
+  double gen_temperature = 0.7;  // 0 = greedy answers
+  int64_t steps = 200;           // optimizer steps in all (a resumed run goes on to this count);
+                                 // 0 writes the untrained draft
+  int64_t seq_len = 128;         // tokens per training sequence
+  int64_t batch = 8;             // sequences per step
+  double lr = 3e-4;              // AdamW peak learning rate (linear warm-up, cosine decay to 10%)
+  int threads = 0;               // 0 = leave the thread count as it is
+  uint64_t seed = 0;
+  int64_t checkpoint_every = 50;  // steps between checkpoints (and one at the end)
+  bool resume = false;            // continue the run saved in `out`
+  void validate() const;
+};
+
+// What make_draft reports as it goes (phase "data": prompts answered and sequences labelled by the
+// target; "train": optimizer steps).
+struct MakeDraftProgress {
+  std::string phase;
+  int64_t done = 0, total = 0;
+  double loss = 0;           // train: the last step's distillation loss (cross-entropy to the target)
+  double tokens_per_s = 0;   // tokens through the draft (train) or the target (data) per second
+  double eta_s = 0;
+};
+
+// How close a draft is to its target on some text, position by position (averaged):
+// kl = KL(p' || q) with p the target's distribution restricted to the draft's support and
+// renormalised (p itself for a full head); acceptance = sum_x min(p(x), q(x)), the chance that
+// rejection sampling accepts a drafted token; greedy_agreement = how often the argmaxes agree.
+struct DraftQuality {
+  double kl = 0, acceptance = 0, greedy_agreement = 0;
+  int64_t positions = 0;
+};
+
+struct MakeDraftResult {
+  int64_t steps_done = 0;
+  bool interrupted = false;  // stopped by `stop`; `out` holds the last checkpoint
+  DraftQuality before, after;  // on the held-out 5% of the training sequences
+};
+
+// Builds (or, with options.resume, continues) a draft of options.target in options.out: the chosen
+// layers, final norm and a (reduced) head taken from the target, then distilled towards the
+// target's next-token distributions (its top 32 probabilities per position). The output folder is
+// an ordinary checkpoint (config.json, generation_config.json, model.safetensors, the target's
+// tokenizer files) plus `training/` (what --resume needs). It is replaced atomically at every
+// checkpoint; a run stopped before the first checkpoint leaves no folder. `stop` (may be null) is
+// polled between steps: when it turns true, a checkpoint is written and the result says
+// interrupted. Throws specdec::Error for bad options or input.
+MakeDraftResult make_draft(const MakeDraftOptions& options,
+                           const std::function<void(const MakeDraftProgress&)>& on_progress = {},
+                           const std::atomic<bool>* stop = nullptr);
+
+// Measures `draft` against `target` on `sequences` (each a token-id list; every position but the
+// last is scored), through the models' own forward passes.
+DraftQuality evaluate_draft(const Model& target, const Model& draft,
+                            const std::vector<std::vector<int64_t>>& sequences);
+
+}  // namespace specdec

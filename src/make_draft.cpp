@@ -1,0 +1,555 @@
+// make-draft: distilling a small draft out of a llama-family target with libtorch autograd.
+//
+// The target and the draft run here as one plain, differentiable float32 decoder (`Net`: ATen ops
+// only, none of the inference kernels, which have no gradients). The target labels the training
+// sequences once (its top kTopK next-token probabilities at every position); the draft then
+// minimises KL(p || q) over those entries with AdamW.
+#include "specdec/make_draft.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "checkpoint.hpp"
+#include "layers.hpp"
+#include "specdec/chat.hpp"
+#include "specdec/error.hpp"
+#include "specdec/generator.hpp"
+#include "specdec/model.hpp"
+#include "specdec/tokenizer.hpp"
+#include "util.hpp"
+
+namespace specdec {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int64_t kTopK = 32;  // target probabilities kept per position
+
+bool llama_family(const std::string& t) { return t == "llama" || t == "mistral" || t == "qwen2"; }
+
+// A llama-family decoder as plain differentiable ATen ops (float32, CPU). `layers` holds the chosen
+// target layers; the head is [V, H] or, reduced, [V', H].
+struct Net {
+  struct Layer {
+    at::Tensor in_norm, q, k, v, qb, kb, vb, o, post_norm, gate, up, down, gb, ub, db;  // HF shapes
+  };
+  ModelConfig c;
+  at::Tensor embed;  // [V, H], never trained
+  std::vector<Layer> layers;
+  at::Tensor norm;  // [H]
+  at::Tensor head;  // [V or V', H]
+
+  // The tensors the optimizer trains, in a fixed order (the optimizer state's order).
+  std::vector<at::Tensor> trainable() const {
+    std::vector<at::Tensor> p;
+    for (const Layer& l : layers)
+      for (const at::Tensor& t : {l.in_norm, l.q, l.k, l.v, l.qb, l.kb, l.vb, l.o, l.post_norm, l.gate, l.up,
+                                  l.down, l.gb, l.ub, l.db})
+        if (t.defined()) p.push_back(t);
+    p.push_back(norm);
+    p.push_back(head);
+    return p;
+  }
+
+  // Hugging Face names of the tensors, with layers renumbered 0..n-1.
+  std::map<std::string, at::Tensor> named() const {
+    std::map<std::string, at::Tensor> t{{"model.embed_tokens.weight", embed},
+                                        {"model.norm.weight", norm},
+                                        {"lm_head.weight", head}};
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const Layer& l = layers[i];
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      const std::pair<const char*, at::Tensor> parts[] = {
+          {"input_layernorm.weight", l.in_norm}, {"self_attn.q_proj.weight", l.q},
+          {"self_attn.k_proj.weight", l.k},      {"self_attn.v_proj.weight", l.v},
+          {"self_attn.q_proj.bias", l.qb},       {"self_attn.k_proj.bias", l.kb},
+          {"self_attn.v_proj.bias", l.vb},       {"self_attn.o_proj.weight", l.o},
+          {"post_attention_layernorm.weight", l.post_norm}, {"mlp.gate_proj.weight", l.gate},
+          {"mlp.up_proj.weight", l.up},          {"mlp.down_proj.weight", l.down},
+          {"mlp.gate_proj.bias", l.gb},          {"mlp.up_proj.bias", l.ub},
+          {"mlp.down_proj.bias", l.db}};
+      for (const auto& [name, x] : parts)
+        if (x.defined()) t[p + name] = x;
+    }
+    for (auto& [name, x] : t) x = x.detach().contiguous();
+    return t;
+  }
+
+  // ids [N, S] -> logits [N, S, V or V'].
+  at::Tensor forward(const at::Tensor& ids) const {
+    const int64_t n = ids.size(0), s = ids.size(1), d = c.head_dim, hq = c.num_attention_heads,
+                  hkv = c.num_key_value_heads;
+    const layers::Rotary rotary(d, c.rope_theta, c.rope_scaling, std::max<int64_t>(s, 1), at::kFloat,
+                                c10::Device(c10::kCPU));
+    auto [cos, sin] = rotary.tables(0, s);  // [S, D]
+    auto rotate = [&](const at::Tensor& x) {  // [N, heads, S, D]
+      const int64_t half = d / 2;
+      return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
+    };
+    auto rms = [&](const at::Tensor& x, const at::Tensor& w) {
+      return w * (x * at::rsqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps));
+    };
+    at::Tensor mask = at::triu(at::full({s, s}, -std::numeric_limits<float>::infinity()), 1);  // [S, S]
+    if (c.sliding_window > 0) mask = mask + at::tril(at::full({s, s}, -std::numeric_limits<float>::infinity()), -c.sliding_window);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    at::Tensor x = embed.index_select(0, ids.reshape(-1)).view({n, s, -1});  // [N, S, H]
+    for (const Layer& l : layers) {
+      const at::Tensor h = rms(x, l.in_norm);
+      const at::Tensor q = rotate(at::linear(h, l.q, l.qb).view({n, s, hq, d}).transpose(1, 2));   // [N, Hq, S, D]
+      at::Tensor k = rotate(at::linear(h, l.k, l.kb).view({n, s, hkv, d}).transpose(1, 2));        // [N, Hkv, S, D]
+      at::Tensor v = at::linear(h, l.v, l.vb).view({n, s, hkv, d}).transpose(1, 2);
+      if (hq != hkv) k = k.repeat_interleave(hq / hkv, 1), v = v.repeat_interleave(hq / hkv, 1);
+      const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-1, -2)) * scale + mask, -1);
+      const at::Tensor a = at::matmul(probs, v).transpose(1, 2).reshape({n, s, hq * d});  // [N, S, Hq*D]
+      x = x + at::linear(a, l.o);
+      const at::Tensor m = rms(x, l.post_norm);
+      x = x + at::linear(at::silu(at::linear(m, l.gate, l.gb)) * at::linear(m, l.up, l.ub), l.down, l.db);
+    }
+    return at::linear(rms(x, norm), head);
+  }
+};
+
+// Loads layers `ids` of the target (float32, CPU) into a Net whose head is `head_ids`' rows of the
+// target's head (all rows when empty).
+Net load_net(const detail::SourceCheckpoint& src, const std::vector<int64_t>& ids,
+             const std::vector<int64_t>& head_ids) {
+  const ModelConfig& c = src.config;
+  const WeightSource& w = *src.weights;
+  auto get = [&](const std::string& name) {
+    return w.contains(name) ? w.load(name, at::kFloat, c10::Device(c10::kCPU)).clone() : at::Tensor();
+  };
+  Net net;
+  net.c = c;
+  net.embed = get("model.embed_tokens.weight");
+  SPECDEC_CHECK(net.embed.defined(), w.dir(), ": no tensor 'model.embed_tokens.weight'");
+  for (int64_t i : ids) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    Net::Layer l{get(p + "input_layernorm.weight"), get(p + "self_attn.q_proj.weight"),
+                 get(p + "self_attn.k_proj.weight"), get(p + "self_attn.v_proj.weight"),
+                 get(p + "self_attn.q_proj.bias"),  get(p + "self_attn.k_proj.bias"),
+                 get(p + "self_attn.v_proj.bias"),  get(p + "self_attn.o_proj.weight"),
+                 get(p + "post_attention_layernorm.weight"), get(p + "mlp.gate_proj.weight"),
+                 get(p + "mlp.up_proj.weight"),     get(p + "mlp.down_proj.weight"),
+                 get(p + "mlp.gate_proj.bias"),     get(p + "mlp.up_proj.bias"),
+                 get(p + "mlp.down_proj.bias")};
+    for (const at::Tensor* t : {&l.in_norm, &l.q, &l.k, &l.v, &l.o, &l.post_norm, &l.gate, &l.up, &l.down})
+      SPECDEC_CHECK(t->defined(), w.dir(), ": layer ", i, " is missing a tensor");
+    net.layers.push_back(std::move(l));
+  }
+  net.norm = get("model.norm.weight");
+  at::Tensor head = get("lm_head.weight");
+  if (!head.defined() || c.tie_word_embeddings) head = net.embed;
+  net.head = head_ids.empty() ? head.clone() : head.index_select(0, at::tensor(head_ids, at::kLong));
+  return net;
+}
+
+// Identifies a target: its configuration and a checksum of some of its weights.
+std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& embed) {
+  std::ostringstream s;
+  s.precision(17);
+  json c = src.config_json;
+  c.erase("torch_dtype");
+  s << c.dump() << " embed:" << embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).sum().item<double>();
+  return s.str();
+}
+
+// A prompt's ids: as a user turn in the chat template when there is one, else the plain text.
+std::vector<int64_t> prompt_ids(const std::string& line, const Tokenizer& tok, const std::optional<ChatTemplate>& chat) {
+  return chat ? tok.encode(chat->render({{"user", line}}, true), false) : tok.encode(line, true);
+}
+
+// The training data: fixed-length chunks with the target's top-k labels.
+struct Data {
+  at::Tensor ids;        // [N, S] int64 (padding: 0)
+  at::Tensor lengths;    // [N] int64: real tokens of each chunk
+  at::Tensor top_ids;    // [N, S, kTopK] int32
+  at::Tensor top_p;      // [N, S, kTopK] float32
+  at::Tensor head_ids;   // [V'] int64, or empty for a full head
+  int64_t train = 0;     // chunks [0, train) train, the rest are held out
+  std::vector<at::Tensor> tensors() const { return {ids, lengths, top_ids, top_p, head_ids, at::tensor(train)}; }
+  static Data from(const std::vector<at::Tensor>& t) {
+    SPECDEC_CHECK(t.size() == 6, "make-draft: training/data.pt is not a make-draft data file");
+    return {t[0], t[1], t[2], t[3], t[4], t[5].item<int64_t>()};
+  }
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Splits sequences into chunks of `s` tokens (a last piece shorter than 2 tokens is dropped) and
+// shuffles them with `seed`.
+std::pair<at::Tensor, at::Tensor> chunk(const std::vector<std::vector<int64_t>>& seqs, int64_t s, uint64_t seed) {
+  std::vector<std::vector<int64_t>> pieces;
+  for (const auto& q : seqs)
+    for (size_t at = 0; at + 2 <= q.size(); at += static_cast<size_t>(s))
+      pieces.emplace_back(q.begin() + static_cast<std::ptrdiff_t>(at),
+                          q.begin() + static_cast<std::ptrdiff_t>(std::min(q.size(), at + static_cast<size_t>(s))));
+  at::Tensor ids = at::zeros({static_cast<int64_t>(pieces.size()), s}, at::kLong);
+  at::Tensor lengths = at::empty({static_cast<int64_t>(pieces.size())}, at::kLong);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto n = static_cast<int64_t>(pieces[i].size());
+    ids[static_cast<int64_t>(i)].narrow(0, 0, n).copy_(at::tensor(pieces[i], at::kLong));
+    lengths[static_cast<int64_t>(i)] = n;
+  }
+  const at::Tensor order = at::randperm(ids.size(0), at::detail::createCPUGenerator(seed), at::kLong);
+  return {ids.index_select(0, order), lengths.index_select(0, order)};
+}
+
+// The `n` most frequent ids of the training chunks, plus the EOS ids, ascending.
+std::vector<int64_t> frequent_ids(const Data& d, int64_t n, const ModelConfig& c) {
+  const at::Tensor mask = at::arange(d.ids.size(1)).unsqueeze(0) < d.lengths.narrow(0, 0, d.train).unsqueeze(1);
+  const at::Tensor counts = at::bincount(d.ids.narrow(0, 0, d.train).masked_select(mask), {}, c.vocab_size);
+  std::vector<int64_t> order(static_cast<size_t>(c.vocab_size));
+  std::iota(order.begin(), order.end(), 0);
+  const auto* cnt = counts.data_ptr<int64_t>();
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cnt[a] > cnt[b]; });
+  std::vector<int64_t> ids(order.begin(), order.begin() + n);
+  for (int64_t e : c.eos_token_ids)
+    if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// KL(p' || q) per position [.., S] over the labelled entries: top_p [.., S, K] the target's
+// probabilities, pos their places in the head (-1: outside it), logq [.., S, K] the draft's
+// log-probabilities there; p' is p over the entries in the head, renormalised.
+at::Tensor label_kl(const at::Tensor& top_p, const at::Tensor& pos, const at::Tensor& logq) {
+  const at::Tensor p = top_p * (pos >= 0);
+  const at::Tensor pn = p / p.sum(-1, true).clamp_min(1e-30);
+  return (at::xlogy(pn, pn) - pn * logq).sum(-1);
+}
+
+// KL, acceptance and greedy agreement of a draft's logits against the stored top-k labels, over
+// the real positions of `rows` (the acceptance counts only the top-k entries: a lower bound).
+DraftQuality label_quality(const Net& net, const Data& d, const at::Tensor& head_pos, int64_t begin, int64_t end,
+                           int64_t batch) {
+  torch::NoGradGuard no_grad;
+  DraftQuality q;
+  double kl = 0, acc = 0, agree = 0;
+  for (int64_t b = begin; b < end; b += batch) {
+    const int64_t n = std::min(batch, end - b);
+    const at::Tensor logq = at::log_softmax(net.forward(d.ids.narrow(0, b, n)), -1);  // [n, S, Vh]
+    const at::Tensor mask = at::arange(d.ids.size(1)).unsqueeze(0) < d.lengths.narrow(0, b, n).unsqueeze(1);
+    const at::Tensor pos = head_pos.index_select(0, d.top_ids.narrow(0, b, n).reshape(-1).to(at::kLong))
+                               .view({n, d.ids.size(1), kTopK});  // [n, S, K]: -1 outside the head
+    const at::Tensor valid = pos >= 0;
+    const at::Tensor lq = logq.gather(-1, pos.clamp_min(0));
+    kl += label_kl(d.top_p.narrow(0, b, n), pos, lq).masked_select(mask).sum().item<double>();
+    acc += at::minimum(d.top_p.narrow(0, b, n) * valid, lq.exp() * valid).sum(-1).masked_select(mask).sum().item<double>();
+    const at::Tensor top1 = head_pos.index_select(0, d.top_ids.narrow(0, b, n).select(-1, 0).reshape(-1).to(at::kLong))
+                                .view({n, d.ids.size(1)});
+    agree += (logq.argmax(-1) == top1).masked_select(mask).sum().item<double>();
+    q.positions += mask.sum().item<int64_t>();
+  }
+  if (q.positions > 0) q.kl = kl / q.positions, q.acceptance = acc / q.positions, q.greedy_agreement = agree / q.positions;
+  return q;
+}
+
+struct RunState {
+  std::string target_fingerprint;
+  std::vector<int64_t> layer_ids;
+  int64_t seq_len = 0, step = 0;
+  json to_json() const {
+    return {{"target", target_fingerprint}, {"layer_ids", layer_ids}, {"seq_len", seq_len}, {"step", step}};
+  }
+};
+
+// Writes the draft folder `out` as a whole: built beside it as `out`.next, then swapped in.
+void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& src, const std::string& target,
+                        const Net& net, const Data& data, torch::optim::Optimizer& opt, const RunState& state) {
+  const std::string next = out + ".next", prev = out + ".prev";
+  fs::remove_all(next);
+  json c = src.config_json;
+  c["num_hidden_layers"] = static_cast<int64_t>(net.layers.size());
+  c["tie_word_embeddings"] = false;
+  c["torch_dtype"] = "float32";
+  c.erase("head_token_ids");
+  if (data.head_ids.numel() > 0)
+    c["head_token_ids"] = std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
+                                               data.head_ids.data_ptr<int64_t>() + data.head_ids.numel());
+  detail::make_dir(next + "/training");
+  if (!src.gguf) detail::copy_tokenizer_files(target, next);
+  const std::string old_data = out + "/training/data.pt";
+  if (fs::exists(old_data)) {
+    fs::create_hard_link(old_data, next + "/training/data.pt");
+  } else {
+    torch::save(data.tensors(), next + "/training/data.pt");
+  }
+  torch::save(opt, next + "/training/optimizer.pt");
+  write_file_atomic(next + "/training/state.json", state.to_json().dump(2) + "\n");
+  detail::write_checkpoint(next, c, net.named());
+  fs::remove_all(prev);
+  if (fs::exists(out)) fs::rename(out, prev);
+  fs::rename(next, out);
+  fs::remove_all(prev);
+}
+
+}  // namespace
+
+void MakeDraftOptions::validate() const {
+  SPECDEC_CHECK(!target.empty(), "make-draft: --target is required");
+  SPECDEC_CHECK(!out.empty(), "make-draft: --out is required");
+  SPECDEC_CHECK(layer_ids.empty() ? layers >= 1 : true, "make-draft: --layers must be >= 1, got ", layers);
+  for (size_t i = 0; i < layer_ids.size(); ++i) {
+    SPECDEC_CHECK(layer_ids[i] >= 0, "make-draft: --layer-ids must be >= 0, got ", layer_ids[i]);
+    SPECDEC_CHECK(std::count(layer_ids.begin(), layer_ids.end(), layer_ids[i]) == 1,
+                  "make-draft: --layer-ids lists layer ", layer_ids[i], " twice");
+  }
+  SPECDEC_CHECK(vocab_subset >= 0, "make-draft: --vocab-subset must be >= 1, got ", vocab_subset);
+  SPECDEC_CHECK(resume || !data_files.empty() || !prompts_file.empty() || !data_from.empty(),
+                "make-draft: give training text: --data FILE... and/or --prompts FILE, or --data-from DIR");
+  SPECDEC_CHECK(data_from.empty() || (data_files.empty() && prompts_file.empty()),
+                "make-draft: --data-from reuses another run's text and labels; it cannot be combined with --data or --prompts");
+  SPECDEC_CHECK(gen_tokens >= 1, "make-draft: --gen-tokens must be >= 1");
+  SPECDEC_CHECK(gen_temperature >= 0 && std::isfinite(gen_temperature), "make-draft: --gen-temperature must be >= 0");
+  SPECDEC_CHECK(steps >= 0, "make-draft: --steps must be >= 0");
+  SPECDEC_CHECK(seq_len >= 2, "make-draft: --seq-len must be >= 2");
+  SPECDEC_CHECK(batch >= 1, "make-draft: --batch must be >= 1");
+  SPECDEC_CHECK(lr > 0 && std::isfinite(lr), "make-draft: --lr must be > 0");
+  SPECDEC_CHECK(threads >= 0, "make-draft: --threads must be >= 0");
+  SPECDEC_CHECK(checkpoint_every >= 1, "make-draft: --checkpoint-every must be >= 1");
+}
+
+MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(const MakeDraftProgress&)>& on_progress,
+                           const std::atomic<bool>* stop) {
+  o.validate();
+  if (o.threads > 0) set_num_threads(o.threads);
+  auto progress = [&](const MakeDraftProgress& p) {
+    if (on_progress) on_progress(p);
+  };
+  auto stopped = [&] { return stop != nullptr && stop->load(); };
+  const std::string out = o.out;
+  // A swap interrupted between its two renames leaves the last checkpoint as `out`.prev.
+  if (o.resume && !fs::exists(out) && fs::exists(out + ".prev")) fs::rename(out + ".prev", out);
+  if (o.resume) {
+    SPECDEC_CHECK(fs::exists(out + "/training/state.json"), out,
+                  ": nothing to resume (no training/state.json; was it written by make-draft?)");
+  } else {
+    SPECDEC_CHECK(!fs::exists(out), out, ": already exists; remove it, or pass --resume to continue its training");
+  }
+  const detail::SourceCheckpoint src = detail::open_checkpoint(o.target);
+  const ModelConfig& c = src.config;
+  SPECDEC_CHECK(llama_family(c.model_type) && c.head_token_ids.empty(), "make-draft: ", o.target, " is a ",
+                c.model_type, c.head_token_ids.empty() ? "" : " draft with a reduced head",
+                " model; make-draft supports llama-family targets (llama, mistral, qwen2)");
+
+  RunState state;
+  Data data;
+  if (o.resume) {
+    const json s = json::parse(read_text_file(out + "/training/state.json"));
+    state.target_fingerprint = s.at("target").get<std::string>();
+    state.layer_ids = s.at("layer_ids").get<std::vector<int64_t>>();
+    state.seq_len = s.at("seq_len").get<int64_t>();
+    state.step = s.at("step").get<int64_t>();
+    std::vector<at::Tensor> t;
+    torch::load(t, out + "/training/data.pt");
+    data = Data::from(t);
+  } else {
+    state.layer_ids = o.layer_ids;
+    if (state.layer_ids.empty())
+      for (int64_t i = 0; i < o.layers; ++i) state.layer_ids.push_back(i);
+    state.seq_len = o.seq_len;
+  }
+  for (int64_t i : state.layer_ids)
+    SPECDEC_CHECK(i < c.num_hidden_layers, "make-draft: layer ", i, " asked for, but ", o.target, " has ",
+                  c.num_hidden_layers, " layers (0..", c.num_hidden_layers - 1, ")");
+  SPECDEC_CHECK(o.vocab_subset <= c.vocab_size, "make-draft: --vocab-subset ", o.vocab_subset,
+                " is larger than the vocabulary (", c.vocab_size, ")");
+
+  std::vector<int64_t> all_layers(static_cast<size_t>(c.num_hidden_layers));
+  std::iota(all_layers.begin(), all_layers.end(), 0);
+  if (!o.resume && !o.data_from.empty()) {
+    // Another run's sequences and labels (same target, same --seq-len); the head is chosen anew.
+    const std::string from = o.data_from + "/training/";
+    SPECDEC_CHECK(fs::exists(from + "data.pt") && fs::exists(from + "state.json"), "make-draft: --data-from ",
+                  o.data_from, ": no training/data.pt (not a make-draft output folder)");
+    const json s = json::parse(read_text_file(from + "state.json"));
+    SPECDEC_CHECK(s.at("seq_len").get<int64_t>() == state.seq_len, "make-draft: --data-from ", o.data_from,
+                  " has sequences of ", s.at("seq_len").get<int64_t>(), " tokens; --seq-len is ", state.seq_len);
+    SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, load_net(src, {}, {}).embed),
+                  "make-draft: --data-from ", o.data_from, " was labelled by a different target than ", o.target);
+    std::vector<at::Tensor> t;
+    torch::load(t, from + "data.pt");
+    data = Data::from(t);
+    data.head_ids = o.vocab_subset > 0 ? at::tensor(frequent_ids(data, o.vocab_subset, c), at::kLong)
+                                       : at::empty({0}, at::kLong);
+  } else if (!o.resume) {
+    for (const std::string& f : o.data_files)
+      SPECDEC_CHECK(std::ifstream(f).good(), "make-draft: --data ", f, ": cannot read the file");
+    // 1. Training text: the user's files, then the target's own answers to the prompts.
+    const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.target);
+    std::vector<std::vector<int64_t>> seqs;
+    for (const std::string& f : o.data_files) {
+      seqs.push_back(tok->encode(read_text_file(f), false));
+      SPECDEC_CHECK(!seqs.back().empty(), "make-draft: --data ", f, " holds no text");
+    }
+    if (!o.prompts_file.empty()) {
+      std::ifstream in(o.prompts_file);
+      SPECDEC_CHECK(in.good(), "make-draft: --prompts ", o.prompts_file, ": cannot read the file");
+      std::optional<ChatTemplate> chat;
+      if (auto text = read_chat_template(o.target)) chat = ChatTemplate::recognise(*text, o.target);
+      std::vector<std::vector<int64_t>> prompts;
+      for (std::string line; std::getline(in, line);) {
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        prompts.push_back(prompt_ids(line, *tok, chat));
+      }
+      SPECDEC_CHECK(!prompts.empty(), "make-draft: --prompts ", o.prompts_file, " has no prompt (one per line)");
+      const Generator gen(load_model(o.target));
+      const auto t0 = Clock::now();
+      int64_t made = 0;
+      for (size_t b = 0; b < prompts.size(); b += 8) {
+        if (stopped()) return {0, true, {}, {}};
+        const std::vector<std::vector<int64_t>> part(prompts.begin() + static_cast<std::ptrdiff_t>(b),
+                                                     prompts.begin() + static_cast<std::ptrdiff_t>(std::min(prompts.size(), b + 8)));
+        std::vector<GenerationConfig> configs;
+        for (size_t i = 0; i < part.size(); ++i) {
+          GenerationConfig g;
+          g.max_new_tokens = o.gen_tokens;
+          g.do_sample = o.gen_temperature > 0;
+          if (g.do_sample) g.temperature = o.gen_temperature;
+          g.seed = o.seed + b + i;
+          configs.push_back(g);
+        }
+        const BatchResult r = gen.generate_batch(part, configs);
+        for (size_t i = 0; i < part.size(); ++i) {
+          std::vector<int64_t> s = part[i];
+          s.insert(s.end(), r.results[i].tokens.begin(), r.results[i].tokens.end());
+          made += static_cast<int64_t>(r.results[i].tokens.size());
+          seqs.push_back(std::move(s));
+        }
+        const double dt = seconds_since(t0);
+        progress({"generate", static_cast<int64_t>(b + part.size()), static_cast<int64_t>(prompts.size()), 0,
+                  made / dt, dt / static_cast<double>(b + part.size()) * static_cast<double>(prompts.size() - b - part.size())});
+      }
+    }
+    auto [ids, lengths] = chunk(seqs, state.seq_len, o.seed);
+    const int64_t n = ids.size(0);
+    SPECDEC_CHECK(n >= 2, "make-draft: not enough training text: ", n, " sequence(s) of up to ", state.seq_len,
+                  " tokens; at least 2 are needed (one is held out)");
+    data.ids = ids;
+    data.lengths = lengths;
+    data.train = n - std::max<int64_t>(1, n / 20);
+    data.head_ids = o.vocab_subset > 0 ? at::tensor(frequent_ids(data, o.vocab_subset, c), at::kLong)
+                                       : at::empty({0}, at::kLong);
+    // 2. The target's labels: its top-k next-token probabilities at every position.
+    const Net teacher = load_net(src, all_layers, {});
+    data.top_ids = at::empty({n, state.seq_len, kTopK}, at::kInt);
+    data.top_p = at::empty({n, state.seq_len, kTopK}, at::kFloat);
+    torch::NoGradGuard no_grad;
+    const auto t0 = Clock::now();
+    for (int64_t b = 0; b < n; b += o.batch) {
+      if (stopped()) return {0, true, {}, {}};
+      const int64_t m = std::min(o.batch, n - b);
+      const auto [p, i] = at::log_softmax(teacher.forward(data.ids.narrow(0, b, m)), -1).topk(kTopK, -1);
+      data.top_p.narrow(0, b, m).copy_(p.exp());
+      data.top_ids.narrow(0, b, m).copy_(i);
+      const double dt = seconds_since(t0);
+      progress({"label", b + m, n, 0, static_cast<double>((b + m) * state.seq_len) / dt, dt / (b + m) * (n - b - m)});
+    }
+  }
+
+  // 3. The draft, and the run state that must match on --resume.
+  Net net = load_net(src, state.layer_ids, std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
+                                                               data.head_ids.data_ptr<int64_t>() + data.head_ids.numel()));
+  const std::string print = fingerprint(src, net.embed);
+  if (o.resume) {
+    SPECDEC_CHECK(state.target_fingerprint == print, out, ": was made from a different target than ", o.target,
+                  " (configuration or weights differ); resume with the target it was made from");
+    const WeightStore saved(out);
+    // named() hands out views of the Net's own tensors: copying into them restores the checkpoint.
+    for (auto& [name, t] : net.named()) {
+      SPECDEC_CHECK(saved.contains(name), out, ": checkpoint has no tensor '", name, "'");
+      t.copy_(saved.load(name, at::kFloat, c10::Device(c10::kCPU), t.sizes().vec()));
+    }
+  }
+  state.target_fingerprint = print;
+  std::vector<at::Tensor> params = net.trainable();
+  for (at::Tensor& p : params) p.set_requires_grad(true);
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(o.lr).weight_decay(0.0));
+  if (o.resume) torch::load(opt, out + "/training/optimizer.pt");
+
+  // Position of every vocabulary id in the head (-1: not in it).
+  at::Tensor head_pos = at::arange(c.vocab_size, at::kLong);
+  if (data.head_ids.numel() > 0) {
+    head_pos = at::full({c.vocab_size}, -1, at::kLong);
+    head_pos.index_copy_(0, data.head_ids, at::arange(data.head_ids.numel(), at::kLong));
+  }
+  const int64_t n_held = data.ids.size(0) - data.train;
+  MakeDraftResult result;
+  result.before = label_quality(net, data, head_pos, data.train, data.ids.size(0), o.batch);
+
+  // 4. Distillation.
+  const int64_t s = data.ids.size(1), warmup = std::max<int64_t>(1, o.steps / 20);
+  const auto t0 = Clock::now();
+  const int64_t first = state.step;
+  auto checkpoint = [&] { write_draft_folder(out, src, o.target, net, data, opt, state); };
+  while (state.step < o.steps) {
+    if (stopped()) {
+      result.interrupted = true;
+      break;
+    }
+    const int64_t step = state.step;
+    const double progress_frac = static_cast<double>(step) / static_cast<double>(o.steps);
+    const double lr = step < warmup ? o.lr * static_cast<double>(step + 1) / static_cast<double>(warmup)
+                                    : o.lr * (0.1 + 0.45 * (1 + std::cos(M_PI * progress_frac)));
+    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    const at::Tensor rows = at::randint(data.train, {o.batch}, at::detail::createCPUGenerator(o.seed * 1000003 + static_cast<uint64_t>(step)), at::kLong);
+    const at::Tensor ids = data.ids.index_select(0, rows);                                  // [B, S]
+    const at::Tensor mask = at::arange(s).unsqueeze(0) < data.lengths.index_select(0, rows).unsqueeze(1);  // [B, S]
+    const at::Tensor pos = head_pos.index_select(0, data.top_ids.index_select(0, rows).reshape(-1).to(at::kLong))
+                               .view({o.batch, s, kTopK});                                   // [B, S, K]
+    const at::Tensor logq = at::log_softmax(net.forward(ids), -1).gather(-1, pos.clamp_min(0));  // [B, S, K]
+    const at::Tensor loss = (label_kl(data.top_p.index_select(0, rows), pos, logq) * mask).sum() / mask.sum();
+    opt.zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(params, 1.0);
+    opt.step();
+    ++state.step;
+    const double dt = seconds_since(t0);
+    const double per_step = dt / static_cast<double>(state.step - first);
+    progress({"train", state.step, o.steps, loss.item<double>(), static_cast<double>(o.batch * s) / per_step,
+              per_step * static_cast<double>(o.steps - state.step)});
+    if (state.step % o.checkpoint_every == 0 && state.step < o.steps) checkpoint();
+  }
+  checkpoint();
+  result.steps_done = state.step;
+  result.after = label_quality(net, data, head_pos, data.train, data.train + n_held, o.batch);
+  return result;
+}
+
+DraftQuality evaluate_draft(const Model& target, const Model& draft, const std::vector<std::vector<int64_t>>& sequences) {
+  SPECDEC_CHECK(target.config().vocab_size == draft.config().vocab_size, "evaluate_draft: vocabulary sizes differ (",
+                target.config().vocab_size, " vs ", draft.config().vocab_size, ")");
+  c10::InferenceMode guard;
+  DraftQuality q;
+  double kl = 0, acc = 0, agree = 0;
+  for (const auto& seq : sequences) {
+    if (seq.empty()) continue;
+    const auto n = static_cast<int64_t>(seq.size());
+    const at::Tensor ids = at::tensor(seq, at::kLong).view({1, n});
+    KVCache tc = target.make_cache(n), dc = draft.make_cache(n);
+    const at::Tensor p = at::softmax(target.forward(ids.to(target.device()), tc).cpu()[0], -1);  // [T, V]
+    const at::Tensor logq = at::log_softmax(draft.forward(ids.to(draft.device()), dc).cpu()[0], -1);
+    const at::Tensor q_ = logq.exp();
+    const at::Tensor support = q_ > 0;
+    const at::Tensor pr = p * support / (p * support).sum(-1, true).clamp_min(1e-30);  // p restricted to q's support
+    kl += (at::xlogy(pr, pr) - at::where(support, pr * logq, at::zeros_like(pr))).sum().item<double>();
+    acc += at::minimum(p, q_).sum().item<double>();
+    agree += (p.argmax(-1) == logq.argmax(-1)).sum().item<double>();
+    q.positions += n;
+  }
+  if (q.positions > 0) q.kl = kl / q.positions, q.acceptance = acc / q.positions, q.greedy_agreement = agree / q.positions;
+  return q;
+}
+
+}  // namespace specdec

@@ -1,0 +1,232 @@
+// make-draft: a draft distilled from a small generated target, end to end in seconds. Training must
+// lower the KL measured through the inference path on text it did not see; a reduced head keeps
+// greedy output exact; an interrupted run resumes to bitwise the draft of an uninterrupted one; bad
+// input leaves no folder behind.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "test_util.hpp"
+
+namespace specdec::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Pseudo-English text from a fixed word list (seeded): repeated patterns a small draft can learn.
+std::string text(uint32_t seed, int words) {
+  static const char* kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
+                                 "big", "red", "house", "in", "small", "town", "we", "saw", "it", "."};
+  std::mt19937 rng(seed);
+  std::string s;
+  int prev = 0;
+  for (int i = 0; i < words; ++i) {
+    // Each word strongly predicts the next one (a Markov chain with a favourite successor).
+    const int w = rng() % 4 == 0 ? static_cast<int>(rng() % 20) : (prev * 7 + 3) % 20;
+    s += kWords[w];
+    s += ' ';
+    prev = w;
+  }
+  return s;
+}
+
+struct Setup {
+  std::string target, train_file;
+  std::vector<std::vector<int64_t>> held_out;
+};
+
+// A 4-layer target with the tiny BPE tokenizer (263 ids), peaked outputs, no early-exit scaling.
+const Setup& setup() {
+  static const Setup s = [] {
+    FixtureOptions o = small_fixture(5, 4);
+    o.exit_layers = -1;
+    o.exit_scale = 1.0;
+    o.init_std = 0.15;
+    o.tokenizer_dir = std::string(SPECDEC_TEST_DATA) + "/tiny_bpe";
+    Setup r;
+    r.target = cached_fixture("make_draft_target", o);
+    const std::string dir = temp_dir("make_draft_text");
+    r.train_file = dir + "/train.txt";
+    write_file(r.train_file, text(1, 3000));
+    const auto tok = load_tokenizer(r.target);
+    for (uint32_t seed : {101u, 102u, 103u}) r.held_out.push_back(tok->encode(text(seed, 60), false));
+    return r;
+  }();
+  return s;
+}
+
+MakeDraftOptions options(const std::string& out) {
+  MakeDraftOptions o;
+  o.target = setup().target;
+  o.out = out;
+  o.data_files = {setup().train_file};
+  o.steps = 40;
+  o.seq_len = 32;
+  o.batch = 4;
+  o.lr = 3e-3;
+  o.checkpoint_every = 10;
+  return o;
+}
+
+TEST(MakeDraft, TrainingLowersTheHeldOutKLThroughTheInferencePath) {
+  const std::string root = temp_dir("make_draft_kl");
+  MakeDraftOptions o = options(root + "/untrained");
+  o.steps = 0;
+  const MakeDraftResult r0 = make_draft(o);
+  EXPECT_EQ(r0.steps_done, 0);
+  o.out = root + "/trained";
+  o.steps = 80;
+  const MakeDraftResult r = make_draft(o);
+  EXPECT_EQ(r.steps_done, 80);
+  EXPECT_FALSE(r.interrupted);
+  EXPECT_LT(r.after.kl, r.before.kl);
+
+  const auto target = load_model(setup().target);
+  const DraftQuality before = evaluate_draft(*target, *load_model(root + "/untrained"), setup().held_out);
+  const DraftQuality after = evaluate_draft(*target, *load_model(root + "/trained"), setup().held_out);
+  EXPECT_GT(before.positions, 100);
+  EXPECT_LT(after.kl, 0.85 * before.kl) << before.kl << " -> " << after.kl;
+  EXPECT_GT(after.acceptance, before.acceptance);
+  // An ordinary checkpoint folder: the target's tokenizer files came along.
+  EXPECT_TRUE(fs::exists(root + "/trained/tokenizer.json"));
+  EXPECT_EQ(load_model(root + "/trained")->config().num_hidden_layers, 1);
+}
+
+TEST(MakeDraft, AllLayersUntrainedIsTheTarget) {
+  MakeDraftOptions o = options(temp_dir("make_draft_all") + "/d");
+  o.layer_ids = {0, 1, 2, 3};
+  o.steps = 0;
+  make_draft(o);
+  const DraftQuality q = evaluate_draft(*load_model(setup().target), *load_model(o.out), setup().held_out);
+  EXPECT_LT(q.kl, 1e-6);
+  EXPECT_EQ(q.greedy_agreement, 1.0);
+}
+
+TEST(MakeDraft, AReducedHeadKeepsGreedyOutputExact) {
+  MakeDraftOptions o = options(temp_dir("make_draft_head") + "/d");
+  o.vocab_subset = 30;
+  make_draft(o);
+  const auto draft = load_model(o.out);
+  const auto& ids = draft->config().head_token_ids;
+  const auto target = load_model(setup().target);
+  ASSERT_GE(ids.size(), 30u);
+  ASSERT_LE(ids.size(), 31u);  // plus EOS when it is not among the 30
+  EXPECT_TRUE(std::find(ids.begin(), ids.end(), target->config().eos_token_ids[0]) != ids.end());
+  const Generator plain(target), assisted(target, draft);
+  GenerationConfig g;
+  g.max_new_tokens = 24;
+  g.num_assistant_tokens = 4;
+  int64_t accepted = 0;
+  for (const auto& seq : setup().held_out) {
+    const std::vector<int64_t> prompt(seq.begin(), seq.begin() + 8);
+    const GenerationResult a = assisted.generate(prompt, g);
+    EXPECT_EQ(a.tokens, plain.generate(prompt, g).tokens);
+    EXPECT_EQ(a.tokens, oracle_greedy(*target, prompt, g.max_new_tokens, target->config().eos_token_ids));
+    accepted += a.stats.accepted_tokens;
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+std::map<std::string, at::Tensor> tensors_of(const std::string& dir) {
+  const WeightStore w(dir);
+  std::map<std::string, at::Tensor> t;
+  for (const std::string& name : w.names()) t[name] = w.load(name, at::kFloat, c10::Device(c10::kCPU));
+  return t;
+}
+
+TEST(MakeDraft, AnInterruptedRunResumesToTheSameDraft) {
+  const std::string root = temp_dir("make_draft_resume");
+  MakeDraftOptions o = options(root + "/whole");
+  o.steps = 16;
+  o.checkpoint_every = 4;
+  o.vocab_subset = 40;
+  make_draft(o);
+
+  o.out = root + "/parts";
+  std::atomic<bool> stop{false};
+  const MakeDraftResult first = make_draft(
+      o, [&](const MakeDraftProgress& p) { stop = p.phase == "train" && p.done == 6; }, &stop);
+  EXPECT_TRUE(first.interrupted);
+  EXPECT_EQ(first.steps_done, 6);
+  EXPECT_EQ(read_json(o.out + "/training/state.json")["step"], 6);
+  EXPECT_FALSE(fs::exists(o.out + ".next"));
+  EXPECT_FALSE(fs::exists(o.out + ".prev"));
+  o.resume = true;
+  o.data_files.clear();
+  const MakeDraftResult rest = make_draft(o);
+  EXPECT_EQ(rest.steps_done, 16);
+  const auto whole = tensors_of(root + "/whole"), parts = tensors_of(root + "/parts");
+  ASSERT_EQ(whole.size(), parts.size());
+  for (const auto& [name, t] : whole) EXPECT_TRUE(at::equal(t, parts.at(name))) << name;
+}
+
+TEST(MakeDraft, DataFromAnotherRunIsReused) {
+  const std::string root = temp_dir("make_draft_reuse");
+  MakeDraftOptions o = options(root + "/a");
+  o.steps = 2;
+  make_draft(o);
+  MakeDraftOptions b = options(root + "/b");
+  b.data_files.clear();
+  b.data_from = o.out;
+  b.vocab_subset = 20;
+  b.steps = 2;
+  make_draft(b);
+  EXPECT_GE(load_model(b.out)->config().head_token_ids.size(), 20u);
+  b.out = root + "/c";
+  b.seq_len = 16;
+  EXPECT_THROW(make_draft(b), Error);
+  EXPECT_FALSE(fs::exists(b.out));
+}
+
+void expect_error(const MakeDraftOptions& o, const std::string& needle) {
+  const bool existed = fs::exists(o.out);
+  try {
+    make_draft(o);
+    ADD_FAILURE() << "no error; expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  if (!existed) EXPECT_FALSE(fs::exists(o.out)) << "a failed run left " << o.out;
+}
+
+TEST(MakeDraft, BadInputIsRefusedAndLeavesNoFolder) {
+  const std::string root = temp_dir("make_draft_bad");
+  MakeDraftOptions o = options(root + "/x");
+  o.layers = 5;
+  expect_error(o, "has 4 layers");
+  o = options(root + "/x");
+  o.layer_ids = {0, 0};
+  expect_error(o, "twice");
+  o = options(root + "/x");
+  o.vocab_subset = 100000;
+  expect_error(o, "larger than the vocabulary");
+  o = options(root + "/x");
+  o.data_files = {root + "/missing.txt"};
+  expect_error(o, "cannot read");
+  o = options(root + "/x");
+  o.data_files.clear();
+  expect_error(o, "give training text");
+  o = options(root + "/x");
+  o.target = cached_fixture("make_draft_gpt2", small_fixture(5, 2, "gpt2"));
+  expect_error(o, "llama-family");
+  o = options(root + "/x");
+  o.steps = -1;
+  expect_error(o, "--steps");
+
+  // An existing folder is never overwritten; a resume needs a make-draft folder of the same target.
+  o = options(root + "/done");
+  o.steps = 1;
+  make_draft(o);
+  expect_error(o, "already exists");
+  o.resume = true;
+  o.target = cached_fixture("make_draft_other", small_fixture(6, 4));
+  expect_error(o, "different target");
+  o = options(root + "/x");
+  o.resume = true;
+  expect_error(o, "nothing to resume");
+}
+
+}  // namespace
+}  // namespace specdec::test
