@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -28,7 +27,6 @@
 
 namespace specdec {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
@@ -268,7 +266,7 @@ struct RunState {
 void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& src, const std::string& target,
                         const Net& net, const Data& data, torch::optim::Optimizer& opt, const RunState& state) {
   const std::string next = out + ".next", prev = out + ".prev";
-  fs::remove_all(next);
+  remove_tree(next);
   json c = src.config_json;
   c["num_hidden_layers"] = static_cast<int64_t>(net.layers.size());
   c["tie_word_embeddings"] = false;
@@ -280,18 +278,18 @@ void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& 
   detail::make_dir(next + "/training");
   if (!src.gguf) detail::copy_tokenizer_files(target, next);
   const std::string old_data = out + "/training/data.pt";
-  if (fs::exists(old_data)) {
-    fs::create_hard_link(old_data, next + "/training/data.pt");
+  if (path_exists(old_data)) {
+    hard_link(old_data, next + "/training/data.pt");
   } else {
     torch::save(data.tensors(), next + "/training/data.pt");
   }
   torch::save(opt, next + "/training/optimizer.pt");
   write_file_atomic(next + "/training/state.json", state.to_json().dump(2) + "\n");
   detail::write_checkpoint(next, c, net.named());
-  fs::remove_all(prev);
-  if (fs::exists(out)) fs::rename(out, prev);
-  fs::rename(next, out);
-  fs::remove_all(prev);
+  remove_tree(prev);
+  if (path_exists(out)) rename_path(out, prev);
+  rename_path(next, out);
+  remove_tree(prev);
 }
 
 }  // namespace
@@ -330,12 +328,12 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   auto stopped = [&] { return stop != nullptr && stop->load(); };
   const std::string out = o.out;
   // A swap interrupted between its two renames leaves the last checkpoint as `out`.prev.
-  if (o.resume && !fs::exists(out) && fs::exists(out + ".prev")) fs::rename(out + ".prev", out);
+  if (o.resume && !path_exists(out) && path_exists(out + ".prev")) rename_path(out + ".prev", out);
   if (o.resume) {
-    SPECDEC_CHECK(fs::exists(out + "/training/state.json"), out,
+    SPECDEC_CHECK(path_exists(out + "/training/state.json"), out,
                   ": nothing to resume (no training/state.json; was it written by make-draft?)");
   } else {
-    SPECDEC_CHECK(!fs::exists(out), out, ": already exists; remove it, or pass --resume to continue its training");
+    SPECDEC_CHECK(!path_exists(out), out, ": already exists; remove it, or pass --resume to continue its training");
   }
   const detail::SourceCheckpoint src = detail::open_checkpoint(o.target);
   const ModelConfig& c = src.config;
@@ -371,7 +369,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   if (!o.resume && !o.data_from.empty()) {
     // Another run's sequences and labels (same target, same --seq-len); the head is chosen anew.
     const std::string from = o.data_from + "/training/";
-    SPECDEC_CHECK(fs::exists(from + "data.pt") && fs::exists(from + "state.json"), "make-draft: --data-from ",
+    SPECDEC_CHECK(path_exists(from + "data.pt") && path_exists(from + "state.json"), "make-draft: --data-from ",
                   o.data_from, ": no training/data.pt (not a make-draft output folder)");
     const json s = json::parse(read_text_file(from + "state.json"));
     SPECDEC_CHECK(s.at("seq_len").get<int64_t>() == state.seq_len, "make-draft: --data-from ", o.data_from,

@@ -1,5 +1,6 @@
 #include "util.hpp"
 
+#include <ftw.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +31,28 @@ std::string read_text_file(const std::string& path) {
 bool file_exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void remove_tree(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return;
+  const auto remove = [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); };
+  SPECDEC_CHECK(::nftw(path.c_str(), remove, 16, FTW_DEPTH | FTW_PHYS) == 0, path, ": cannot remove: ",
+                std::strerror(errno));
+}
+
+void rename_path(const std::string& from, const std::string& to) {
+  SPECDEC_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename ", from, " to ", to, ": ",
+                std::strerror(errno));
+}
+
+void hard_link(const std::string& from, const std::string& to) {
+  SPECDEC_CHECK(::link(from.c_str(), to.c_str()) == 0, "cannot link ", from, " to ", to, ": ", std::strerror(errno));
 }
 
 void write_file_atomic(const std::string& path, const std::string& data) {

@@ -5,15 +5,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <random>
 
 #include "test_util.hpp"
+#include "util.hpp"
 
 namespace specdec::test {
 namespace {
-
-namespace fs = std::filesystem;
 
 // Pseudo-English text from a fixed word list (seeded): repeated patterns a small draft can learn.
 std::string text(uint32_t seed, int words) {
@@ -90,7 +88,7 @@ TEST(MakeDraft, TrainingLowersTheHeldOutKLThroughTheInferencePath) {
   EXPECT_LT(after.kl, 0.85 * before.kl) << before.kl << " -> " << after.kl;
   EXPECT_GT(after.acceptance, before.acceptance);
   // An ordinary checkpoint folder: the target's tokenizer files came along.
-  EXPECT_TRUE(fs::exists(root + "/trained/tokenizer.json"));
+  EXPECT_TRUE(path_exists(root + "/trained/tokenizer.json"));
   EXPECT_EQ(load_model(root + "/trained")->config().num_hidden_layers, 1);
 }
 
@@ -151,8 +149,8 @@ TEST(MakeDraft, AnInterruptedRunResumesToTheSameDraft) {
   EXPECT_TRUE(first.interrupted);
   EXPECT_EQ(first.steps_done, 6);
   EXPECT_EQ(read_json(o.out + "/training/state.json")["step"], 6);
-  EXPECT_FALSE(fs::exists(o.out + ".next"));
-  EXPECT_FALSE(fs::exists(o.out + ".prev"));
+  EXPECT_FALSE(path_exists(o.out + ".next"));
+  EXPECT_FALSE(path_exists(o.out + ".prev"));
   o.resume = true;
   o.data_files.clear();
   const MakeDraftResult rest = make_draft(o);
@@ -177,18 +175,18 @@ TEST(MakeDraft, DataFromAnotherRunIsReused) {
   b.out = root + "/c";
   b.seq_len = 16;
   EXPECT_THROW(make_draft(b), Error);
-  EXPECT_FALSE(fs::exists(b.out));
+  EXPECT_FALSE(path_exists(b.out));
 }
 
 void expect_error(const MakeDraftOptions& o, const std::string& needle) {
-  const bool existed = fs::exists(o.out);
+  const bool existed = path_exists(o.out);
   try {
     make_draft(o);
     ADD_FAILURE() << "no error; expected one containing: " << needle;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
-  if (!existed) EXPECT_FALSE(fs::exists(o.out)) << "a failed run left " << o.out;
+  if (!existed) EXPECT_FALSE(path_exists(o.out)) << "a failed run left " << o.out;
 }
 
 TEST(MakeDraft, BadInputIsRefusedAndLeavesNoFolder) {
