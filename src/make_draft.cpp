@@ -218,6 +218,11 @@ std::vector<int64_t> frequent_ids(const Data& d, int64_t n, const ModelConfig& c
   return ids;
 }
 
+// The ids of a head over the `n` most frequent tokens (empty tensor: n = 0, the full head).
+at::Tensor head_ids(const Data& d, int64_t n, const ModelConfig& c) {
+  return n > 0 ? at::tensor(frequent_ids(d, n, c), at::kLong) : at::empty({0}, at::kLong);
+}
+
 // KL(p' || q) per position [.., S] over the labelled entries: top_p [.., S, K] the target's
 // probabilities, pos their places in the head (-1: outside it), logq [.., S, K] the draft's
 // log-probabilities there; p' is p over the entries in the head, renormalised.
@@ -251,6 +256,90 @@ DraftQuality label_quality(const Net& net, const Data& d, const at::Tensor& head
   }
   if (q.positions > 0) q.kl = kl / q.positions, q.acceptance = acc / q.positions, q.greedy_agreement = agree / q.positions;
   return q;
+}
+
+using Progress = std::function<void(const MakeDraftProgress&)>;
+using Stopped = std::function<bool()>;
+
+// The training sequences: the --data files, then the prompts with the target's own answers.
+// nullopt when stopped.
+std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOptions& o, const Progress& progress,
+                                                               const Stopped& stopped) {
+  for (const std::string& f : o.data_files)
+    SPECDEC_CHECK(std::ifstream(f).good(), "make-draft: --data ", f, ": cannot read the file");
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.target);
+  std::vector<std::vector<int64_t>> seqs;
+  for (const std::string& f : o.data_files) {
+    seqs.push_back(tok->encode(read_text_file(f), false));
+    SPECDEC_CHECK(!seqs.back().empty(), "make-draft: --data ", f, " holds no text");
+  }
+  if (!o.prompts_file.empty()) {
+    std::ifstream in(o.prompts_file);
+    SPECDEC_CHECK(in.good(), "make-draft: --prompts ", o.prompts_file, ": cannot read the file");
+    std::optional<ChatTemplate> chat;
+    if (auto text = read_chat_template(o.target)) chat = ChatTemplate::recognise(*text, o.target);
+    std::vector<std::vector<int64_t>> prompts;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      prompts.push_back(prompt_ids(line, *tok, chat));
+    }
+    SPECDEC_CHECK(!prompts.empty(), "make-draft: --prompts ", o.prompts_file, " has no prompt (one per line)");
+    const Generator gen(load_model(o.target));
+    const auto t0 = Clock::now();
+    int64_t made = 0;
+    for (size_t b = 0; b < prompts.size(); b += 8) {
+      if (stopped()) return std::nullopt;
+      const std::vector<std::vector<int64_t>> part(prompts.begin() + static_cast<std::ptrdiff_t>(b),
+                                                   prompts.begin() + static_cast<std::ptrdiff_t>(std::min(prompts.size(), b + 8)));
+      std::vector<GenerationConfig> configs;
+      for (size_t i = 0; i < part.size(); ++i) {
+        GenerationConfig g;
+        g.max_new_tokens = o.gen_tokens;
+        g.do_sample = o.gen_temperature > 0;
+        if (g.do_sample) g.temperature = o.gen_temperature;
+        g.seed = o.seed + b + i;
+        configs.push_back(g);
+      }
+      const BatchResult r = gen.generate_batch(part, configs);
+      for (size_t i = 0; i < part.size(); ++i) {
+        std::vector<int64_t> s = part[i];
+        s.insert(s.end(), r.results[i].tokens.begin(), r.results[i].tokens.end());
+        made += static_cast<int64_t>(r.results[i].tokens.size());
+        seqs.push_back(std::move(s));
+      }
+      const double dt = seconds_since(t0);
+      progress({"generate", static_cast<int64_t>(b + part.size()), static_cast<int64_t>(prompts.size()), 0,
+                made / dt, dt / static_cast<double>(b + part.size()) * static_cast<double>(prompts.size() - b - part.size())});
+    }
+  }
+  return seqs;
+}
+
+// Fills data.top_ids / top_p with the teacher's top-k next-token probabilities at every position.
+// False when stopped.
+bool label(Data& data, const Net& teacher, int64_t batch, const Progress& progress, const Stopped& stopped) {
+  const int64_t n = data.ids.size(0), s = data.ids.size(1);
+  data.top_ids = at::empty({n, s, kTopK}, at::kInt);
+  data.top_p = at::empty({n, s, kTopK}, at::kFloat);
+  torch::NoGradGuard no_grad;
+  const auto t0 = Clock::now();
+  for (int64_t b = 0; b < n; b += batch) {
+    if (stopped()) return false;
+    const int64_t m = std::min(batch, n - b);
+    const auto [p, i] = at::log_softmax(teacher.forward(data.ids.narrow(0, b, m)), -1).topk(kTopK, -1);
+    data.top_p.narrow(0, b, m).copy_(p.exp());
+    data.top_ids.narrow(0, b, m).copy_(i);
+    const double dt = seconds_since(t0);
+    progress({"label", b + m, n, 0, static_cast<double>((b + m) * s) / dt, dt / static_cast<double>(b + m) * static_cast<double>(n - b - m)});
+  }
+  return true;
+}
+
+// The data of an earlier run's output folder.
+Data read_data(const std::string& folder) {
+  std::vector<at::Tensor> t;
+  torch::load(t, folder + "/training/data.pt");
+  return Data::from(t);
 }
 
 struct RunState {
@@ -322,10 +411,10 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
                            const std::atomic<bool>* stop) {
   o.validate();
   if (o.threads > 0) set_num_threads(o.threads);
-  auto progress = [&](const MakeDraftProgress& p) {
+  const Progress progress = [&](const MakeDraftProgress& p) {
     if (on_progress) on_progress(p);
   };
-  auto stopped = [&] { return stop != nullptr && stop->load(); };
+  const Stopped stopped = [&] { return stop != nullptr && stop->load(); };
   const std::string out = o.out;
   // A swap interrupted between its two renames leaves the last checkpoint as `out`.prev.
   if (o.resume && !path_exists(out) && path_exists(out + ".prev")) rename_path(out + ".prev", out);
@@ -349,9 +438,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     state.layer_ids = s.at("layer_ids").get<std::vector<int64_t>>();
     state.seq_len = s.at("seq_len").get<int64_t>();
     state.step = s.at("step").get<int64_t>();
-    std::vector<at::Tensor> t;
-    torch::load(t, out + "/training/data.pt");
-    data = Data::from(t);
+    data = read_data(out);
   } else {
     state.layer_ids = o.layer_ids;
     if (state.layer_ids.empty())
@@ -376,84 +463,20 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
                   " has sequences of ", s.at("seq_len").get<int64_t>(), " tokens; --seq-len is ", state.seq_len);
     SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, load_net(src, {}, {}).embed),
                   "make-draft: --data-from ", o.data_from, " was labelled by a different target than ", o.target);
-    std::vector<at::Tensor> t;
-    torch::load(t, from + "data.pt");
-    data = Data::from(t);
-    data.head_ids = o.vocab_subset > 0 ? at::tensor(frequent_ids(data, o.vocab_subset, c), at::kLong)
-                                       : at::empty({0}, at::kLong);
+    data = read_data(o.data_from);
+    data.head_ids = head_ids(data, o.vocab_subset, c);
   } else if (!o.resume) {
-    for (const std::string& f : o.data_files)
-      SPECDEC_CHECK(std::ifstream(f).good(), "make-draft: --data ", f, ": cannot read the file");
-    // 1. Training text: the user's files, then the target's own answers to the prompts.
-    const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.target);
-    std::vector<std::vector<int64_t>> seqs;
-    for (const std::string& f : o.data_files) {
-      seqs.push_back(tok->encode(read_text_file(f), false));
-      SPECDEC_CHECK(!seqs.back().empty(), "make-draft: --data ", f, " holds no text");
-    }
-    if (!o.prompts_file.empty()) {
-      std::ifstream in(o.prompts_file);
-      SPECDEC_CHECK(in.good(), "make-draft: --prompts ", o.prompts_file, ": cannot read the file");
-      std::optional<ChatTemplate> chat;
-      if (auto text = read_chat_template(o.target)) chat = ChatTemplate::recognise(*text, o.target);
-      std::vector<std::vector<int64_t>> prompts;
-      for (std::string line; std::getline(in, line);) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        prompts.push_back(prompt_ids(line, *tok, chat));
-      }
-      SPECDEC_CHECK(!prompts.empty(), "make-draft: --prompts ", o.prompts_file, " has no prompt (one per line)");
-      const Generator gen(load_model(o.target));
-      const auto t0 = Clock::now();
-      int64_t made = 0;
-      for (size_t b = 0; b < prompts.size(); b += 8) {
-        if (stopped()) return {0, true, {}, {}};
-        const std::vector<std::vector<int64_t>> part(prompts.begin() + static_cast<std::ptrdiff_t>(b),
-                                                     prompts.begin() + static_cast<std::ptrdiff_t>(std::min(prompts.size(), b + 8)));
-        std::vector<GenerationConfig> configs;
-        for (size_t i = 0; i < part.size(); ++i) {
-          GenerationConfig g;
-          g.max_new_tokens = o.gen_tokens;
-          g.do_sample = o.gen_temperature > 0;
-          if (g.do_sample) g.temperature = o.gen_temperature;
-          g.seed = o.seed + b + i;
-          configs.push_back(g);
-        }
-        const BatchResult r = gen.generate_batch(part, configs);
-        for (size_t i = 0; i < part.size(); ++i) {
-          std::vector<int64_t> s = part[i];
-          s.insert(s.end(), r.results[i].tokens.begin(), r.results[i].tokens.end());
-          made += static_cast<int64_t>(r.results[i].tokens.size());
-          seqs.push_back(std::move(s));
-        }
-        const double dt = seconds_since(t0);
-        progress({"generate", static_cast<int64_t>(b + part.size()), static_cast<int64_t>(prompts.size()), 0,
-                  made / dt, dt / static_cast<double>(b + part.size()) * static_cast<double>(prompts.size() - b - part.size())});
-      }
-    }
-    auto [ids, lengths] = chunk(seqs, state.seq_len, o.seed);
+    const auto seqs = training_text(o, progress, stopped);
+    if (!seqs) return {0, true, {}, {}};
+    auto [ids, lengths] = chunk(*seqs, state.seq_len, o.seed);
     const int64_t n = ids.size(0);
     SPECDEC_CHECK(n >= 2, "make-draft: not enough training text: ", n, " sequence(s) of up to ", state.seq_len,
                   " tokens; at least 2 are needed (one is held out)");
     data.ids = ids;
     data.lengths = lengths;
     data.train = n - std::max<int64_t>(1, n / 20);
-    data.head_ids = o.vocab_subset > 0 ? at::tensor(frequent_ids(data, o.vocab_subset, c), at::kLong)
-                                       : at::empty({0}, at::kLong);
-    // 2. The target's labels: its top-k next-token probabilities at every position.
-    const Net teacher = load_net(src, all_layers, {});
-    data.top_ids = at::empty({n, state.seq_len, kTopK}, at::kInt);
-    data.top_p = at::empty({n, state.seq_len, kTopK}, at::kFloat);
-    torch::NoGradGuard no_grad;
-    const auto t0 = Clock::now();
-    for (int64_t b = 0; b < n; b += o.batch) {
-      if (stopped()) return {0, true, {}, {}};
-      const int64_t m = std::min(o.batch, n - b);
-      const auto [p, i] = at::log_softmax(teacher.forward(data.ids.narrow(0, b, m)), -1).topk(kTopK, -1);
-      data.top_p.narrow(0, b, m).copy_(p.exp());
-      data.top_ids.narrow(0, b, m).copy_(i);
-      const double dt = seconds_since(t0);
-      progress({"label", b + m, n, 0, static_cast<double>((b + m) * state.seq_len) / dt, dt / (b + m) * (n - b - m)});
-    }
+    data.head_ids = head_ids(data, o.vocab_subset, c);
+    if (!label(data, load_net(src, all_layers, {}), o.batch, progress, stopped)) return {0, true, {}, {}};
   }
 
   // 3. The draft, and the run state that must match on --resume.
