@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 
 #include "checkpoint.hpp"
 #include "layers.hpp"
@@ -89,7 +90,8 @@ struct Net {
                   hkv = c.num_key_value_heads;
     const layers::Rotary rotary(d, c.rope_theta, c.rope_scaling, std::max<int64_t>(s, 1), at::kFloat,
                                 c10::Device(c10::kCPU));
-    auto [cos, sin] = rotary.tables(0, s);  // [S, D]
+    at::Tensor cos, sin;  // [S, D] (not a structured binding: lambdas cannot capture one in C++17)
+    std::tie(cos, sin) = rotary.tables(0, s);
     auto rotate = [&](const at::Tensor& x) {  // [N, heads, S, D]
       const int64_t half = d / 2;
       return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
