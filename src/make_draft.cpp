@@ -463,7 +463,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     const json s = json::parse(read_text_file(from + "state.json"));
     SPECDEC_CHECK(s.at("seq_len").get<int64_t>() == state.seq_len, "make-draft: --data-from ", o.data_from,
                   " has sequences of ", s.at("seq_len").get<int64_t>(), " tokens; --seq-len is ", state.seq_len);
-    SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, load_net(src, {}, {}).embed),
+    const at::Tensor embed = src.weights->load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
+    SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, embed),
                   "make-draft: --data-from ", o.data_from, " was labelled by a different target than ", o.target);
     data = read_data(o.data_from);
     data.head_ids = head_ids(data, o.vocab_subset, c);
