@@ -2,7 +2,8 @@
 # End-to-end speedup of a synthetic pair with real costs (random weights; the target's output
 # projections above layer 1 scaled by 0.03 so that its early exit agrees with it often), float32,
 # 2 threads, 32 new tokens. Prints one JSON line per configuration.
-# Usage: benchmarks/e2e_speedup.sh [BUILD_DIR] [MODELS_DIR] [PAIR]
+# Usage: [SPECDEC_ARGS="--device cuda --dtype bfloat16"] benchmarks/e2e_speedup.sh [BUILD_DIR] [MODELS_DIR] [PAIR]
+#   SPECDEC_ARGS: more `specdec compare` options for every run (e.g. a GPU and its dtype).
 #   PAIR llama (default): the issue's pair: Llama target hidden 2048, 16 layers, 32/8 heads, MLP
 #     8192, vocab 32000, and its 1-layer early-exit draft; 16-token prompt.
 #   PAIR t5: T5 target with 12 encoder and 12 decoder layers, hidden 1024, 16 heads, ReLU MLP 4096,
@@ -30,7 +31,7 @@ esac
 run() { # run LABEL ARGS...
   local label=$1; shift
   "$bin" compare --model "$target" --draft "$draft" --prompt-ids "$prompt" \
-    --max-new-tokens 32 --threads 2 --json "$@" |
+    --max-new-tokens 32 --threads 2 --json ${SPECDEC_ARGS:-} "$@" |
     python3 "$(dirname "$0")/compare_summary.py" "$label"
 }
 if [ "$pair" = t5 ]; then

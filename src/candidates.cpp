@@ -65,19 +65,21 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     const at::Tensor ids = padded_ids(feed, counts);
     const at::Tensor logits = draft_->forward(ids, cache_, 1, counts);  // [B, 1, V_draft]
     ++passes_;
+    // Every drafting row's token and its draft probability (1 where none is needed), brought to
+    // the host in one copy per pass.
+    std::vector<at::Tensor> picks;  // [2] float64 each
+    std::vector<int64_t> picked;    // their rows
     for (int64_t r = 0; r < b; ++r) {
       if (todo[r] == 0) continue;
       State& st = rows_[r];
-      const GenerationConfig& config = *st.row.config;
       ++st.passes;
       at::Tensor scores = logits[r];  // [1, V_draft]
       if (own > vocab_) scores = scores.narrow(-1, 0, vocab_);  // [1, V]: the draft's padding rows go
       if (own < vocab_)
         scores = at::constant_pad_nd(scores, {0, vocab_ - own}, -std::numeric_limits<double>::infinity());
       if (!st.processors->empty()) scores = st.processors->apply(scores, history[r]);
-      const bool sampling = config.sampling();
+      const bool sampling = st.row.config->sampling();
       const bool need_probs = sampling || st.row.schedule->kind() == "dynamic";
-      // The drafted token and its draft probability, brought to the host in one copy.
       at::Tensor idx, prob;  // [1] each
       if (sampling) {
         const at::Tensor q = scores.softmax(-1)[0];  // [V]
@@ -88,14 +90,22 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
         idx = scores[0].argmax().view({1});
         if (need_probs) prob = scores[0].softmax(-1).gather(0, idx);
       }
-      const at::Tensor host = (prob.defined() ? at::cat({idx.to(at::kDouble), prob.to(at::kDouble)}) : idx.to(at::kDouble)).to(at::kCPU);
-      const auto tok = static_cast<int64_t>(host.data_ptr<double>()[0]);
-      const double p = prob.defined() ? host.data_ptr<double>()[1] : 1.0;
+      const at::Tensor p = prob.defined() ? prob.to(at::kDouble) : at::ones({1}, idx.options().dtype(at::kDouble));
+      picks.push_back(at::cat({idx.to(at::kDouble), p}));
+      picked.push_back(r);
+    }
+    const at::Tensor host = at::stack(picks).to(at::kCPU).contiguous();  // [rows, 2]
+    const double* h = host.data_ptr<double>();
+    for (size_t j = 0; j < picked.size(); ++j) {
+      const int64_t r = picked[j];
+      State& st = rows_[r];
+      const auto tok = static_cast<int64_t>(h[2 * j]);
+      const double p = h[2 * j + 1];
       Candidates& c = out[r];
       c.tokens.push_back(tok);
       c.probs.push_back(p);
       if (!st.processors->empty()) history[r].push_back(tok);
-      if (static_cast<int64_t>(c.size()) == todo[r] || contains(config.eos_token_ids, tok) ||
+      if (static_cast<int64_t>(c.size()) == todo[r] || contains(st.row.config->eos_token_ids, tok) ||
           st.row.schedule->stop_after(p)) {
         todo[r] = 0;
         --drafting;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "device.hpp"
 #include "specdec/candidates.hpp"
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
@@ -321,6 +322,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     const int64_t t = ids.size(1);
     const at::Tensor logits = target_->forward(ids, cache, keep, counts);  // [B, keep, V]
     std::vector<Verdict> verdicts(b);
+    std::vector<at::Tensor> decisions(b);  // [2] int64 each, on the device
     for (int64_t i = 0; i < b; ++i) {
       Row& row = *slots[i];
       const auto k = static_cast<int64_t>(row.cand.size());
@@ -330,7 +332,15 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
         history.insert(history.end(), row.cand.tokens.begin(), row.cand.tokens.end());
         scores = row.processors->apply(scores, history);
       }
-      verdicts[i] = row.verifier->verify(scores, row.cand, *row.rng);
+      decisions[i] = detail::to_device(row.verifier->decide(scores, row.cand, *row.rng), logits.device());
+    }
+    // Every row's verdict in one copy: the pass's one wait for the device.
+    const at::Tensor host = at::stack(decisions).to(at::kCPU).contiguous();  // [B, 2]
+    for (int64_t i = 0; i < b; ++i) {
+      Row& row = *slots[i];
+      verdicts[i].accepted = host.data_ptr<int64_t>()[2 * i];
+      verdicts[i].next_token = host.data_ptr<int64_t>()[2 * i + 1];
+      row.verifier->settle(verdicts[i], row.cand, *row.rng);
     }
     const double target_seconds = seconds_since(t0);
     if (goodput && !first) {

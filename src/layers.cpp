@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "device.hpp"
 #include "kernels.hpp"
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
@@ -42,7 +43,7 @@ Pass::Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<
   keys_ = std::min(cache.capacity(), *std::max_element(starts_.begin(), starts_.end()) + t_);
   if (!same_start_) {  // built and copied to the device once per pass, used by every table and mask
     const at::Tensor starts = at::tensor(starts_, at::kLong).view({b, 1});
-    positions_ = (starts + at::arange(t_, at::kLong).view({1, t_})).to(device_);
+    positions_ = detail::to_device(starts + at::arange(t_, at::kLong).view({1, t_}), device_);
   }
 }
 
@@ -68,7 +69,7 @@ at::Tensor Pass::last(const at::Tensor& x, int64_t keep) const {
   std::vector<int64_t> idx;
   for (const int64_t n : counts_)
     for (int64_t j = 0; j < keep; ++j) idx.push_back(std::max<int64_t>(0, n - keep + j));
-  const at::Tensor index = at::tensor(idx, at::kLong).to(x.device()).view({rows(), keep, 1});
+  const at::Tensor index = detail::to_device(at::tensor(idx, at::kLong), x.device()).view({rows(), keep, 1});
   return x.gather(1, index.expand({rows(), keep, x.size(2)}));
 }
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "device.hpp"
 #include "specdec/error.hpp"
 #include "util.hpp"
 
@@ -122,7 +123,7 @@ at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {
   for (int64_t i = 0; i < flat.numel(); ++i)
     SPECDEC_CHECK(id[i] >= 0 && id[i] < n_, "token id ", id[i], " is outside the vocabulary [0, ", n_, ")");
   if (w_.scalar_type() != at::kByte && (w_.scalar_type() == dtype || !w_.device().is_cpu()))
-    return w_.index_select(0, flat.to(w_.device())).to(dtype).view({ids.size(0), ids.size(1), k_});
+    return w_.index_select(0, detail::to_device(flat, w_.device())).to(dtype).view({ids.size(0), ids.size(1), k_});
   at::Tensor out = at::empty({flat.numel(), k_}, at::kFloat);
   const uint8_t* w = static_cast<const uint8_t*>(w_.data_ptr());
   for (int64_t i = 0; i < flat.numel(); ++i)

@@ -4,6 +4,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <torch/cuda.h>
 #include "torch_compat.hpp"
 
 #include "gguf_model.hpp"
@@ -47,9 +48,13 @@ c10::Device parse_device(const std::string& name) {
   }
   SPECDEC_CHECK(device.is_cpu() || device.is_cuda(), "unsupported device '", name,
                 "' (expected cpu, cuda or cuda:N)");
-  if (device.is_cuda())
+  if (device.is_cuda()) {
     SPECDEC_CHECK(at::hasCUDA(), "device '", name,
                   "' requested but this libtorch build or machine has no CUDA");
+    const auto count = static_cast<int64_t>(torch::cuda::device_count());
+    SPECDEC_CHECK(device.index() < count, "device '", name, "' requested but this machine has ", count,
+                  " CUDA device(s): use cuda:0 to cuda:", count - 1);
+  }
   return device;
 }
 
@@ -85,7 +90,7 @@ int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const
     }
     std::vector<int64_t> counts;
     const at::Tensor ids = padded_ids(pieces, counts);
-    (void)model.forward(ids.to(model.device()), cache, 1, counts);
+    (void)model.forward(ids, cache, 1, counts);
   }
   return passes;
 }

@@ -4,6 +4,7 @@
 
 #include <limits>
 
+#include "device.hpp"
 #include "specdec/error.hpp"
 
 namespace specdec {
@@ -29,7 +30,7 @@ class RepetitionPenalty final : public LogitsProcessor {
       const int64_t tok = history[base + r - 1];
       if (tok >= 0 && tok < vocab) acc[r][tok] = true;
     }
-    seen = seen.to(scores.device());
+    seen = detail::to_device(seen, scores.device());
     const at::Tensor penalised = at::where(scores < 0, scores * penalty_, scores / penalty_);
     return at::where(seen, penalised, scores);
   }
@@ -139,12 +140,18 @@ at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,
   return s;
 }
 
-at::Tensor sample_index_tensor(const at::Tensor& probs, double u) {
+namespace {
+// Inverse-CDF draw with u in [0, 1) a double or a one-element double tensor on probs' device.
+template <class U>
+at::Tensor inverse_cdf(const at::Tensor& probs, const U& u) {
   const at::Tensor cdf = probs.to(at::kDouble).cumsum(0);  // [V]
-  const at::Tensor total = cdf.narrow(0, cdf.size(0) - 1, 1);
-  const at::Tensor target = total * u;
+  const at::Tensor target = cdf.narrow(0, cdf.size(0) - 1, 1) * u;
   return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(probs.size(0) - 1);  // [1]
 }
+}  // namespace
+
+at::Tensor sample_index_tensor(const at::Tensor& probs, double u) { return inverse_cdf(probs, u); }
+at::Tensor sample_index_tensor(const at::Tensor& probs, const at::Tensor& u) { return inverse_cdf(probs, u); }
 
 int64_t sample_index(const at::Tensor& probs, double u) { return sample_index_tensor(probs, u).item<int64_t>(); }
 

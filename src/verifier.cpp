@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "device.hpp"
 #include "specdec/error.hpp"
+#include "specdec/sampling.hpp"
 
 namespace specdec {
 
@@ -13,52 +15,83 @@ void check_shapes(const at::Tensor& scores, const Candidates& c) {
 }
 }  // namespace
 
-Verdict GreedyVerifier::verify(const at::Tensor& scores, const Candidates& c, Rng&) const {
-  check_shapes(scores, c);
-  const at::Tensor best = scores.argmax(-1).to(at::kCPU);  // [K+1]: the one sync of the iteration
-  const int64_t* b = best.data_ptr<int64_t>();
+at::Tensor Verifier::decide(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
+  const Verdict v = verify(scores, c, rng);
+  return at::tensor(std::vector<int64_t>{v.accepted, v.next_token}, at::kLong);
+}
+
+void Verifier::settle(const Verdict&, const Candidates&, Rng&) const {}
+
+Verdict Verifier::decide_and_settle(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
+  const at::Tensor host = decide(scores, c, rng).to(at::kCPU);  // the one sync of the iteration
   Verdict v;
-  const auto k = static_cast<int64_t>(c.size());
-  while (v.accepted < k && b[v.accepted] == c.tokens[v.accepted]) ++v.accepted;
-  v.next_token = b[v.accepted];
+  v.accepted = host.data_ptr<int64_t>()[0];
+  v.next_token = host.data_ptr<int64_t>()[1];
+  settle(v, c, rng);
   return v;
 }
 
-Verdict RejectionSamplingVerifier::verify(const at::Tensor& scores, const Candidates& c,
-                                          Rng& rng) const {
+Verdict GreedyVerifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
+  return decide_and_settle(scores, c, rng);
+}
+
+at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c, Rng&) const {
   check_shapes(scores, c);
   const auto k = static_cast<int64_t>(c.size());
-  const at::Tensor p = scores.softmax(-1);  // [K+1, V] float32
-  Verdict v;
+  const at::Tensor best = scores.argmax(-1);  // [K+1]
+  at::Tensor accepted = at::zeros({1}, best.options());
   if (k > 0) {
-    const at::Tensor idx = at::tensor(c.tokens, at::kLong).to(p.device()).view({k, 1});  // [K, 1]
-    const at::Tensor p_tok = p.narrow(0, 0, k).gather(1, idx).view({k});                 // [K]
-    const at::Tensor q_tok = c.q.defined() ? c.q.to(p.device()).gather(1, idx).view({k})
-                                           : at::ones({k}, p.options());
-    const at::Tensor pq = at::stack({p_tok, q_tok}).to(at::kCPU, at::kDouble);  // [2, K]: one sync
-    const double* pp = pq.data_ptr<double>();
-    const double* qq = pp + k;
-    while (v.accepted < k) {
-      const double pi = pp[v.accepted], qi = qq[v.accepted];
-      const double u = rng.uniform();
-      // Accept with probability min(1, p/q). q == 0 cannot be drafted; treat it as a rejection.
-      if (!(qi > 0.0) || u * qi >= pi) break;
-      ++v.accepted;
-    }
-    if (v.accepted < k) {
-      const int64_t i = v.accepted;
-      const at::Tensor qi = c.q.defined()
-                                ? c.q[i].to(p.device())
-                                : at::zeros_like(p[i]).index_fill_(0, idx[i], 1.0);  // one-hot
-      at::Tensor residual = (p[i] - qi).clamp_min(0);  // [V]
-      // p == q up to rounding leaves no mass: any rejection then came from rounding, draw from p.
-      if (!(residual.sum().item<double>() > 0)) residual = p[i];
-      v.next_token = sample_index(residual, rng.uniform());
-      return v;
-    }
+    const at::Tensor tokens = detail::to_device(at::tensor(c.tokens, at::kLong), best.device());  // [K]
+    accepted = best.narrow(0, 0, k).eq(tokens).to(at::kLong).cumprod(0).sum().view({1});  // matching prefix
   }
-  v.next_token = sample_index(p[k], rng.uniform());
-  return v;
+  return at::cat({accepted, best.index_select(0, accepted)});
+}
+
+Verdict RejectionSamplingVerifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
+  return decide_and_settle(scores, c, rng);
+}
+
+at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Candidates& c,
+                                             Rng& rng) const {
+  check_shapes(scores, c);
+  const auto k = static_cast<int64_t>(c.size());
+  const c10::Device device = scores.device();
+  const at::Tensor p = scores.softmax(-1);  // [K+1, V] float32
+  // The decision runs on the device. Its uniforms are drawn ahead from a copy of the request's
+  // stream, in the order a one-by-one decision draws them: candidate i's test takes u[i]; the final
+  // draw (from the residual after a rejection at a, or the bonus draw after K acceptances) takes
+  // u[min(a + 1, K)]. settle() then advances the stream past the ones used.
+  Rng ahead = rng;
+  std::vector<double> draws(static_cast<size_t>(k) + 1);
+  for (double& x : draws) x = ahead.uniform();
+  const at::Tensor u = detail::to_device(at::tensor(draws, at::kDouble), device);  // [K+1]
+  at::Tensor accepted = at::zeros({1}, at::TensorOptions().dtype(at::kLong).device(device));
+  at::Tensor dist = p[0];  // [V]: what the next token is drawn from
+  if (k > 0) {
+    const at::Tensor idx = detail::to_device(at::tensor(c.tokens, at::kLong), device).view({k, 1});
+    const at::Tensor q = c.q.defined() ? c.q.to(device) : at::Tensor();  // [K, V]
+    const at::Tensor p_tok = p.narrow(0, 0, k).gather(1, idx).view({k}).to(at::kDouble);
+    const at::Tensor q_tok = q.defined() ? q.gather(1, idx).view({k}).to(at::kDouble)
+                                         : at::ones({k}, p_tok.options());  // one-hot q
+    // Accept with probability min(1, p/q). q == 0 cannot be drafted; treat it as a rejection.
+    const at::Tensor reject = (q_tok > 0).logical_not().logical_or(u.narrow(0, 0, k) * q_tok >= p_tok);
+    accepted = reject.logical_not().to(at::kLong).cumprod(0).sum().view({1});  // leading acceptances
+    const at::Tensor p_a = p.index_select(0, accepted).view({-1});          // [V]
+    const at::Tensor row = accepted.clamp_max(k - 1);                       // the rejected candidate
+    // max(0, p - q); with a one-hot q that is p without the candidate's own token.
+    at::Tensor residual = q.defined() ? (p_a - q.index_select(0, row).view({-1})).clamp_min(0)
+                                      : p_a.index_fill(0, idx.view({k}).index_select(0, row), 0.0);
+    // p == q up to rounding leaves no mass: any rejection then came from rounding, draw from p.
+    residual = at::where(residual.sum() > 0, residual, p_a);
+    dist = at::where(accepted == k, p_a, residual);
+  }
+  const at::Tensor token = sample_index_tensor(dist, u.index_select(0, (accepted + 1).clamp_max(k)));
+  return at::cat({accepted, token.view({1})});
+}
+
+void RejectionSamplingVerifier::settle(const Verdict& v, const Candidates& c, Rng& rng) const {
+  const auto k = static_cast<int64_t>(c.size());
+  for (int64_t i = std::min(v.accepted + 2, k + 1); i > 0; --i) (void)rng.uniform();
 }
 
 }  // namespace specdec

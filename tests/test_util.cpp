@@ -39,6 +39,17 @@ std::string temp_dir(const std::string& name) {
   return dir;
 }
 
+c10::Device test_device() {
+  const char* env = std::getenv("SPECDEC_TEST_DEVICE");
+  return parse_device(env && *env ? env : "cpu");
+}
+
+LoadOptions test_load_options() {
+  LoadOptions o;
+  o.device = test_device();
+  return o;
+}
+
 std::string cached_fixture(const std::string& key, const FixtureOptions& options) {
   static std::mutex m;
   static std::map<std::string, std::string> dirs;
@@ -51,13 +62,20 @@ std::string cached_fixture(const std::string& key, const FixtureOptions& options
   return dir;
 }
 
-std::shared_ptr<const Model> cached_model(const std::string& dir) {
+namespace {
+std::shared_ptr<const Model> cached_model_on(const std::string& dir, const LoadOptions& options) {
   static std::mutex m;
   static std::map<std::string, std::shared_ptr<const Model>> models;
   std::lock_guard<std::mutex> lock(m);
-  auto& slot = models[dir];
-  if (!slot) slot = load_model(dir);
+  auto& slot = models[options.device.str() + "|" + dir];
+  if (!slot) slot = load_model(dir, options);
   return slot;
+}
+}  // namespace
+
+std::shared_ptr<const Model> cached_model(const std::string& dir) { return cached_model_on(dir, {}); }
+std::shared_ptr<const Model> test_model(const std::string& dir) {
+  return cached_model_on(dir, test_load_options());
 }
 
 std::string fixtures_dir() {

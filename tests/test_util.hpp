@@ -14,7 +14,14 @@ namespace specdec::test {
 std::string temp_dir(const std::string& name);
 // A generated checkpoint cached per options key (generated once per test process).
 std::string cached_fixture(const std::string& key, const FixtureOptions& options);
+// Loaded on the CPU (cached_model) or on test_device() (test_model), cached per folder and device.
 std::shared_ptr<const Model> cached_model(const std::string& dir);
+std::shared_ptr<const Model> test_model(const std::string& dir);
+// The device the device-agnostic tests (references, exactness, statistics, batches) load their
+// models on: SPECDEC_TEST_DEVICE ("cpu" when unset; "cuda" on a GPU host). Bitwise batch-invariance
+// and kernel tests stay on the CPU whatever it says.
+c10::Device test_device();
+LoadOptions test_load_options();
 // The small generated checkpoint of the exactness and batch tests: hidden 64, 4 heads (2 KV heads
 // for the Llama family), MLP 128, vocabulary 96, weights of std 0.1 (larger than Hugging Face's
 // 0.02: peaked, input-dependent outputs), layers >= 1 scaled by 0.2 (an early exit agrees often).

@@ -59,5 +59,7 @@ std::unique_ptr<LogitsProcessor> make_min_p(double p);
 int64_t sample_index(const at::Tensor& probs, double u);
 // The same without leaving the device: a one-element int64 tensor on probs' device.
 at::Tensor sample_index_tensor(const at::Tensor& probs, double u);
+// ... with `u` a one-element double tensor on probs' device (no host value needed).
+at::Tensor sample_index_tensor(const at::Tensor& probs, const at::Tensor& u);
 
 }  // namespace specdec

@@ -58,6 +58,11 @@ expect_error "token outside the vocabulary" "outside the vocabulary" generate --
 expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
 expect_error "unknown subcommand" "" nosuchcommand
+if ! nvidia-smi -L >/dev/null 2>&1; then  # on a GPU host these succeed
+  expect_error "--device cuda without a GPU" "has no CUDA" generate --model "$work/t" --prompt-ids 1 --device cuda
+  expect_error "--device cuda:1 without a GPU" "has no CUDA" generate --model "$work/t" --prompt-ids 1 --device cuda:1
+fi
+expect_error "unknown device" "expected cpu, cuda or cuda:N" generate --model "$work/t" --prompt-ids 1 --device tpu
 
 # make-draft: a draft distilled from a small target with a tokenizer, end to end.
 "$SPECDEC" make-fixture --out "$work/tt" --layers 3 --hidden 64 --heads 4 --kv-heads 2 --init-std 0.1 \

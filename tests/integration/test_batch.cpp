@@ -21,7 +21,7 @@ Pair pair_for(const std::string& arch, uint64_t seed) {
     drafts[key] = temp_dir("batch_d" + key);
     make_draft_of(t, drafts[key], 1, 0.0, seed);
   }
-  return {cached_model(t), cached_model(drafts[key])};
+  return {test_model(t), test_model(drafts[key])};
 }
 
 // Prompts of lengths 1, 4, 7, ... (ragged), different per row.

@@ -24,7 +24,7 @@ Pair pair_for(uint64_t seed, const std::string& arch = "llama") {
   }
   FixtureOptions u = small_fixture(seed + 100, 1, arch);
   const std::string un = cached_fixture("u" + std::to_string(seed) + arch, u);
-  return {cached_model(t), cached_model(drafts[key]), cached_model(un)};
+  return {test_model(t), test_model(drafts[key]), test_model(un)};
 }
 
 std::vector<int64_t> prompt_for(uint64_t seed, size_t len) {
@@ -113,7 +113,7 @@ TEST(Exactness, EncoderDecoderSharesTheEncoderOnlyWhenIdentical) {
   const Pair p = pair_for(7, "t5");
   const std::string noisy = temp_dir("t5_noisy");
   make_draft_of(cached_fixture("t7t5", small_fixture(7, 3, "t5")), noisy, 1, 0.01, 3);
-  const auto noisy_draft = cached_model(noisy);
+  const auto noisy_draft = test_model(noisy);
   EXPECT_TRUE(p.target->same_encoder(*p.early_exit));
   EXPECT_FALSE(p.target->same_encoder(*p.unrelated));
   EXPECT_FALSE(p.target->same_encoder(*noisy_draft));
@@ -151,7 +151,7 @@ TEST(Exactness, T5VariantsGatedGeluUntiedHeadAndTiedHead) {
     const std::string dir = cached_fixture(key, o);
     const std::string draft_dir = temp_dir(key + "_draft");
     make_draft_of(dir, draft_dir, 1);
-    const auto target = cached_model(dir), draft = cached_model(draft_dir);
+    const auto target = test_model(dir), draft = test_model(draft_dir);
     EXPECT_EQ(target->config().is_gated_act, gated);
     EXPECT_EQ(target->config().hidden_act, gated ? "gelu_new" : "relu");
     const auto prompt = prompt_for(11, 6);
@@ -175,7 +175,7 @@ TEST(Exactness, PromptLookupCopiesAQuotedPassageOfABigramTarget) {
   FixtureOptions o = small_fixture(3, 3);
   o.exit_layers = 0;
   o.exit_scale = 0.0;
-  const auto target = cached_model(cached_fixture("bigram", o));
+  const auto target = test_model(cached_fixture("bigram", o));
   GenerationConfig cfg;
   cfg.max_new_tokens = 20;
   cfg.eos_token_ids = {-1};
@@ -283,7 +283,7 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
   EXPECT_THROW(Generator(p.target).generate({1}, cfg), Error);
   FixtureOptions eos = small_fixture(9, 1);
   eos.eos_token_id = 7;
-  const auto wrong_eos = cached_model(cached_fixture("eos7", eos));
+  const auto wrong_eos = test_model(cached_fixture("eos7", eos));
   EXPECT_THROW(Generator(p.target, wrong_eos), Error);
   // Encoder-decoder with decoder-only, either way round, and a different decoder start token.
   const Pair t5 = pair_for(7, "t5");
@@ -291,7 +291,7 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
   EXPECT_THROW(Generator(t5.target, p.early_exit), Error);
   FixtureOptions start = small_fixture(9, 1, "t5");
   start.pad_token_id = 3;
-  EXPECT_THROW(Generator(t5.target, cached_model(cached_fixture("t5start3", start))), Error);
+  EXPECT_THROW(Generator(t5.target, test_model(cached_fixture("t5start3", start))), Error);
   EXPECT_THROW(p.target->encode(at::zeros({1, 2}, at::kLong)), Error);  // decoder-only: no encoder
   GenerationConfig ok;
   EXPECT_THROW(Generator(t5.target).generate({}, ok), Error);   // empty encoder input
@@ -318,7 +318,7 @@ std::shared_ptr<const Model> resized_draft(uint64_t seed, int64_t vocab) {
   nlohmann::json c = read_json(from + "/config.json");
   c["vocab_size"] = vocab;
   write_file(dir + "/config.json", c.dump());
-  return load_model(dir);
+  return load_model(dir, test_load_options());
 }
 
 TEST(Exactness, DraftVocabularyPaddedOrCutStaysExact) {

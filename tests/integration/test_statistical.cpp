@@ -44,7 +44,7 @@ std::vector<std::vector<double>> exact_marginals(const Model& m, const std::vect
     KVCache cache = m.make_cache(static_cast<int64_t>(seq.size()));
     if (enc_dec) m.attach_encoder(states, cache);
     at::Tensor s = m.forward(at::tensor(seq, at::kLong).view({1, -1}), cache, 1)[0];  // [1, V]
-    s = chain.apply(s, seq).softmax(-1)[0].to(at::kDouble);
+    s = chain.apply(s, seq).softmax(-1)[0].to(at::kDouble).cpu();
     return std::vector<double>(s.data_ptr<double>(), s.data_ptr<double>() + kVocab);
   };
   std::vector<std::vector<double>> marg(3, std::vector<double>(kVocab, 0.0));
@@ -166,8 +166,8 @@ struct Models {
   std::shared_ptr<const Model> target, unrelated;
 };
 Models models() {
-  return {cached_model(cached_fixture("stat_target", tiny(21, 2))),
-          cached_model(cached_fixture("stat_unrelated", tiny(99, 1)))};
+  return {test_model(cached_fixture("stat_target", tiny(21, 2))),
+          test_model(cached_fixture("stat_unrelated", tiny(99, 1)))};
 }
 
 GenerationConfig sampling(double temperature, int64_t top_k, double top_p) {
@@ -242,7 +242,7 @@ TEST(Statistical, DraftWithALargerPaddedVocabularyKeepsDistribution) {
   // 20 ids against the target's 16: the draft's 4 extra rows are cut off before it samples.
   FixtureOptions o = tiny(99, 1);
   o.vocab = 20;
-  const auto padded = cached_model(cached_fixture("stat_padded", o));
+  const auto padded = test_model(cached_fixture("stat_padded", o));
   const Outcome r = run(models().target, padded, kCases[0].cfg);
   EXPECT_TRUE(r.all_pass) << r.report;
 }
@@ -270,7 +270,7 @@ TEST(Statistical, DraftWithAReducedVocabularyHeadKeepsDistribution) {
   c["head_token_ids"] = ids;
   write_file(dir + "/config.json", c.dump());
   write_file(dir + "/generation_config.json", read_file(from + "/generation_config.json"));
-  const auto draft = load_model(dir);
+  const auto draft = load_model(dir, test_load_options());
   {
     c10::InferenceMode guard;
     KVCache cache = draft->make_cache(4);
@@ -290,11 +290,11 @@ TEST(Statistical, EncoderDecoderKeepsDistribution) {
   // target's encoder pass.
   FixtureOptions t = tiny(21, 2), u = tiny(99, 1);
   t.arch = u.arch = "t5";
-  const auto target = cached_model(cached_fixture("stat_t5_target", t));
+  const auto target = test_model(cached_fixture("stat_t5_target", t));
   const std::string shared = temp_dir("stat_t5_early_exit");
   make_draft_of(cached_fixture("stat_t5_target", t), shared, 1);
-  const auto early_exit = cached_model(shared);
-  const auto unrelated = cached_model(cached_fixture("stat_t5_unrelated", u));
+  const auto early_exit = test_model(shared);
+  const auto unrelated = test_model(cached_fixture("stat_t5_unrelated", u));
   Outcome o = run(target, unrelated, kCases[0].cfg);
   EXPECT_TRUE(o.all_pass) << "unrelated draft\n" << o.report;
   EXPECT_LT(o.acceptance, 0.9);

@@ -17,12 +17,12 @@ class HfExtra : public ::testing::TestWithParam<std::string> {};
 TEST_P(HfExtra, LogitsGreedyAndAssistedMatchHuggingFace) {
   const std::string dir = std::string(SPECDEC_TEST_DATA) + "/hf_extra/" + GetParam();
   const auto ref = read_json(dir + "/reference.json");
-  const auto m = load_model(dir);
+  const auto m = load_model(dir, test_load_options());
   const auto prompt = ref["prompt"].get<std::vector<int64_t>>();
   {
     c10::InferenceMode guard;
     KVCache cache = m->make_cache(static_cast<int64_t>(prompt.size()));
-    const at::Tensor logits = m->forward(at::tensor(prompt).unsqueeze(0), cache)[0];  // [T, V]
+    const at::Tensor logits = m->forward(at::tensor(prompt).unsqueeze(0), cache)[0].cpu();  // [T, V]
     std::vector<float> flat;
     for (const auto& row : ref["logits"]) for (float v : row) flat.push_back(v);
     const at::Tensor want = at::tensor(flat).view(logits.sizes());
@@ -38,7 +38,7 @@ TEST_P(HfExtra, LogitsGreedyAndAssistedMatchHuggingFace) {
             std::vector<int64_t>(expected.begin(), expected.begin() + greedy.size()));
   const std::string draft_dir = temp_dir("hf_extra_draft_" + GetParam());
   make_draft_of(dir, draft_dir, 1);
-  EXPECT_EQ(Generator(m, load_model(draft_dir)).generate(prompt, g).tokens, greedy);
+  EXPECT_EQ(Generator(m, load_model(draft_dir, test_load_options())).generate(prompt, g).tokens, greedy);
 }
 
 INSTANTIATE_TEST_SUITE_P(Extra, HfExtra, ::testing::Values("mistral_sliding_window", "llama_mlp_bias"));

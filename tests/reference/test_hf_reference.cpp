@@ -49,7 +49,7 @@ std::vector<int64_t> ids(const nlohmann::json& j) { return j.get<std::vector<int
 
 TEST_P(HfReference, LogitsMatch) {
   // Computed in float32 whatever the saved dtype (the reference was computed that way too).
-  const auto model = load_model(dir_);
+  const auto model = load_model(dir_, test_load_options());
   c10::InferenceMode guard;
   const auto input = ids(ref_["logits"]["input_ids"]);
   auto tensor = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); };
@@ -64,6 +64,7 @@ TEST_P(HfReference, LogitsMatch) {
     KVCache cache = model->make_cache(static_cast<int64_t>(input.size()));
     got = model->forward(tensor(input), cache);
   }
+  got = got.cpu();
   const auto data = ref_["logits"]["data"].get<std::vector<float>>();
   const auto shape = ref_["logits"]["shape"].get<std::vector<int64_t>>();
   const at::Tensor want = at::tensor(data).view(shape);
@@ -73,7 +74,7 @@ TEST_P(HfReference, LogitsMatch) {
 }
 
 TEST_P(HfReference, GreedyTokensMatch) {
-  const auto model = load_model(dir_);
+  const auto model = load_model(dir_, test_load_options());
   Generator gen(model);
   for (const auto& g : ref_["greedy"]) {
     GenerationConfig cfg;
@@ -88,8 +89,8 @@ class HfAssistedReference : public HfReference {};
 
 TEST_P(HfAssistedReference, AssistedTokensAndTraceMatch) {
   const auto& a = ref_["assisted"];
-  const auto target = load_model(dir_);
-  const auto draft = load_model(fixtures_dir() + "/hf/" + a["draft"].get<std::string>());
+  const auto target = load_model(dir_, test_load_options());
+  const auto draft = load_model(fixtures_dir() + "/hf/" + a["draft"].get<std::string>(), test_load_options());
   // One generator for every run, in order: the heuristic lookahead carries over between
   // requests exactly as it does on a Hugging Face assistant model.
   Generator gen(target, draft);

@@ -79,5 +79,46 @@ TEST(RejectionSamplingVerifier, OneStepOutputFollowsTarget) {
   }
 }
 
+// The verifier decides on the device in one pass with its uniforms drawn ahead; the textbook
+// algorithm decides on the host, one draw at a time. Same draws, same decision, same stream after.
+TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
+  const int64_t vocab = 7;
+  at::manual_seed(5);
+  RejectionSamplingVerifier v;
+  Rng pick(99);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t k = trial % 6;
+    const at::Tensor scores = at::randn({k + 1, vocab}) * 2;
+    Candidates c;
+    const bool one_hot = trial % 3 == 0;  // deterministic proposals: q one-hot at each token
+    at::Tensor q = at::randn({k, vocab}).mul(2).softmax(-1);
+    for (int64_t i = 0; i < k; ++i) c.tokens.push_back(sample_index(q[i], pick.uniform()));
+    if (!one_hot) c.q = q;
+    Rng rng(trial), oracle_rng(trial);
+    const Verdict got = v.verify(scores, c, rng);
+    // The oracle.
+    const at::Tensor p = scores.softmax(-1);
+    Verdict want;
+    bool rejected = false;
+    for (int64_t i = 0; i < k && !rejected; ++i) {
+      const int64_t t = c.tokens[i];
+      const double pi = p[i][t].item<double>(), qi = one_hot ? 1.0 : q[i][t].item<double>();
+      if (!(qi > 0.0) || oracle_rng.uniform() * qi >= pi) {
+        rejected = true;
+        const at::Tensor qrow = one_hot ? at::one_hot(at::tensor(t), vocab).to(at::kFloat).view({vocab}) : q[i];
+        at::Tensor residual = (p[i] - qrow).clamp_min(0);
+        if (!(residual.sum().item<double>() > 0)) residual = p[i];
+        want.next_token = sample_index(residual, oracle_rng.uniform());
+      } else {
+        ++want.accepted;
+      }
+    }
+    if (!rejected) want.next_token = sample_index(p[k], oracle_rng.uniform());
+    ASSERT_EQ(got.accepted, want.accepted) << "trial " << trial;
+    ASSERT_EQ(got.next_token, want.next_token) << "trial " << trial;
+    ASSERT_EQ(rng.uniform(), oracle_rng.uniform()) << "trial " << trial << ": the streams part";
+  }
+}
+
 }  // namespace
 }  // namespace specdec
