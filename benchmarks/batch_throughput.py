@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Throughput of batched generation: tokens/s at batch sizes 1, 2, 4, 8 with ragged prompts,
-target-only and assisted (constant K=5, dynamic, goodput, prompt lookup), through
+target-only and assisted (constant K=5, dynamic, goodput, prompt lookup alone and under goodput), through
 `specdec generate --prompts-file FILE --batch-size B` (the figure excludes loading: it is the
 program's own tokens/s over the requests; "after the prefill" leaves each batch's first pass
 over the prompts out). Prints one JSON line per run, then a table with the
@@ -50,7 +50,8 @@ if a.draft:
     modes += [("constant K=5", ["--draft", a.draft, "--schedule", "constant", "--num-assistant-tokens", "5"]),
               ("dynamic", ["--draft", a.draft, "--schedule", "dynamic"]),
               ("goodput", ["--draft", a.draft, "--schedule", "goodput"])]
-modes += [("prompt lookup 5", ["--prompt-lookup", "5"])]
+modes += [("prompt lookup 5", ["--prompt-lookup", "5"]),
+          ("prompt lookup 5 (goodput)", ["--prompt-lookup", "5", "--schedule", "goodput"])]
 if a.modes:
     keep = set(a.modes.split(",")) | {"target-only"}
     modes = [m for m in modes if m[0] in keep]

@@ -292,6 +292,7 @@ void ModelConfig::validate(const std::string& source) const {
 }
 
 int64_t GenerationConfig::resolved_num_assistant_tokens() const {
+  if (prompt_lookup_num_tokens > 0) return prompt_lookup_num_tokens;
   if (num_assistant_tokens > 0) return num_assistant_tokens;
   if (num_assistant_tokens_schedule == "dynamic") return 20;
   return num_assistant_tokens_schedule == "goodput" ? 12 : 5;

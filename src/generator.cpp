@@ -52,10 +52,11 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
 }
 
 void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-                             const std::vector<int64_t>& tokens) const {
+                             const std::vector<int64_t>& tokens, bool free_drafts) const {
   // Once per Generator: time target passes of 1, cap / 2 + 1 and cap + 1 rows on row 0 of this
   // request's cache (appended after what it holds, then cropped away); every real pass refines the
-  // curve after that. `tokens`: row 0's.
+  // curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost nothing
+  // beside a pass.
   bool calibrate = false;
   {
     std::lock_guard<std::mutex> lock(costs_mutex_);
@@ -84,7 +85,11 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   {
     std::lock_guard<std::mutex> lock(costs_mutex_);
     target = target_cost_;
-    if (!draft_cost_.empty()) draft = draft_cost_(batch);
+    if (free_drafts) {
+      draft = 0.0;
+    } else if (!draft_cost_.empty()) {
+      draft = draft_cost_(batch);
+    }
   }
   // Until a draft pass has been timed (and while another request calibrates), K stays where it is.
   if (!draft || target.size() <= 1) return;
@@ -266,8 +271,9 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     if (drafter) drafter->prefill(sequences);
     prefill_seconds += seconds_since(t0);
   }
+  // goodput: for a draft model and for prompt lookup alike.
   bool goodput = false;
-  for (const Row& row : rows) goodput = goodput || (use_draft && row.schedule->kind() == "goodput");
+  for (const Row& row : rows) goodput = goodput || ((use_draft || row.lookup) && row.schedule->kind() == "goodput");
   BatchStats bs;
   bs.rows = batch;
 
@@ -277,7 +283,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       std::vector<LookaheadSchedule*> schedules;
       for (Row* row : slots)
         if (row->schedule->kind() == "goodput") schedules.push_back(row->schedule.get());
-      plan_goodput(schedules, cache, slots[0]->tokens);
+      plan_goodput(schedules, cache, slots[0]->tokens, !use_draft);
     }
     // Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
     auto t0 = Clock::now();
@@ -294,9 +300,12 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       std::vector<Candidates> proposals = drafter->propose_batch(sequences, max_tokens);
       for (int64_t i = 0; i < b; ++i) slots[i]->cand = std::move(proposals[i]);
     } else {
-      for (int64_t i = 0; i < b; ++i)
-        slots[i]->cand = slots[i]->lookup && max_tokens[i] > 0 ? slots[i]->lookup->propose(slots[i]->tokens, max_tokens[i])
-                                                               : Candidates{};
+      for (int64_t i = 0; i < b; ++i) {
+        Row& row = *slots[i];
+        const int64_t k = row.schedule->kind() == "goodput" ? std::min(max_tokens[i], row.schedule->num_tokens())
+                                                            : max_tokens[i];
+        row.cand = row.lookup && k > 0 ? row.lookup->propose(row.tokens, k) : Candidates{};
+      }
     }
     const double draft_seconds = seconds_since(t0);
     const int64_t draft_passes = drafter ? drafter->passes() - draft_passes_before : 0;
@@ -397,6 +406,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
         if (j < accepted) ++st.accepted_at_position[j];
       }
       if (drafter) drafter->on_verified_row(i, cand, accepted, row.tokens);
+      if (row.lookup && row.schedule->kind() == "goodput") row.schedule->update(std::vector<double>(k, 1.0), accepted);
       bs.new_tokens += static_cast<int64_t>(fresh.size());
       if (stop_eos) st.stop_reason = "eos";
       bool done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
@@ -439,7 +449,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   }
   // "heuristic": carry the lookahead the last row reached to the next request (Hugging Face keeps it
   // on the assistant model's generation config; a batch of one is exactly that).
-  if (rows.back().config.num_assistant_tokens_schedule == "heuristic") {
+  if (use_draft && rows.back().config.num_assistant_tokens_schedule == "heuristic") {
     std::lock_guard<std::mutex> lock(carried_mutex_);
     carried_lookahead_ = rows.back().schedule->num_tokens();
   }

@@ -15,7 +15,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
                   "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 20 for dynamic, 12 for goodput)")
       ->capture_default_str();
-  app->add_option("--schedule", gen.num_assistant_tokens_schedule, "Lookahead schedule")
+  app->add_option("--schedule", gen.num_assistant_tokens_schedule,
+                  "Lookahead schedule (prompt lookup follows goodput and ignores the others)")
       ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}))
       ->capture_default_str();
   app->add_option("--confidence-threshold", gen.assistant_confidence_threshold,

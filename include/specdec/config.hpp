@@ -102,13 +102,15 @@ struct GenerationConfig {
 
   // --- assisted generation ---
   // Draft tokens per iteration: the fixed K (constant), the start value (heuristic*), or the cap
-  // (dynamic, goodput). 0 = default: 20 for "dynamic", 12 for "goodput", 5 otherwise.
+  // (dynamic, goodput). 0 = default: 20 for "dynamic", 12 for "goodput", 5 otherwise. Under prompt
+  // lookup, prompt_lookup_num_tokens takes its place.
   int64_t num_assistant_tokens = 0;
   // "constant" | "heuristic" (value carried over between requests of one Generator) |
   // "heuristic_transient" (reset each request) | "dynamic" (confidence-threshold stop) |
   // "goodput" (specdec's: the K with the most expected tokens per second, from measured costs;
   // see lookahead.hpp. Sampled output keeps the target's distribution, but which tokens a seed
-  // gives then depends on the measured timings).
+  // gives then depends on the measured timings). Prompt lookup follows "goodput" (each iteration's
+  // lookahead capped by the choice, drafting free) and ignores the other schedules.
   std::string num_assistant_tokens_schedule = "constant";
   // dynamic: the draft stops once the probability of the token it just drafted is below this.
   double assistant_confidence_threshold = 0.4;

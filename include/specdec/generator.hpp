@@ -96,7 +96,7 @@ class Generator {
   // "goodput" schedule: target pass cost by rows (calibrated by the first request, refined by
   // every one) and draft cost per token, measured on this Generator's models.
   void plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-                    const std::vector<int64_t>& tokens) const;
+                    const std::vector<int64_t>& tokens, bool free_drafts) const;
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;
   mutable bool calibrating_ = false;

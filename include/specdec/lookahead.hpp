@@ -19,8 +19,9 @@ namespace specdec {
 //   acceptance history (Hugging Face's rule: minimise FPR + 3 FNR over the observed probabilities).
 // goodput:   specdec's own. Before each iteration, the K in [0, num_assistant_tokens] that maximises
 //   the expected tokens per second of the iteration (best_lookahead), from the measured cost of a
-//   target pass as a function of its rows, the measured draft cost per token, and the acceptance
-//   rate estimated from the request's history. K = 0 means no speculation for that iteration.
+//   target pass as a function of its rows, the measured draft cost per token (none for prompt
+//   lookup), and the acceptance rate estimated from the request's history. K = 0 means no
+//   speculation for that iteration.
 class LookaheadSchedule {
  public:
   explicit LookaheadSchedule(const GenerationConfig& config);

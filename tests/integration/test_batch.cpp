@@ -45,7 +45,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
     const Generator target_only(p.target);
     for (const size_t b : {1u, 3u, 8u}) {
       const auto prompts = prompts_for(b, seed);
-      for (const char* schedule : {"constant", "heuristic", "dynamic", "goodput", "lookup"}) {
+      for (const std::string schedule : {"constant", "heuristic", "dynamic", "goodput", "lookup", "lookup goodput"}) {
         // Different limits per row (1 to 29 tokens), a lookahead per row, an EOS that some rows hit.
         std::vector<GenerationConfig> configs;
         for (size_t r = 0; r < b; ++r) {
@@ -53,11 +53,8 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           c.max_new_tokens = 1 + static_cast<int64_t>((r * 7 + seed) % 29);
           c.num_assistant_tokens = 1 + static_cast<int64_t>(r % 6);
           c.eos_token_ids = {static_cast<int64_t>(40 + seed)};
-          if (std::string(schedule) == "lookup") {
-            c.prompt_lookup_num_tokens = c.num_assistant_tokens;
-          } else {
-            c.num_assistant_tokens_schedule = schedule;
-          }
+          if (schedule.rfind("lookup", 0) == 0) c.prompt_lookup_num_tokens = c.num_assistant_tokens;
+          if (schedule != "lookup") c.num_assistant_tokens_schedule = schedule.substr(schedule.find(' ') + 1);
           configs.push_back(c);
         }
         const Generator assisted(p.target, p.draft);
@@ -78,7 +75,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
       }
     }
   }
-  EXPECT_EQ(rows_checked, 6 * 5 * (1 + 3 + 8));
+  EXPECT_EQ(rows_checked, 6 * 6 * (1 + 3 + 8));
 }
 
 TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {

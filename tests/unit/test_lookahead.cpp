@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "specdec/lookahead.hpp"
 
@@ -122,6 +123,18 @@ TEST(Lookahead, GoodputScheduleUsesTheAcceptanceHistory) {
   LookaheadSchedule constant(with("constant", 4));
   constant.plan(linear, 10.0);  // other schedules ignore plan()
   EXPECT_EQ(constant.num_tokens(), 4);
+}
+
+// Under prompt lookup, prompt_lookup_num_tokens is the lookahead: goodput's cap, and its start
+// value when below 5.
+TEST(Lookahead, PromptLookupTokensAreGoodputsCap) {
+  for (const auto& [lookup, cap, start] : {std::tuple{7, 7, 5}, std::tuple{3, 3, 3}}) {
+    GenerationConfig c = with("goodput", 9);
+    c.prompt_lookup_num_tokens = lookup;
+    const LookaheadSchedule s(c);
+    EXPECT_EQ(s.cap(), cap);
+    EXPECT_EQ(s.num_tokens(), start);
+  }
 }
 
 TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {
