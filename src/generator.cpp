@@ -206,6 +206,12 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       std::lock_guard<std::mutex> lock(carried_mutex_);
       if (carried_lookahead_) row.schedule->set_num_tokens(*carried_lookahead_);
     }
+    // goodput starts from the acceptance the last goodput request ended with (its tokens already
+    // depend on timings, sampled or not).
+    if (config.num_assistant_tokens_schedule == "goodput") {
+      std::lock_guard<std::mutex> lock(carried_mutex_);
+      if (const auto& e = carried_evidence_[config.prompt_lookup_num_tokens > 0]) row.schedule->set_evidence(*e);
+    }
     row.processors = std::make_unique<LogitsProcessorChain>(config);
     if (config.prompt_lookup_num_tokens > 0)
       row.lookup = std::make_unique<PromptLookupGenerator>(config.prompt_lookup_num_tokens, config.max_matching_ngram_size,
@@ -309,7 +315,9 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     }
     const double draft_seconds = seconds_since(t0);
     const int64_t draft_passes = drafter ? drafter->passes() - draft_passes_before : 0;
-    if (goodput && !first && draft_passes > 0) {
+    // A batch's first draft passes follow the drafter's own prefill, like any later ones; a single
+    // request's first pass prefills the draft too.
+    if (goodput && draft_passes > 0 && (!first || batch > 1)) {
       std::lock_guard<std::mutex> lock(costs_mutex_);
       draft_cost_.observe(b, draft_seconds / static_cast<double>(draft_passes));
     }
@@ -452,6 +460,13 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   if (use_draft && rows.back().config.num_assistant_tokens_schedule == "heuristic") {
     std::lock_guard<std::mutex> lock(carried_mutex_);
     carried_lookahead_ = rows.back().schedule->num_tokens();
+  }
+  if (goodput) {
+    std::vector<const LookaheadSchedule*> schedules;
+    for (const Row& row : rows)
+      if (row.schedule->kind() == "goodput") schedules.push_back(row.schedule.get());
+    std::lock_guard<std::mutex> lock(carried_mutex_);
+    carried_evidence_[!use_draft] = LookaheadSchedule::carry_evidence(schedules);
   }
   out.stats = bs;
   return out;

@@ -36,6 +36,16 @@ void LookaheadSchedule::plan(const std::function<double(int64_t)>& target_cost, 
   if (kind_ == "goodput") k_ = best_lookahead(target_cost, draft_cost, acceptance(), cap_);
 }
 
+std::pair<double, double> LookaheadSchedule::carry_evidence(const std::vector<const LookaheadSchedule*>& schedules,
+                                                            double weight) {
+  double accepted = 0, rejected = 0;
+  for (const LookaheadSchedule* s : schedules) accepted += s->accepted_, rejected += s->rejected_;
+  const double total = accepted + rejected;
+  if (total <= 0) return {0.0, 0.0};
+  const double scale = std::min(1.0 / static_cast<double>(schedules.size()), weight / total);
+  return {accepted * scale, rejected * scale};
+}
+
 double LookaheadSchedule::expected_tokens(double alpha, int64_t k) {
   double sum = 0, term = 1;
   for (int64_t i = 0; i <= k; ++i, term *= alpha) sum += term;

@@ -100,6 +100,10 @@ class Generator {
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;
   mutable bool calibrating_ = false;
+  // "goodput": the acceptance evidence a request starts from (LookaheadSchedule::carry_evidence of
+  // the last goodput request), for the draft model [0] and for prompt lookup [1]. Guarded by
+  // carried_mutex_.
+  mutable std::optional<std::pair<double, double>> carried_evidence_[2];
 };
 
 }  // namespace specdec

@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "specdec/config.hpp"
@@ -46,6 +48,15 @@ class LookaheadSchedule {
   // it were: accepted / (accepted + rejections) over the history, each step weighing 0.95 of the
   // one after it, with one accepted and one rejected token as a prior (0.5 before any evidence).
   double acceptance() const { return (accepted_ + 1.0) / (accepted_ + rejected_ + 2.0); }
+  // goodput: the decayed counts behind acceptance() (accepted tokens, iterations with a rejection),
+  // and seeding them (a Generator carries them from one request to the next: carry_evidence()).
+  std::pair<double, double> evidence() const { return {accepted_, rejected_}; }
+  void set_evidence(std::pair<double, double> e) { std::tie(accepted_, rejected_) = e; }
+  // The mean evidence of `schedules`, scaled down to at most `weight` counts in all: what the next
+  // request starts from, so that it begins near the last ones' acceptance and adapts within a few
+  // iterations of its own.
+  static std::pair<double, double> carry_evidence(const std::vector<const LookaheadSchedule*>& schedules,
+                                                  double weight = 4.0);
 
   // Expected tokens of one iteration that drafts k tokens, each accepted with probability `alpha`
   // once the ones before it were: 1 + alpha + ... + alpha^k (the target always adds one).

@@ -125,6 +125,30 @@ TEST(Lookahead, GoodputScheduleUsesTheAcceptanceHistory) {
   EXPECT_EQ(constant.num_tokens(), 4);
 }
 
+// What the next goodput request starts from, by hand: the mean of the schedules' decayed counts,
+// scaled to at most `weight` counts in all (the acceptance estimate stays near theirs).
+TEST(Lookahead, GoodputCarriesTheMeanEvidenceScaledDown) {
+  LookaheadSchedule a(with("goodput", 0)), b(with("goodput", 0));
+  a.update({1, 1, 1}, 1);  // accepted 1, rejected 1
+  b.update({1, 1, 1}, 3);  // accepted 3, rejected 0
+  EXPECT_EQ(LookaheadSchedule::carry_evidence({&a, &b}), std::make_pair(2.0, 0.5));  // mean: 2.5 counts <= 4
+  // Weight 1: the mean (2, 0.5) scaled by 1 / 2.5.
+  const auto [acc, rej] = LookaheadSchedule::carry_evidence({&a, &b}, 1.0);
+  EXPECT_DOUBLE_EQ(acc, 0.8);
+  EXPECT_DOUBLE_EQ(rej, 0.2);
+  for (int i = 0; i < 40; ++i) a.update({1}, 0);  // a rejected draft for 40 iterations
+  const auto e = LookaheadSchedule::carry_evidence({&a});
+  EXPECT_DOUBLE_EQ(e.first + e.second, 4.0);
+  LookaheadSchedule next(with("goodput", 0));
+  next.set_evidence(e);
+  EXPECT_LT(next.acceptance(), 0.2);  // a useless draft: the next request starts near 1 / (4 + 2)
+  const auto again = LookaheadSchedule::carry_evidence({&next});  // already within the weight: kept
+  EXPECT_NEAR(again.first, e.first, 1e-12);
+  EXPECT_NEAR(again.second, e.second, 1e-12);
+  LookaheadSchedule fresh(with("goodput", 0));
+  EXPECT_EQ(LookaheadSchedule::carry_evidence({&fresh}), std::make_pair(0.0, 0.0));
+}
+
 // Under prompt lookup, prompt_lookup_num_tokens is the lookahead: goodput's cap, and its start
 // value when below 5.
 TEST(Lookahead, PromptLookupTokensAreGoodputsCap) {
