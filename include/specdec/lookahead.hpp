@@ -48,9 +48,8 @@ class LookaheadSchedule {
   // it were: accepted / (accepted + rejections) over the history, each step weighing 0.95 of the
   // one after it, with one accepted and one rejected token as a prior (0.5 before any evidence).
   double acceptance() const { return (accepted_ + 1.0) / (accepted_ + rejected_ + 2.0); }
-  // goodput: the decayed counts behind acceptance() (accepted tokens, iterations with a rejection),
-  // and seeding them (a Generator carries them from one request to the next: carry_evidence()).
-  std::pair<double, double> evidence() const { return {accepted_, rejected_}; }
+  // goodput: seeds the decayed counts behind acceptance() (accepted tokens, iterations with a
+  // rejection); a Generator carries them from one request to the next (carry_evidence()).
   void set_evidence(std::pair<double, double> e) { std::tie(accepted_, rejected_) = e; }
   // The mean evidence of `schedules`, scaled down to at most `weight` counts in all: what the next
   // request starts from, so that it begins near the last ones' acceptance and adapts within a few

@@ -54,7 +54,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           c.num_assistant_tokens = 1 + static_cast<int64_t>(r % 6);
           c.eos_token_ids = {static_cast<int64_t>(40 + seed)};
           if (schedule.rfind("lookup", 0) == 0) c.prompt_lookup_num_tokens = c.num_assistant_tokens;
-          if (schedule != "lookup") c.num_assistant_tokens_schedule = schedule.substr(schedule.find(' ') + 1);
+          if (schedule != "lookup") c.num_assistant_tokens_schedule = schedule == "lookup goodput" ? "goodput" : schedule;
           configs.push_back(c);
         }
         const Generator assisted(p.target, p.draft);
