@@ -4,6 +4,10 @@
 #include <benchmark/benchmark.h>
 #include <c10/core/InferenceMode.h>
 
+#include <map>
+#include <memory>
+#include <string>
+
 #include "linear.hpp"
 #include "specdec/specdec.hpp"
 
@@ -73,7 +77,37 @@ void BM_Linear8192x2048(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * w[0].bytes());
   state.SetLabel(specdec::ggml_type_name(static_cast<uint32_t>(type)));
 }
-BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 6}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4}})->Unit(benchmark::kMillisecond);
+
+// One forward pass of a whole model over T new tokens after a 64-token context: the cost curve a
+// verification pass pays (T = K + 1) and prefill (T = 128). The model is SPECDEC_BENCH_MODEL,
+// default the SmolLM2 GGUF of scripts/get_models.sh, weights as stored; skipped when absent.
+void BM_ModelPass(benchmark::State& state) {
+  c10::InferenceMode guard;
+  at::set_num_threads(std::getenv("BENCH_THREADS") ? std::atoi(std::getenv("BENCH_THREADS")) : 2);
+  const char* env = std::getenv("SPECDEC_BENCH_MODEL");
+  const std::string path = env ? env : "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  static std::map<std::string, std::shared_ptr<const specdec::Model>> models;
+  if (!models.count(path)) {
+    try {
+      models[path] = specdec::load_model(path);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      return;
+    }
+  }
+  const specdec::Model& model = *models[path];
+  const int64_t t = state.range(0), context = 64;
+  specdec::KVCache cache = model.make_cache(context + t);
+  model.forward(at::randint(1, 1000, {1, context}, at::kLong), cache);
+  const at::Tensor ids = at::randint(1, 1000, {1, t}, at::kLong);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(model.forward(ids, cache));
+    cache.crop(context);
+  }
+  state.SetLabel(path.substr(path.find_last_of('/') + 1));
+}
+BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
 
 void BM_LibtorchLinear8192x2048(benchmark::State& state) {
   c10::InferenceMode guard;

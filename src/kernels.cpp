@@ -1,11 +1,19 @@
 #include "kernels.hpp"
 
+#include "specdec/error.hpp"
+
 #include <ATen/Parallel.h>
 #include <c10/util/Half.h>
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(SPECDEC_NO_X86_KERNELS)
 #include <cpuid.h>
 #include <immintrin.h>
 #define SPECDEC_X86 1
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics start from deliberately undefined vectors (_mm512_undefined_*),
+// which its own uninitialized-value warnings then report at every use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 #include <cmath>
@@ -41,12 +49,21 @@ inline float sum(const float* a, int64_t n) {
 }
 
 #ifdef SPECDEC_X86
-// --- AVX2 linear kernels, one per weight format ---
-// A decoder turns one block of a weight row into kVecs vectors of 8 floats with exactly the
-// values of ggml_dequantize, so a packed format gives bitwise the results of the float32 kernel
-// on the dequantized matrix. (q * d is exact in float32 for the 4- and 8-bit formats: at most 8 + 11
+// --- x86 linear kernels: AVX2 and AVX-512, one per weight format, the same arithmetic ---
+// The reduction order of one output element (weight row n . input row t), whatever the ISA, tile,
+// number of rows or threads: 16 partial sums, lane = k mod 16, each fed by fused multiply-adds in
+// k order over whole chunks of 8 (a K that is 8 mod 16 feeds its last chunk to lanes 0-7 only);
+// then lanes l and l + 8 added, the 8 results summed in a fixed tree; then the last K mod 8
+// products by fused multiply-add in order. AVX-512 holds the 16 lanes in one register, AVX2 in two
+// (even and odd chunks of 8), so both give the same bits; two chains per output element instead of
+// one halve the latency a one-token decode waits on.
+// A decoder turns one block of a weight row into vectors with exactly the values of
+// ggml_dequantize, so a packed format gives bitwise the results of the float32 kernel on the
+// dequantized matrix. (q * d is exact in float32 for the 4- and 8-bit formats: at most 8 + 11
 // significant bits. So Q4_1's q * d + m rounds once, and a fused multiply-add equals it.)
 #define SPECDEC_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define SPECDEC_VNNI __attribute__((target("avx512vnni,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 
 constexpr int64_t kQ8_0Bytes = 34, kQ4_0Bytes = 18, kQ4_1Bytes = 20;  // ggml's block sizes
 
@@ -56,22 +73,28 @@ SPECDEC_AVX2 inline float half_to_float(const uint8_t* p) {
   return _cvtsh_ss(bits);
 }
 
+// AVX2 decoders: kVecs vectors of 8 floats per block of kElems (an even number of vectors). The
+// float formats also give any 8 columns (vec8, the chunk after the last 16) and one (scalar).
 struct F32Dec {
-  static constexpr int kElems = 8, kVecs = 1;
+  static constexpr int kElems = 16, kVecs = 2;
   const float* p;
-  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { p = reinterpret_cast<const float*>(row) + b * 8; }
-  SPECDEC_AVX2 __m256 vec(int) const { return _mm256_loadu_ps(p); }
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { p = reinterpret_cast<const float*>(row) + b * 16; }
+  SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_loadu_ps(p + 8 * v); }
+  SPECDEC_AVX2 static __m256 vec8(const uint8_t* row, int64_t c) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
+  }
   static float scalar(const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; }
 };
 
 struct BF16Dec {
-  static constexpr int kElems = 8, kVecs = 1;
-  __m256 v;
-  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16));
-    v = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  static constexpr int kElems = 16, kVecs = 2;
+  const uint8_t* p;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { p = row + b * 32; }
+  SPECDEC_AVX2 __m256 vec(int v) const { return vec8(p, 8 * v); }
+  SPECDEC_AVX2 static __m256 vec8(const uint8_t* row, int64_t c) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
-  SPECDEC_AVX2 __m256 vec(int) const { return v; }
   static float scalar(const uint8_t* row, int64_t c) {
     uint16_t bits;
     std::memcpy(&bits, row + 2 * c, 2);
@@ -83,12 +106,13 @@ struct BF16Dec {
 };
 
 struct F16Dec {
-  static constexpr int kElems = 8, kVecs = 1;
-  __m256 v;
-  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
-    v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + b * 16)));
+  static constexpr int kElems = 16, kVecs = 2;
+  const uint8_t* p;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { p = row + b * 32; }
+  SPECDEC_AVX2 __m256 vec(int v) const { return vec8(p, 8 * v); }
+  SPECDEC_AVX2 static __m256 vec8(const uint8_t* row, int64_t c) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
   }
-  SPECDEC_AVX2 __m256 vec(int) const { return v; }
   SPECDEC_AVX2 static float scalar(const uint8_t* row, int64_t c) { return half_to_float(row + 2 * c); }
 };
 
@@ -163,6 +187,101 @@ struct BufferDec {
   SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_loadu_ps(buf + 8 * v); }
 };
 
+// AVX-512 decoders: kVecs vectors of 16 floats per block, the same values; Ymm is the AVX2 decoder
+// of the format (the float formats' last chunk of 8 and tail).
+struct F32DecZ {
+  using Ymm = F32Dec;
+  static constexpr int kElems = 16, kVecs = 1;
+  const float* p;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) { p = reinterpret_cast<const float*>(row) + b * 16; }
+  SPECDEC_AVX512 __m512 vec(int) const { return _mm512_loadu_ps(p); }
+};
+
+struct BF16DecZ {
+  using Ymm = BF16Dec;
+  static constexpr int kElems = 16, kVecs = 1;
+  const uint8_t* p;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) { p = row + b * 32; }
+  SPECDEC_AVX512 __m512 vec(int) const {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+};
+
+struct F16DecZ {
+  using Ymm = F16Dec;
+  static constexpr int kElems = 16, kVecs = 1;
+  const uint8_t* p;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) { p = row + b * 32; }
+  SPECDEC_AVX512 __m512 vec(int) const {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+
+struct Q8_0DecZ {
+  static constexpr int kElems = 32, kVecs = 2;
+  __m512 d;
+  const uint8_t* q;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * kQ8_0Bytes;
+    d = _mm512_set1_ps(half_to_float(blk));
+    q = blk + 2;
+  }
+  SPECDEC_AVX512 __m512 vec(int v) const {
+    const __m128i b16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16 * v));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b16)), d);
+  }
+};
+
+struct NibblesZ {  // v = 0: the low nibbles (elements 0-15), v = 1: the high ones (16-31)
+  __m128i lo, hi;
+  SPECDEC_AVX512 void load(const uint8_t* qs) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    lo = _mm_and_si128(b, m);
+    hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+  }
+  SPECDEC_AVX512 __m512i get(int v) const { return _mm512_cvtepu8_epi32(v ? hi : lo); }
+};
+
+struct Q4_0DecZ {
+  static constexpr int kElems = 32, kVecs = 2;
+  __m512 d;
+  NibblesZ n;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * kQ4_0Bytes;
+    d = _mm512_set1_ps(half_to_float(blk));
+    n.load(blk + 2);
+  }
+  SPECDEC_AVX512 __m512 vec(int v) const {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(n.get(v), _mm512_set1_epi32(8))), d);
+  }
+};
+
+struct Q4_1DecZ {
+  static constexpr int kElems = 32, kVecs = 2;
+  __m512 d, m;
+  NibblesZ n;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * kQ4_1Bytes;
+    d = _mm512_set1_ps(half_to_float(blk));
+    m = _mm512_set1_ps(half_to_float(blk + 2));
+    n.load(blk + 4);
+  }
+  SPECDEC_AVX512 __m512 vec(int v) const { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(n.get(v)), d, m); }
+};
+
+template <GgmlType T, int E>
+struct BufferDecZ {
+  static constexpr int kElems = E, kVecs = E / 16;
+  float buf[E];
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
+    static const int64_t bytes = ggml_block_bytes(T);
+    ggml_dequantize(T, row + b * bytes, buf, E);
+  }
+  SPECDEC_AVX512 __m512 vec(int v) const { return _mm512_loadu_ps(buf + 16 * v); }
+};
+
 SPECDEC_AVX2 inline float hsum(__m256 s) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
@@ -170,45 +289,125 @@ SPECDEC_AVX2 inline float hsum(__m256 s) {
   return _mm_cvtss_f32(lo);
 }
 
+// The float formats take any K: a last chunk of 8 into lanes 0-7, then the tail; the block formats
+// take whole blocks only.
 template <class Dec>
-constexpr bool kHasTail = Dec::kElems == 8;  // float formats: any K; block formats: whole blocks
+constexpr bool kAnyK = Dec::kElems == 16;
 
-// Register tile: NB weight rows x TB input rows. Every output element (n, t) owns one 8-lane
-// accumulator fed in k order (lane = k mod 8), then a fixed horizontal sum, then the tail in order:
-// the same arithmetic whatever the tile and the format, so results do not depend on how many rows
-// share a pass, and a packed format equals float32 on its dequantized values.
+// The last K mod 8 products, in order, after the horizontal sum.
 template <class Dec>
-struct FloatTiles {
-template <int NB, int TB>
-SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
-                              int64_t t, int64_t n_total, float* y) {
-  const float* x = static_cast<const float*>(xv);
-  const int64_t blocks = k / Dec::kElems;
-  __m256 acc[NB][TB];
-  for (int i = 0; i < NB; ++i)
-    for (int j = 0; j < TB; ++j) acc[i][j] = _mm256_setzero_ps();
-  const uint8_t* wr[NB];
-  const float* xr[TB];
-  for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
-  for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
-  for (int64_t b = 0; b < blocks; ++b)
-    for (int i = 0; i < NB; ++i) {  // one weight row's block at a time: one decoder state live
-      Dec dec;
-      dec.start(wr[i], b);
+SPECDEC_AVX2 inline float tail(float s, const uint8_t* w, const float* x, int64_t c, int64_t k) {
+  for (; c < k; ++c) s = std::fma(Dec::scalar(w, c), x[c], s);
+  return s;
+}
+
+// Register tiles: NB weight rows x TB input rows, every output element with its own accumulators
+// (one block of a weight row decoded at a time, serving all TB input rows).
+template <class Dec>
+struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
+  static constexpr int kMaxRows = 6, kWideRows = 2;
+  template <int NB, int TB>
+  SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
+                                int64_t t, int64_t n_total, float* y) {
+    const float* x = static_cast<const float*>(xv);
+    const int64_t blocks = k / Dec::kElems, c_end = blocks * Dec::kElems;
+    const bool chunk8 = kAnyK<Dec> && k - c_end >= 8;
+    const uint8_t* wr[NB];
+    const float* xr[TB];
+    for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
+    for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
+    // Up to 6 outputs: both halves in one sweep (two chains per output: half the latency a decode
+    // waits on); more: one half per sweep over the block, so that the accumulators fit 16 registers.
+    constexpr int kHalves = NB * TB <= 6 ? 2 : 1;
+    __m256 sums[NB][TB][2];
+#pragma GCC unroll 2
+    for (int sweep = 0; sweep < 2 / kHalves; ++sweep) {
+      __m256 acc[NB][TB][kHalves];
+      for (int i = 0; i < NB; ++i)
+        for (int j = 0; j < TB; ++j)
+          for (int h = 0; h < kHalves; ++h) acc[i][j][h] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int i = 0; i < NB; ++i) {  // one weight row's block at a time: one decoder state live
+          Dec dec;
+          dec.start(wr[i], b);
+#pragma GCC unroll 32
+          for (int v = 0; v < Dec::kVecs; ++v) {
+            if (kHalves == 1 && (v & 1) != sweep) continue;
+            const int h = kHalves == 2 ? (v & 1) : 0;
+            const __m256 wv = dec.vec(v);
+            const int64_t c = b * Dec::kElems + 8 * v;
+#pragma GCC unroll 16
+            for (int j = 0; j < TB; ++j) acc[i][j][h] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c), acc[i][j][h]);
+          }
+        }
+      if constexpr (kAnyK<Dec>)
+        if (chunk8 && sweep == 0)
+          for (int i = 0; i < NB; ++i) {
+            const __m256 wv = Dec::vec8(wr[i], c_end);
+            for (int j = 0; j < TB; ++j) acc[i][j][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c_end), acc[i][j][0]);
+          }
+      for (int i = 0; i < NB; ++i)
+        for (int j = 0; j < TB; ++j)
+          for (int h = 0; h < kHalves; ++h) sums[i][j][sweep + h] = acc[i][j][h];
+    }
+    const int64_t c = c_end + (chunk8 ? 8 : 0);
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j) {
+        float s = hsum(_mm256_add_ps(sums[i][j][0], sums[i][j][1]));
+        if constexpr (kAnyK<Dec>) s = tail<Dec>(s, wr[i], xr[j], c, k);
+        y[(t + j) * n_total + n + i] = s;
+      }
+  }
+};
+
+template <class Dec>
+struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output, 4 x 6 of them in 24 registers
+  static constexpr int kMaxRows = 6, kWideRows = 4;
+  template <int NB, int TB>
+  SPECDEC_AVX512 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
+                                  int64_t t, int64_t n_total, float* y) {
+    const float* x = static_cast<const float*>(xv);
+    const int64_t blocks = k / Dec::kElems;
+    __m512 acc[NB][TB];
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps();
+    const uint8_t* wr[NB];
+    const float* xr[TB];
+    for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
+    for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
+    for (int64_t b = 0; b < blocks; ++b) {
+      Dec dec[NB];
+      for (int i = 0; i < NB; ++i) dec[i].start(wr[i], b);
+#pragma GCC unroll 16
       for (int v = 0; v < Dec::kVecs; ++v) {
-        const __m256 wv = dec.vec(v);
-        const int64_t c = b * Dec::kElems + 8 * v;
-        for (int j = 0; j < TB; ++j) acc[i][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c), acc[i][j]);
+        __m512 wv[NB];
+        for (int i = 0; i < NB; ++i) wv[i] = dec[i].vec(v);
+        const int64_t c = b * Dec::kElems + 16 * v;
+#pragma GCC unroll 16
+        for (int j = 0; j < TB; ++j) {  // each load of x serves the NB weight rows
+          const __m512 xv = _mm512_loadu_ps(xr[j] + c);
+          for (int i = 0; i < NB; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
+        }
       }
     }
-  for (int i = 0; i < NB; ++i)
-    for (int j = 0; j < TB; ++j) {
-      float s = hsum(acc[i][j]);
-      if constexpr (kHasTail<Dec>)
-        for (int64_t c = blocks * 8; c < k; ++c) s += Dec::scalar(wr[i], c) * xr[j][c];
-      y[(t + j) * n_total + n + i] = s;
-    }
-}
+    int64_t c = blocks * Dec::kElems;
+    if constexpr (kAnyK<Dec>)
+      if (k - c >= 8) {  // lanes 0-7 only (the mask keeps lanes 8-15 as they are)
+        for (int i = 0; i < NB; ++i) {
+          const __m512 wv = _mm512_castps256_ps512(Dec::Ymm::vec8(wr[i], c));
+          for (int j = 0; j < TB; ++j)
+            acc[i][j] = _mm512_mask3_fmadd_ps(wv, _mm512_castps256_ps512(_mm256_loadu_ps(xr[j] + c)), acc[i][j], 0x00FF);
+        }
+        c += 8;
+      }
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j) {
+        const __m512 a = acc[i][j];
+        float s = hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+        if constexpr (kAnyK<Dec>) s = tail<typename Dec::Ymm>(s, wr[i], xr[j], c, k);
+        y[(t + j) * n_total + n + i] = s;
+      }
+  }
 };
 
 // --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0 and Q4_1 weights ---
@@ -219,6 +418,7 @@ SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64
 // those of llama.cpp's approach, not the float32 kernel's.
 template <GgmlType T>
 struct IntTiles {
+  static constexpr int kMaxRows = 6, kWideRows = 2;
   static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
   template <int NB, int TB>
   SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
@@ -262,46 +462,80 @@ struct IntTiles {
   }
 };
 
-template <class Tiles, int NB>
-SPECDEC_AVX2 inline void row_block(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
-                                   int64_t row_bytes, int64_t n, int64_t n_total, float* y) {
-  int64_t t = 0;
-  for (; t + 6 <= t_rows; t += 6) Tiles::template tile<NB, 6>(x, k, w, row_bytes, n, t, n_total, y);
-  switch (t_rows - t) {
-    case 5: Tiles::template tile<NB, 5>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 4: Tiles::template tile<NB, 4>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 3: Tiles::template tile<NB, 3>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 2: Tiles::template tile<NB, 2>(x, k, w, row_bytes, n, t, n_total, y); break;
-    case 1: Tiles::template tile<NB, 1>(x, k, w, row_bytes, n, t, n_total, y); break;
-    default: break;
+// The rows of x that remain after whole tiles of Tiles::kMaxRows: one tile of exactly `rest`.
+template <class Tiles, int NB, int R>
+__attribute__((always_inline)) inline void rest_tile(int64_t rest, const void* x, int64_t k, const uint8_t* w,
+                                                     int64_t row_bytes, int64_t n, int64_t t, int64_t n_total,
+                                                     float* y) {
+  if constexpr (R > 0) {
+    if (rest == R) Tiles::template tile<NB, R>(x, k, w, row_bytes, n, t, n_total, y);
+    else rest_tile<Tiles, NB, R - 1>(rest, x, k, w, row_bytes, n, t, n_total, y);
   }
+}
+
+template <class Tiles, int NB>
+__attribute__((always_inline)) inline void row_block(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                                                     int64_t row_bytes, int64_t n, int64_t n_total, float* y) {
+  constexpr int TB = Tiles::kMaxRows;
+  int64_t t = 0;
+  for (; t + TB <= t_rows; t += TB) Tiles::template tile<NB, TB>(x, k, w, row_bytes, n, t, n_total, y);
+  rest_tile<Tiles, NB, TB - 1>(t_rows - t, x, k, w, row_bytes, n, t, n_total, y);
+}
+
+// Up to kStreamRows input rows (decode, verification): one weight row at a time, in memory order,
+// so that the hardware prefetcher sees one sequential stream (2 or 4 rows side by side made these
+// passes up to 2.5x slower on SmolLM2, whose rows are short: 576 columns). More rows (prefill):
+// Tiles::kWideRows weight rows per tile, so each load of x serves them all.
+constexpr int64_t kStreamRows = 8;
+
+template <class Tiles>
+__attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                                                    int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total,
+                                                    float* y) {
+  int64_t n = n0;
+  if (t_rows > kStreamRows) {
+    constexpr int NB = Tiles::kWideRows;
+    for (; n + NB <= n1; n += NB) row_block<Tiles, NB>(x, t_rows, k, w, row_bytes, n, n_total, y);
+  }
+  for (; n < n1; ++n) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
 }
 
 template <class Tiles>
 SPECDEC_AVX2 void rows_avx2(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
                             int64_t n0, int64_t n1, int64_t n_total, float* y) {
-  int64_t n = n0;
-  // Decode: one weight row at a time, in memory order, so that the hardware prefetcher sees one
-  // sequential stream (interleaving the blocks of 8 rows made SmolLM2's decode up to 2.5x slower).
-  // Several input rows: 2 or 4 weight rows per tile, each decoded block serving all input rows.
-  if (t_rows == 1) {
-    for (; n < n1; ++n) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
-    return;
-  }
-  if (t_rows == 2)
-    for (; n + 4 <= n1; n += 4) row_block<Tiles, 4>(x, t_rows, k, w, row_bytes, n, n_total, y);
-  for (; n + 2 <= n1; n += 2) row_block<Tiles, 2>(x, t_rows, k, w, row_bytes, n, n_total, y);
-  if (n < n1) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
+  rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
 }
 
-RowsFn avx2_rows(GgmlType type, bool int8_activations) {
-  if (int8_activations) {
+template <class Tiles>
+SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
+                                int64_t n0, int64_t n1, int64_t n_total, float* y) {
+  rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
+}
+
+RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
+  if (int8_activations) {  // the AVX2 kernel on both (its integer sums are exact: no order to keep)
     switch (type) {
       case GgmlType::kQ8_0: return rows_avx2<IntTiles<GgmlType::kQ8_0>>;
       case GgmlType::kQ4_0: return rows_avx2<IntTiles<GgmlType::kQ4_0>>;
       case GgmlType::kQ4_1: return rows_avx2<IntTiles<GgmlType::kQ4_1>>;
       default: break;
     }
+  }
+  if (avx512) {
+    switch (type) {
+      case GgmlType::kF32: return rows_avx512<FloatTilesZ<F32DecZ>>;
+      case GgmlType::kBF16: return rows_avx512<FloatTilesZ<BF16DecZ>>;
+      case GgmlType::kF16: return rows_avx512<FloatTilesZ<F16DecZ>>;
+      case GgmlType::kQ8_0: return rows_avx512<FloatTilesZ<Q8_0DecZ>>;
+      case GgmlType::kQ4_0: return rows_avx512<FloatTilesZ<Q4_0DecZ>>;
+      case GgmlType::kQ4_1: return rows_avx512<FloatTilesZ<Q4_1DecZ>>;
+      case GgmlType::kQ5_0: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_0, 32>>>;
+      case GgmlType::kQ5_1: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_1, 32>>>;
+      case GgmlType::kQ4_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ4_K, 256>>>;
+      case GgmlType::kQ5_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_K, 256>>>;
+      case GgmlType::kQ6_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ6_K, 256>>>;
+    }
+    return nullptr;
   }
   switch (type) {
     case GgmlType::kF32: return rows_avx2<FloatTiles<F32Dec>>;
@@ -404,33 +638,58 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
 
 constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keeps x in L2)
 
-#ifdef SPECDEC_X86
-bool portable_kernels_forced() {
-  static const bool forced = [] {
-    const char* force = std::getenv("SPECDEC_PORTABLE_KERNELS");
-    return force && std::string(force) == "1";
-  }();
-  return forced;
-}
-#endif
-
 }  // namespace
 
 bool has_int8_kernel(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1;
 }
 
-LinearKernel linear_kernel(GgmlType type, bool int8_activations) {
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kPortable: return "portable";
+  }
+  return "?";
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> out;
+#ifdef SPECDEC_X86
+  // FMA and F16C through cpuid: clang's __builtin_cpu_supports knows no "f16c". libgcc's
+  // avx512 flags include the operating system's support for the 512-bit registers.
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  const bool avx2 = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_FMA) && (c & bit_F16C) &&
+                    __builtin_cpu_supports("avx2");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    out.push_back(Isa::kAvx512);
+  if (avx2) out.push_back(Isa::kAvx2);
+#endif
+  out.push_back(Isa::kPortable);
+  return out;
+}
+
+Isa default_isa() {
+  static const Isa isa = [] {
+    const std::vector<Isa> have = available_isas();
+    const char* env = std::getenv("SPECDEC_KERNELS");
+    if (!env || !*env) return have.front();
+    for (Isa i : have)
+      if (env == std::string(isa_name(i))) return i;
+    std::string names;
+    for (Isa i : have) names += std::string(names.empty() ? "" : ", ") + isa_name(i);
+    throw Error("SPECDEC_KERNELS=" + std::string(env) + ": not a kernel this build and CPU can run (" + names + ")");
+  }();
+  return isa;
+}
+
+LinearKernel linear_kernel(GgmlType type, bool int8_activations, Isa isa) {
   LinearKernel kernel;
   kernel.int8_activations = int8_activations && has_int8_kernel(type);
 #ifdef SPECDEC_X86
-  // FMA and F16C through cpuid: clang's __builtin_cpu_supports knows no "f16c".
-  static const bool avx2 = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_FMA) && (c & bit_F16C) && __builtin_cpu_supports("avx2");
-  }();
-  if (avx2 && !portable_kernels_forced()) {
-    kernel.rows = avx2_rows(type, kernel.int8_activations);
+  if (isa != Isa::kPortable) {
+    kernel.rows = x86_rows(type, kernel.int8_activations, isa == Isa::kAvx512);
     return kernel;
   }
 #endif

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "specdec/gguf.hpp"
 
 namespace specdec::kernels {
@@ -33,10 +35,18 @@ struct ActBlock {
 void quantize_activations(const float* x, int64_t rows, int64_t k, ActBlock* out);
 // True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1).
 bool has_int8_kernel(GgmlType type);
-// The kernel for `type`, chosen from the CPU's features once per process: AVX2/FMA/F16C on x86-64
-// CPUs that have them, a portable fixed-order kernel elsewhere or with SPECDEC_PORTABLE_KERNELS=1.
-// `int8_activations` applies where has_int8_kernel(type), and is ignored elsewhere.
-LinearKernel linear_kernel(GgmlType type, bool int8_activations = false);
+// The kernel families: AVX-512 (F, BW, DQ, VL) and AVX2 (with FMA and F16C) give bitwise the same
+// results; the portable fixed-order kernel (any CPU) differs from them in the last bits.
+enum class Isa { kAvx512, kAvx2, kPortable };
+const char* isa_name(Isa isa);  // "avx512", "avx2", "portable"
+// What this build and CPU can run, best first (always ends with kPortable).
+std::vector<Isa> available_isas();
+// The best of available_isas(), or the one SPECDEC_KERNELS names (an Error if it names none of
+// them); decided once per process.
+Isa default_isa();
+// The kernel for `type` in family `isa` (one of available_isas()). `int8_activations` applies
+// where has_int8_kernel(type), and is ignored elsewhere.
+LinearKernel linear_kernel(GgmlType type, bool int8_activations = false, Isa isa = default_isa());
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
                          int64_t n, int64_t k, const at::Tensor& b);
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels.hpp"
 #include "linear.hpp"
 #include "specdec/error.hpp"
 
@@ -75,6 +76,82 @@ TEST(LinearKernel, EveryPackedFormatEqualsFloat32OnItsDequantizedValues) {
     EXPECT_TRUE(at::equal(packed.rows(ids, at::kFloat)[0], dense.index_select(0, ids[0]))) << name;
     EXPECT_THROW(packed.rows(at::tensor({21}, at::kLong).view({1, 1}), at::kFloat), Error) << name;
   }
+}
+
+// The documented reduction order of the x86 kernels, written out in scalar code: 16 partial sums
+// (lane = k mod 16) fed by fused multiply-adds over whole chunks of 8 in k order, lanes l and l + 8
+// added, the 8 results summed in the fixed tree, then the last K mod 8 products in order.
+float documented_order(const float* w, const float* x, int64_t k) {
+  float lane[16] = {};
+  for (int64_t c = 0; c + 8 <= k; c += 8)
+    for (int l = 0; l < 8; ++l) {
+      float& acc = lane[(c % 16) + l];
+      acc = std::fma(w[c + l], x[c + l], acc);
+    }
+  float h[8];
+  for (int l = 0; l < 8; ++l) h[l] = lane[l] + lane[l + 8];
+  float s = ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+  for (int64_t c = k - k % 8; c < k; ++c) s = std::fma(w[c], x[c], s);
+  return s;
+}
+
+// Every x86 kernel family computes exactly that order: float32 weights, K with and without a last
+// chunk of 8 and a tail, pass sizes that take every tile shape (one weight row at a time up to 8
+// input rows, wider tiles beyond).
+TEST(LinearKernel, X86KernelsFollowTheDocumentedOrder) {
+  std::vector<kernels::Isa> isas;
+  for (kernels::Isa isa : kernels::available_isas())
+    if (isa != kernels::Isa::kPortable) isas.push_back(isa);
+  if (isas.empty()) GTEST_SKIP() << "no x86 kernel in this build or CPU";
+  for (kernels::Isa isa : isas)
+    for (int64_t k : {8, 16, 24, 29, 100, 2048}) {
+      const int64_t n = 13;
+      const at::Tensor w = at::randn({n, k}), x = at::randn({20, k});
+      const kernels::LinearKernel kernel = kernels::linear_kernel(GgmlType::kF32, false, isa);
+      for (int64_t t : {1, 3, 8, 9, 20}) {
+        const at::Tensor y = kernels::linear_packed(x.narrow(0, 0, t), kernel,
+                                                    static_cast<const uint8_t*>(w.data_ptr()), k * 4, n, k, {});
+        for (int64_t r = 0; r < t; ++r)
+          for (int64_t c = 0; c < n; ++c) {
+            const float want = documented_order(w[c].data_ptr<float>(), x[r].data_ptr<float>(), k);
+            ASSERT_EQ(y[r][c].item<float>(), want) << kernels::isa_name(isa) << " K " << k << " rows " << t
+                                                   << " (" << r << ", " << c << ")";
+          }
+      }
+    }
+}
+
+// AVX-512 and AVX2 give the same bits in every format, with float32 and with 8-bit activations.
+TEST(LinearKernel, KernelFamiliesGiveTheSameBitsInEveryFormat) {
+  const std::vector<kernels::Isa> have = kernels::available_isas();
+  if (have.front() != kernels::Isa::kAvx512) GTEST_SKIP() << "this CPU has no AVX-512: one x86 family only";
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kF16,  GgmlType::kQ8_0,
+                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                            GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  for (GgmlType type : types)
+    for (bool int8 : {false, true}) {
+      if (int8 && !kernels::has_int8_kernel(type)) continue;
+      const int64_t block = ggml_block_elements(type);
+      const int64_t k = block == 256 ? 512 : block == 1 ? 100 : 96, n = 21;
+      at::Tensor bytes;
+      if (block == 1) {  // the float formats: any K
+        at::Tensor f = at::randn({n, k});
+        if (type != GgmlType::kF32) f = f.to(type == GgmlType::kBF16 ? at::kBFloat16 : at::kHalf);
+        bytes = f.view(at::kByte).contiguous();
+      } else {
+        bytes = random_blocks(type, n, k);
+      }
+      const std::string name = std::string(ggml_type_name(static_cast<uint32_t>(type))) + (int8 ? " int8" : "");
+      const at::Tensor x = at::randn({20, k});
+      for (int64_t t : {1, 2, 6, 7, 9, 20}) {
+        at::Tensor y[2];
+        int i = 0;
+        for (kernels::Isa isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx2})
+          y[i++] = kernels::linear_packed(x.narrow(0, 0, t), kernels::linear_kernel(type, int8, isa),
+                                          bytes.data_ptr<uint8_t>(), bytes.size(1), n, k, {});
+        EXPECT_TRUE(at::equal(y[0], y[1])) << name << " rows " << t;
+      }
+    }
 }
 
 TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
