@@ -107,7 +107,7 @@ void BM_ModelPass(benchmark::State& state) {
   }
   state.SetLabel(path.substr(path.find_last_of('/') + 1));
 }
-BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
 
 void BM_LibtorchLinear8192x2048(benchmark::State& state) {
   c10::InferenceMode guard;

@@ -305,7 +305,7 @@ SPECDEC_AVX2 inline float tail(float s, const uint8_t* w, const float* x, int64_
 // (one block of a weight row decoded at a time, serving all TB input rows).
 template <class Dec>
 struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
-  static constexpr int kMaxRows = 6, kWideRows = 2;
+  static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
   template <int NB, int TB>
   SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                 int64_t t, int64_t n_total, float* y) {
@@ -361,8 +361,8 @@ struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks 
 };
 
 template <class Dec>
-struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output, 4 x 6 of them in 24 registers
-  static constexpr int kMaxRows = 6, kWideRows = 4;
+struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4 x 6 in registers
+  static constexpr int kMaxRows = 8, kWideRows = 4, kWideMaxRows = 6;
   template <int NB, int TB>
   SPECDEC_AVX512 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                   int64_t t, int64_t n_total, float* y) {
@@ -418,7 +418,7 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output, 4 x 6 of t
 // those of llama.cpp's approach, not the float32 kernel's.
 template <GgmlType T>
 struct IntTiles {
-  static constexpr int kMaxRows = 6, kWideRows = 2;
+  static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
   static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
   template <int NB, int TB>
   SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
@@ -462,7 +462,8 @@ struct IntTiles {
   }
 };
 
-// The rows of x that remain after whole tiles of Tiles::kMaxRows: one tile of exactly `rest`.
+// Tiles of Tiles::kMaxRows input rows for one weight row (Tiles::kWideMaxRows for more), then
+// one tile of exactly the rows that remain.
 template <class Tiles, int NB, int R>
 __attribute__((always_inline)) inline void rest_tile(int64_t rest, const void* x, int64_t k, const uint8_t* w,
                                                      int64_t row_bytes, int64_t n, int64_t t, int64_t n_total,
@@ -476,7 +477,7 @@ __attribute__((always_inline)) inline void rest_tile(int64_t rest, const void* x
 template <class Tiles, int NB>
 __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
                                                      int64_t row_bytes, int64_t n, int64_t n_total, float* y) {
-  constexpr int TB = Tiles::kMaxRows;
+  constexpr int TB = NB == 1 ? Tiles::kMaxRows : Tiles::kWideMaxRows;
   int64_t t = 0;
   for (; t + TB <= t_rows; t += TB) Tiles::template tile<NB, TB>(x, k, w, row_bytes, n, t, n_total, y);
   rest_tile<Tiles, NB, TB - 1>(t_rows - t, x, k, w, row_bytes, n, t, n_total, y);
@@ -684,7 +685,7 @@ Isa default_isa() {
   return isa;
 }
 
-LinearKernel linear_kernel(GgmlType type, bool int8_activations, Isa isa) {
+LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]] Isa isa) {
   LinearKernel kernel;
   kernel.int8_activations = int8_activations && has_int8_kernel(type);
 #ifdef SPECDEC_X86
