@@ -63,7 +63,6 @@ inline float sum(const float* a, int64_t n) {
 // significant bits. So Q4_1's q * d + m rounds once, and a fused multiply-add equals it.)
 #define SPECDEC_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-#define SPECDEC_VNNI __attribute__((target("avx512vnni,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 
 constexpr int64_t kQ8_0Bytes = 34, kQ4_0Bytes = 18, kQ4_1Bytes = 20;  // ggml's block sizes
 
