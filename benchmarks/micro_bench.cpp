@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels.hpp"
 #include "linear.hpp"
 #include "specdec/specdec.hpp"
 
@@ -108,6 +109,20 @@ void BM_ModelPass(benchmark::State& state) {
   state.SetLabel(path.substr(path.find_last_of('/') + 1));
 }
 BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
+
+// One decode step's attention over a long context (SmolLM2's heads: 9 query heads over 3 key/value
+// heads of 64), state.range(0) cached positions; state.range(1): 0 the CPU's kernel family, 1 the
+// portable (scalar) copy of the same code.
+void BM_AttentionDecode(benchmark::State& state) {
+  c10::InferenceMode guard;
+  at::set_num_threads(std::getenv("BENCH_THREADS") ? std::atoi(std::getenv("BENCH_THREADS")) : 2);
+  const int64_t len = state.range(0);
+  const at::Tensor q = at::randn({1, 9, 1, 64}), k = at::randn({1, 3, len, 64}), v = at::randn({1, 3, len, 64});
+  const auto isa = state.range(1) ? specdec::kernels::Isa::kPortable : specdec::kernels::default_isa();
+  for (auto _ : state) benchmark::DoNotOptimize(specdec::kernels::attention_f32(q, k, v, {}, 0.125, isa));
+  state.SetLabel(specdec::kernels::isa_name(isa));
+}
+BENCHMARK(BM_AttentionDecode)->ArgsProduct({{256, 1024, 4096}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 void BM_LibtorchLinear8192x2048(benchmark::State& state) {
   c10::InferenceMode guard;

@@ -749,8 +749,58 @@ bool cpu_f32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type(
 
 }  // namespace
 
+namespace {
+
+// One query row of attention_f32: scores, softmax and the weighted sum of the values. Plain C++,
+// compiled twice: for any x86-64 (SSE2) and for AVX2 without FMA, where the compiler vectorizes the
+// same loops over 8 lanes. Each lane computes what the scalar code computes (a multiply, then an
+// add, in the same order), so both give the same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
+struct AttentionRow {
+  const float* q;           // [D]
+  const float* k;           // key j at k + j * k_stride, [D]
+  const float* v;           // value j at v + j * v_stride, [D]
+  const float* mask;        // additive, entry j at mask + j * mask_stride; null: none
+  int64_t k_stride, v_stride, mask_stride, len, d;
+  float scale;
+  float* p;                 // [len] scratch
+  float* out;               // [D]
+};
+
+__attribute__((always_inline)) inline void attend(const AttentionRow& a) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  float mx = neg_inf;
+  for (int64_t j = 0; j < a.len; ++j) {
+    float x = dot(a.q, a.k + j * a.k_stride, a.d) * a.scale;
+    if (a.mask) {
+      const float add = a.mask[j * a.mask_stride];
+      x = add == neg_inf ? neg_inf : x + add;
+    }
+    a.p[j] = x;
+    mx = std::max(mx, x);
+  }
+  float total = 0;
+  for (int64_t j = 0; j < a.len; ++j) {
+    a.p[j] = a.p[j] == neg_inf ? 0.0f : std::exp(a.p[j] - mx);
+    total += a.p[j];
+  }
+  for (int64_t c = 0; c < a.d; ++c) a.out[c] = 0;
+  for (int64_t j = 0; j < a.len; ++j) {
+    if (a.p[j] == 0.0f) continue;
+    const float w = a.p[j] / total;
+    const float* v = a.v + j * a.v_stride;
+    for (int64_t c = 0; c < a.d; ++c) a.out[c] += w * v[c];
+  }
+}
+
+void attend_default(const AttentionRow& a) { attend(a); }
+#ifdef SPECDEC_X86
+__attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) { attend(a); }
+#endif
+
+}  // namespace
+
 at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                         const at::Tensor& mask, double scale) {
+                         const at::Tensor& mask, double scale, Isa isa) {
   if (!cpu_f32(q) || !cpu_f32(keys) || !cpu_f32(values) || (mask.defined() && !cpu_f32(mask)) ||
       q.dim() != 4 || keys.dim() != 4 || keys.stride(3) != 1 || values.stride(3) != 1)
     return {};
@@ -765,41 +815,26 @@ at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::
   const float* vp = values.data_ptr<float>();
   const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
   float* op = out.data_ptr<float>();
-  const float s = static_cast<float>(scale);
-  const float neg_inf = -std::numeric_limits<float>::infinity();
+  void (*row_fn)(const AttentionRow&) = attend_default;
+#ifdef SPECDEC_X86
+  if (isa != Isa::kPortable) row_fn = attend_avx2;
+#else
+  (void)isa;
+#endif
   at::parallel_for(0, b * hq * t, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> p(len);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bi = r / (hq * t), h = (r / t) % hq, ti = r % t, kh = h / groups;
-      const float* qr = qp + r * d;
-      const float* kr = kp + bi * keys.stride(0) + kh * keys.stride(1);
-      const float* vr = vp + bi * values.stride(0) + kh * values.stride(1);
-      const float* mr =
-          mp ? mp + bi * m.stride(0) + kh * m.stride(1) + (h % groups) * m.stride(2) + ti * m.stride(3) : nullptr;
-      const int64_t ms = m.defined() ? m.stride(4) : 0;
-      float mx = neg_inf;
-      for (int64_t j = 0; j < len; ++j) {
-        float x = dot(qr, kr + j * keys.stride(2), d) * s;
-        if (mr) {
-          const float add = mr[j * ms];
-          x = add == neg_inf ? neg_inf : x + add;
-        }
-        p[j] = x;
-        mx = std::max(mx, x);
-      }
-      float total = 0;
-      for (int64_t j = 0; j < len; ++j) {
-        p[j] = p[j] == neg_inf ? 0.0f : std::exp(p[j] - mx);
-        total += p[j];
-      }
-      float* o = op + (bi * t + ti) * hq * d + h * d;
-      for (int64_t c = 0; c < d; ++c) o[c] = 0;
-      for (int64_t j = 0; j < len; ++j) {
-        if (p[j] == 0.0f) continue;
-        const float w = p[j] / total;
-        const float* v = vr + j * values.stride(2);
-        for (int64_t c = 0; c < d; ++c) o[c] += w * v[c];
-      }
+      AttentionRow a;
+      a.q = qp + r * d;
+      a.k = kp + bi * keys.stride(0) + kh * keys.stride(1);
+      a.v = vp + bi * values.stride(0) + kh * values.stride(1);
+      a.mask = mp ? mp + bi * m.stride(0) + kh * m.stride(1) + (h % groups) * m.stride(2) + ti * m.stride(3) : nullptr;
+      a.k_stride = keys.stride(2), a.v_stride = values.stride(2), a.mask_stride = m.defined() ? m.stride(4) : 0;
+      a.len = len, a.d = d, a.scale = static_cast<float>(scale);
+      a.p = p.data();
+      a.out = op + (bi * t + ti) * hq * d + h * d;
+      row_fn(a);
     }
   });
   return out;

@@ -60,8 +60,9 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
 // strides with a contiguous last dimension, e.g. views of the KV cache); Hq a multiple of Hkv
 // (grouped-query attention); mask undefined or broadcastable to [B, Hkv, Hq / Hkv, T, L] (additive:
 // a causal -inf triangle [T, L], a per-head bias [Hq, 1, T, L]). Keys whose mask is -inf are skipped. Returns [B, T, Hq * D].
+// `isa`: any x86 family runs an AVX2-vectorized copy of the same scalar code (the same bits).
 at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                         const at::Tensor& mask, double scale);
+                         const at::Tensor& mask, double scale, Isa isa = default_isa());
 // w * (x / sqrt(mean(x^2) + eps)) over the last dimension.
 at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps);
 // (x - mean) / sqrt(var + eps) * w + b over the last dimension (b may be undefined).

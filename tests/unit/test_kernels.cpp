@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels.hpp"
 #include "linear.hpp"
@@ -246,6 +247,34 @@ TEST(LinearKernel, FusedPartsOfDifferentFormatsRunOneByOne) {
   const at::Tensor x = at::randn({1, 3, k});
   EXPECT_TRUE(at::equal(mixed(x), same(x)));
   EXPECT_THROW(Linear(GgmlType::kQ8_0, q8, k + 32), Error);  // bytes that do not hold K values
+}
+
+}  // namespace
+}  // namespace specdec
+
+namespace specdec {
+namespace {
+
+// The attention kernel's AVX2-vectorized copy computes the scalar code's bits (grouped-query heads,
+// a causal mask, a strided view of a longer cache, a head size that is not a multiple of 8), and
+// agrees with libtorch's softmax(q k^T) v.
+TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
+  const std::vector<kernels::Isa> have = kernels::available_isas();
+  if (have.front() == kernels::Isa::kPortable) GTEST_SKIP() << "no x86 kernel in this build or CPU";
+  for (int64_t d : {64, 36}) {
+    const int64_t t = 5, len = 300, hq = 6, hkv = 2;
+    const at::Tensor q = at::randn({2, hq, t, d});
+    const at::Tensor cache_k = at::randn({2, hkv, 512, d}), cache_v = at::randn({2, hkv, 512, d});
+    const at::Tensor k = cache_k.narrow(2, 0, len), v = cache_v.narrow(2, 0, len);  // strided views
+    const at::Tensor mask = at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
+    const at::Tensor fast = kernels::attention_f32(q, k, v, mask, 0.125, have.front());
+    const at::Tensor plain = kernels::attention_f32(q, k, v, mask, 0.125, kernels::Isa::kPortable);
+    EXPECT_TRUE(at::equal(fast, plain)) << "head size " << d;
+    const at::Tensor kk = k.repeat_interleave(hq / hkv, 1), vv = v.repeat_interleave(hq / hkv, 1);
+    const at::Tensor probs = at::softmax(at::matmul(q, kk.transpose(-1, -2)) * 0.125 + mask, -1);
+    const at::Tensor want = at::matmul(probs, vv).transpose(1, 2).reshape({2, t, hq * d});
+    EXPECT_TRUE(at::allclose(plain, want, 1e-4, 1e-5)) << "head size " << d;
+  }
 }
 
 }  // namespace
