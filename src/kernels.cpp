@@ -752,9 +752,10 @@ bool cpu_f32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type(
 namespace {
 
 // One query row of attention_f32: scores, softmax and the weighted sum of the values. Plain C++,
-// compiled twice: for any x86-64 (SSE2) and for AVX2 without FMA, where the compiler vectorizes the
-// same loops over 8 lanes. Each lane computes what the scalar code computes (a multiply, then an
-// add, in the same order), so both give the same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
+// compiled twice: for any x86-64 (SSE2), and for AVX2 without FMA, where the compiler vectorizes the
+// loops over the head dimension and the scores of 8 keys are computed at once (scores_avx2). Each
+// lane does what the scalar code does (a multiply, then an add, in the same order), so both give
+// the same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
 struct AttentionRow {
   const float* q;           // [D]
   const float* k;           // key j at k + j * k_stride, [D]
@@ -766,21 +767,31 @@ struct AttentionRow {
   float* out;               // [D]
 };
 
-__attribute__((always_inline)) inline void attend(const AttentionRow& a) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  float mx = neg_inf;
-  for (int64_t j = 0; j < a.len; ++j) {
-    float x = dot(a.q, a.k + j * a.k_stride, a.d) * a.scale;
-    if (a.mask) {
-      const float add = a.mask[j * a.mask_stride];
-      x = add == neg_inf ? neg_inf : x + add;
-    }
-    a.p[j] = x;
-    mx = std::max(mx, x);
+// Key j's score: q . k_j * scale, plus the mask (-inf stays -inf).
+inline float masked(const AttentionRow& a, int64_t j, float x) {
+  if (a.mask) {
+    const float add = a.mask[j * a.mask_stride];
+    x = add == -std::numeric_limits<float>::infinity() ? add : x + add;
   }
+  return x;
+}
+
+// Every key's score into a.p; returns the largest.
+inline float scores_plain(const AttentionRow& a) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < a.len; ++j) {
+    a.p[j] = masked(a, j, dot(a.q, a.k + j * a.k_stride, a.d) * a.scale);
+    mx = std::max(mx, a.p[j]);
+  }
+  return mx;
+}
+
+template <class Scores>
+__attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores) {
+  const float mx = scores(a);
   float total = 0;
   for (int64_t j = 0; j < a.len; ++j) {
-    a.p[j] = a.p[j] == neg_inf ? 0.0f : std::exp(a.p[j] - mx);
+    a.p[j] = a.p[j] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(a.p[j] - mx);
     total += a.p[j];
   }
   for (int64_t c = 0; c < a.d; ++c) a.out[c] = 0;
@@ -792,9 +803,56 @@ __attribute__((always_inline)) inline void attend(const AttentionRow& a) {
   }
 }
 
-void attend_default(const AttentionRow& a) { attend(a); }
+void attend_default(const AttentionRow& a) { attend(a, scores_plain); }
+
 #ifdef SPECDEC_X86
-__attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) { attend(a); }
+// The scores of 8 keys at a time, each exactly as dot() computes it: 8 lanes of multiply-then-add
+// over the head dimension, then dot()'s tree over the lanes, done for the 8 keys at once on the
+// transposed lanes; then the last D mod 8 products in order.
+__attribute__((target("avx2"))) inline float scores_avx2(const AttentionRow& a) {
+  float mx = -std::numeric_limits<float>::infinity();
+  const int64_t d8 = a.d - a.d % 8;
+  int64_t j = 0;
+  for (; j + 8 <= a.len; j += 8) {
+    const float* kr[8];
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) kr[i] = a.k + (j + i) * a.k_stride, r[i] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < d8; c += 8) {
+      const __m256 qv = _mm256_loadu_ps(a.q + c);
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_add_ps(r[i], _mm256_mul_ps(qv, _mm256_loadu_ps(kr[i] + c)));
+    }
+    // Transpose: lane l of every key into one vector, then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);  // lanes 0|4, 1|5
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);  // lanes 2|6, 3|7
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    const __m256 l0 = _mm256_permute2f128_ps(u0, u4, 0x20), l4 = _mm256_permute2f128_ps(u0, u4, 0x31);
+    const __m256 l1 = _mm256_permute2f128_ps(u1, u5, 0x20), l5 = _mm256_permute2f128_ps(u1, u5, 0x31);
+    const __m256 l2 = _mm256_permute2f128_ps(u2, u6, 0x20), l6 = _mm256_permute2f128_ps(u2, u6, 0x31);
+    const __m256 l3 = _mm256_permute2f128_ps(u3, u7, 0x20), l7 = _mm256_permute2f128_ps(u3, u7, 0x31);
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)),
+                                     _mm256_add_ps(_mm256_add_ps(l4, l5), _mm256_add_ps(l6, l7)));
+    float sv[8];
+    _mm256_storeu_ps(sv, sum);
+    for (int i = 0; i < 8; ++i) {
+      float x = sv[i];
+      for (int64_t c = d8; c < a.d; ++c) x += a.q[c] * kr[i][c];
+      a.p[j + i] = masked(a, j + i, x * a.scale);
+      mx = std::max(mx, a.p[j + i]);
+    }
+  }
+  for (; j < a.len; ++j) {
+    a.p[j] = masked(a, j, dot(a.q, a.k + j * a.k_stride, a.d) * a.scale);
+    mx = std::max(mx, a.p[j]);
+  }
+  return mx;
+}
+
+__attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) { attend(a, scores_avx2); }
 #endif
 
 }  // namespace
