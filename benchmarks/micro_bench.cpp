@@ -16,6 +16,11 @@ namespace {
 
 using specdec::GgmlType;
 
+// BENCH_THREADS threads, 2 by default (as in the end-to-end figures).
+void set_bench_threads() {
+  at::set_num_threads(std::getenv("BENCH_THREADS") ? std::atoi(std::getenv("BENCH_THREADS")) : 2);
+}
+
 void BM_KVCacheCrop(benchmark::State& state) {
   specdec::KVCache c(16, 1, 8, 4096, 128, at::TensorOptions().dtype(at::kFloat));
   for (int64_t l = 0; l < 16; ++l) c.append(l, at::zeros({1, 8, 64, 128}), at::zeros({1, 8, 64, 128}));
@@ -58,7 +63,7 @@ BENCHMARK(BM_TopPProcessor);
 // call streams its weights from memory; bytes/s counts the weight bytes read.
 void BM_Linear8192x2048(benchmark::State& state) {
   c10::InferenceMode guard;
-  at::set_num_threads(std::getenv("BENCH_THREADS") ? std::atoi(std::getenv("BENCH_THREADS")) : 2);  // 2: as in the end-to-end figures
+  set_bench_threads();
   const GgmlType types[] = {GgmlType::kF32, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1};
   const GgmlType type = types[state.range(1)];
   std::vector<specdec::Linear> w;
@@ -85,7 +90,7 @@ BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 
 // default the SmolLM2 GGUF of scripts/get_models.sh, weights as stored; skipped when absent.
 void BM_ModelPass(benchmark::State& state) {
   c10::InferenceMode guard;
-  at::set_num_threads(std::getenv("BENCH_THREADS") ? std::atoi(std::getenv("BENCH_THREADS")) : 2);
+  set_bench_threads();
   const char* env = std::getenv("SPECDEC_BENCH_MODEL");
   const std::string path = env ? env : "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   static std::map<std::string, std::shared_ptr<const specdec::Model>> models;
@@ -115,7 +120,7 @@ BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->Arg(16)
 // portable (scalar) copy of the same code.
 void BM_AttentionDecode(benchmark::State& state) {
   c10::InferenceMode guard;
-  at::set_num_threads(std::getenv("BENCH_THREADS") ? std::atoi(std::getenv("BENCH_THREADS")) : 2);
+  set_bench_threads();
   const int64_t len = state.range(0);
   const at::Tensor q = at::randn({1, 9, 1, 64}), k = at::randn({1, 3, len, 64}), v = at::randn({1, 3, len, 64});
   const auto isa = state.range(1) ? specdec::kernels::Isa::kPortable : specdec::kernels::default_isa();

@@ -232,14 +232,7 @@ struct Q8_0DecZ {
   }
 };
 
-struct NibblesZ {  // v = 0: the low nibbles (elements 0-15), v = 1: the high ones (16-31)
-  __m128i lo, hi;
-  SPECDEC_AVX512 void load(const uint8_t* qs) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m128i m = _mm_set1_epi8(0x0F);
-    lo = _mm_and_si128(b, m);
-    hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
-  }
+struct NibblesZ : Nibbles {  // v = 0: the low nibbles (elements 0-15), v = 1: the high ones (16-31)
   SPECDEC_AVX512 __m512i get(int v) const { return _mm512_cvtepu8_epi32(v ? hi : lo); }
 };
 
@@ -271,14 +264,9 @@ struct Q4_1DecZ {
 };
 
 template <GgmlType T, int E>
-struct BufferDecZ {
-  static constexpr int kElems = E, kVecs = E / 16;
-  float buf[E];
-  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
-    static const int64_t bytes = ggml_block_bytes(T);
-    ggml_dequantize(T, row + b * bytes, buf, E);
-  }
-  SPECDEC_AVX512 __m512 vec(int v) const { return _mm512_loadu_ps(buf + 16 * v); }
+struct BufferDecZ : BufferDec<T, E> {  // the same buffer, read 16 at a time
+  static constexpr int kVecs = E / 16;
+  SPECDEC_AVX512 __m512 vec(int v) const { return _mm512_loadu_ps(this->buf + 16 * v); }
 };
 
 SPECDEC_AVX2 inline float hsum(__m256 s) {
@@ -776,10 +764,10 @@ inline float masked(const AttentionRow& a, int64_t j, float x) {
   return x;
 }
 
-// Every key's score into a.p; returns the largest.
-inline float scores_plain(const AttentionRow& a) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < a.len; ++j) {
+// The scores of keys [from, len) into a.p, one at a time; returns the largest of them and `mx`.
+inline float scores_plain(const AttentionRow& a, int64_t from = 0,
+                          float mx = -std::numeric_limits<float>::infinity()) {
+  for (int64_t j = from; j < a.len; ++j) {
     a.p[j] = masked(a, j, dot(a.q, a.k + j * a.k_stride, a.d) * a.scale);
     mx = std::max(mx, a.p[j]);
   }
@@ -803,7 +791,9 @@ __attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores 
   }
 }
 
-void attend_default(const AttentionRow& a) { attend(a, scores_plain); }
+void attend_default(const AttentionRow& a) {
+  attend(a, [](const AttentionRow& r) { return scores_plain(r); });
+}
 
 #ifdef SPECDEC_X86
 // The scores of 8 keys at a time, each exactly as dot() computes it: 8 lanes of multiply-then-add
@@ -845,11 +835,7 @@ __attribute__((target("avx2"))) inline float scores_avx2(const AttentionRow& a) 
       mx = std::max(mx, a.p[j + i]);
     }
   }
-  for (; j < a.len; ++j) {
-    a.p[j] = masked(a, j, dot(a.q, a.k + j * a.k_stride, a.d) * a.scale);
-    mx = std::max(mx, a.p[j]);
-  }
-  return mx;
+  return scores_plain(a, j, mx);  // the last len mod 8 keys
 }
 
 __attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) { attend(a, scores_avx2); }
