@@ -21,6 +21,7 @@
 
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
+#include "ggml_blocks.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -72,26 +73,16 @@ void deq_q8_0(const uint8_t* b, float* y) {  // d, qs[32] int8
   const float d = f16(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
 }
-// K-quants: 256 elements in 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min packed into
-// 12 bytes (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const uint8_t* q, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *mn = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
-    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
+// K-quants: 256 elements in 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min.
 void deq_q4_k(const uint8_t* b, float* y) {  // d, dmin, scales[12], qs[128]
   const float d = f16(b), dmin = f16(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* q = b + 16;
   for (int chunk = 0, is = 0; chunk < 4; ++chunk, q += 32, is += 2) {
     int sc, mn;
-    scale_min_k4(is, scales, &sc, &mn);
+    ggml_scale_min_k4(is, scales, &sc, &mn);
     const float d1 = d * sc, m1 = dmin * mn;
-    scale_min_k4(is + 1, scales, &sc, &mn);
+    ggml_scale_min_k4(is + 1, scales, &sc, &mn);
     const float d2 = d * sc, m2 = dmin * mn;
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0x0F) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -105,9 +96,9 @@ void deq_q5_k(const uint8_t* b, float* y) {  // d, dmin, scales[12], qh[32], qs[
   uint8_t u1 = 1, u2 = 2;
   for (int chunk = 0, is = 0; chunk < 4; ++chunk, ql += 32, is += 2, u1 <<= 2, u2 <<= 2) {
     int sc, mn;
-    scale_min_k4(is, scales, &sc, &mn);
+    ggml_scale_min_k4(is, scales, &sc, &mn);
     const float d1 = d * sc, m1 = dmin * mn;
-    scale_min_k4(is + 1, scales, &sc, &mn);
+    ggml_scale_min_k4(is + 1, scales, &sc, &mn);
     const float d2 = d * sc, m2 = dmin * mn;
     for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
     for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;

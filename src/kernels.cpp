@@ -1,5 +1,7 @@
 #include "kernels.hpp"
 
+#include "ggml_blocks.hpp"
+
 #include "specdec/error.hpp"
 
 #include <ATen/Parallel.h>
@@ -173,15 +175,102 @@ struct Q4_1Dec {  // d (f16), m (f16), qs[16]: x = q * d + m
   SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(n.get(v)), d, m); }
 };
 
-// The other block formats (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): the block is dequantized into a buffer
-// by ggml_dequantize itself. Slower than the formats above, same reduction order.
+// The other block formats (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): a block is dequantized into a buffer
+// with ggml_dequantize's operations in its order, eight values at a time, so the values are its
+// own. (Every product is exact in float32: the scales hold at most 11 + 8 significant bits and the
+// quants at most 5, so d * sc * q is exact in any order and the one addition rounds once.)
+enum class Then { kNothing, kAdd, kSub };
+
+// y[0..15] = float(q[0..15]) * s, then + or - m; the bytes are signed.
+template <Then op>
+SPECDEC_AVX2 inline void put16(__m128i q, float s, float m, float* y) {
+  const __m256 sv = _mm256_set1_ps(s), mv = _mm256_set1_ps(m);
+  for (int h = 0; h < 2; ++h) {
+    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h ? _mm_srli_si128(q, 8) : q)), sv);
+    if constexpr (op == Then::kAdd) v = _mm256_add_ps(v, mv);
+    if constexpr (op == Then::kSub) v = _mm256_sub_ps(v, mv);
+    _mm256_storeu_ps(y + 8 * h, v);
+  }
+}
+// 32 values: the first 16 with (s0, m0), the next 16 with (s1, m1).
+template <Then op>
+SPECDEC_AVX2 inline void put32(__m256i q, float s0, float m0, float s1, float m1, float* y) {
+  put16<op>(_mm256_castsi256_si128(q), s0, m0, y);
+  put16<op>(_mm256_extracti128_si256(q, 1), s1, m1, y + 16);
+}
+SPECDEC_AVX2 inline __m256i low_nibbles(__m256i q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x0F)); }
+SPECDEC_AVX2 inline __m256i high_nibbles(__m256i q) { return low_nibbles(_mm256_srli_epi16(q, 4)); }
+SPECDEC_AVX2 inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+// Bytes that are 0x10 where `q & bit` equals `bit`, else 0.
+SPECDEC_AVX2 inline __m256i bit16(__m256i q, __m256i bit) {
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(q, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+template <GgmlType T>
+SPECDEC_AVX2 void dequantize_block(const uint8_t* b, float* y) {
+  if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
+    // d, [m], qh (bit j: the fifth bit of element j), qs[16]: element j < 16 the low nibble of qs[j]
+    constexpr bool q5_1 = T == GgmlType::kQ5_1;
+    const float d = half_to_float(b), m = q5_1 ? half_to_float(b + 2) : 0.0f;
+    const uint8_t* qh = b + (q5_1 ? 4 : 2);
+    uint32_t bits;
+    std::memcpy(&bits, qh, 4);
+    // byte j of `h` holds byte j / 8 of qh, tested against bit j mod 8
+    const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                          _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 4));
+    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(0x0F)),
+                                         _mm_and_si128(qs, _mm_set1_epi8(0x0F)));
+    __m256i q = _mm256_or_si256(nib, bit16(h, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201))));
+    if constexpr (!q5_1) q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    put32<Then::kAdd>(q, d, m, d, m, y);
+  } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
+    // d, dmin, scales[12], [qh[32]], qs[128]: 4 chunks of 64 = 32 low nibbles, then 32 high ones
+    constexpr bool q5 = T == GgmlType::kQ5_K;
+    const float d = half_to_float(b), dmin = half_to_float(b + 2);
+    const uint8_t* scales = b + 4;
+    const __m256i qh = q5 ? load32(b + 16) : _mm256_setzero_si256();
+    const uint8_t* qs = b + (q5 ? 48 : 16);
+    for (int chunk = 0; chunk < 4; ++chunk, qs += 32, y += 64) {
+      const __m256i q = load32(qs);
+      __m256i lo = low_nibbles(q), hi = high_nibbles(q);
+      if constexpr (q5) {
+        lo = _mm256_or_si256(lo, bit16(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * chunk)))));
+        hi = _mm256_or_si256(hi, bit16(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * chunk)))));
+      }
+      int sc, mn;
+      ggml_scale_min_k4(2 * chunk, scales, &sc, &mn);
+      const float d1 = d * sc, m1 = dmin * mn;
+      ggml_scale_min_k4(2 * chunk + 1, scales, &sc, &mn);
+      const float d2 = d * sc, m2 = dmin * mn;
+      put32<Then::kSub>(lo, d1, m1, d1, m1, y);
+      put32<Then::kSub>(hi, d2, m2, d2, m2, y + 32);
+    }
+  } else {
+    static_assert(T == GgmlType::kQ6_K);
+    // ql[128], qh[64], scales[16] (int8), d; two halves of 128, each 4 runs of 32 with two scales
+    const float d = half_to_float(b + 208);
+    for (int n = 0; n < 2; ++n, y += 128) {
+      const __m256i ql0 = load32(b + 64 * n), ql1 = load32(b + 64 * n + 32), qh = load32(b + 128 + 32 * n);
+      const auto* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * n);
+      const __m256i three = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
+      const __m256i lows[4] = {low_nibbles(ql0), low_nibbles(ql1), high_nibbles(ql0), high_nibbles(ql1)};
+      for (int r = 0; r < 4; ++r) {
+        const __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), three);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lows[r], _mm256_slli_epi16(h, 4)), offset);
+        put32<Then::kNothing>(q, d * sc[2 * r], 0.0f, d * sc[2 * r + 1], 0.0f, y + 32 * r);
+      }
+    }
+  }
+}
+
 template <GgmlType T, int E>
 struct BufferDec {
   static constexpr int kElems = E, kVecs = E / 8;
   float buf[E];
   SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
     static const int64_t bytes = ggml_block_bytes(T);
-    ggml_dequantize(T, row + b * bytes, buf, E);
+    dequantize_block<T>(row + b * bytes, buf);
   }
   SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_loadu_ps(buf + 8 * v); }
 };
