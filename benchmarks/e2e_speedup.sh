@@ -16,8 +16,7 @@ case $pair in
   llama)
     target=$models/target draft=$models/draft
     prompt=1,306,4658,278,6593,310,2834,338,29871,29946,29906,29889,450,1234,338,29871
-    [ -f "$target/config.json" ] || "$bin" make-fixture --out "$target" --arch llama --layers 16 --hidden 2048 \
-      --heads 32 --kv-heads 8 --intermediate 8192 --vocab 32000 --max-pos 4096 --seed 1 --exit-layers 1 --exit-scale 0.03
+    bash "$(dirname "$0")/synthetic_pair.sh" "$build" "$models"
     ;;
   t5)
     target=$models/t5-target draft=$models/t5-draft

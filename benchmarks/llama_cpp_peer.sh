@@ -3,95 +3,175 @@
 # is built from the source that PyPI's llama-cpp-python sdist carries, under bench-peers/, which is
 # git-ignored; none of its code enters specdec).
 #   bash benchmarks/llama_cpp_peer.sh [BUILD_DIR] [ROUNDS] [THREADS...]
-# Files: SmolLM2-135M-Instruct Q4_1 as shipped (scripts/get_models.sh), and Q8_0 / F16 / F32 made
-# from it with llama-quantize --allow-requantize (F16/F32 hold the Q4_1 values exactly; Q8_0 is a
-# requantization: both engines read the same file). Per file and thread count: decode ms/token
-# (llama-bench tg64; specdec: 64 greedy tokens after a 3-token prompt, decode passes only) and
-# prefill time for 16 and 128 tokens (llama-bench pp; specdec: the first pass of a 16/128-token
-# prompt). specdec runs twice on the block formats: float32 activations (the default: bitwise the
-# dequantized float32 model) and --int8-activations (llama.cpp's arithmetic). Medians over ROUNDS
-# rounds (default 3), threads 1 and 2 by default.
+#   PEER_PARTS=smollm2,synthetic,speculative (default: all three)   PEER_OUT=FILE (default below)
+# Files:
+#   smollm2:   SmolLM2-135M-Instruct Q4_1 as shipped (scripts/get_models.sh), and Q8_0 / F16 / F32 made
+#              from it with llama-quantize --allow-requantize (F16/F32 hold the Q4_1 values exactly).
+#   synthetic: the synthetic 1.1B Llama pair (benchmarks/synthetic_pair.sh) given the Llama 2 tokenizer
+#              of ../shared/fixtures/tokenizers (32000 ids, its vocabulary) and converted by llama.cpp's
+#              own convert_hf_to_gguf.py to F32; target F16 / Q8_0 / Q4_0 / Q4_K_M and a Q4_0 draft
+#              made with llama-quantize (whose Q4_0 keeps the output matrix in Q6_K; Q4_K_M mixes
+#              Q4_K and Q6_K).
+# Per file and thread count, each engine in one process (peak RSS of that process):
+#   llama.cpp: llama-bench, passes of 1, 2, 4, 6, 8, 16, 128 tokens (pp) and decode (tg), the mean
+#              of 2 repetitions;
+#   specdec:   `generate --prompts-file`: a warm-up request, a decode of the same length (decode
+#              passes only), then two requests per pass size (their first pass; the mean of the
+#              two). Decode: 64 tokens on SmolLM2, 32 on the 1.1B target. Block formats run twice:
+#              float32 activations (the default: bitwise the dequantized float32 model) and
+#              --int8-activations (llama.cpp's arithmetic).
+# speculative (last thread count): two synthetic pairs, Q8_0 target + Q4_0 draft and F32 + F32, on one
+#   text prompt, 64 new tokens: `specdec compare` (target-only and assisted in one process, after a
+#   warm-up) with constant K=5, dynamic and goodput; llama-speculative-simple with K=5 (draft 5,
+#   minimum 0) and with draft up to 16 under p-min 0.75; llama.cpp's target-only time from
+#   llama-bench (prompt pass + 64 decode steps).
+# Every measurement is one JSON line in PEER_OUT; ROUNDS rounds (default 3) interleave the engines.
+# benchmarks/report.py turns the file into tables (stdout) and docs/benchmarks.md with plots.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rounds=${2:-3}
 shift 2 || true
 threads=("$@"); ((${#threads[@]})) || threads=(1 2)
+parts=${PEER_PARTS:-smollm2,synthetic,speculative}
+out=${PEER_OUT:-benchmarks/results_llama_cpp_peer.jsonl}
 peers=bench-peers
 version=0.3.36
-model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+smollm2=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+tokenizer=../shared/fixtures/tokenizers/llama2_legacy
+has() { [[ ",$parts," == *",$1,"* ]]; }
 [ -x "$build/specdec" ] || { echo "no $build/specdec: build first" >&2; exit 1; }
-[ -e "$model" ] || bash scripts/get_models.sh
-mkdir -p "$peers"
+
+# --- llama.cpp, built once ---
 src="$peers/llama_cpp_python-$version/vendor/llama.cpp"
+mkdir -p "$peers"
 if [ ! -d "$src" ]; then
   [ -x .venv/bin/pip ] || python3 -m venv .venv
   .venv/bin/pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$peers" -q
   tar xzf "$peers/llama_cpp_python-$version.tar.gz" -C "$peers"
 fi
 lbuild="$peers/llama.cpp-build"
-if [ ! -x "$lbuild/bin/llama-bench" ] || [ ! -x "$lbuild/bin/llama-quantize" ]; then
-  echo "building llama.cpp $version (llama-bench, llama-quantize; several minutes)" >&2
+tools=(llama-bench llama-quantize llama-speculative-simple)
+for t in "${tools[@]}"; do
+  [ -x "$lbuild/bin/$t" ] && continue
+  echo "building llama.cpp $version (${tools[*]}; several minutes)" >&2
   cmake -S "$src" -B "$lbuild" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF > "$peers/cmake.log" 2>&1
-  cmake --build "$lbuild" -j"$(nproc)" --target llama-bench llama-quantize > "$peers/build.log" 2>&1 ||
+  cmake --build "$lbuild" -j"$(nproc)" --target "${tools[@]}" > "$peers/build.log" 2>&1 ||
     { tail -20 "$peers/build.log"; exit 1; }
-fi
-files=("$model")
-for t in Q8_0 F16 F32; do
-  f="$peers/SmolLM2-135M-Instruct.$t.gguf"
-  [ -e "$f" ] || "$lbuild/bin/llama-quantize" --allow-requantize "$model" "$f" "$t" > "$peers/quantize.log" 2>&1
-  files+=("$f")
+  break
 done
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+quantize() { # quantize FROM TO TYPE (once)
+  [ -e "$2" ] || "$lbuild/bin/llama-quantize" --allow-requantize "$1" "$2" "$3" > "$peers/quantize.log" 2>&1 ||
+    { tail -5 "$peers/quantize.log"; exit 1; }
+}
+
+# --- the files ---
+files=()
+if has smollm2; then
+  [ -e "$smollm2" ] || bash scripts/get_models.sh
+  files+=("$smollm2")
+  for t in Q8_0 F16 F32; do
+    quantize "$smollm2" "$peers/SmolLM2-135M-Instruct.$t.gguf" "$t"
+    files+=("$peers/SmolLM2-135M-Instruct.$t.gguf")
+  done
+fi
+if has synthetic || has speculative; then
+  bash benchmarks/synthetic_pair.sh "$build" bench-models
+  # llama.cpp's converter: torch (reused from .venv-torch2 when scripts/test_torch2.sh made it),
+  # transformers, sentencepiece; matplotlib for benchmarks/report.py.
+  venv="$peers/venv"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transformers, sentencepiece, matplotlib" 2>/dev/null; then
+    python3 -m venv "$venv"
+    site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    if [ -d .venv-torch2 ] && .venv-torch2/bin/python -c "import torch" 2>/dev/null; then
+      .venv-torch2/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$site/torch2.pth"
+    else
+      "$venv/bin/pip" install -q --no-cache-dir torch
+    fi
+    "$venv/bin/pip" install -q "numpy<2.3" "sentencepiece<0.3" "transformers==4.57.*" "protobuf<5" matplotlib
+  fi
+  for m in target draft; do
+    dir=bench-models/$m
+    if [ ! -e "$dir/tokenizer.model" ]; then
+      [ -e "$tokenizer/tokenizer.model" ] || { echo "no $tokenizer: llama.cpp's converter needs a tokenizer" >&2; exit 1; }
+      cp "$tokenizer/tokenizer.model" "$tokenizer/tokenizer_config.json" "$dir/"
+    fi
+    [ -e "$peers/synthetic-$m.F32.gguf" ] ||
+      "$venv/bin/python" "$src/convert_hf_to_gguf.py" "$dir" --outtype f32 --outfile "$peers/synthetic-$m.F32.gguf" \
+        > "$peers/convert.log" 2>&1 || { tail -5 "$peers/convert.log"; exit 1; }
+  done
+  for t in F16 Q8_0 Q4_0 Q4_K_M; do quantize "$peers/synthetic-target.F32.gguf" "$peers/synthetic-target.$t.gguf" "$t"; done
+  quantize "$peers/synthetic-draft.F32.gguf" "$peers/synthetic-draft.Q4_0.gguf" Q4_0
+  if has synthetic; then
+    for t in F32 F16 Q8_0 Q4_0 Q4_K_M; do files+=("$peers/synthetic-target.$t.gguf"); done
+  fi
+fi
+
+# --- measurements ---
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+: > "$out"
+machine=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+python3 - "$out" "$machine" "$(git rev-parse --short HEAD)" "$version" "$rounds" <<'PY'
+import json, sys
+out, machine, commit, version, rounds = sys.argv[1:]
+with open(out, "a") as f:
+    f.write(json.dumps({"kind": "run", "machine": machine, "cpus": __import__("os").cpu_count(), "specdec": commit,
+                        "llama_cpp": version, "rounds": int(rounds)}) + "\n")
+PY
+# specdec's resident memory before any model: the libtorch runtime
+/usr/bin/time -f %M -o "$tmp/rss" "$build/specdec" --help > /dev/null
+python3 -c "import json, sys; print(json.dumps({'kind': 'baseline', 'rss_mb': round(int(open(sys.argv[1]).read().split()[-1]) / 1024, 1)}))" \
+  "$tmp/rss" >> "$out"
+passes=(1 2 4 6 8 16 128)
 ids() { python3 -c "print(','.join(str(1000 + 37 * i % 20000) for i in range($1)))"; }
-p16=$(ids 16); p128=$(ids 128)
+record() { python3 benchmarks/peer_record.py "$out" "$@"; }
+prompt="Once upon a time, in a small village by the sea, there lived an old fisherman who"
 for r in $(seq "$rounds"); do
   for f in "${files[@]}"; do
-    name=$(basename "$f" .gguf); name=${name##*.}
+    name=$(basename "$f" .gguf)
+    [[ $name == synthetic-* ]] && n_decode=32 || n_decode=64
+    {
+      printf '{"prompt_ids":[1,2,3],"max_new_tokens":2}\n{"prompt_ids":[1,2,3],"max_new_tokens":%d}\n' "$n_decode"
+      for p in "${passes[@]}" "${passes[@]}"; do printf '{"prompt_ids":[%s],"max_new_tokens":1}\n' "$(ids "$p")"; done
+    } > "$tmp/requests.jsonl"
     for t in "${threads[@]}"; do
+      echo "round $r: $name, $t threads" >&2
       for mode in float int8; do
         flag=(); [ $mode = int8 ] && flag=(--int8-activations)
-        [ $mode = int8 ] && [[ $name == F* ]] && continue  # float formats have no integer kernel
-        "$build/specdec" generate --model "$f" "${flag[@]}" --prompt-ids 1,2,3 --max-new-tokens 64 --threads "$t" \
-          --json > "$out/specdec.$mode.$name.$t.tg.$r.json"
-        for p in 16 128; do
-          v=p$p
-          "$build/specdec" generate --model "$f" "${flag[@]}" --prompt-ids "${!v}" --max-new-tokens 1 --threads "$t" \
-            --json > "$out/specdec.$mode.$name.$t.pp$p.$r.json"
-        done
+        [ $mode = int8 ] && [[ $name == *F16* || $name == *F32* ]] && continue  # no integer kernel
+        /usr/bin/time -f %M -o "$tmp/rss" "$build/specdec" generate --model "$f" "${flag[@]}" \
+          --prompts-file "$tmp/requests.jsonl" --threads "$t" > "$tmp/specdec.jsonl" 2> /dev/null
+        record specdec "$f" "$t" "$r" "$mode" "$tmp/rss" "$tmp/specdec.jsonl" "${passes[*]}"
       done
-      "$lbuild/bin/llama-bench" -m "$f" -t "$t" -p 16,128 -n 64 -r 1 -o json > "$out/llama.$name.$t.$r.json" 2> /dev/null
+      /usr/bin/time -f %M -o "$tmp/rss" "$lbuild/bin/llama-bench" -m "$f" -t "$t" \
+        -p "$(IFS=,; echo "${passes[*]}")" -n "$n_decode" -r 2 -o json > "$tmp/llama.json" 2> /dev/null
+      record llama-bench "$f" "$t" "$r" - "$tmp/rss" "$tmp/llama.json"
     done
   done
+  if has speculative; then
+    t=${threads[-1]}
+    for pair in Q8_0:Q4_0 F32:F32; do
+      target="$peers/synthetic-target.${pair%%:*}.gguf" draft="$peers/synthetic-draft.${pair##*:}.gguf"
+      echo "round $r: speculative $pair, $t threads" >&2
+      for sched in "constant --num-assistant-tokens 5" dynamic goodput; do
+        /usr/bin/time -f %M -o "$tmp/rss" "$build/specdec" compare --model "$target" --draft "$draft" \
+          --prompt "$prompt" --max-new-tokens 64 --threads "$t" --schedule $sched --json > "$tmp/compare.json" 2> /dev/null
+        record specdec-compare "$target" "$t" "$r" "${sched%% *}" "$tmp/rss" "$tmp/compare.json" "$draft"
+      done
+      n_prompt=$(python3 -c "import json; print(json.load(open('$tmp/compare.json'))['target_only']['stats']['prompt_tokens'])")
+      "$lbuild/bin/llama-bench" -m "$target" -t "$t" -p "$n_prompt" -n 64 -r 1 -o json > "$tmp/llama.json" 2> /dev/null
+      record llama-target-only "$target" "$t" "$r" - - "$tmp/llama.json"
+      for spec in "5 0.0" "16 0.75"; do
+        set -- $spec
+        /usr/bin/time -f %M -o "$tmp/rss" "$lbuild/bin/llama-speculative-simple" -m "$target" -md "$draft" \
+          --spec-type draft-simple -p "$prompt" -n 64 --spec-draft-n-max "$1" --spec-draft-n-min 0 \
+          --spec-draft-p-min "$2" --temp 0 -t "$t" -c 512 > "$tmp/spec.log" 2>&1
+        record llama-speculative "$target" "$t" "$r" "max$1-pmin$2" "$tmp/rss" "$tmp/spec.log" "$draft"
+      done
+    done
+  fi
 done
-python3 - "$out" "$rounds" "${threads[*]}" "${files[@]}" <<'PY'
-import json, os, statistics, sys
-out, rounds, threads, files = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4:]
-med = statistics.median
-def specdec(mode, name, t, what):
-    vals = []
-    for r in range(1, rounds + 1):
-        path = f"{out}/specdec.{mode}.{name}.{t}.{what}.{r}.json"
-        if not os.path.exists(path): return None
-        st = json.load(open(path))["stats"]
-        vals.append(1000 * (st["target_seconds_per_pass"] if what == "tg" else st["prefill_seconds"]))
-    return med(vals)
-fmt = lambda v: f"{v:7.1f}" if v is not None else f"{'-':>7}"
-print("ms; specdec = float32 activations, int8 = --int8-activations, llama = llama.cpp (llama-bench)")
-print(f"{'file':5} {'thr':>3} | {'decode ms/token':^23} | {'prefill 16 tokens':^23} | {'prefill 128 tokens':^23}")
-print(f"{'':5} {'':>3} |" + " specdec    int8   llama |" * 3)
-for f in files:
-    name = os.path.basename(f)[:-5].split(".")[-1]
-    for t in threads:
-        l_tg, l_pp = [], {16: [], 128: []}
-        for r in range(1, rounds + 1):
-            for row in json.load(open(f"{out}/llama.{name}.{t}.{r}.json")):
-                if row["n_gen"]: l_tg.append(1000 / row["avg_ts"])
-                else: l_pp[row["n_prompt"]].append(1000 * row["n_prompt"] / row["avg_ts"])
-        cells = []
-        for what, llama in (("tg", med(l_tg)), ("pp16", med(l_pp[16])), ("pp128", med(l_pp[128]))):
-            cells.append(" ".join(fmt(v) for v in (specdec("float", name, t, what), specdec("int8", name, t, what), llama)))
-        print(f"{name:5} {t:>3} | " + " | ".join(cells))
-PY
+echo "wrote $out" >&2
+bash -c "[ -x $peers/venv/bin/python ] && exec $peers/venv/bin/python benchmarks/report.py $out || exec python3 benchmarks/report.py --no-plots $out"

@@ -175,7 +175,42 @@ struct Q4_1Dec {  // d (f16), m (f16), qs[16]: x = q * d + m
   SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(n.get(v)), d, m); }
 };
 
-// The other block formats (Q5_0, Q5_1, Q4_K, Q5_K, Q6_K): a block is dequantized into a buffer
+// Q4_K: d, dmin (f16), 8 packed 6-bit scale/min pairs, qs[128]. Element e is in sub-block
+// s = e / 32 with x = (d * sc_s) * q - dmin * mn_s; chunk e / 64 of 32 bytes gives its low nibbles
+// to sub-block 2 * chunk and its high nibbles to the next. (d * sc_s) * q is exact, so a fused
+// multiply-subtract rounds as ggml's multiply then subtract.
+struct Q4_KScales {
+  static constexpr int64_t kBytes = 144;
+  float d[8], m[8];
+  const uint8_t* qs;
+  SPECDEC_AVX2 void load(const uint8_t* row, int64_t b) {
+    const uint8_t* blk = row + b * kBytes;
+    const float dd = half_to_float(blk), dmin = half_to_float(blk + 2);
+    for (int s = 0; s < 8; ++s) {
+      int sc, mn;
+      ggml_scale_min_k4(s, blk + 4, &sc, &mn);
+      d[s] = dd * sc;
+      m[s] = dmin * mn;
+    }
+    qs = blk + 16;
+  }
+};
+
+struct Q4_KDec {
+  static constexpr int kElems = 256, kVecs = 32;
+  Q4_KScales k;
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { k.load(row, b); }
+  SPECDEC_AVX2 __m256 vec(int v) const {  // sub-block v / 4; bytes 8 * (v % 4) of its chunk
+    const int s = v / 4;
+    const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(k.qs + 32 * (s / 2) + 8 * (v % 4)));
+    __m256i q = _mm256_cvtepu8_epi32(b8);
+    if (s % 2) q = _mm256_srli_epi32(q, 4);
+    q = _mm256_and_si256(q, _mm256_set1_epi32(0x0F));
+    return _mm256_fmsub_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(k.d[s]), _mm256_set1_ps(k.m[s]));
+  }
+};
+
+// The other block formats (Q5_0, Q5_1, Q5_K, Q6_K): a block is dequantized into a buffer
 // with ggml_dequantize's operations in its order, eight values at a time, so the values are its
 // own. (Every product is exact in float32: the scales hold at most 11 + 8 significant bits and the
 // quants at most 5, so d * sc * q is exact in any order and the one addition rounds once.)
@@ -224,20 +259,17 @@ SPECDEC_AVX2 void dequantize_block(const uint8_t* b, float* y) {
     __m256i q = _mm256_or_si256(nib, bit16(h, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201))));
     if constexpr (!q5_1) q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
     put32<Then::kAdd>(q, d, m, d, m, y);
-  } else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) {
-    // d, dmin, scales[12], [qh[32]], qs[128]: 4 chunks of 64 = 32 low nibbles, then 32 high ones
-    constexpr bool q5 = T == GgmlType::kQ5_K;
+  } else if constexpr (T == GgmlType::kQ5_K) {
+    // d, dmin, scales[12], qh[32], qs[128]: 4 chunks of 64 = 32 low nibbles, then 32 high ones,
+    // each with its fifth bit from qh (bits 2 * chunk and 2 * chunk + 1)
     const float d = half_to_float(b), dmin = half_to_float(b + 2);
     const uint8_t* scales = b + 4;
-    const __m256i qh = q5 ? load32(b + 16) : _mm256_setzero_si256();
-    const uint8_t* qs = b + (q5 ? 48 : 16);
+    const __m256i qh = load32(b + 16);
+    const uint8_t* qs = b + 48;
     for (int chunk = 0; chunk < 4; ++chunk, qs += 32, y += 64) {
       const __m256i q = load32(qs);
-      __m256i lo = low_nibbles(q), hi = high_nibbles(q);
-      if constexpr (q5) {
-        lo = _mm256_or_si256(lo, bit16(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * chunk)))));
-        hi = _mm256_or_si256(hi, bit16(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * chunk)))));
-      }
+      const __m256i lo = _mm256_or_si256(low_nibbles(q), bit16(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * chunk)))));
+      const __m256i hi = _mm256_or_si256(high_nibbles(q), bit16(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * chunk)))));
       int sc, mn;
       ggml_scale_min_k4(2 * chunk, scales, &sc, &mn);
       const float d1 = d * sc, m1 = dmin * mn;
@@ -350,6 +382,20 @@ struct Q4_1DecZ {
     n.load(blk + 4);
   }
   SPECDEC_AVX512 __m512 vec(int v) const { return _mm512_fmadd_ps(_mm512_cvtepi32_ps(n.get(v)), d, m); }
+};
+
+struct Q4_KDecZ {
+  static constexpr int kElems = 256, kVecs = 16;
+  Q4_KScales k;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) { k.load(row, b); }
+  SPECDEC_AVX512 __m512 vec(int v) const {  // sub-block v / 2; bytes 16 * (v % 2) of its chunk
+    const int s = v / 2;
+    const __m128i b16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs + 32 * (s / 2) + 16 * (v % 2)));
+    __m512i q = _mm512_cvtepu8_epi32(b16);
+    if (s % 2) q = _mm512_srli_epi32(q, 4);
+    q = _mm512_and_si512(q, _mm512_set1_epi32(0x0F));
+    return _mm512_fmsub_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(k.d[s]), _mm512_set1_ps(k.m[s]));
+  }
 };
 
 template <GgmlType T, int E>
@@ -608,7 +654,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ4_1: return rows_avx512<FloatTilesZ<Q4_1DecZ>>;
       case GgmlType::kQ5_0: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_0, 32>>>;
       case GgmlType::kQ5_1: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_1, 32>>>;
-      case GgmlType::kQ4_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ4_K, 256>>>;
+      case GgmlType::kQ4_K: return rows_avx512<FloatTilesZ<Q4_KDecZ>>;
       case GgmlType::kQ5_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_K, 256>>>;
       case GgmlType::kQ6_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ6_K, 256>>>;
     }
@@ -623,7 +669,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
     case GgmlType::kQ4_1: return rows_avx2<FloatTiles<Q4_1Dec>>;
     case GgmlType::kQ5_0: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ5_0, 32>>>;
     case GgmlType::kQ5_1: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ5_1, 32>>>;
-    case GgmlType::kQ4_K: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ4_K, 256>>>;
+    case GgmlType::kQ4_K: return rows_avx2<FloatTiles<Q4_KDec>>;
     case GgmlType::kQ5_K: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ5_K, 256>>>;
     case GgmlType::kQ6_K: return rows_avx2<FloatTiles<BufferDec<GgmlType::kQ6_K, 256>>>;
   }
