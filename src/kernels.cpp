@@ -253,10 +253,9 @@ SPECDEC_AVX2 void dequantize_block(const uint8_t* b, float* y) {
     // byte j of `h` holds byte j / 8 of qh, tested against bit j mod 8
     const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
                                           _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 4));
-    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), _mm_set1_epi8(0x0F)),
-                                         _mm_and_si128(qs, _mm_set1_epi8(0x0F)));
-    __m256i q = _mm256_or_si256(nib, bit16(h, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201))));
+    Nibbles nib;
+    nib.load(qh + 4);
+    __m256i q = _mm256_or_si256(_mm256_set_m128i(nib.hi, nib.lo), bit16(h, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201))));
     if constexpr (!q5_1) q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
     put32<Then::kAdd>(q, d, m, d, m, y);
   } else if constexpr (T == GgmlType::kQ5_K) {
