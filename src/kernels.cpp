@@ -533,53 +533,173 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
 
 // --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0 and Q4_1 weights ---
 // Each block of 32 weights meets the matching block of the activation row quantized to int8
-// (ActBlock): an exact integer dot product, scaled by d_w * d_x into eight float lanes that take the
-// blocks in order (Q4_1 adds m_w * s_x in a float that also takes them in order), then a fixed
-// horizontal sum. The order does not depend on the tile, so batch invariance holds; the values are
-// those of llama.cpp's approach, not the float32 kernel's.
+// (ActRows). Per block, eight exact int32 lanes, lane l = sum of q_w[j] q_x[j] for j in 4l..4l+3
+// (Q4_1: its unsigned 0..15 nibbles; its minimum enters as m_w * s_x in a float taking the blocks in
+// order). Each lane is scaled by the float d_w * d_x and added by fused multiply-add into 16 float
+// lanes: even blocks into lanes 0-7, odd blocks into lanes 8-15 (a last odd block into lanes 0-7);
+// then lanes l and l + 8 added and hsum's fixed tree. AVX-512 with VNNI holds a pair of blocks in one
+// register (vpdpbusd), AVX2 in two (vpmaddubsw): the same integers, the same float operations in
+// the same order, so the same bits; the order does not depend on the tile (batch invariance). The
+// values are those of llama.cpp's approach, not the float32 kernel's.
 template <GgmlType T>
-struct IntTiles {
-  static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
-  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
+constexpr int64_t kIntBlockBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
+
+template <GgmlType T>
+struct IntTiles {  // AVX2: two 8-lane accumulators per output
+  static constexpr int kMaxRows = 4, kWideRows = 2, kWideMaxRows = 3;
+  static constexpr int64_t kBytes = kIntBlockBytes<T>;
+  // Block b of the tile's rows into half H of the accumulators.
+  template <int NB, int TB, int H>
+  SPECDEC_AVX2 __attribute__((always_inline)) static void block(const ActView& x, int64_t k, const uint8_t* w,
+                                                                int64_t row_bytes, int64_t n, int64_t t, int64_t b,
+                                                                __m256 (&acc)[NB][TB][2], float (&macc)[NB][TB]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t blocks = k / 32;
+    for (int i = 0; i < NB; ++i) {
+      const uint8_t* blk = w + (n + i) * row_bytes + b * kBytes;
+      const __m256 dw = _mm256_set1_ps(half_to_float(blk));
+      __m256i wq;  // 32 weights as bytes: signed for Q8_0, 0..15 for Q4_0 and Q4_1
+      if constexpr (T == GgmlType::kQ8_0) {
+        wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+      } else {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == GgmlType::kQ4_1 ? 4 : 2)));
+        const __m128i m = _mm_set1_epi8(0x0F);
+        wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+      }
+      for (int j = 0; j < TB; ++j) {
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
+        __m256i lanes;
+        if constexpr (T == GgmlType::kQ8_0) {  // |w| * sign(x, w): no 16-bit pair sum saturates
+          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), ones);
+        } else {
+          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
+          if constexpr (T == GgmlType::kQ4_0)  // q_w = nibble - 8
+            lanes = _mm256_add_epi32(lanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8)));
+        }
+        const int64_t e = (t + j) * blocks + b;
+        acc[i][j][H] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])), _mm256_cvtepi32_ps(lanes), acc[i][j][H]);
+        if constexpr (T == GgmlType::kQ4_1) macc[i][j] += half_to_float(blk + 2) * x.s[e];
+      }
+    }
+  }
   template <int NB, int TB>
   SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                 int64_t t, int64_t n_total, float* y) {
-    const auto* x = static_cast<const ActBlock*>(xv);
+    const ActView& x = *static_cast<const ActView*>(xv);
     const int64_t blocks = k / 32;
-    __m256 acc[NB][TB];
+    __m256 acc[NB][TB][2];
     float macc[NB][TB];
     for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j) acc[i][j] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < blocks; ++b)
+      for (int j = 0; j < TB; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
+    int64_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+      block<NB, TB, 0>(x, k, w, row_bytes, n, t, b, acc, macc);
+      block<NB, TB, 1>(x, k, w, row_bytes, n, t, b + 1, acc, macc);
+    }
+    if (b < blocks) block<NB, TB, 0>(x, k, w, row_bytes, n, t, b, acc, macc);
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j)
+        y[(t + j) * n_total + n + i] = hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + macc[i][j];
+  }
+};
+
+#define SPECDEC_AVX512_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+template <GgmlType T>
+struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per step
+  static constexpr int kMaxRows = 8, kWideRows = 2, kWideMaxRows = 6;
+  static constexpr int64_t kBytes = kIntBlockBytes<T>;
+  // The 32 weights of the block at p as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8; Q4_1: q).
+  SPECDEC_AVX512_VNNI static __m256i weights(const uint8_t* blk) {
+    if constexpr (T == GgmlType::kQ8_0)
+      return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), _mm256_set1_epi8(-128));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == GgmlType::kQ4_1 ? 4 : 2)));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+  }
+  // What the lanes start from so that the unsigned weights give the signed products:
+  // -128 * (sum of 4 q_x) for Q8_0, -8 * (...) for Q4_0 (ActView::bias), 0 for Q4_1.
+  template <class V>
+  SPECDEC_AVX512_VNNI static V start(V bias) {
+    if constexpr (T == GgmlType::kQ4_1) return V{};
+    if constexpr (T == GgmlType::kQ4_0) return bias;
+    if constexpr (sizeof(V) == 64) return _mm512_slli_epi32(bias, 4);
+    else return _mm256_slli_epi32(bias, 4);
+  }
+  SPECDEC_AVX512_VNNI static __m512i pair(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  }
+  template <int NB, int TB>
+  SPECDEC_AVX512_VNNI static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
+                                       int64_t t, int64_t n_total, float* y) {
+    const ActView& x = *static_cast<const ActView*>(xv);
+    const int64_t blocks = k / 32;
+    __m512 acc[NB][TB];
+    float macc[NB][TB];
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps(), macc[i][j] = 0.0f;
+    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    int64_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+      // The pair's weights and d_w of every weight row, then each input row against them all.
+      __m512i wq[NB];
+      __m128 dw2[NB];  // [d_w0, d_w1]
+      __m512 dw[NB];   // [d_w0 x 8, d_w1 x 8]
+      float mw[NB][2];
       for (int i = 0; i < NB; ++i) {
         const uint8_t* blk = w + (n + i) * row_bytes + b * kBytes;
-        const float dw = half_to_float(blk);
-        float mw = 0.0f;
-        __m256i wq;  // 32 weights as bytes: signed for Q8_0 and Q4_0, 0..15 for Q4_1
-        if constexpr (T == GgmlType::kQ8_0) {
-          wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-        } else {
-          const uint8_t* qs = blk + (T == GgmlType::kQ4_1 ? 4 : 2);
-          const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-          const __m128i m = _mm_set1_epi8(0x0F);
-          wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-          if constexpr (T == GgmlType::kQ4_0) wq = _mm256_sub_epi8(wq, _mm256_set1_epi8(8));
-          if constexpr (T == GgmlType::kQ4_1) mw = half_to_float(blk + 2);
+        wq[i] = pair(weights(blk), weights(blk + kBytes));
+        uint32_t h0;  // d_w of the first block (and two bytes after it)
+        uint16_t h1;
+        std::memcpy(&h0, blk, 4), std::memcpy(&h1, blk + kBytes, 2);
+        dw2[i] = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(static_cast<int>(h0)), h1, 1));
+        dw[i] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dw2[i]));
+        if constexpr (T == GgmlType::kQ4_1) mw[i][0] = half_to_float(blk + 2), mw[i][1] = half_to_float(blk + kBytes + 2);
+      }
+      for (int j = 0; j < TB; ++j) {
+        const int64_t e = (t + j) * blocks + b;
+        const __m512i xq = _mm512_loadu_si512(x.q + (t + j) * k + b * 32);
+        const __m512i bias = start(_mm512_loadu_si512(x.bias + (t + j) * k / 4 + b * 8));
+        double d;  // [d_x0, d_x1]
+        std::memcpy(&d, x.d + e, 8);
+        const __m128 dx2 = _mm_castpd_ps(_mm_set_sd(d));
+        const __m512 dx = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dx2));
+        for (int i = 0; i < NB; ++i) {
+          const __m512i lanes = _mm512_dpbusd_epi32(bias, wq[i], xq);
+          // d_w * d_x: broadcast after the product for one weight row, before it for several
+          const __m512 scale = NB == 1 ? _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
+                                       : _mm512_mul_ps(dw[i], dx);
+          acc[i][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), acc[i][j]);
+          if constexpr (T == GgmlType::kQ4_1) {
+            macc[i][j] += mw[i][0] * x.s[e];
+            macc[i][j] += mw[i][1] * x.s[e + 1];
+          }
         }
+      }
+    }
+    if (b < blocks)  // the last odd block: lanes 0-7
+      for (int i = 0; i < NB; ++i) {
+        const uint8_t* blk = w + (n + i) * row_bytes + b * kBytes;
+        const __m256i wq = weights(blk);
+        const __m256 dw = _mm256_set1_ps(half_to_float(blk));
         for (int j = 0; j < TB; ++j) {
-          const ActBlock& a = x[(t + j) * blocks + b];
-          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q));
-          __m256i p16;
-          if constexpr (T == GgmlType::kQ4_1) p16 = _mm256_maddubs_epi16(wq, xq);
-          else p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
-          const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
-          acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * a.d), p, acc[i][j]);
-          if constexpr (T == GgmlType::kQ4_1) macc[i][j] += mw * a.s;
+          const int64_t e = (t + j) * blocks + b;
+          const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
+          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
+          const __m256i lanes = _mm256_dpbusd_epi32(start(bias), wq, xq);
+          const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e]));
+          acc[i][j] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(s), _mm512_castps256_ps512(_mm256_cvtepi32_ps(lanes)),
+                                            acc[i][j], 0x00FF);
+          if constexpr (T == GgmlType::kQ4_1) macc[i][j] += half_to_float(blk + 2) * x.s[e];
         }
       }
     for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j) y[(t + j) * n_total + n + i] = hsum(acc[i][j]) + macc[i][j];
+      for (int j = 0; j < TB; ++j) {
+        const __m512 a = acc[i][j];
+        y[(t + j) * n_total + n + i] =
+            hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))) + macc[i][j];
+      }
   }
 };
 
@@ -629,13 +749,27 @@ SPECDEC_AVX2 void rows_avx2(const void* x, int64_t t_rows, int64_t k, const uint
 }
 
 template <class Tiles>
+SPECDEC_AVX512_VNNI void rows_avx512_vnni(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                                          int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total, float* y) {
+  rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
+}
+
+template <class Tiles>
 SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
                                 int64_t n0, int64_t n1, int64_t n_total, float* y) {
   rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
 }
 
 RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
-  if (int8_activations) {  // the AVX2 kernel on both (its integer sums are exact: no order to keep)
+  if (int8_activations && avx512 && __builtin_cpu_supports("avx512vnni")) {
+    switch (type) {
+      case GgmlType::kQ8_0: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ8_0>>;
+      case GgmlType::kQ4_0: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_0>>;
+      case GgmlType::kQ4_1: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_1>>;
+      default: break;
+    }
+  }
+  if (int8_activations) {  // AVX2, also for AVX-512 without VNNI (the same bits)
     switch (type) {
       case GgmlType::kQ8_0: return rows_avx2<IntTiles<GgmlType::kQ8_0>>;
       case GgmlType::kQ4_0: return rows_avx2<IntTiles<GgmlType::kQ4_0>>;
@@ -707,14 +841,14 @@ inline float half_at(const uint8_t* p) {
 template <GgmlType T>
 void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
                        int64_t n0, int64_t n1, int64_t n_total, float* y) {
-  const auto* x = static_cast<const ActBlock*>(xv);
+  const ActView& x = *static_cast<const ActView*>(xv);
   const int64_t blocks = k / 32, bytes = ggml_block_bytes(T);
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t t = 0; t < t_rows; ++t) {
       float acc = 0.0f, macc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
         const uint8_t* blk = w + n * row_bytes + b * bytes;
-        const ActBlock& a = x[t * blocks + b];
+        const int8_t* q_x = x.q + t * k + b * 32;
         const float dw = half_at(blk);
         int32_t isum = 0;
         for (int j = 0; j < 32; ++j) {
@@ -724,10 +858,10 @@ void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t*
             const uint8_t byte = blk[(T == GgmlType::kQ4_1 ? 4 : 2) + j % 16];
             q = (j < 16 ? byte & 0x0F : byte >> 4) - (T == GgmlType::kQ4_0 ? 8 : 0);
           }
-          isum += q * a.q[j];
+          isum += q * q_x[j];
         }
-        acc += dw * a.d * static_cast<float>(isum);
-        if (T == GgmlType::kQ4_1) macc += half_at(blk + 2) * a.s;
+        acc += dw * x.d[t * blocks + b] * static_cast<float>(isum);
+        if (T == GgmlType::kQ4_1) macc += half_at(blk + 2) * x.s[t * blocks + b];
       }
       y[t * n_total + n] = acc + macc;
     }
@@ -819,22 +953,28 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
   return kernel;
 }
 
-void quantize_activations(const float* x, int64_t rows, int64_t k, ActBlock* out) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < k / 32; ++b) {
-      const float* v = x + r * k + b * 32;
-      ActBlock& a = out[r * (k / 32) + b];
-      float amax = 0.0f;
-      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
-      a.d = amax / 127.0f;
-      const float id = a.d != 0.0f ? 1.0f / a.d : 0.0f;
-      int sum = 0;
-      for (int j = 0; j < 32; ++j) {
-        a.q[j] = static_cast<int8_t>(std::round(v[j] * id));
-        sum += a.q[j];
-      }
-      a.s = a.d * static_cast<float>(sum);
+ActRows::ActRows(int64_t rows, int64_t k_) : k(k_), q(rows * k), bias(rows * k / 4), d(rows * k / 32), s(rows * k / 32) {}
+
+ActView ActRows::view(int64_t r0) const {
+  return {q.data() + r0 * k, bias.data() + r0 * k / 4, d.data() + r0 * k / 32, s.data() + r0 * k / 32};
+}
+
+void ActRows::quantize(const float* x, int64_t r0, int64_t r1) {
+  for (int64_t e = r0 * (k / 32); e < r1 * (k / 32); ++e) {  // block e: x[32 e, 32 e + 32)
+    const float* v = x + e * 32;
+    int8_t* qe = q.data() + e * 32;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+    d[e] = amax / 127.0f;
+    const float id = d[e] != 0.0f ? 1.0f / d[e] : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      qe[j] = static_cast<int8_t>(std::round(v[j] * id));
+      sum += qe[j];
     }
+    s[e] = d[e] * static_cast<float>(sum);
+    for (int l = 0; l < 8; ++l) bias[e * 8 + l] = -8 * (qe[4 * l] + qe[4 * l + 1] + qe[4 * l + 2] + qe[4 * l + 3]);
+  }
 }
 
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
@@ -844,17 +984,13 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
   at::Tensor y = at::empty({rows, n}, x.options());       // [R, N]
   const float* xp = x2.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  std::vector<ActBlock> act;  // [R, K / 32] with 8-bit activations
-  if (kernel.int8_activations) {
-    act.resize(rows * (k / 32));
-    at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) {
-      quantize_activations(xp + r0 * k, r1 - r0, k, act.data() + r0 * (k / 32));
-    });
-  }
+  ActRows act(kernel.int8_activations ? rows : 0, k);  // the 8-bit activations
+  if (kernel.int8_activations)
+    at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) { act.quantize(xp, r0, r1); });
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int64_t r = std::min(kRowTile, rows - r0);
-    const void* xr = kernel.int8_activations ? static_cast<const void*>(act.data() + r0 * (k / 32))
-                                             : static_cast<const void*>(xp + r0 * k);
+    const ActView view = act.view(r0);
+    const void* xr = kernel.int8_activations ? static_cast<const void*>(&view) : static_cast<const void*>(xp + r0 * k);
     at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
       kernel.rows(xr, r, k, w, row_bytes, n0, n1, n, yp + r0 * n);
     });

@@ -182,8 +182,8 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
     const Linear l(type, bytes, k, {}, /*int8_activations=*/true);
     const at::Tensor x = at::randn({1, 5, k});
     const at::Tensor y = l(x);  // [1, 5, N]
-    std::vector<kernels::ActBlock> act(5 * k / 32);
-    kernels::quantize_activations(x.data_ptr<float>(), 5, k, act.data());
+    kernels::ActRows act(5, k);
+    act.quantize(x.data_ptr<float>(), 0, 5);
     const uint8_t* w = bytes.data_ptr<uint8_t>();
     const int64_t bb = ggml_block_bytes(type);
     for (int64_t t = 0; t < 5; ++t)
@@ -191,7 +191,7 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
         double want = 0;
         for (int64_t b = 0; b < k / 32; ++b) {
           const uint8_t* blk = w + r * bytes.size(1) + b * bb;
-          const kernels::ActBlock& a = act[t * (k / 32) + b];
+          const int64_t e = t * (k / 32) + b;  // the activations' block
           // The weights' integers: dequantized value = q * d (+ m), read back through the dequantizer.
           float deq[32];
           ggml_dequantize(type, blk, deq, 32);
@@ -204,8 +204,8 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
             m = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
           }
           long isum = 0;
-          for (int j = 0; j < 32; ++j) isum += std::lround((deq[j] - m) / d) * a.q[j];
-          want += d * a.d * static_cast<double>(isum) + m * a.s;
+          for (int j = 0; j < 32; ++j) isum += std::lround((deq[j] - m) / d) * act.q[e * 32 + j];
+          want += d * act.d[e] * static_cast<double>(isum) + m * act.s[e];
         }
         EXPECT_NEAR(y[0][t][r].item<double>(), want, 1e-5 * (1 + std::fabs(want))) << name << " row " << t << " col " << r;
       }
@@ -217,21 +217,22 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
 }
 
 TEST(LinearKernel, ActivationQuantizationByHand) {
-  std::vector<float> x(32, 0.0f);
+  std::vector<float> x(64, 0.0f);  // block 0 by hand, block 1 zeros
   x[0] = 127.0f, x[1] = -3.4f, x[2] = 2.5f, x[31] = -0.6f;  // amax 127: d = 1, q = round(x)
-  kernels::ActBlock a;
-  kernels::quantize_activations(x.data(), 1, 32, &a);
-  EXPECT_EQ(a.d, 1.0f);
+  kernels::ActRows a(1, 64);
+  a.quantize(x.data(), 0, 1);
+  EXPECT_EQ(a.d[0], 1.0f);
   EXPECT_EQ(a.q[0], 127);
   EXPECT_EQ(a.q[1], -3);
   EXPECT_EQ(a.q[2], 3);  // round half away from zero, as ggml
   EXPECT_EQ(a.q[31], -1);
-  EXPECT_EQ(a.s, 127.0f - 3 + 3 - 1);
-  std::vector<float> zeros(32, 0.0f);
-  kernels::quantize_activations(zeros.data(), 1, 32, &a);
-  EXPECT_EQ(a.d, 0.0f);
-  EXPECT_EQ(a.s, 0.0f);
-  EXPECT_EQ(a.q[5], 0);
+  EXPECT_EQ(a.s[0], 127.0f - 3 + 3 - 1);
+  EXPECT_EQ(a.bias[0], -8 * (127 - 3 + 3));  // lane 0: q[0..3]
+  EXPECT_EQ(a.bias[7], -8 * -1);             // lane 7: q[28..31]
+  EXPECT_EQ(a.bias[3], 0);
+  EXPECT_EQ(a.d[1], 0.0f);
+  EXPECT_EQ(a.s[1], 0.0f);
+  EXPECT_EQ(a.q[37], 0);
 }
 
 TEST(LinearKernel, FusedPartsOfDifferentFormatsRunOneByOne) {
