@@ -22,7 +22,8 @@
 #              --int8-activations (llama.cpp's arithmetic).
 # speculative (last thread count): two synthetic pairs, Q8_0 target + Q4_0 draft and F32 + F32, on one
 #   text prompt, 64 new tokens: `specdec compare` (target-only and assisted in one process, after a
-#   warm-up) with constant K=5, dynamic and goodput; llama-speculative-simple with K=5 (draft 5,
+#   warm-up) with constant K=5, dynamic and goodput (on the Q8_0 + Q4_0 pair also goodput with
+#   --int8-activations on both models, llama.cpp's arithmetic); llama-speculative-simple with K=5 (draft 5,
 #   minimum 0) and with draft up to 16 under p-min 0.75; llama.cpp's target-only time from
 #   llama-bench (prompt pass + 64 decode steps).
 # Every measurement is one JSON line in PEER_OUT; ROUNDS rounds (default 3) interleave the engines.
@@ -155,10 +156,14 @@ for r in $(seq "$rounds"); do
     for pair in Q8_0:Q4_0 F32:F32; do
       target="$peers/synthetic-target.${pair%%:*}.gguf" draft="$peers/synthetic-draft.${pair##*:}.gguf"
       echo "round $r: speculative $pair, $t threads" >&2
-      for sched in "constant --num-assistant-tokens 5" dynamic goodput; do
+      scheds=("constant --num-assistant-tokens 5" dynamic goodput)
+      [ "$pair" = Q8_0:Q4_0 ] && scheds+=("goodput+int8 --int8-activations --draft-int8-activations")
+      for sched in "${scheds[@]}"; do
+        set -- $sched
         /usr/bin/time -f %M -o "$tmp/rss" "$build/specdec" compare --model "$target" --draft "$draft" \
-          --prompt "$prompt" --max-new-tokens 64 --threads "$t" --schedule $sched --json > "$tmp/compare.json" 2> /dev/null
-        record specdec-compare "$target" "$t" "$r" "${sched%% *}" "$tmp/rss" "$tmp/compare.json" "$draft"
+          --prompt "$prompt" --max-new-tokens 64 --threads "$t" --schedule "${1%+*}" "${@:2}" --json \
+          > "$tmp/compare.json" 2> /dev/null
+        record specdec-compare "$target" "$t" "$r" "$1" "$tmp/rss" "$tmp/compare.json" "$draft"
       done
       n_prompt=$(python3 -c "import json; print(json.load(open('$tmp/compare.json'))['target_only']['stats']['prompt_tokens'])")
       "$lbuild/bin/llama-bench" -m "$target" -t "$t" -p "$n_prompt" -n 64 -r 1 -o json > "$tmp/llama.json" 2> /dev/null

@@ -1,7 +1,7 @@
 """Appends one measurement of benchmarks/llama_cpp_peer.sh to its JSON Lines file.
 Usage: peer_record.py OUT SOURCE FILE THREADS ROUND MODE RSS_FILE|- OUTPUT [EXTRA]
 SOURCE: specdec (generate --prompts-file output; EXTRA = the pass sizes, each requested twice), llama-bench (its -o json),
-specdec-compare (compare --json; EXTRA = the draft), llama-target-only (llama-bench -p N -n 64),
+specdec-compare (compare --json; EXTRA = the draft; MODE = the schedule, with "+int8" for 8-bit activations), llama-target-only (llama-bench -p N -n 64),
 llama-speculative (llama-speculative-simple's log; EXTRA = the draft)."""
 import json
 import os
@@ -38,7 +38,9 @@ elif source == "llama-bench":
 elif source == "specdec-compare":
     j = json.loads(text)
     a, t = j["assisted"]["stats"], j["target_only"]["stats"]
-    rec.update(kind="speculative", engine="specdec", config=mode, draft=os.path.basename(extra),
+    config, _, int8 = mode.partition("+")  # MODE: a schedule, "+int8" for --int8-activations on both models
+    rec.update(kind="speculative", engine="specdec int8" if int8 else "specdec", config=config,
+               draft=os.path.basename(extra),
                target_only_ms=1e3 * t["total_seconds"] / t["new_tokens"],
                ms=1e3 * a["total_seconds"] / a["new_tokens"], tokens=a["new_tokens"],
                acceptance=a["acceptance_rate"], tokens_per_pass=a["tokens_per_target_pass"],

@@ -98,8 +98,8 @@ target_only = defaultdict(list)  # (target, engine) -> ms
 for r in recs:
     if r.get("kind") == "speculative":
         spec[(r["file"], r["draft"], r["engine"], r["config"])].append(r)
-        if r["engine"] == "specdec":
-            target_only[(r["file"], "specdec")].append(r["target_only_ms"])
+        if r["engine"].startswith("specdec"):
+            target_only[(r["file"], r["engine"])].append(r["target_only_ms"])
     elif r.get("kind") == "target_only":
         target_only[(r["file"], r["engine"])].append(r["ms"])
 if spec:
@@ -113,8 +113,8 @@ if spec:
     for (tf, df, eng, conf), rs in spec.items():
         ms = med(r["ms"] for r in rs)
         base = med(target_only[(tf, eng)]) if target_only[(tf, eng)] else None
-        pred = cell(med(r["predicted"] for r in rs), "{:.2f}x") if eng == "specdec" else "-"
-        ident = str(all(r["identical"] for r in rs)) if eng == "specdec" else "-"
+        pred = cell(med(r["predicted"] for r in rs), "{:.2f}x") if eng.startswith("specdec") else "-"
+        ident = str(all(r["identical"] for r in rs)) if eng.startswith("specdec") else "-"
         md(f"| {short(tf)} + {short(df).split()[-1]} draft | {eng} | {conf} | {ms:.1f} | {cell(base)} | "
            f"{ratio(base, ms)} | {med(r['acceptance'] for r in rs):.2f} | {pred} | {ident} | "
            f"{med(r['rss_mb'] for r in rs):.0f} |")
@@ -175,7 +175,7 @@ if spec:
     pairs = list(dict.fromkeys((tf, df) for tf, df, _, _ in spec))
     for pi, (tf, df) in enumerate(pairs):
         col = f"C{pi}"
-        cs = [r["cost_ratio"] for (a, b, e, _), rs in spec.items() if (a, b) == (tf, df) and e == "specdec" for r in rs]
+        cs = [r["cost_ratio"] for (a, b, e, _), rs in spec.items() if (a, b) == (tf, df) and e.startswith("specdec") for r in rs]
         if cs:
             c, g = med(cs), 5
             al = [i / 200 for i in range(1, 200)]

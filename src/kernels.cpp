@@ -183,15 +183,20 @@ struct Q4_KScales {
   static constexpr int64_t kBytes = 144;
   float d[8], m[8];
   const uint8_t* qs;
+  // ggml_scale_min_k4 for the 8 sub-blocks at once, on 32-bit words of the 12 bytes u0, u1, u2:
+  // sub-blocks 0-3 take the low 6 bits of u0 (scales) and u1 (mins); 4-7 take their low 4 bits
+  // from u2's low and high nibbles and their top 2 from the top 2 bits of u0 and u1.
   SPECDEC_AVX2 void load(const uint8_t* row, int64_t b) {
     const uint8_t* blk = row + b * kBytes;
-    const float dd = half_to_float(blk), dmin = half_to_float(blk + 2);
-    for (int s = 0; s < 8; ++s) {
-      int sc, mn;
-      ggml_scale_min_k4(s, blk + 4, &sc, &mn);
-      d[s] = dd * sc;
-      m[s] = dmin * mn;
-    }
+    uint32_t u[3];
+    std::memcpy(u, blk + 4, 12);
+    const uint32_t lo6 = 0x3F3F3F3F, lo4 = 0x0F0F0F0F, lo2 = 0x03030303;
+    const uint64_t sc = (u[0] & lo6) | uint64_t((u[2] & lo4) | ((u[0] >> 6) & lo2) << 4) << 32;
+    const uint64_t mn = (u[1] & lo6) | uint64_t(((u[2] >> 4) & lo4) | ((u[1] >> 6) & lo2) << 4) << 32;
+    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+    const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
+    _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_set1_ps(half_to_float(blk)), scf));
+    _mm256_storeu_ps(m, _mm256_mul_ps(_mm256_set1_ps(half_to_float(blk + 2)), mnf));
     qs = blk + 16;
   }
 };
@@ -531,41 +536,89 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
   }
 };
 
-// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0 and Q4_1 weights ---
-// Each block of 32 weights meets the matching block of the activation row quantized to int8
-// (ActRows). Per block, eight exact int32 lanes, lane l = sum of q_w[j] q_x[j] for j in 4l..4l+3
-// (Q4_1: its unsigned 0..15 nibbles; its minimum enters as m_w * s_x in a float taking the blocks in
-// order). Each lane is scaled by the float d_w * d_x and added by fused multiply-add into 16 float
-// lanes: even blocks into lanes 0-7, odd blocks into lanes 8-15 (a last odd block into lanes 0-7);
-// then lanes l and l + 8 added and hsum's fixed tree. AVX-512 with VNNI holds a pair of blocks in one
-// register (vpdpbusd), AVX2 in two (vpmaddubsw): the same integers, the same float operations in
-// the same order, so the same bits; the order does not depend on the tile (batch invariance). The
-// values are those of llama.cpp's approach, not the float32 kernel's.
+// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0, Q4_1 and Q4_K weights ---
+// Each block of 32 weights (Q4_K: each sub-block of 32, with its own scale and minimum) meets the
+// matching block of the activation row quantized to int8 (ActRows). Per block, eight exact int32
+// lanes, lane l = sum of q_w[j] q_x[j] for j in 4l..4l+3 (Q4_1 and Q4_K: their unsigned 0..15
+// nibbles; their minimum enters as m_w * s_x: Q4_1's in a float taking the blocks in order, Q4_K's
+// in 8 float lanes, lane s taking sub-block s of each super-block in order). Each lane is
+// scaled by the float d_w * d_x and added by fused multiply-add into 16 float lanes: even blocks
+// into lanes 0-7, odd blocks into lanes 8-15 (a last odd block into lanes 0-7); then lanes l and
+// l + 8 added and hsum's fixed tree. AVX-512 with VNNI holds a pair of blocks in one register
+// (vpdpbusd), AVX2 in two (vpmaddubsw): the same integers, the same float operations in the same
+// order, so the same bits; the order does not depend on the tile (batch invariance). The values are
+// those of llama.cpp's approach, not the float32 kernel's.
+
+// A weight row's blocks for the 8-bit kernels, a group at a time (a pair of blocks; Q4_K: one
+// super-block of 8 sub-blocks): bytes(s) are block s's 32 weights (signed for Q8_0, 0..15 for the
+// 4-bit formats), d(s) its scale, m(s) what multiplies s_x (0 for Q8_0 and Q4_0; Q4_K: mins(),
+// the 8 at once).
 template <GgmlType T>
-constexpr int64_t kIntBlockBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
+struct IntSrc {
+  static constexpr int kGroup = 2;
+  static constexpr bool kScalarMins = T == GgmlType::kQ4_1;
+  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
+  const uint8_t* blk;
+  SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { blk = row + g * kGroup * kBytes; }
+  SPECDEC_AVX2 __m256i bytes(int s) const {
+    const uint8_t* b = blk + s * kBytes;
+    if constexpr (T == GgmlType::kQ8_0) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (T == GgmlType::kQ4_1 ? 4 : 2)));
+    const __m128i m = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+  }
+  SPECDEC_AVX2 float d(int s) const { return half_to_float(blk + s * kBytes); }
+  SPECDEC_AVX2 float m(int s) const { return T == GgmlType::kQ4_1 ? half_to_float(blk + s * kBytes + 2) : 0.0f; }
+  SPECDEC_AVX2 __m128 d2(int s) const {  // [d(s), d(s + 1)]
+    uint32_t h0;  // the first scale (and two bytes after it)
+    uint16_t h1;
+    std::memcpy(&h0, blk + s * kBytes, 4), std::memcpy(&h1, blk + (s + 1) * kBytes, 2);
+    return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(static_cast<int>(h0)), h1, 1));
+  }
+};
+
+template <>
+struct IntSrc<GgmlType::kQ4_K> {  // sub-blocks 2p and 2p + 1: the low and high nibbles of qs[32p..32p+31]
+  static constexpr int kGroup = 8;
+  static constexpr bool kScalarMins = false;
+  Q4_KScales k;  // d[s] = d * scale_s, m[s] = dmin * min_s: both exact in float32
+  SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { k.load(row, g); }
+  SPECDEC_AVX2 __m256i bytes(int s) const {
+    __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k.qs + 32 * (s / 2)));
+    if (s % 2) q = _mm256_srli_epi16(q, 4);
+    return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+  }
+  SPECDEC_AVX2 float d(int s) const { return k.d[s]; }
+  SPECDEC_AVX2 __m256 mins() const { return _mm256_xor_ps(_mm256_loadu_ps(k.m), _mm256_set1_ps(-0.0f)); }  // x = d q - m
+  SPECDEC_AVX2 __m128 d2(int s) const { return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(k.d + s))); }
+};
+
+// Q4_K's minimum terms for group g of the tile: lane s += (-m_s) * s_x of sub-block s.
+template <class Src, int NB, int TB>
+SPECDEC_AVX2 __attribute__((always_inline)) inline void vector_mins(const Src (&src)[NB], const ActView& x, int64_t blocks,
+                                                                    int64_t t, int64_t g, __m256 (&mins)[NB][TB]) {
+  if constexpr (!Src::kScalarMins && Src::kGroup == 8)
+    for (int i = 0; i < NB; ++i) {
+      const __m256 m = src[i].mins();
+      for (int j = 0; j < TB; ++j)
+        mins[i][j] = _mm256_fmadd_ps(m, _mm256_loadu_ps(x.s + (t + j) * blocks + g * 8), mins[i][j]);
+    }
+}
 
 template <GgmlType T>
 struct IntTiles {  // AVX2: two 8-lane accumulators per output
   static constexpr int kMaxRows = 4, kWideRows = 2, kWideMaxRows = 3;
-  static constexpr int64_t kBytes = kIntBlockBytes<T>;
-  // Block b of the tile's rows into half H of the accumulators.
+  using Src = IntSrc<T>;
+  // Block s of group g of the tile's rows into half H of the accumulators.
   template <int NB, int TB, int H>
-  SPECDEC_AVX2 __attribute__((always_inline)) static void block(const ActView& x, int64_t k, const uint8_t* w,
-                                                                int64_t row_bytes, int64_t n, int64_t t, int64_t b,
-                                                                __m256 (&acc)[NB][TB][2], float (&macc)[NB][TB]) {
+  SPECDEC_AVX2 __attribute__((always_inline)) static void block(const ActView& x, int64_t k, const Src (&src)[NB],
+                                                                int64_t g, int s, int64_t t, __m256 (&acc)[NB][TB][2],
+                                                                float (&macc)[NB][TB]) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const int64_t blocks = k / 32;
+    const int64_t blocks = k / 32, b = g * Src::kGroup + s;
     for (int i = 0; i < NB; ++i) {
-      const uint8_t* blk = w + (n + i) * row_bytes + b * kBytes;
-      const __m256 dw = _mm256_set1_ps(half_to_float(blk));
-      __m256i wq;  // 32 weights as bytes: signed for Q8_0, 0..15 for Q4_0 and Q4_1
-      if constexpr (T == GgmlType::kQ8_0) {
-        wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-      } else {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == GgmlType::kQ4_1 ? 4 : 2)));
-        const __m128i m = _mm_set1_epi8(0x0F);
-        wq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-      }
+      const __m256i wq = src[i].bytes(s);
+      const __m256 dw = _mm256_set1_ps(src[i].d(s));
       for (int j = 0; j < TB; ++j) {
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
         __m256i lanes;
@@ -578,7 +631,7 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
         }
         const int64_t e = (t + j) * blocks + b;
         acc[i][j][H] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])), _mm256_cvtepi32_ps(lanes), acc[i][j][H]);
-        if constexpr (T == GgmlType::kQ4_1) macc[i][j] += half_to_float(blk + 2) * x.s[e];
+        if constexpr (Src::kScalarMins) macc[i][j] += src[i].m(s) * x.s[e];
       }
     }
   }
@@ -589,17 +642,30 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
     const int64_t blocks = k / 32;
     __m256 acc[NB][TB][2];
     float macc[NB][TB];
-    for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j) acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
-    int64_t b = 0;
-    for (; b + 2 <= blocks; b += 2) {
-      block<NB, TB, 0>(x, k, w, row_bytes, n, t, b, acc, macc);
-      block<NB, TB, 1>(x, k, w, row_bytes, n, t, b + 1, acc, macc);
-    }
-    if (b < blocks) block<NB, TB, 0>(x, k, w, row_bytes, n, t, b, acc, macc);
+    __m256 mins[NB][TB];
     for (int i = 0; i < NB; ++i)
       for (int j = 0; j < TB; ++j)
-        y[(t + j) * n_total + n + i] = hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + macc[i][j];
+        acc[i][j][0] = acc[i][j][1] = mins[i][j] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
+    for (int64_t g = 0; g * Src::kGroup < blocks; ++g) {
+      Src src[NB];
+      for (int i = 0; i < NB; ++i) src[i].load(w + (n + i) * row_bytes, g);
+      vector_mins<Src, NB, TB>(src, x, blocks, t, g, mins);
+      // Q4_K's K is a multiple of 256: whole groups only
+      const int64_t valid = Src::kGroup == 2 ? std::min<int64_t>(2, blocks - 2 * g) : Src::kGroup;
+#pragma GCC unroll 4
+      for (int s = 0; s < Src::kGroup; s += 2) {
+        if (s + 2 <= valid) {
+          block<NB, TB, 0>(x, k, src, g, s, t, acc, macc);
+          block<NB, TB, 1>(x, k, src, g, s + 1, t, acc, macc);
+        } else if (s < valid) {
+          block<NB, TB, 0>(x, k, src, g, s, t, acc, macc);
+        }
+      }
+    }
+    for (int i = 0; i < NB; ++i)
+      for (int j = 0; j < TB; ++j)
+        y[(t + j) * n_total + n + i] =
+            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + (Src::kScalarMins ? macc[i][j] : hsum(mins[i][j]));
   }
 };
 
@@ -609,26 +675,22 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
 template <GgmlType T>
 struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per step
   static constexpr int kMaxRows = 8, kWideRows = 2, kWideMaxRows = 6;
-  static constexpr int64_t kBytes = kIntBlockBytes<T>;
-  // The 32 weights of the block at p as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8; Q4_1: q).
-  SPECDEC_AVX512_VNNI static __m256i weights(const uint8_t* blk) {
-    if constexpr (T == GgmlType::kQ8_0)
-      return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), _mm256_set1_epi8(-128));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (T == GgmlType::kQ4_1 ? 4 : 2)));
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
+  using Src = IntSrc<T>;
+  // Block s's weights as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8).
+  SPECDEC_AVX512_VNNI static __m256i ubytes(const Src& src, int s) {
+    if constexpr (T == GgmlType::kQ8_0) return _mm256_xor_si256(src.bytes(s), _mm256_set1_epi8(-128));
+    return src.bytes(s);
   }
   // What the lanes start from so that the unsigned weights give the signed products:
-  // -128 * (sum of 4 q_x) for Q8_0, -8 * (...) for Q4_0 (ActView::bias), 0 for Q4_1.
+  // -128 * (sum of 4 q_x) for Q8_0, -8 * (...) for Q4_0 (ActView::bias), 0 otherwise.
   template <class V>
-  SPECDEC_AVX512_VNNI static V start(V bias) {
-    if constexpr (T == GgmlType::kQ4_1) return V{};
-    if constexpr (T == GgmlType::kQ4_0) return bias;
-    if constexpr (sizeof(V) == 64) return _mm512_slli_epi32(bias, 4);
-    else return _mm256_slli_epi32(bias, 4);
-  }
-  SPECDEC_AVX512_VNNI static __m512i pair(__m256i lo, __m256i hi) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+  SPECDEC_AVX512_VNNI static V start(const int32_t* bias) {
+    if constexpr (T != GgmlType::kQ8_0 && T != GgmlType::kQ4_0) return V{};
+    V v;
+    std::memcpy(&v, bias, sizeof(V));
+    if constexpr (T == GgmlType::kQ4_0) return v;
+    if constexpr (sizeof(V) == 64) return _mm512_slli_epi32(v, 4);
+    else return _mm256_slli_epi32(v, 4);
   }
   template <int NB, int TB>
   SPECDEC_AVX512_VNNI static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
@@ -637,68 +699,71 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
     const int64_t blocks = k / 32;
     __m512 acc[NB][TB];
     float macc[NB][TB];
+    __m256 mins[NB][TB];
     for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps(), macc[i][j] = 0.0f;
+      for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps(), mins[i][j] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
     const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    int64_t b = 0;
-    for (; b + 2 <= blocks; b += 2) {
-      // The pair's weights and d_w of every weight row, then each input row against them all.
-      __m512i wq[NB];
-      __m128 dw2[NB];  // [d_w0, d_w1]
-      __m512 dw[NB];   // [d_w0 x 8, d_w1 x 8]
-      float mw[NB][2];
-      for (int i = 0; i < NB; ++i) {
-        const uint8_t* blk = w + (n + i) * row_bytes + b * kBytes;
-        wq[i] = pair(weights(blk), weights(blk + kBytes));
-        uint32_t h0;  // d_w of the first block (and two bytes after it)
-        uint16_t h1;
-        std::memcpy(&h0, blk, 4), std::memcpy(&h1, blk + kBytes, 2);
-        dw2[i] = _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(static_cast<int>(h0)), h1, 1));
-        dw[i] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dw2[i]));
-        if constexpr (T == GgmlType::kQ4_1) mw[i][0] = half_to_float(blk + 2), mw[i][1] = half_to_float(blk + kBytes + 2);
-      }
-      for (int j = 0; j < TB; ++j) {
-        const int64_t e = (t + j) * blocks + b;
-        const __m512i xq = _mm512_loadu_si512(x.q + (t + j) * k + b * 32);
-        const __m512i bias = start(_mm512_loadu_si512(x.bias + (t + j) * k / 4 + b * 8));
-        double d;  // [d_x0, d_x1]
-        std::memcpy(&d, x.d + e, 8);
-        const __m128 dx2 = _mm_castpd_ps(_mm_set_sd(d));
-        const __m512 dx = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dx2));
-        for (int i = 0; i < NB; ++i) {
-          const __m512i lanes = _mm512_dpbusd_epi32(bias, wq[i], xq);
-          // d_w * d_x: broadcast after the product for one weight row, before it for several
-          const __m512 scale = NB == 1 ? _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
-                                       : _mm512_mul_ps(dw[i], dx);
-          acc[i][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), acc[i][j]);
-          if constexpr (T == GgmlType::kQ4_1) {
-            macc[i][j] += mw[i][0] * x.s[e];
-            macc[i][j] += mw[i][1] * x.s[e + 1];
+    for (int64_t g = 0; g * Src::kGroup < blocks; ++g) {
+      Src src[NB];
+      for (int i = 0; i < NB; ++i) src[i].load(w + (n + i) * row_bytes, g);
+      vector_mins<Src, NB, TB>(src, x, blocks, t, g, mins);
+      const int64_t valid = Src::kGroup == 2 ? std::min<int64_t>(2, blocks - 2 * g) : Src::kGroup;
+#pragma GCC unroll 4
+      for (int s = 0; s < Src::kGroup; s += 2) {
+        const int64_t b = g * Src::kGroup + s;
+        if (s + 2 <= valid) {
+          // The pair's weights and d_w of every weight row, then each input row against them all.
+          __m512i wq[NB];
+          __m128 dw2[NB];  // [d_w0, d_w1]
+          __m512 dw[NB];   // [d_w0 x 8, d_w1 x 8]
+          for (int i = 0; i < NB; ++i) {
+            wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(src[i], s)), ubytes(src[i], s + 1), 1);
+            dw2[i] = src[i].d2(s);
+            dw[i] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dw2[i]));
+          }
+          for (int j = 0; j < TB; ++j) {
+            const int64_t e = (t + j) * blocks + b;
+            const __m512i xq = _mm512_loadu_si512(x.q + (t + j) * k + b * 32);
+            const __m512i bias = start<__m512i>(x.bias + (t + j) * k / 4 + b * 8);
+            double d;  // [d_x0, d_x1]
+            std::memcpy(&d, x.d + e, 8);
+            const __m128 dx2 = _mm_castpd_ps(_mm_set_sd(d));
+            const __m512 dx = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dx2));
+            for (int i = 0; i < NB; ++i) {
+              const __m512i lanes = _mm512_dpbusd_epi32(bias, wq[i], xq);
+              // d_w * d_x: broadcast after the product for one weight row, before it for several
+              const __m512 scale = NB == 1 ? _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
+                                           : _mm512_mul_ps(dw[i], dx);
+              acc[i][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), acc[i][j]);
+              if constexpr (Src::kScalarMins) {
+                macc[i][j] += src[i].m(s) * x.s[e];
+                macc[i][j] += src[i].m(s + 1) * x.s[e + 1];
+              }
+            }
+          }
+        } else if (s < valid) {  // a last odd block: lanes 0-7
+          for (int i = 0; i < NB; ++i) {
+            const __m256i wq = ubytes(src[i], s);
+            const __m256 dw = _mm256_set1_ps(src[i].d(s));
+            for (int j = 0; j < TB; ++j) {
+              const int64_t e = (t + j) * blocks + b;
+              const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
+              const __m256i lanes = _mm256_dpbusd_epi32(start<__m256i>(x.bias + (t + j) * k / 4 + b * 8), wq, xq);
+              const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e]));
+              acc[i][j] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(scale),
+                                                _mm512_castps256_ps512(_mm256_cvtepi32_ps(lanes)), acc[i][j], 0x00FF);
+              if constexpr (Src::kScalarMins) macc[i][j] += src[i].m(s) * x.s[e];
+            }
           }
         }
       }
     }
-    if (b < blocks)  // the last odd block: lanes 0-7
-      for (int i = 0; i < NB; ++i) {
-        const uint8_t* blk = w + (n + i) * row_bytes + b * kBytes;
-        const __m256i wq = weights(blk);
-        const __m256 dw = _mm256_set1_ps(half_to_float(blk));
-        for (int j = 0; j < TB; ++j) {
-          const int64_t e = (t + j) * blocks + b;
-          const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
-          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
-          const __m256i lanes = _mm256_dpbusd_epi32(start(bias), wq, xq);
-          const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e]));
-          acc[i][j] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(s), _mm512_castps256_ps512(_mm256_cvtepi32_ps(lanes)),
-                                            acc[i][j], 0x00FF);
-          if constexpr (T == GgmlType::kQ4_1) macc[i][j] += half_to_float(blk + 2) * x.s[e];
-        }
-      }
     for (int i = 0; i < NB; ++i)
       for (int j = 0; j < TB; ++j) {
         const __m512 a = acc[i][j];
         y[(t + j) * n_total + n + i] =
-            hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))) + macc[i][j];
+            hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))) +
+            (Src::kScalarMins ? macc[i][j] : hsum(mins[i][j]));
       }
   }
 };
@@ -766,6 +831,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ8_0: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ8_0>>;
       case GgmlType::kQ4_0: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_0>>;
       case GgmlType::kQ4_1: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_1>>;
+      case GgmlType::kQ4_K: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_K>>;
       default: break;
     }
   }
@@ -774,6 +840,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ8_0: return rows_avx2<IntTiles<GgmlType::kQ8_0>>;
       case GgmlType::kQ4_0: return rows_avx2<IntTiles<GgmlType::kQ4_0>>;
       case GgmlType::kQ4_1: return rows_avx2<IntTiles<GgmlType::kQ4_1>>;
+      case GgmlType::kQ4_K: return rows_avx2<IntTiles<GgmlType::kQ4_K>>;
       default: break;
     }
   }
@@ -836,32 +903,52 @@ inline float half_at(const uint8_t* p) {
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
+// Block b (32 weights) of a row for the 8-bit kernels, plainly: the integers q, the scale d and m,
+// what multiplies s_x (the weights are d * q + m).
+template <GgmlType T>
+void int_block(const uint8_t* row, int64_t b, int* q, float* d, float* m) {
+  if constexpr (T == GgmlType::kQ4_K) {
+    const uint8_t* blk = row + (b / 8) * ggml_block_bytes(T);
+    const int s = static_cast<int>(b % 8);
+    int sc, mn;
+    ggml_scale_min_k4(s, blk + 4, &sc, &mn);
+    *d = half_at(blk) * static_cast<float>(sc);
+    *m = -(half_at(blk + 2) * static_cast<float>(mn));
+    for (int j = 0; j < 32; ++j) q[j] = s % 2 ? blk[16 + 32 * (s / 2) + j] >> 4 : blk[16 + 32 * (s / 2) + j] & 0x0F;
+    return;
+  }
+  const uint8_t* blk = row + b * ggml_block_bytes(T);
+  *d = half_at(blk);
+  *m = T == GgmlType::kQ4_1 ? half_at(blk + 2) : 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (T == GgmlType::kQ8_0) {
+      q[j] = static_cast<int8_t>(blk[2 + j]);
+    } else {
+      const uint8_t byte = blk[(T == GgmlType::kQ4_1 ? 4 : 2) + j % 16];
+      q[j] = (j < 16 ? byte & 0x0F : byte >> 4) - (T == GgmlType::kQ4_0 ? 8 : 0);
+    }
+  }
+}
+
 // The portable 8-bit-activation kernel: per block an exact integer dot product, scaled and summed
-// in block order (one float per output element, not eight lanes: it differs from the AVX2 one).
+// in block order (one float per output element, not 16 lanes: it differs from the x86 ones).
 template <GgmlType T>
 void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
                        int64_t n0, int64_t n1, int64_t n_total, float* y) {
   const ActView& x = *static_cast<const ActView*>(xv);
-  const int64_t blocks = k / 32, bytes = ggml_block_bytes(T);
+  const int64_t blocks = k / 32;
+  int q[32];
   for (int64_t n = n0; n < n1; ++n)
     for (int64_t t = 0; t < t_rows; ++t) {
       float acc = 0.0f, macc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* blk = w + n * row_bytes + b * bytes;
+        float dw, mw;
+        int_block<T>(w + n * row_bytes, b, q, &dw, &mw);
         const int8_t* q_x = x.q + t * k + b * 32;
-        const float dw = half_at(blk);
         int32_t isum = 0;
-        for (int j = 0; j < 32; ++j) {
-          int q;
-          if (T == GgmlType::kQ8_0) q = static_cast<int8_t>(blk[2 + j]);
-          else {
-            const uint8_t byte = blk[(T == GgmlType::kQ4_1 ? 4 : 2) + j % 16];
-            q = (j < 16 ? byte & 0x0F : byte >> 4) - (T == GgmlType::kQ4_0 ? 8 : 0);
-          }
-          isum += q * q_x[j];
-        }
+        for (int j = 0; j < 32; ++j) isum += q[j] * q_x[j];
         acc += dw * x.d[t * blocks + b] * static_cast<float>(isum);
-        if (T == GgmlType::kQ4_1) macc += half_at(blk + 2) * x.s[t * blocks + b];
+        macc += mw * x.s[t * blocks + b];
       }
       y[t * n_total + n] = acc + macc;
     }
@@ -873,6 +960,7 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
       case GgmlType::kQ8_0: return int_rows_portable<GgmlType::kQ8_0>;
       case GgmlType::kQ4_0: return int_rows_portable<GgmlType::kQ4_0>;
       case GgmlType::kQ4_1: return int_rows_portable<GgmlType::kQ4_1>;
+      case GgmlType::kQ4_K: return int_rows_portable<GgmlType::kQ4_K>;
       default: break;
     }
   }
@@ -897,7 +985,7 @@ constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keep
 }  // namespace
 
 bool has_int8_kernel(GgmlType type) {
-  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1;
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K;
 }
 
 const char* isa_name(Isa isa) {

@@ -169,45 +169,30 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
   }
 }
 
-// 8-bit activations: the kernel's result equals the integer formula computed independently in double
-// precision from the same quantized activations (sum over blocks of d_w d_x sum(q_w q_x), plus m_w s_x
-// for Q4_1), and is bitwise batch-invariant.
+// 8-bit activations: the kernel's result equals sum_c w[c] * d_x * q_x[c] computed independently in
+// double precision from the dequantized weights and the same quantized activations (the kernels
+// split it into d_w d_x sum(q_w q_x) per block plus m_w s_x), and is bitwise batch-invariant.
 TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
-  const int64_t k = 96, n = 21;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1}) {
+  const int64_t n = 21;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K}) {
     const std::string name = ggml_type_name(static_cast<uint32_t>(type));
-    const at::Tensor f = at::randn({n, k});
-    at::Tensor bytes = at::empty({n, k / 32 * ggml_block_bytes(type)}, at::kByte);
-    ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), n * k);
+    const int64_t k = type == GgmlType::kQ4_K ? 512 : 96;  // 96: an odd number of blocks
+    const at::Tensor bytes = random_blocks(type, n, k);
+    at::Tensor dense = at::empty({n, k});
+    ggml_dequantize(type, bytes.data_ptr<uint8_t>(), dense.data_ptr<float>(), n * k);
     const Linear l(type, bytes, k, {}, /*int8_activations=*/true);
     const at::Tensor x = at::randn({1, 5, k});
     const at::Tensor y = l(x);  // [1, 5, N]
     kernels::ActRows act(5, k);
     act.quantize(x.data_ptr<float>(), 0, 5);
-    const uint8_t* w = bytes.data_ptr<uint8_t>();
-    const int64_t bb = ggml_block_bytes(type);
     for (int64_t t = 0; t < 5; ++t)
       for (int64_t r = 0; r < n; ++r) {
-        double want = 0;
-        for (int64_t b = 0; b < k / 32; ++b) {
-          const uint8_t* blk = w + r * bytes.size(1) + b * bb;
-          const int64_t e = t * (k / 32) + b;  // the activations' block
-          // The weights' integers: dequantized value = q * d (+ m), read back through the dequantizer.
-          float deq[32];
-          ggml_dequantize(type, blk, deq, 32);
-          uint16_t bits;
-          std::memcpy(&bits, blk, 2);
-          const double d = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-          double m = 0;
-          if (type == GgmlType::kQ4_1) {
-            std::memcpy(&bits, blk + 2, 2);
-            m = static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-          }
-          long isum = 0;
-          for (int j = 0; j < 32; ++j) isum += std::lround((deq[j] - m) / d) * act.q[e * 32 + j];
-          want += d * act.d[e] * static_cast<double>(isum) + m * act.s[e];
+        double want = 0, size = 0;  // size: the sum of the terms' magnitudes, which float32 rounding follows
+        for (int64_t c = 0; c < k; ++c) {
+          const double term = static_cast<double>(dense[r][c].item<float>()) * act.d[(t * k + c) / 32] * act.q[t * k + c];
+          want += term, size += std::fabs(term);
         }
-        EXPECT_NEAR(y[0][t][r].item<double>(), want, 1e-5 * (1 + std::fabs(want))) << name << " row " << t << " col " << r;
+        EXPECT_NEAR(y[0][t][r].item<double>(), want, 1e-5 * (1 + size)) << name << " row " << t << " col " << r;
       }
     expect_batch_invariant(l, at::randn({1, 11, k}), name + " int8");
     // Close to the float kernel's result on the same weights (8-bit activations lose little).
