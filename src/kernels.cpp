@@ -536,8 +536,9 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
   }
 };
 
-// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0, Q4_1 and Q4_K weights ---
-// Each block of 32 weights (Q4_K: each sub-block of 32, with its own scale and minimum) meets the
+// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights ---
+// Each block of 32 weights (Q4_K: each sub-block of 32, with its own scale and minimum; Q6_K: each
+// sub-block of 32, whose halves of 16 have their own scales: d_w differs between lanes 0-3 and 4-7) meets the
 // matching block of the activation row quantized to int8 (ActRows). Per block, eight exact int32
 // lanes, lane l = sum of q_w[j] q_x[j] for j in 4l..4l+3 (Q4_1 and Q4_K: their unsigned 0..15
 // nibbles; their minimum enters as m_w * s_x: Q4_1's in a float taking the blocks in order, Q4_K's
@@ -556,7 +557,7 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
 template <GgmlType T>
 struct IntSrc {
   static constexpr int kGroup = 2;
-  static constexpr bool kScalarMins = T == GgmlType::kQ4_1;
+  static constexpr bool kScalarMins = T == GgmlType::kQ4_1, kVectorMins = false, kScalarScale = true;
   static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
   const uint8_t* blk;
   SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { blk = row + g * kGroup * kBytes; }
@@ -568,6 +569,7 @@ struct IntSrc {
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
   }
   SPECDEC_AVX2 float d(int s) const { return half_to_float(blk + s * kBytes); }
+  SPECDEC_AVX2 __m256 dvec(int s) const { return _mm256_set1_ps(d(s)); }  // d_w of each lane
   SPECDEC_AVX2 float m(int s) const { return T == GgmlType::kQ4_1 ? half_to_float(blk + s * kBytes + 2) : 0.0f; }
   SPECDEC_AVX2 __m128 d2(int s) const {  // [d(s), d(s + 1)]
     uint32_t h0;  // the first scale (and two bytes after it)
@@ -580,7 +582,7 @@ struct IntSrc {
 template <>
 struct IntSrc<GgmlType::kQ4_K> {  // sub-blocks 2p and 2p + 1: the low and high nibbles of qs[32p..32p+31]
   static constexpr int kGroup = 8;
-  static constexpr bool kScalarMins = false;
+  static constexpr bool kScalarMins = false, kVectorMins = true, kScalarScale = true;
   Q4_KScales k;  // d[s] = d * scale_s, m[s] = dmin * min_s: both exact in float32
   SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { k.load(row, g); }
   SPECDEC_AVX2 __m256i bytes(int s) const {
@@ -589,15 +591,47 @@ struct IntSrc<GgmlType::kQ4_K> {  // sub-blocks 2p and 2p + 1: the low and high 
     return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
   }
   SPECDEC_AVX2 float d(int s) const { return k.d[s]; }
+  SPECDEC_AVX2 __m256 dvec(int s) const { return _mm256_set1_ps(k.d[s]); }
   SPECDEC_AVX2 __m256 mins() const { return _mm256_xor_ps(_mm256_loadu_ps(k.m), _mm256_set1_ps(-0.0f)); }  // x = d q - m
   SPECDEC_AVX2 __m128 d2(int s) const { return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(k.d + s))); }
+};
+
+template <>
+struct IntSrc<GgmlType::kQ6_K> {
+  // Half h (128 elements) of a super-block: ql[64 h..64 h+63], qh[32 h..32 h+31]; its sub-block r
+  // (32 elements) takes the low (r < 2) or high nibbles of ql[32 (r % 2)..], bits 2r, 2r+1 of qh
+  // as bits 4-5, minus 32, and scale r * 2 for its first 16 elements, r * 2 + 1 for the others.
+  static constexpr int kGroup = 8;
+  static constexpr bool kScalarMins = false, kVectorMins = false, kScalarScale = false;
+  static constexpr int64_t kBytes = 210;
+  const uint8_t* blk;
+  alignas(32) float ds[16];  // d * scale_i: exact in float32 (11 + 8 bits)
+  SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) {
+    blk = row + g * kBytes;
+    const __m256 d = _mm256_set1_ps(half_to_float(blk + 208));
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
+    _mm256_store_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_store_ps(ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+  }
+  SPECDEC_AVX2 __m256i bytes(int s) const {  // q + 32: 0..63
+    const int h = s / 4, r = s % 4;
+    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (r % 2)));
+    if (r >= 2) lo = _mm256_srli_epi16(lo, 4);
+    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+    if (r) hi = _mm256_srli_epi16(hi, 2 * r);
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)),
+                           _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(3)), 4));
+  }
+  SPECDEC_AVX2 __m256 dvec(int s) const {
+    return _mm256_set_m128(_mm_broadcast_ss(ds + 2 * s + 1), _mm_broadcast_ss(ds + 2 * s));
+  }
 };
 
 // Q4_K's minimum terms for group g of the tile: lane s += (-m_s) * s_x of sub-block s.
 template <class Src, int NB, int TB>
 SPECDEC_AVX2 __attribute__((always_inline)) inline void vector_mins(const Src (&src)[NB], const ActView& x, int64_t blocks,
                                                                     int64_t t, int64_t g, __m256 (&mins)[NB][TB]) {
-  if constexpr (!Src::kScalarMins && Src::kGroup == 8)
+  if constexpr (Src::kVectorMins)
     for (int i = 0; i < NB; ++i) {
       const __m256 m = src[i].mins();
       for (int j = 0; j < TB; ++j)
@@ -618,7 +652,7 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
     const int64_t blocks = k / 32, b = g * Src::kGroup + s;
     for (int i = 0; i < NB; ++i) {
       const __m256i wq = src[i].bytes(s);
-      const __m256 dw = _mm256_set1_ps(src[i].d(s));
+      const __m256 dw = src[i].dvec(s);
       for (int j = 0; j < TB; ++j) {
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
         __m256i lanes;
@@ -626,8 +660,10 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
           lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), ones);
         } else {
           lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
-          if constexpr (T == GgmlType::kQ4_0)  // q_w = nibble - 8
-            lanes = _mm256_add_epi32(lanes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8)));
+          if constexpr (T == GgmlType::kQ4_0 || T == GgmlType::kQ6_K) {  // q_w = nibble - 8, 6 bits - 32
+            const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
+            lanes = _mm256_add_epi32(lanes, T == GgmlType::kQ4_0 ? bias : _mm256_slli_epi32(bias, 2));
+          }
         }
         const int64_t e = (t + j) * blocks + b;
         acc[i][j][H] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])), _mm256_cvtepi32_ps(lanes), acc[i][j][H]);
@@ -665,7 +701,7 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
     for (int i = 0; i < NB; ++i)
       for (int j = 0; j < TB; ++j)
         y[(t + j) * n_total + n + i] =
-            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + (Src::kScalarMins ? macc[i][j] : hsum(mins[i][j]));
+            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + (Src::kScalarMins ? macc[i][j] : Src::kVectorMins ? hsum(mins[i][j]) : 0.0f);
   }
 };
 
@@ -674,7 +710,7 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
 
 template <GgmlType T>
 struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per step
-  static constexpr int kMaxRows = 8, kWideRows = 2, kWideMaxRows = 6;
+  static constexpr int kMaxRows = 8, kWideRows = 4, kWideMaxRows = 4;
   using Src = IntSrc<T>;
   // Block s's weights as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8).
   SPECDEC_AVX512_VNNI static __m256i ubytes(const Src& src, int s) {
@@ -682,15 +718,17 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
     return src.bytes(s);
   }
   // What the lanes start from so that the unsigned weights give the signed products:
-  // -128 * (sum of 4 q_x) for Q8_0, -8 * (...) for Q4_0 (ActView::bias), 0 otherwise.
+  // -128 * (sum of 4 q_x) for Q8_0, -8 * (...) for Q4_0 (ActView::bias), -32 * (...) for Q6_K,
+  // 0 otherwise.
   template <class V>
   SPECDEC_AVX512_VNNI static V start(const int32_t* bias) {
-    if constexpr (T != GgmlType::kQ8_0 && T != GgmlType::kQ4_0) return V{};
+    if constexpr (T != GgmlType::kQ8_0 && T != GgmlType::kQ4_0 && T != GgmlType::kQ6_K) return V{};
     V v;
     std::memcpy(&v, bias, sizeof(V));
     if constexpr (T == GgmlType::kQ4_0) return v;
-    if constexpr (sizeof(V) == 64) return _mm512_slli_epi32(v, 4);
-    else return _mm256_slli_epi32(v, 4);
+    constexpr int shift = T == GgmlType::kQ8_0 ? 4 : 2;
+    if constexpr (sizeof(V) == 64) return _mm512_slli_epi32(v, shift);
+    else return _mm256_slli_epi32(v, shift);
   }
   template <int NB, int TB>
   SPECDEC_AVX512_VNNI static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
@@ -718,8 +756,12 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
           __m512 dw[NB];   // [d_w0 x 8, d_w1 x 8]
           for (int i = 0; i < NB; ++i) {
             wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(src[i], s)), ubytes(src[i], s + 1), 1);
-            dw2[i] = src[i].d2(s);
-            dw[i] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dw2[i]));
+            if constexpr (Src::kScalarScale) {
+              dw2[i] = src[i].d2(s);
+              dw[i] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dw2[i]));
+            } else {
+              dw[i] = _mm512_insertf32x8(_mm512_castps256_ps512(src[i].dvec(s)), src[i].dvec(s + 1), 1);
+            }
           }
           for (int j = 0; j < TB; ++j) {
             const int64_t e = (t + j) * blocks + b;
@@ -732,8 +774,9 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
             for (int i = 0; i < NB; ++i) {
               const __m512i lanes = _mm512_dpbusd_epi32(bias, wq[i], xq);
               // d_w * d_x: broadcast after the product for one weight row, before it for several
-              const __m512 scale = NB == 1 ? _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
-                                           : _mm512_mul_ps(dw[i], dx);
+              const __m512 scale = NB == 1 && Src::kScalarScale
+                                       ? _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
+                                       : _mm512_mul_ps(dw[i], dx);
               acc[i][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), acc[i][j]);
               if constexpr (Src::kScalarMins) {
                 macc[i][j] += src[i].m(s) * x.s[e];
@@ -744,7 +787,7 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
         } else if (s < valid) {  // a last odd block: lanes 0-7
           for (int i = 0; i < NB; ++i) {
             const __m256i wq = ubytes(src[i], s);
-            const __m256 dw = _mm256_set1_ps(src[i].d(s));
+            const __m256 dw = src[i].dvec(s);
             for (int j = 0; j < TB; ++j) {
               const int64_t e = (t + j) * blocks + b;
               const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
@@ -763,7 +806,7 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
         const __m512 a = acc[i][j];
         y[(t + j) * n_total + n + i] =
             hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))) +
-            (Src::kScalarMins ? macc[i][j] : hsum(mins[i][j]));
+            (Src::kScalarMins ? macc[i][j] : Src::kVectorMins ? hsum(mins[i][j]) : 0.0f);
       }
   }
 };
@@ -832,6 +875,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ4_0: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_0>>;
       case GgmlType::kQ4_1: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_1>>;
       case GgmlType::kQ4_K: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_K>>;
+      case GgmlType::kQ6_K: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ6_K>>;
       default: break;
     }
   }
@@ -841,6 +885,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ4_0: return rows_avx2<IntTiles<GgmlType::kQ4_0>>;
       case GgmlType::kQ4_1: return rows_avx2<IntTiles<GgmlType::kQ4_1>>;
       case GgmlType::kQ4_K: return rows_avx2<IntTiles<GgmlType::kQ4_K>>;
+      case GgmlType::kQ6_K: return rows_avx2<IntTiles<GgmlType::kQ6_K>>;
       default: break;
     }
   }
@@ -903,23 +948,34 @@ inline float half_at(const uint8_t* p) {
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
-// Block b (32 weights) of a row for the 8-bit kernels, plainly: the integers q, the scale d and m,
-// what multiplies s_x (the weights are d * q + m).
+// Block b (32 weights) of a row for the 8-bit kernels, plainly: the integers q, the scales d of its
+// two halves of 16 (the same but in Q6_K) and m, what multiplies s_x (the weights are d * q + m).
 template <GgmlType T>
 void int_block(const uint8_t* row, int64_t b, int* q, float* d, float* m) {
-  if constexpr (T == GgmlType::kQ4_K) {
+  *m = 0.0f;
+  if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ6_K) {
     const uint8_t* blk = row + (b / 8) * ggml_block_bytes(T);
     const int s = static_cast<int>(b % 8);
-    int sc, mn;
-    ggml_scale_min_k4(s, blk + 4, &sc, &mn);
-    *d = half_at(blk) * static_cast<float>(sc);
-    *m = -(half_at(blk + 2) * static_cast<float>(mn));
-    for (int j = 0; j < 32; ++j) q[j] = s % 2 ? blk[16 + 32 * (s / 2) + j] >> 4 : blk[16 + 32 * (s / 2) + j] & 0x0F;
+    if constexpr (T == GgmlType::kQ4_K) {
+      int sc, mn;
+      ggml_scale_min_k4(s, blk + 4, &sc, &mn);
+      d[0] = d[1] = half_at(blk) * static_cast<float>(sc);
+      *m = -(half_at(blk + 2) * static_cast<float>(mn));
+      for (int j = 0; j < 32; ++j) q[j] = s % 2 ? blk[16 + 32 * (s / 2) + j] >> 4 : blk[16 + 32 * (s / 2) + j] & 0x0F;
+    } else {  // see IntSrc<kQ6_K>
+      const int h = s / 4, r = s % 4;
+      for (int e = 0; e < 2; ++e) d[e] = half_at(blk + 208) * static_cast<float>(static_cast<int8_t>(blk[192 + 8 * h + 2 * r + e]));
+      for (int j = 0; j < 32; ++j) {
+        const int lo = (blk[64 * h + 32 * (r % 2) + j] >> (r >= 2 ? 4 : 0)) & 0x0F;
+        const int hi = (blk[128 + 32 * h + j] >> (2 * r)) & 3;
+        q[j] = (lo | hi << 4) - 32;
+      }
+    }
     return;
   }
   const uint8_t* blk = row + b * ggml_block_bytes(T);
-  *d = half_at(blk);
-  *m = T == GgmlType::kQ4_1 ? half_at(blk + 2) : 0.0f;
+  d[0] = d[1] = half_at(blk);
+  if (T == GgmlType::kQ4_1) *m = half_at(blk + 2);
   for (int j = 0; j < 32; ++j) {
     if (T == GgmlType::kQ8_0) {
       q[j] = static_cast<int8_t>(blk[2 + j]);
@@ -930,8 +986,8 @@ void int_block(const uint8_t* row, int64_t b, int* q, float* d, float* m) {
   }
 }
 
-// The portable 8-bit-activation kernel: per block an exact integer dot product, scaled and summed
-// in block order (one float per output element, not 16 lanes: it differs from the x86 ones).
+// The portable 8-bit-activation kernel: per half block an exact integer dot product, scaled and
+// summed in order (one float per output element, not 16 lanes: it differs from the x86 ones).
 template <GgmlType T>
 void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
                        int64_t n0, int64_t n1, int64_t n_total, float* y) {
@@ -942,12 +998,15 @@ void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t*
     for (int64_t t = 0; t < t_rows; ++t) {
       float acc = 0.0f, macc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        float dw, mw;
-        int_block<T>(w + n * row_bytes, b, q, &dw, &mw);
+        float dw[2], mw;
+        int_block<T>(w + n * row_bytes, b, q, dw, &mw);
         const int8_t* q_x = x.q + t * k + b * 32;
-        int32_t isum = 0;
-        for (int j = 0; j < 32; ++j) isum += q[j] * q_x[j];
-        acc += dw * x.d[t * blocks + b] * static_cast<float>(isum);
+        const float dx = x.d[t * blocks + b];
+        for (int e = 0; e < 2; ++e) {
+          int32_t isum = 0;
+          for (int j = 16 * e; j < 16 * e + 16; ++j) isum += q[j] * q_x[j];
+          acc += dw[e] * dx * static_cast<float>(isum);
+        }
         macc += mw * x.s[t * blocks + b];
       }
       y[t * n_total + n] = acc + macc;
@@ -961,6 +1020,7 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
       case GgmlType::kQ4_0: return int_rows_portable<GgmlType::kQ4_0>;
       case GgmlType::kQ4_1: return int_rows_portable<GgmlType::kQ4_1>;
       case GgmlType::kQ4_K: return int_rows_portable<GgmlType::kQ4_K>;
+      case GgmlType::kQ6_K: return int_rows_portable<GgmlType::kQ6_K>;
       default: break;
     }
   }
@@ -985,7 +1045,8 @@ constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keep
 }  // namespace
 
 bool has_int8_kernel(GgmlType type) {
-  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K;
+  return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
+         type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
 }
 
 const char* isa_name(Isa isa) {

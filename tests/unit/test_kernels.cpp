@@ -174,9 +174,9 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
 // split it into d_w d_x sum(q_w q_x) per block plus m_w s_x), and is bitwise batch-invariant.
 TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   const int64_t n = 21;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     const std::string name = ggml_type_name(static_cast<uint32_t>(type));
-    const int64_t k = type == GgmlType::kQ4_K ? 512 : 96;  // 96: an odd number of blocks
+    const int64_t k = ggml_block_elements(type) == 256 ? 512 : 96;  // 96: an odd number of blocks
     const at::Tensor bytes = random_blocks(type, n, k);
     at::Tensor dense = at::empty({n, k});
     ggml_dequantize(type, bytes.data_ptr<uint8_t>(), dense.data_ptr<float>(), n * k);
