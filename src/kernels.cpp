@@ -191,10 +191,13 @@ struct Q4_KScales {
     uint32_t u[3];
     std::memcpy(u, blk + 4, 12);
     const uint32_t lo6 = 0x3F3F3F3F, lo4 = 0x0F0F0F0F, lo2 = 0x03030303;
-    const uint64_t sc = (u[0] & lo6) | uint64_t((u[2] & lo4) | ((u[0] >> 6) & lo2) << 4) << 32;
-    const uint64_t mn = (u[1] & lo6) | uint64_t(((u[2] >> 4) & lo4) | ((u[1] >> 6) & lo2) << 4) << 32;
-    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
+    const uint32_t sc47 = (u[2] & lo4) | ((u[0] >> 6) & lo2) << 4;
+    const uint32_t mn47 = ((u[2] >> 4) & lo4) | ((u[1] >> 6) & lo2) << 4;
+    const uint64_t sc = (u[0] & lo6) | uint64_t(sc47) << 32, mn = (u[1] & lo6) | uint64_t(mn47) << 32;
+    const __m256 scf =
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+    const __m256 mnf =
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn))));
     _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_set1_ps(half_to_float(blk)), scf));
     _mm256_storeu_ps(m, _mm256_mul_ps(_mm256_set1_ps(half_to_float(blk + 2)), mnf));
     qs = blk + 16;
@@ -536,13 +539,13 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
   }
 };
 
-// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0, Q4_1, Q4_K and Q6_K weights ---
+// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0, Q4_1, Q4_K, Q6_K ---
 // Each block of 32 weights (Q4_K: each sub-block of 32, with its own scale and minimum; Q6_K: each
-// sub-block of 32, whose halves of 16 have their own scales: d_w differs between lanes 0-3 and 4-7) meets the
-// matching block of the activation row quantized to int8 (ActRows). Per block, eight exact int32
-// lanes, lane l = sum of q_w[j] q_x[j] for j in 4l..4l+3 (Q4_1 and Q4_K: their unsigned 0..15
-// nibbles; their minimum enters as m_w * s_x: Q4_1's in a float taking the blocks in order, Q4_K's
-// in 8 float lanes, lane s taking sub-block s of each super-block in order). Each lane is
+// sub-block of 32, whose halves of 16 have their own scales: d_w differs between lanes 0-3 and
+// 4-7) meets the matching block of the activation row quantized to int8 (ActRows). Per block, eight
+// exact int32 lanes, lane l = sum of q_w[j] q_x[j] for j in 4l..4l+3 (Q4_1 and Q4_K: their unsigned
+// 0..15 nibbles; their minimum enters as m_w * s_x: Q4_1's in a float taking the blocks in order,
+// Q4_K's in 8 float lanes, lane s taking sub-block s of each super-block in order). Each lane is
 // scaled by the float d_w * d_x and added by fused multiply-add into 16 float lanes: even blocks
 // into lanes 0-7, odd blocks into lanes 8-15 (a last odd block into lanes 0-7); then lanes l and
 // l + 8 added and hsum's fixed tree. AVX-512 with VNNI holds a pair of blocks in one register
@@ -550,37 +553,45 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
 // order, so the same bits; the order does not depend on the tile (batch invariance). The values are
 // those of llama.cpp's approach, not the float32 kernel's.
 
-// A weight row's blocks for the 8-bit kernels, a group at a time (a pair of blocks; Q4_K: one
-// super-block of 8 sub-blocks): bytes(s) are block s's 32 weights (signed for Q8_0, 0..15 for the
-// 4-bit formats), d(s) its scale, m(s) what multiplies s_x (0 for Q8_0 and Q4_0; Q4_K: mins(),
-// the 8 at once).
+// A weight row's blocks for the 8-bit kernels, a group at a time (a pair of blocks; the K-quants:
+// one super-block of 8 sub-blocks): bytes(s) are block s's 32 weights (signed for Q8_0, 0..15 for
+// the 4-bit formats, q + 32 for Q6_K), dvec(s) the d_w of each of its 8 lanes (d2(s): the scales of
+// blocks s and s + 1 where one scale serves a block), m(s) what multiplies s_x in Q4_1, mins() the
+// 8 minimums of a Q4_K super-block.
 template <GgmlType T>
 struct IntSrc {
   static constexpr int kGroup = 2;
-  static constexpr bool kScalarMins = T == GgmlType::kQ4_1, kVectorMins = false, kScalarScale = true;
+  static constexpr bool kScalarMins = T == GgmlType::kQ4_1, kVectorMins = false,
+                        kScalarScale = true;
   static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
   const uint8_t* blk;
   SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { blk = row + g * kGroup * kBytes; }
   SPECDEC_AVX2 __m256i bytes(int s) const {
     const uint8_t* b = blk + s * kBytes;
-    if constexpr (T == GgmlType::kQ8_0) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (T == GgmlType::kQ4_1 ? 4 : 2)));
+    if constexpr (T == GgmlType::kQ8_0)
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
+    const __m128i q =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (T == GgmlType::kQ4_1 ? 4 : 2)));
     const __m128i m = _mm_set1_epi8(0x0F);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
   }
   SPECDEC_AVX2 float d(int s) const { return half_to_float(blk + s * kBytes); }
   SPECDEC_AVX2 __m256 dvec(int s) const { return _mm256_set1_ps(d(s)); }  // d_w of each lane
-  SPECDEC_AVX2 float m(int s) const { return T == GgmlType::kQ4_1 ? half_to_float(blk + s * kBytes + 2) : 0.0f; }
-  SPECDEC_AVX2 __m128 d2(int s) const {  // [d(s), d(s + 1)]
-    uint32_t h0;  // the first scale (and two bytes after it)
-    uint16_t h1;
+  SPECDEC_AVX2 float m(int s) const {
+    return T == GgmlType::kQ4_1 ? half_to_float(blk + s * kBytes + 2) : 0.0f;
+  }
+  // [d(s), d(s + 1)]
+  SPECDEC_AVX2 __m128 d2(int s) const {
+    uint32_t h0;  // the first scale, and two bytes after it
+    uint16_t h1;  // the second
     std::memcpy(&h0, blk + s * kBytes, 4), std::memcpy(&h1, blk + (s + 1) * kBytes, 2);
     return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(static_cast<int>(h0)), h1, 1));
   }
 };
 
+// Q4_K: sub-blocks 2p and 2p + 1 are the low and high nibbles of qs[32p..32p+31].
 template <>
-struct IntSrc<GgmlType::kQ4_K> {  // sub-blocks 2p and 2p + 1: the low and high nibbles of qs[32p..32p+31]
+struct IntSrc<GgmlType::kQ4_K> {
   static constexpr int kGroup = 8;
   static constexpr bool kScalarMins = false, kVectorMins = true, kScalarScale = true;
   Q4_KScales k;  // d[s] = d * scale_s, m[s] = dmin * min_s: both exact in float32
@@ -590,10 +601,13 @@ struct IntSrc<GgmlType::kQ4_K> {  // sub-blocks 2p and 2p + 1: the low and high 
     if (s % 2) q = _mm256_srli_epi16(q, 4);
     return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
   }
-  SPECDEC_AVX2 float d(int s) const { return k.d[s]; }
   SPECDEC_AVX2 __m256 dvec(int s) const { return _mm256_set1_ps(k.d[s]); }
-  SPECDEC_AVX2 __m256 mins() const { return _mm256_xor_ps(_mm256_loadu_ps(k.m), _mm256_set1_ps(-0.0f)); }  // x = d q - m
-  SPECDEC_AVX2 __m128 d2(int s) const { return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(k.d + s))); }
+  SPECDEC_AVX2 __m256 mins() const {  // -m: x = d q - m
+    return _mm256_xor_ps(_mm256_loadu_ps(k.m), _mm256_set1_ps(-0.0f));
+  }
+  SPECDEC_AVX2 __m128 d2(int s) const {
+    return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(k.d + s)));
+  }
 };
 
 template <>
@@ -611,7 +625,8 @@ struct IntSrc<GgmlType::kQ6_K> {
     const __m256 d = _mm256_set1_ps(half_to_float(blk + 208));
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
     _mm256_store_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-    _mm256_store_ps(ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+    _mm256_store_ps(
+        ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
   }
   SPECDEC_AVX2 __m256i bytes(int s) const {  // q + 32: 0..63
     const int h = s / 4, r = s % 4;
@@ -629,13 +644,17 @@ struct IntSrc<GgmlType::kQ6_K> {
 
 // Q4_K's minimum terms for group g of the tile: lane s += (-m_s) * s_x of sub-block s.
 template <class Src, int NB, int TB>
-SPECDEC_AVX2 __attribute__((always_inline)) inline void vector_mins(const Src (&src)[NB], const ActView& x, int64_t blocks,
-                                                                    int64_t t, int64_t g, __m256 (&mins)[NB][TB]) {
+SPECDEC_AVX2 __attribute__((always_inline)) inline void vector_mins(const Src (&src)[NB],
+                                                                    const ActView& x,
+                                                                    int64_t blocks, int64_t t,
+                                                                    int64_t g,
+                                                                    __m256 (&mins)[NB][TB]) {
   if constexpr (Src::kVectorMins)
     for (int i = 0; i < NB; ++i) {
       const __m256 m = src[i].mins();
       for (int j = 0; j < TB; ++j)
-        mins[i][j] = _mm256_fmadd_ps(m, _mm256_loadu_ps(x.s + (t + j) * blocks + g * 8), mins[i][j]);
+        mins[i][j] =
+            _mm256_fmadd_ps(m, _mm256_loadu_ps(x.s + (t + j) * blocks + g * 8), mins[i][j]);
     }
 }
 
@@ -645,8 +664,10 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
   using Src = IntSrc<T>;
   // Block s of group g of the tile's rows into half H of the accumulators.
   template <int NB, int TB, int H>
-  SPECDEC_AVX2 __attribute__((always_inline)) static void block(const ActView& x, int64_t k, const Src (&src)[NB],
-                                                                int64_t g, int s, int64_t t, __m256 (&acc)[NB][TB][2],
+  SPECDEC_AVX2 __attribute__((always_inline)) static void block(const ActView& x, int64_t k,
+                                                                const Src (&src)[NB], int64_t g,
+                                                                int s, int64_t t,
+                                                                __m256 (&acc)[NB][TB][2],
                                                                 float (&macc)[NB][TB]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const int64_t blocks = k / 32, b = g * Src::kGroup + s;
@@ -654,19 +675,25 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
       const __m256i wq = src[i].bytes(s);
       const __m256 dw = src[i].dvec(s);
       for (int j = 0; j < TB; ++j) {
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
+        const __m256i xq =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
         __m256i lanes;
         if constexpr (T == GgmlType::kQ8_0) {  // |w| * sign(x, w): no 16-bit pair sum saturates
-          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), ones);
+          lanes = _mm256_madd_epi16(
+              _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), ones);
         } else {
           lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
-          if constexpr (T == GgmlType::kQ4_0 || T == GgmlType::kQ6_K) {  // q_w = nibble - 8, 6 bits - 32
-            const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
-            lanes = _mm256_add_epi32(lanes, T == GgmlType::kQ4_0 ? bias : _mm256_slli_epi32(bias, 2));
+          if constexpr (T == GgmlType::kQ4_0 ||
+                        T == GgmlType::kQ6_K) {  // q_w = nibble - 8, 6 bits - 32
+            const __m256i bias = _mm256_loadu_si256(
+                reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
+            lanes =
+                _mm256_add_epi32(lanes, T == GgmlType::kQ4_0 ? bias : _mm256_slli_epi32(bias, 2));
           }
         }
         const int64_t e = (t + j) * blocks + b;
-        acc[i][j][H] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])), _mm256_cvtepi32_ps(lanes), acc[i][j][H]);
+        acc[i][j][H] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
+                                       _mm256_cvtepi32_ps(lanes), acc[i][j][H]);
         if constexpr (Src::kScalarMins) macc[i][j] += src[i].m(s) * x.s[e];
       }
     }
@@ -701,7 +728,9 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
     for (int i = 0; i < NB; ++i)
       for (int j = 0; j < TB; ++j)
         y[(t + j) * n_total + n + i] =
-            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + (Src::kScalarMins ? macc[i][j] : Src::kVectorMins ? hsum(mins[i][j]) : 0.0f);
+            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + (Src::kScalarMins   ? macc[i][j]
+                                                               : Src::kVectorMins ? hsum(mins[i][j])
+                                                                                  : 0.0f);
   }
 };
 
@@ -709,12 +738,14 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 template <GgmlType T>
-struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per step
+struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per
+                    // step
   static constexpr int kMaxRows = 8, kWideRows = 4, kWideMaxRows = 4;
   using Src = IntSrc<T>;
   // Block s's weights as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8).
   SPECDEC_AVX512_VNNI static __m256i ubytes(const Src& src, int s) {
-    if constexpr (T == GgmlType::kQ8_0) return _mm256_xor_si256(src.bytes(s), _mm256_set1_epi8(-128));
+    if constexpr (T == GgmlType::kQ8_0)
+      return _mm256_xor_si256(src.bytes(s), _mm256_set1_epi8(-128));
     return src.bytes(s);
   }
   // What the lanes start from so that the unsigned weights give the signed products:
@@ -727,19 +758,23 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
     std::memcpy(&v, bias, sizeof(V));
     if constexpr (T == GgmlType::kQ4_0) return v;
     constexpr int shift = T == GgmlType::kQ8_0 ? 4 : 2;
-    if constexpr (sizeof(V) == 64) return _mm512_slli_epi32(v, shift);
-    else return _mm256_slli_epi32(v, shift);
+    if constexpr (sizeof(V) == 64)
+      return _mm512_slli_epi32(v, shift);
+    else
+      return _mm256_slli_epi32(v, shift);
   }
   template <int NB, int TB>
-  SPECDEC_AVX512_VNNI static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
-                                       int64_t t, int64_t n_total, float* y) {
+  SPECDEC_AVX512_VNNI static void tile(const void* xv, int64_t k, const uint8_t* w,
+                                       int64_t row_bytes, int64_t n, int64_t t, int64_t n_total,
+                                       float* y) {
     const ActView& x = *static_cast<const ActView*>(xv);
     const int64_t blocks = k / 32;
     __m512 acc[NB][TB];
     float macc[NB][TB];
     __m256 mins[NB][TB];
     for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps(), mins[i][j] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
+      for (int j = 0; j < TB; ++j)
+        acc[i][j] = _mm512_setzero_ps(), mins[i][j] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
     const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int64_t g = 0; g * Src::kGroup < blocks; ++g) {
       Src src[NB];
@@ -755,12 +790,14 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
           __m128 dw2[NB];  // [d_w0, d_w1]
           __m512 dw[NB];   // [d_w0 x 8, d_w1 x 8]
           for (int i = 0; i < NB; ++i) {
-            wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(src[i], s)), ubytes(src[i], s + 1), 1);
+            wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(src[i], s)),
+                                       ubytes(src[i], s + 1), 1);
             if constexpr (Src::kScalarScale) {
               dw2[i] = src[i].d2(s);
               dw[i] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dw2[i]));
             } else {
-              dw[i] = _mm512_insertf32x8(_mm512_castps256_ps512(src[i].dvec(s)), src[i].dvec(s + 1), 1);
+              dw[i] =
+                  _mm512_insertf32x8(_mm512_castps256_ps512(src[i].dvec(s)), src[i].dvec(s + 1), 1);
             }
           }
           for (int j = 0; j < TB; ++j) {
@@ -774,9 +811,11 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
             for (int i = 0; i < NB; ++i) {
               const __m512i lanes = _mm512_dpbusd_epi32(bias, wq[i], xq);
               // d_w * d_x: broadcast after the product for one weight row, before it for several
-              const __m512 scale = NB == 1 && Src::kScalarScale
-                                       ? _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
-                                       : _mm512_mul_ps(dw[i], dx);
+              const __m512 scale =
+                  NB == 1 && Src::kScalarScale
+                      ? _mm512_permutexvar_ps(halves,
+                                              _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
+                      : _mm512_mul_ps(dw[i], dx);
               acc[i][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), acc[i][j]);
               if constexpr (Src::kScalarMins) {
                 macc[i][j] += src[i].m(s) * x.s[e];
@@ -790,11 +829,14 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
             const __m256 dw = src[i].dvec(s);
             for (int j = 0; j < TB; ++j) {
               const int64_t e = (t + j) * blocks + b;
-              const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
-              const __m256i lanes = _mm256_dpbusd_epi32(start<__m256i>(x.bias + (t + j) * k / 4 + b * 8), wq, xq);
+              const __m256i xq =
+                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
+              const __m256i lanes =
+                  _mm256_dpbusd_epi32(start<__m256i>(x.bias + (t + j) * k / 4 + b * 8), wq, xq);
               const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e]));
               acc[i][j] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(scale),
-                                                _mm512_castps256_ps512(_mm256_cvtepi32_ps(lanes)), acc[i][j], 0x00FF);
+                                                _mm512_castps256_ps512(_mm256_cvtepi32_ps(lanes)),
+                                                acc[i][j], 0x00FF);
               if constexpr (Src::kScalarMins) macc[i][j] += src[i].m(s) * x.s[e];
             }
           }
@@ -806,7 +848,9 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
         const __m512 a = acc[i][j];
         y[(t + j) * n_total + n + i] =
             hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))) +
-            (Src::kScalarMins ? macc[i][j] : Src::kVectorMins ? hsum(mins[i][j]) : 0.0f);
+            (Src::kScalarMins   ? macc[i][j]
+             : Src::kVectorMins ? hsum(mins[i][j])
+                                : 0.0f);
       }
   }
 };
@@ -857,8 +901,9 @@ SPECDEC_AVX2 void rows_avx2(const void* x, int64_t t_rows, int64_t k, const uint
 }
 
 template <class Tiles>
-SPECDEC_AVX512_VNNI void rows_avx512_vnni(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
-                                          int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total, float* y) {
+SPECDEC_AVX512_VNNI void rows_avx512_vnni(const void* x, int64_t t_rows, int64_t k,
+                                          const uint8_t* w, int64_t row_bytes, int64_t n0,
+                                          int64_t n1, int64_t n_total, float* y) {
   rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
 }
 
@@ -871,12 +916,18 @@ SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const 
 RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
   if (int8_activations && avx512 && __builtin_cpu_supports("avx512vnni")) {
     switch (type) {
-      case GgmlType::kQ8_0: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ8_0>>;
-      case GgmlType::kQ4_0: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_0>>;
-      case GgmlType::kQ4_1: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_1>>;
-      case GgmlType::kQ4_K: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_K>>;
-      case GgmlType::kQ6_K: return rows_avx512_vnni<IntTilesZ<GgmlType::kQ6_K>>;
-      default: break;
+      case GgmlType::kQ8_0:
+        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ8_0>>;
+      case GgmlType::kQ4_0:
+        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_0>>;
+      case GgmlType::kQ4_1:
+        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_1>>;
+      case GgmlType::kQ4_K:
+        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_K>>;
+      case GgmlType::kQ6_K:
+        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ6_K>>;
+      default:
+        break;
     }
   }
   if (int8_activations) {  // AVX2, also for AVX-512 without VNNI (the same bits)
@@ -884,8 +935,10 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ8_0: return rows_avx2<IntTiles<GgmlType::kQ8_0>>;
       case GgmlType::kQ4_0: return rows_avx2<IntTiles<GgmlType::kQ4_0>>;
       case GgmlType::kQ4_1: return rows_avx2<IntTiles<GgmlType::kQ4_1>>;
-      case GgmlType::kQ4_K: return rows_avx2<IntTiles<GgmlType::kQ4_K>>;
-      case GgmlType::kQ6_K: return rows_avx2<IntTiles<GgmlType::kQ6_K>>;
+      case GgmlType::kQ4_K:
+        return rows_avx2<IntTiles<GgmlType::kQ4_K>>;
+      case GgmlType::kQ6_K:
+        return rows_avx2<IntTiles<GgmlType::kQ6_K>>;
       default: break;
     }
   }
@@ -961,10 +1014,13 @@ void int_block(const uint8_t* row, int64_t b, int* q, float* d, float* m) {
       ggml_scale_min_k4(s, blk + 4, &sc, &mn);
       d[0] = d[1] = half_at(blk) * static_cast<float>(sc);
       *m = -(half_at(blk + 2) * static_cast<float>(mn));
-      for (int j = 0; j < 32; ++j) q[j] = s % 2 ? blk[16 + 32 * (s / 2) + j] >> 4 : blk[16 + 32 * (s / 2) + j] & 0x0F;
+      for (int j = 0; j < 32; ++j)
+        q[j] = s % 2 ? blk[16 + 32 * (s / 2) + j] >> 4 : blk[16 + 32 * (s / 2) + j] & 0x0F;
     } else {  // see IntSrc<kQ6_K>
       const int h = s / 4, r = s % 4;
-      for (int e = 0; e < 2; ++e) d[e] = half_at(blk + 208) * static_cast<float>(static_cast<int8_t>(blk[192 + 8 * h + 2 * r + e]));
+      for (int e = 0; e < 2; ++e)
+        d[e] = half_at(blk + 208) *
+               static_cast<float>(static_cast<int8_t>(blk[192 + 8 * h + 2 * r + e]));
       for (int j = 0; j < 32; ++j) {
         const int lo = (blk[64 * h + 32 * (r % 2) + j] >> (r >= 2 ? 4 : 0)) & 0x0F;
         const int hi = (blk[128 + 32 * h + j] >> (2 * r)) & 3;
@@ -1019,8 +1075,10 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
       case GgmlType::kQ8_0: return int_rows_portable<GgmlType::kQ8_0>;
       case GgmlType::kQ4_0: return int_rows_portable<GgmlType::kQ4_0>;
       case GgmlType::kQ4_1: return int_rows_portable<GgmlType::kQ4_1>;
-      case GgmlType::kQ4_K: return int_rows_portable<GgmlType::kQ4_K>;
-      case GgmlType::kQ6_K: return int_rows_portable<GgmlType::kQ6_K>;
+      case GgmlType::kQ4_K:
+        return int_rows_portable<GgmlType::kQ4_K>;
+      case GgmlType::kQ6_K:
+        return int_rows_portable<GgmlType::kQ6_K>;
       default: break;
     }
   }
@@ -1102,10 +1160,12 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
   return kernel;
 }
 
-ActRows::ActRows(int64_t rows, int64_t k_) : k(k_), q(rows * k), bias(rows * k / 4), d(rows * k / 32), s(rows * k / 32) {}
+ActRows::ActRows(int64_t rows, int64_t k_)
+    : k(k_), q(rows * k), bias(rows * k / 4), d(rows * k / 32), s(rows * k / 32) {}
 
 ActView ActRows::view(int64_t r0) const {
-  return {q.data() + r0 * k, bias.data() + r0 * k / 4, d.data() + r0 * k / 32, s.data() + r0 * k / 32};
+  return {q.data() + r0 * k, bias.data() + r0 * k / 4, d.data() + r0 * k / 32,
+          s.data() + r0 * k / 32};
 }
 
 void ActRows::quantize(const float* x, int64_t r0, int64_t r1) {
@@ -1122,7 +1182,8 @@ void ActRows::quantize(const float* x, int64_t r0, int64_t r1) {
       sum += qe[j];
     }
     s[e] = d[e] * static_cast<float>(sum);
-    for (int l = 0; l < 8; ++l) bias[e * 8 + l] = -8 * (qe[4 * l] + qe[4 * l + 1] + qe[4 * l + 2] + qe[4 * l + 3]);
+    for (int l = 0; l < 8; ++l)
+      bias[e * 8 + l] = -8 * (qe[4 * l] + qe[4 * l + 1] + qe[4 * l + 2] + qe[4 * l + 3]);
   }
 }
 
@@ -1139,7 +1200,8 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int64_t r = std::min(kRowTile, rows - r0);
     const ActView view = act.view(r0);
-    const void* xr = kernel.int8_activations ? static_cast<const void*>(&view) : static_cast<const void*>(xp + r0 * k);
+    const void* xr = kernel.int8_activations ? static_cast<const void*>(&view)
+                                             : static_cast<const void*>(xp + r0 * k);
     at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
       kernel.rows(xr, r, k, w, row_bytes, n0, n1, n, yp + r0 * n);
     });

@@ -21,9 +21,9 @@ using RowsFn = void (*)(const void* x, int64_t t_rows, int64_t k, const uint8_t*
                        int64_t n0, int64_t n1, int64_t n_total, float* y);
 struct LinearKernel {
   RowsFn rows = nullptr;
-  // x reaches `rows` as an ActView (ActRows) instead of floats: an exact integer dot
-  // product per block of 32, as llama.cpp computes Q8_0/Q4_0/Q4_1/Q4_K/Q6_K (faster; the values differ from
-  // the float32 kernel's on the dequantized weights, still batch-invariant).
+  // x reaches `rows` as an ActView (ActRows) instead of floats: an exact integer dot product per
+  // block of 32, as llama.cpp computes Q8_0/Q4_0/Q4_1/Q4_K/Q6_K (faster; the values differ from the
+  // float32 kernel's on the dequantized weights, still batch-invariant).
   bool int8_activations = false;
   explicit operator bool() const { return rows != nullptr; }
 };
@@ -36,7 +36,7 @@ struct ActView {  // row t of a pass: q + t * K, bias + t * K / 4, d and s + t *
 };
 struct ActRows {
   ActRows(int64_t rows, int64_t k);
-  // Quantizes rows r0..r1 of x [rows, K] (each row on its own: the values do not depend on the others).
+  // Quantizes rows r0..r1 of x [rows, K], each on its own (a row's values do not depend on others).
   void quantize(const float* x, int64_t r0, int64_t r1);
   ActView view(int64_t r0) const;  // from row r0 on
   int64_t k;
@@ -46,8 +46,9 @@ struct ActRows {
 };
 // True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 bool has_int8_kernel(GgmlType type);
-// The kernel families: AVX-512 (F, BW, DQ, VL; VNNI for 8-bit activations where the CPU has it) and
-// AVX2 (with FMA and F16C) give bitwise the same results; the portable fixed-order kernel (any CPU) differs from them in the last bits.
+// The kernel families: AVX-512 (F, BW, DQ, VL; VNNI for 8-bit activations where the CPU has it)
+// and AVX2 (with FMA and F16C) give bitwise the same results; the portable fixed-order kernel (any
+// CPU) differs from them in the last bits.
 enum class Isa { kAvx512, kAvx2, kPortable };
 const char* isa_name(Isa isa);  // "avx512", "avx2", "portable"
 // What this build and CPU can run, best first (always ends with kPortable).

@@ -174,7 +174,8 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
 // split it into d_w d_x sum(q_w q_x) per block plus m_w s_x), and is bitwise batch-invariant.
 TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   const int64_t n = 21;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
     const std::string name = ggml_type_name(static_cast<uint32_t>(type));
     const int64_t k = ggml_block_elements(type) == 256 ? 512 : 96;  // 96: an odd number of blocks
     const at::Tensor bytes = random_blocks(type, n, k);
@@ -187,12 +188,15 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
     act.quantize(x.data_ptr<float>(), 0, 5);
     for (int64_t t = 0; t < 5; ++t)
       for (int64_t r = 0; r < n; ++r) {
-        double want = 0, size = 0;  // size: the sum of the terms' magnitudes, which float32 rounding follows
+        double want = 0,
+               size = 0;  // size: the sum of the terms' magnitudes, which float32 rounding follows
         for (int64_t c = 0; c < k; ++c) {
-          const double term = static_cast<double>(dense[r][c].item<float>()) * act.d[(t * k + c) / 32] * act.q[t * k + c];
+          const double term = static_cast<double>(dense[r][c].item<float>()) *
+                              act.d[(t * k + c) / 32] * act.q[t * k + c];
           want += term, size += std::fabs(term);
         }
-        EXPECT_NEAR(y[0][t][r].item<double>(), want, 1e-5 * (1 + size)) << name << " row " << t << " col " << r;
+        EXPECT_NEAR(y[0][t][r].item<double>(), want, 1e-5 * (1 + size))
+            << name << " row " << t << " col " << r;
       }
     expect_batch_invariant(l, at::randn({1, 11, k}), name + " int8");
     // Close to the float kernel's result on the same weights (8-bit activations lose little).
@@ -202,7 +206,7 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
 }
 
 TEST(LinearKernel, ActivationQuantizationByHand) {
-  std::vector<float> x(64, 0.0f);  // block 0 by hand, block 1 zeros
+  std::vector<float> x(64, 0.0f);                           // block 0 by hand, block 1 zeros
   x[0] = 127.0f, x[1] = -3.4f, x[2] = 2.5f, x[31] = -0.6f;  // amax 127: d = 1, q = round(x)
   kernels::ActRows a(1, 64);
   a.quantize(x.data(), 0, 1);
