@@ -557,12 +557,14 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
 // one super-block of 8 sub-blocks): bytes(s) are block s's 32 weights (signed for Q8_0, 0..15 for
 // the 4-bit formats, q + 32 for Q6_K), dvec(s) the d_w of each of its 8 lanes (d2(s): the scales of
 // blocks s and s + 1 where one scale serves a block), m(s) what multiplies s_x in Q4_1, mins() the
-// 8 minimums of a Q4_K super-block.
+// 8 minimums of a Q4_K super-block. kScalarScale: one d_w serves all 8 lanes of a block.
+enum class Mins { kNone, kPerBlock, kPerSuperBlock };  // how a format's minimums enter
+
 template <GgmlType T>
 struct IntSrc {
   static constexpr int kGroup = 2;
-  static constexpr bool kScalarMins = T == GgmlType::kQ4_1, kVectorMins = false,
-                        kScalarScale = true;
+  static constexpr Mins kMins = T == GgmlType::kQ4_1 ? Mins::kPerBlock : Mins::kNone;
+  static constexpr bool kScalarScale = true;
   static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
   const uint8_t* blk;
   SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { blk = row + g * kGroup * kBytes; }
@@ -593,7 +595,8 @@ struct IntSrc {
 template <>
 struct IntSrc<GgmlType::kQ4_K> {
   static constexpr int kGroup = 8;
-  static constexpr bool kScalarMins = false, kVectorMins = true, kScalarScale = true;
+  static constexpr Mins kMins = Mins::kPerSuperBlock;
+  static constexpr bool kScalarScale = true;
   Q4_KScales k;  // d[s] = d * scale_s, m[s] = dmin * min_s: both exact in float32
   SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { k.load(row, g); }
   SPECDEC_AVX2 __m256i bytes(int s) const {
@@ -616,7 +619,8 @@ struct IntSrc<GgmlType::kQ6_K> {
   // (32 elements) takes the low (r < 2) or high nibbles of ql[32 (r % 2)..], bits 2r, 2r+1 of qh
   // as bits 4-5, minus 32, and scale r * 2 for its first 16 elements, r * 2 + 1 for the others.
   static constexpr int kGroup = 8;
-  static constexpr bool kScalarMins = false, kVectorMins = false, kScalarScale = false;
+  static constexpr Mins kMins = Mins::kNone;
+  static constexpr bool kScalarScale = false;
   static constexpr int64_t kBytes = 210;
   const uint8_t* blk;
   alignas(32) float ds[16];  // d * scale_i: exact in float32 (11 + 8 bits)
@@ -649,13 +653,21 @@ SPECDEC_AVX2 __attribute__((always_inline)) inline void vector_mins(const Src (&
                                                                     int64_t blocks, int64_t t,
                                                                     int64_t g,
                                                                     __m256 (&mins)[NB][TB]) {
-  if constexpr (Src::kVectorMins)
+  if constexpr (Src::kMins == Mins::kPerSuperBlock)
     for (int i = 0; i < NB; ++i) {
       const __m256 m = src[i].mins();
       for (int j = 0; j < TB; ++j)
         mins[i][j] =
             _mm256_fmadd_ps(m, _mm256_loadu_ps(x.s + (t + j) * blocks + g * 8), mins[i][j]);
     }
+}
+
+// An output's minimum terms: Q4_1's float, Q4_K's 8 lanes summed, or none.
+template <class Src>
+SPECDEC_AVX2 inline float min_sum(float per_block, __m256 per_super_block) {
+  if constexpr (Src::kMins == Mins::kPerBlock) return per_block;
+  if constexpr (Src::kMins == Mins::kPerSuperBlock) return hsum(per_super_block);
+  return 0.0f;
 }
 
 template <GgmlType T>
@@ -683,8 +695,8 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
               _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), ones);
         } else {
           lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
-          if constexpr (T == GgmlType::kQ4_0 ||
-                        T == GgmlType::kQ6_K) {  // q_w = nibble - 8, 6 bits - 32
+          // q_w = nibble - 8 (Q4_0), 6 bits - 32 (Q6_K)
+          if constexpr (T == GgmlType::kQ4_0 || T == GgmlType::kQ6_K) {
             const __m256i bias = _mm256_loadu_si256(
                 reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
             lanes =
@@ -694,7 +706,7 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
         const int64_t e = (t + j) * blocks + b;
         acc[i][j][H] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
                                        _mm256_cvtepi32_ps(lanes), acc[i][j][H]);
-        if constexpr (Src::kScalarMins) macc[i][j] += src[i].m(s) * x.s[e];
+        if constexpr (Src::kMins == Mins::kPerBlock) macc[i][j] += src[i].m(s) * x.s[e];
       }
     }
   }
@@ -728,21 +740,19 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
     for (int i = 0; i < NB; ++i)
       for (int j = 0; j < TB; ++j)
         y[(t + j) * n_total + n + i] =
-            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + (Src::kScalarMins   ? macc[i][j]
-                                                               : Src::kVectorMins ? hsum(mins[i][j])
-                                                                                  : 0.0f);
+            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + min_sum<Src>(macc[i][j], mins[i][j]);
   }
 };
 
 #define SPECDEC_AVX512_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
+// AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per step.
 template <GgmlType T>
-struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per
-                    // step
+struct IntTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 4, kWideMaxRows = 4;
   using Src = IntSrc<T>;
-  // Block s's weights as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8).
+  // Block s's weights as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8; Q6_K: q + 32).
   SPECDEC_AVX512_VNNI static __m256i ubytes(const Src& src, int s) {
     if constexpr (T == GgmlType::kQ8_0)
       return _mm256_xor_si256(src.bytes(s), _mm256_set1_epi8(-128));
@@ -817,7 +827,7 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
                                               _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
                       : _mm512_mul_ps(dw[i], dx);
               acc[i][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), acc[i][j]);
-              if constexpr (Src::kScalarMins) {
+              if constexpr (Src::kMins == Mins::kPerBlock) {
                 macc[i][j] += src[i].m(s) * x.s[e];
                 macc[i][j] += src[i].m(s + 1) * x.s[e + 1];
               }
@@ -837,7 +847,7 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
               acc[i][j] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(scale),
                                                 _mm512_castps256_ps512(_mm256_cvtepi32_ps(lanes)),
                                                 acc[i][j], 0x00FF);
-              if constexpr (Src::kScalarMins) macc[i][j] += src[i].m(s) * x.s[e];
+              if constexpr (Src::kMins == Mins::kPerBlock) macc[i][j] += src[i].m(s) * x.s[e];
             }
           }
         }
@@ -848,9 +858,7 @@ struct IntTilesZ {  // AVX-512 with VNNI: one 16-lane accumulator per output, a 
         const __m512 a = acc[i][j];
         y[(t + j) * n_total + n + i] =
             hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))) +
-            (Src::kScalarMins   ? macc[i][j]
-             : Src::kVectorMins ? hsum(mins[i][j])
-                                : 0.0f);
+            min_sum<Src>(macc[i][j], mins[i][j]);
       }
   }
 };
