@@ -50,6 +50,90 @@ inline float sum(const float* a, int64_t n) {
   return s;
 }
 
+inline float half_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
+// --- Q4_0 with 8-bit activations: weight rows interleaved 16 at a time ---
+// One output element (weight row . activation row t), in every family, tile and thread split: per
+// block of 32, the exact integer isum = sum of (nibble - 8) * q_x; then acc = fma(float(isum),
+// d_w * d_x, acc) over the blocks in order, starting from 0. In a whole group of 16 rows
+// (prepare_weights), row r is lane r of a vector, so no sum crosses lanes; the rows beyond the last
+// whole group keep their layout and are computed by q4_0_int8_dot, the same arithmetic.
+constexpr int64_t kQ4_0Group = kInterleave * 18;  // bytes of one block of a group of 16 rows
+
+// Where byte j of block b of row r lies in its interleaved group, for blocks of `block_bytes`
+// bytes whose first 2 are the scale: the 16 scales, then each 4 bytes of values of the 16 rows.
+inline int64_t interleaved_offset(int64_t block_bytes, int64_t b, int64_t r, int64_t j) {
+  const int64_t base = b * kInterleave * block_bytes;
+  if (j < 2) return base + 2 * r + j;
+  return base + 2 * kInterleave + (j - 2) / 4 * 4 * kInterleave + 4 * r + (j - 2) % 4;
+}
+
+// One output: row r of the group at `w` (kInterleaved) or the plain row at `w`, against
+// activation row t.
+template <bool kInterleaved>
+float q4_0_int8_dot(const uint8_t* w, int64_t r, const ActView& x, int64_t t, int64_t k) {
+  const int64_t blocks = k / 32;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    auto at = [&](int64_t j) {
+      return w + (kInterleaved ? interleaved_offset(18, b, r, j) : b * 18 + j);
+    };
+    const int64_t e = t * blocks + b;
+    const int8_t* q = x.q + t * k + b * 32;
+    int32_t isum = -8 * x.sum[e];
+    for (int j = 0; j < 16; ++j) isum += (*at(2 + j) & 0x0F) * q[j] + (*at(2 + j) >> 4) * q[j + 16];
+    acc = std::fma(static_cast<float>(isum), half_at(at(0)) * x.d[e], acc);
+  }
+  return acc;
+}
+
+// A last tile of `rest` < Group::kMaxRows activation rows.
+template <class Group, int R>
+inline void group_rest(int64_t rest, const ActView& x, int64_t k, const uint8_t* gw, int64_t t,
+                       int64_t n, int64_t n_total, float* y) {
+  if constexpr (R > 0) {
+    if (rest == R)
+      Group::template tile<R>(x, k, gw, t, n, n_total, y);
+    else
+      group_rest<Group, R - 1>(rest, x, k, gw, t, n, n_total, y);
+  }
+}
+
+// The rows [n0, n1) (n0 a multiple of 16 below the last whole group): whole groups by
+// Group::tile, the rest one output at a time.
+template <class Group>
+void rows_q4_0x16(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
+                  int64_t n0, int64_t n1, int64_t n_total, float* y) {
+  const ActView& x = *static_cast<const ActView*>(xv);
+  const int64_t whole = n_total / kInterleave * kInterleave;
+  SPECDEC_CHECK(n0 % kInterleave == 0 || n0 >= whole, "interleaved rows from ", n0);
+  int64_t n = n0;
+  for (; n + kInterleave <= std::min(n1, whole); n += kInterleave) {
+    int64_t t = 0;
+    for (; t + Group::kMaxRows <= t_rows; t += Group::kMaxRows)
+      Group::template tile<Group::kMaxRows>(x, k, w + n * row_bytes, t, n, n_total, y);
+    group_rest<Group, Group::kMaxRows - 1>(t_rows - t, x, k, w + n * row_bytes, t, n, n_total, y);
+  }
+  for (; n < n1; ++n)
+    for (int64_t t = 0; t < t_rows; ++t)
+      y[t * n_total + n] = q4_0_int8_dot<false>(w + n * row_bytes, 0, x, t, k);
+}
+
+// Groups of rows for rows_q4_0x16 in plain C++ (the portable family).
+struct Q4_0x16Portable {
+  static constexpr int kMaxRows = 1;
+  template <int TB>
+  static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t, int64_t n,
+                   int64_t n_total, float* y) {
+    for (int64_t r = 0; r < kInterleave; ++r)
+      y[t * n_total + n + r] = q4_0_int8_dot<true>(gw, r, x, t, k);
+  }
+};
+
 #ifdef SPECDEC_X86
 // --- x86 linear kernels: AVX2 and AVX-512, one per weight format, the same arithmetic ---
 // The reduction order of one output element (weight row n . input row t), whatever the ISA, tile,
@@ -539,7 +623,8 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
   }
 };
 
-// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_0, Q4_1, Q4_K, Q6_K ---
+// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_1, Q4_K, Q6_K ---
+// (Q4_0's kernel interleaves its rows: rows_q4_0x16 above.)
 // Each block of 32 weights (Q4_K: each sub-block of 32, with its own scale and minimum; Q6_K: each
 // sub-block of 32, whose halves of 16 have their own scales: d_w differs between lanes 0-3 and
 // 4-7) meets the matching block of the activation row quantized to int8 (ActRows). Per block, eight
@@ -565,15 +650,14 @@ struct IntSrc {
   static constexpr int kGroup = 2;
   static constexpr Mins kMins = T == GgmlType::kQ4_1 ? Mins::kPerBlock : Mins::kNone;
   static constexpr bool kScalarScale = true;
-  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes;
+  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : kQ4_1Bytes;
   const uint8_t* blk;
   SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { blk = row + g * kGroup * kBytes; }
   SPECDEC_AVX2 __m256i bytes(int s) const {
     const uint8_t* b = blk + s * kBytes;
     if constexpr (T == GgmlType::kQ8_0)
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    const __m128i q =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (T == GgmlType::kQ4_1 ? 4 : 2)));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
     const __m128i m = _mm_set1_epi8(0x0F);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
   }
@@ -695,12 +779,10 @@ struct IntTiles {  // AVX2: two 8-lane accumulators per output
               _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), ones);
         } else {
           lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
-          // q_w = nibble - 8 (Q4_0), 6 bits - 32 (Q6_K)
-          if constexpr (T == GgmlType::kQ4_0 || T == GgmlType::kQ6_K) {
+          if constexpr (T == GgmlType::kQ6_K) {  // q_w = 6 bits - 32
             const __m256i bias = _mm256_loadu_si256(
                 reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
-            lanes =
-                _mm256_add_epi32(lanes, T == GgmlType::kQ4_0 ? bias : _mm256_slli_epi32(bias, 2));
+            lanes = _mm256_add_epi32(lanes, _mm256_slli_epi32(bias, 2));
           }
         }
         const int64_t e = (t + j) * blocks + b;
@@ -752,21 +834,20 @@ template <GgmlType T>
 struct IntTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 4, kWideMaxRows = 4;
   using Src = IntSrc<T>;
-  // Block s's weights as unsigned bytes (Q8_0: q + 128; Q4_0: q + 8; Q6_K: q + 32).
+  // Block s's weights as unsigned bytes (Q8_0: q + 128; Q6_K: q + 32).
   SPECDEC_AVX512_VNNI static __m256i ubytes(const Src& src, int s) {
     if constexpr (T == GgmlType::kQ8_0)
       return _mm256_xor_si256(src.bytes(s), _mm256_set1_epi8(-128));
     return src.bytes(s);
   }
   // What the lanes start from so that the unsigned weights give the signed products:
-  // -128 * (sum of 4 q_x) for Q8_0, -8 * (...) for Q4_0 (ActView::bias), -32 * (...) for Q6_K,
-  // 0 otherwise.
+  // -128 * (sum of 4 q_x) for Q8_0, -32 * (...) for Q6_K (ActView::bias = -8 * (...)), 0
+  // otherwise.
   template <class V>
   SPECDEC_AVX512_VNNI static V start(const int32_t* bias) {
-    if constexpr (T != GgmlType::kQ8_0 && T != GgmlType::kQ4_0 && T != GgmlType::kQ6_K) return V{};
+    if constexpr (T != GgmlType::kQ8_0 && T != GgmlType::kQ6_K) return V{};
     V v;
     std::memcpy(&v, bias, sizeof(V));
-    if constexpr (T == GgmlType::kQ4_0) return v;
     constexpr int shift = T == GgmlType::kQ8_0 ? 4 : 2;
     if constexpr (sizeof(V) == 64)
       return _mm512_slli_epi32(v, shift);
@@ -863,6 +944,88 @@ struct IntTilesZ {
   }
 };
 
+// Q4_0 x 16 interleaved rows (rows_q4_0x16), lane r = row r. Per block: the 16 scales, then four
+// 64-byte loads hold 4 bytes of each row; their low nibbles meet the activations' 4 bytes 4c..4c+3
+// and their high nibbles 16+4c..16+4c+3, broadcast to every lane.
+struct Q4_0x16Vnni {  // AVX-512 VNNI: one register per activation row
+  static constexpr int kMaxRows = 8;
+  template <int TB>
+  SPECDEC_AVX512_VNNI static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t,
+                                       int64_t n, int64_t n_total, float* y) {
+    const int64_t blocks = k / 32;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[TB];
+    for (int j = 0; j < TB; ++j) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* blk = gw + b * kQ4_0Group;
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
+      __m512i lo[4], hi[4];
+      for (int c = 0; c < 4; ++c) {
+        const __m512i raw = _mm512_loadu_si512(blk + 32 + 64 * c);
+        lo[c] = _mm512_and_si512(raw, m4);
+        hi[c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      }
+      for (int j = 0; j < TB; ++j) {
+        const int64_t e = (t + j) * blocks + b;
+        const int8_t* q = x.q + (t + j) * k + b * 32;
+        __m512i i0 = _mm512_set1_epi32(-8 * x.sum[e]), i1 = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+          int32_t a, h;
+          std::memcpy(&a, q + 4 * c, 4), std::memcpy(&h, q + 16 + 4 * c, 4);
+          i0 = _mm512_dpbusd_epi32(i0, lo[c], _mm512_set1_epi32(a));
+          i1 = _mm512_dpbusd_epi32(i1, hi[c], _mm512_set1_epi32(h));
+        }
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
+      }
+    }
+    for (int j = 0; j < TB; ++j) _mm512_storeu_ps(y + (t + j) * n_total + n, acc[j]);
+  }
+};
+
+struct Q4_0x16Avx2 {  // AVX2: rows 0-7, then rows 8-15, in 8-lane registers
+  static constexpr int kMaxRows = 4;
+  template <int TB>
+  SPECDEC_AVX2 static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t,
+                                int64_t n, int64_t n_total, float* y) {
+    const int64_t blocks = k / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; ++h) {
+      __m256 acc[TB];
+      for (int j = 0; j < TB; ++j) acc[j] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < blocks; ++b) {
+        const uint8_t* blk = gw + b * kQ4_0Group;
+        const __m256 dw =
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
+        __m256i lo[4], hi[4];
+        for (int c = 0; c < 4; ++c) {
+          const __m256i raw =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
+          lo[c] = _mm256_and_si256(raw, m4);
+          hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        }
+        for (int j = 0; j < TB; ++j) {
+          const int64_t e = (t + j) * blocks + b;
+          const int8_t* q = x.q + (t + j) * k + b * 32;
+          // 16-bit sums of at most 8 x 2 products of 15 x 127: no overflow
+          __m256i s16 = _mm256_setzero_si256();
+          for (int c = 0; c < 4; ++c) {
+            int32_t a, hh;
+            std::memcpy(&a, q + 4 * c, 4), std::memcpy(&hh, q + 16 + 4 * c, 4);
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[c], _mm256_set1_epi32(a)));
+            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[c], _mm256_set1_epi32(hh)));
+          }
+          const __m256i isum =
+              _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(-8 * x.sum[e]));
+          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
+                                   _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])), acc[j]);
+        }
+      }
+      for (int j = 0; j < TB; ++j) _mm256_storeu_ps(y + (t + j) * n_total + n + 8 * h, acc[j]);
+    }
+  }
+};
+
 // Tiles of Tiles::kMaxRows input rows for one weight row (Tiles::kWideMaxRows for more), then
 // one tile of exactly the rows that remain.
 template <class Tiles, int NB, int R>
@@ -927,7 +1090,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ8_0:
         return rows_avx512_vnni<IntTilesZ<GgmlType::kQ8_0>>;
       case GgmlType::kQ4_0:
-        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_0>>;
+        return rows_q4_0x16<Q4_0x16Vnni>;
       case GgmlType::kQ4_1:
         return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_1>>;
       case GgmlType::kQ4_K:
@@ -941,7 +1104,8 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
   if (int8_activations) {  // AVX2, also for AVX-512 without VNNI (the same bits)
     switch (type) {
       case GgmlType::kQ8_0: return rows_avx2<IntTiles<GgmlType::kQ8_0>>;
-      case GgmlType::kQ4_0: return rows_avx2<IntTiles<GgmlType::kQ4_0>>;
+      case GgmlType::kQ4_0:
+        return rows_q4_0x16<Q4_0x16Avx2>;
       case GgmlType::kQ4_1: return rows_avx2<IntTiles<GgmlType::kQ4_1>>;
       case GgmlType::kQ4_K:
         return rows_avx2<IntTiles<GgmlType::kQ4_K>>;
@@ -1003,12 +1167,6 @@ void rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, 
   }
 }
 
-inline float half_at(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-}
-
 // Block b (32 weights) of a row for the 8-bit kernels, plainly: the integers q, the scales d of its
 // two halves of 16 (the same but in Q6_K) and m, what multiplies s_x (the weights are d * q + m).
 template <GgmlType T>
@@ -1044,8 +1202,8 @@ void int_block(const uint8_t* row, int64_t b, int* q, float* d, float* m) {
     if (T == GgmlType::kQ8_0) {
       q[j] = static_cast<int8_t>(blk[2 + j]);
     } else {
-      const uint8_t byte = blk[(T == GgmlType::kQ4_1 ? 4 : 2) + j % 16];
-      q[j] = (j < 16 ? byte & 0x0F : byte >> 4) - (T == GgmlType::kQ4_0 ? 8 : 0);
+      const uint8_t byte = blk[4 + j % 16];  // Q4_1
+      q[j] = j < 16 ? byte & 0x0F : byte >> 4;
     }
   }
 }
@@ -1081,7 +1239,8 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
   if (int8_activations) {
     switch (type) {
       case GgmlType::kQ8_0: return int_rows_portable<GgmlType::kQ8_0>;
-      case GgmlType::kQ4_0: return int_rows_portable<GgmlType::kQ4_0>;
+      case GgmlType::kQ4_0:
+        return rows_q4_0x16<Q4_0x16Portable>;
       case GgmlType::kQ4_1: return int_rows_portable<GgmlType::kQ4_1>;
       case GgmlType::kQ4_K:
         return int_rows_portable<GgmlType::kQ4_K>;
@@ -1158,6 +1317,7 @@ Isa default_isa() {
 LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]] Isa isa) {
   LinearKernel kernel;
   kernel.int8_activations = int8_activations && has_int8_kernel(type);
+  kernel.interleaved = kernel.int8_activations && type == GgmlType::kQ4_0;
 #ifdef SPECDEC_X86
   if (isa != Isa::kPortable) {
     kernel.rows = x86_rows(type, kernel.int8_activations, isa == Isa::kAvx512);
@@ -1168,12 +1328,15 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
   return kernel;
 }
 
-ActRows::ActRows(int64_t rows, int64_t k_)
-    : k(k_), q(rows * k), bias(rows * k / 4), d(rows * k / 32), s(rows * k / 32) {}
+void ActRows::resize(int64_t rows, int64_t k_) {
+  k = k_;
+  q.resize(rows * k), bias.resize(rows * k / 4);
+  d.resize(rows * k / 32), s.resize(rows * k / 32), sum.resize(rows * k / 32);
+}
 
 ActView ActRows::view(int64_t r0) const {
   return {q.data() + r0 * k, bias.data() + r0 * k / 4, d.data() + r0 * k / 32,
-          s.data() + r0 * k / 32};
+          s.data() + r0 * k / 32, sum.data() + r0 * k / 32};
 }
 
 void ActRows::quantize(const float* x, int64_t r0, int64_t r1) {
@@ -1184,15 +1347,51 @@ void ActRows::quantize(const float* x, int64_t r0, int64_t r1) {
     for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
     d[e] = amax / 127.0f;
     const float id = d[e] != 0.0f ? 1.0f / d[e] : 0.0f;
-    int sum = 0;
-    for (int j = 0; j < 32; ++j) {
-      qe[j] = static_cast<int8_t>(std::round(v[j] * id));
-      sum += qe[j];
+    int32_t qi[32];
+    for (int j = 0; j < 32; ++j) {  // std::round (half away from zero) without a libm call:
+      const float y = v[j] * id;    // truncate, then step away from zero where y - t >= 0.5
+      const int32_t t = static_cast<int32_t>(y);  // (y - t is exact: |y| < 1 or t within y/2..y)
+      qi[j] = t + (std::fabs(y - static_cast<float>(t)) >= 0.5f ? (y < 0.0f ? -1 : 1) : 0);
     }
-    s[e] = d[e] * static_cast<float>(sum);
+    sum[e] = 0;
+    for (int j = 0; j < 32; ++j) qe[j] = static_cast<int8_t>(qi[j]), sum[e] += qi[j];
+    s[e] = d[e] * static_cast<float>(sum[e]);
     for (int l = 0; l < 8; ++l)
       bias[e * 8 + l] = -8 * (qe[4 * l] + qe[4 * l + 1] + qe[4 * l + 2] + qe[4 * l + 3]);
   }
+}
+
+void prepare_weights(const LinearKernel& kernel, GgmlType type, uint8_t* w, int64_t n,
+                     int64_t row_bytes) {
+  if (!kernel.interleaved) return;
+  const int64_t block_bytes = ggml_block_bytes(type), blocks = row_bytes / block_bytes;
+  at::parallel_for(0, n / kInterleave, 1, [&](int64_t g0, int64_t g1) {
+    std::vector<uint8_t> rows(kInterleave * row_bytes);
+    for (int64_t g = g0; g < g1; ++g) {
+      uint8_t* gw = w + g * kInterleave * row_bytes;
+      std::memcpy(rows.data(), gw, rows.size());
+      for (int64_t r = 0; r < kInterleave; ++r)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const uint8_t* from = rows.data() + r * row_bytes + b * block_bytes;
+          std::memcpy(gw + interleaved_offset(block_bytes, b, r, 0), from, 2);  // the scale
+          for (int64_t j = 2; j < block_bytes; j += 4)  // each 4 bytes of values
+            std::memcpy(gw + interleaved_offset(block_bytes, b, r, j), from + j, 4);
+        }
+    }
+  });
+}
+
+void stored_row(const LinearKernel& kernel, GgmlType type, const uint8_t* w, int64_t n,
+                int64_t row_bytes, int64_t r, uint8_t* out) {
+  if (!kernel.interleaved || r >= n / kInterleave * kInterleave) {
+    std::memcpy(out, w + r * row_bytes, row_bytes);
+    return;
+  }
+  const int64_t block_bytes = ggml_block_bytes(type), blocks = row_bytes / block_bytes;
+  const uint8_t* gw = w + r / kInterleave * kInterleave * row_bytes;
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < block_bytes; ++j)
+      out[b * block_bytes + j] = gw[interleaved_offset(block_bytes, b, r % kInterleave, j)];
 }
 
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
@@ -1202,16 +1401,23 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
   at::Tensor y = at::empty({rows, n}, x.options());       // [R, N]
   const float* xp = x2.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  ActRows act(kernel.int8_activations ? rows : 0, k);  // the 8-bit activations
-  if (kernel.int8_activations)
-    at::parallel_for(0, rows, 1, [&](int64_t r0, int64_t r1) { act.quantize(xp, r0, r1); });
+  // The 8-bit activations of kRowTile rows, reused by this thread's passes (a name, so that the
+  // lambdas below, run by other threads, see this thread's).
+  thread_local ActRows reused;
+  ActRows& act = reused;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int64_t r = std::min(kRowTile, rows - r0);
-    const ActView view = act.view(r0);
+    if (kernel.int8_activations) {
+      act.resize(r, k);
+      at::parallel_for(0, r, 1, [&](int64_t a, int64_t b) { act.quantize(xp + r0 * k, a, b); });
+    }
+    const ActView view = act.view(0);
     const void* xr = kernel.int8_activations ? static_cast<const void*>(&view)
                                              : static_cast<const void*>(xp + r0 * k);
-    at::parallel_for(0, n, 16, [&](int64_t n0, int64_t n1) {
-      kernel.rows(xr, r, k, w, row_bytes, n0, n1, n, yp + r0 * n);
+    // whole groups of 16 weight rows per thread (an interleaved kernel needs them)
+    at::parallel_for(0, (n + kInterleave - 1) / kInterleave, 1, [&](int64_t g0, int64_t g1) {
+      kernel.rows(xr, r, k, w, row_bytes, g0 * kInterleave, std::min(n, g1 * kInterleave), n,
+                  yp + r0 * n);
     });
   }
   if (b.defined()) y.add_(b);

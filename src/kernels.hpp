@@ -25,17 +25,33 @@ struct LinearKernel {
   // block of 32, as llama.cpp computes Q8_0/Q4_0/Q4_1/Q4_K/Q6_K (faster; the values differ from the
   // float32 kernel's on the dequantized weights, still batch-invariant).
   bool int8_activations = false;
+  // The weight rows are stored interleaved kInterleave at a time (prepare_weights), so that one
+  // sequential read feeds kInterleave outputs in the lanes of a register: Q4_0 with 8-bit
+  // activations. `rows` then takes n0 a multiple of kInterleave.
+  bool interleaved = false;
   explicit operator bool() const { return rows != nullptr; }
 };
+constexpr int64_t kInterleave = 16;
+// Reorders W [n, row_bytes] in place into the layout `kernel` reads (a no-op unless
+// kernel.interleaved). Each whole group of 16 rows r..r+15 keeps its bytes, block by block: the 16
+// scales (2 bytes each), then for each 4 bytes of a block's values, those of the 16 rows. Rows
+// beyond the last whole group keep their layout.
+void prepare_weights(const LinearKernel& kernel, GgmlType type, uint8_t* w, int64_t n,
+                     int64_t row_bytes);
+// Row r of W as stored before prepare_weights (`out`: row_bytes bytes).
+void stored_row(const LinearKernel& kernel, GgmlType type, const uint8_t* w, int64_t n,
+                int64_t row_bytes, int64_t r, uint8_t* out);
 // Activation rows quantized like ggml's Q8_1, in blocks of 32: x[r][c] ~ d[r][c / 32] * q[r][c].
 // One array per field, so that a kernel loads the values of consecutive blocks at once.
-struct ActView {  // row t of a pass: q + t * K, bias + t * K / 4, d and s + t * K / 32
+struct ActView {  // row t of a pass: q + t * K, bias + t * K / 4, d, s and sum + t * K / 32
   const int8_t* q;
   const int32_t* bias;  // -8 * (q[4l] + ... + q[4l + 3]): Q4_0's offset of 8, per 4-byte lane
   const float *d, *s;   // s = d * sum(q) of the block
+  const int32_t* sum;   // sum(q) of the block
 };
 struct ActRows {
-  ActRows(int64_t rows, int64_t k);
+  ActRows(int64_t rows = 0, int64_t k = 0) { resize(rows, k); }
+  void resize(int64_t rows, int64_t k);  // keeps the memory it has
   // Quantizes rows r0..r1 of x [rows, K], each on its own (a row's values do not depend on others).
   void quantize(const float* x, int64_t r0, int64_t r1);
   ActView view(int64_t r0) const;  // from row r0 on
@@ -43,6 +59,7 @@ struct ActRows {
   std::vector<int8_t> q;
   std::vector<int32_t> bias;
   std::vector<float> d, s;
+  std::vector<int32_t> sum;
 };
 // True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 bool has_int8_kernel(GgmlType type);

@@ -51,11 +51,21 @@ Linear::Linear(at::Tensor w, at::Tensor b)
 }
 
 Linear::Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b, bool int8_activations)
-    : w_(bytes.contiguous()), b_(std::move(b)), type_(type), n_(bytes.size(0)), k_(k), row_bytes_(bytes.size(1)) {
+    : w_(std::move(bytes)),
+      b_(std::move(b)),
+      type_(type),
+      n_(w_.size(0)),
+      k_(k),
+      row_bytes_(w_.size(1)) {
   SPECDEC_CHECK(k % ggml_block_elements(type) == 0 && k / ggml_block_elements(type) * ggml_block_bytes(type) == row_bytes_,
                 "linear layer: ", row_bytes_, " bytes per row do not hold ", k, " ",
                 ggml_type_name(static_cast<uint32_t>(type)), " values");
   kernel_ = kernels::linear_kernel(type, int8_activations);
+  // The kernel's layout, in place where this layer holds the only reference to the bytes (the
+  // loaders hand theirs over), else in a copy (the caller's bytes stay as they are).
+  if (kernel_.interleaved && (w_.use_count() > 1 || w_.storage().use_count() > 1)) w_ = w_.clone();
+  w_ = w_.contiguous();
+  kernels::prepare_weights(kernel_, type_, static_cast<uint8_t*>(w_.data_ptr()), n_, row_bytes_);
 }
 
 Linear Linear::cat(const std::vector<Linear>& parts) {
@@ -64,8 +74,11 @@ Linear Linear::cat(const std::vector<Linear>& parts) {
   const bool biased = parts[0].b_.defined();
   std::vector<at::Tensor> w, b;
   for (const Linear& p : parts) {
+    // interleaved rows concatenate only in whole groups
     same = same && p.parts_.empty() && p.type_ == parts[0].type_ && p.k_ == parts[0].k_ &&
-           p.w_.device() == parts[0].w_.device();
+           p.w_.device() == parts[0].w_.device() &&
+           p.kernel_.interleaved == parts[0].kernel_.interleaved &&
+           (!p.kernel_.interleaved || p.n_ % kernels::kInterleave == 0);
     SPECDEC_CHECK(p.b_.defined() == biased, "Linear::cat: parts with and without bias");
     w.push_back(p.w_);
     if (biased) b.push_back(p.b_);
@@ -126,8 +139,11 @@ at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {
     return w_.index_select(0, detail::to_device(flat, w_.device())).to(dtype).view({ids.size(0), ids.size(1), k_});
   at::Tensor out = at::empty({flat.numel(), k_}, at::kFloat);
   const uint8_t* w = static_cast<const uint8_t*>(w_.data_ptr());
-  for (int64_t i = 0; i < flat.numel(); ++i)
-    ggml_dequantize(type_, w + id[i] * row_bytes_, out.data_ptr<float>() + i * k_, k_);
+  std::vector<uint8_t> row(row_bytes_);
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    kernels::stored_row(kernel_, type_, w, n_, row_bytes_, id[i], row.data());
+    ggml_dequantize(type_, row.data(), out.data_ptr<float>() + i * k_, k_);
+  }
   return out.to(dtype).view({ids.size(0), ids.size(1), k_});
 }
 
@@ -156,7 +172,8 @@ Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>&
   at::Tensor bytes;
   uint32_t type = 0;
   if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))
-    return Linear(static_cast<GgmlType>(type), bytes, shape[1], std::move(bias), options_.int8_activations);
+    return Linear(static_cast<GgmlType>(type), std::move(bytes), shape[1], std::move(bias),
+                  options_.int8_activations);
   return make(name, stored(name, shape), std::move(bias));
 }
 
@@ -179,7 +196,7 @@ Linear WeightLoader::make(const std::string& name, const at::Tensor& w, at::Tens
       const at::Tensor f = w.to(at::kFloat).contiguous();
       at::Tensor bytes = at::empty({n, k / 32 * ggml_block_bytes(type)}, at::kByte);
       ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), n * k);
-      return Linear(type, bytes, k, std::move(bias), options_.int8_activations);
+      return Linear(type, std::move(bytes), k, std::move(bias), options_.int8_activations);
     }
   }
   throw Error("unknown weight format");

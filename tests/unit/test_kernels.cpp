@@ -3,6 +3,7 @@
 // single-token passes compute); a packed format gives bitwise the float32 kernel's results on its
 // dequantized values (the kernels dequantize in registers with ggml_dequantize's roundings).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -144,6 +145,9 @@ TEST(LinearKernel, KernelFamiliesGiveTheSameBitsInEveryFormat) {
       }
       const std::string name = std::string(ggml_type_name(static_cast<uint32_t>(type))) + (int8 ? " int8" : "");
       const at::Tensor x = at::randn({20, k});
+      kernels::prepare_weights(kernels::linear_kernel(type, int8), type, bytes.data_ptr<uint8_t>(),
+                               n,
+                               bytes.size(1));  // the same layout for both families
       for (int64_t t : {1, 2, 6, 7, 9, 20}) {
         at::Tensor y[2];
         int i = 0;
@@ -205,9 +209,102 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   }
 }
 
+// Q4_0 with 8-bit activations, as documented in kernels.cpp and written out here from the plain
+// blocks: per block the integer sum of (nibble - 8) * q_x, then acc = fma(sum, d_w * d_x, acc) in
+// block order. Every family (AVX-512 VNNI, AVX2, portable) gives exactly that, for whole groups of
+// 16 interleaved rows and the plain rows after them, any pass size and thread count.
+TEST(LinearKernel, Q4_0Int8KernelsFollowTheDocumentedOrderOnEveryFamily) {
+  const int64_t n = 37, threads = at::get_num_threads();  // 2 groups of 16 and 5 plain rows
+  for (int64_t k : {96, 2048}) {
+    const at::Tensor plain = random_blocks(GgmlType::kQ4_0, n, k), x = at::randn({20, k});
+    kernels::ActRows act(20, k);
+    act.quantize(x.data_ptr<float>(), 0, 20);
+    std::vector<float> want(20 * n);
+    const int64_t blocks = k / 32;
+    for (int64_t t = 0; t < 20; ++t)
+      for (int64_t r = 0; r < n; ++r) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < blocks; ++b) {
+          const uint8_t* blk = plain.data_ptr<uint8_t>() + r * plain.size(1) + b * 18;
+          const int8_t* q = act.q.data() + t * k + b * 32;
+          int32_t isum = 0;
+          for (int j = 0; j < 16; ++j)
+            isum += ((blk[2 + j] & 15) - 8) * q[j] + ((blk[2 + j] >> 4) - 8) * q[j + 16];
+          uint16_t h;
+          std::memcpy(&h, blk, 2);
+          const float dw = static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+          acc = std::fma(static_cast<float>(isum), dw * act.d[t * blocks + b], acc);
+        }
+        want[t * n + r] = acc;
+      }
+    for (kernels::Isa isa : kernels::available_isas()) {
+      const kernels::LinearKernel kernel = kernels::linear_kernel(GgmlType::kQ4_0, true, isa);
+      ASSERT_TRUE(kernel.interleaved);
+      at::Tensor w = plain.clone();
+      kernels::prepare_weights(kernel, GgmlType::kQ4_0, w.data_ptr<uint8_t>(), n, w.size(1));
+      EXPECT_FALSE(at::equal(w.narrow(0, 0, 32), plain.narrow(0, 0, 32)));  // the groups moved
+      EXPECT_TRUE(at::equal(w.narrow(0, 32, 5), plain.narrow(0, 32, 5)));   // the rest did not
+      for (int nt : {1, 3}) {
+        at::set_num_threads(nt);
+        for (int64_t t : {1, 3, 8, 9, 20}) {
+          const at::Tensor y = kernels::linear_packed(x.narrow(0, 0, t), kernel,
+                                                      w.data_ptr<uint8_t>(), w.size(1), n, k, {});
+          for (int64_t i = 0; i < t; ++i)
+            for (int64_t r = 0; r < n; ++r)
+              ASSERT_EQ(y[i][r].item<float>(), want[i * n + r])
+                  << kernels::isa_name(isa) << " K " << k << " rows " << t << " threads " << nt
+                  << " (" << i << ", " << r << ")";
+        }
+      }
+      at::set_num_threads(static_cast<int>(threads));
+    }
+  }
+}
+
+// The interleaved layout: stored_row gives every row back; a layer built on shared bytes leaves
+// them alone; its embedding lookup gives the dequantized rows; fused parts stay one matrix only
+// in whole groups.
+TEST(LinearKernel, InterleavedRowsKeepEveryRow) {
+  const int64_t n = 37, k = 64;
+  const at::Tensor plain = random_blocks(GgmlType::kQ4_0, n, k), keep = plain.clone();
+  const Linear l(GgmlType::kQ4_0, plain, k, {}, /*int8_activations=*/true);
+  EXPECT_TRUE(at::equal(plain, keep));  // copied: the caller still holds `plain`
+  at::Tensor moved = plain.clone();
+  const uint8_t* where = moved.data_ptr<uint8_t>();
+  const Linear in_place(GgmlType::kQ4_0, std::move(moved), k, {}, true);
+  EXPECT_EQ(in_place.tensors()[0].data_ptr<uint8_t>(), where);  // reordered where it was
+  EXPECT_FALSE(at::equal(in_place.tensors()[0], plain));
+  const kernels::LinearKernel kernel = kernels::linear_kernel(GgmlType::kQ4_0, true);
+  std::vector<uint8_t> row(plain.size(1));
+  for (int64_t r = 0; r < n; ++r) {
+    kernels::stored_row(kernel, GgmlType::kQ4_0, in_place.tensors()[0].data_ptr<uint8_t>(), n,
+                        plain.size(1), r, row.data());
+    ASSERT_EQ(std::memcmp(row.data(), plain[r].data_ptr<uint8_t>(), row.size()), 0) << "row " << r;
+  }
+  at::Tensor dense = at::empty({n, k});
+  ggml_dequantize(GgmlType::kQ4_0, plain.data_ptr<uint8_t>(), dense.data_ptr<float>(), n * k);
+  const at::Tensor ids = at::tensor({3, 0, 20, 36, 17}, at::kLong).view({1, 5});
+  EXPECT_TRUE(at::equal(l.rows(ids, at::kFloat)[0], dense.index_select(0, ids[0])));
+  // q|k|v of 32 + 16 rows: one matrix; with a part of 5 rows: the parts one by one. Both compute
+  // what the parts compute.
+  const Linear a(GgmlType::kQ4_0, plain.narrow(0, 0, 32).clone(), k, {}, true),
+      b(GgmlType::kQ4_0, plain.narrow(0, 16, 16).clone(), k, {}, true),
+      c(GgmlType::kQ4_0, plain.narrow(0, 32, 5).clone(), k, {}, true);
+  const at::Tensor x = at::randn({1, 4, k});
+  for (const Linear& fused : {Linear::cat({a, b}), Linear::cat({a, c, b})}) {
+    const at::Tensor y = fused(x);
+    const int64_t parts_rows = fused.out_features();
+    EXPECT_TRUE(at::equal(y.narrow(2, 0, 32), a(x)));
+    EXPECT_TRUE(at::equal(y.narrow(2, parts_rows - 16, 16), b(x)));
+  }
+  EXPECT_EQ(Linear::cat({a, b}).tensors().size(), 1u);  // one matrix
+  EXPECT_EQ(Linear::cat({a, c, b}).tensors().size(), 3u);
+}
+
 TEST(LinearKernel, ActivationQuantizationByHand) {
   std::vector<float> x(64, 0.0f);                           // block 0 by hand, block 1 zeros
   x[0] = 127.0f, x[1] = -3.4f, x[2] = 2.5f, x[31] = -0.6f;  // amax 127: d = 1, q = round(x)
+  x[5] = -2.5f, x[6] = 0.49999997f, x[7] = -126.5f;
   kernels::ActRows a(1, 64);
   a.quantize(x.data(), 0, 1);
   EXPECT_EQ(a.d[0], 1.0f);
@@ -215,12 +312,18 @@ TEST(LinearKernel, ActivationQuantizationByHand) {
   EXPECT_EQ(a.q[1], -3);
   EXPECT_EQ(a.q[2], 3);  // round half away from zero, as ggml
   EXPECT_EQ(a.q[31], -1);
-  EXPECT_EQ(a.s[0], 127.0f - 3 + 3 - 1);
+  EXPECT_EQ(a.q[5], -3);
+  EXPECT_EQ(a.q[6], 0);  // the largest float below 0.5 (0.5 + it rounds to 1 in float32)
+  EXPECT_EQ(a.q[7], -127);
+  EXPECT_EQ(a.s[0], 127.0f - 3 + 3 - 3 - 127 - 1);
+  EXPECT_EQ(a.sum[0], 127 - 3 + 3 - 3 - 127 - 1);
   EXPECT_EQ(a.bias[0], -8 * (127 - 3 + 3));  // lane 0: q[0..3]
   EXPECT_EQ(a.bias[7], -8 * -1);             // lane 7: q[28..31]
+  EXPECT_EQ(a.bias[1], -8 * (-3 - 127));     // lane 1: q[4..7]
   EXPECT_EQ(a.bias[3], 0);
   EXPECT_EQ(a.d[1], 0.0f);
   EXPECT_EQ(a.s[1], 0.0f);
+  EXPECT_EQ(a.sum[1], 0);
   EXPECT_EQ(a.q[37], 0);
 }
 
