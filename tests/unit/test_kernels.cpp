@@ -209,56 +209,82 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   }
 }
 
-// Q4_0 with 8-bit activations, as documented in kernels.cpp and written out here from the plain
-// blocks: per block the integer sum of (nibble - 8) * q_x, then acc = fma(sum, d_w * d_x, acc) in
-// block order. Every family (AVX-512 VNNI, AVX2, portable) gives exactly that, for whole groups of
-// 16 interleaved rows and the plain rows after them, any pass size and thread count.
-TEST(LinearKernel, Q4_0Int8KernelsFollowTheDocumentedOrderOnEveryFamily) {
-  const int64_t n = 37, threads = at::get_num_threads();  // 2 groups of 16 and 5 plain rows
-  for (int64_t k : {96, 2048}) {
-    const at::Tensor plain = random_blocks(GgmlType::kQ4_0, n, k), x = at::randn({20, k});
-    kernels::ActRows act(20, k);
-    act.quantize(x.data_ptr<float>(), 0, 20);
-    std::vector<float> want(20 * n);
-    const int64_t blocks = k / 32;
-    for (int64_t t = 0; t < 20; ++t)
-      for (int64_t r = 0; r < n; ++r) {
-        float acc = 0.0f;
-        for (int64_t b = 0; b < blocks; ++b) {
-          const uint8_t* blk = plain.data_ptr<uint8_t>() + r * plain.size(1) + b * 18;
-          const int8_t* q = act.q.data() + t * k + b * 32;
-          int32_t isum = 0;
-          for (int j = 0; j < 16; ++j)
-            isum += ((blk[2 + j] & 15) - 8) * q[j] + ((blk[2 + j] >> 4) - 8) * q[j + 16];
-          uint16_t h;
-          std::memcpy(&h, blk, 2);
-          const float dw = static_cast<float>(c10::Half(h, c10::Half::from_bits()));
-          acc = std::fma(static_cast<float>(isum), dw * act.d[t * blocks + b], acc);
-        }
-        want[t * n + r] = acc;
-      }
-    for (kernels::Isa isa : kernels::available_isas()) {
-      const kernels::LinearKernel kernel = kernels::linear_kernel(GgmlType::kQ4_0, true, isa);
-      ASSERT_TRUE(kernel.interleaved);
-      at::Tensor w = plain.clone();
-      kernels::prepare_weights(kernel, GgmlType::kQ4_0, w.data_ptr<uint8_t>(), n, w.size(1));
-      EXPECT_FALSE(at::equal(w.narrow(0, 0, 32), plain.narrow(0, 0, 32)));  // the groups moved
-      EXPECT_TRUE(at::equal(w.narrow(0, 32, 5), plain.narrow(0, 32, 5)));   // the rest did not
-      for (int nt : {1, 3}) {
-        at::set_num_threads(nt);
-        for (int64_t t : {1, 3, 8, 9, 20}) {
-          const at::Tensor y = kernels::linear_packed(x.narrow(0, 0, t), kernel,
-                                                      w.data_ptr<uint8_t>(), w.size(1), n, k, {});
-          for (int64_t i = 0; i < t; ++i)
-            for (int64_t r = 0; r < n; ++r)
-              ASSERT_EQ(y[i][r].item<float>(), want[i * n + r])
-                  << kernels::isa_name(isa) << " K " << k << " rows " << t << " threads " << nt
-                  << " (" << i << ", " << r << ")";
-        }
-      }
-      at::set_num_threads(static_cast<int>(threads));
+float half_bits(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+}
+
+// Q4_0 and Q4_K with 8-bit activations, as documented in kernels.cpp and written out here from the
+// plain blocks: per block (Q4_K: sub-block) of 32 the integer sum of q_w * q_x, then in order
+// acc = fma(sum, d_w * d_x, acc) (Q4_K: d_w = d * scale, and then acc = fma(-dmin * min, s_x,
+// acc)).
+float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::ActRows& act,
+                            int64_t t) {
+  const int64_t k = act.k, blocks = k / 32;
+  const int8_t* qx = act.q.data() + t * k;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float dx = act.d[t * blocks + b];
+    int32_t isum = 0;
+    if (type == GgmlType::kQ4_0) {
+      const uint8_t* blk = row + b * 18;
+      for (int j = 0; j < 16; ++j)
+        isum += ((blk[2 + j] & 15) - 8) * qx[32 * b + j] +
+                ((blk[2 + j] >> 4) - 8) * qx[32 * b + j + 16];
+      acc = std::fma(static_cast<float>(isum), half_bits(blk) * dx, acc);
+    } else {  // Q4_K: d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles
+      const uint8_t* blk = row + b / 8 * 144;
+      const int s = static_cast<int>(b % 8);
+      const uint8_t* sc = blk + 4;
+      const int scale = s < 4 ? sc[s] & 63 : (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+      const int min = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+      for (int j = 0; j < 32; ++j)
+        isum += ((blk[16 + 32 * (s / 2) + j] >> (4 * (s % 2))) & 15) * qx[32 * b + j];
+      acc =
+          std::fma(static_cast<float>(isum), half_bits(blk) * static_cast<float>(scale) * dx, acc);
+      acc = std::fma(-(half_bits(blk + 2) * static_cast<float>(min)), act.s[t * blocks + b], acc);
     }
   }
+  return acc;
+}
+
+// Every family (AVX-512 VNNI, AVX2, portable) computes exactly that, for whole groups of 16
+// interleaved rows and the plain rows after them, any pass size and thread count.
+TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) {
+  const int64_t n = 37, threads = at::get_num_threads();  // 2 groups of 16 and 5 plain rows
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_K})
+    for (int64_t k : {256, 2048}) {
+      const std::string name = ggml_type_name(static_cast<uint32_t>(type));
+      const at::Tensor plain = random_blocks(type, n, k), x = at::randn({20, k});
+      kernels::ActRows act(20, k);
+      act.quantize(x.data_ptr<float>(), 0, 20);
+      std::vector<float> want(20 * n);
+      for (int64_t t = 0; t < 20; ++t)
+        for (int64_t r = 0; r < n; ++r)
+          want[t * n + r] = documented_int8_order(type, plain[r].data_ptr<uint8_t>(), act, t);
+      for (kernels::Isa isa : kernels::available_isas()) {
+        const kernels::LinearKernel kernel = kernels::linear_kernel(type, true, isa);
+        ASSERT_TRUE(kernel.interleaved) << name;
+        at::Tensor w = plain.clone();
+        kernels::prepare_weights(kernel, type, w.data_ptr<uint8_t>(), n, w.size(1));
+        EXPECT_FALSE(at::equal(w.narrow(0, 0, 32), plain.narrow(0, 0, 32)));  // the groups moved
+        EXPECT_TRUE(at::equal(w.narrow(0, 32, 5), plain.narrow(0, 32, 5)));   // the rest did not
+        for (int nt : {1, 3}) {
+          at::set_num_threads(nt);
+          for (int64_t t : {1, 3, 8, 9, 20}) {
+            const at::Tensor y = kernels::linear_packed(x.narrow(0, 0, t), kernel,
+                                                        w.data_ptr<uint8_t>(), w.size(1), n, k, {});
+            for (int64_t i = 0; i < t; ++i)
+              for (int64_t r = 0; r < n; ++r)
+                ASSERT_EQ(y[i][r].item<float>(), want[i * n + r])
+                    << name << " " << kernels::isa_name(isa) << " K " << k << " rows " << t
+                    << " threads " << nt << " (" << i << ", " << r << ")";
+          }
+        }
+        at::set_num_threads(static_cast<int>(threads));
+      }
+    }
 }
 
 // The interleaved layout: stored_row gives every row back; a layer built on shared bytes leaves
