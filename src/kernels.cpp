@@ -56,47 +56,83 @@ inline float half_at(const uint8_t* p) {
   return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
 }
 
-// --- Q4_0 and Q4_K with 8-bit activations: weight rows interleaved 16 at a time ---
-// One output element (weight row . activation row t), in every family, tile and thread split: per
-// block of 32 values (Q4_K: sub-block) b, the exact integer isum_b = sum of q_w * q_x, then in
-// block order from acc = 0:
-//   Q4_0: q_w = nibble - 8;  acc = fma(float(isum_b), d_w * d_x, acc)
-//   Q4_K: q_w = nibble;      acc = fma(float(isum_b), (d * scale_b) * d_x, acc);
-//                            acc = fma(-(dmin * min_b), s_x, acc)      (s_x = d_x * sum(q_x))
-// In a whole group of 16 rows (prepare_weights) row r is lane r of a vector, so no sum crosses
-// lanes; the rows after the last whole group keep their layout and go through Interleaved::dot,
-// the same arithmetic in plain C++.
+// --- 8-bit activations (LinearKernel::int8_activations): weight rows interleaved 16 at a time ---
+// The activation rows are quantized like ggml's Q8_1 (ActRows): per block of 32, q_x = round(x /
+// d_x), s_x = d_x * sum(q_x). One output element (weight row . activation row t), in every family,
+// tile and thread split: per block of 32 weights (K-quants: sub-block) b, the exact integer isum =
+// sum of q_w * q_x, then in block order from acc = 0:
+//   Q8_0: q_w signed;       acc = fma(isum, d_w * d_x, acc)
+//   Q4_0: q_w = nibble - 8; acc = fma(isum, d_w * d_x, acc)
+//   Q4_1: q_w = nibble;     acc = fma(isum, d_w * d_x, acc); acc = fma(m_w, s_x, acc)
+//   Q4_K: q_w = nibble;     acc = fma(isum, (d * scale_b) * d_x, acc);
+//                           acc = fma(-(dmin * min_b), s_x, acc)
+//   Q6_K: q_w = 6 bits - 32, halves a, b of 16 with int8 scales: isum = scale_a * isum_a +
+//         scale_b * isum_b (exact);   acc = fma(isum, d * d_x, acc)
+// (isum as float: exact, below 2^24.) In a whole group of 16 rows (prepare_weights) row r is lane
+// r of a vector, so no sum crosses lanes; the rows after the last whole group keep their layout and
+// go through Interleaved<T>::block, which is this arithmetic in plain C++. The values are those of
+// llama.cpp's approach (integer dot products per block), not the float32 kernel's.
 
-// Where byte j of block b of row r lies in its group: a block's first kHead bytes are 2-byte
-// fields (scales), each stored for the 16 rows one after the other, then each 4 bytes of the rest
-// for the 16 rows.
-template <int64_t kBytes, int64_t kHead>
+// Where byte j of block b of row r lies in its group of 16 rows: a block's 2-byte fields (its
+// float16 scales: kFields bytes from kFieldsAt) first, each for the 16 rows one after the other,
+// then every 4 bytes of the rest of the block (in block order) for the 16 rows.
+template <class I>
 constexpr int64_t interleaved_offset(int64_t b, int64_t r, int64_t j) {
-  const int64_t base = b * kInterleave * kBytes;
-  if (j < kHead) return base + j / 2 * 2 * kInterleave + 2 * r + j % 2;
-  return base + kHead * kInterleave + (j - kHead) / 4 * 4 * kInterleave + 4 * r + (j - kHead) % 4;
+  const int64_t base = b * kInterleave * I::kBytes;
+  if (j >= I::kFieldsAt && j < I::kFieldsAt + I::kFields)
+    return base + (j - I::kFieldsAt) / 2 * 2 * kInterleave + 2 * r + (j - I::kFieldsAt) % 2;
+  const int64_t rest = j < I::kFieldsAt ? j : j - I::kFields;  // position among the other bytes
+  return base + I::kFields * kInterleave + rest / 4 * 4 * kInterleave + 4 * r + rest % 4;
 }
 
+// The bytes of a block that move together from byte j: a 2-byte field, or 4 other bytes.
+template <class I>
+constexpr int64_t piece(int64_t j) {
+  return j >= I::kFieldsAt && j < I::kFieldsAt + I::kFields ? 2 : 4;
+}
+
+// Each format's block layout and one row's block b (plain bytes) against activation row t.
 template <GgmlType T>
 struct Interleaved;
 
 template <>
-struct Interleaved<GgmlType::kQ4_0> {
-  static constexpr int64_t kBytes = 18, kHead = 2;  // d, 16 bytes of nibbles
-  // The output of one row's block b (plain bytes) into acc.
+struct Interleaved<GgmlType::kQ8_0> {
+  static constexpr int64_t kValues = 32, kBytes = 34, kFieldsAt = 0, kFields = 2;  // d, 32 values
   static void block(const uint8_t* blk, const ActView& x, int64_t t, int64_t k, int64_t b,
                     float& acc) {
     const int64_t e = t * (k / 32) + b;
     const int8_t* q = x.q + t * k + b * 32;
-    int32_t isum = -8 * x.sum[e];
-    for (int j = 0; j < 16; ++j) isum += (blk[2 + j] & 0x0F) * q[j] + (blk[2 + j] >> 4) * q[j + 16];
+    int32_t isum = 0;
+    for (int j = 0; j < 32; ++j) isum += static_cast<int8_t>(blk[2 + j]) * q[j];
     acc = std::fma(static_cast<float>(isum), half_at(blk) * x.d[e], acc);
   }
 };
 
+// Q4_0 (d, 16 bytes of nibbles) and Q4_1 (d, m, the same): value j < 16 is the low nibble of byte
+// j, value j + 16 its high nibble.
+template <GgmlType T>
+struct Nibbles32 {
+  static constexpr int64_t kValues = 32, kFieldsAt = 0, kFields = T == GgmlType::kQ4_1 ? 4 : 2;
+  static constexpr int64_t kBytes = kFields + 16;
+  static void block(const uint8_t* blk, const ActView& x, int64_t t, int64_t k, int64_t b,
+                    float& acc) {
+    const int64_t e = t * (k / 32) + b;
+    const int8_t* q = x.q + t * k + b * 32;
+    int32_t isum = T == GgmlType::kQ4_0 ? -8 * x.sum[e] : 0;
+    for (int j = 0; j < 16; ++j)
+      isum += (blk[kFields + j] & 0x0F) * q[j] + (blk[kFields + j] >> 4) * q[j + 16];
+    acc = std::fma(static_cast<float>(isum), half_at(blk) * x.d[e], acc);
+    if (T == GgmlType::kQ4_1) acc = std::fma(half_at(blk + 2), x.s[e], acc);
+  }
+};
 template <>
-struct Interleaved<GgmlType::kQ4_K> {
-  static constexpr int64_t kBytes = 144, kHead = 4;  // d, dmin, 12 bytes of scales, 128 of nibbles
+struct Interleaved<GgmlType::kQ4_0> : Nibbles32<GgmlType::kQ4_0> {};
+template <>
+struct Interleaved<GgmlType::kQ4_1> : Nibbles32<GgmlType::kQ4_1> {};
+
+template <>
+struct Interleaved<GgmlType::kQ4_K> {  // d, dmin, 12 bytes of scales, 128 of nibbles
+  static constexpr int64_t kValues = 256, kBytes = 144, kFieldsAt = 0, kFields = 4;
   static void block(const uint8_t* blk, const ActView& x, int64_t t, int64_t k, int64_t sb,
                     float& acc) {
     for (int s = 0; s < 8;
@@ -114,15 +150,38 @@ struct Interleaved<GgmlType::kQ4_K> {
   }
 };
 
+template <>
+struct Interleaved<GgmlType::kQ6_K> {  // ql[128], qh[64], 16 int8 scales, d
+  static constexpr int64_t kValues = 256, kBytes = 210, kFieldsAt = 208, kFields = 2;
+  static void block(const uint8_t* blk, const ActView& x, int64_t t, int64_t k, int64_t sb,
+                    float& acc) {
+    // Sub-block s of half h = s / 4 (r = s % 4): the low (r < 2) or high nibbles of ql[64 h +
+    // 32 (r % 2)..], bits 2r, 2r + 1 of qh[32 h..] as bits 4-5, minus 32; its halves of 16 have the
+    // scales 8 h + 2 r and 8 h + 2 r + 1.
+    for (int s = 0; s < 8; ++s) {
+      const int h = s / 4, r = s % 4;
+      const int64_t e = t * (k / 32) + sb * 8 + s;
+      const int8_t* q = x.q + t * k + sb * 256 + 32 * s;
+      int32_t half[2] = {0, 0};
+      for (int j = 0; j < 32; ++j) {
+        const int lo = (blk[64 * h + 32 * (r % 2) + j] >> (r >= 2 ? 4 : 0)) & 0x0F;
+        const int hi = (blk[128 + 32 * h + j] >> (2 * r)) & 3;
+        half[j / 16] += ((lo | hi << 4) - 32) * q[j];
+      }
+      const int32_t isum = static_cast<int8_t>(blk[192 + 8 * h + 2 * r]) * half[0] +
+                           static_cast<int8_t>(blk[192 + 8 * h + 2 * r + 1]) * half[1];
+      acc = std::fma(static_cast<float>(isum), half_at(blk + 208) * x.d[e], acc);
+    }
+  }
+};
+
 // Block b of row r as stored: from its group at `w` (interleaved), or the plain row at `w`.
 template <GgmlType T>
 const uint8_t* plain_block(const uint8_t* w, int64_t r, int64_t b, bool interleaved, uint8_t* buf) {
   using I = Interleaved<T>;
   if (!interleaved) return w + b * I::kBytes;
-  for (int64_t j = 0; j < I::kHead; j += 2)
-    std::memcpy(buf + j, w + interleaved_offset<I::kBytes, I::kHead>(b, r, j), 2);
-  for (int64_t j = I::kHead; j < I::kBytes; j += 4)
-    std::memcpy(buf + j, w + interleaved_offset<I::kBytes, I::kHead>(b, r, j), 4);
+  for (int64_t j = 0; j < I::kBytes; j += piece<I>(j))
+    std::memcpy(buf + j, w + interleaved_offset<I>(b, r, j), piece<I>(j));
   return buf;
 }
 
@@ -134,7 +193,7 @@ float interleaved_dot(const uint8_t* w, int64_t r, bool interleaved, const ActVi
   using I = Interleaved<T>;
   uint8_t buf[I::kBytes];
   float acc = 0.0f;
-  for (int64_t b = 0; b < k / ggml_block_elements(T); ++b)
+  for (int64_t b = 0; b < k / I::kValues; ++b)
     I::block(plain_block<T>(w, r, b, interleaved, buf), x, t, k, b, acc);
   return acc;
 }
@@ -673,378 +732,162 @@ struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4
   }
 };
 
-// --- 8-bit activations (LinearKernel::int8_activations): Q8_0, Q4_1, Q6_K ---
-// (Q4_0 and Q4_K interleave their rows: rows_interleaved above.)
-// Each block of 32 weights (Q6_K: each sub-block of 32, whose halves of 16 have their own scales:
-// d_w differs between lanes 0-3 and 4-7) meets the matching block of the activation row quantized
-// to int8 (ActRows). Per block, eight exact int32 lanes, lane l = sum of q_w[j] q_x[j] for j in
-// 4l..4l+3 (Q4_1: its unsigned 0..15 nibbles; its minimum enters as m_w * s_x, in a float taking
-// the blocks in order). Each lane is scaled by the float d_w * d_x and added by fused
-// multiply-add into 16 float lanes: even blocks into lanes 0-7, odd blocks into lanes 8-15 (a last
-// odd block into lanes 0-7); then lanes l and l + 8 added and hsum's fixed tree. AVX-512 with VNNI
-// holds a pair of blocks in one register (vpdpbusd), AVX2 in two (vpmaddubsw): the same integers,
-// the same float operations in the same order, so the same bits; the order does not depend on the
-// tile (batch invariance). The values are those of llama.cpp's approach, not the float32 kernel's.
-
-// A weight row's blocks for the 8-bit kernels, a group at a time (a pair of blocks; Q6_K: one
-// super-block of 8 sub-blocks): bytes(s) are block s's 32 weights (signed for Q8_0, 0..15 for
-// Q4_1, q + 32 for Q6_K), dvec(s) the d_w of each of its 8 lanes (d2(s): the scales of blocks s
-// and s + 1 where one scale serves a block), m(s) what multiplies s_x in Q4_1. kScalarScale: one
-// d_w serves all 8 lanes of a block.
-template <GgmlType T>
-struct IntSrc {
-  static constexpr int kGroup = 2;
-  static constexpr bool kMins = T == GgmlType::kQ4_1;  // m_w s_x per block
-  static constexpr bool kScalarScale = true;
-  static constexpr int64_t kBytes = T == GgmlType::kQ8_0 ? kQ8_0Bytes : kQ4_1Bytes;
-  const uint8_t* blk;
-  SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) { blk = row + g * kGroup * kBytes; }
-  SPECDEC_AVX2 __m256i bytes(int s) const {
-    const uint8_t* b = blk + s * kBytes;
-    if constexpr (T == GgmlType::kQ8_0)
-      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2));
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
-    const __m128i m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-  }
-  SPECDEC_AVX2 float d(int s) const { return half_to_float(blk + s * kBytes); }
-  SPECDEC_AVX2 __m256 dvec(int s) const { return _mm256_set1_ps(d(s)); }  // d_w of each lane
-  SPECDEC_AVX2 float m(int s) const {
-    return T == GgmlType::kQ4_1 ? half_to_float(blk + s * kBytes + 2) : 0.0f;
-  }
-  // [d(s), d(s + 1)]
-  SPECDEC_AVX2 __m128 d2(int s) const {
-    uint32_t h0;  // the first scale, and two bytes after it
-    uint16_t h1;  // the second
-    std::memcpy(&h0, blk + s * kBytes, 4), std::memcpy(&h1, blk + (s + 1) * kBytes, 2);
-    return _mm_cvtph_ps(_mm_insert_epi16(_mm_cvtsi32_si128(static_cast<int>(h0)), h1, 1));
-  }
-};
-
-template <>
-struct IntSrc<GgmlType::kQ6_K> {
-  // Half h (128 elements) of a super-block: ql[64 h..64 h+63], qh[32 h..32 h+31]; its sub-block r
-  // (32 elements) takes the low (r < 2) or high nibbles of ql[32 (r % 2)..], bits 2r, 2r+1 of qh
-  // as bits 4-5, minus 32, and scale r * 2 for its first 16 elements, r * 2 + 1 for the others.
-  static constexpr int kGroup = 8;
-  static constexpr bool kMins = false;
-  static constexpr bool kScalarScale = false;
-  static constexpr int64_t kBytes = 210;
-  const uint8_t* blk;
-  alignas(32) float ds[16];  // d * scale_i: exact in float32 (11 + 8 bits)
-  SPECDEC_AVX2 void load(const uint8_t* row, int64_t g) {
-    blk = row + g * kBytes;
-    const __m256 d = _mm256_set1_ps(half_to_float(blk + 208));
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
-    _mm256_store_ps(ds, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
-    _mm256_store_ps(
-        ds + 8, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
-  }
-  SPECDEC_AVX2 __m256i bytes(int s) const {  // q + 32: 0..63
-    const int h = s / 4, r = s % 4;
-    __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (r % 2)));
-    if (r >= 2) lo = _mm256_srli_epi16(lo, 4);
-    __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-    if (r) hi = _mm256_srli_epi16(hi, 2 * r);
-    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)),
-                           _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(3)), 4));
-  }
-  SPECDEC_AVX2 __m256 dvec(int s) const {
-    return _mm256_set_m128(_mm_broadcast_ss(ds + 2 * s + 1), _mm_broadcast_ss(ds + 2 * s));
-  }
-};
-
-// An output's minimum terms: Q4_1's, or none.
-template <class Src>
-inline float min_sum(float per_block) {
-  return Src::kMins ? per_block : 0.0f;
-}
-
-template <GgmlType T>
-struct IntTiles {  // AVX2: two 8-lane accumulators per output
-  static constexpr int kMaxRows = 4, kWideRows = 2, kWideMaxRows = 3;
-  using Src = IntSrc<T>;
-  // Block s of group g of the tile's rows into half H of the accumulators.
-  template <int NB, int TB, int H>
-  SPECDEC_AVX2 __attribute__((always_inline)) static void block(const ActView& x, int64_t k,
-                                                                const Src (&src)[NB], int64_t g,
-                                                                int s, int64_t t,
-                                                                __m256 (&acc)[NB][TB][2],
-                                                                float (&macc)[NB][TB]) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const int64_t blocks = k / 32, b = g * Src::kGroup + s;
-    for (int i = 0; i < NB; ++i) {
-      const __m256i wq = src[i].bytes(s);
-      const __m256 dw = src[i].dvec(s);
-      for (int j = 0; j < TB; ++j) {
-        const __m256i xq =
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
-        __m256i lanes;
-        if constexpr (T == GgmlType::kQ8_0) {  // |w| * sign(x, w): no 16-bit pair sum saturates
-          lanes = _mm256_madd_epi16(
-              _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), ones);
-        } else {
-          lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), ones);
-          if constexpr (T == GgmlType::kQ6_K) {  // q_w = 6 bits - 32
-            const __m256i bias = _mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(x.bias + (t + j) * k / 4 + b * 8));
-            lanes = _mm256_add_epi32(lanes, _mm256_slli_epi32(bias, 2));
-          }
-        }
-        const int64_t e = (t + j) * blocks + b;
-        acc[i][j][H] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
-                                       _mm256_cvtepi32_ps(lanes), acc[i][j][H]);
-        if constexpr (Src::kMins) macc[i][j] += src[i].m(s) * x.s[e];
-      }
-    }
-  }
-  template <int NB, int TB>
-  SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
-                                int64_t t, int64_t n_total, float* y) {
-    const ActView& x = *static_cast<const ActView*>(xv);
-    const int64_t blocks = k / 32;
-    __m256 acc[NB][TB][2];
-    float macc[NB][TB];
-    for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j)
-        acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps(), macc[i][j] = 0.0f;
-    for (int64_t g = 0; g * Src::kGroup < blocks; ++g) {
-      Src src[NB];
-      for (int i = 0; i < NB; ++i) src[i].load(w + (n + i) * row_bytes, g);
-      // Q6_K's K is a multiple of 256: whole groups only
-      const int64_t valid = Src::kGroup == 2 ? std::min<int64_t>(2, blocks - 2 * g) : Src::kGroup;
-#pragma GCC unroll 4
-      for (int s = 0; s < Src::kGroup; s += 2) {
-        if (s + 2 <= valid) {
-          block<NB, TB, 0>(x, k, src, g, s, t, acc, macc);
-          block<NB, TB, 1>(x, k, src, g, s + 1, t, acc, macc);
-        } else if (s < valid) {
-          block<NB, TB, 0>(x, k, src, g, s, t, acc, macc);
-        }
-      }
-    }
-    for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j)
-        y[(t + j) * n_total + n + i] =
-            hsum(_mm256_add_ps(acc[i][j][0], acc[i][j][1])) + min_sum<Src>(macc[i][j]);
-  }
-};
-
 #define SPECDEC_AVX512_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
-// AVX-512 with VNNI: one 16-lane accumulator per output, a pair of blocks per step.
-template <GgmlType T>
-struct IntTilesZ {
-  static constexpr int kMaxRows = 8, kWideRows = 4, kWideMaxRows = 4;
-  using Src = IntSrc<T>;
-  // Block s's weights as unsigned bytes (Q8_0: q + 128; Q6_K: q + 32).
-  SPECDEC_AVX512_VNNI static __m256i ubytes(const Src& src, int s) {
-    if constexpr (T == GgmlType::kQ8_0)
-      return _mm256_xor_si256(src.bytes(s), _mm256_set1_epi8(-128));
-    return src.bytes(s);
-  }
-  // What the lanes start from so that the unsigned weights give the signed products:
-  // -128 * (sum of 4 q_x) for Q8_0, -32 * (...) for Q6_K (ActView::bias = -8 * (...)), 0
-  // otherwise.
-  template <class V>
-  SPECDEC_AVX512_VNNI static V start(const int32_t* bias) {
-    if constexpr (T != GgmlType::kQ8_0 && T != GgmlType::kQ6_K) return V{};
-    V v;
-    std::memcpy(&v, bias, sizeof(V));
-    constexpr int shift = T == GgmlType::kQ8_0 ? 4 : 2;
-    if constexpr (sizeof(V) == 64)
-      return _mm512_slli_epi32(v, shift);
-    else
-      return _mm256_slli_epi32(v, shift);
-  }
-  template <int NB, int TB>
-  SPECDEC_AVX512_VNNI static void tile(const void* xv, int64_t k, const uint8_t* w,
-                                       int64_t row_bytes, int64_t n, int64_t t, int64_t n_total,
-                                       float* y) {
-    const ActView& x = *static_cast<const ActView*>(xv);
-    const int64_t blocks = k / 32;
-    __m512 acc[NB][TB];
-    float macc[NB][TB];
-    for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j) acc[i][j] = _mm512_setzero_ps(), macc[i][j] = 0.0f;
-    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int64_t g = 0; g * Src::kGroup < blocks; ++g) {
-      Src src[NB];
-      for (int i = 0; i < NB; ++i) src[i].load(w + (n + i) * row_bytes, g);
-      const int64_t valid = Src::kGroup == 2 ? std::min<int64_t>(2, blocks - 2 * g) : Src::kGroup;
-#pragma GCC unroll 4
-      for (int s = 0; s < Src::kGroup; s += 2) {
-        const int64_t b = g * Src::kGroup + s;
-        if (s + 2 <= valid) {
-          // The pair's weights and d_w of every weight row, then each input row against them all.
-          __m512i wq[NB];
-          __m128 dw2[NB];  // [d_w0, d_w1]
-          __m512 dw[NB];   // [d_w0 x 8, d_w1 x 8]
-          for (int i = 0; i < NB; ++i) {
-            wq[i] = _mm512_inserti64x4(_mm512_castsi256_si512(ubytes(src[i], s)),
-                                       ubytes(src[i], s + 1), 1);
-            if constexpr (Src::kScalarScale) {
-              dw2[i] = src[i].d2(s);
-              dw[i] = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dw2[i]));
-            } else {
-              dw[i] =
-                  _mm512_insertf32x8(_mm512_castps256_ps512(src[i].dvec(s)), src[i].dvec(s + 1), 1);
-            }
-          }
-          for (int j = 0; j < TB; ++j) {
-            const int64_t e = (t + j) * blocks + b;
-            const __m512i xq = _mm512_loadu_si512(x.q + (t + j) * k + b * 32);
-            const __m512i bias = start<__m512i>(x.bias + (t + j) * k / 4 + b * 8);
-            double d;  // [d_x0, d_x1]
-            std::memcpy(&d, x.d + e, 8);
-            const __m128 dx2 = _mm_castpd_ps(_mm_set_sd(d));
-            const __m512 dx = _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(dx2));
-            for (int i = 0; i < NB; ++i) {
-              const __m512i lanes = _mm512_dpbusd_epi32(bias, wq[i], xq);
-              // d_w * d_x: broadcast after the product for one weight row, before it for several
-              const __m512 scale =
-                  NB == 1 && Src::kScalarScale
-                      ? _mm512_permutexvar_ps(halves,
-                                              _mm512_castps128_ps512(_mm_mul_ps(dw2[i], dx2)))
-                      : _mm512_mul_ps(dw[i], dx);
-              acc[i][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(lanes), acc[i][j]);
-              if constexpr (Src::kMins) {
-                macc[i][j] += src[i].m(s) * x.s[e];
-                macc[i][j] += src[i].m(s + 1) * x.s[e + 1];
-              }
-            }
-          }
-        } else if (s < valid) {  // a last odd block: lanes 0-7
-          for (int i = 0; i < NB; ++i) {
-            const __m256i wq = ubytes(src[i], s);
-            const __m256 dw = src[i].dvec(s);
-            for (int j = 0; j < TB; ++j) {
-              const int64_t e = (t + j) * blocks + b;
-              const __m256i xq =
-                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + (t + j) * k + b * 32));
-              const __m256i lanes =
-                  _mm256_dpbusd_epi32(start<__m256i>(x.bias + (t + j) * k / 4 + b * 8), wq, xq);
-              const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e]));
-              acc[i][j] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(scale),
-                                                _mm512_castps256_ps512(_mm256_cvtepi32_ps(lanes)),
-                                                acc[i][j], 0x00FF);
-              if constexpr (Src::kMins) macc[i][j] += src[i].m(s) * x.s[e];
-            }
-          }
-        }
-      }
-    }
-    for (int i = 0; i < NB; ++i)
-      for (int j = 0; j < TB; ++j) {
-        const __m512 a = acc[i][j];
-        y[(t + j) * n_total + n + i] =
-            hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))) +
-            min_sum<Src>(macc[i][j]);
-      }
-  }
-};
+// --- The interleaved 8-bit kernels (rows_interleaved): row r of a group of 16 in lane r ---
+// Lanes16 (AVX-512 VNNI) holds the 16 rows in one register per activation row, Lanes8x2 (AVX2)
+// rows 0-7 and then rows 8-15 in 8-lane registers; both compute the integers exactly and then the
+// documented float operations lane by lane, so they give the bits of Interleaved<T>::block. A
+// format's Lanes struct does one block (K-quants: super-block) of the group for TB activation
+// rows: block512 in 16 lanes, block256 in the 8 lanes of half h. Its weights come as chunks of 4
+// bytes of each row (64 bytes per chunk, 32 per half), each chunk against one 4-byte broadcast of
+// the activations.
 
-// Prefetch of the 288 bytes (one block of a group of 16 Q4_0 rows, an eighth of a Q4_K
-// super-block) 4 KiB past p: with the hardware prefetcher alone a one-token decode runs 15% slower.
-SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p) {
-  for (int i = 0; i < 288; i += 64)
+// Prefetch of the `bytes` bytes 4 KiB past p: with the hardware prefetcher alone a one-token
+// decode runs 15% slower.
+SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
+  for (int64_t i = 0; i < bytes; i += 64)
     _mm_prefetch(reinterpret_cast<const char*>(p + 4096 + i), _MM_HINT_T0);
 }
 
-// Q4_0 x 16 interleaved rows (rows_interleaved), lane r = row r. Per block: the 16 scales, then
-// four 64-byte loads hold 4 bytes of each row; their low nibbles meet the activations' 4 bytes
-// 4c..4c+3 and their high nibbles 16+4c..16+4c+3, broadcast to every lane.
-struct Q4_0x16Vnni {  // AVX-512 VNNI: one register per activation row
-  static constexpr GgmlType kType = GgmlType::kQ4_0;
-  static constexpr int kMaxRows = 8;
+inline int32_t bytes4(const int8_t* p) {  // 4 activations as one 32-bit word
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// The `kChunks` chunks of 4 bytes starting at chunk c0 of a block, for 16 lanes or half h.
+SPECDEC_AVX512_VNNI inline __m512i chunk512(const uint8_t* blk, int64_t fields, int c) {
+  return _mm512_loadu_si512(blk + fields * kInterleave + 64 * c);
+}
+SPECDEC_AVX2 inline __m256i chunk256(const uint8_t* blk, int64_t fields, int c, int h) {
+  return _mm256_loadu_si256(
+      reinterpret_cast<const __m256i*>(blk + fields * kInterleave + 64 * c + 32 * h));
+}
+// 2-byte field f (a float16 scale) of the 16 rows, or of half h.
+SPECDEC_AVX512_VNNI inline __m512 field512(const uint8_t* blk, int f) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * f)));
+}
+SPECDEC_AVX2 inline __m256 field256(const uint8_t* blk, int f, int h) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 * f + 16 * h)));
+}
+
+struct Q8_0Lanes {  // d; 8 chunks of signed values
+  static constexpr GgmlType kType = GgmlType::kQ8_0;
   template <int TB>
-  SPECDEC_AVX512_VNNI static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t,
-                                       int64_t n, int64_t n_total, float* y) {
-    const int64_t blocks = k / 32;
+  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
+                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
+    const __m512 dw = field512(blk, 0);
+    __m512i u[8];  // q + 128, unsigned
+    for (int c = 0; c < 8; ++c)
+      u[c] = _mm512_xor_si512(chunk512(blk, 2, c), _mm512_set1_epi8(-128));
+    for (int j = 0; j < TB; ++j) {
+      const int64_t e = (t + j) * (k / 32) + b;
+      const int8_t* q = x.q + (t + j) * k + b * 32;
+      __m512i i0 = _mm512_set1_epi32(-128 * x.sum[e]), i1 = _mm512_setzero_si512();
+      for (int c = 0; c < 8; c += 2) {
+        i0 = _mm512_dpbusd_epi32(i0, u[c], _mm512_set1_epi32(bytes4(q + 4 * c)));
+        i1 = _mm512_dpbusd_epi32(i1, u[c + 1], _mm512_set1_epi32(bytes4(q + 4 * c + 4)));
+      }
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
+    }
+  }
+  template <int TB>
+  SPECDEC_AVX2 static void block256(const uint8_t* blk, int h, const ActView& x, int64_t k,
+                                    int64_t b, int64_t t, __m256 (&acc)[TB]) {
+    const __m256 dw = field256(blk, 0, h);
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i w[8];
+    for (int c = 0; c < 8; ++c) w[c] = chunk256(blk, 2, c, h);
+    for (int j = 0; j < TB; ++j) {
+      const int64_t e = (t + j) * (k / 32) + b;
+      const int8_t* q = x.q + (t + j) * k + b * 32;
+      __m256i isum = _mm256_setzero_si256();
+      for (int c = 0; c < 8; ++c) {  // |w| * (x with w's sign): pairs of at most 2 x 128 x 127
+        const __m256i xb = _mm256_set1_epi32(bytes4(q + 4 * c));
+        isum = _mm256_add_epi32(
+            isum,
+            _mm256_madd_epi16(
+                _mm256_maddubs_epi16(_mm256_abs_epi8(w[c]), _mm256_sign_epi8(xb, w[c])), ones));
+      }
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
+                               acc[j]);
+    }
+  }
+};
+
+// Q4_0 (d; 4 chunks of nibbles) and Q4_1 (d, m; the same): the low nibbles of chunk c are values
+// 4c..4c+3, the high ones 16+4c..16+4c+3.
+template <GgmlType T>
+struct Q4Lanes {
+  static constexpr GgmlType kType = T;
+  static constexpr int64_t kFields = T == GgmlType::kQ4_1 ? 4 : 2;
+  template <int TB>
+  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
+                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc[TB];
-    for (int j = 0; j < TB; ++j) acc[j] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* blk = gw + b * kInterleave * Interleaved<kType>::kBytes;
-      prefetch_ahead(blk);
-      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-      __m512i lo[4], hi[4];
+    const __m512 dw = field512(blk, 0);
+    __m512i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m512i raw = chunk512(blk, kFields, c);
+      lo[c] = _mm512_and_si512(raw, m4);
+      hi[c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+    }
+    for (int j = 0; j < TB; ++j) {
+      const int64_t e = (t + j) * (k / 32) + b;
+      const int8_t* q = x.q + (t + j) * k + b * 32;
+      __m512i i0 = T == GgmlType::kQ4_0 ? _mm512_set1_epi32(-8 * x.sum[e]) : _mm512_setzero_si512();
+      __m512i i1 = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
-        const __m512i raw = _mm512_loadu_si512(blk + 32 + 64 * c);
-        lo[c] = _mm512_and_si512(raw, m4);
-        hi[c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        i0 = _mm512_dpbusd_epi32(i0, lo[c], _mm512_set1_epi32(bytes4(q + 4 * c)));
+        i1 = _mm512_dpbusd_epi32(i1, hi[c], _mm512_set1_epi32(bytes4(q + 16 + 4 * c)));
       }
-      for (int j = 0; j < TB; ++j) {
-        const int64_t e = (t + j) * blocks + b;
-        const int8_t* q = x.q + (t + j) * k + b * 32;
-        __m512i i0 = _mm512_set1_epi32(-8 * x.sum[e]), i1 = _mm512_setzero_si512();
-        for (int c = 0; c < 4; ++c) {
-          int32_t a, h;
-          std::memcpy(&a, q + 4 * c, 4), std::memcpy(&h, q + 16 + 4 * c, 4);
-          i0 = _mm512_dpbusd_epi32(i0, lo[c], _mm512_set1_epi32(a));
-          i1 = _mm512_dpbusd_epi32(i1, hi[c], _mm512_set1_epi32(h));
-        }
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
-                                 _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
-      }
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
+      if constexpr (T == GgmlType::kQ4_1)
+        acc[j] = _mm512_fmadd_ps(field512(blk, 1), _mm512_set1_ps(x.s[e]), acc[j]);
     }
-    for (int j = 0; j < TB; ++j) _mm512_storeu_ps(y + (t + j) * n_total + n, acc[j]);
   }
-};
-
-struct Q4_0x16Avx2 {  // AVX2: rows 0-7, then rows 8-15, in 8-lane registers
-  static constexpr GgmlType kType = GgmlType::kQ4_0;
-  static constexpr int kMaxRows = 4;
   template <int TB>
-  SPECDEC_AVX2 static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t,
-                                int64_t n, int64_t n_total, float* y) {
-    const int64_t blocks = k / 32;
+  SPECDEC_AVX2 static void block256(const uint8_t* blk, int h, const ActView& x, int64_t k,
+                                    int64_t b, int64_t t, __m256 (&acc)[TB]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    for (int h = 0; h < 2; ++h) {
-      __m256 acc[TB];
-      for (int j = 0; j < TB; ++j) acc[j] = _mm256_setzero_ps();
-      for (int64_t b = 0; b < blocks; ++b) {
-        const uint8_t* blk = gw + b * kInterleave * Interleaved<kType>::kBytes;
-        if (h == 0) prefetch_ahead(blk);
-        const __m256 dw =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-        __m256i lo[4], hi[4];
-        for (int c = 0; c < 4; ++c) {
-          const __m256i raw =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 + 64 * c + 32 * h));
-          lo[c] = _mm256_and_si256(raw, m4);
-          hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-        }
-        for (int j = 0; j < TB; ++j) {
-          const int64_t e = (t + j) * blocks + b;
-          const int8_t* q = x.q + (t + j) * k + b * 32;
-          // 16-bit sums of at most 8 x 2 products of 15 x 127: no overflow
-          __m256i s16 = _mm256_setzero_si256();
-          for (int c = 0; c < 4; ++c) {
-            int32_t a, hh;
-            std::memcpy(&a, q + 4 * c, 4), std::memcpy(&hh, q + 16 + 4 * c, 4);
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(lo[c], _mm256_set1_epi32(a)));
-            s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(hi[c], _mm256_set1_epi32(hh)));
-          }
-          const __m256i isum =
-              _mm256_add_epi32(_mm256_madd_epi16(s16, ones), _mm256_set1_epi32(-8 * x.sum[e]));
-          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
-                                   _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])), acc[j]);
-        }
+    const __m256 dw = field256(blk, 0, h);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = chunk256(blk, kFields, c, h);
+      lo[c] = _mm256_and_si256(raw, m4);
+      hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+    for (int j = 0; j < TB; ++j) {
+      const int64_t e = (t + j) * (k / 32) + b;
+      const int8_t* q = x.q + (t + j) * k + b * 32;
+      __m256i s16 = _mm256_setzero_si256();  // at most 8 x 2 products of 15 x 127
+      for (int c = 0; c < 4; ++c) {
+        s16 = _mm256_add_epi16(s16,
+                               _mm256_maddubs_epi16(lo[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
+        s16 = _mm256_add_epi16(
+            s16, _mm256_maddubs_epi16(hi[c], _mm256_set1_epi32(bytes4(q + 16 + 4 * c))));
       }
-      for (int j = 0; j < TB; ++j) _mm256_storeu_ps(y + (t + j) * n_total + n + 8 * h, acc[j]);
+      __m256i isum = _mm256_madd_epi16(s16, ones);
+      if constexpr (T == GgmlType::kQ4_0)
+        isum = _mm256_add_epi32(isum, _mm256_set1_epi32(-8 * x.sum[e]));
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
+                               acc[j]);
+      if constexpr (T == GgmlType::kQ4_1)
+        acc[j] = _mm256_fmadd_ps(field256(blk, 1, h), _mm256_set1_ps(x.s[e]), acc[j]);
     }
   }
 };
 
-// Q4_K x 16 interleaved rows: per super-block the rows' d and dmin (2 x 32 bytes), their 12
-// bytes of scales as three 64-byte chunks (bytes 4i..4i+3 of every row), then 32 chunks of their
-// nibbles; sub-block s is the low (even s) or high nibbles of chunks 8 (s / 2) .. 8 (s / 2) + 7.
-// Scale and minimum of sub-block s in each 32-bit lane, from the scale bytes' 32-bit words (ggml's
-// get_scale_min_k4 in every lane): words w[0] = bytes 0-3, w[1] = 4-7, w[2] = 8-11.
-// (Always inlined into the AVX2 or AVX-512 tiles, so GCC's note that a vector crosses a call
-// without that ISA does not apply.)
+// Q4_K (d, dmin; 3 chunks of scale bytes; 32 chunks of nibbles): sub-block s is the low (even s)
+// or high nibbles of chunks 3 + 8 (s / 2) .. 3 + 8 (s / 2) + 7. Scale and minimum of sub-block s
+// in each 32-bit lane come from the scale chunks (ggml's get_scale_min_k4 in every lane): w[0] =
+// bytes 0-3, w[1] = 4-7, w[2] = 8-11.
+// (These two are always inlined into the AVX2 or AVX-512 code, so GCC's note that a vector crosses
+// a call without that ISA does not apply.)
 #ifndef __clang__
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -1064,6 +907,11 @@ __attribute__((always_inline)) inline void q4_k_scale_min(const V (&w)[3], int s
                     Ops::shl(Ops::band(Ops::shr(w[1], 8 * j + 6), m2), 4));
   }
 }
+// Q6_K's int8 scale i in each lane, from the 4 chunks of scales.
+template <class V, class Ops>
+__attribute__((always_inline)) inline void q6_k_scale(const V (&sc)[4], int i, V* out) {
+  *out = Ops::sar(Ops::shl(sc[i / 4], 24 - 8 * (i % 4)), 24);
+}
 #ifndef __clang__
 #pragma GCC diagnostic pop
 #endif
@@ -1073,6 +921,7 @@ struct Ops256 {
   SPECDEC_AVX2 static __m256i bor(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
   SPECDEC_AVX2 static __m256i shr(__m256i a, int n) { return _mm256_srli_epi32(a, n); }
   SPECDEC_AVX2 static __m256i shl(__m256i a, int n) { return _mm256_slli_epi32(a, n); }
+  SPECDEC_AVX2 static __m256i sar(__m256i a, int n) { return _mm256_srai_epi32(a, n); }
 };
 struct Ops512 {
   SPECDEC_AVX512_VNNI static __m512i set1(int v) { return _mm512_set1_epi32(v); }
@@ -1080,107 +929,199 @@ struct Ops512 {
   SPECDEC_AVX512_VNNI static __m512i bor(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
   SPECDEC_AVX512_VNNI static __m512i shr(__m512i a, int n) { return _mm512_srli_epi32(a, n); }
   SPECDEC_AVX512_VNNI static __m512i shl(__m512i a, int n) { return _mm512_slli_epi32(a, n); }
+  SPECDEC_AVX512_VNNI static __m512i sar(__m512i a, int n) { return _mm512_srai_epi32(a, n); }
 };
 
-struct Q4_Kx16Vnni {
+struct Q4_KLanes {
   static constexpr GgmlType kType = GgmlType::kQ4_K;
+  template <int TB>
+  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
+                                           int64_t sb, int64_t t, __m512 (&acc)[TB]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512 d = field512(blk, 0), dmin = field512(blk, 1);
+    __m512i words[3];
+    for (int i = 0; i < 3; ++i) words[i] = chunk512(blk, 4, i);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      __m512i scale, min;
+      q4_k_scale_min<__m512i, Ops512>(words, s, &scale, &min);
+      const __m512 dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(scale));
+      const __m512 neg_dmin =  // -(dmin * min)
+          _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min)), _mm512_set1_ps(-0.0f));
+      __m512i wq[8];
+      for (int i = 0; i < 8; ++i) {
+        const __m512i raw = chunk512(blk, 4, 3 + 8 * (s / 2) + i);
+        wq[i] = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, m4);
+      }
+      for (int j = 0; j < TB; ++j) {
+        const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
+        const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
+        __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+        for (int i = 0; i < 8; i += 2) {
+          i0 = _mm512_dpbusd_epi32(i0, wq[i], _mm512_set1_epi32(bytes4(q + 4 * i)));
+          i1 = _mm512_dpbusd_epi32(i1, wq[i + 1], _mm512_set1_epi32(bytes4(q + 4 * i + 4)));
+        }
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                                 _mm512_mul_ps(dsc, _mm512_set1_ps(x.d[e])), acc[j]);
+        acc[j] = _mm512_fmadd_ps(neg_dmin, _mm512_set1_ps(x.s[e]), acc[j]);
+      }
+    }
+  }
+  template <int TB>
+  SPECDEC_AVX2 static void block256(const uint8_t* blk, int h, const ActView& x, int64_t k,
+                                    int64_t sb, int64_t t, __m256 (&acc)[TB]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256 d = field256(blk, 0, h), dmin = field256(blk, 1, h);
+    __m256i words[3];
+    for (int i = 0; i < 3; ++i) words[i] = chunk256(blk, 4, i, h);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      __m256i scale, min;
+      q4_k_scale_min<__m256i, Ops256>(words, s, &scale, &min);
+      const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale));
+      const __m256 neg_dmin =
+          _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min)), _mm256_set1_ps(-0.0f));
+      __m256i wq[8];
+      for (int i = 0; i < 8; ++i) {
+        const __m256i raw = chunk256(blk, 4, 3 + 8 * (s / 2) + i, h);
+        wq[i] = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+      }
+      for (int j = 0; j < TB; ++j) {
+        const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
+        const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
+        __m256i s16 = _mm256_setzero_si256();  // at most 8 x 2 products of 15 x 127
+        for (int i = 0; i < 8; ++i)
+          s16 = _mm256_add_epi16(s16,
+                                 _mm256_maddubs_epi16(wq[i], _mm256_set1_epi32(bytes4(q + 4 * i))));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
+                                 _mm256_mul_ps(dsc, _mm256_set1_ps(x.d[e])), acc[j]);
+        acc[j] = _mm256_fmadd_ps(neg_dmin, _mm256_set1_ps(x.s[e]), acc[j]);
+      }
+    }
+  }
+};
+
+// Q6_K (d; chunks 0-31: ql, 32-47: qh, 48-51: the int8 scales). Sub-block s of half h = s / 4
+// (r = s % 4) takes chunks 16 h + 8 (r % 2) + i of ql (the high nibbles where r >= 2) and bits
+// 2r, 2r + 1 of qh chunks 32 + 8 h + i as bits 4-5, i = 0..7 (values 4i..4i+3); its halves of 16
+// have the scales 8 h + 2 r and 8 h + 2 r + 1.
+struct Q6_KLanes {
+  static constexpr GgmlType kType = GgmlType::kQ6_K;
+  template <int TB>
+  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
+                                           int64_t sb, int64_t t, __m512 (&acc)[TB]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    const __m512 d = field512(blk, 0);
+    __m512i sc[4];
+    for (int i = 0; i < 4; ++i) sc[i] = chunk512(blk, 2, 48 + i);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const int h = s / 4, r = s % 4;
+      __m512i u[8];  // q + 32
+      for (int i = 0; i < 8; ++i) {
+        __m512i lo = chunk512(blk, 2, 16 * h + 8 * (r % 2) + i);
+        if (r >= 2) lo = _mm512_srli_epi16(lo, 4);
+        __m512i hi = chunk512(blk, 2, 32 + 8 * h + i);
+        if (r) hi = _mm512_srli_epi16(hi, 2 * r);
+        u[i] = _mm512_or_si512(_mm512_and_si512(lo, m4),
+                               _mm512_slli_epi16(_mm512_and_si512(hi, m2), 4));
+      }
+      __m512i sa, sb2;
+      q6_k_scale<__m512i, Ops512>(sc, 8 * h + 2 * r, &sa);
+      q6_k_scale<__m512i, Ops512>(sc, 8 * h + 2 * r + 1, &sb2);
+      for (int j = 0; j < TB; ++j) {
+        const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
+        const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
+        __m512i ia = _mm512_set1_epi32(-32 * x.sum16[2 * e]);
+        __m512i ib = _mm512_set1_epi32(-32 * x.sum16[2 * e + 1]);
+        for (int i = 0; i < 4; ++i) {
+          ia = _mm512_dpbusd_epi32(ia, u[i], _mm512_set1_epi32(bytes4(q + 4 * i)));
+          ib = _mm512_dpbusd_epi32(ib, u[4 + i], _mm512_set1_epi32(bytes4(q + 16 + 4 * i)));
+        }
+        const __m512i isum =
+            _mm512_add_epi32(_mm512_mullo_epi32(sa, ia), _mm512_mullo_epi32(sb2, ib));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(x.d[e])),
+                                 acc[j]);
+      }
+    }
+  }
+  template <int TB>
+  SPECDEC_AVX2 static void block256(const uint8_t* blk, int hh, const ActView& x, int64_t k,
+                                    int64_t sb, int64_t t, __m256 (&acc)[TB]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3),
+                  ones = _mm256_set1_epi16(1);
+    const __m256 d = field256(blk, 0, hh);
+    __m256i sc[4];
+    for (int i = 0; i < 4; ++i) sc[i] = chunk256(blk, 2, 48 + i, hh);
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const int h = s / 4, r = s % 4;
+      __m256i u[8];
+      for (int i = 0; i < 8; ++i) {
+        __m256i lo = chunk256(blk, 2, 16 * h + 8 * (r % 2) + i, hh);
+        if (r >= 2) lo = _mm256_srli_epi16(lo, 4);
+        __m256i hi = chunk256(blk, 2, 32 + 8 * h + i, hh);
+        if (r) hi = _mm256_srli_epi16(hi, 2 * r);
+        u[i] = _mm256_or_si256(_mm256_and_si256(lo, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4));
+      }
+      __m256i sa, sb2;
+      q6_k_scale<__m256i, Ops256>(sc, 8 * h + 2 * r, &sa);
+      q6_k_scale<__m256i, Ops256>(sc, 8 * h + 2 * r + 1, &sb2);
+      for (int j = 0; j < TB; ++j) {
+        const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
+        const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
+        __m256i half[2];  // 16-bit sums of 2 x 2 products of 63 x 127 at most, then 32-bit
+        for (int a = 0; a < 2; ++a) {
+          half[a] = _mm256_set1_epi32(-32 * x.sum16[2 * e + a]);
+          for (int i = 4 * a; i < 4 * a + 4; i += 2) {
+            const __m256i p = _mm256_add_epi16(
+                _mm256_maddubs_epi16(u[i], _mm256_set1_epi32(bytes4(q + 4 * i))),
+                _mm256_maddubs_epi16(u[i + 1], _mm256_set1_epi32(bytes4(q + 4 * i + 4))));
+            half[a] = _mm256_add_epi32(half[a], _mm256_madd_epi16(p, ones));
+          }
+        }
+        const __m256i isum =
+            _mm256_add_epi32(_mm256_mullo_epi32(sa, half[0]), _mm256_mullo_epi32(sb2, half[1]));
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, _mm256_set1_ps(x.d[e])),
+                                 acc[j]);
+      }
+    }
+  }
+};
+
+template <class F>
+struct Lanes16 {  // AVX-512 VNNI
+  static constexpr GgmlType kType = F::kType;
   static constexpr int kMaxRows = 8;
   template <int TB>
   SPECDEC_AVX512_VNNI static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t,
                                        int64_t n, int64_t n_total, float* y) {
-    const int64_t blocks = k / 32;
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    constexpr int64_t bytes = kInterleave * Interleaved<kType>::kBytes;
     __m512 acc[TB];
     for (int j = 0; j < TB; ++j) acc[j] = _mm512_setzero_ps();
-    for (int64_t sb = 0; sb < k / 256; ++sb) {
-      const uint8_t* blk = gw + sb * kInterleave * Interleaved<kType>::kBytes;
-      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-      const __m512 dmin =
-          _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
-      __m512i words[3];
-      for (int i = 0; i < 3; ++i) words[i] = _mm512_loadu_si512(blk + 64 + 64 * i);
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        prefetch_ahead(blk + 288 * s);
-        __m512i scale, min;
-        q4_k_scale_min<__m512i, Ops512>(words, s, &scale, &min);
-        const __m512 dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(scale));
-        const __m512 neg_dmin =  // -(dmin * min)
-            _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min)), _mm512_set1_ps(-0.0f));
-        __m512i wq[8];
-        for (int i = 0; i < 8; ++i) {
-          const __m512i raw = _mm512_loadu_si512(blk + 256 + 64 * (8 * (s / 2) + i));
-          wq[i] = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, m4);
-        }
-        for (int j = 0; j < TB; ++j) {
-          const int64_t e = (t + j) * blocks + sb * 8 + s;
-          const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
-          __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
-          for (int i = 0; i < 8; i += 2) {
-            int32_t a, b;
-            std::memcpy(&a, q + 4 * i, 4), std::memcpy(&b, q + 4 * i + 4, 4);
-            i0 = _mm512_dpbusd_epi32(i0, wq[i], _mm512_set1_epi32(a));
-            i1 = _mm512_dpbusd_epi32(i1, wq[i + 1], _mm512_set1_epi32(b));
-          }
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
-                                   _mm512_mul_ps(dsc, _mm512_set1_ps(x.d[e])), acc[j]);
-          acc[j] = _mm512_fmadd_ps(neg_dmin, _mm512_set1_ps(x.s[e]), acc[j]);
-        }
-      }
+    for (int64_t b = 0; b < k / Interleaved<kType>::kValues; ++b) {
+      prefetch_ahead(gw + b * bytes, bytes);
+      F::template block512<TB>(gw + b * bytes, x, k, b, t, acc);
     }
     for (int j = 0; j < TB; ++j) _mm512_storeu_ps(y + (t + j) * n_total + n, acc[j]);
   }
 };
 
-struct Q4_Kx16Avx2 {  // rows 0-7, then rows 8-15
-  static constexpr GgmlType kType = GgmlType::kQ4_K;
+template <class F>
+struct Lanes8x2 {  // AVX2: rows 0-7, then rows 8-15
+  static constexpr GgmlType kType = F::kType;
   static constexpr int kMaxRows = 4;
   template <int TB>
   SPECDEC_AVX2 static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t,
                                 int64_t n, int64_t n_total, float* y) {
-    const int64_t blocks = k / 32;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    constexpr int64_t bytes = kInterleave * Interleaved<kType>::kBytes;
     for (int h = 0; h < 2; ++h) {
       __m256 acc[TB];
       for (int j = 0; j < TB; ++j) acc[j] = _mm256_setzero_ps();
-      for (int64_t sb = 0; sb < k / 256; ++sb) {
-        const uint8_t* blk = gw + sb * kInterleave * Interleaved<kType>::kBytes;
-        const __m256 d =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-        const __m256 dmin =
-            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
-        __m256i words[3];
-        for (int i = 0; i < 3; ++i)
-          words[i] =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 + 64 * i + 32 * h));
-#pragma GCC unroll 8
-        for (int s = 0; s < 8; ++s) {
-          if (h == 0) prefetch_ahead(blk + 288 * s);
-          __m256i scale, min;
-          q4_k_scale_min<__m256i, Ops256>(words, s, &scale, &min);
-          const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale));
-          const __m256 neg_dmin =
-              _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min)), _mm256_set1_ps(-0.0f));
-          __m256i wq[8];
-          for (int i = 0; i < 8; ++i) {
-            const __m256i raw = _mm256_loadu_si256(
-                reinterpret_cast<const __m256i*>(blk + 256 + 64 * (8 * (s / 2) + i) + 32 * h));
-            wq[i] = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-          }
-          for (int j = 0; j < TB; ++j) {
-            const int64_t e = (t + j) * blocks + sb * 8 + s;
-            const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
-            __m256i s16 = _mm256_setzero_si256();  // at most 8 x 2 products of 15 x 127
-            for (int i = 0; i < 8; ++i) {
-              int32_t a;
-              std::memcpy(&a, q + 4 * i, 4);
-              s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wq[i], _mm256_set1_epi32(a)));
-            }
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
-                                     _mm256_mul_ps(dsc, _mm256_set1_ps(x.d[e])), acc[j]);
-            acc[j] = _mm256_fmadd_ps(neg_dmin, _mm256_set1_ps(x.s[e]), acc[j]);
-          }
-        }
+      for (int64_t b = 0; b < k / Interleaved<kType>::kValues; ++b) {
+        if (h == 0) prefetch_ahead(gw + b * bytes, bytes);
+        F::template block256<TB>(gw + b * bytes, h, x, k, b, t, acc);
       }
       for (int j = 0; j < TB; ++j) _mm256_storeu_ps(y + (t + j) * n_total + n + 8 * h, acc[j]);
     }
@@ -1233,13 +1174,6 @@ SPECDEC_AVX2 void rows_avx2(const void* x, int64_t t_rows, int64_t k, const uint
 }
 
 template <class Tiles>
-SPECDEC_AVX512_VNNI void rows_avx512_vnni(const void* x, int64_t t_rows, int64_t k,
-                                          const uint8_t* w, int64_t row_bytes, int64_t n0,
-                                          int64_t n1, int64_t n_total, float* y) {
-  rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
-}
-
-template <class Tiles>
 SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
                                 int64_t n0, int64_t n1, int64_t n_total, float* y) {
   rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
@@ -1249,29 +1183,31 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
   if (int8_activations && avx512 && __builtin_cpu_supports("avx512vnni")) {
     switch (type) {
       case GgmlType::kQ8_0:
-        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ8_0>>;
+        return rows_interleaved<Lanes16<Q8_0Lanes>>;
       case GgmlType::kQ4_0:
-        return rows_interleaved<Q4_0x16Vnni>;
+        return rows_interleaved<Lanes16<Q4Lanes<GgmlType::kQ4_0>>>;
       case GgmlType::kQ4_1:
-        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ4_1>>;
+        return rows_interleaved<Lanes16<Q4Lanes<GgmlType::kQ4_1>>>;
       case GgmlType::kQ4_K:
-        return rows_interleaved<Q4_Kx16Vnni>;
+        return rows_interleaved<Lanes16<Q4_KLanes>>;
       case GgmlType::kQ6_K:
-        return rows_avx512_vnni<IntTilesZ<GgmlType::kQ6_K>>;
+        return rows_interleaved<Lanes16<Q6_KLanes>>;
       default:
         break;
     }
   }
   if (int8_activations) {  // AVX2, also for AVX-512 without VNNI (the same bits)
     switch (type) {
-      case GgmlType::kQ8_0: return rows_avx2<IntTiles<GgmlType::kQ8_0>>;
+      case GgmlType::kQ8_0:
+        return rows_interleaved<Lanes8x2<Q8_0Lanes>>;
       case GgmlType::kQ4_0:
-        return rows_interleaved<Q4_0x16Avx2>;
-      case GgmlType::kQ4_1: return rows_avx2<IntTiles<GgmlType::kQ4_1>>;
+        return rows_interleaved<Lanes8x2<Q4Lanes<GgmlType::kQ4_0>>>;
+      case GgmlType::kQ4_1:
+        return rows_interleaved<Lanes8x2<Q4Lanes<GgmlType::kQ4_1>>>;
       case GgmlType::kQ4_K:
-        return rows_interleaved<Q4_Kx16Avx2>;
+        return rows_interleaved<Lanes8x2<Q4_KLanes>>;
       case GgmlType::kQ6_K:
-        return rows_avx2<IntTiles<GgmlType::kQ6_K>>;
+        return rows_interleaved<Lanes8x2<Q6_KLanes>>;
       default: break;
     }
   }
@@ -1328,75 +1264,19 @@ void rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, 
   }
 }
 
-// Block b (32 weights) of a row for the 8-bit kernels, plainly: the integers q, the scales d of its
-// two halves of 16 (the same but in Q6_K) and m, what multiplies s_x (the weights are d * q + m).
-template <GgmlType T>
-void int_block(const uint8_t* row, int64_t b, int* q, float* d, float* m) {
-  *m = 0.0f;
-  if constexpr (T == GgmlType::kQ6_K) {  // see IntSrc<kQ6_K>
-    const uint8_t* blk = row + (b / 8) * ggml_block_bytes(T);
-    const int s = static_cast<int>(b % 8), h = s / 4, r = s % 4;
-    for (int e = 0; e < 2; ++e)
-      d[e] = half_at(blk + 208) *
-             static_cast<float>(static_cast<int8_t>(blk[192 + 8 * h + 2 * r + e]));
-    for (int j = 0; j < 32; ++j) {
-      const int lo = (blk[64 * h + 32 * (r % 2) + j] >> (r >= 2 ? 4 : 0)) & 0x0F;
-      const int hi = (blk[128 + 32 * h + j] >> (2 * r)) & 3;
-      q[j] = (lo | hi << 4) - 32;
-    }
-    return;
-  }
-  const uint8_t* blk = row + b * ggml_block_bytes(T);
-  d[0] = d[1] = half_at(blk);
-  if (T == GgmlType::kQ4_1) *m = half_at(blk + 2);
-  for (int j = 0; j < 32; ++j) {
-    if (T == GgmlType::kQ8_0) {
-      q[j] = static_cast<int8_t>(blk[2 + j]);
-    } else {
-      const uint8_t byte = blk[4 + j % 16];  // Q4_1
-      q[j] = j < 16 ? byte & 0x0F : byte >> 4;
-    }
-  }
-}
-
-// The portable 8-bit-activation kernel: per half block an exact integer dot product, scaled and
-// summed in order (one float per output element, not 16 lanes: it differs from the x86 ones).
-template <GgmlType T>
-void int_rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
-                       int64_t n0, int64_t n1, int64_t n_total, float* y) {
-  const ActView& x = *static_cast<const ActView*>(xv);
-  const int64_t blocks = k / 32;
-  int q[32];
-  for (int64_t n = n0; n < n1; ++n)
-    for (int64_t t = 0; t < t_rows; ++t) {
-      float acc = 0.0f, macc = 0.0f;
-      for (int64_t b = 0; b < blocks; ++b) {
-        float dw[2], mw;
-        int_block<T>(w + n * row_bytes, b, q, dw, &mw);
-        const int8_t* q_x = x.q + t * k + b * 32;
-        const float dx = x.d[t * blocks + b];
-        for (int e = 0; e < 2; ++e) {
-          int32_t isum = 0;
-          for (int j = 16 * e; j < 16 * e + 16; ++j) isum += q[j] * q_x[j];
-          acc += dw[e] * dx * static_cast<float>(isum);
-        }
-        macc += mw * x.s[t * blocks + b];
-      }
-      y[t * n_total + n] = acc + macc;
-    }
-}
-
 RowsFn portable_rows(GgmlType type, bool int8_activations) {
   if (int8_activations) {
     switch (type) {
-      case GgmlType::kQ8_0: return int_rows_portable<GgmlType::kQ8_0>;
+      case GgmlType::kQ8_0:
+        return rows_interleaved<GroupPortable<GgmlType::kQ8_0>>;
       case GgmlType::kQ4_0:
         return rows_interleaved<GroupPortable<GgmlType::kQ4_0>>;
-      case GgmlType::kQ4_1: return int_rows_portable<GgmlType::kQ4_1>;
+      case GgmlType::kQ4_1:
+        return rows_interleaved<GroupPortable<GgmlType::kQ4_1>>;
       case GgmlType::kQ4_K:
         return rows_interleaved<GroupPortable<GgmlType::kQ4_K>>;
       case GgmlType::kQ6_K:
-        return int_rows_portable<GgmlType::kQ6_K>;
+        return rows_interleaved<GroupPortable<GgmlType::kQ6_K>>;
       default: break;
     }
   }
@@ -1468,8 +1348,7 @@ Isa default_isa() {
 LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]] Isa isa) {
   LinearKernel kernel;
   kernel.int8_activations = int8_activations && has_int8_kernel(type);
-  kernel.interleaved =
-      kernel.int8_activations && (type == GgmlType::kQ4_0 || type == GgmlType::kQ4_K);
+  kernel.interleaved = kernel.int8_activations;
 #ifdef SPECDEC_X86
   if (isa != Isa::kPortable) {
     kernel.rows = x86_rows(type, kernel.int8_activations, isa == Isa::kAvx512);
@@ -1482,13 +1361,13 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
 
 void ActRows::resize(int64_t rows, int64_t k_) {
   k = k_;
-  q.resize(rows * k), bias.resize(rows * k / 4);
+  q.resize(rows * k), sum16.resize(rows * k / 16);
   d.resize(rows * k / 32), s.resize(rows * k / 32), sum.resize(rows * k / 32);
 }
 
 ActView ActRows::view(int64_t r0) const {
-  return {q.data() + r0 * k, bias.data() + r0 * k / 4, d.data() + r0 * k / 32,
-          s.data() + r0 * k / 32, sum.data() + r0 * k / 32};
+  return {q.data() + r0 * k, d.data() + r0 * k / 32, s.data() + r0 * k / 32,
+          sum.data() + r0 * k / 32, sum16.data() + r0 * k / 16};
 }
 
 void ActRows::quantize(const float* x, int64_t r0, int64_t r1) {
@@ -1508,58 +1387,79 @@ void ActRows::quantize(const float* x, int64_t r0, int64_t r1) {
     sum[e] = 0;
     for (int j = 0; j < 32; ++j) qe[j] = static_cast<int8_t>(qi[j]), sum[e] += qi[j];
     s[e] = d[e] * static_cast<float>(sum[e]);
-    for (int l = 0; l < 8; ++l)
-      bias[e * 8 + l] = -8 * (qe[4 * l] + qe[4 * l + 1] + qe[4 * l + 2] + qe[4 * l + 3]);
+    sum16[2 * e] = 0, sum16[2 * e + 1] = 0;
+    for (int j = 0; j < 32; ++j) sum16[2 * e + j / 16] += qi[j];
   }
 }
 
 namespace {
 
-template <GgmlType T>
-void interleave(uint8_t* w, int64_t n, int64_t row_bytes) {
-  using I = Interleaved<T>;
-  at::parallel_for(0, n / kInterleave, 1, [&](int64_t g0, int64_t g1) {
-    std::vector<uint8_t> rows(kInterleave * row_bytes);
-    for (int64_t g = g0; g < g1; ++g) {
-      uint8_t* gw = w + g * kInterleave * row_bytes;
-      std::memcpy(rows.data(), gw, rows.size());
-      for (int64_t r = 0; r < kInterleave; ++r)
-        for (int64_t b = 0; b < row_bytes / I::kBytes; ++b) {
-          const uint8_t* from = rows.data() + r * row_bytes + b * I::kBytes;
-          for (int64_t j = 0; j < I::kBytes;
-               j += j < I::kHead ? 2 : 4)  // 2-byte fields, 4-byte chunks
-            std::memcpy(gw + interleaved_offset<I::kBytes, I::kHead>(b, r, j), from + j,
-                        j < I::kHead ? 2 : 4);
-        }
-    }
-  });
-}
+struct Interleave {  // prepare_weights for format T
+  uint8_t* w;
+  int64_t n, row_bytes;
+  template <GgmlType T>
+  void operator()() const {
+    using I = Interleaved<T>;
+    at::parallel_for(0, n / kInterleave, 1, [&](int64_t g0, int64_t g1) {
+      std::vector<uint8_t> rows(kInterleave * row_bytes);
+      for (int64_t g = g0; g < g1; ++g) {
+        uint8_t* gw = w + g * kInterleave * row_bytes;
+        std::memcpy(rows.data(), gw, rows.size());
+        for (int64_t r = 0; r < kInterleave; ++r)
+          for (int64_t b = 0; b < row_bytes / I::kBytes; ++b) {
+            const uint8_t* from = rows.data() + r * row_bytes + b * I::kBytes;
+            for (int64_t j = 0; j < I::kBytes; j += piece<I>(j))
+              std::memcpy(gw + interleaved_offset<I>(b, r, j), from + j, piece<I>(j));
+          }
+      }
+    });
+  }
+};
 
-template <GgmlType T>
-void stored_row(const uint8_t* gw, int64_t r, int64_t row_bytes, uint8_t* out) {
-  using I = Interleaved<T>;
-  for (int64_t b = 0; b < row_bytes / I::kBytes; ++b)
-    plain_block<T>(gw, r, b, true, out + b * I::kBytes);  // gathered into out
+struct StoredRow {  // row r of the group at gw, gathered into out
+  const uint8_t* gw;
+  int64_t r, row_bytes;
+  uint8_t* out;
+  template <GgmlType T>
+  void operator()() const {
+    for (int64_t b = 0; b < row_bytes / Interleaved<T>::kBytes; ++b)
+      plain_block<T>(gw, r, b, true, out + b * Interleaved<T>::kBytes);
+  }
+};
+
+// Calls f.template operator()<T>() for an interleaved format T.
+template <class F>
+void with_format(GgmlType type, F&& f) {
+  switch (type) {
+    case GgmlType::kQ8_0:
+      return f.template operator()<GgmlType::kQ8_0>();
+    case GgmlType::kQ4_0:
+      return f.template operator()<GgmlType::kQ4_0>();
+    case GgmlType::kQ4_1:
+      return f.template operator()<GgmlType::kQ4_1>();
+    case GgmlType::kQ4_K:
+      return f.template operator()<GgmlType::kQ4_K>();
+    case GgmlType::kQ6_K:
+      return f.template operator()<GgmlType::kQ6_K>();
+    default:
+      throw Error("no interleaved layout for this format");
+  }
 }
 
 }  // namespace
 
 void prepare_weights(const LinearKernel& kernel, GgmlType type, uint8_t* w, int64_t n,
                      int64_t row_bytes) {
-  if (!kernel.interleaved) return;
-  if (type == GgmlType::kQ4_0) interleave<GgmlType::kQ4_0>(w, n, row_bytes);
-  if (type == GgmlType::kQ4_K) interleave<GgmlType::kQ4_K>(w, n, row_bytes);
+  if (kernel.interleaved) with_format(type, Interleave{w, n, row_bytes});
 }
 
 void stored_row(const LinearKernel& kernel, GgmlType type, const uint8_t* w, int64_t n,
                 int64_t row_bytes, int64_t r, uint8_t* out) {
-  const uint8_t* gw = w + r / kInterleave * kInterleave * row_bytes;
   if (!kernel.interleaved || r >= n / kInterleave * kInterleave)
     std::memcpy(out, w + r * row_bytes, row_bytes);
-  else if (type == GgmlType::kQ4_0)
-    stored_row<GgmlType::kQ4_0>(gw, r % kInterleave, row_bytes, out);
   else
-    stored_row<GgmlType::kQ4_K>(gw, r % kInterleave, row_bytes, out);
+    with_format(type, StoredRow{w + r / kInterleave * kInterleave * row_bytes, r % kInterleave,
+                                row_bytes, out});
 }
 
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,

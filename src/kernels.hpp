@@ -43,11 +43,11 @@ void stored_row(const LinearKernel& kernel, GgmlType type, const uint8_t* w, int
                 int64_t row_bytes, int64_t r, uint8_t* out);
 // Activation rows quantized like ggml's Q8_1, in blocks of 32: x[r][c] ~ d[r][c / 32] * q[r][c].
 // One array per field, so that a kernel loads the values of consecutive blocks at once.
-struct ActView {  // row t of a pass: q + t * K, bias + t * K / 4, d, s and sum + t * K / 32
+struct ActView {  // row t of a pass: q + t * K, sum16 + t * K / 16, d, s, sum + t * K / 32
   const int8_t* q;
-  const int32_t* bias;  // -8 * (q[4l] + ... + q[4l + 3]): Q4_0's offset of 8, per 4-byte lane
-  const float *d, *s;   // s = d * sum(q) of the block
-  const int32_t* sum;   // sum(q) of the block
+  const float *d, *s;    // s = d * sum(q) of the block
+  const int32_t* sum;    // sum(q) of the block
+  const int32_t* sum16;  // sum(q) of each half of 16 of the block
 };
 struct ActRows {
   ActRows(int64_t rows = 0, int64_t k = 0) { resize(rows, k); }
@@ -57,9 +57,8 @@ struct ActRows {
   ActView view(int64_t r0) const;  // from row r0 on
   int64_t k;
   std::vector<int8_t> q;
-  std::vector<int32_t> bias;
   std::vector<float> d, s;
-  std::vector<int32_t> sum;
+  std::vector<int32_t> sum, sum16;
 };
 // True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 bool has_int8_kernel(GgmlType type);

@@ -215,35 +215,69 @@ float half_bits(const uint8_t* p) {
   return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
 }
 
-// Q4_0 and Q4_K with 8-bit activations, as documented in kernels.cpp and written out here from the
-// plain blocks: per block (Q4_K: sub-block) of 32 the integer sum of q_w * q_x, then in order
-// acc = fma(sum, d_w * d_x, acc) (Q4_K: d_w = d * scale, and then acc = fma(-dmin * min, s_x,
-// acc)).
+// The 8-bit-activation kernels' order, as documented in kernels.cpp, written out here from the
+// plain blocks: per block (K-quants: sub-block) of 32 the integer sum of q_w * q_x (Q6_K: scale_a
+// times the sum over the first 16 plus scale_b times the sum over the others), then in order
+// acc = fma(sum, d_w * d_x, acc) (Q4_K: d_w = d * scale), and for Q4_1 and Q4_K then
+// acc = fma(minimum, s_x, acc) (Q4_1: m; Q4_K: -dmin * min).
 float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::ActRows& act,
                             int64_t t) {
   const int64_t k = act.k, blocks = k / 32;
   const int8_t* qx = act.q.data() + t * k;
   float acc = 0.0f;
   for (int64_t b = 0; b < blocks; ++b) {
-    const float dx = act.d[t * blocks + b];
+    const float dx = act.d[t * blocks + b], sx = act.s[t * blocks + b];
+    const int8_t* x = qx + 32 * b;
     int32_t isum = 0;
-    if (type == GgmlType::kQ4_0) {
-      const uint8_t* blk = row + b * 18;
-      for (int j = 0; j < 16; ++j)
-        isum += ((blk[2 + j] & 15) - 8) * qx[32 * b + j] +
-                ((blk[2 + j] >> 4) - 8) * qx[32 * b + j + 16];
-      acc = std::fma(static_cast<float>(isum), half_bits(blk) * dx, acc);
-    } else {  // Q4_K: d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles
-      const uint8_t* blk = row + b / 8 * 144;
-      const int s = static_cast<int>(b % 8);
-      const uint8_t* sc = blk + 4;
-      const int scale = s < 4 ? sc[s] & 63 : (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
-      const int min = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-      for (int j = 0; j < 32; ++j)
-        isum += ((blk[16 + 32 * (s / 2) + j] >> (4 * (s % 2))) & 15) * qx[32 * b + j];
-      acc =
-          std::fma(static_cast<float>(isum), half_bits(blk) * static_cast<float>(scale) * dx, acc);
-      acc = std::fma(-(half_bits(blk + 2) * static_cast<float>(min)), act.s[t * blocks + b], acc);
+    switch (type) {
+      case GgmlType::kQ8_0: {
+        const uint8_t* blk = row + b * 34;
+        for (int j = 0; j < 32; ++j) isum += static_cast<int8_t>(blk[2 + j]) * x[j];
+        acc = std::fma(static_cast<float>(isum), half_bits(blk) * dx, acc);
+        break;
+      }
+      case GgmlType::kQ4_0:
+      case GgmlType::kQ4_1: {
+        const bool q4_1 = type == GgmlType::kQ4_1;
+        const uint8_t* blk = row + b * (q4_1 ? 20 : 18);
+        const uint8_t* qs = blk + (q4_1 ? 4 : 2);
+        const int offset = q4_1 ? 0 : 8;
+        for (int j = 0; j < 16; ++j)
+          isum += ((qs[j] & 15) - offset) * x[j] + ((qs[j] >> 4) - offset) * x[j + 16];
+        acc = std::fma(static_cast<float>(isum), half_bits(blk) * dx, acc);
+        if (q4_1) acc = std::fma(half_bits(blk + 2), sx, acc);
+        break;
+      }
+      case GgmlType::kQ4_K: {  // d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of
+                               // nibbles
+        const uint8_t* blk = row + b / 8 * 144;
+        const int s = static_cast<int>(b % 8);
+        const uint8_t* sc = blk + 4;
+        const int scale = s < 4 ? sc[s] & 63 : (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
+        const int min = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+        for (int j = 0; j < 32; ++j)
+          isum += ((blk[16 + 32 * (s / 2) + j] >> (4 * (s % 2))) & 15) * x[j];
+        acc = std::fma(static_cast<float>(isum), half_bits(blk) * static_cast<float>(scale) * dx,
+                       acc);
+        acc = std::fma(-(half_bits(blk + 2) * static_cast<float>(min)), sx, acc);
+        break;
+      }
+      default: {  // Q6_K: ql[128], qh[64], 16 int8 scales, d; value i of 256 as ggml_dequantize
+        const uint8_t* blk = row + b / 8 * 210;
+        const int64_t i0 = b % 8 * 32;  // this sub-block's values i0..i0+31 of the super-block
+        int32_t half[2] = {0, 0};
+        for (int64_t i = i0; i < i0 + 32; ++i) {
+          const int64_t h = i / 128, l = i % 32, quarter = i % 128 / 32;  // ggml's n, l and q1..q4
+          const uint8_t ql = blk[64 * h + l + (quarter % 2) * 32], qh = blk[128 + 32 * h + l];
+          const int q =
+              ((quarter < 2 ? ql & 15 : ql >> 4) | (((qh >> (2 * quarter)) & 3) << 4)) - 32;
+          half[(i - i0) / 16] += q * x[i - i0];
+        }
+        const int64_t is = b % 8 / 4 * 8 + b % 4 * 2;  // ggml's sc[is + 2 * quarter] for l < 16
+        isum = static_cast<int8_t>(blk[192 + is]) * half[0] +
+               static_cast<int8_t>(blk[192 + is + 1]) * half[1];
+        acc = std::fma(static_cast<float>(isum), half_bits(blk + 208) * dx, acc);
+      }
     }
   }
   return acc;
@@ -253,7 +287,8 @@ float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::Ac
 // interleaved rows and the plain rows after them, any pass size and thread count.
 TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) {
   const int64_t n = 37, threads = at::get_num_threads();  // 2 groups of 16 and 5 plain rows
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_K})
+  for (GgmlType type :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K})
     for (int64_t k : {256, 2048}) {
       const std::string name = ggml_type_name(static_cast<uint32_t>(type));
       const at::Tensor plain = random_blocks(type, n, k), x = at::randn({20, k});
@@ -343,10 +378,9 @@ TEST(LinearKernel, ActivationQuantizationByHand) {
   EXPECT_EQ(a.q[7], -127);
   EXPECT_EQ(a.s[0], 127.0f - 3 + 3 - 3 - 127 - 1);
   EXPECT_EQ(a.sum[0], 127 - 3 + 3 - 3 - 127 - 1);
-  EXPECT_EQ(a.bias[0], -8 * (127 - 3 + 3));  // lane 0: q[0..3]
-  EXPECT_EQ(a.bias[7], -8 * -1);             // lane 7: q[28..31]
-  EXPECT_EQ(a.bias[1], -8 * (-3 - 127));     // lane 1: q[4..7]
-  EXPECT_EQ(a.bias[3], 0);
+  EXPECT_EQ(a.sum16[0], 127 - 3 + 3 - 3 - 127);  // q[0..15]
+  EXPECT_EQ(a.sum16[1], -1);                     // q[16..31]
+  EXPECT_EQ(a.sum16[2], 0);
   EXPECT_EQ(a.d[1], 0.0f);
   EXPECT_EQ(a.s[1], 0.0f);
   EXPECT_EQ(a.sum[1], 0);
