@@ -886,51 +886,28 @@ struct Q4Lanes {
 // or high nibbles of chunks 3 + 8 (s / 2) .. 3 + 8 (s / 2) + 7. Scale and minimum of sub-block s
 // in each 32-bit lane come from the scale chunks (ggml's get_scale_min_k4 in every lane): w[0] =
 // bytes 0-3, w[1] = 4-7, w[2] = 8-11.
-// (These two are always inlined into the AVX2 or AVX-512 code, so GCC's note that a vector crosses
-// a call without that ISA does not apply.)
-#ifndef __clang__
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-template <class V, class Ops>
-__attribute__((always_inline)) inline void q4_k_scale_min(const V (&w)[3], int s, V* scale,
-                                                          V* min) {
-  const V m6 = Ops::set1(63), m4 = Ops::set1(15), m2 = Ops::set1(3);
-  if (s < 4) {
-    *scale = Ops::band(Ops::shr(w[0], 8 * s), m6);
-    *min = Ops::band(Ops::shr(w[1], 8 * s), m6);
-  } else {
-    const int j = s - 4;
-    *scale = Ops::bor(Ops::band(Ops::shr(w[2], 8 * j), m4),
-                      Ops::shl(Ops::band(Ops::shr(w[0], 8 * j + 6), m2), 4));
-    *min = Ops::bor(Ops::band(Ops::shr(w[2], 8 * j + 4), m4),
-                    Ops::shl(Ops::band(Ops::shr(w[1], 8 * j + 6), m2), 4));
+// Q4_K's scale and minimum of sub-block s, and Q6_K's int8 scale i (from its 4 chunks of
+// scales), in each 32-bit lane: for 8 lanes (AVX2) and 16 (AVX-512), written once.
+#define SPECDEC_LANE_SCALES(ATTR, V, P, S)                                                      \
+  ATTR inline void q4_k_scale_min(const V(&w)[3], int s, V* scale, V* min) {                    \
+    const V m6 = P##_set1_epi32(63), m4 = P##_set1_epi32(15), m2 = P##_set1_epi32(3);           \
+    if (s < 4) {                                                                                \
+      *scale = P##_and_##S(P##_srli_epi32(w[0], 8 * s), m6);                                    \
+      *min = P##_and_##S(P##_srli_epi32(w[1], 8 * s), m6);                                      \
+    } else {                                                                                    \
+      const int j = s - 4;                                                                      \
+      *scale = P##_or_##S(P##_and_##S(P##_srli_epi32(w[2], 8 * j), m4),                         \
+                          P##_slli_epi32(P##_and_##S(P##_srli_epi32(w[0], 8 * j + 6), m2), 4)); \
+      *min = P##_or_##S(P##_and_##S(P##_srli_epi32(w[2], 8 * j + 4), m4),                       \
+                        P##_slli_epi32(P##_and_##S(P##_srli_epi32(w[1], 8 * j + 6), m2), 4));   \
+    }                                                                                           \
+  }                                                                                             \
+  ATTR inline V q6_k_scale(const V(&sc)[4], int i) {                                            \
+    return P##_srai_epi32(P##_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24);                     \
   }
-}
-// Q6_K's int8 scale i in each lane, from the 4 chunks of scales.
-template <class V, class Ops>
-__attribute__((always_inline)) inline void q6_k_scale(const V (&sc)[4], int i, V* out) {
-  *out = Ops::sar(Ops::shl(sc[i / 4], 24 - 8 * (i % 4)), 24);
-}
-#ifndef __clang__
-#pragma GCC diagnostic pop
-#endif
-struct Ops256 {
-  SPECDEC_AVX2 static __m256i set1(int v) { return _mm256_set1_epi32(v); }
-  SPECDEC_AVX2 static __m256i band(__m256i a, __m256i b) { return _mm256_and_si256(a, b); }
-  SPECDEC_AVX2 static __m256i bor(__m256i a, __m256i b) { return _mm256_or_si256(a, b); }
-  SPECDEC_AVX2 static __m256i shr(__m256i a, int n) { return _mm256_srli_epi32(a, n); }
-  SPECDEC_AVX2 static __m256i shl(__m256i a, int n) { return _mm256_slli_epi32(a, n); }
-  SPECDEC_AVX2 static __m256i sar(__m256i a, int n) { return _mm256_srai_epi32(a, n); }
-};
-struct Ops512 {
-  SPECDEC_AVX512_VNNI static __m512i set1(int v) { return _mm512_set1_epi32(v); }
-  SPECDEC_AVX512_VNNI static __m512i band(__m512i a, __m512i b) { return _mm512_and_si512(a, b); }
-  SPECDEC_AVX512_VNNI static __m512i bor(__m512i a, __m512i b) { return _mm512_or_si512(a, b); }
-  SPECDEC_AVX512_VNNI static __m512i shr(__m512i a, int n) { return _mm512_srli_epi32(a, n); }
-  SPECDEC_AVX512_VNNI static __m512i shl(__m512i a, int n) { return _mm512_slli_epi32(a, n); }
-  SPECDEC_AVX512_VNNI static __m512i sar(__m512i a, int n) { return _mm512_srai_epi32(a, n); }
-};
+SPECDEC_LANE_SCALES(SPECDEC_AVX2, __m256i, _mm256, si256)
+SPECDEC_LANE_SCALES(SPECDEC_AVX512_VNNI, __m512i, _mm512, si512)
+#undef SPECDEC_LANE_SCALES
 
 struct Q4_KLanes {
   static constexpr GgmlType kType = GgmlType::kQ4_K;
@@ -944,7 +921,7 @@ struct Q4_KLanes {
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       __m512i scale, min;
-      q4_k_scale_min<__m512i, Ops512>(words, s, &scale, &min);
+      q4_k_scale_min(words, s, &scale, &min);
       const __m512 dsc = _mm512_mul_ps(d, _mm512_cvtepi32_ps(scale));
       const __m512 neg_dmin =  // -(dmin * min)
           _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min)), _mm512_set1_ps(-0.0f));
@@ -977,7 +954,7 @@ struct Q4_KLanes {
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       __m256i scale, min;
-      q4_k_scale_min<__m256i, Ops256>(words, s, &scale, &min);
+      q4_k_scale_min(words, s, &scale, &min);
       const __m256 dsc = _mm256_mul_ps(d, _mm256_cvtepi32_ps(scale));
       const __m256 neg_dmin =
           _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min)), _mm256_set1_ps(-0.0f));
@@ -1026,9 +1003,7 @@ struct Q6_KLanes {
         u[i] = _mm512_or_si512(_mm512_and_si512(lo, m4),
                                _mm512_slli_epi16(_mm512_and_si512(hi, m2), 4));
       }
-      __m512i sa, sb2;
-      q6_k_scale<__m512i, Ops512>(sc, 8 * h + 2 * r, &sa);
-      q6_k_scale<__m512i, Ops512>(sc, 8 * h + 2 * r + 1, &sb2);
+      const __m512i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
         const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
@@ -1065,9 +1040,7 @@ struct Q6_KLanes {
         u[i] = _mm256_or_si256(_mm256_and_si256(lo, m4),
                                _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4));
       }
-      __m256i sa, sb2;
-      q6_k_scale<__m256i, Ops256>(sc, 8 * h + 2 * r, &sa);
-      q6_k_scale<__m256i, Ops256>(sc, 8 * h + 2 * r + 1, &sb2);
+      const __m256i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
         const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
