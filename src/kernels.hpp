@@ -26,16 +26,16 @@ struct LinearKernel {
   // float32 kernel's on the dequantized weights, still batch-invariant).
   bool int8_activations = false;
   // The weight rows are stored interleaved kInterleave at a time (prepare_weights), so that one
-  // sequential read feeds kInterleave outputs in the lanes of a register: Q4_0 with 8-bit
-  // activations. `rows` then takes n0 a multiple of kInterleave.
+  // sequential read feeds kInterleave outputs in the lanes of a register: every 8-bit-activation
+  // kernel. `rows` then takes n0 a multiple of kInterleave.
   bool interleaved = false;
   explicit operator bool() const { return rows != nullptr; }
 };
 constexpr int64_t kInterleave = 16;
 // Reorders W [n, row_bytes] in place into the layout `kernel` reads (a no-op unless
-// kernel.interleaved). Each whole group of 16 rows r..r+15 keeps its bytes, block by block: the 16
-// scales (2 bytes each), then for each 4 bytes of a block's values, those of the 16 rows. Rows
-// beyond the last whole group keep their layout.
+// kernel.interleaved). Each whole group of 16 rows r..r+15 keeps its bytes, block by block: the
+// block's 2-byte scale fields of the 16 rows, then for each 4 bytes of the rest of the block, those
+// of the 16 rows. Rows beyond the last whole group keep their layout.
 void prepare_weights(const LinearKernel& kernel, GgmlType type, uint8_t* w, int64_t n,
                      int64_t row_bytes);
 // Row r of W as stored before prepare_weights (`out`: row_bytes bytes).
@@ -64,7 +64,8 @@ struct ActRows {
 bool has_int8_kernel(GgmlType type);
 // The kernel families: AVX-512 (F, BW, DQ, VL; VNNI for 8-bit activations where the CPU has it)
 // and AVX2 (with FMA and F16C) give bitwise the same results; the portable fixed-order kernel (any
-// CPU) differs from them in the last bits.
+// CPU) differs from them in the last bits with float32 activations, and gives their bits with
+// 8-bit activations.
 enum class Isa { kAvx512, kAvx2, kPortable };
 const char* isa_name(Isa isa);  // "avx512", "avx2", "portable"
 // What this build and CPU can run, best first (always ends with kPortable).

@@ -335,12 +335,18 @@ TEST(LinearKernel, InterleavedRowsKeepEveryRow) {
   const Linear in_place(GgmlType::kQ4_0, std::move(moved), k, {}, true);
   EXPECT_EQ(in_place.tensors()[0].data_ptr<uint8_t>(), where);  // reordered where it was
   EXPECT_FALSE(at::equal(in_place.tensors()[0], plain));
-  const kernels::LinearKernel kernel = kernels::linear_kernel(GgmlType::kQ4_0, true);
-  std::vector<uint8_t> row(plain.size(1));
-  for (int64_t r = 0; r < n; ++r) {
-    kernels::stored_row(kernel, GgmlType::kQ4_0, in_place.tensors()[0].data_ptr<uint8_t>(), n,
-                        plain.size(1), r, row.data());
-    ASSERT_EQ(std::memcmp(row.data(), plain[r].data_ptr<uint8_t>(), row.size()), 0) << "row " << r;
+  for (GgmlType type :  // every interleaved format gives every row back
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+    const kernels::LinearKernel kernel = kernels::linear_kernel(type, true);
+    const at::Tensor rows = random_blocks(type, n, 256);
+    at::Tensor w = rows.clone();
+    kernels::prepare_weights(kernel, type, w.data_ptr<uint8_t>(), n, w.size(1));
+    std::vector<uint8_t> row(w.size(1));
+    for (int64_t r = 0; r < n; ++r) {
+      kernels::stored_row(kernel, type, w.data_ptr<uint8_t>(), n, w.size(1), r, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), rows[r].data_ptr<uint8_t>(), row.size()), 0)
+          << ggml_type_name(static_cast<uint32_t>(type)) << " row " << r;
+    }
   }
   at::Tensor dense = at::empty({n, k});
   ggml_dequantize(GgmlType::kQ4_0, plain.data_ptr<uint8_t>(), dense.data_ptr<float>(), n * k);
