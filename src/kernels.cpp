@@ -892,8 +892,8 @@ struct Q4Lanes {
 // or high nibbles of chunks 3 + 8 (s / 2) .. 3 + 8 (s / 2) + 7. Scale and minimum of sub-block s
 // in each 32-bit lane come from the scale chunks (ggml's get_scale_min_k4 in every lane): w[0] =
 // bytes 0-3, w[1] = 4-7, w[2] = 8-11.
-// Q4_K's scale and minimum of sub-block s, and Q6_K's int8 scale i (from its 4 chunks of
-// scales), in each 32-bit lane: for 8 lanes (AVX2) and 16 (AVX-512), written once.
+// Q4_K's scale and minimum of sub-block s, Q6_K's int8 scale i (from its 4 chunks of scales) and
+// its values, in each lane: for 8 lanes (AVX2) and 16 (AVX-512), written once.
 #define SPECDEC_LANE_SCALES(ATTR, V, P, S)                                                      \
   ATTR inline void q4_k_scale_min(const V(&w)[3], int s, V* scale, V* min) {                    \
     const V m6 = P##_set1_epi32(63), m4 = P##_set1_epi32(15), m2 = P##_set1_epi32(3);           \
@@ -910,6 +910,13 @@ struct Q4Lanes {
   }                                                                                             \
   ATTR inline V q6_k_scale(const V(&sc)[4], int i) {                                            \
     return P##_srai_epi32(P##_slli_epi32(sc[i / 4], 24 - 8 * (i % 4)), 24);                     \
+  }                                                                                             \
+  /* Q6_K's q + 32 of a sub-block r % 4 = r, from a chunk of ql and one of qh */                \
+  ATTR inline V q6_k_values(V ql, V qh, int r) {                                                \
+    if (r >= 2) ql = P##_srli_epi16(ql, 4);                                                     \
+    if (r) qh = P##_srli_epi16(qh, 2 * r);                                                      \
+    return P##_or_##S(P##_and_##S(ql, P##_set1_epi8(0x0F)),                                     \
+                      P##_slli_epi16(P##_and_##S(qh, P##_set1_epi8(3)), 4));                    \
   }
 SPECDEC_LANE_SCALES(SPECDEC_AVX2, __m256i, _mm256, si256)
 SPECDEC_LANE_SCALES(SPECDEC_AVX512_VNNI, __m512i, _mm512, si512)
@@ -993,7 +1000,6 @@ struct Q6_KLanes {
   template <int TB>
   SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
                                            int64_t sb, int64_t t, __m512 (&acc)[TB]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
     const __m512 d = field512(blk, 0);
     __m512i sc[4];
     for (int i = 0; i < 4; ++i) sc[i] = chunk512(blk, 2, 48 + i);
@@ -1001,14 +1007,9 @@ struct Q6_KLanes {
     for (int s = 0; s < 8; ++s) {
       const int h = s / 4, r = s % 4;
       __m512i u[8];  // q + 32
-      for (int i = 0; i < 8; ++i) {
-        __m512i lo = chunk512(blk, 2, 16 * h + 8 * (r % 2) + i);
-        if (r >= 2) lo = _mm512_srli_epi16(lo, 4);
-        __m512i hi = chunk512(blk, 2, 32 + 8 * h + i);
-        if (r) hi = _mm512_srli_epi16(hi, 2 * r);
-        u[i] = _mm512_or_si512(_mm512_and_si512(lo, m4),
-                               _mm512_slli_epi16(_mm512_and_si512(hi, m2), 4));
-      }
+      for (int i = 0; i < 8; ++i)
+        u[i] = q6_k_values(chunk512(blk, 2, 16 * h + 8 * (r % 2) + i),
+                           chunk512(blk, 2, 32 + 8 * h + i), r);
       const __m512i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
@@ -1029,23 +1030,17 @@ struct Q6_KLanes {
   template <int TB>
   SPECDEC_AVX2 static void block256(const uint8_t* blk, int hh, const ActView& x, int64_t k,
                                     int64_t sb, int64_t t, __m256 (&acc)[TB]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3),
-                  ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     const __m256 d = field256(blk, 0, hh);
     __m256i sc[4];
     for (int i = 0; i < 4; ++i) sc[i] = chunk256(blk, 2, 48 + i, hh);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       const int h = s / 4, r = s % 4;
-      __m256i u[8];
-      for (int i = 0; i < 8; ++i) {
-        __m256i lo = chunk256(blk, 2, 16 * h + 8 * (r % 2) + i, hh);
-        if (r >= 2) lo = _mm256_srli_epi16(lo, 4);
-        __m256i hi = chunk256(blk, 2, 32 + 8 * h + i, hh);
-        if (r) hi = _mm256_srli_epi16(hi, 2 * r);
-        u[i] = _mm256_or_si256(_mm256_and_si256(lo, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(hi, m2), 4));
-      }
+      __m256i u[8];  // q + 32
+      for (int i = 0; i < 8; ++i)
+        u[i] = q6_k_values(chunk256(blk, 2, 16 * h + 8 * (r % 2) + i, hh),
+                           chunk256(blk, 2, 32 + 8 * h + i, hh), r);
       const __m256i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
