@@ -66,6 +66,7 @@ inline float half_at(const uint8_t* p) {
 //   Q4_1: q_w = nibble;     acc = fma(isum, d_w * d_x, acc); acc = fma(m_w, s_x, acc)
 //   Q4_K: q_w = nibble;     acc = fma(isum, (d * scale_b) * d_x, acc);
 //                           acc = fma(-(dmin * min_b), s_x, acc)
+//   Q5_K: q_w = 5 bits;     as Q4_K
 //   Q6_K: q_w = 6 bits - 32, halves a, b of 16 with int8 scales: isum = scale_a * isum_a +
 //         scale_b * isum_b (exact);   acc = fma(isum, d * d_x, acc)
 // (isum as float: exact, below 2^24.) In a whole group of 16 rows (prepare_weights) row r is lane
@@ -130,25 +131,36 @@ struct Interleaved<GgmlType::kQ4_0> : Nibbles32<GgmlType::kQ4_0> {};
 template <>
 struct Interleaved<GgmlType::kQ4_1> : Nibbles32<GgmlType::kQ4_1> {};
 
-template <>
-struct Interleaved<GgmlType::kQ4_K> {  // d, dmin, 12 bytes of scales, 128 of nibbles
-  static constexpr int64_t kValues = 256, kBytes = 144, kFieldsAt = 0, kFields = 4;
+// Q4_K (d, dmin, 12 bytes of scales, 128 of nibbles) and Q5_K (d, dmin, scales, 32 bytes of high
+// bits, 128 of nibbles): sub-block s is the low (even s) or high nibbles of qs[32 (s / 2)..], with
+// bit s of qh[j] as the fifth bit of its value j in Q5_K.
+template <GgmlType T>
+struct KNibbles {
+  static constexpr bool kQ5 = T == GgmlType::kQ5_K;
+  static constexpr int64_t kValues = 256, kBytes = kQ5 ? 176 : 144, kFieldsAt = 0, kFields = 4;
   static void block(const uint8_t* blk, const ActView& x, int64_t t, int64_t k, int64_t sb,
                     float& acc) {
-    for (int s = 0; s < 8;
-         ++s) {  // sub-block s: the low (even s) or high nibbles of qs[32 (s / 2)..]
+    const uint8_t* qs = blk + (kQ5 ? 48 : 16);
+    for (int s = 0; s < 8; ++s) {
       int sc, mn;
       ggml_scale_min_k4(s, blk + 4, &sc, &mn);
       const int64_t e = t * (k / 32) + sb * 8 + s;
       const int8_t* q = x.q + t * k + sb * 256 + 32 * s;
       int32_t isum = 0;
-      for (int j = 0; j < 32; ++j)
-        isum += ((blk[16 + 32 * (s / 2) + j] >> (4 * (s % 2))) & 0x0F) * q[j];
+      for (int j = 0; j < 32; ++j) {
+        int v = (qs[32 * (s / 2) + j] >> (4 * (s % 2))) & 0x0F;
+        if (kQ5) v |= ((blk[16 + j] >> s) & 1) << 4;
+        isum += v * q[j];
+      }
       acc = std::fma(static_cast<float>(isum), half_at(blk) * static_cast<float>(sc) * x.d[e], acc);
       acc = std::fma(-(half_at(blk + 2) * static_cast<float>(mn)), x.s[e], acc);
     }
   }
 };
+template <>
+struct Interleaved<GgmlType::kQ4_K> : KNibbles<GgmlType::kQ4_K> {};
+template <>
+struct Interleaved<GgmlType::kQ5_K> : KNibbles<GgmlType::kQ5_K> {};
 
 template <>
 struct Interleaved<GgmlType::kQ6_K> {  // ql[128], qh[64], 16 int8 scales, d
@@ -889,9 +901,10 @@ struct Q4Lanes {
 };
 
 // Q4_K (d, dmin; 3 chunks of scale bytes; 32 chunks of nibbles): sub-block s is the low (even s)
-// or high nibbles of chunks 3 + 8 (s / 2) .. 3 + 8 (s / 2) + 7. Scale and minimum of sub-block s
-// in each 32-bit lane come from the scale chunks (ggml's get_scale_min_k4 in every lane): w[0] =
-// bytes 0-3, w[1] = 4-7, w[2] = 8-11.
+// or high nibbles of chunks 3 + 8 (s / 2) .. 3 + 8 (s / 2) + 7. Q5_K has 8 chunks of high bits
+// (qh) before its nibbles (which start at chunk 11): bit s of each byte is the fifth bit of the
+// value in sub-block s. Scale and minimum of sub-block s in each 32-bit lane come from the scale
+// chunks (ggml's get_scale_min_k4 in every lane): w[0] = bytes 0-3, w[1] = 4-7, w[2] = 8-11.
 // Q4_K's scale and minimum of sub-block s, Q6_K's int8 scale i (from its 4 chunks of scales) and
 // its values, in each lane: for 8 lanes (AVX2) and 16 (AVX-512), written once.
 #define SPECDEC_LANE_SCALES(ATTR, V, P, S)                                                      \
@@ -922,8 +935,11 @@ SPECDEC_LANE_SCALES(SPECDEC_AVX2, __m256i, _mm256, si256)
 SPECDEC_LANE_SCALES(SPECDEC_AVX512_VNNI, __m512i, _mm512, si512)
 #undef SPECDEC_LANE_SCALES
 
-struct Q4_KLanes {
-  static constexpr GgmlType kType = GgmlType::kQ4_K;
+template <GgmlType T>
+struct KLanes {  // Q4_K, Q5_K
+  static constexpr GgmlType kType = T;
+  static constexpr bool kQ5 = T == GgmlType::kQ5_K;
+  static constexpr int kNibbles = kQ5 ? 11 : 3;  // the first chunk of nibbles
   template <int TB>
   SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
                                            int64_t sb, int64_t t, __m512 (&acc)[TB]) {
@@ -940,8 +956,14 @@ struct Q4_KLanes {
           _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min)), _mm512_set1_ps(-0.0f));
       __m512i wq[8];
       for (int i = 0; i < 8; ++i) {
-        const __m512i raw = chunk512(blk, 4, 3 + 8 * (s / 2) + i);
+        const __m512i raw = chunk512(blk, 4, kNibbles + 8 * (s / 2) + i);
         wq[i] = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, m4);
+        if constexpr (kQ5)
+          wq[i] = _mm512_or_si512(
+              wq[i],
+              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(chunk512(blk, 4, 3 + i), s),
+                                                 _mm512_set1_epi8(1)),
+                                4));
       }
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
@@ -973,17 +995,27 @@ struct Q4_KLanes {
           _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min)), _mm256_set1_ps(-0.0f));
       __m256i wq[8];
       for (int i = 0; i < 8; ++i) {
-        const __m256i raw = chunk256(blk, 4, 3 + 8 * (s / 2) + i, h);
+        const __m256i raw = chunk256(blk, 4, kNibbles + 8 * (s / 2) + i, h);
         wq[i] = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+        if constexpr (kQ5)
+          wq[i] = _mm256_or_si256(
+              wq[i],
+              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(chunk256(blk, 4, 3 + i, h), s),
+                                                 _mm256_set1_epi8(1)),
+                                4));
       }
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
         const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
-        __m256i s16 = _mm256_setzero_si256();  // at most 8 x 2 products of 15 x 127
-        for (int i = 0; i < 8; ++i)
-          s16 = _mm256_add_epi16(s16,
-                                 _mm256_maddubs_epi16(wq[i], _mm256_set1_epi32(bytes4(q + 4 * i))));
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s16, ones)),
+        __m256i isum = _mm256_setzero_si256();
+        for (int i = 0; i < 8; i += 4) {  // 16-bit sums of 4 x 2 products of 31 x 127 at most
+          __m256i s16 = _mm256_setzero_si256();
+          for (int c = i; c < i + 4; ++c)
+            s16 = _mm256_add_epi16(
+                s16, _mm256_maddubs_epi16(wq[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16, ones));
+        }
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum),
                                  _mm256_mul_ps(dsc, _mm256_set1_ps(x.d[e])), acc[j]);
         acc[j] = _mm256_fmadd_ps(neg_dmin, _mm256_set1_ps(x.s[e]), acc[j]);
       }
@@ -1163,7 +1195,9 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ4_1:
         return rows_interleaved<Lanes16<Q4Lanes<GgmlType::kQ4_1>>>;
       case GgmlType::kQ4_K:
-        return rows_interleaved<Lanes16<Q4_KLanes>>;
+        return rows_interleaved<Lanes16<KLanes<GgmlType::kQ4_K>>>;
+      case GgmlType::kQ5_K:
+        return rows_interleaved<Lanes16<KLanes<GgmlType::kQ5_K>>>;
       case GgmlType::kQ6_K:
         return rows_interleaved<Lanes16<Q6_KLanes>>;
       default:
@@ -1179,7 +1213,9 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ4_1:
         return rows_interleaved<Lanes8x2<Q4Lanes<GgmlType::kQ4_1>>>;
       case GgmlType::kQ4_K:
-        return rows_interleaved<Lanes8x2<Q4_KLanes>>;
+        return rows_interleaved<Lanes8x2<KLanes<GgmlType::kQ4_K>>>;
+      case GgmlType::kQ5_K:
+        return rows_interleaved<Lanes8x2<KLanes<GgmlType::kQ5_K>>>;
       case GgmlType::kQ6_K:
         return rows_interleaved<Lanes8x2<Q6_KLanes>>;
       default: break;
@@ -1249,6 +1285,8 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
         return rows_interleaved<GroupPortable<GgmlType::kQ4_1>>;
       case GgmlType::kQ4_K:
         return rows_interleaved<GroupPortable<GgmlType::kQ4_K>>;
+      case GgmlType::kQ5_K:
+        return rows_interleaved<GroupPortable<GgmlType::kQ5_K>>;
       case GgmlType::kQ6_K:
         return rows_interleaved<GroupPortable<GgmlType::kQ6_K>>;
       default: break;
@@ -1276,7 +1314,7 @@ constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keep
 
 bool has_int8_kernel(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
-         type == GgmlType::kQ4_K || type == GgmlType::kQ6_K;
+         type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
 }
 
 const char* isa_name(Isa isa) {
@@ -1413,6 +1451,8 @@ void with_format(GgmlType type, F&& f) {
       return f.template operator()<GgmlType::kQ4_1>();
     case GgmlType::kQ4_K:
       return f.template operator()<GgmlType::kQ4_K>();
+    case GgmlType::kQ5_K:
+      return f.template operator()<GgmlType::kQ5_K>();
     case GgmlType::kQ6_K:
       return f.template operator()<GgmlType::kQ6_K>();
     default:

@@ -22,8 +22,8 @@ using RowsFn = void (*)(const void* x, int64_t t_rows, int64_t k, const uint8_t*
 struct LinearKernel {
   RowsFn rows = nullptr;
   // x reaches `rows` as an ActView (ActRows) instead of floats: an exact integer dot product per
-  // block of 32, as llama.cpp computes Q8_0/Q4_0/Q4_1/Q4_K/Q6_K (faster; the values differ from the
-  // float32 kernel's on the dequantized weights, still batch-invariant).
+  // block of 32, as llama.cpp computes Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K (faster; the values differ
+  // from the float32 kernel's on the dequantized weights, still batch-invariant).
   bool int8_activations = false;
   // The weight rows are stored interleaved kInterleave at a time (prepare_weights), so that one
   // sequential read feeds kInterleave outputs in the lanes of a register: every 8-bit-activation
@@ -60,7 +60,7 @@ struct ActRows {
   std::vector<float> d, s;
   std::vector<int32_t> sum, sum16;
 };
-// True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
+// True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).
 bool has_int8_kernel(GgmlType type);
 // The kernel families: AVX-512 (F, BW, DQ, VL; VNNI for 8-bit activations where the CPU has it)
 // and AVX2 (with FMA and F16C) give bitwise the same results; the portable fixed-order kernel (any

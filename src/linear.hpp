@@ -24,7 +24,7 @@ class Linear {
   // Dense weights [N, K] (float32, bfloat16 or float16, any device), kept as they are.
   explicit Linear(at::Tensor w, at::Tensor b = {});
   // Block-quantized weights: `bytes` [N, row_bytes] (CPU uint8) of `type`, K columns per row. With
-  // `int8_activations`, Q8_0/Q4_0/Q4_1/Q4_K/Q6_K run the 8-bit-activation kernel
+  // `int8_activations`, Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K run the 8-bit-activation kernel
   // (kernels::LinearKernel); Q4_0's reorders the rows (kernels::prepare_weights): in place when
   // `bytes` is the only reference to its storage (pass it with std::move), else in a copy.
   Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {}, bool int8_activations = false);

@@ -78,10 +78,10 @@ struct LoadOptions {
   c10::Device device = c10::Device(c10::kCPU);  // cpu or cuda[:N]
   at::ScalarType dtype = at::kFloat;            // compute dtype: float32, bfloat16, float16
   WeightFormat weights = WeightFormat::kAsStored;
-  // Q8_0, Q4_0, Q4_1, Q4_K and Q6_K matrices multiply activations quantized per row to 8-bit blocks (integer dot
-  // products, as llama.cpp does): faster, but the logits are no longer those of the float32 model
-  // on the dequantized weights. Greedy speculation stays exact (every row is still computed in one
-  // fixed order); other formats ignore it.
+  // Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices multiply activations quantized per row to 8-bit
+  // blocks (integer dot products, as llama.cpp does): faster, but the logits are no longer those of
+  // the float32 model on the dequantized weights. Greedy speculation stays exact (every row is
+  // still computed in one fixed order); other formats ignore it.
   bool int8_activations = false;
 };
 

@@ -178,8 +178,8 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
 // split it into d_w d_x sum(q_w q_x) per block plus m_w s_x), and is bitwise batch-invariant.
 TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   const int64_t n = 21;
-  for (GgmlType type :
-       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K,
+                        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const std::string name = ggml_type_name(static_cast<uint32_t>(type));
     const int64_t k = ggml_block_elements(type) == 256 ? 512 : 96;  // 96: an odd number of blocks
     const at::Tensor bytes = random_blocks(type, n, k);
@@ -248,15 +248,20 @@ float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::Ac
         if (q4_1) acc = std::fma(half_bits(blk + 2), sx, acc);
         break;
       }
-      case GgmlType::kQ4_K: {  // d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of
-                               // nibbles
-        const uint8_t* blk = row + b / 8 * 144;
+      // Q4_K: d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles; Q5_K: the
+      // same with 32 bytes of fifth bits before the nibbles
+      case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K: {
+        const bool q5 = type == GgmlType::kQ5_K;
+        const uint8_t* blk = row + b / 8 * (q5 ? 176 : 144);
         const int s = static_cast<int>(b % 8);
         const uint8_t* sc = blk + 4;
         const int scale = s < 4 ? sc[s] & 63 : (sc[s + 4] & 15) | ((sc[s - 4] >> 6) << 4);
         const int min = s < 4 ? sc[s + 4] & 63 : (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-        for (int j = 0; j < 32; ++j)
-          isum += ((blk[16 + 32 * (s / 2) + j] >> (4 * (s % 2))) & 15) * x[j];
+        for (int j = 0; j < 32; ++j) {  // ggml: qh[l] & u1 (1, 4, 16, 64) or u2 (2, 8, 32, 128)
+          const int low = (blk[(q5 ? 48 : 16) + 32 * (s / 2) + j] >> (4 * (s % 2))) & 15;
+          isum += (low + (q5 && (blk[16 + j] & (1 << s)) ? 16 : 0)) * x[j];
+        }
         acc = std::fma(static_cast<float>(isum), half_bits(blk) * static_cast<float>(scale) * dx,
                        acc);
         acc = std::fma(-(half_bits(blk + 2) * static_cast<float>(min)), sx, acc);
@@ -287,8 +292,8 @@ float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::Ac
 // interleaved rows and the plain rows after them, any pass size and thread count.
 TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) {
   const int64_t n = 37, threads = at::get_num_threads();  // 2 groups of 16 and 5 plain rows
-  for (GgmlType type :
-       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K})
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K,
+                        GgmlType::kQ5_K, GgmlType::kQ6_K})
     for (int64_t k : {256, 2048}) {
       const std::string name = ggml_type_name(static_cast<uint32_t>(type));
       const at::Tensor plain = random_blocks(type, n, k), x = at::randn({20, k});
@@ -336,7 +341,8 @@ TEST(LinearKernel, InterleavedRowsKeepEveryRow) {
   EXPECT_EQ(in_place.tensors()[0].data_ptr<uint8_t>(), where);  // reordered where it was
   EXPECT_FALSE(at::equal(in_place.tensors()[0], plain));
   for (GgmlType type :  // every interleaved format gives every row back
-       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K}) {
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ5_K,
+        GgmlType::kQ6_K}) {
     const kernels::LinearKernel kernel = kernels::linear_kernel(type, true);
     const at::Tensor rows = random_blocks(type, n, 256);
     at::Tensor w = rows.clone();
