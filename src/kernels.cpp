@@ -78,9 +78,13 @@ inline float half_at(const uint8_t* p) {
 // float16 scales: kFields bytes from kFieldsAt) first, each for the 16 rows one after the other,
 // then every 4 bytes of the rest of the block (in block order) for the 16 rows.
 template <class I>
+constexpr bool in_fields(int64_t j) {
+  return j >= I::kFieldsAt && j < I::kFieldsAt + I::kFields;
+}
+template <class I>
 constexpr int64_t interleaved_offset(int64_t b, int64_t r, int64_t j) {
   const int64_t base = b * kInterleave * I::kBytes;
-  if (j >= I::kFieldsAt && j < I::kFieldsAt + I::kFields)
+  if (in_fields<I>(j))
     return base + (j - I::kFieldsAt) / 2 * 2 * kInterleave + 2 * r + (j - I::kFieldsAt) % 2;
   const int64_t rest = j < I::kFieldsAt ? j : j - I::kFields;  // position among the other bytes
   return base + I::kFields * kInterleave + rest / 4 * 4 * kInterleave + 4 * r + rest % 4;
@@ -89,7 +93,7 @@ constexpr int64_t interleaved_offset(int64_t b, int64_t r, int64_t j) {
 // The bytes of a block that move together from byte j: a 2-byte field, or 4 other bytes.
 template <class I>
 constexpr int64_t piece(int64_t j) {
-  return j >= I::kFieldsAt && j < I::kFieldsAt + I::kFields ? 2 : 4;
+  return in_fields<I>(j) ? 2 : 4;
 }
 
 // Each format's block layout and one row's block b (plain bytes) against activation row t.
@@ -775,13 +779,16 @@ inline int32_t bytes4(const int8_t* p) {  // 4 activations as one 32-bit word
   return v;
 }
 
-// The `kChunks` chunks of 4 bytes starting at chunk c0 of a block, for 16 lanes or half h.
-SPECDEC_AVX512_VNNI inline __m512i chunk512(const uint8_t* blk, int64_t fields, int c) {
-  return _mm512_loadu_si512(blk + fields * kInterleave + 64 * c);
+// Chunk c (4 bytes of each row, after the fields) of a block of format T, for the 16 lanes or for
+// half h.
+template <GgmlType T>
+SPECDEC_AVX512_VNNI inline __m512i chunk512(const uint8_t* blk, int c) {
+  return _mm512_loadu_si512(blk + Interleaved<T>::kFields * kInterleave + 64 * c);
 }
-SPECDEC_AVX2 inline __m256i chunk256(const uint8_t* blk, int64_t fields, int c, int h) {
-  return _mm256_loadu_si256(
-      reinterpret_cast<const __m256i*>(blk + fields * kInterleave + 64 * c + 32 * h));
+template <GgmlType T>
+SPECDEC_AVX2 inline __m256i chunk256(const uint8_t* blk, int c, int h) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+      blk + Interleaved<T>::kFields * kInterleave + 64 * c + 32 * h));
 }
 // 2-byte field f (a float16 scale) of the 16 rows, or of half h.
 SPECDEC_AVX512_VNNI inline __m512 field512(const uint8_t* blk, int f) {
@@ -799,7 +806,7 @@ struct Q8_0Lanes {  // d; 8 chunks of signed values
     const __m512 dw = field512(blk, 0);
     __m512i u[8];  // q + 128, unsigned
     for (int c = 0; c < 8; ++c)
-      u[c] = _mm512_xor_si512(chunk512(blk, 2, c), _mm512_set1_epi8(-128));
+      u[c] = _mm512_xor_si512(chunk512<kType>(blk, c), _mm512_set1_epi8(-128));
     for (int j = 0; j < TB; ++j) {
       const int64_t e = (t + j) * (k / 32) + b;
       const int8_t* q = x.q + (t + j) * k + b * 32;
@@ -818,7 +825,7 @@ struct Q8_0Lanes {  // d; 8 chunks of signed values
     const __m256 dw = field256(blk, 0, h);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i w[8];
-    for (int c = 0; c < 8; ++c) w[c] = chunk256(blk, 2, c, h);
+    for (int c = 0; c < 8; ++c) w[c] = chunk256<kType>(blk, c, h);
     for (int j = 0; j < TB; ++j) {
       const int64_t e = (t + j) * (k / 32) + b;
       const int8_t* q = x.q + (t + j) * k + b * 32;
@@ -841,7 +848,6 @@ struct Q8_0Lanes {  // d; 8 chunks of signed values
 template <GgmlType T>
 struct Q4Lanes {
   static constexpr GgmlType kType = T;
-  static constexpr int64_t kFields = T == GgmlType::kQ4_1 ? 4 : 2;
   template <int TB>
   SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
                                            int64_t b, int64_t t, __m512 (&acc)[TB]) {
@@ -849,7 +855,7 @@ struct Q4Lanes {
     const __m512 dw = field512(blk, 0);
     __m512i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) {
-      const __m512i raw = chunk512(blk, kFields, c);
+      const __m512i raw = chunk512<kType>(blk, c);
       lo[c] = _mm512_and_si512(raw, m4);
       hi[c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
     }
@@ -875,7 +881,7 @@ struct Q4Lanes {
     const __m256 dw = field256(blk, 0, h);
     __m256i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) {
-      const __m256i raw = chunk256(blk, kFields, c, h);
+      const __m256i raw = chunk256<kType>(blk, c, h);
       lo[c] = _mm256_and_si256(raw, m4);
       hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
     }
@@ -946,7 +952,7 @@ struct KLanes {  // Q4_K, Q5_K
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512 d = field512(blk, 0), dmin = field512(blk, 1);
     __m512i words[3];
-    for (int i = 0; i < 3; ++i) words[i] = chunk512(blk, 4, i);
+    for (int i = 0; i < 3; ++i) words[i] = chunk512<kType>(blk, i);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       __m512i scale, min;
@@ -956,12 +962,12 @@ struct KLanes {  // Q4_K, Q5_K
           _mm512_xor_ps(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(min)), _mm512_set1_ps(-0.0f));
       __m512i wq[8];
       for (int i = 0; i < 8; ++i) {
-        const __m512i raw = chunk512(blk, 4, kNibbles + 8 * (s / 2) + i);
+        const __m512i raw = chunk512<kType>(blk, kNibbles + 8 * (s / 2) + i);
         wq[i] = _mm512_and_si512(s % 2 ? _mm512_srli_epi16(raw, 4) : raw, m4);
         if constexpr (kQ5)
           wq[i] = _mm512_or_si512(
               wq[i],
-              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(chunk512(blk, 4, 3 + i), s),
+              _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(chunk512<kType>(blk, 3 + i), s),
                                                  _mm512_set1_epi8(1)),
                                 4));
       }
@@ -985,7 +991,7 @@ struct KLanes {  // Q4_K, Q5_K
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256 d = field256(blk, 0, h), dmin = field256(blk, 1, h);
     __m256i words[3];
-    for (int i = 0; i < 3; ++i) words[i] = chunk256(blk, 4, i, h);
+    for (int i = 0; i < 3; ++i) words[i] = chunk256<kType>(blk, i, h);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       __m256i scale, min;
@@ -995,14 +1001,14 @@ struct KLanes {  // Q4_K, Q5_K
           _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(min)), _mm256_set1_ps(-0.0f));
       __m256i wq[8];
       for (int i = 0; i < 8; ++i) {
-        const __m256i raw = chunk256(blk, 4, kNibbles + 8 * (s / 2) + i, h);
+        const __m256i raw = chunk256<kType>(blk, kNibbles + 8 * (s / 2) + i, h);
         wq[i] = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
         if constexpr (kQ5)
           wq[i] = _mm256_or_si256(
-              wq[i],
-              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(chunk256(blk, 4, 3 + i, h), s),
-                                                 _mm256_set1_epi8(1)),
-                                4));
+              wq[i], _mm256_slli_epi16(
+                         _mm256_and_si256(_mm256_srli_epi16(chunk256<kType>(blk, 3 + i, h), s),
+                                          _mm256_set1_epi8(1)),
+                         4));
       }
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
@@ -1034,14 +1040,14 @@ struct Q6_KLanes {
                                            int64_t sb, int64_t t, __m512 (&acc)[TB]) {
     const __m512 d = field512(blk, 0);
     __m512i sc[4];
-    for (int i = 0; i < 4; ++i) sc[i] = chunk512(blk, 2, 48 + i);
+    for (int i = 0; i < 4; ++i) sc[i] = chunk512<kType>(blk, 48 + i);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       const int h = s / 4, r = s % 4;
       __m512i u[8];  // q + 32
       for (int i = 0; i < 8; ++i)
-        u[i] = q6_k_values(chunk512(blk, 2, 16 * h + 8 * (r % 2) + i),
-                           chunk512(blk, 2, 32 + 8 * h + i), r);
+        u[i] = q6_k_values(chunk512<kType>(blk, 16 * h + 8 * (r % 2) + i),
+                           chunk512<kType>(blk, 32 + 8 * h + i), r);
       const __m512i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
@@ -1065,14 +1071,14 @@ struct Q6_KLanes {
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 d = field256(blk, 0, hh);
     __m256i sc[4];
-    for (int i = 0; i < 4; ++i) sc[i] = chunk256(blk, 2, 48 + i, hh);
+    for (int i = 0; i < 4; ++i) sc[i] = chunk256<kType>(blk, 48 + i, hh);
 #pragma GCC unroll 8
     for (int s = 0; s < 8; ++s) {
       const int h = s / 4, r = s % 4;
       __m256i u[8];  // q + 32
       for (int i = 0; i < 8; ++i)
-        u[i] = q6_k_values(chunk256(blk, 2, 16 * h + 8 * (r % 2) + i, hh),
-                           chunk256(blk, 2, 32 + 8 * h + i, hh), r);
+        u[i] = q6_k_values(chunk256<kType>(blk, 16 * h + 8 * (r % 2) + i, hh),
+                           chunk256<kType>(blk, 32 + 8 * h + i, hh), r);
       const __m256i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
