@@ -356,7 +356,7 @@ void ggml_quantize(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SPECDEC_CHECK(fd >= 0, path, ": cannot open GGUF file: ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -369,8 +369,12 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     throw Error(detail::concat(path, ": file of ", map_size_, " bytes is too short for a GGUF header (24 bytes)"));
   }
   map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  SPECDEC_CHECK(map_ != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
+  if (map_ == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(detail::concat(path, ": mmap failed: ", std::strerror(err)));
+  }
+  fd_ = fd;
   try {
     const auto* base = static_cast<const uint8_t*>(map_);
     const Limits lim = limits();
@@ -465,13 +469,14 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       SPECDEC_CHECK(spans[k].first >= spans[k - 1].second, path, ": tensor data overlap at offset ", spans[k].first);
   } catch (...) {
     ::munmap(map_, map_size_);
-    map_ = nullptr;
+    ::close(fd_);
     throw;
   }
 }
 
 GgufFile::~GgufFile() {
-  if (map_) ::munmap(map_, map_size_);
+  ::munmap(map_, map_size_);
+  ::close(fd_);
 }
 
 const GgufValue& GgufFile::value(const std::string& key) const {
@@ -550,14 +555,34 @@ at::Tensor GgufFile::load(const std::string& name, at::ScalarType dtype, c10::De
   auto it = tensors_.find(name);
   SPECDEC_CHECK(it != tensors_.end(), path_, ": no tensor named '", name, "'");
   const GgufTensorInfo& t = it->second;
+  const at::ScalarType stored = t.type == GgmlType::kF32    ? at::kFloat
+                                : t.type == GgmlType::kF16  ? at::kHalf
+                                : t.type == GgmlType::kBF16 ? at::kBFloat16
+                                                            : at::kByte;
+  if (stored == dtype) {  // the bytes as they are: no float32 copy beside them
+    at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(dtype));
+    read(t, out.data_ptr());
+    return device.is_cpu() ? out : out.to(device);
+  }
   at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(at::kFloat));
-  ggml_dequantize(t.type, data(t), out.data_ptr<float>(), t.numel);
-  release(t);
+  const TypeEntry& e = type_entry(t.type);
+  const int64_t blocks = std::max<int64_t>(1, (int64_t{1} << 20) / e.block_bytes);
+  std::vector<uint8_t> piece(static_cast<size_t>(blocks * e.block_bytes));
+  for (int64_t at = 0; at < t.numel; at += blocks * e.block_elements) {
+    const int64_t n = std::min(blocks * e.block_elements, t.numel - at);
+    const uint64_t offset = static_cast<uint64_t>(at / e.block_elements * e.block_bytes);
+    read_at(fd_, file_offset(t) + offset, piece.data(), static_cast<size_t>(n / e.block_elements * e.block_bytes), path_);
+    ggml_dequantize(t.type, piece.data(), out.data_ptr<float>() + at, n);
+  }
   if (dtype == at::kFloat && device.is_cpu()) return out;
   return out.to(device, dtype);
 }
 
-void GgufFile::release(const GgufTensorInfo& info) const { release_mapped(data(info), data(info) + info.bytes); }
+uint64_t GgufFile::file_offset(const GgufTensorInfo& info) const {
+  return static_cast<uint64_t>(data(info) - static_cast<const uint8_t*>(map_));
+}
+
+void GgufFile::read(const GgufTensorInfo& info, void* dst) const { read_at(fd_, file_offset(info), dst, info.bytes, path_); }
 
 bool find_gguf(const std::string& path, std::string* resolved) {
   struct stat st {};

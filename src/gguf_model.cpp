@@ -151,8 +151,8 @@ at::Tensor GgufWeights::unpermute(const GgufTensorInfo& t, at::Tensor x) const {
 at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10::Device device,
                              const std::vector<int64_t>& expected_shape) const {
   const GgufTensorInfo& t = checked(name, expected_shape);
-  const at::Tensor x = unpermute(t, file_.load(t.name, at::kFloat, c10::Device(c10::kCPU)));  // [rows, ...]
-  return dtype == at::kFloat && device.is_cpu() ? x : x.to(device, dtype);
+  const at::Tensor x = unpermute(t, file_.load(t.name, dtype, c10::Device(c10::kCPU)));  // [rows, ...]
+  return device.is_cpu() ? x : x.to(device);
 }
 
 bool GgufWeights::load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape,
@@ -162,8 +162,7 @@ bool GgufWeights::load_blocks(const std::string& name, const std::vector<int64_t
     return false;
   const int64_t rows = t.shape[0], row_bytes = static_cast<int64_t>(t.bytes) / rows;
   at::Tensor b = at::empty({rows, row_bytes}, at::kByte);
-  std::memcpy(b.data_ptr<uint8_t>(), file_.data(t), t.bytes);
-  file_.release(t);
+  file_.read(t, b.data_ptr<uint8_t>());
   *bytes = unpermute(t, b);
   *type = static_cast<uint32_t>(t.type);
   return true;

@@ -169,6 +169,7 @@ at::Tensor WeightLoader::stored(const std::string& name, const std::vector<int64
 
 Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>& shape, at::Tensor bias) const {
   SPECDEC_CHECK(shape.size() == 2, "WeightLoader::linear: '", name, "' needs its [N, K] shape");
+  release_free_heap();  // what the layers loaded so far freed (fused parts, conversions)
   at::Tensor bytes;
   uint32_t type = 0;
   if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))

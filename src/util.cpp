@@ -1,10 +1,15 @@
 #include "util.hpp"
 
 #include <ftw.h>
-#include <sys/mman.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -87,11 +92,22 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
   }
 }
 
-void release_mapped(const void* begin, const void* end) {
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page;
-  const uintptr_t e = reinterpret_cast<uintptr_t>(end) / page * page;
-  if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);  // advice only: failure is harmless
+void read_at(int fd, uint64_t offset, void* dst, size_t bytes, const std::string& path) {
+  auto* d = static_cast<uint8_t*>(dst);
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = ::pread(fd, d + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw Error(detail::concat(path, ": read of ", bytes, " bytes at offset ", offset, " failed: ",
+                                 n == 0 ? "unexpected end of file" : std::strerror(errno)));
+    done += static_cast<size_t>(n);
+  }
+}
+
+void release_free_heap() {
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
 }
 
 }  // namespace specdec

@@ -44,7 +44,7 @@ const DtypeEntry* find_dtype(at::ScalarType type) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   SPECDEC_CHECK(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -58,8 +58,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                                " bytes, the 8-byte header length alone needs 8)"));
   }
   map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  SPECDEC_CHECK(map_ != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
+  if (map_ == MAP_FAILED) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(detail::concat(path, ": mmap failed: ", std::strerror(err)));
+  }
+  fd_ = fd;
   try {
     const auto* bytes = static_cast<const uint8_t*>(map_);
     uint64_t header_len = 0;
@@ -153,13 +157,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
   } catch (...) {
     ::munmap(map_, map_size_);
-    map_ = nullptr;
+    ::close(fd_);
     throw;
   }
 }
 
 SafetensorsFile::~SafetensorsFile() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
+  ::munmap(map_, map_size_);
+  ::close(fd_);
 }
 
 at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype,
@@ -168,10 +173,10 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype,
   SPECDEC_CHECK(it != tensors_.end(), path_, ": no tensor named '", name, "'");
   const TensorInfo& info = it->second;
   const DtypeEntry* dt = find_dtype(info.dtype);
-  // Copy out of the mapping first: the mapping may be unaligned and is released with this object.
+  // Read from the file (read_at says why not through the mapping, which may be unaligned too).
   at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(dt->type));
-  if (info.end > info.begin) std::memcpy(raw.data_ptr(), data_ + info.begin, info.end - info.begin);
-  release_mapped(data_ + info.begin, data_ + info.end);
+  read_at(fd_, static_cast<uint64_t>(data_ + info.begin - static_cast<const uint8_t*>(map_)), raw.data_ptr(),
+          info.end - info.begin, path_);
   return raw.to(device, dtype);
 }
 

@@ -94,16 +94,19 @@ class GgufFile {
 
   // The stored bytes of a tensor (inside the mapping, valid while this object lives).
   const uint8_t* data(const GgufTensorInfo& info) const { return data_ + info.offset; }
-  // Drops the tensor's pages from resident memory after its bytes were copied out (they are read
-  // from the file again if touched): loading holds no mapped tensor beside its converted copy.
-  void release(const GgufTensorInfo& info) const;
-  // The tensor dequantized to float32 and converted to `dtype` on `device` (then released).
+  // Reads the tensor's stored bytes into `dst` (info.bytes of them) from the file, not through
+  // the mapping, so none of its pages become this process's memory.
+  void read(const GgufTensorInfo& info, void* dst) const;
+  // The tensor as `dtype` on `device`: its bytes as stored when `dtype` is its own type, else
+  // dequantized to float32 (1 MiB of the file at a time) and converted.
   at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device) const;
 
  private:
   std::string path_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
+  uint64_t file_offset(const GgufTensorInfo& info) const;
+  int fd_ = -1;  // open while the mapping lives: read() reads tensors through it
   void* map_ = nullptr;
   size_t map_size_ = 0;
   const uint8_t* data_ = nullptr;

@@ -6,6 +6,9 @@
 #include <c10/util/Half.h>
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -548,6 +551,94 @@ TEST(GgufModel, GeneratedLlamaGivesTheSafetensorsLogitsBitwise) {
   WeightStore w(dir);
   const at::Tensor q = w.load("model.layers.0.self_attn.q_proj.weight", at::kFloat, c10::Device(c10::kCPU));
   EXPECT_FALSE(at::equal(q, llama_cpp_permute(q, 4)));
+}
+
+namespace {
+// A kB figure of /proc/self/status ("VmRSS", "VmHWM").
+int64_t status_kb(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + ":", 0) == 0) return std::stoll(line.substr(key.size() + 1));
+  ADD_FAILURE() << "no " << key << " in /proc/self/status";
+  return 0;
+}
+
+// A 4-layer Llama (hidden 512, vocabulary 32768, untied head) with random weights, its matrices
+// as `type` (F16 or Q8_0); `weight_bytes` gets the bytes of all its tensors.
+std::string random_llama_gguf(const std::string& name, GgmlType type, int64_t* weight_bytes) {
+  const int64_t h = 512, inter = 1536, vocab = 32768, layers = 4;
+  GgufWriter g;
+  g.str("general.architecture", "llama");
+  g.u32("llama.context_length", 256);
+  g.u32("llama.embedding_length", h);
+  g.u32("llama.block_count", layers);
+  g.u32("llama.feed_forward_length", inter);
+  g.u32("llama.attention.head_count", 8);
+  g.u32("llama.attention.head_count_kv", 4);
+  g.f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
+  g.u32("llama.vocab_size", vocab);
+  g.u32("tokenizer.ggml.eos_token_id", 2);
+  *weight_bytes = 0;
+  auto add = [&](const std::string& tensor, int64_t n, int64_t k, bool matrix) {
+    const at::Tensor x = at::randn({n, k}) * 0.05;
+    std::string data;
+    if (!matrix) {
+      g.f32_tensor(tensor, x.view({k}));
+    } else if (type == GgmlType::kF16) {
+      const at::Tensor f = x.to(at::kHalf).contiguous();
+      data.assign(static_cast<const char*>(f.data_ptr()), f.numel() * 2);
+    } else {
+      data.resize(static_cast<size_t>(n * k / 32 * ggml_block_bytes(type)));
+      ggml_quantize(type, x.contiguous().data_ptr<float>(), reinterpret_cast<uint8_t*>(data.data()), n * k);
+    }
+    if (matrix) g.tensors.push_back({tensor, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, static_cast<uint32_t>(type), data});
+    *weight_bytes += static_cast<int64_t>(matrix ? data.size() : k * 4);
+  };
+  add("token_embd.weight", vocab, h, true);
+  add("output.weight", vocab, h, true);
+  add("output_norm.weight", 1, h, false);
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    add(b + "attn_norm.weight", 1, h, false);
+    add(b + "ffn_norm.weight", 1, h, false);
+    add(b + "attn_q.weight", h, h, true);
+    add(b + "attn_k.weight", h / 2, h, true);
+    add(b + "attn_v.weight", h / 2, h, true);
+    add(b + "attn_output.weight", h, h, true);
+    add(b + "ffn_gate.weight", inter, h, true);
+    add(b + "ffn_up.weight", inter, h, true);
+    add(b + "ffn_down.weight", h, inter, true);
+  }
+  return gguf_file(name, g.bytes());
+}
+}  // namespace
+
+// Issue 13's memory goal, measured on the loader alone: loading a GGUF never holds more than one
+// copy of a tensor (no float32 copy of a 16-bit tensor, no mapped pages beside their copy, no
+// freed buffers kept as holes in the heap): the process's peak resident memory grows by at most
+// 1.15x the weights' bytes. (Peak = VmHWM, reset through /proc/self/clear_refs; left out of the
+// sanitizer job, whose allocator keeps freed memory in quarantine.)
+TEST(GgufModel, LoadingHoldsOneCopyOfTheWeights) {
+  for (const GgmlType type : {GgmlType::kF16, GgmlType::kQ8_0})
+    for (const bool int8 : {false, true}) {
+      if (type == GgmlType::kF16 && int8) continue;
+      int64_t bytes = 0;
+      const std::string path = random_llama_gguf("memory.gguf", type, &bytes);
+      LoadOptions o;
+      o.int8_activations = int8;
+      load_model(path, o);  // once first: libtorch's own start-up (thread pools) is not the loader's
+      ::malloc_trim(0);     // ... nor the heap that load left behind
+      const int64_t before = status_kb("VmRSS");
+      std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
+      ASSERT_LE(status_kb("VmHWM"), before + 1024) << "the peak was not reset";
+      const auto model = load_model(path, o);
+      const double grown = static_cast<double>(status_kb("VmHWM") - before) * 1024;
+      std::printf("%s%s: the peak grew by %.1f MiB for %.1f MiB of weights\n", ggml_type_name(static_cast<uint32_t>(type)).c_str(),
+                  int8 ? " int8" : "", grown / 1048576, static_cast<double>(bytes) / 1048576);
+      EXPECT_LE(grown, 1.15 * static_cast<double>(bytes))
+          << ggml_type_name(static_cast<uint32_t>(type)) << (int8 ? " int8" : "") << ": peak grew by "
+          << grown / 1048576 << " MiB for " << static_cast<double>(bytes) / 1048576 << " MiB of weights";
+    }
 }
 
 TEST(GgufModel, MissingTensorAndUnsupportedArchitecture) {
