@@ -571,7 +571,8 @@ at::Tensor GgufFile::load(const std::string& name, at::ScalarType dtype, c10::De
   for (int64_t at = 0; at < t.numel; at += blocks * e.block_elements) {
     const int64_t n = std::min(blocks * e.block_elements, t.numel - at);
     const uint64_t offset = static_cast<uint64_t>(at / e.block_elements * e.block_bytes);
-    read_at(fd_, file_offset(t) + offset, piece.data(), static_cast<size_t>(n / e.block_elements * e.block_bytes), path_);
+    read_at(fd_, file_offset(t) + offset, piece.data(),
+            static_cast<size_t>(n / e.block_elements * e.block_bytes), path_);
     ggml_dequantize(t.type, piece.data(), out.data_ptr<float>() + at, n);
   }
   if (dtype == at::kFloat && device.is_cpu()) return out;
@@ -582,7 +583,9 @@ uint64_t GgufFile::file_offset(const GgufTensorInfo& info) const {
   return static_cast<uint64_t>(data(info) - static_cast<const uint8_t*>(map_));
 }
 
-void GgufFile::read(const GgufTensorInfo& info, void* dst) const { read_at(fd_, file_offset(info), dst, info.bytes, path_); }
+void GgufFile::read(const GgufTensorInfo& info, void* dst) const {
+  read_at(fd_, file_offset(info), dst, info.bytes, path_);
+}
 
 bool find_gguf(const std::string& path, std::string* resolved) {
   struct stat st {};

@@ -151,7 +151,8 @@ at::Tensor GgufWeights::unpermute(const GgufTensorInfo& t, at::Tensor x) const {
 at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10::Device device,
                              const std::vector<int64_t>& expected_shape) const {
   const GgufTensorInfo& t = checked(name, expected_shape);
-  const at::Tensor x = unpermute(t, file_.load(t.name, dtype, c10::Device(c10::kCPU)));  // [rows, ...]
+  const at::Tensor x =
+      unpermute(t, file_.load(t.name, dtype, c10::Device(c10::kCPU)));  // [rows, ...]
   return device.is_cpu() ? x : x.to(device);
 }
 

@@ -98,8 +98,9 @@ void read_at(int fd, uint64_t offset, void* dst, size_t bytes, const std::string
     const ssize_t n = ::pread(fd, d + done, bytes - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0)
-      throw Error(detail::concat(path, ": read of ", bytes, " bytes at offset ", offset, " failed: ",
-                                 n == 0 ? "unexpected end of file" : std::strerror(errno)));
+      throw Error(
+          detail::concat(path, ": read of ", bytes, " bytes at offset ", offset,
+                         " failed: ", n == 0 ? "unexpected end of file" : std::strerror(errno)));
     done += static_cast<size_t>(n);
   }
 }

@@ -1,14 +1,14 @@
 // Small private helpers shared by the implementation files.
 #pragma once
 
-#include <functional>
-#include <ostream>
+#include <c10/util/Exception.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
-
-#include <c10/util/Exception.h>
 
 #include "specdec/error.hpp"
 

@@ -175,8 +175,8 @@ at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype,
   const DtypeEntry* dt = find_dtype(info.dtype);
   // Read from the file (read_at says why not through the mapping, which may be unaligned too).
   at::Tensor raw = at::empty(info.shape, at::TensorOptions().dtype(dt->type));
-  read_at(fd_, static_cast<uint64_t>(data_ + info.begin - static_cast<const uint8_t*>(map_)), raw.data_ptr(),
-          info.end - info.begin, path_);
+  read_at(fd_, static_cast<uint64_t>(data_ + info.begin - static_cast<const uint8_t*>(map_)),
+          raw.data_ptr(), info.end - info.begin, path_);
   return raw.to(device, dtype);
 }
 

@@ -39,7 +39,7 @@ class SafetensorsFile {
  private:
   std::string path_;
   const uint8_t* data_ = nullptr;  // start of the data section inside the mapping
-  int fd_ = -1;                     // open while the mapping lives: load() reads tensors through it
+  int fd_ = -1;                    // open while the mapping lives: load() reads tensors through it
   void* map_ = nullptr;
   size_t map_size_ = 0;
   std::map<std::string, TensorInfo> tensors_;

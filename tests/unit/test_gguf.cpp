@@ -5,7 +5,6 @@
 #include <c10/core/InferenceMode.h>
 #include <c10/util/Half.h>
 #include <gtest/gtest.h>
-
 #include <malloc.h>
 
 #include <cstdio>
@@ -589,9 +588,14 @@ std::string random_llama_gguf(const std::string& name, GgmlType type, int64_t* w
       data.assign(static_cast<const char*>(f.data_ptr()), f.numel() * 2);
     } else {
       data.resize(static_cast<size_t>(n * k / 32 * ggml_block_bytes(type)));
-      ggml_quantize(type, x.contiguous().data_ptr<float>(), reinterpret_cast<uint8_t*>(data.data()), n * k);
+      ggml_quantize(type, x.contiguous().data_ptr<float>(), reinterpret_cast<uint8_t*>(data.data()),
+                    n * k);
     }
-    if (matrix) g.tensors.push_back({tensor, {static_cast<uint64_t>(k), static_cast<uint64_t>(n)}, static_cast<uint32_t>(type), data});
+    if (matrix)
+      g.tensors.push_back({tensor,
+                           {static_cast<uint64_t>(k), static_cast<uint64_t>(n)},
+                           static_cast<uint32_t>(type),
+                           data});
     *weight_bytes += static_cast<int64_t>(matrix ? data.size() : k * 4);
   };
   add("token_embd.weight", vocab, h, true);
@@ -626,18 +630,21 @@ TEST(GgufModel, LoadingHoldsOneCopyOfTheWeights) {
       const std::string path = random_llama_gguf("memory.gguf", type, &bytes);
       LoadOptions o;
       o.int8_activations = int8;
-      load_model(path, o);  // once first: libtorch's own start-up (thread pools) is not the loader's
-      ::malloc_trim(0);     // ... nor the heap that load left behind
+      load_model(path,
+                 o);     // once first: libtorch's own start-up (thread pools) is not the loader's
+      ::malloc_trim(0);  // ... nor the heap that load left behind
       const int64_t before = status_kb("VmRSS");
       std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM := VmRSS
       ASSERT_LE(status_kb("VmHWM"), before + 1024) << "the peak was not reset";
       const auto model = load_model(path, o);
       const double grown = static_cast<double>(status_kb("VmHWM") - before) * 1024;
-      std::printf("%s%s: the peak grew by %.1f MiB for %.1f MiB of weights\n", ggml_type_name(static_cast<uint32_t>(type)).c_str(),
-                  int8 ? " int8" : "", grown / 1048576, static_cast<double>(bytes) / 1048576);
+      std::printf("%s%s: the peak grew by %.1f MiB for %.1f MiB of weights\n",
+                  ggml_type_name(static_cast<uint32_t>(type)).c_str(), int8 ? " int8" : "",
+                  grown / 1048576, static_cast<double>(bytes) / 1048576);
       EXPECT_LE(grown, 1.15 * static_cast<double>(bytes))
-          << ggml_type_name(static_cast<uint32_t>(type)) << (int8 ? " int8" : "") << ": peak grew by "
-          << grown / 1048576 << " MiB for " << static_cast<double>(bytes) / 1048576 << " MiB of weights";
+          << ggml_type_name(static_cast<uint32_t>(type)) << (int8 ? " int8" : "")
+          << ": peak grew by " << grown / 1048576 << " MiB for "
+          << static_cast<double>(bytes) / 1048576 << " MiB of weights";
     }
 }
 
