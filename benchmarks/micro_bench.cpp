@@ -61,20 +61,20 @@ BENCHMARK(BM_TopPProcessor);
 
 // One 8192 x 2048 projection (64 MB in float32, beyond the 32 MB L3 of the machine measured) for
 // T tokens: libtorch's at::linear on float32 against specdec's Linear in each weight format
-// (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1, 5 Q4_K, 6 Q6_K; the K-quants hold
+// (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1, 5 Q4_K, 6 Q6_K, 7 float16; the K-quants hold
 // random bytes with a float16 scale of 0.01, as specdec has no quantizer for them). Eight matrices
 // rotate so each call streams its weights from memory; bytes/s counts the weight bytes read.
 void BM_Linear8192x2048(benchmark::State& state) {
   c10::InferenceMode guard;
   set_bench_threads();
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                            GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K};
+                            GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16};
   const GgmlType type = types[state.range(1)];
   std::vector<specdec::Linear> w;
   for (int i = 0; i < 8; ++i) {
     const at::Tensor f = at::randn({8192, 2048});
-    if (type == GgmlType::kF32 || type == GgmlType::kBF16) {
-      w.emplace_back(type == GgmlType::kF32 ? f : f.to(at::kBFloat16));
+    if (type == GgmlType::kF32 || type == GgmlType::kBF16 || type == GgmlType::kF16) {
+      w.emplace_back(type == GgmlType::kF32 ? f : f.to(type == GgmlType::kF16 ? at::kHalf : at::kBFloat16));
     } else {
       const int64_t block = specdec::ggml_block_elements(type), bytes_per_block = specdec::ggml_block_bytes(type);
       at::Tensor bytes = at::empty({8192, 2048 / block * bytes_per_block}, at::kByte);
@@ -97,7 +97,7 @@ void BM_Linear8192x2048(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * w[0].bytes());
   state.SetLabel(specdec::ggml_type_name(static_cast<uint32_t>(type)));
 }
-BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})->Unit(benchmark::kMillisecond);
 
 // One forward pass of a whole model over T new tokens after a 64-token context: the cost curve a
 // verification pass pays (T = K + 1) and prefill (T = 128). The model is SPECDEC_BENCH_MODEL,

@@ -706,8 +706,11 @@ SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
 }
 
 template <class Dec>
-struct FloatTilesZ {  // AVX-512: one 16-lane accumulator per output: 1 x 8 or 4 x 6 in registers
-  static constexpr int kMaxRows = 8, kWideRows = 4, kWideMaxRows = 6;
+// AVX-512: one 16-lane accumulator per output: 1 x 8, or 6 weight rows x 4 input rows in
+// prefill (4 x 6, the other way round, was 13-14% slower on an 8192 x 2048 F16 and F32 projection
+// over 128 rows: fewer input rows per tile keep more of x in L1 while the 6 weight rows stream).
+struct FloatTilesZ {
+  static constexpr int kMaxRows = 8, kWideRows = 6, kWideMaxRows = 4;
   template <int NB, int TB>
   SPECDEC_AVX512 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                   int64_t t, int64_t n_total, float* y) {
