@@ -276,6 +276,9 @@ std::string ggml_type_name(uint32_t type) {
 }
 int64_t ggml_block_elements(GgmlType type) { return type_entry(type).block_elements; }
 int64_t ggml_block_bytes(GgmlType type) { return type_entry(type).block_bytes; }
+at::ScalarType ggml_dtype(GgmlType type) {
+  return type == GgmlType::kF16 ? at::kHalf : type == GgmlType::kBF16 ? at::kBFloat16 : at::kFloat;
+}
 
 void ggml_dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   const TypeEntry& e = type_entry(type);
@@ -555,17 +558,14 @@ at::Tensor GgufFile::load(const std::string& name, at::ScalarType dtype, c10::De
   auto it = tensors_.find(name);
   SPECDEC_CHECK(it != tensors_.end(), path_, ": no tensor named '", name, "'");
   const GgufTensorInfo& t = it->second;
-  const at::ScalarType stored = t.type == GgmlType::kF32    ? at::kFloat
-                                : t.type == GgmlType::kF16  ? at::kHalf
-                                : t.type == GgmlType::kBF16 ? at::kBFloat16
-                                                            : at::kByte;
-  if (stored == dtype) {  // the bytes as they are: no float32 copy beside them
+  const TypeEntry& e = type_entry(t.type);
+  if (e.block_elements == 1 &&
+      ggml_dtype(t.type) == dtype) {  // as stored: no float32 copy beside them
     at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(dtype));
     read(t, out.data_ptr());
     return device.is_cpu() ? out : out.to(device);
   }
   at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(at::kFloat));
-  const TypeEntry& e = type_entry(t.type);
   const int64_t blocks = std::max<int64_t>(1, (int64_t{1} << 20) / e.block_bytes);
   std::vector<uint8_t> piece(static_cast<size_t>(blocks * e.block_bytes));
   for (int64_t at = 0; at < t.numel; at += blocks * e.block_elements) {

@@ -5,7 +5,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "specdec/error.hpp"
 #include "util.hpp"
@@ -177,8 +176,7 @@ std::vector<std::string> GgufWeights::names() const {
 }
 
 at::ScalarType GgufWeights::stored_dtype(const std::string& name) const {
-  const GgmlType type = info(name).type;
-  return type == GgmlType::kF16 ? at::kHalf : type == GgmlType::kBF16 ? at::kBFloat16 : at::kFloat;
+  return ggml_dtype(info(name).type);
 }
 
 }  // namespace specdec

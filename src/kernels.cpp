@@ -705,10 +705,10 @@ SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + 4096 + i), _MM_HINT_T0);
 }
 
-template <class Dec>
 // AVX-512: one 16-lane accumulator per output: 1 x 8, or 6 weight rows x 4 input rows in
 // prefill (4 x 6, the other way round, was 13-14% slower on an 8192 x 2048 F16 and F32 projection
 // over 128 rows: fewer input rows per tile keep more of x in L1 while the 6 weight rows stream).
+template <class Dec>
 struct FloatTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 6, kWideMaxRows = 4;
   template <int NB, int TB>

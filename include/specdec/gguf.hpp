@@ -40,6 +40,9 @@ std::string ggml_type_name(uint32_t type);
 // Elements per block and bytes per block of `type`; throws specdec::Error for unknown types.
 int64_t ggml_block_elements(GgmlType type);
 int64_t ggml_block_bytes(GgmlType type);
+// The dtype a tensor of `type` loads as without a conversion: float32, float16 or bfloat16 for
+// F32, F16 and BF16, float32 (dequantized) for the block types.
+at::ScalarType ggml_dtype(GgmlType type);
 // Dequantizes `n` elements (a multiple of the block size) stored as `type` at `src` into `dst`.
 void ggml_dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t n);
 // Quantizes `n` floats (a multiple of 32) into Q8_0, Q4_0 or Q4_1 blocks at `dst` with ggml's

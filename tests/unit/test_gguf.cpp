@@ -494,10 +494,8 @@ at::Tensor llama_cpp_permute(const at::Tensor& w, int64_t heads) {
   return w.reshape({heads, 2, w.size(0) / heads / 2, w.size(1)}).transpose(1, 2).reshape(w.sizes());
 }
 
-GgufWriter llama_as_gguf(const std::string& dir, bool with_head) {
-  const ModelConfig c = ModelConfig::from_dir(dir);
-  WeightStore w(dir);
-  GgufWriter g;
+// The llama.* metadata of configuration `c`.
+void put_llama_metadata(GgufWriter& g, const ModelConfig& c) {
   g.str("general.architecture", "llama");
   g.u32("llama.context_length", c.max_position_embeddings);
   g.u32("llama.embedding_length", c.hidden_size);
@@ -509,6 +507,13 @@ GgufWriter llama_as_gguf(const std::string& dir, bool with_head) {
   g.f32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   g.u32("llama.vocab_size", c.vocab_size);
   g.u32("tokenizer.ggml.eos_token_id", c.eos_token_ids.at(0));
+}
+
+GgufWriter llama_as_gguf(const std::string& dir, bool with_head) {
+  const ModelConfig c = ModelConfig::from_dir(dir);
+  WeightStore w(dir);
+  GgufWriter g;
+  put_llama_metadata(g, c);
   const std::pair<const char*, const char*> names[] = {
       {"input_layernorm.weight", "attn_norm.weight"}, {"self_attn.q_proj.weight", "attn_q.weight"},
       {"self_attn.k_proj.weight", "attn_k.weight"},   {"self_attn.v_proj.weight", "attn_v.weight"},
@@ -566,17 +571,12 @@ int64_t status_kb(const std::string& key) {
 // as `type` (F16 or Q8_0); `weight_bytes` gets the bytes of all its tensors.
 std::string random_llama_gguf(const std::string& name, GgmlType type, int64_t* weight_bytes) {
   const int64_t h = 512, inter = 1536, vocab = 32768, layers = 4;
+  ModelConfig c;
+  c.max_position_embeddings = 256, c.hidden_size = h, c.num_hidden_layers = layers;
+  c.intermediate_size = inter, c.num_attention_heads = 8, c.num_key_value_heads = 4;
+  c.rms_norm_eps = 1e-6, c.vocab_size = vocab, c.eos_token_ids = {2};
   GgufWriter g;
-  g.str("general.architecture", "llama");
-  g.u32("llama.context_length", 256);
-  g.u32("llama.embedding_length", h);
-  g.u32("llama.block_count", layers);
-  g.u32("llama.feed_forward_length", inter);
-  g.u32("llama.attention.head_count", 8);
-  g.u32("llama.attention.head_count_kv", 4);
-  g.f32("llama.attention.layer_norm_rms_epsilon", 1e-6f);
-  g.u32("llama.vocab_size", vocab);
-  g.u32("tokenizer.ggml.eos_token_id", 2);
+  put_llama_metadata(g, c);
   *weight_bytes = 0;
   auto add = [&](const std::string& tensor, int64_t n, int64_t k, bool matrix) {
     const at::Tensor x = at::randn({n, k}) * 0.05;
