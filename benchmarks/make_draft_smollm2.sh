@@ -2,14 +2,19 @@
 # make-draft on the real SmolLM2-135M-Instruct (Q4_1 GGUF): drafts distilled from the model itself,
 # measured on chat prompts not used in training.
 #   1. `make-draft` builds each draft: its on-policy text is the target's own answers (128 new
-#      tokens, temperature 0.7) to benchmarks/prompts/draft_train.txt (640 prompts); later drafts
-#      reuse the first one's text and labels (--data-from). STEPS=0 gives the untrained draft.
+#      tokens, greedy and at temperature 0.7: GEN_TEMPERATURE) to benchmarks/prompts/draft_train.txt
+#      (640 prompts); later drafts reuse the first one's text and labels (--data-from). STEPS=0
+#      gives the untrained draft.
 #   2. `specdec compare --chat` on the odd lines of benchmarks/prompts/draft_eval.txt (12 prompts;
 #      other topics and phrasings than the training prompts): target-only greedy vs assisted greedy
-#      (draft quantized to Q8_0 at load), constant K=4 and the dynamic schedule; one JSON line per run
-#      (compare_summary.py), then the mean per draft and schedule.
+#      (draft quantized to Q8_0 at load; EVAL_ARGS adds flags to both sides, e.g.
+#      "--int8-activations --draft-int8-activations"), for each schedule of SCHEDULES (default:
+#      constant K=4 and dynamic); one JSON line per run (compare_summary.py), then the mean per
+#      draft and schedule.
 # Usage: benchmarks/make_draft_smollm2.sh BUILD_DIR WORK_DIR NAME LAYERS VOCAB_SUBSET STEPS [DATA_FROM]
-#        (VOCAB_SUBSET 0 = full head). Output: WORK_DIR/NAME (the draft) and WORK_DIR/NAME.eval.jsonl.
+#        (VOCAB_SUBSET 0 = full head; STEPS "-" evaluates WORK_DIR/NAME as it is). Output:
+#        WORK_DIR/NAME (the draft) and WORK_DIR/NAME.eval.jsonl (EVAL_TAG, when set, goes into the
+#        file name and the config labels).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$1 work=$2 name=$3 layers=$4 vocab=$5 steps=$6 from=${7:-}
@@ -19,19 +24,24 @@ model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 mkdir -p "$work"
 args=(--target "$model" --out "$work/$name" --layers "$layers" --steps "$steps" --seq-len 128 --batch 8 --threads 2
       --checkpoint-every 250)
+read -r -a eval_args <<<"${EVAL_ARGS:-}"
+IFS=';' read -r -a schedules <<<"${SCHEDULES:---num-assistant-tokens 4;--schedule dynamic}"
+tag=${EVAL_TAG:+.$EVAL_TAG}
 [ "$vocab" -gt 0 ] && args+=(--vocab-subset "$vocab")
 if [ -n "$from" ]; then args+=(--data-from "$from"); else
-  args+=(--prompts benchmarks/prompts/draft_train.txt --gen-tokens 128); fi
-[ -d "$work/$name" ] || { time "$bin" make-draft "${args[@]}"; } 2>&1 | tee "$work/$name.train.log" | grep -v '^\s*$' | tail -4
-: > "$work/$name.eval.jsonl"
+  args+=(--prompts benchmarks/prompts/draft_train.txt --gen-tokens 128 --gen-temperature "${GEN_TEMPERATURE:-0,0.7}"); fi
+[ "$steps" = - ] || [ -d "$work/$name" ] || { time "$bin" make-draft "${args[@]}"; } 2>&1 | tee "$work/$name.train.log" | grep -v '^\s*$' | tail -4
+out=$work/$name$tag.eval.jsonl
+: > "$out"
 for i in 1 3 5 7 9 11 13 15 17 19 21 23; do
-  for sched in "--num-assistant-tokens 4" "--schedule dynamic"; do
+  for sched in "${schedules[@]}"; do
+    # shellcheck disable=SC2086  # a schedule is a flag and its value
     sed -n "${i}p" benchmarks/prompts/draft_eval.txt |
       "$bin" compare --model "$model" --draft "$work/$name" --draft-weights q8_0 --chat --max-new-tokens 128 \
-        --threads 2 --json $sched | python3 benchmarks/compare_summary.py "$name ${sched##* } #$i" >> "$work/$name.eval.jsonl"
+        --threads 2 --json "${eval_args[@]}" $sched | python3 benchmarks/compare_summary.py "$name$tag ${sched##* } #$i" >> "$out"
   done
 done
-python3 - "$work/$name.eval.jsonl" <<'PY'
+python3 - "$out" <<'PY'
 import json, sys, collections
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):

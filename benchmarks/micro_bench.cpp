@@ -101,7 +101,8 @@ BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 
 
 // One forward pass of a whole model over T new tokens after a 64-token context: the cost curve a
 // verification pass pays (T = K + 1) and prefill (T = 128). The model is SPECDEC_BENCH_MODEL,
-// default the SmolLM2 GGUF of scripts/get_models.sh, weights as stored; skipped when absent.
+// default the SmolLM2 GGUF of scripts/get_models.sh, weights as stored (SPECDEC_BENCH_INT8=1: with
+// 8-bit activations); skipped when absent.
 void BM_ModelPass(benchmark::State& state) {
   c10::InferenceMode guard;
   set_bench_threads();
@@ -110,7 +111,10 @@ void BM_ModelPass(benchmark::State& state) {
   static std::map<std::string, std::shared_ptr<const specdec::Model>> models;
   if (!models.count(path)) {
     try {
-      models[path] = specdec::load_model(path);
+      specdec::LoadOptions options;
+      const char* int8 = std::getenv("SPECDEC_BENCH_INT8");
+      options.int8_activations = int8 && std::string(int8) == "1";
+      models[path] = specdec::load_model(path, options);
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
       return;

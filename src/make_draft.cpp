@@ -1,9 +1,9 @@
 // make-draft: distilling a small draft out of a llama-family target with libtorch autograd.
 //
-// The target and the draft run here as one plain, differentiable float32 decoder (`Net`: ATen ops
-// only, none of the inference kernels, which have no gradients). The target labels the training
-// sequences once (its top kTopK next-token probabilities at every position); the draft then
-// minimises KL(p || q) over those entries with AdamW.
+// The target labels the training sequences once, as generation runs it (its top kTopK next-token
+// probabilities at every position). The draft trains as a plain, differentiable float32 decoder
+// (`Net`: ATen ops only, none of the inference kernels, which have no gradients) and minimises
+// KL(p || q) over those entries with AdamW.
 #include "specdec/make_draft.hpp"
 
 #include <torch/torch.h>
@@ -280,26 +280,32 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
     SPECDEC_CHECK(in.good(), "make-draft: --prompts ", o.prompts_file, ": cannot read the file");
     std::optional<ChatTemplate> chat;
     if (auto text = read_chat_template(o.target)) chat = ChatTemplate::recognise(*text, o.target);
-    std::vector<std::vector<int64_t>> prompts;
+    std::vector<std::vector<int64_t>> lines;
     for (std::string line; std::getline(in, line);) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      prompts.push_back(prompt_ids(line, *tok, chat));
+      lines.push_back(prompt_ids(line, *tok, chat));
     }
-    SPECDEC_CHECK(!prompts.empty(), "make-draft: --prompts ", o.prompts_file, " has no prompt (one per line)");
+    SPECDEC_CHECK(!lines.empty(), "make-draft: --prompts ", o.prompts_file,
+                  " has no prompt (one per line)");
+    // Every prompt once per temperature, each answer with its own seed.
+    std::vector<std::pair<std::vector<int64_t>, double>> prompts;
+    for (double t : o.gen_temperatures)
+      for (const auto& ids : lines) prompts.emplace_back(ids, t);
     const Generator gen(load_model(o.target));
     const auto t0 = Clock::now();
     int64_t made = 0;
     for (size_t b = 0; b < prompts.size(); b += 8) {
       if (stopped()) return std::nullopt;
-      const std::vector<std::vector<int64_t>> part(prompts.begin() + static_cast<std::ptrdiff_t>(b),
-                                                   prompts.begin() + static_cast<std::ptrdiff_t>(std::min(prompts.size(), b + 8)));
+      const size_t end = std::min(prompts.size(), b + 8);
+      std::vector<std::vector<int64_t>> part;
       std::vector<GenerationConfig> configs;
-      for (size_t i = 0; i < part.size(); ++i) {
+      for (size_t i = b; i < end; ++i) {
+        part.push_back(prompts[i].first);
         GenerationConfig g;
         g.max_new_tokens = o.gen_tokens;
-        g.do_sample = o.gen_temperature > 0;
-        if (g.do_sample) g.temperature = o.gen_temperature;
-        g.seed = o.seed + b + i;
+        g.do_sample = prompts[i].second > 0;
+        if (g.do_sample) g.temperature = prompts[i].second;
+        g.seed = o.seed + i;
         configs.push_back(g);
       }
       const BatchResult r = gen.generate_batch(part, configs);
@@ -310,25 +316,32 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
         seqs.push_back(std::move(s));
       }
       const double dt = seconds_since(t0);
-      progress({"generate", static_cast<int64_t>(b + part.size()), static_cast<int64_t>(prompts.size()), 0,
-                made / dt, dt / static_cast<double>(b + part.size()) * static_cast<double>(prompts.size() - b - part.size())});
+      progress({"generate", static_cast<int64_t>(end), static_cast<int64_t>(prompts.size()), 0,
+                made / dt,
+                dt / static_cast<double>(end) * static_cast<double>(prompts.size() - end)});
     }
   }
   return seqs;
 }
 
-// Fills data.top_ids / top_p with the teacher's top-k next-token probabilities at every position.
+// Fills data.top_ids / top_p with the target's top-k next-token probabilities at every position,
+// computed by the target as generation runs it (its own kernels and weight format, `batch` chunks a
+// pass; a chunk's padding comes after its real tokens, so it changes none of their logits).
 // False when stopped.
-bool label(Data& data, const Net& teacher, int64_t batch, const Progress& progress, const Stopped& stopped) {
+bool label(Data& data, const Model& target, int64_t batch, const Progress& progress,
+           const Stopped& stopped) {
   const int64_t n = data.ids.size(0), s = data.ids.size(1);
   data.top_ids = at::empty({n, s, kTopK}, at::kInt);
   data.top_p = at::empty({n, s, kTopK}, at::kFloat);
-  torch::NoGradGuard no_grad;
+  c10::InferenceMode guard;
   const auto t0 = Clock::now();
   for (int64_t b = 0; b < n; b += batch) {
     if (stopped()) return false;
     const int64_t m = std::min(batch, n - b);
-    const auto [p, i] = at::log_softmax(teacher.forward(data.ids.narrow(0, b, m)), -1).topk(kTopK, -1);
+    KVCache cache = target.make_cache(s, m);
+    const at::Tensor logits =
+        target.forward(data.ids.narrow(0, b, m).to(target.device()), cache).cpu();  // [m, S, V]
+    const auto [p, i] = at::log_softmax(logits, -1).topk(kTopK, -1);
     data.top_p.narrow(0, b, m).copy_(p.exp());
     data.top_ids.narrow(0, b, m).copy_(i);
     const double dt = seconds_since(t0);
@@ -400,7 +413,11 @@ void MakeDraftOptions::validate() const {
   SPECDEC_CHECK(data_from.empty() || (data_files.empty() && prompts_file.empty()),
                 "make-draft: --data-from reuses another run's text and labels; it cannot be combined with --data or --prompts");
   SPECDEC_CHECK(gen_tokens >= 1, "make-draft: --gen-tokens must be >= 1");
-  SPECDEC_CHECK(gen_temperature >= 0 && std::isfinite(gen_temperature), "make-draft: --gen-temperature must be >= 0");
+  SPECDEC_CHECK(!gen_temperatures.empty(),
+                "make-draft: --gen-temperature needs at least one value");
+  for (double t : gen_temperatures)
+    SPECDEC_CHECK(t >= 0 && std::isfinite(t), "make-draft: --gen-temperature must be >= 0, got ",
+                  t);
   SPECDEC_CHECK(steps >= 0, "make-draft: --steps must be >= 0");
   SPECDEC_CHECK(seq_len >= 2, "make-draft: --seq-len must be >= 2");
   SPECDEC_CHECK(batch >= 1, "make-draft: --batch must be >= 1");
@@ -453,8 +470,6 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   SPECDEC_CHECK(o.vocab_subset <= c.vocab_size, "make-draft: --vocab-subset ", o.vocab_subset,
                 " is larger than the vocabulary (", c.vocab_size, ")");
 
-  std::vector<int64_t> all_layers(static_cast<size_t>(c.num_hidden_layers));
-  std::iota(all_layers.begin(), all_layers.end(), 0);
   if (!o.resume && !o.data_from.empty()) {
     // Another run's sequences and labels (same target, same --seq-len); the head is chosen anew.
     const std::string from = o.data_from + "/training/";
@@ -479,7 +494,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     data.lengths = lengths;
     data.train = n - std::max<int64_t>(1, n / 20);
     data.head_ids = head_ids(data, o.vocab_subset, c);
-    if (!label(data, load_net(src, all_layers, {}), o.batch, progress, stopped)) return {0, true, {}, {}};
+    if (!label(data, *load_model(o.target), o.batch, progress, stopped)) return {0, true, {}, {}};
   }
 
   // 3. The draft, and the run state that must match on --resume.

@@ -726,7 +726,11 @@ int main(int argc, char** argv) {
                   "Reuse the training text and target labels of an earlier make-draft output folder (same target "
                   "and --seq-len) instead of --data/--prompts");
   mkd->add_option("--gen-tokens", md.gen_tokens, "--prompts: new tokens per answer")->capture_default_str();
-  mkd->add_option("--gen-temperature", md.gen_temperature, "--prompts: sampling temperature (0 = greedy)")
+  mkd->add_option(
+         "--gen-temperature", md.gen_temperatures,
+         "--prompts: sampling temperature(s), comma-separated; each prompt is answered once per "
+         "temperature (0 = the greedy answer)")
+      ->delimiter(',')
       ->capture_default_str();
   mkd->add_option("--steps", md.steps, "Optimizer steps in all (with --resume: the total to reach; 0: write the untrained draft)")
       ->capture_default_str();

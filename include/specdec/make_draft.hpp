@@ -30,7 +30,8 @@ struct MakeDraftOptions {
   // seq_len) instead of making new ones; the head is still chosen for this run's vocab_subset.
   std::string data_from;
   int64_t gen_tokens = 128;      // new tokens per prompt
-  double gen_temperature = 0.7;  // 0 = greedy answers
+  // Each prompt is answered once per temperature listed (0 = the greedy answer).
+  std::vector<double> gen_temperatures = {0.7};
   int64_t steps = 200;           // optimizer steps in all (a resumed run goes on to this count);
                                  // 0 writes the untrained draft
   int64_t seq_len = 128;         // tokens per training sequence

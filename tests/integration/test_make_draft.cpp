@@ -4,8 +4,10 @@
 // input leaves no folder behind.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/serialize.h>
 
 #include <random>
+#include <set>
 
 #include "test_util.hpp"
 #include "util.hpp"
@@ -96,7 +98,8 @@ TEST(MakeDraft, AllLayersUntrainedIsTheTarget) {
   MakeDraftOptions o = options(temp_dir("make_draft_all") + "/d");
   o.layer_ids = {0, 1, 2, 3};
   o.steps = 0;
-  make_draft(o);
+  // The labels are the target's own distributions, so the whole target agrees with every one.
+  EXPECT_EQ(make_draft(o).before.greedy_agreement, 1.0);
   const DraftQuality q = evaluate_draft(*load_model(setup().target), *load_model(o.out), setup().held_out);
   EXPECT_LT(q.kl, 1e-6);
   EXPECT_EQ(q.greedy_agreement, 1.0);
@@ -160,6 +163,70 @@ TEST(MakeDraft, AnInterruptedRunResumesToTheSameDraft) {
   for (const auto& [name, t] : whole) EXPECT_TRUE(at::equal(t, parts.at(name))) << name;
 }
 
+void expect_error(const MakeDraftOptions& o, const std::string& needle) {
+  const bool existed = path_exists(o.out);
+  try {
+    make_draft(o);
+    ADD_FAILURE() << "no error; expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  if (!existed) EXPECT_FALSE(path_exists(o.out)) << "a failed run left " << o.out;
+}
+
+// On-policy text: every prompt answered once per temperature; the greedy answer is the target's
+// own greedy output for that prompt.
+TEST(MakeDraft, PromptsAreAnsweredOncePerTemperature) {
+  const std::string root = temp_dir("make_draft_prompts");
+  const std::vector<std::string> lines = {"the cat sat", "a big red house", "we saw it"};
+  std::string file;
+  for (const auto& l : lines) file += l + "\n\n";
+  write_file(root + "/prompts.txt", file);
+  MakeDraftOptions o = options(root + "/d");
+  o.data_files.clear();
+  o.prompts_file = root + "/prompts.txt";
+  o.gen_temperatures = {0, 0.7};
+  o.gen_tokens = 6;
+  o.steps = 0;
+  make_draft(o);
+  std::vector<at::Tensor> data;
+  torch::load(data, o.out + "/training/data.pt");
+  const at::Tensor ids = data.at(0), lengths = data.at(1);  // [N, S], [N]
+  ASSERT_EQ(ids.size(0), 6);
+  std::multiset<std::vector<int64_t>> chunks;
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    const at::Tensor row = ids[i].narrow(0, 0, lengths[i].item<int64_t>()).contiguous();
+    chunks.insert(
+        std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()));
+  }
+  const auto tok = load_tokenizer(setup().target);
+  const Generator gen(load_model(setup().target));
+  GenerationConfig g;
+  g.max_new_tokens = 6;
+  for (const auto& l : lines) {
+    std::vector<int64_t> seq = tok->encode(l, true);
+    const size_t prompt = seq.size();
+    const auto answer = gen.generate(seq, g).tokens;
+    seq.insert(seq.end(), answer.begin(), answer.end());
+    EXPECT_EQ(chunks.count(seq), 1u) << l << ": its greedy answer is not among the chunks";
+    // ... and one sampled answer of the same prompt.
+    EXPECT_EQ(std::count_if(chunks.begin(), chunks.end(),
+                            [&](const std::vector<int64_t>& c) {
+                              return c.size() > prompt &&
+                                     std::equal(c.begin(),
+                                                c.begin() + static_cast<std::ptrdiff_t>(prompt),
+                                                seq.begin());
+                            }),
+              2)
+        << l;
+  }
+  o = options(root + "/x");
+  o.gen_temperatures = {};
+  expect_error(o, "--gen-temperature");
+  o.gen_temperatures = {0.7, -1};
+  expect_error(o, "--gen-temperature must be >= 0");
+}
+
 TEST(MakeDraft, DataFromAnotherRunIsReused) {
   const std::string root = temp_dir("make_draft_reuse");
   MakeDraftOptions o = options(root + "/a");
@@ -176,17 +243,6 @@ TEST(MakeDraft, DataFromAnotherRunIsReused) {
   b.seq_len = 16;
   EXPECT_THROW(make_draft(b), Error);
   EXPECT_FALSE(path_exists(b.out));
-}
-
-void expect_error(const MakeDraftOptions& o, const std::string& needle) {
-  const bool existed = path_exists(o.out);
-  try {
-    make_draft(o);
-    ADD_FAILURE() << "no error; expected one containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-  if (!existed) EXPECT_FALSE(path_exists(o.out)) << "a failed run left " << o.out;
 }
 
 TEST(MakeDraft, BadInputIsRefusedAndLeavesNoFolder) {
