@@ -8,10 +8,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,9 +16,9 @@
 #include <cstring>
 #include <limits>
 
+#include "ggml_blocks.hpp"
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
-#include "ggml_blocks.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -359,25 +356,10 @@ void ggml_quantize(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SPECDEC_CHECK(fd >= 0, path, ": cannot open GGUF file: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path + ": not a regular file");
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ < 24) {
-    ::close(fd);
-    throw Error(detail::concat(path, ": file of ", map_size_, " bytes is too short for a GGUF header (24 bytes)"));
-  }
-  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map_ == MAP_FAILED) {
-    const int err = errno;
-    ::close(fd);
-    throw Error(detail::concat(path, ": mmap failed: ", std::strerror(err)));
-  }
-  fd_ = fd;
+  const MappedFile file = map_file(path, "GGUF file", 24, "a GGUF header");
+  fd_ = file.fd;
+  map_ = file.data;
+  map_size_ = file.size;
   try {
     const auto* base = static_cast<const uint8_t*>(map_);
     const Limits lim = limits();
@@ -471,16 +453,12 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     for (size_t k = 1; k < spans.size(); ++k)
       SPECDEC_CHECK(spans[k].first >= spans[k - 1].second, path, ": tensor data overlap at offset ", spans[k].first);
   } catch (...) {
-    ::munmap(map_, map_size_);
-    ::close(fd_);
+    unmap_file(file);
     throw;
   }
 }
 
-GgufFile::~GgufFile() {
-  ::munmap(map_, map_size_);
-  ::close(fd_);
-}
+GgufFile::~GgufFile() { unmap_file({fd_, map_, map_size_}); }
 
 const GgufValue& GgufFile::value(const std::string& key) const {
   auto it = metadata_.find(key);

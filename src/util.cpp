@@ -4,6 +4,8 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,6 +92,36 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
     throw Error(detail::concat(path, ": cannot rename temporary file into place: ",
                                std::strerror(errno)));
   }
+}
+
+MappedFile map_file(const std::string& path, const std::string& kind, size_t min_size,
+                    const std::string& min_what) {
+  MappedFile f;
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  SPECDEC_CHECK(f.fd >= 0, path, ": cannot open ", kind, ": ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(f.fd);
+    throw Error(path + ": not a regular file");
+  }
+  f.size = static_cast<size_t>(st.st_size);
+  if (f.size < min_size) {
+    ::close(f.fd);
+    throw Error(detail::concat(path, ": truncated ", kind, ": ", f.size, " bytes, too short for ",
+                               min_what, " (", min_size, " bytes)"));
+  }
+  f.data = ::mmap(nullptr, f.size, PROT_READ, MAP_PRIVATE, f.fd, 0);
+  if (f.data == MAP_FAILED) {
+    const int err = errno;
+    ::close(f.fd);
+    throw Error(detail::concat(path, ": mmap failed: ", std::strerror(err)));
+  }
+  return f;
+}
+
+void unmap_file(const MappedFile& file) {
+  if (file.data != nullptr) ::munmap(file.data, file.size);
+  if (file.fd >= 0) ::close(file.fd);
 }
 
 void read_at(int fd, uint64_t offset, void* dst, size_t bytes, const std::string& path) {

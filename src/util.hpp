@@ -36,6 +36,18 @@ void rename_path(const std::string& from, const std::string& to);  // throws spe
 void hard_link(const std::string& from, const std::string& to);    // throws specdec::Error
 // "a, b, c".
 std::string join(const std::vector<std::string>& items);
+// A whole file mapped read-only, its descriptor kept open (the loaders read tensors through it).
+struct MappedFile {
+  int fd = -1;
+  void* data = nullptr;
+  size_t size = 0;
+};
+// Opens and maps `path`, a regular file of at least `min_size` bytes; `kind` ("GGUF file") and
+// `min_what` (what the first `min_size` bytes hold) word the errors. Throws specdec::Error and then
+// holds nothing open.
+MappedFile map_file(const std::string& path, const std::string& kind, size_t min_size,
+                    const std::string& min_what);
+void unmap_file(const MappedFile& file);
 // Reads `bytes` of file `fd` at `offset` into `dst` (pread; throws specdec::Error naming `path`).
 // Loaders copy tensors this way rather than out of their mapping: mapped pages count as this
 // process's memory, and the kernel maps whole page-cache folios (megabytes on ext4) around each

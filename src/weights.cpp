@@ -1,11 +1,7 @@
 #include "specdec/weights.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <ATen/ATen.h>
+
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -44,26 +40,10 @@ const DtypeEntry* find_dtype(at::ScalarType type) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  SPECDEC_CHECK(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error(detail::concat(path, ": cannot stat file"));
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ < 8) {
-    ::close(fd);
-    throw Error(detail::concat(path, ": truncated safetensors file (", map_size_,
-                               " bytes, the 8-byte header length alone needs 8)"));
-  }
-  map_ = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map_ == MAP_FAILED) {
-    const int err = errno;
-    ::close(fd);
-    throw Error(detail::concat(path, ": mmap failed: ", std::strerror(err)));
-  }
-  fd_ = fd;
+  const MappedFile file = map_file(path, "safetensors file", 8, "a safetensors header length");
+  fd_ = file.fd;
+  map_ = file.data;
+  map_size_ = file.size;
   try {
     const auto* bytes = static_cast<const uint8_t*>(map_);
     uint64_t header_len = 0;
@@ -156,16 +136,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                     prev.second, ") are claimed twice)");
     }
   } catch (...) {
-    ::munmap(map_, map_size_);
-    ::close(fd_);
+    unmap_file(file);
     throw;
   }
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  ::munmap(map_, map_size_);
-  ::close(fd_);
-}
+SafetensorsFile::~SafetensorsFile() { unmap_file({fd_, map_, map_size_}); }
 
 at::Tensor SafetensorsFile::load(const std::string& name, at::ScalarType dtype,
                                  c10::Device device) const {
