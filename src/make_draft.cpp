@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -263,8 +264,42 @@ DraftQuality label_quality(const Net& net, const Data& d, const at::Tensor& head
 using Progress = std::function<void(const MakeDraftProgress&)>;
 using Stopped = std::function<bool()>;
 
-// The training sequences: the --data files, then the prompts with the target's own answers.
-// nullopt when stopped.
+// The target's outputs for `prompts` (one config each), 8 a batch; nullopt when stopped. `phase`
+// names the work in progress reports.
+std::optional<std::vector<std::vector<int64_t>>> generate_all(
+    const Generator& gen, const std::vector<std::vector<int64_t>>& prompts,
+    const std::vector<GenerationConfig>& configs, const std::string& phase,
+    const Progress& progress, const Stopped& stopped) {
+  std::vector<std::vector<int64_t>> out;
+  const auto t0 = Clock::now();
+  int64_t made = 0;
+  for (size_t b = 0; b < prompts.size(); b += 8) {
+    if (stopped()) return std::nullopt;
+    const auto first = static_cast<std::ptrdiff_t>(b),
+               last = static_cast<std::ptrdiff_t>(std::min(prompts.size(), b + 8));
+    const BatchResult r = gen.generate_batch({prompts.begin() + first, prompts.begin() + last},
+                                             {configs.begin() + first, configs.begin() + last});
+    for (const GenerationResult& g : r.results) {
+      made += static_cast<int64_t>(g.tokens.size());
+      out.push_back(g.tokens);
+    }
+    const double dt = seconds_since(t0);
+    progress({phase, last, static_cast<int64_t>(prompts.size()), 0, made / dt,
+              dt / static_cast<double>(last) *
+                  static_cast<double>(static_cast<std::ptrdiff_t>(prompts.size()) - last)});
+  }
+  return out;
+}
+
+// The start of a user turn in `chat`: what the target sees before it writes a user's message.
+std::string user_turn_prefix(const ChatTemplate& chat) {
+  const std::string marker = "\x01specdec-user-message\x01";
+  const std::string text = chat.render({{"user", marker}}, false);
+  return text.substr(0, text.find(marker));
+}
+
+// The training sequences: the --data files, then the prompts (--prompts, and --self-prompts written
+// by the target) with the target's own answers. nullopt when stopped.
 std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOptions& o, const Progress& progress,
                                                                const Stopped& stopped) {
   for (const std::string& f : o.data_files)
@@ -275,51 +310,64 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
     seqs.push_back(tok->encode(read_text_file(f), false));
     SPECDEC_CHECK(!seqs.back().empty(), "make-draft: --data ", f, " holds no text");
   }
+  if (o.prompts_file.empty() && o.self_prompts == 0) return seqs;
+  std::optional<ChatTemplate> chat;
+  if (auto text = read_chat_template(o.target)) chat = ChatTemplate::recognise(*text, o.target);
+  std::vector<std::string> lines;
   if (!o.prompts_file.empty()) {
     std::ifstream in(o.prompts_file);
     SPECDEC_CHECK(in.good(), "make-draft: --prompts ", o.prompts_file, ": cannot read the file");
-    std::optional<ChatTemplate> chat;
-    if (auto text = read_chat_template(o.target)) chat = ChatTemplate::recognise(*text, o.target);
-    std::vector<std::vector<int64_t>> lines;
-    for (std::string line; std::getline(in, line);) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      lines.push_back(prompt_ids(line, *tok, chat));
-    }
+    for (std::string line; std::getline(in, line);)
+      if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
     SPECDEC_CHECK(!lines.empty(), "make-draft: --prompts ", o.prompts_file,
                   " has no prompt (one per line)");
-    // Every prompt once per temperature, each answer with its own seed.
-    std::vector<std::pair<std::vector<int64_t>, double>> prompts;
-    for (double t : o.gen_temperatures)
-      for (const auto& ids : lines) prompts.emplace_back(ids, t);
-    const Generator gen(load_model(o.target));
-    const auto t0 = Clock::now();
-    int64_t made = 0;
-    for (size_t b = 0; b < prompts.size(); b += 8) {
-      if (stopped()) return std::nullopt;
-      const size_t end = std::min(prompts.size(), b + 8);
-      std::vector<std::vector<int64_t>> part;
-      std::vector<GenerationConfig> configs;
-      for (size_t i = b; i < end; ++i) {
-        part.push_back(prompts[i].first);
-        GenerationConfig g;
-        g.max_new_tokens = o.gen_tokens;
-        g.do_sample = prompts[i].second > 0;
-        if (g.do_sample) g.temperature = prompts[i].second;
-        g.seed = o.seed + i;
-        configs.push_back(g);
-      }
-      const BatchResult r = gen.generate_batch(part, configs);
-      for (size_t i = 0; i < part.size(); ++i) {
-        std::vector<int64_t> s = part[i];
-        s.insert(s.end(), r.results[i].tokens.begin(), r.results[i].tokens.end());
-        made += static_cast<int64_t>(r.results[i].tokens.size());
-        seqs.push_back(std::move(s));
-      }
-      const double dt = seconds_since(t0);
-      progress({"generate", static_cast<int64_t>(end), static_cast<int64_t>(prompts.size()), 0,
-                made / dt,
-                dt / static_cast<double>(end) * static_cast<double>(prompts.size() - end)});
+  }
+  SPECDEC_CHECK(o.self_prompts == 0 || chat,
+                "make-draft: --self-prompts needs a target with a chat template; ", o.target,
+                " has none (give --prompts or --data)");
+  const Generator gen(load_model(o.target));
+  if (o.self_prompts > 0) {
+    // The target writes user messages itself: the chat template up to the start of a user turn,
+    // sampled at temperature 1 until the turn ends (as in Magpie, Xu et al. 2024). Repeats and
+    // empty messages are dropped.
+    const std::vector<std::vector<int64_t>> starts(static_cast<size_t>(o.self_prompts),
+                                                   tok->encode(user_turn_prefix(*chat), false));
+    std::vector<GenerationConfig> configs(starts.size());
+    for (size_t i = 0; i < configs.size(); ++i) {
+      configs[i].max_new_tokens = 64;
+      configs[i].do_sample = true;
+      configs[i].seed = o.seed + 1000003 * (i + 1);
     }
+    const auto written = generate_all(gen, starts, configs, "self-prompts", progress, stopped);
+    if (!written) return std::nullopt;
+    std::set<std::string> seen(lines.begin(), lines.end());
+    for (const auto& ids : *written) {
+      std::string text = tok->decode(ids, true);
+      const size_t begin = text.find_first_not_of(" \t\r\n"),
+                   end = text.find_last_not_of(" \t\r\n");
+      if (begin == std::string::npos) continue;
+      text = text.substr(begin, end - begin + 1);
+      if (seen.insert(text).second) lines.push_back(text);
+    }
+  }
+  // Every prompt once per temperature, each answer with its own seed.
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<GenerationConfig> configs;
+  for (double t : o.gen_temperatures)
+    for (const std::string& line : lines) {
+      prompts.push_back(prompt_ids(line, *tok, chat));
+      GenerationConfig g;
+      g.max_new_tokens = o.gen_tokens;
+      g.do_sample = t > 0;
+      if (g.do_sample) g.temperature = t;
+      g.seed = o.seed + prompts.size() - 1;
+      configs.push_back(g);
+    }
+  const auto answers = generate_all(gen, prompts, configs, "generate", progress, stopped);
+  if (!answers) return std::nullopt;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    seqs.push_back(prompts[i]);
+    seqs.back().insert(seqs.back().end(), (*answers)[i].begin(), (*answers)[i].end());
   }
   return seqs;
 }
@@ -408,10 +456,17 @@ void MakeDraftOptions::validate() const {
                   "make-draft: --layer-ids lists layer ", layer_ids[i], " twice");
   }
   SPECDEC_CHECK(vocab_subset >= 0, "make-draft: --vocab-subset must be >= 1, got ", vocab_subset);
-  SPECDEC_CHECK(resume || !data_files.empty() || !prompts_file.empty() || !data_from.empty(),
-                "make-draft: give training text: --data FILE... and/or --prompts FILE, or --data-from DIR");
-  SPECDEC_CHECK(data_from.empty() || (data_files.empty() && prompts_file.empty()),
-                "make-draft: --data-from reuses another run's text and labels; it cannot be combined with --data or --prompts");
+  SPECDEC_CHECK(self_prompts >= 0, "make-draft: --self-prompts must be >= 0, got ", self_prompts);
+  SPECDEC_CHECK(
+      resume || !data_files.empty() || !prompts_file.empty() || self_prompts > 0 ||
+          !data_from.empty(),
+      "make-draft: give training text: --data FILE..., --prompts FILE and/or --self-prompts N, or "
+      "--data-from DIR");
+  SPECDEC_CHECK(
+      data_from.empty() || (data_files.empty() && prompts_file.empty() && self_prompts == 0),
+      "make-draft: --data-from reuses another run's text and labels; it cannot be combined with "
+      "--data, "
+      "--prompts or --self-prompts");
   SPECDEC_CHECK(gen_tokens >= 1, "make-draft: --gen-tokens must be >= 1");
   SPECDEC_CHECK(!gen_temperatures.empty(),
                 "make-draft: --gen-temperature needs at least one value");

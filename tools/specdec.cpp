@@ -577,9 +577,13 @@ class ProgressPrinter {
     const int width = 24;
     const int filled = p.total > 0 ? static_cast<int>(width * p.done / p.total) : 0;
     std::ostringstream line;
-    line << (p.phase == "generate" ? "answering prompts " : p.phase == "label" ? "labelling (target)" : "training          ")
-         << " [" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), '.')
-         << "] " << p.done << "/" << p.total;
+    line << (p.phase == "self-prompts" ? "writing prompts   "
+             : p.phase == "generate"   ? "answering prompts "
+             : p.phase == "label"      ? "labelling (target)"
+                                       : "training          ")
+         << " [" << std::string(static_cast<size_t>(filled), '#')
+         << std::string(static_cast<size_t>(width - filled), '.') << "] " << p.done << "/"
+         << p.total;
     if (p.phase == "train") line << "  kl " << std::fixed << std::setprecision(4) << p.loss;
     line << "  " << std::fixed << std::setprecision(0) << p.tokens_per_s << " tok/s  ETA " << duration_text(p.eta_s);
     std::cerr << (tty ? "\r\033[K" : "") << line.str() << (tty && !end ? "" : "\n") << std::flush;
@@ -722,6 +726,11 @@ int main(int argc, char** argv) {
   mkd->add_option("--prompts", md.prompts_file,
                   "Prompts, one per line, that the target answers itself (on-policy training text; its chat "
                   "template is applied when it has one)");
+  mkd->add_option("--self-prompts", md.self_prompts,
+                  "The target writes N user messages itself (sampled from the start of a user turn "
+                  "of its chat "
+                  "template) and answers them: on-policy training text without a prompt list")
+      ->capture_default_str();
   mkd->add_option("--data-from", md.data_from,
                   "Reuse the training text and target labels of an earlier make-draft output folder (same target "
                   "and --seq-len) instead of --data/--prompts");

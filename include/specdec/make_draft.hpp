@@ -26,6 +26,10 @@ struct MakeDraftOptions {
   // answers itself (on-policy; rendered with its chat template when it has one).
   std::vector<std::string> data_files;
   std::string prompts_file;
+  // Prompts the target writes itself (user messages sampled from the start of a user turn of its
+  // chat template, as in Magpie), answered like `prompts_file`'s: diverse on-policy text with no
+  // prompt list. Needs a chat template.
+  int64_t self_prompts = 0;
   // Reuse the sequences and target labels of an earlier make-draft output folder (same target and
   // seq_len) instead of making new ones; the head is still chosen for this run's vocab_subset.
   std::string data_from;
@@ -44,8 +48,9 @@ struct MakeDraftOptions {
   void validate() const;
 };
 
-// What make_draft reports as it goes (phase "data": prompts answered and sequences labelled by the
-// target; "train": optimizer steps).
+// What make_draft reports as it goes (phase "self-prompts": user messages written by the target;
+// "generate": prompts answered; "label": sequences labelled by the target; "train": optimizer
+// steps).
 struct MakeDraftProgress {
   std::string phase;
   int64_t done = 0, total = 0;

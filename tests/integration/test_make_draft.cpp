@@ -227,6 +227,75 @@ TEST(MakeDraft, PromptsAreAnsweredOncePerTemperature) {
   expect_error(o, "--gen-temperature must be >= 0");
 }
 
+// --self-prompts: the target writes its own user messages (sampled from the start of a user turn)
+// and answers them. Each message is checked against the same sampling done through the public API.
+TEST(MakeDraft, SelfPromptsAreTheTargetsOwnMessages) {
+  const std::string root = temp_dir("make_draft_self");
+  const std::string target = temp_dir("make_draft_self_target");
+  for (const char* f : {"config.json", "generation_config.json", "model.safetensors",
+                        "tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json"})
+    write_file(target + "/" + f, read_file(setup().target + "/" + f));
+  nlohmann::json tc = read_json(setup().target + "/tokenizer_config.json");
+  tc["chat_template"] =
+      "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] "
+      "}}<|im_end|>\n"
+      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  write_file(target + "/tokenizer_config.json", tc.dump());
+
+  MakeDraftOptions o = options(root + "/d");
+  o.target = target;
+  o.data_files.clear();
+  o.self_prompts = 5;
+  o.seed = 7;
+  o.gen_temperatures = {0};
+  o.gen_tokens = 4;
+  o.steps = 0;
+  make_draft(o);
+  std::vector<at::Tensor> data;
+  torch::load(data, o.out + "/training/data.pt");
+  const at::Tensor ids = data.at(0), lengths = data.at(1);  // [N, S], [N]
+  std::set<std::vector<int64_t>> chunks;
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    const at::Tensor row = ids[i].narrow(0, 0, lengths[i].item<int64_t>()).contiguous();
+    chunks.insert(
+        std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()));
+  }
+
+  const auto tok = load_tokenizer(target);
+  const ChatTemplate chat = ChatTemplate::recognise(*read_chat_template(target), target);
+  const Generator gen(load_model(target));
+  std::set<std::string> messages;
+  for (uint64_t i = 0; i < 5; ++i) {
+    GenerationConfig g;
+    g.max_new_tokens = 64;
+    g.do_sample = true;
+    g.seed = 7 + 1000003 * (i + 1);
+    const std::string start = chat.render({{"user", "X"}}, false);
+    std::string text = tok->decode(
+        gen.generate(tok->encode(start.substr(0, start.find('X')), false), g).tokens, true);
+    text.erase(0, text.find_first_not_of(" \t\r\n"));
+    text.erase(text.find_last_not_of(" \t\r\n") + 1);
+    if (text.empty() || !messages.insert(text).second) continue;
+    std::vector<int64_t> seq = tok->encode(chat.render({{"user", text}}, true), false);
+    GenerationConfig greedy;
+    greedy.max_new_tokens = 4;
+    const auto answer = gen.generate(seq, greedy).tokens;
+    seq.insert(seq.end(), answer.begin(), answer.end());
+    seq.resize(std::min<size_t>(seq.size(), static_cast<size_t>(o.seq_len)));
+    EXPECT_EQ(chunks.count(seq), 1u)
+        << "message " << i << " (" << text << ") and its greedy answer";
+  }
+  EXPECT_GE(messages.size(), 2u);
+  EXPECT_GE(static_cast<size_t>(ids.size(0)), messages.size());
+
+  o = options(root + "/x");
+  o.data_files.clear();
+  o.self_prompts = 2;
+  expect_error(o, "needs a target with a chat template");
+  o.self_prompts = -1;
+  expect_error(o, "--self-prompts must be >= 0");
+}
+
 TEST(MakeDraft, DataFromAnotherRunIsReused) {
   const std::string root = temp_dir("make_draft_reuse");
   MakeDraftOptions o = options(root + "/a");
