@@ -732,13 +732,15 @@ int main(int argc, char** argv) {
                   "template) and answers them: on-policy training text without a prompt list")
       ->capture_default_str();
   mkd->add_option("--data-from", md.data_from,
-                  "Reuse the training text and target labels of an earlier make-draft output folder (same target "
-                  "and --seq-len) instead of --data/--prompts");
-  mkd->add_option("--gen-tokens", md.gen_tokens, "--prompts: new tokens per answer")->capture_default_str();
-  mkd->add_option(
-         "--gen-temperature", md.gen_temperatures,
-         "--prompts: sampling temperature(s), comma-separated; each prompt is answered once per "
-         "temperature (0 = the greedy answer)")
+                  "Reuse the training text and target labels of an earlier make-draft output "
+                  "folder (same target "
+                  "and --seq-len) instead of --data/--prompts/--self-prompts");
+  mkd->add_option("--gen-tokens", md.gen_tokens, "--prompts, --self-prompts: new tokens per answer")
+      ->capture_default_str();
+  mkd->add_option("--gen-temperature", md.gen_temperatures,
+                  "--prompts, --self-prompts: answers' sampling temperature(s), comma-separated; "
+                  "each prompt is answered once per "
+                  "temperature (0 = the greedy answer)")
       ->delimiter(',')
       ->capture_default_str();
   mkd->add_option("--steps", md.steps, "Optimizer steps in all (with --resume: the total to reach; 0: write the untrained draft)")

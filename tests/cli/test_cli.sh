@@ -78,7 +78,7 @@ p=$("$SPECDEC" generate --model "$work/tt" --prompt "the cat" --max-new-tokens 1
 check "make-draft: assisted output with the draft equals target-only" python3 -c "
 import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2])['tokens']" "$a" "$p"
 help=$("$SPECDEC" make-draft --help)
-check "make-draft --help names its options" bash -c 'for f in --layers --layer-ids --vocab-subset --data --prompts --steps --seq-len --lr --threads --seed --resume --data-from; do grep -qF -- "$f" <<<"$1" || exit 1; done' _ "$help"
+check "make-draft --help names its options" bash -c 'for f in --layers --layer-ids --vocab-subset --data --prompts --self-prompts --gen-temperature --steps --seq-len --lr --threads --seed --resume --data-from; do grep -qF -- "$f" <<<"$1" || exit 1; done' _ "$help"
 expect_error "make-draft: --vocab-subset 0" "--vocab-subset must be >= 1" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --vocab-subset 0
 expect_error "make-draft: more layers than the target" "has 3 layers" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --layers 4
 "$SPECDEC" make-fixture --arch gpt2 --out "$work/g2" --layers 1 --hidden 32 --heads 2 2>/dev/null
