@@ -52,13 +52,14 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
 }
 
 void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-                             const std::vector<int64_t>& tokens, bool free_drafts) const {
+                             const std::vector<int64_t>& tokens, bool free_drafts,
+                             bool may_calibrate) const {
   // Once per Generator: time target passes of 1, cap / 2 + 1 and cap + 1 rows on row 0 of this
   // request's cache (appended after what it holds, then cropped away); every real pass refines the
   // curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost nothing
   // beside a pass.
   bool calibrate = false;
-  {
+  if (may_calibrate) {
     std::lock_guard<std::mutex> lock(costs_mutex_);
     calibrate = !calibrating_;
     calibrating_ = true;
@@ -91,7 +92,8 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
       draft = draft_cost_(batch);
     }
   }
-  // Until a draft pass has been timed (and while another request calibrates), K stays where it is.
+  // Until a draft pass has been timed (and while another request calibrates), K stays where it is:
+  // the first request of a Generator drafts num_assistant_tokens in its first iteration.
   if (!draft || target.size() <= 1) return;
   const auto cost = [&](int64_t rows) { return target(rows); };
   if (batch == 1) return schedules[0]->plan(cost, *draft);
@@ -274,7 +276,6 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     // Hugging Face's first pass over the whole prompt.
     const auto t0 = Clock::now();
     prefill_rows(*target_, cache, sequences);
-    if (drafter) drafter->prefill(sequences);
     prefill_seconds += seconds_since(t0);
   }
   // goodput: for a draft model and for prompt lookup alike.
@@ -285,24 +286,46 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
 
   for (bool first = true; !slots.empty(); first = false) {
     const auto b = static_cast<int64_t>(slots.size());
-    if (goodput && !first) {
+    // goodput plans the first iteration too once the Generator has measured its costs: a request
+    // after one whose draft the target rejected starts without speculation (and without the
+    // draft's prefill, below).
+    if (goodput) {
       std::vector<LookaheadSchedule*> schedules;
       for (Row* row : slots)
         if (row->schedule->kind() == "goodput") schedules.push_back(row->schedule.get());
-      plan_goodput(schedules, cache, slots[0]->tokens, !use_draft);
+      plan_goodput(schedules, cache, slots[0]->tokens, !use_draft, !first);
     }
     // Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
-    auto t0 = Clock::now();
     std::vector<int64_t> max_tokens;
     sequences.clear();
+    bool drafting = false;
     for (Row* row : slots) {
       max_tokens.push_back(std::max<int64_t>(0, row->config.max_new_tokens - row->result.stats.new_tokens - 1));
       sequences.push_back(&row->tokens);
+      drafting = drafting || (max_tokens.back() > 0 && row->schedule->num_tokens() > 0);
     }
-    const int64_t draft_passes_before = drafter ? drafter->passes() : 0;
     std::vector<int64_t> row_passes_before(b, 0);
+    if (drafter && first && batch > 1 && drafting) {
+      // A batch's draft prefill, in chunks like the target's (rows still sorted longest first),
+      // when some row drafts now. Otherwise the draft catches up in its first proposal, in one
+      // pass padded to the longest row (as one request's first proposal always does).
+      const auto t0 = Clock::now();
+      drafter->prefill(sequences);
+      prefill_seconds += seconds_since(t0);
+    }
+    auto t0 = Clock::now();
+    const int64_t draft_passes_before = drafter ? drafter->passes() : 0;
+    // A draft pass times one drafted token per row when it feeds at most the last iteration's
+    // accepted tokens; a pass that catches up on a prompt or on iterations without drafts costs
+    // more.
+    bool catching_up = false;
     if (drafter) {
-      for (int64_t i = 0; i < b; ++i) row_passes_before[i] = drafter->row_passes(i);
+      for (int64_t i = 0; i < b; ++i) {
+        row_passes_before[i] = drafter->row_passes(i);
+        const int64_t behind =
+            static_cast<int64_t>(slots[i]->tokens.size()) - drafter->cached_length(i);
+        catching_up = catching_up || behind > 2;
+      }
       std::vector<Candidates> proposals = drafter->propose_batch(sequences, max_tokens);
       for (int64_t i = 0; i < b; ++i) slots[i]->cand = std::move(proposals[i]);
     } else {
@@ -315,9 +338,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     }
     const double draft_seconds = seconds_since(t0);
     const int64_t draft_passes = drafter ? drafter->passes() - draft_passes_before : 0;
-    // A batch's first draft passes follow the drafter's own prefill, like any later ones; a single
-    // request's first pass prefills the draft too.
-    if (goodput && draft_passes > 0 && (!first || batch > 1)) {
+    if (goodput && draft_passes > 0 && !catching_up) {
       std::lock_guard<std::mutex> lock(costs_mutex_);
       draft_cost_.observe(b, draft_seconds / static_cast<double>(draft_passes));
     }

@@ -75,6 +75,8 @@ class DraftModelGenerator final : public CandidateGenerator {
   void move_row(int64_t from, int64_t to);
   // Draft passes row `row` took part in.
   int64_t row_passes(int64_t row) const { return rows_[row].passes; }
+  // Tokens of row `row` the draft's cache holds (a prefix of the sequence it continues).
+  int64_t cached_length(int64_t row) const { return cache_.length(row); }
 
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
   void on_verified(const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens) override;

@@ -94,9 +94,10 @@ class Generator {
   mutable std::mutex carried_mutex_;
   mutable std::optional<int64_t> carried_lookahead_;
   // "goodput" schedule: target pass cost by rows (calibrated by the first request, refined by
-  // every one) and draft cost per token, measured on this Generator's models.
+  // every one) and draft cost per token, measured on this Generator's models. `may_calibrate`:
+  // whether this call may run the calibration passes (not before the request's first pass).
   void plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-                    const std::vector<int64_t>& tokens, bool free_drafts) const;
+                    const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) const;
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;
   mutable bool calibrating_ = false;

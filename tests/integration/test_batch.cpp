@@ -43,6 +43,9 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
   for (const auto& [arch, seed] : runs) {
     const Pair p = pair_for(arch, seed);
     const Generator target_only(p.target);
+    // One assisted Generator for every batch of the architecture: what one request carries to the
+    // next (heuristic lookahead, goodput's costs and acceptance) must not change any output.
+    const Generator assisted(p.target, p.draft);
     for (const size_t b : {1u, 3u, 8u}) {
       const auto prompts = prompts_for(b, seed);
       for (const std::string schedule : {"constant", "heuristic", "dynamic", "goodput", "lookup", "lookup goodput"}) {
@@ -57,7 +60,6 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           if (schedule != "lookup") c.num_assistant_tokens_schedule = schedule == "lookup goodput" ? "goodput" : schedule;
           configs.push_back(c);
         }
-        const Generator assisted(p.target, p.draft);
         const BatchResult got = assisted.generate_batch(prompts, configs);
         ASSERT_EQ(got.results.size(), b);
         int64_t total = 0;
@@ -76,6 +78,39 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
     }
   }
   EXPECT_EQ(rows_checked, 6 * 6 * (1 + 3 + 8));
+}
+
+// goodput in a Generator that has measured its costs: after a request whose draft the target
+// rejected, the next request (alone or in a batch) does not draft from its first iteration on, so
+// it pays neither the draft's prefill nor drafted tokens; its output stays the target's. The draft
+// is as large as the target, so drafting can never pay (d >= T(1)) whatever the timings.
+TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
+  const Pair p = pair_for("llama", 1);
+  const auto rejected = test_model(cached_fixture("batch_u101", small_fixture(101, 3, "llama")));
+  const Generator target_only(p.target);
+  const Generator g(p.target, rejected);
+  GenerationConfig c;
+  c.max_new_tokens = 16;
+  c.num_assistant_tokens = 4;
+  c.num_assistant_tokens_schedule = "goodput";
+  const auto prompts = prompts_for(4, 5);
+  const GenerationResult first = g.generate(prompts[0], c);
+  EXPECT_EQ(first.tokens, target_only.generate(prompts[0], c).tokens);
+  ASSERT_GT(first.stats.drafted_tokens, 0);  // the first request of a Generator tries the draft
+  EXPECT_LT(first.stats.accepted_tokens, first.stats.drafted_tokens);
+
+  const GenerationResult alone = g.generate(prompts[1], c);
+  EXPECT_EQ(alone.tokens, target_only.generate(prompts[1], c).tokens);
+  EXPECT_EQ(alone.stats.drafted_tokens, 0);
+  EXPECT_EQ(alone.stats.draft_passes, 0);
+
+  const BatchResult batch = g.generate_batch({prompts[1], prompts[2], prompts[3]}, {c});
+  EXPECT_EQ(batch.stats.draft_passes, 0);  // no draft prefill either
+  for (size_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(batch.results[r].tokens, target_only.generate(prompts[r + 1], c).tokens)
+        << "row " << r;
+    EXPECT_EQ(batch.results[r].stats.drafted_tokens, 0) << "row " << r;
+  }
 }
 
 TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {
