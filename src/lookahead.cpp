@@ -8,9 +8,13 @@ namespace specdec {
 
 LookaheadSchedule::LookaheadSchedule(const GenerationConfig& c)
     : kind_(c.num_assistant_tokens_schedule),
-      // goodput starts at 5 (or the cap, if smaller) until costs have been measured.
-      k_(c.num_assistant_tokens_schedule == "goodput" ? std::min<int64_t>(5, c.resolved_num_assistant_tokens())
-                                                      : c.resolved_num_assistant_tokens()),
+      // Until costs have been measured, goodput probes a draft model with 2 tokens (enough to time
+      // it and to see whether the target accepts it, cheap when it does not) and prompt lookup,
+      // whose proposals cost nothing to make, with 5; the cap, if smaller.
+      k_(c.num_assistant_tokens_schedule == "goodput"
+             ? std::min<int64_t>(c.prompt_lookup_num_tokens > 0 ? 5 : 2,
+                                 c.resolved_num_assistant_tokens())
+             : c.resolved_num_assistant_tokens()),
       cap_(c.resolved_num_assistant_tokens()),
       threshold_(c.assistant_confidence_threshold),
       adaptive_(c.adaptive_threshold) {}

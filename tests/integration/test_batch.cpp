@@ -83,12 +83,16 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
 // goodput in a Generator that has measured its costs: after a request whose draft the target
 // rejected, the next request (alone or in a batch) does not draft from its first iteration on, so
 // it pays neither the draft's prefill nor drafted tokens; its output stays the target's. The draft
-// is as large as the target, so drafting can never pay (d >= T(1)) whatever the timings.
+// (8 layers, 4x wider) costs many times the 1-layer target, so that drafting cannot pay even when
+// a loaded machine skews one timing by several times.
 TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
-  const Pair p = pair_for("llama", 1);
-  const auto rejected = test_model(cached_fixture("batch_u101", small_fixture(101, 3, "llama")));
-  const Generator target_only(p.target);
-  const Generator g(p.target, rejected);
+  const auto target = test_model(cached_fixture("batch_g1", small_fixture(1, 1, "llama")));
+  FixtureOptions big = small_fixture(101, 8, "llama");
+  big.hidden = 256;
+  big.intermediate = 1024;
+  const auto rejected = test_model(cached_fixture("batch_g101", big));
+  const Generator target_only(target);
+  const Generator g(target, rejected);
   GenerationConfig c;
   c.max_new_tokens = 16;
   c.num_assistant_tokens = 4;

@@ -111,7 +111,7 @@ TEST(Lookahead, GoodputScheduleUsesTheAcceptanceHistory) {
   GenerationConfig c = with("goodput", 0);
   LookaheadSchedule s(c);
   EXPECT_EQ(s.cap(), 12);
-  EXPECT_EQ(s.num_tokens(), 5);  // before any measurement
+  EXPECT_EQ(s.num_tokens(), 2);  // before any measurement
   EXPECT_DOUBLE_EQ(s.acceptance(), 0.5);
   s.update({1, 1, 1, 1, 1}, 3);  // 3 accepted, then a rejection
   EXPECT_DOUBLE_EQ(s.acceptance(), 4.0 / 6.0);
