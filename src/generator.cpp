@@ -92,8 +92,8 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
       draft = draft_cost_(batch);
     }
   }
-  // Until a draft pass has been timed (and while another request calibrates), K stays where it is:
-  // the first request of a Generator drafts num_assistant_tokens in its first iteration.
+  // Until a draft pass has been timed (and while another request calibrates), K stays where it is
+  // (at first the schedule's probe: LookaheadSchedule's constructor).
   if (!draft || target.size() <= 1) return;
   const auto cost = [&](int64_t rows) { return target(rows); };
   if (batch == 1) return schedules[0]->plan(cost, *draft);
