@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Throughput of batched generation: tokens/s at batch sizes 1, 2, 4, 8 with ragged prompts,
 target-only and assisted (constant K=5, dynamic, goodput, prompt lookup alone and under goodput), through
-`specdec generate --prompts-file FILE --batch-size B` (the figure excludes loading: it is the
-program's own tokens/s over the requests; "after the prefill" leaves each batch's first pass
-over the prompts out). Prints one JSON line per run, then a table with the
+`specdec generate --prompts-file FILE --batch-size B` (at most B requests at once, the next joining
+as one finishes; the figure excludes loading: it is the program's own tokens/s over the requests;
+"after the prefill" leaves the passes over the prompts out). Prints one JSON line per run, then a table with the
 speedup of each mode over target-only at the same B and the gain of batching over B = 1.
 
 Usage: benchmarks/batch_throughput.py BUILD_DIR TARGET [DRAFT] [--requests N] [--new-tokens N]
-       [--threads N] [--batch-sizes 1,2,4,8] [--extra 'flags for both models']
+       [--threads N] [--batch-sizes 1,2,4,8] [--extra 'flags for both models'] [--ragged]
 """
 import argparse
 import json
@@ -28,6 +28,7 @@ ap.add_argument("--batch-sizes", default="1,2,4,8")
 ap.add_argument("--text", action="store_true", help="chat prompts from benchmarks/prompts/grounded.txt (needs a tokenizer)")
 ap.add_argument("--extra", default="")
 ap.add_argument("--modes", default="", help="comma-separated subset of the modes (target-only always runs)")
+ap.add_argument("--ragged", action="store_true", help="request i asks for new_tokens * (1 + i % 4) / 4 tokens (not all the same)")
 a = ap.parse_args()
 
 # Ragged prompts: lengths 8, 15, 22, ... tokens of a fixed pseudo-random sequence, or chat prompts.
@@ -40,6 +41,9 @@ else:
     for i in range(a.requests):
         n = 8 + 7 * i
         requests.append({"prompt_ids": [3 + (j * 7919 + i * 104729) % 31000 for j in range(n)], "max_new_tokens": a.new_tokens})
+if a.ragged:
+    for i, r in enumerate(requests):
+        r["max_new_tokens"] = max(1, a.new_tokens * (1 + i % 4) // 4)
 fd, path = tempfile.mkstemp(suffix=".jsonl")
 with os.fdopen(fd, "w") as f:
     for r in requests:
@@ -65,12 +69,10 @@ try:
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
-            rate = float(re.findall(r"([0-9.]+) tokens/s", p.stderr)[-1])
+            # The program's summary: tokens/s over the requests, and with the passes over prompts left out.
+            rate, decode = map(float, re.findall(r"([0-9.]+) tokens/s \(([0-9.]+) after the prefill\)", p.stderr)[-1])
             outs = [json.loads(l) for l in p.stdout.splitlines()]
             tokens = [o["tokens"] for o in outs]
-            # After the prefill: each batch's rows share its total and prefill times.
-            decode_s = sum(outs[i]["stats"]["total_seconds"] - outs[i]["stats"]["prefill_seconds"] for i in range(0, len(outs), b))
-            decode = sum(len(t) for t in tokens) / decode_s
             results[(name, b)] = (rate, tokens, decode)
             print(json.dumps({"mode": name, "batch": b, "tokens_per_second": rate, "after_prefill_tokens_per_second": round(decode, 2),
                               "acceptance": round(sum(o["stats"]["accepted_tokens"] for o in outs) /

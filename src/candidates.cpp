@@ -118,12 +118,21 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
   return out;
 }
 
-void DraftModelGenerator::prefill(const std::vector<const std::vector<int64_t>*>& tokens) {
+void DraftModelGenerator::prefill(const std::vector<const std::vector<int64_t>*>& tokens,
+                                  const std::vector<int64_t>& slots) {
   const int64_t own = draft_->config().vocab_size;
   for (const auto* seq : tokens)
     for (const int64_t id : *seq)
       if (id >= own) return;
-  passes_ += prefill_rows(*draft_, cache_, tokens);
+  passes_ += slots.empty() ? prefill_rows(*draft_, cache_, tokens)
+                           : prefill_into(*draft_, cache_, slots, tokens);
+}
+
+void DraftModelGenerator::reset_row(int64_t slot, Row row) {
+  SPECDEC_CHECK(slot >= 0 && slot < static_cast<int64_t>(rows_.size()), "DraftModelGenerator: row ",
+                slot, " out of range");
+  rows_[slot] = {row, std::make_shared<const LogitsProcessorChain>(*row.config)};
+  cache_.crop(slot, 0);
 }
 
 void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted,

@@ -107,13 +107,19 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const G
                                      const TokenCallback& on_token) const {
   BatchTokenCallback each;
   if (on_token) each = [&](size_t, const std::vector<int64_t>& fresh) { on_token(fresh); };
-  return torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each); }).results[0];
+  return torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each, {}); })
+      .results[0];
 }
 
 BatchResult Generator::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
                                       const std::vector<GenerationConfig>& configs,
-                                      const BatchTokenCallback& on_tokens) const {
-  return torch_errors_as_specdec("generate_batch", [&] { return run(prompts, configs, on_tokens); });
+                                      const BatchTokenCallback& on_tokens,
+                                      const BatchOptions& options) const {
+  SPECDEC_CHECK(options.max_rows >= 0,
+                "generate_batch: max_rows must be >= 0 (0: every prompt at once), got ",
+                options.max_rows);
+  return torch_errors_as_specdec("generate_batch",
+                                 [&] { return run(prompts, configs, on_tokens, options); });
 }
 
 namespace {
@@ -133,12 +139,16 @@ struct Row {
   // This iteration: the proposal, and the length of the verified sequence it follows.
   Candidates cand;
   int64_t verified_len = 0;
+  // When it joined the batch, and the seconds of its prefill and first iteration.
+  std::chrono::steady_clock::time_point admitted;
+  double prefill_seconds = 0;
 };
 
 }  // namespace
 
 BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
-                           const std::vector<GenerationConfig>& configs, const BatchTokenCallback& on_tokens) const {
+                           const std::vector<GenerationConfig>& configs,
+                           const BatchTokenCallback& on_tokens, const BatchOptions& options) const {
   const auto start = Clock::now();
   const ModelConfig& tc = target_->config();
   SPECDEC_CHECK(!prompts.empty(), "generate_batch: the batch is empty (at least one prompt is needed)");
@@ -195,8 +205,43 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   }
 
   c10::InferenceMode inference_guard;
-  for (Row& row : rows) {
+  const int64_t width = options.max_rows > 0 ? std::min(options.max_rows, batch) : batch;
+  if (width < batch && tc.is_encoder_decoder) {
+    // Encoder-decoder models: consecutive groups of max_rows (a row's encoder output is attached
+    // to the batch's cache when the batch starts).
+    BatchResult out;
+    out.stats.rows = batch;
+    for (int64_t first = 0; first < batch; first += width) {
+      const int64_t n = std::min(width, batch - first);
+      const std::vector<std::vector<int64_t>> group(prompts.begin() + first,
+                                                    prompts.begin() + first + n);
+      std::vector<GenerationConfig> group_configs(configs);
+      if (configs.size() > 1)
+        group_configs.assign(configs.begin() + first, configs.begin() + first + n);
+      BatchTokenCallback tokens;
+      if (on_tokens)
+        tokens = [&](size_t r, const std::vector<int64_t>& t) { on_tokens(first + r, t); };
+      BatchOptions group_options;
+      if (options.on_finished)
+        group_options.on_finished = [&](size_t r, const GenerationResult& g) {
+          options.on_finished(first + r, g);
+        };
+      BatchResult part = run(group, group_configs, tokens, group_options);
+      for (GenerationResult& g : part.results) out.results.push_back(std::move(g));
+      out.stats.new_tokens += part.stats.new_tokens;
+      out.stats.target_passes += part.stats.target_passes;
+      out.stats.draft_passes += part.stats.draft_passes;
+      out.stats.prefill_seconds += part.stats.prefill_seconds;
+    }
+    out.stats.total_seconds = seconds_since(start);
+    return out;
+  }
+
+  // A row's state is set up when it joins the batch (so that it starts from what the Generator
+  // carries at that moment).
+  const auto set_up = [&](Row& row) {
     GenerationConfig& config = row.config;
+    row.admitted = Clock::now();
     row.result.stats.prompt_tokens = static_cast<int64_t>(prompts[row.index].size());
     row.result.stats.stop_reason = "max_new_tokens";
     row.rng = std::make_unique<Rng>(config.seed);
@@ -212,7 +257,8 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     // depend on timings, sampled or not).
     if (config.num_assistant_tokens_schedule == "goodput") {
       std::lock_guard<std::mutex> lock(carried_mutex_);
-      if (const auto& e = carried_evidence_[config.prompt_lookup_num_tokens > 0]) row.schedule->set_evidence(*e);
+      if (const auto& e = carried_evidence_[config.prompt_lookup_num_tokens > 0])
+        row.schedule->set_evidence(*e);
     }
     row.processors = std::make_unique<LogitsProcessorChain>(config);
     if (config.prompt_lookup_num_tokens > 0)
@@ -221,21 +267,26 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     row.verifier = custom_verifier_ ? custom_verifier_.get()
                    : config.sampling() ? static_cast<const Verifier*>(&rejection)
                                        : &greedy;
-  }
+  };
 
   // slots[i]: the row in cache row i (and the drafter's row i). A batch starts longest prompt first
-  // (chunked prefill below); finished rows leave (compaction).
+  // (chunked prefill below); finished rows leave (compaction); with max_rows, the next prompts join
+  // in the freed slots at the end.
   std::vector<Row*> slots;
-  for (Row& row : rows) slots.push_back(&row);
+  for (int64_t r = 0; r < width; ++r) {
+    set_up(rows[r]);
+    slots.push_back(&rows[r]);
+  }
+  int64_t queued = width;  // the next prompt to join
   std::stable_sort(slots.begin(), slots.end(), [](const Row* a, const Row* b) { return a->tokens.size() > b->tokens.size(); });
   std::vector<const std::vector<int64_t>*> sequences;
   for (Row* row : slots) sequences.push_back(&row->tokens);
 
-  KVCache cache = target_->make_cache(max_length, batch);
+  KVCache cache = target_->make_cache(max_length, width);
   const bool use_draft = draft_ && rows[0].config.prompt_lookup_num_tokens == 0;
   at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
   std::vector<int64_t> encoder_lengths;
-  double prefill_seconds = 0;  // the first iteration, shared by every row
+  double prefill_seconds = 0;  // the first iteration, shared by the rows that start the batch
   if (tc.is_encoder_decoder) {
     // One encoder pass per prompt (no padding inside the encoder), padded to the longest.
     const auto t0 = Clock::now();
@@ -259,7 +310,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       draft_states = share_encoder_ ? states : encode(*draft_);
       if (!share_encoder_) ++passes;
     }
-    for (Row& row : rows) row.result.stats.encoder_passes = passes;
+    for (Row* row : slots) row->result.stats.encoder_passes = passes;
     prefill_seconds += seconds_since(t0);
   }
 
@@ -270,7 +321,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     drafter = std::make_unique<DraftModelGenerator>(draft_, std::move(draft_rows), max_length, draft_states,
                                                     encoder_lengths, tc.vocab_size);
   }
-  if (batch > 1) {
+  if (width > 1) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
     // over the rows that still have tokens (no row padded to the longest prompt). One request keeps
     // Hugging Face's first pass over the whole prompt.
@@ -278,11 +329,27 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     prefill_rows(*target_, cache, sequences);
     prefill_seconds += seconds_since(t0);
   }
-  // goodput: for a draft model and for prompt lookup alike.
-  bool goodput = false;
-  for (const Row& row : rows) goodput = goodput || ((use_draft || row.lookup) && row.schedule->kind() == "goodput");
+  for (Row* row : slots) row->prefill_seconds = prefill_seconds;
   BatchStats bs;
   bs.rows = batch;
+  bs.prefill_seconds = prefill_seconds;
+  // goodput: for a draft model and for prompt lookup alike.
+  const auto uses_goodput = [&](const Row& row) {
+    return (use_draft || row.config.prompt_lookup_num_tokens > 0) &&
+           row.config.num_assistant_tokens_schedule == "goodput";
+  };
+  bool goodput = false;
+  for (const Row& row : rows) goodput = goodput || uses_goodput(row);
+  // A row's stats when it leaves the batch.
+  const auto finish = [&](Row& row) {
+    GenerationStats& st = row.result.stats;
+    st.final_confidence_threshold = row.schedule->threshold();
+    st.prefill_seconds = row.prefill_seconds;
+    st.total_seconds = seconds_since(row.admitted);
+    st.other_seconds = std::max(
+        0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds - st.verification_seconds);
+    if (options.on_finished) options.on_finished(row.index, row.result);
+  };
 
   for (bool first = true; !slots.empty(); first = false) {
     const auto b = static_cast<int64_t>(slots.size());
@@ -292,7 +359,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     if (goodput) {
       std::vector<LookaheadSchedule*> schedules;
       for (Row* row : slots)
-        if (row->schedule->kind() == "goodput") schedules.push_back(row->schedule.get());
+        if (uses_goodput(*row)) schedules.push_back(row->schedule.get());
       plan_goodput(schedules, cache, slots[0]->tokens, !use_draft, !first);
     }
     // Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
@@ -305,13 +372,15 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       drafting = drafting || (max_tokens.back() > 0 && row->schedule->num_tokens() > 0);
     }
     std::vector<int64_t> row_passes_before(b, 0);
-    if (drafter && first && batch > 1 && drafting) {
+    if (drafter && first && width > 1 && drafting) {
       // A batch's draft prefill, in chunks like the target's (rows still sorted longest first),
       // when some row drafts now. Otherwise the draft catches up in its first proposal, in one
       // pass padded to the longest row (as one request's first proposal always does).
       const auto t0 = Clock::now();
       drafter->prefill(sequences);
-      prefill_seconds += seconds_since(t0);
+      const double s = seconds_since(t0);
+      bs.prefill_seconds += s;
+      for (Row* row : slots) row->prefill_seconds += s;
     }
     auto t0 = Clock::now();
     const int64_t draft_passes_before = drafter ? drafter->passes() : 0;
@@ -385,7 +454,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       std::lock_guard<std::mutex> lock(costs_mutex_);
       target_cost_.observe(b * t, target_seconds);
     }
-    if (first) prefill_seconds += draft_seconds + target_seconds;
+    if (first) bs.prefill_seconds += draft_seconds + target_seconds;
     ++bs.target_passes;
 
     std::vector<int64_t> finished;  // slots, ascending
@@ -395,11 +464,14 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       const Candidates& cand = row.cand;
       const Verdict& verdict = verdicts[i];
       const auto k = static_cast<int64_t>(cand.size());
-      if (!first) {
+      // A row's first iteration is part of its prefill.
+      if (st.target_passes == 0) {
+        row.prefill_seconds += draft_seconds + target_seconds;
+        if (drafter) st.prefill_draft_passes = drafter->row_passes(i) - row_passes_before[i];
+      } else {
         st.drafting_seconds += draft_seconds;
         st.verification_seconds += target_seconds;
       }
-      if (first && drafter) st.prefill_draft_passes = drafter->row_passes(i) - row_passes_before[i];
       ++st.target_passes;
       // New tokens: the accepted candidates, then the target's own token. An EOS among them ends
       // the request right there; an accepted EOS candidate counts as the target's token (as in
@@ -449,6 +521,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       }
       if (!done) continue;
       if (drafter) st.draft_passes = drafter->row_passes(i);
+      finish(row);
       finished.push_back(i);
     }
 
@@ -462,20 +535,37 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       }
       slots.pop_back();
     }
+
+    // Continuous batching: the next prompts take the freed slots, at the end, each prefilled on its
+    // own (the draft's too when it drafts now); their last prompt token goes into the next pass.
+    if (queued < batch && static_cast<int64_t>(slots.size()) < width) {
+      const auto t1 = Clock::now();
+      std::vector<int64_t> joined;
+      std::vector<const std::vector<int64_t>*> joined_tokens;
+      bool joined_drafting = false;
+      while (queued < batch && static_cast<int64_t>(slots.size()) < width) {
+        Row& row = rows[queued++];
+        set_up(row);
+        const auto slot = static_cast<int64_t>(slots.size());
+        cache.crop(slot, 0);
+        slots.push_back(&row);
+        joined.push_back(slot);
+        joined_tokens.push_back(&row.tokens);
+        if (drafter) drafter->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
+        joined_drafting = joined_drafting || row.schedule->num_tokens() > 0;
+      }
+      prefill_into(*target_, cache, joined, joined_tokens);
+      if (drafter && joined_drafting) drafter->prefill(joined_tokens, joined);
+      const double s = seconds_since(t1);
+      bs.prefill_seconds += s;
+      for (const int64_t slot : joined) slots[slot]->prefill_seconds = s;
+    }
   }
 
   bs.draft_passes = drafter ? drafter->passes() : 0;
   bs.total_seconds = seconds_since(start);
   BatchResult out;
-  for (Row& row : rows) {
-    GenerationStats& st = row.result.stats;
-    st.final_confidence_threshold = row.schedule->threshold();
-    st.prefill_seconds = prefill_seconds;
-    st.total_seconds = bs.total_seconds;
-    st.other_seconds = std::max(0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds -
-                                         st.verification_seconds);
-    out.results.push_back(std::move(row.result));
-  }
+  for (Row& row : rows) out.results.push_back(std::move(row.result));
   // "heuristic": carry the lookahead the last row reached to the next request (Hugging Face keeps it
   // on the assistant model's generation config; a batch of one is exactly that).
   if (use_draft && rows.back().config.num_assistant_tokens_schedule == "heuristic") {

@@ -75,22 +75,26 @@ void KVCache::crop(int64_t row, int64_t n) {
 
 void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
 
-void KVCache::copy_row(int64_t from, int64_t to) {
-  SPECDEC_CHECK(from >= 0 && from < batch() && to >= 0 && to < batch(), "KVCache: copy_row(", from, ", ", to,
-                ") out of range (", batch(), " rows)");
-  if (from == to) return;
-  const int64_t n = lengths_[from];
+void KVCache::copy_row(const KVCache& source, int64_t from, int64_t to) {
+  SPECDEC_CHECK(from >= 0 && from < source.batch() && to >= 0 && to < batch(), "KVCache: copy_row(",
+                from, ", ", to, ") out of range (", source.batch(), " and ", batch(), " rows)");
+  SPECDEC_CHECK(source.num_layers() == num_layers() && source.lengths_[from] <= capacity_ &&
+                    source.cross_.size() == cross_.size() &&
+                    source.cross_mask_.defined() == cross_mask_.defined(),
+                "KVCache: copy_row from a cache of another shape");
+  if (&source == this && from == to) return;
+  const int64_t n = source.lengths_[from];
   for (int64_t l = 0; l < num_layers(); ++l) {
     if (n > 0) {
-      keys_[l][to].narrow(1, 0, n).copy_(keys_[l][from].narrow(1, 0, n));
-      values_[l][to].narrow(1, 0, n).copy_(values_[l][from].narrow(1, 0, n));
+      keys_[l][to].narrow(1, 0, n).copy_(source.keys_[l][from].narrow(1, 0, n));
+      values_[l][to].narrow(1, 0, n).copy_(source.values_[l][from].narrow(1, 0, n));
     }
     if (l < static_cast<int64_t>(cross_.size()) && cross_[l].first.defined()) {
-      cross_[l].first[to].copy_(cross_[l].first[from]);
-      cross_[l].second[to].copy_(cross_[l].second[from]);
+      cross_[l].first[to].copy_(source.cross_[l].first[from]);
+      cross_[l].second[to].copy_(source.cross_[l].second[from]);
     }
   }
-  if (cross_mask_.defined()) cross_mask_[to].copy_(cross_mask_[from]);
+  if (cross_mask_.defined()) cross_mask_[to].copy_(source.cross_mask_[from]);
   lengths_[to] = n;
 }
 

@@ -5,13 +5,15 @@
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <torch/cuda.h>
-#include "torch_compat.hpp"
+
+#include <algorithm>
 
 #include "gguf_model.hpp"
-#include "prefill.hpp"
 #include "models/registry.hpp"
+#include "prefill.hpp"
 #include "specdec/error.hpp"
 #include "specdec/weights.hpp"
+#include "torch_compat.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -92,6 +94,25 @@ int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const
     const at::Tensor ids = padded_ids(pieces, counts);
     (void)model.forward(ids, cache, 1, counts);
   }
+  return passes;
+}
+
+int64_t prefill_into(const Model& model, KVCache& cache, const std::vector<int64_t>& slots,
+                     const std::vector<const std::vector<int64_t>*>& seqs) {
+  SPECDEC_CHECK(slots.size() == seqs.size() && !model.config().is_encoder_decoder,
+                "prefill_into: one slot per sequence, decoder-only models");
+  if (seqs.empty()) return 0;
+  std::vector<size_t> order(seqs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return seqs[a]->size() > seqs[b]->size(); });
+  std::vector<const std::vector<int64_t>*> sorted;
+  for (const size_t i : order) sorted.push_back(seqs[i]);
+  KVCache scratch = model.make_cache(std::max<int64_t>(1, static_cast<int64_t>(sorted[0]->size())),
+                                     static_cast<int64_t>(seqs.size()));
+  const int64_t passes = prefill_rows(model, scratch, sorted);
+  for (size_t r = 0; r < order.size(); ++r)
+    cache.copy_row(scratch, static_cast<int64_t>(r), slots[order[r]]);
   return passes;
 }
 

@@ -1,27 +1,28 @@
 // The `specdec` command-line program: generate, compare, chat, tokenize, detokenize, make-tokenizer,
 // make-fixture, make-draft.
+#include "specdec/specdec.hpp"
+
 #include <ATen/Parallel.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
-#include <chrono>
-#include <csignal>
-#include <cmath>
-#include <cstdio>
-#include <iomanip>
-#include <fstream>
-#include <iostream>
-#include <nlohmann/json.hpp>
-#include <sys/stat.h>
-
 #include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
 #include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
-#include <unistd.h>
 
 #include "generation_options.hpp"
-#include "specdec/specdec.hpp"
 
 using nlohmann::json;
 using namespace specdec;
@@ -72,7 +73,9 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
           ->excludes(text)
           ->excludes(ids);
       app->add_option("--batch-size", o.batch_size,
-                      "--prompts-file: requests generated together in one batch (1 = one after another)")
+                      "--prompts-file: requests generated at once (1 = one after another); as each "
+                      "finishes, the next joins "
+                      "the running batch (continuous batching)")
           ->capture_default_str();
     }
   }
@@ -328,47 +331,66 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
     out.push_back(std::move(r));
   }
   if (out.empty()) throw Error(o.prompts_file + ": no requests (one JSON object per line)");
-  // A batch uses prompt lookup for every request or for none.
-  const size_t group = static_cast<size_t>(o.batch_size);
-  for (size_t i = 0; i < out.size(); ++i) {
-    const FileRequest& head = out[i - i % group];
-    if ((out[i].config.prompt_lookup_num_tokens > 0) != (head.config.prompt_lookup_num_tokens > 0))
-      throw Error(o.prompts_file + ":" + std::to_string(out[i].line) + ": prompt_lookup_num_tokens conflicts with line " +
-                  std::to_string(head.line) + " of the same batch (--batch-size " + std::to_string(group) +
-                  "): a batch uses prompt lookup for every request or for none");
-  }
   return out;
 }
 
-// --prompts-file: every request validated first, then generated in batches of --batch-size on one
-// Generator; one JSON line per request on stdout (in order, flushed batch by batch), progress on stderr.
+// --prompts-file: every request validated first, then generated on one Generator: one after
+// another (--batch-size 1), or at most --batch-size at once, each finished request making room for
+// the next (continuous batching; consecutive requests that use prompt lookup, and those that do
+// not, form separate runs). One JSON line per request on stdout, in order, each written as soon as
+// it and those before it are done; progress on stderr.
 int run_prompts_file(RunOptions& o, const Loaded& l) {
   if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
   const std::vector<FileRequest> requests = read_prompts_file(o, l);
   const Generator gen(l.target, l.draft);
   int64_t tokens = 0;
-  double seconds = 0;
-  for (size_t i = 0; i < requests.size(); i += static_cast<size_t>(o.batch_size)) {
-    const size_t end = std::min(requests.size(), i + static_cast<size_t>(o.batch_size));
+  double seconds = 0, prefill = 0;
+  size_t written = 0;
+  std::vector<std::optional<GenerationResult>> done(requests.size());
+  const auto write_ready = [&] {
+    const size_t before = written;
+    for (; written < requests.size() && done[written]; ++written) {
+      json line = {{"line", requests[written].line}};
+      if (!requests[written].id.is_null()) line["id"] = requests[written].id;
+      line.update(result_json(*done[written], l.tokenizer.get()));
+      std::cout << line.dump() << "\n";
+      done[written].reset();
+    }
+    if (written == before) return;
+    std::cout << std::flush;
+    std::cerr << "specdec: " << written << "/" << requests.size() << " requests\n";
+  };
+  const auto uses_lookup = [&](size_t i) {
+    return requests[i].config.prompt_lookup_num_tokens > 0;
+  };
+  for (size_t i = 0; i < requests.size();) {
+    size_t end = i + 1;
+    if (o.batch_size > 1)
+      while (end < requests.size() && uses_lookup(end) == uses_lookup(i)) ++end;
     std::vector<std::vector<int64_t>> prompts;
     std::vector<GenerationConfig> configs;
     for (size_t j = i; j < end; ++j) {
       prompts.push_back(requests[j].prompt);
       configs.push_back(requests[j].config);
     }
-    const BatchResult b = gen.generate_batch(prompts, configs);
-    for (size_t j = i; j < end; ++j) {
-      json line = {{"line", requests[j].line}};
-      if (!requests[j].id.is_null()) line["id"] = requests[j].id;
-      line.update(result_json(b.results[j - i], l.tokenizer.get()));
-      std::cout << line.dump() << "\n";
-    }
-    std::cout << std::flush;
+    BatchOptions options;
+    options.max_rows = o.batch_size;
+    options.on_finished = [&](size_t row, const GenerationResult& r) {
+      done[i + row] = r;
+      write_ready();
+    };
+    const BatchResult b = gen.generate_batch(prompts, configs, {}, options);
     tokens += b.stats.new_tokens;
     seconds += b.stats.total_seconds;
-    std::cerr << "specdec: " << end << "/" << requests.size() << " requests, " << tokens << " tokens, "
-              << (seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0) << " tokens/s\n";
+    prefill += b.stats.prefill_seconds;
+    i = end;
   }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%lld tokens in %.3f s: %.2f tokens/s (%.2f after the prefill)",
+                static_cast<long long>(tokens), seconds,
+                seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0,
+                seconds > prefill ? static_cast<double>(tokens) / (seconds - prefill) : 0.0);
+  std::cerr << "specdec: " << requests.size() << " requests, " << buf << "\n";
   return 0;
 }
 

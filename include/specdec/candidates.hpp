@@ -68,7 +68,13 @@ class DraftModelGenerator final : public CandidateGenerator {
   // Fills the draft's cache with all but the last token of each row's sequence before the first
   // proposal, in chunks (rows sorted longest first; see Generator::generate_batch). Rows whose
   // sequence holds an id the draft has no row for are left to propose_batch.
-  void prefill(const std::vector<const std::vector<int64_t>*>& tokens);
+  // With `slots`, the sequences are new rows at those slots of a running batch (after reset_row),
+  // prefilled on their own (see Generator::generate_batch's continuous batching).
+  void prefill(const std::vector<const std::vector<int64_t>*>& tokens,
+               const std::vector<int64_t>& slots = {});
+  // Row `slot` starts over as a new request's row `row`: its cache row is emptied (continuous
+  // batching; the next proposal, or prefill, fills it).
+  void reset_row(int64_t slot, Row row);
   // Row `row` kept `accepted` of `proposed`; `tokens` is its verified sequence.
   void on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens);
   // Moves row `from` (cache, state) into row `to`'s slot (compaction when a row finishes).

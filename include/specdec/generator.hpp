@@ -33,6 +33,8 @@ struct BatchStats {
   int64_t target_passes = 0;  // passes of the whole batch (each verifies every active row)
   int64_t draft_passes = 0;
   double total_seconds = 0;
+  // Of total_seconds: the passes over prompts (the first iteration, and each admission's prefill).
+  double prefill_seconds = 0;
   double tokens_per_second() const { return total_seconds > 0 ? static_cast<double>(new_tokens) / total_seconds : 0.0; }
 };
 struct BatchResult {
@@ -42,6 +44,17 @@ struct BatchResult {
 // Called with row `row`'s newly verified tokens (row: the prompt's index in the batch). Throw
 // specdec::Cancelled to stop that row; the others go on.
 using BatchTokenCallback = std::function<void(size_t row, const std::vector<int64_t>& new_tokens)>;
+
+struct BatchOptions {
+  // Rows generated at once (0: every prompt). With fewer than the prompts, the first max_rows start
+  // together and each row that finishes makes room for the next prompt, in order, which joins the
+  // running batch after its own prefill (continuous batching). Encoder-decoder models run the
+  // prompts in consecutive groups of max_rows instead.
+  int64_t max_rows = 0;
+  // Called once per row as it finishes (EOS, its length limit or cancelled), with its final result
+  // (the one BatchResult holds at the end).
+  std::function<void(size_t row, const GenerationResult& result)> on_finished;
+};
 
 class Generator {
  public:
@@ -69,9 +82,13 @@ class Generator {
   // the one generate() gives for that prompt and config alone (greedy: token for token; sampling:
   // the same tokens for the same seed). Every row must agree on using prompt lookup or not.
   // generate() is the batch of one.
+  // `options`: at most max_rows rows at once (continuous batching), and a callback per finished
+  // row. A row's stats time it from its admission: prefill_seconds its own prefill and first
+  // iteration, total_seconds up to its last token.
   BatchResult generate_batch(const std::vector<std::vector<int64_t>>& prompts,
                              const std::vector<GenerationConfig>& configs,
-                             const BatchTokenCallback& on_tokens = {}) const;
+                             const BatchTokenCallback& on_tokens = {},
+                             const BatchOptions& options = {}) const;
 
   // Replaces the verifier chosen from the request (greedy or rejection sampling). For research and
   // tests, e.g. a deliberately wrong verifier that a statistical test must catch. Not thread-safe
@@ -82,8 +99,9 @@ class Generator {
   const Model* draft() const { return draft_.get(); }
 
  private:
-  BatchResult run(const std::vector<std::vector<int64_t>>& prompts, const std::vector<GenerationConfig>& configs,
-                  const BatchTokenCallback& on_tokens) const;
+  BatchResult run(const std::vector<std::vector<int64_t>>& prompts,
+                  const std::vector<GenerationConfig>& configs, const BatchTokenCallback& on_tokens,
+                  const BatchOptions& options) const;
   std::shared_ptr<const Model> target_;
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;

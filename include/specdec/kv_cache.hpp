@@ -42,7 +42,10 @@ class KVCache {
   void reset();
   // Copies row `from` (its positions, length and encoder entries) over row `to`: compacts a batch
   // when a sequence finishes, so that later passes run on rows [0, B - 1).
-  void copy_row(int64_t from, int64_t to);
+  void copy_row(int64_t from, int64_t to) { copy_row(*this, from, to); }
+  // The same from row `from` of another cache of the same model (its capacity may be smaller):
+  // admits a sequence prefilled on its own into a running batch.
+  void copy_row(const KVCache& source, int64_t from, int64_t to);
 
   // Encoder-decoder models: the cross-attention keys and values of decoder layer `layer` over the
   // encoder output ([B, H, S, D]), set once per request (Model::attach_encoder). crop() and reset()

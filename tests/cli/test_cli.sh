@@ -175,33 +175,41 @@ cat > "$work/reqs.jsonl" <<'JSONL'
 {"prompt": "Hello the", "max_new_tokens": 9}
 {"prompt_ids": [9, 3, 4, 8, 1, 2, 40, 41, 42], "max_new_tokens": 7, "do_sample": true, "seed": 7, "temperature": 0.8}
 JSONL
-for bs in 1 3; do
+for bs in 1 2 3; do
   "$SPECDEC" generate --model "$work/tt" --draft "$work/td" --prompts-file "$work/reqs.jsonl" --batch-size $bs \
     > "$work/out$bs.jsonl" 2>"$work/err$bs"
 done
 one=$("$SPECDEC" generate --model "$work/tt" --prompt-ids 5,6,7 --max-new-tokens 12 --json)
 two=$("$SPECDEC" generate --model "$work/tt" --prompt "Hello the" --max-new-tokens 9 --json)
 three=$("$SPECDEC" generate --model "$work/tt" --draft "$work/td" --prompt-ids 9,3,4,8,1,2,40,41,42 --max-new-tokens 7 --do-sample --seed 7 --temperature 0.8 --json)
-check "--prompts-file: one line per request, in order, each equal to the request alone, batched or not" python3 -c "
+check "--prompts-file: one line per request, in order, each equal to the request alone, batched (2: the third joins as one finishes) or not" python3 -c "
 import json,sys
-alone=[json.loads(x) for x in sys.argv[3:6]]
-for path in sys.argv[1:3]:
+alone=[json.loads(x) for x in sys.argv[4:7]]
+for path in sys.argv[1:4]:
     rows=[json.loads(l) for l in open(path)]
     assert [r['line'] for r in rows]==[1,3,4] and rows[0]['id']=='first' and 'id' not in rows[1], rows
     for r, a in zip(rows, alone): assert r['tokens']==a['tokens'] and r['text']==a['text'], (r, a)
-" "$work/out1.jsonl" "$work/out3.jsonl" "$one" "$two" "$three"
+" "$work/out1.jsonl" "$work/out2.jsonl" "$work/out3.jsonl" "$one" "$two" "$three"
 check "--prompts-file reports progress on stderr" grep -q "3/3 requests" "$work/err3"
 printf '{"prompt_ids": [5]}\n{"prompt_ids": [5, 4000]}\n' > "$work/bad1.jsonl"
 printf '{"prompt_ids": [5]}\n{"prompt_ids": [5]\n' > "$work/bad2.jsonl"
 printf '{"prompt_ids": [5], "max_new_token": 3}\n' > "$work/bad3.jsonl"
-printf '{"prompt_ids": [5]}\n{"prompt_ids": [5], "prompt_lookup_num_tokens": 2}\n' > "$work/bad4.jsonl"
 printf '{"prompt_ids": [5], "temperature": "hot"}\n' > "$work/bad5.jsonl"
 expect_error "--prompts-file: id outside the vocabulary names the line" "bad1.jsonl:2: prompt token id 4000 is outside" \
   generate --model "$work/tt" --prompts-file "$work/bad1.jsonl"
 expect_error "--prompts-file: malformed JSON names the line" "bad2.jsonl:2: " generate --model "$work/tt" --prompts-file "$work/bad2.jsonl"
 expect_error "--prompts-file: unknown knob" 'unknown key "max_new_token"' generate --model "$work/tt" --prompts-file "$work/bad3.jsonl"
-expect_error "--prompts-file: knobs that conflict within a batch" "conflicts with line 1 of the same batch" \
-  generate --model "$work/tt" --prompts-file "$work/bad4.jsonl" --batch-size 2
+printf '{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6}\n{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6, "prompt_lookup_num_tokens": 2}\n{"prompt_ids": [7, 8, 7], "max_new_tokens": 5}\n' > "$work/mixed.jsonl"
+mixed_alone=$("$SPECDEC" generate --model "$work/tt" --prompt-ids 7,8,7 --max-new-tokens 5 --json)
+check "--prompts-file: requests with and without prompt lookup in one file, --batch-size 2" python3 -c "
+import json,subprocess,sys
+out=subprocess.run(sys.argv[1:4]+['--prompts-file',sys.argv[4],'--batch-size','2'],capture_output=True,text=True,check=True).stdout
+rows=[json.loads(l) for l in out.splitlines()]
+assert [r['line'] for r in rows]==[1,2,3], rows
+assert rows[0]['tokens']==rows[1]['tokens'] and len(rows[0]['tokens'])==6, rows
+assert rows[1]['stats']['drafted_tokens']>0 and rows[0]['stats']['drafted_tokens']==0, rows
+assert rows[2]['tokens']==json.loads(sys.argv[5])['tokens'], rows
+" "$SPECDEC" generate --model="$work/tt" "$work/mixed.jsonl" "$mixed_alone"
 expect_error "--prompts-file: a knob of the wrong type" '"temperature" must be a number' \
   generate --model "$work/tt" --prompts-file "$work/bad5.jsonl"
 nothing=$("$SPECDEC" generate --model "$work/tt" --prompts-file "$work/bad1.jsonl" 2>/dev/null)

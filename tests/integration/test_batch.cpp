@@ -61,7 +61,13 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           configs.push_back(c);
         }
         const BatchResult got = assisted.generate_batch(prompts, configs);
+        // The 8 prompts also through 3 rows at a time (continuous batching; T5 in groups of 3).
+        BatchOptions three;
+        three.max_rows = 3;
+        const BatchResult continuous =
+            b == 8 ? assisted.generate_batch(prompts, configs, {}, three) : got;
         ASSERT_EQ(got.results.size(), b);
+        ASSERT_EQ(continuous.results.size(), b);
         int64_t total = 0;
         for (size_t r = 0; r < b; ++r) {
           GenerationConfig alone = configs[r];
@@ -69,10 +75,13 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           const auto want = target_only.generate(prompts[r], alone).tokens;
           EXPECT_EQ(got.results[r].tokens, want)
               << arch << " seed " << seed << " batch " << b << " " << schedule << " row " << r;
+          EXPECT_EQ(continuous.results[r].tokens, want)
+              << arch << " seed " << seed << " 3 rows at a time " << schedule << " row " << r;
           total += static_cast<int64_t>(got.results[r].tokens.size());
           ++rows_checked;
         }
         EXPECT_EQ(got.stats.new_tokens, total);
+        EXPECT_EQ(continuous.stats.new_tokens, total);
         EXPECT_EQ(got.stats.rows, static_cast<int64_t>(b));
       }
     }
@@ -140,6 +149,12 @@ TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {
   EXPECT_EQ(reversed.results[0].tokens, batch.results[4].tokens);
   EXPECT_EQ(reversed.results[1].tokens, batch.results[0].tokens);
   EXPECT_EQ(reversed.results[2].tokens, batch.results[3].tokens);
+  // Two rows at a time: later rows join as others finish.
+  BatchOptions two;
+  two.max_rows = 2;
+  const BatchResult continuous = g.generate_batch(prompts, configs, {}, two);
+  for (size_t r = 0; r < prompts.size(); ++r)
+    EXPECT_EQ(continuous.results[r].tokens, batch.results[r].tokens) << "row " << r;
 }
 
 TEST(Batch, StreamingPerRowAndCancellingOneRowLeavesTheOthers) {
@@ -174,6 +189,64 @@ TEST(Batch, StreamingPerRowAndCancellingOneRowLeavesTheOthers) {
   EXPECT_GT(r.stats.draft_passes, 0);
 }
 
+// Continuous batching (BatchOptions::max_rows): 10 requests of ragged prompts and limits, at most 3
+// rows at once; each finished row makes room for the next request. Every output is the request's
+// alone, the callbacks see each row start after an earlier one finished, never more than 3 rows at
+// once, and the run takes fewer target passes than consecutive groups of 3 would.
+TEST(Batch, ContinuousBatchingAdmitsTheNextRequestAsARowFinishes) {
+  const Pair p = pair_for("llama", 2);
+  const auto prompts = prompts_for(10, 4);
+  std::vector<GenerationConfig> configs;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    GenerationConfig c;
+    c.max_new_tokens = 2 + static_cast<int64_t>((r * 11) % 17);
+    c.num_assistant_tokens = 1 + static_cast<int64_t>(r % 4);
+    configs.push_back(c);
+  }
+  for (const bool assisted : {false, true}) {
+    const Generator g(p.target, assisted ? p.draft : nullptr);
+    BatchOptions options;
+    options.max_rows = 3;
+    std::vector<int> state(prompts.size(), 0);  // 0 waiting, 1 running, 2 finished
+    int running = 0, most = 0;
+    std::vector<GenerationResult> finished(prompts.size());
+    options.on_finished = [&](size_t row, const GenerationResult& r) {
+      EXPECT_EQ(state[row], 1) << row;
+      state[row] = 2;
+      --running;
+      finished[row] = r;
+    };
+    const BatchResult got = g.generate_batch(
+        prompts, configs,
+        [&](size_t row, const std::vector<int64_t>&) {
+          if (state[row] == 0) {
+            state[row] = 1;
+            most = std::max(most, ++running);
+          }
+        },
+        options);
+    EXPECT_EQ(most, 3);
+    int64_t grouped_passes = 0;
+    for (size_t first = 0; first < prompts.size(); first += 3) {
+      int64_t longest = 0;
+      for (size_t r = first; r < std::min(prompts.size(), first + 3); ++r) {
+        const GenerationResult alone = g.generate(prompts[r], configs[r]);
+        EXPECT_EQ(got.results[r].tokens, alone.tokens) << "assisted " << assisted << " row " << r;
+        longest = std::max(longest, alone.stats.target_passes);
+      }
+      grouped_passes += longest;
+    }
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      EXPECT_EQ(state[r], 2) << r;
+      EXPECT_EQ(finished[r].tokens, got.results[r].tokens) << r;
+      EXPECT_EQ(finished[r].stats.total_seconds, got.results[r].stats.total_seconds) << r;
+      EXPECT_LE(got.results[r].stats.total_seconds, got.stats.total_seconds) << r;
+    }
+    if (!assisted) EXPECT_LT(got.stats.target_passes, grouped_passes);
+    EXPECT_EQ(got.stats.rows, 10);
+  }
+}
+
 TEST(Batch, BadBatchesAreClearErrors) {
   const Pair p = pair_for("llama", 1);
   const Generator g(p.target, p.draft);
@@ -200,6 +273,14 @@ TEST(Batch, BadBatchesAreClearErrors) {
   GenerationConfig long_one = c;
   long_one.max_new_tokens = p.target->config().max_position_embeddings;
   EXPECT_NE(message({{3}, {4}}, {c, long_one}).find("row 1: the prompt"), std::string::npos);
+  BatchOptions negative;
+  negative.max_rows = -1;
+  try {
+    g.generate_batch({{3}}, {c}, {}, negative);
+    ADD_FAILURE() << "max_rows -1 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_rows must be >= 0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace specdec::test
