@@ -49,19 +49,6 @@ struct ActView {  // row t of a pass: q + t * K, sum16 + t * K / 16, d, s, sum +
   const int32_t* sum;    // sum(q) of the block
   const int32_t* sum16;  // sum(q) of each half of 16 of the block
 };
-struct ActRows {
-  ActRows(int64_t rows = 0, int64_t k = 0) { resize(rows, k); }
-  void resize(int64_t rows, int64_t k);  // keeps the memory it has
-  // Quantizes rows r0..r1 of x [rows, K], each on its own (a row's values do not depend on others).
-  void quantize(const float* x, int64_t r0, int64_t r1);
-  ActView view(int64_t r0) const;  // from row r0 on
-  int64_t k;
-  std::vector<int8_t> q;
-  std::vector<float> d, s;
-  std::vector<int32_t> sum, sum16;
-};
-// True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).
-bool has_int8_kernel(GgmlType type);
 // The kernel families: AVX-512 (F, BW, DQ, VL; VNNI for 8-bit activations where the CPU has it)
 // and AVX2 (with FMA and F16C) give bitwise the same results; the portable fixed-order kernel (any
 // CPU) differs from them in the last bits with float32 activations, and gives their bits with
@@ -73,6 +60,20 @@ std::vector<Isa> available_isas();
 // The best of available_isas(), or the one SPECDEC_KERNELS names (an Error if it names none of
 // them); decided once per process.
 Isa default_isa();
+struct ActRows {
+  ActRows(int64_t rows = 0, int64_t k = 0) { resize(rows, k); }
+  void resize(int64_t rows, int64_t k);  // keeps the memory it has
+  // Quantizes rows r0..r1 of x [rows, K], each on its own (a row's values do not depend on others).
+  // Every family gives the same bits (AVX2 and AVX-512 share one vectorized copy).
+  void quantize(const float* x, int64_t r0, int64_t r1, Isa isa = default_isa());
+  ActView view(int64_t r0) const;  // from row r0 on
+  int64_t k;
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  std::vector<int32_t> sum, sum16;
+};
+// True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).
+bool has_int8_kernel(GgmlType type);
 // The kernel for `type` in family `isa` (one of available_isas()). `int8_activations` applies
 // where has_int8_kernel(type), and is ignored elsewhere.
 LinearKernel linear_kernel(GgmlType type, bool int8_activations = false, Isa isa = default_isa());

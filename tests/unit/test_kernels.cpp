@@ -399,6 +399,29 @@ TEST(LinearKernel, ActivationQuantizationByHand) {
   EXPECT_EQ(a.q[37], 0);
 }
 
+// Every family quantizes activations to the same bits: random rows, halves that round away from
+// zero at every scale, zeros and an all-zero block.
+TEST(LinearKernel, ActivationQuantizationIsTheSameInEveryFamily) {
+  const int64_t rows = 7, k = 256;
+  at::Tensor x = at::randn({rows, k}) * at::randint(1, 1000, {rows, 1}).to(at::kFloat);
+  float* p = x.data_ptr<float>();
+  for (int64_t c = 0; c < k; ++c)
+    p[k + c] = c % 32 == 0 ? 127.0f : static_cast<float>(c % 50) - 24.5f;  // d = 1: ties
+  for (int64_t c = 0; c < 32; ++c) p[2 * k + c] = 0.0f;
+  p[3 * k + 5] = -0.0f;
+  kernels::ActRows want(rows, k);
+  want.quantize(p, 0, rows, kernels::Isa::kPortable);
+  for (const kernels::Isa isa : kernels::available_isas()) {
+    kernels::ActRows got(rows, k);
+    got.quantize(p, 0, rows, isa);
+    EXPECT_EQ(got.q, want.q) << kernels::isa_name(isa);
+    EXPECT_EQ(got.d, want.d) << kernels::isa_name(isa);
+    EXPECT_EQ(got.s, want.s) << kernels::isa_name(isa);
+    EXPECT_EQ(got.sum, want.sum) << kernels::isa_name(isa);
+    EXPECT_EQ(got.sum16, want.sum16) << kernels::isa_name(isa);
+  }
+}
+
 TEST(LinearKernel, FusedPartsOfDifferentFormatsRunOneByOne) {
   const int64_t k = 64;
   const at::Tensor a = at::randn({8, k}), c = at::randn({5, k});
