@@ -7,7 +7,7 @@ as one finishes; the figure excludes loading: it is the program's own tokens/s o
 speedup of each mode over target-only at the same B and the gain of batching over B = 1.
 
 Usage: benchmarks/batch_throughput.py BUILD_DIR TARGET [DRAFT] [--requests N] [--new-tokens N]
-       [--threads N] [--batch-sizes 1,2,4,8] [--extra 'flags for both models'] [--ragged]
+       [--threads N] [--batch-sizes 1,2,4,8] [--extra 'flags for both models']
 """
 import argparse
 import json
@@ -28,7 +28,6 @@ ap.add_argument("--batch-sizes", default="1,2,4,8")
 ap.add_argument("--text", action="store_true", help="chat prompts from benchmarks/prompts/grounded.txt (needs a tokenizer)")
 ap.add_argument("--extra", default="")
 ap.add_argument("--modes", default="", help="comma-separated subset of the modes (target-only always runs)")
-ap.add_argument("--ragged", action="store_true", help="request i asks for new_tokens * (1 + i % 4) / 4 tokens (not all the same)")
 a = ap.parse_args()
 
 # Ragged prompts: lengths 8, 15, 22, ... tokens of a fixed pseudo-random sequence, or chat prompts.
@@ -41,9 +40,6 @@ else:
     for i in range(a.requests):
         n = 8 + 7 * i
         requests.append({"prompt_ids": [3 + (j * 7919 + i * 104729) % 31000 for j in range(n)], "max_new_tokens": a.new_tokens})
-if a.ragged:
-    for i, r in enumerate(requests):
-        r["max_new_tokens"] = max(1, a.new_tokens * (1 + i % 4) // 4)
 fd, path = tempfile.mkstemp(suffix=".jsonl")
 with os.fdopen(fd, "w") as f:
     for r in requests:
