@@ -286,7 +286,8 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   const bool use_draft = draft_ && rows[0].config.prompt_lookup_num_tokens == 0;
   at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
   std::vector<int64_t> encoder_lengths;
-  double prefill_seconds = 0;  // the first iteration, shared by the rows that start the batch
+  double prefill_seconds =
+      0;  // encoder passes and batch prefill, shared by the rows that start the batch
   if (tc.is_encoder_decoder) {
     // One encoder pass per prompt (no padding inside the encoder), padded to the longest.
     const auto t0 = Clock::now();
@@ -546,8 +547,8 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       while (queued < batch && static_cast<int64_t>(slots.size()) < width) {
         Row& row = rows[queued++];
         set_up(row);
-        const auto slot = static_cast<int64_t>(slots.size());
-        cache.crop(slot, 0);
+        const auto slot =
+            static_cast<int64_t>(slots.size());  // prefill_into overwrites its cache row
         slots.push_back(&row);
         joined.push_back(slot);
         joined_tokens.push_back(&row.tokens);
