@@ -27,8 +27,8 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxArrayDepth = 4;
 constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
-// Limits::max_metadata_values bounds the metadata values of all arrays together: each costs ~100
-// bytes in memory, so a file that packs a billion one-byte values must not become 100 GB.
+// Limits::max_metadata_values bounds the metadata values of all arrays together, so that a file
+// packing a billion one-byte values is refused rather than walked (and, read, turned into 100 GB).
 
 float f16(const uint8_t* p) {
   uint16_t bits;
@@ -179,6 +179,11 @@ class Cursor {
     p_ += n;
     return s;
   }
+  void skip(uint64_t n, const std::string& what) {
+    SPECDEC_CHECK(n <= remaining(), path_, ": truncated file: ", what, " needs ", n, " bytes at offset ",
+                  offset(), " but only ", remaining(), " remain");
+    p_ += n;
+  }
   void need(size_t n, const std::string& what) const {
     SPECDEC_CHECK(n <= remaining(), path_, ": truncated file: ", what, " needs ", n, " bytes at offset ",
                   offset(), " but only ", remaining(), " remain");
@@ -246,8 +251,16 @@ GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const
                     " exceeds the limit of ", limits().max_metadata_values,
                     " metadata values in a file (Limits::max_metadata_values)");
       budget -= static_cast<int64_t>(n);
-      v.array.reserve(static_cast<size_t>(n));
-      for (uint64_t k = 0; k < n; ++k) v.array.push_back(read_value(c, et, key, path, depth + 1, budget));
+      v.array_size = n;
+      v.array_offset = c.offset();
+      // Validated element by element, kept in the file (GgufFile::for_each_element reads them on demand).
+      // Fixed-size types where every bit pattern is valid are skipped whole.
+      const GgufValue::Type t = v.array_type;
+      const bool any_bits = t != GgufValue::Type::kString && t != GgufValue::Type::kArray &&
+                            t != GgufValue::Type::kBool && t != GgufValue::Type::kUint64;
+      if (any_bits) c.skip(n * min_value_bytes(t), what);  // fits: n <= remaining() / that size
+      else
+        for (uint64_t k = 0; k < n; ++k) read_value(c, et, key, path, depth + 1, budget);
       break;
     }
   }
@@ -489,13 +502,23 @@ bool GgufFile::get_bool(const std::string& key) const {
                 ", expected bool");
   return v.b;
 }
+template <typename F>
+void GgufFile::for_each_element(const GgufValue& v, const std::string& key, F&& f) const {
+  const auto* base = static_cast<const uint8_t*>(map_);
+  Cursor c(base, map_size_, path_, limits().max_header_bytes);
+  c.skip(v.array_offset, "metadata '" + key + "'");  // offsets stay from the start of the file
+  int64_t budget = static_cast<int64_t>(v.array_size);
+  for (uint64_t k = 0; k < v.array_size; ++k)
+    f(read_value(c, static_cast<uint32_t>(v.array_type), key, path_, 1, budget));
+}
+
 std::vector<std::string> GgufFile::get_strings(const std::string& key) const {
   const GgufValue& v = value(key);
   SPECDEC_CHECK(v.type == GgufValue::Type::kArray && v.array_type == GgufValue::Type::kString, path_,
                 ": metadata '", key, "' must be an array of strings");
   std::vector<std::string> out;
-  out.reserve(v.array.size());
-  for (const GgufValue& x : v.array) out.push_back(x.s);
+  out.reserve(v.array_size);
+  for_each_element(v, key, [&](GgufValue x) { out.push_back(std::move(x.s)); });
   return out;
 }
 std::vector<int64_t> GgufFile::get_ints(const std::string& key) const {
@@ -505,8 +528,8 @@ std::vector<int64_t> GgufFile::get_ints(const std::string& key) const {
   SPECDEC_CHECK(v.type == GgufValue::Type::kArray && probe.is_integer(), path_, ": metadata '", key,
                 "' must be an array of integers");
   std::vector<int64_t> out;
-  out.reserve(v.array.size());
-  for (const GgufValue& x : v.array) out.push_back(x.i);
+  out.reserve(v.array_size);
+  for_each_element(v, key, [&](const GgufValue& x) { out.push_back(x.i); });
   return out;
 }
 std::vector<double> GgufFile::get_floats(const std::string& key) const {
@@ -515,8 +538,8 @@ std::vector<double> GgufFile::get_floats(const std::string& key) const {
                     (v.array_type == GgufValue::Type::kFloat32 || v.array_type == GgufValue::Type::kFloat64),
                 path_, ": metadata '", key, "' must be an array of floats");
   std::vector<double> out;
-  out.reserve(v.array.size());
-  for (const GgufValue& x : v.array) out.push_back(x.f);
+  out.reserve(v.array_size);
+  for_each_element(v, key, [&](const GgufValue& x) { out.push_back(x.f); });
   return out;
 }
 std::optional<std::string> GgufFile::find_string(const std::string& key) const {

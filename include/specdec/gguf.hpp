@@ -13,7 +13,9 @@
 namespace specdec {
 
 // A metadata value. Integers of every width are held in `i` (unsigned ones that do not fit in an
-// int64 are refused), floats in `f`; arrays hold their elements (of one type) in `array`.
+// int64 are refused), floats in `f`. An array is validated when the file is opened but its elements
+// stay in the file until GgufFile::get_strings / get_ints / get_floats reads them: a 50,000-token
+// vocabulary and its merges cost nothing to a reader that does not ask for them (the model loader).
 struct GgufValue {
   enum class Type : uint32_t {
     kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
@@ -25,7 +27,8 @@ struct GgufValue {
   bool b = false;
   std::string s;
   Type array_type = Type::kUint8;  // element type when type == kArray
-  std::vector<GgufValue> array;
+  uint64_t array_size = 0;         // elements when type == kArray
+  uint64_t array_offset = 0;       // where the first element starts, from the start of the file
   bool is_integer() const;
   bool is_float() const { return type == Type::kFloat32 || type == Type::kFloat64; }
 };
@@ -109,6 +112,9 @@ class GgufFile {
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t file_offset(const GgufTensorInfo& info) const;
+  // Calls f(GgufValue) for each element of the array `v` (metadata `key`), read from the mapping.
+  template <typename F>
+  void for_each_element(const GgufValue& v, const std::string& key, F&& f) const;
   int fd_ = -1;  // open while the mapping lives: read() reads tensors through it
   void* map_ = nullptr;
   size_t map_size_ = 0;

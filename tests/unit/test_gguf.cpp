@@ -371,6 +371,49 @@ TEST(GgufReader, MetadataAndTensors) {
   }
 }
 
+// Array elements stay in the file until asked for, but every one is checked when the file opens:
+// a bad element is an error of the constructor, not of a later get_*.
+TEST(GgufReader, ArraysAreReadOnDemandAndCheckedAtOpen) {
+  GgufWriter w;
+  w.str("general.architecture", "llama");
+  w.f32s("some.floats", {0.5f, -2.0f});
+  w.strs("vocab", {"<s>", "a much longer token than the short string buffer", "b"});
+  w.i32s("types", {1, 2, 3});
+  w.f32_tensor("t.weight", at::zeros({1, 32}));
+  {
+    const GgufFile f(gguf_file("arrays.gguf", w.bytes()));
+    EXPECT_EQ(f.value("vocab").array_size, 3u);
+    EXPECT_EQ(f.get_floats("some.floats"), (std::vector<double>{0.5, -2.0}));
+    EXPECT_EQ(f.get_strings("vocab"),
+              (std::vector<std::string>{"<s>", "a much longer token than the short string buffer", "b"}));
+    EXPECT_EQ(f.get_ints("types"), (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_EQ(f.get_strings("vocab"), f.get_strings("vocab"));  // read again, same result
+    EXPECT_THROW(f.get_strings("types"), Error);
+    EXPECT_THROW(f.get_ints("vocab"), Error);
+  }
+  // One bad element in an array of each checked kind.
+  auto one_array = [](uint32_t type, const std::string& elements, uint64_t n) {
+    GgufWriter a;
+    a.key("bad", 9);
+    GgufWriter::put<uint32_t>(a.kv, type);
+    GgufWriter::put<uint64_t>(a.kv, n);
+    a.kv += elements;
+    a.f32_tensor("t.weight", at::zeros({1, 32}));
+    return a.bytes();
+  };
+  std::string bools;
+  for (uint8_t b : {0, 1, 2}) GgufWriter::put<uint8_t>(bools, b);
+  expect_gguf_error("bad_bool.gguf", one_array(7, bools, 3), "neither 0 nor 1");
+  std::string u64s;
+  GgufWriter::put<uint64_t>(u64s, 5);
+  GgufWriter::put<uint64_t>(u64s, ~uint64_t{0});
+  expect_gguf_error("bad_u64.gguf", one_array(10, u64s, 2), "too large");
+  std::string strings;
+  GgufWriter::put_str(strings, "ok");
+  GgufWriter::put<uint64_t>(strings, uint64_t{1} << 40);  // a length past the end
+  expect_gguf_error("bad_string.gguf", one_array(8, strings, 2), "string length");
+}
+
 // Each Limits field refuses a file that is otherwise fine, naming the limit; the defaults load it.
 TEST(GgufReader, LimitsAreCheckedBeforeAllocating) {
   GgufWriter w = small_file();  // 6 keys (4 + 3 + 3 values), 1 tensor [2, 32]
