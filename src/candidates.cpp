@@ -56,6 +56,9 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     if (todo[r] > 0 && !st.processors->empty()) history[r] = seq;
     drafting += todo[r] > 0;
   }
+  last_catch_up_ = 0;
+  for (int64_t r = 0; r < b; ++r)
+    if (todo[r] > 0) last_catch_up_ = std::max(last_catch_up_, static_cast<int64_t>(pending[r].size()));
   while (drafting > 0) {
     // One pass: row r feeds pending[r] while it drafts, nothing (padding) otherwise.
     std::vector<std::vector<int64_t>> feed(b);

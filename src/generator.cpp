@@ -390,13 +390,9 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     // more.
     bool catching_up = false;
     if (drafter) {
-      for (int64_t i = 0; i < b; ++i) {
-        row_passes_before[i] = drafter->row_passes(i);
-        const int64_t behind =
-            static_cast<int64_t>(slots[i]->tokens.size()) - drafter->cached_length(i);
-        catching_up = catching_up || behind > 2;
-      }
+      for (int64_t i = 0; i < b; ++i) row_passes_before[i] = drafter->row_passes(i);
       std::vector<Candidates> proposals = drafter->propose_batch(sequences, max_tokens);
+      catching_up = drafter->last_catch_up() > 2;
       for (int64_t i = 0; i < b; ++i) slots[i]->cand = std::move(proposals[i]);
     } else {
       for (int64_t i = 0; i < b; ++i) {

@@ -81,8 +81,11 @@ class DraftModelGenerator final : public CandidateGenerator {
   void move_row(int64_t from, int64_t to);
   // Draft passes row `row` took part in.
   int64_t row_passes(int64_t row) const { return rows_[row].passes; }
-  // Tokens of row `row` the draft's cache holds (a prefix of the sequence it continues).
-  int64_t cached_length(int64_t row) const { return cache_.length(row); }
+  // The most tokens one drafting row fed in the first pass of the last propose_batch: 1 or 2 when
+  // every row only follows up on its last verification (the accepted tokens), more when a row
+  // caught up on its prompt or on iterations without drafts (so that pass costs more than one
+  // drafted token per row); 0 when nothing was drafted.
+  int64_t last_catch_up() const { return last_catch_up_; }
 
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
   void on_verified(const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens) override;
@@ -100,6 +103,7 @@ class DraftModelGenerator final : public CandidateGenerator {
   std::vector<State> rows_;
   KVCache cache_;
   int64_t passes_ = 0;
+  int64_t last_catch_up_ = 0;
 };
 
 // Prompt lookup decoding, Hugging Face's rule: copy the continuation of the leftmost earlier
