@@ -179,9 +179,8 @@ class Cursor {
     p_ += n;
     return s;
   }
-  void skip(uint64_t n, const std::string& what) {
-    SPECDEC_CHECK(n <= remaining(), path_, ": truncated file: ", what, " needs ", n, " bytes at offset ",
-                  offset(), " but only ", remaining(), " remain");
+  void skip(size_t n, const std::string& what) {
+    need(n, what);
     p_ += n;
   }
   void need(size_t n, const std::string& what) const {
@@ -253,8 +252,8 @@ GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const
       budget -= static_cast<int64_t>(n);
       v.array_size = n;
       v.array_offset = c.offset();
-      // Validated element by element, kept in the file (GgufFile::for_each_element reads them on demand).
-      // Fixed-size types where every bit pattern is valid are skipped whole.
+      // Checked element by element but kept in the file (GgufFile::for_each_element reads them on
+      // demand); fixed-size types where every bit pattern is valid are skipped whole.
       const GgufValue::Type t = v.array_type;
       const bool any_bits = t != GgufValue::Type::kString && t != GgufValue::Type::kArray &&
                             t != GgufValue::Type::kBool && t != GgufValue::Type::kUint64;
