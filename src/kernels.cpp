@@ -1782,22 +1782,103 @@ at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   return out;
 }
 
-at::Tensor activation_f32(const at::Tensor& x, const std::string& name) {
-  if (!cpu_f32(x)) return {};
+namespace {
+
+// e^t for t in [-87, 88] (t clamped to it, NaN to -87) with multiplies and adds only, so that the
+// x86 copy (exp8) gives the same bits: n = round(t log2 e); r = t - n ln2 in two steps (Cody and
+// Waite: n * kLn2Hi and the first subtraction are exact); e^r = (P(r) r^2 + r) + 1 with Cephes'
+// degree-5 P (Horner); times 2^n through the exponent bits. Within 2 ulp of e^t
+// (LayerKernels.SiluIsTheSameOnEveryIsaAndCloseToLibtorch).
+constexpr float kExpLo = -87.0f, kExpHi = 88.0f, kLog2e = 1.44269504088896341f,
+                kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+inline float exp_clamped(float t) {
+  t = t > kExpLo ? t : kExpLo;  // what MAXPS and MINPS do, NaN included
+  t = t < kExpHi ? t : kExpHi;
+  const float n = std::nearbyint(t * kLog2e);
+  float r = t - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kExpP[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kExpP[i];
+  const float e = (p * (r * r) + r) + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return e * scale;
+}
+
+inline float silu(float v) { return v / (1.0f + exp_clamped(-v)); }
+
+#ifdef SPECDEC_X86
+// silu() in 8 lanes: the same operations in the same order (AVX2 without FMA).
+__attribute__((target("avx2"))) inline __m256 silu8(__m256 v) {
+  __m256 t = _mm256_xor_ps(v, _mm256_set1_ps(-0.0f));
+  t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_sub_ps(t, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
+  __m256 p = _mm256_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kExpP[i]));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), one);
+  const __m256 scale = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  return _mm256_div_ps(v, _mm256_add_ps(one, _mm256_mul_ps(e, scale)));
+}
+
+// silu (times up, when given) of a row's first n - n mod 8 values; returns how many.
+__attribute__((target("avx2"))) int64_t silu_row_avx2(const float* x, const float* up, float* y,
+                                                      int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = silu8(_mm256_loadu_ps(x + i));
+    if (up) a = _mm256_mul_ps(a, _mm256_loadu_ps(up + i));
+    _mm256_storeu_ps(y + i, a);
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
+at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gated, Isa isa) {
+  if (!cpu_f32(x) || x.dim() == 0) return {};
   float (*f)(float) = nullptr;
-  if (name == "silu") f = [](float v) { return v / (1.0f + std::exp(-v)); };
+  if (name == "silu")
+    f = silu;
   else if (name == "gelu") f = [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); };
   else if (name == "gelu_tanh")
     f = [](float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v))); };
   else if (name == "relu") f = [](float v) { return v > 0.0f ? v : 0.0f; };
   else return {};
   const at::Tensor xc = x.contiguous();
-  at::Tensor y = at::empty_like(xc);
+  const int64_t in_width = xc.size(-1), width = gated ? in_width / 2 : in_width;
+  SPECDEC_CHECK(!gated || in_width % 2 == 0, "gated activation: odd last dimension ", in_width);
+  std::vector<int64_t> shape = xc.sizes().vec();
+  shape.back() = width;
+  at::Tensor y = at::empty(shape, xc.options());
+  if (y.numel() == 0) return y;
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, xc.numel(), 4096, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) yp[i] = f(xp[i]);
-  });
+  const bool vector_silu = f == silu && isa != Isa::kPortable;
+  at::parallel_for(0, y.numel() / width, std::max<int64_t>(1, 4096 / width),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t r = r0; r < r1; ++r) {
+                       const float* in = xp + r * in_width;
+                       const float* up = gated ? in + width : nullptr;
+                       float* out = yp + r * width;
+                       int64_t i = 0;
+#ifdef SPECDEC_X86
+                       if (vector_silu) i = silu_row_avx2(in, up, out, width);
+#else
+      (void)vector_silu;
+#endif
+                       for (; i < width; ++i) out[i] = up ? f(in[i]) * up[i] : f(in[i]);
+                     }
+                   });
   return y;
 }
 

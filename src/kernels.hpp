@@ -101,7 +101,12 @@ at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Te
 // [T, rot] (or [B, 1, T, rot]: a position per row and token): the first rot features rotated (x * cos + rotate_half(x) * sin), the rest kept; one
 // fused pass with the same roundings as the composite. Returns a contiguous [B, H, T, D].
 at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-// "silu", "gelu" (erf), "gelu_tanh", "relu", element by element with scalar libm calls.
-at::Tensor activation_f32(const at::Tensor& x, const std::string& name);
+// "silu", "gelu" (erf), "gelu_tanh", "relu", element by element. `gated`: x is a gated MLP's
+// fused gate|up [..., 2 I] and the result act(gate) * up [..., I] (the bits of the two steps,
+// without the intermediate tensors). SiLU uses specdec's own exp (multiplies and adds, within 2
+// ulp; x86 families run it 8 lanes at a time to the portable code's bits); the others libm per
+// element.
+at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gated = false,
+                          Isa isa = default_isa());
 
 }  // namespace specdec::kernels

@@ -162,9 +162,23 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   return at::layer_norm(x, {x.size(-1)}, w, b, eps);
 }
 
-at::Tensor activation(const at::Tensor& x, const std::string& name) {
+namespace {
+// The name activation_f32 knows `name` by.
+std::string kernel_activation(const std::string& name) {
   const bool tanh = name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast";
-  if (at::Tensor y = kernels::activation_f32(x, tanh ? "gelu_tanh" : name); y.defined()) return y;
+  return tanh ? "gelu_tanh" : name;
+}
+}  // namespace
+
+at::Tensor gated_activation(const at::Tensor& gate_up, const std::string& name) {
+  if (at::Tensor y = kernels::activation_f32(gate_up, kernel_activation(name), true); y.defined())
+    return y;
+  const auto gu = gate_up.chunk(2, -1);
+  return activation(gu[0], name) * gu[1];
+}
+
+at::Tensor activation(const at::Tensor& x, const std::string& name) {
+  if (at::Tensor y = kernels::activation_f32(x, kernel_activation(name)); y.defined()) return y;
   if (name == "relu") return at::relu(x);
   if (name == "gelu") return at::gelu(x);
   if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return at::gelu(x, "tanh");

@@ -94,6 +94,8 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 // Hugging Face activations by name (ModelConfig::validate admits only these): relu, gelu (erf),
 // gelu_new / gelu_pytorch_tanh / gelu_fast (tanh approximation), silu.
 at::Tensor activation(const at::Tensor& x, const std::string& name);
+// act(gate) * up of a fused gate|up [..., 2 I] (gate first).
+at::Tensor gated_activation(const at::Tensor& gate_up, const std::string& name);
 
 // Self-attention with a fused q|k|v projection (rows: Hq*D queries, Hkv*D keys, Hkv*D values),
 // optional rotary embeddings and an output projection; keys/values go through the cache.
@@ -124,8 +126,7 @@ struct GatedMlp {
   Linear gate_up, down;  // biases: Llama's mlp_bias
   std::string act;
   at::Tensor operator()(const at::Tensor& x) const {
-    const auto gu = gate_up(x).chunk(2, -1);  // 2 x [B, T, I]
-    return down(activation(gu[0], act) * gu[1]);
+    return down(gated_activation(gate_up(x), act));
   }
 };
 

@@ -465,5 +465,59 @@ TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
   }
 }
 
+// SiLU's own exp: the x86 copy gives the portable code's bits (rows whose width is not a multiple
+// of 8, so every lane and the tails are used; NaN, infinities, zeros, values beyond the clamp), the
+// gated form equals the two steps bitwise, and both are within a few ulp of v / (1 + e^-v) in
+// double precision.
+TEST(LayerKernels, SiluIsTheSameOnEveryIsaAndCloseToLibtorch) {
+  at::Tensor x = at::randn({3, 2, 2 * 37}) * 8;
+  const float special[] = {0.0f,
+                           -0.0f,
+                           1e-30f,
+                           -1e-30f,
+                           86.9f,
+                           -87.5f,
+                           88.5f,
+                           -100.0f,
+                           200.0f,
+                           -1e4f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::nanf(""),
+                           -0.5f,
+                           3.0f,
+                           -3.0f};
+  float* xp = x.data_ptr<float>();
+  for (size_t i = 0; i < std::size(special); ++i) xp[5 * i] = special[i];
+  const at::Tensor gate = x.narrow(-1, 0, 37), up = x.narrow(-1, 37, 37);
+  const auto bits = [](const at::Tensor& t) { return t.contiguous().view(at::kInt); };  // NaN too
+  const at::Tensor plain = kernels::activation_f32(x, "silu", false, kernels::Isa::kPortable);
+  for (const kernels::Isa isa : kernels::available_isas()) {
+    EXPECT_TRUE(at::equal(bits(kernels::activation_f32(x, "silu", false, isa)), bits(plain)))
+        << kernels::isa_name(isa);
+    const at::Tensor gated = kernels::activation_f32(x, "silu", true, isa);
+    EXPECT_TRUE(
+        at::equal(bits(gated), bits(kernels::activation_f32(gate, "silu", false, isa) * up)))
+        << kernels::isa_name(isa);
+  }
+  const at::Tensor got = kernels::activation_f32(x, "silu");
+  const at::Tensor xd = x.to(at::kDouble);
+  const at::Tensor want = (xd / (1 + at::exp(-xd))).to(at::kFloat);
+  const at::Tensor finite = at::isfinite(x);
+  // Relative error within 2^-21 (a few ulp), or absolute below 1e-30 (e^-v beyond the clamp).
+  const at::Tensor err = (got - want).abs().masked_fill(~finite, 0);
+  const at::Tensor bound = (want.abs() * 4.8e-7).clamp_min(1e-30);
+  const at::Tensor bad = at::nonzero((err > bound).flatten());
+  for (int64_t i = 0; i < std::min<int64_t>(bad.size(0), 5); ++i) {
+    const int64_t j = bad[i][0].item<int64_t>();
+    ADD_FAILURE() << "silu(" << x.flatten()[j].item<float>()
+                  << ") = " << got.flatten()[j].item<float>() << ", want "
+                  << want.flatten()[j].item<float>();
+  }
+  // +inf stays +inf (e^-inf clamps to e^-87), NaN stays NaN.
+  EXPECT_EQ(got[0][0][50].item<float>(), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(got[0][0][60].item<float>()));
+}
+
 }  // namespace
 }  // namespace specdec
