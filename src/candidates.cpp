@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "prefill.hpp"
@@ -56,10 +57,11 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     if (todo[r] > 0 && !st.processors->empty()) history[r] = seq;
     drafting += todo[r] > 0;
   }
-  last_catch_up_ = 0;
-  for (int64_t r = 0; r < b; ++r)
-    if (todo[r] > 0) last_catch_up_ = std::max(last_catch_up_, static_cast<int64_t>(pending[r].size()));
+  last_steady_ = {};
   while (drafting > 0) {
+    bool steady = true;  // every drafting row feeds at most 2 tokens in this pass
+    for (int64_t r = 0; r < b; ++r) steady = steady && (todo[r] == 0 || pending[r].size() <= 2);
+    const auto start = std::chrono::steady_clock::now();
     // One pass: row r feeds pending[r] while it drafts, nothing (padding) otherwise.
     std::vector<std::vector<int64_t>> feed(b);
     for (int64_t r = 0; r < b; ++r)
@@ -114,6 +116,11 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
         --drafting;
       }
       pending[r].assign(1, tok);
+    }
+    if (steady) {
+      ++last_steady_.passes;
+      last_steady_.seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
   }
   for (int64_t r = 0; r < b; ++r)

@@ -54,22 +54,21 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
 void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                              const std::vector<int64_t>& tokens, bool free_drafts,
                              bool may_calibrate) const {
-  // Once per Generator: time target passes of 1, cap / 2 + 1 and cap + 1 rows on row 0 of this
-  // request's cache (appended after what it holds, then cropped away); every real pass refines the
-  // curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost nothing
-  // beside a pass.
-  bool calibrate = false;
-  if (may_calibrate) {
-    std::lock_guard<std::mutex> lock(costs_mutex_);
-    calibrate = !calibrating_;
-    calibrating_ = true;
-  }
-  int64_t cap = 0;
-  for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
+  // Calibration, once per Generator: target passes of `rows` tokens timed on row 0 of this
+  // request's cache (appended after what it holds, then cropped away); every real pass refines
+  // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
+  // nothing beside a pass. A one-token pass first (cheap); cap / 2 + 1 and cap + 1 tokens (the
+  // costly ones) only once drafting could pay.
   const int64_t length = cache.length(0);
-  if (calibrate && length < static_cast<int64_t>(tokens.size())) {
+  const auto calibrate = [&](bool& done, std::initializer_list<int64_t> rows_list) {
+    {
+      std::lock_guard<std::mutex> lock(costs_mutex_);
+      if (!may_calibrate || done) return;
+      done = true;
+    }
+    if (length >= static_cast<int64_t>(tokens.size())) return;
     const at::Tensor last = at::tensor(std::vector<int64_t>{tokens[length]}, at::kLong);
-    for (const int64_t rows : {int64_t{1}, cap / 2 + 1, cap + 1}) {
+    for (const int64_t rows : rows_list) {
       if (length + rows > cache.capacity()) break;
       const at::Tensor ids = last.expand({rows}).reshape({1, rows});
       const auto t0 = Clock::now();
@@ -79,26 +78,43 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
       std::lock_guard<std::mutex> lock(costs_mutex_);
       target_cost_.observe(rows, s);
     }
-  }
-  PassCost target;
-  std::optional<double> draft;
+  };
+  int64_t cap = 0;
+  for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
   const auto batch = static_cast<int64_t>(schedules.size());
-  {
-    std::lock_guard<std::mutex> lock(costs_mutex_);
-    target = target_cost_;
-    if (free_drafts) {
-      draft = 0.0;
-    } else if (!draft_cost_.empty()) {
-      draft = draft_cost_(batch);
-    }
-  }
-  // Until a draft pass has been timed (and while another request calibrates), K stays where it is
-  // (at first the schedule's probe: LookaheadSchedule's constructor).
-  if (!draft || target.size() <= 1) return;
-  const auto cost = [&](int64_t rows) { return target(rows); };
-  if (batch == 1) return schedules[0]->plan(cost, *draft);
   std::vector<double> alphas;
   for (const LookaheadSchedule* s : schedules) alphas.push_back(s->acceptance());
+  const auto costs = [&](PassCost& target, std::optional<double>& draft) {
+    std::lock_guard<std::mutex> lock(costs_mutex_);
+    target = target_cost_;
+    if (free_drafts)
+      draft = 0.0;
+    else if (!draft_cost_.empty())
+      draft = draft_cost_(batch);
+  };
+  calibrate(calibrated_one_, {1});
+  PassCost target;
+  std::optional<double> draft;
+  costs(target, draft);
+  // Until a draft pass has been timed, K stays where it is (at first the schedule's probe:
+  // LookaheadSchedule's constructor).
+  if (!draft) return;
+  // Drafting cannot pay if it loses even when every pass of K > 0 costs what one over `batch`
+  // tokens (K = 0) costs, at a flat cost no less than that: the gain of drafting only shrinks as
+  // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
+  // K = 0 without the costly calibration.
+  if (const double flat = target.ceiling(batch); flat > 0) {
+    const auto flat_cost = [flat](int64_t) { return flat; };
+    if (LookaheadSchedule::best_lookahead(flat_cost, *draft, alphas, cap) == 0) {
+      for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
+      return;
+    }
+  }
+  calibrate(calibrated_, {cap / 2 + 1, cap + 1});
+  costs(target, draft);
+  if (target.size() <= 1) return;
+  const auto cost = [&](int64_t rows) { return target(rows); };
+  if (batch == 1) return schedules[0]->plan(cost, *draft);
   const int64_t k = LookaheadSchedule::best_lookahead(cost, *draft, alphas, cap);
   for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
 }
@@ -384,16 +400,16 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       for (Row* row : slots) row->prefill_seconds += s;
     }
     auto t0 = Clock::now();
-    const int64_t draft_passes_before = drafter ? drafter->passes() : 0;
-    // A draft pass times one drafted token per row when it feeds at most the last iteration's
-    // accepted tokens; a pass that catches up on a prompt or on iterations without drafts costs
-    // more.
-    bool catching_up = false;
     if (drafter) {
       for (int64_t i = 0; i < b; ++i) row_passes_before[i] = drafter->row_passes(i);
       std::vector<Candidates> proposals = drafter->propose_batch(sequences, max_tokens);
-      catching_up = drafter->last_catch_up() > 2;
       for (int64_t i = 0; i < b; ++i) slots[i]->cand = std::move(proposals[i]);
+      // The draft's cost per drafted token, from its passes that drafted one token per row.
+      const DraftModelGenerator::SteadyPasses steady = drafter->last_steady();
+      if (goodput && steady.passes > 0) {
+        std::lock_guard<std::mutex> lock(costs_mutex_);
+        draft_cost_.observe(b, steady.seconds / static_cast<double>(steady.passes));
+      }
     } else {
       for (int64_t i = 0; i < b; ++i) {
         Row& row = *slots[i];
@@ -403,11 +419,6 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       }
     }
     const double draft_seconds = seconds_since(t0);
-    const int64_t draft_passes = drafter ? drafter->passes() - draft_passes_before : 0;
-    if (goodput && draft_passes > 0 && !catching_up) {
-      std::lock_guard<std::mutex> lock(costs_mutex_);
-      draft_cost_.observe(b, draft_seconds / static_cast<double>(draft_passes));
-    }
 
     // One target pass over every row: [uncached tokens, c1..cK], padded to the longest row; keep
     // the logits of each row's last K+1 positions.

@@ -98,6 +98,17 @@ double PassCost::operator()(int64_t rows) const {
   return lo->second + t * (hi->second - lo->second);
 }
 
+double PassCost::ceiling(int64_t rows) const {
+  double least = 0;  // over the observations for `rows` tokens or more
+  for (auto it = points_.lower_bound(rows); it != points_.end(); ++it)
+    if (least == 0 || it->second < least) least = it->second;
+  double one = 0;  // over all of them
+  for (const auto& [n, seconds] : points_)
+    if (one == 0 || seconds < one) one = seconds;
+  const double many = static_cast<double>(rows) * one;
+  return least > 0 ? std::min(least, many) : many;
+}
+
 double LookaheadSchedule::fit_threshold(const std::vector<double>& probs,
                                         const std::vector<bool>& accepted, double current) {
   const size_t n = probs.size();

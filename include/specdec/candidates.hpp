@@ -81,11 +81,15 @@ class DraftModelGenerator final : public CandidateGenerator {
   void move_row(int64_t from, int64_t to);
   // Draft passes row `row` took part in.
   int64_t row_passes(int64_t row) const { return rows_[row].passes; }
-  // The most tokens one drafting row fed in the first pass of the last propose_batch: 1 or 2 when
-  // every row only follows up on its last verification (the accepted tokens), more when a row
-  // caught up on its prompt or on iterations without drafts (so that pass costs more than one
-  // drafted token per row); 0 when nothing was drafted.
-  int64_t last_catch_up() const { return last_catch_up_; }
+  // The passes of the last propose_batch that drafted one token per drafting row (every row fed at
+  // most 2 tokens: its last accepted ones, or the one drafted before), and their seconds, host
+  // work included. A pass that catches a row up on its prompt or on iterations without drafts
+  // costs more and is left out. What goodput takes as the draft's cost per drafted token.
+  struct SteadyPasses {
+    int64_t passes = 0;
+    double seconds = 0;
+  };
+  SteadyPasses last_steady() const { return last_steady_; }
 
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
   void on_verified(const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens) override;
@@ -103,7 +107,7 @@ class DraftModelGenerator final : public CandidateGenerator {
   std::vector<State> rows_;
   KVCache cache_;
   int64_t passes_ = 0;
-  int64_t last_catch_up_ = 0;
+  SteadyPasses last_steady_;
 };
 
 // Prompt lookup decoding, Hugging Face's rule: copy the continuation of the leftmost earlier

@@ -174,5 +174,34 @@ TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {
   EXPECT_DOUBLE_EQ(c(0), 1.2);
 }
 
+// The ceiling on a pass's cost that lets goodput skip its costly calibration: the least observed
+// for as many rows or more, or rows times the least observed at all (worked out by hand).
+TEST(Lookahead, PassCostCeiling) {
+  PassCost c;
+  EXPECT_EQ(c.ceiling(4), 0.0);
+  c.observe(10, 3.0);
+  EXPECT_DOUBLE_EQ(c.ceiling(4), 3.0);    // a 10-row pass: no cheaper than a 4-row one
+  EXPECT_DOUBLE_EQ(c.ceiling(12), 36.0);  // 12 x 3.0: nothing observed at 12 rows or more
+  c.observe(1, 1.0);
+  c.observe(16, 5.0);
+  EXPECT_DOUBLE_EQ(c.ceiling(2), 2.0);   // 2 x 1.0 beats the 10-row pass
+  EXPECT_DOUBLE_EQ(c.ceiling(4), 3.0);   // the 10-row pass beats 4 x 1.0
+  EXPECT_DOUBLE_EQ(c.ceiling(12), 5.0);  // the 16-row pass
+  EXPECT_DOUBLE_EQ(c.ceiling(20), 20.0);
+}
+
+// Why goodput may set K = 0 from that ceiling alone: if drafting loses at a flat cost U that is at
+// least a 1-row pass's, it loses at the real, rising cost too. Draft 0.3 s a token, acceptance
+// 0.5: at a flat 0.5 s, K = 1 gives 1.5 tokens in 0.8 s (1.875/s) against 2/s for K = 0; at the
+// real costs (0.4 s for 1 row, rising) it loses by more.
+TEST(Lookahead, NoDraftingAtAFlatCeilingMeansNoDraftingAtTheRealCost) {
+  const auto flat = [](int64_t) { return 0.5; };
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(flat, 0.3, 0.5, 8), 0);
+  const auto real = [](int64_t rows) { return 0.4 + 0.05 * static_cast<double>(rows - 1); };
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(real, 0.3, 0.5, 8), 0);
+  // A cheaper draft pays at the flat cost (then goodput calibrates before it decides).
+  EXPECT_GT(LookaheadSchedule::best_lookahead(flat, 0.05, 0.5, 8), 0);
+}
+
 }  // namespace
 }  // namespace specdec
