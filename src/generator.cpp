@@ -254,8 +254,9 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   }
 
   // A row's state is set up when it joins the batch (so that it starts from what the Generator
-  // carries at that moment).
-  const auto set_up = [&](Row& row) {
+  // carries at that moment). `evidence`: goodput's acceptance evidence to start from, when not the
+  // one the Generator carries.
+  const auto set_up = [&](Row& row, std::optional<std::pair<double, double>> evidence = {}) {
     GenerationConfig& config = row.config;
     row.admitted = Clock::now();
     row.result.stats.prompt_tokens = static_cast<int64_t>(prompts[row.index].size());
@@ -272,9 +273,11 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     // goodput starts from the acceptance the last goodput request ended with (its tokens already
     // depend on timings, sampled or not).
     if (config.num_assistant_tokens_schedule == "goodput") {
-      std::lock_guard<std::mutex> lock(carried_mutex_);
-      if (const auto& e = carried_evidence_[config.prompt_lookup_num_tokens > 0])
-        row.schedule->set_evidence(*e);
+      if (!evidence) {
+        std::lock_guard<std::mutex> lock(carried_mutex_);
+        evidence = carried_evidence_[config.prompt_lookup_num_tokens > 0];
+      }
+      if (evidence) row.schedule->set_evidence(*evidence);
     }
     row.processors = std::make_unique<LogitsProcessorChain>(config);
     if (config.prompt_lookup_num_tokens > 0)
@@ -368,17 +371,21 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     if (options.on_finished) options.on_finished(row.index, row.result);
   };
 
+  // goodput: every goodput row's K for the next pass.
+  const auto plan = [&](bool may_calibrate) {
+    if (!goodput) return;
+    std::vector<LookaheadSchedule*> schedules;
+    for (Row* row : slots)
+      if (uses_goodput(*row)) schedules.push_back(row->schedule.get());
+    plan_goodput(schedules, cache, slots[0]->tokens, !use_draft, may_calibrate);
+  };
+
   for (bool first = true; !slots.empty(); first = false) {
     const auto b = static_cast<int64_t>(slots.size());
     // goodput plans the first iteration too once the Generator has measured its costs: a request
     // after one whose draft the target rejected starts without speculation (and without the
     // draft's prefill, below).
-    if (goodput) {
-      std::vector<LookaheadSchedule*> schedules;
-      for (Row* row : slots)
-        if (uses_goodput(*row)) schedules.push_back(row->schedule.get());
-      plan_goodput(schedules, cache, slots[0]->tokens, !use_draft, !first);
-    }
+    plan(!first);
     // Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
     std::vector<int64_t> max_tokens;
     sequences.clear();
@@ -550,18 +557,31 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       const auto t1 = Clock::now();
       std::vector<int64_t> joined;
       std::vector<const std::vector<int64_t>*> joined_tokens;
-      bool joined_drafting = false;
+      // goodput: a joining row starts from the evidence of the rows admitted before it, as the
+      // next request would.
+      std::optional<std::pair<double, double>> evidence;
+      if (goodput) {
+        std::vector<const LookaheadSchedule*> admitted;
+        for (int64_t r = 0; r < queued; ++r)
+          if (uses_goodput(rows[r])) admitted.push_back(rows[r].schedule.get());
+        if (!admitted.empty()) evidence = LookaheadSchedule::carry_evidence(admitted);
+      }
       while (queued < batch && static_cast<int64_t>(slots.size()) < width) {
         Row& row = rows[queued++];
-        set_up(row);
+        set_up(row, evidence);
         const auto slot =
             static_cast<int64_t>(slots.size());  // prefill_into overwrites its cache row
         slots.push_back(&row);
         joined.push_back(slot);
         joined_tokens.push_back(&row.tokens);
         if (drafter) drafter->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
-        joined_drafting = joined_drafting || row.schedule->num_tokens() > 0;
       }
+      // The draft prefills the joining rows only if they draft in the next pass (goodput plans
+      // it now; otherwise the draft catches up when they next draft).
+      plan(false);
+      bool joined_drafting = false;
+      for (const int64_t slot : joined)
+        joined_drafting = joined_drafting || slots[slot]->schedule->num_tokens() > 0;
       prefill_into(*target_, cache, joined, joined_tokens);
       if (drafter && joined_drafting) drafter->prefill(joined_tokens, joined);
       const double s = seconds_since(t1);

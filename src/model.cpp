@@ -92,7 +92,7 @@ int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const
     }
     std::vector<int64_t> counts;
     const at::Tensor ids = padded_ids(pieces, counts);
-    (void)model.forward(ids, cache, 1, counts);
+    (void)model.forward(ids, cache, Model::kCacheOnly, counts);
   }
   return passes;
 }

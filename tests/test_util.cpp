@@ -143,7 +143,9 @@ ThreeWays logits_three_ways(const Model& m, const at::Tensor& ids, int64_t n) {
   m.forward(prefix, a);
   ThreeWays out;
   out.verify = m.forward(next, a)[0];  // [n, V]
-  m.forward(prefix, b);
+  // The decode steps follow a pass that only fills the cache (Model::kCacheOnly: no logits).
+  if (m.forward(prefix, b, Model::kCacheOnly).defined())
+    throw std::runtime_error("forward(kCacheOnly) returned logits");
   std::vector<at::Tensor> steps;
   for (int64_t i = 0; i < n; ++i) steps.push_back(m.forward(next.narrow(1, i, 1), b)[0]);
   out.decode = at::cat(steps);            // [n, V]

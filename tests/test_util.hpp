@@ -42,7 +42,9 @@ std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t
 
 // The logits of the last `n` tokens of `ids` ([1, T], after T - n tokens of context) computed three
 // ways: one verification pass over the n tokens, n one-token decode steps, and the last n rows of
-// one prefill over all of `ids`; each [n, V]. Encoder-decoder models get a fixed 16-token encoder input.
+// one prefill over all of `ids`; each [n, V]. The decode steps' context goes in by a cache-only
+// pass (Model::kCacheOnly; throws if it returns logits). Encoder-decoder models get a fixed
+// 16-token encoder input.
 struct ThreeWays {
   at::Tensor verify, decode, prefill;
 };

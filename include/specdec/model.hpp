@@ -32,10 +32,12 @@ class Model {
   // padding (computed, never attended to, never kept). Rows of different lengths share the pass;
   // each row's logits are bitwise those it would get alone. Appends the real tokens' keys/values to
   // `cache` and returns float32 logits [B, T', V] for each row's last T' = min(T, keep_last) real
-  // tokens (keep_last <= 0: all T positions; a row with fewer real tokens has copies of its first
-  // one in front). Must be called inside c10::InferenceMode (the generator does).
+  // tokens (keep_last 0: all T positions; a row with fewer real tokens has copies of its first
+  // one in front; kCacheOnly: no logits, an undefined tensor, for passes that only fill the cache).
+  // Must be called inside c10::InferenceMode (the generator does).
   // Encoder-decoder models: `input_ids` are decoder ids, and `cache` must hold the encoder output
   // (attach_encoder).
+  static constexpr int64_t kCacheOnly = -1;
   virtual at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last = 0,
                              const std::vector<int64_t>& row_tokens = {}) const = 0;
 

@@ -60,6 +60,7 @@ class Gpt2Model final : public Model {
       x = x + l.mlp(l.ln2(x, eps));
     }
     pass.commit(cache);
+    if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
     return head_(ln_f_(x, eps)).to(at::kFloat);
   }

@@ -74,6 +74,7 @@ class GptNeoXModel final : public Model {
       }
     }
     pass.commit(cache);
+    if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
     return head_(final_(x, eps)).to(at::kFloat);
   }

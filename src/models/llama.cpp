@@ -80,6 +80,7 @@ class LlamaModel final : public Model {
       x = x + l.mlp(layers::rms_norm(x, l.post_norm, c.rms_norm_eps));
     }
     pass.commit(cache);
+    if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
     at::Tensor logits = lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);  // [B, T', V or V']
     if (!head_ids_.defined()) return logits;

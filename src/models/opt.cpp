@@ -73,6 +73,7 @@ class OptModel final : public Model {
       if (!pre) x = l.mlp_ln(x, eps);
     }
     pass.commit(cache);
+    if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
     if (final_.w.defined()) x = final_(x, eps);
     if (project_out_.defined()) x = project_out_(x);

@@ -220,6 +220,7 @@ class T5Model final : public Model {
       x = clamp_half(x + l.ff(layers::rms_norm(x, l.ff_norm, eps)));
     }
     pass.commit(cache);
+    if (keep_last == kCacheOnly) return {};
     x = layers::rms_norm(pass.last(x, keep_last), decoder_norm_, eps);
     if (config_.tie_word_embeddings) x = x * std::pow(static_cast<double>(config_.hidden_size), -0.5);
     return lm_head_(x).to(at::kFloat);

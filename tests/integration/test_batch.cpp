@@ -126,6 +126,34 @@ TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
   }
 }
 
+// Continuous batching: rows that join after goodput dropped a rejected draft start from the
+// running rows' evidence and do not run the draft, not even its prefill, so the whole run drafts
+// exactly what a batch of its first two rows alone does (the first iteration's probe).
+TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
+  const auto target = test_model(cached_fixture("batch_g1", small_fixture(1, 1, "llama")));
+  FixtureOptions big = small_fixture(101, 8, "llama");
+  big.hidden = 256;
+  big.intermediate = 1024;
+  const auto rejected = test_model(cached_fixture("batch_g101", big));
+  GenerationConfig c;
+  c.max_new_tokens = 16;
+  c.num_assistant_tokens = 4;
+  c.num_assistant_tokens_schedule = "goodput";
+  const auto prompts = prompts_for(6, 5);
+  BatchOptions two;
+  two.max_rows = 2;
+  const BatchResult run = Generator(target, rejected).generate_batch(prompts, {c}, {}, two);
+  const BatchResult pair =
+      Generator(target, rejected).generate_batch({prompts[0], prompts[1]}, {c});
+  ASSERT_GT(pair.stats.draft_passes, 0);
+  EXPECT_EQ(run.stats.draft_passes, pair.stats.draft_passes);
+  const Generator target_only(target);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    EXPECT_EQ(run.results[r].tokens, target_only.generate(prompts[r], c).tokens) << "row " << r;
+    if (r >= 2) EXPECT_EQ(run.results[r].stats.drafted_tokens, 0) << "row " << r;
+  }
+}
+
 TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {
   const Pair p = pair_for("llama", 1);
   const Generator g(p.target, p.draft);
