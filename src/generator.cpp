@@ -57,8 +57,8 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   // Calibration, once per Generator: target passes of `rows` tokens timed on row 0 of this
   // request's cache (appended after what it holds, then cropped away); every real pass refines
   // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
-  // nothing beside a pass. A one-token pass first (cheap); cap / 2 + 1 and cap + 1 tokens (the
-  // costly ones) only once drafting could pay.
+  // nothing beside a pass. A pass over as many tokens as the batch has rows first (what K = 0
+  // costs); cap / 2 + 1 and cap + 1 tokens (the costly ones) only once drafting could pay.
   const int64_t length = cache.length(0);
   const auto calibrate = [&](bool& done, std::initializer_list<int64_t> rows_list) {
     {
@@ -92,7 +92,7 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
     else if (!draft_cost_.empty())
       draft = draft_cost_(batch);
   };
-  calibrate(calibrated_one_, {1});
+  calibrate(calibrated_first_, {batch});
   PassCost target;
   std::optional<double> draft;
   costs(target, draft);

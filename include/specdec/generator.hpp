@@ -118,7 +118,7 @@ class Generator {
                     const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) const;
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;
-  mutable bool calibrated_one_ = false, calibrated_ = false;  // the calibration passes were run
+  mutable bool calibrated_first_ = false, calibrated_ = false;  // the calibration passes were run
   // "goodput": the acceptance evidence a request starts from (LookaheadSchedule::carry_evidence of
   // the last goodput request), for the draft model [0] and for prompt lookup [1]. Guarded by
   // carried_mutex_.
