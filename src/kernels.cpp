@@ -1544,7 +1544,8 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
     const int64_t r = std::min(kRowTile, rows - r0);
     if (kernel.int8_activations) {
       act.resize(r, k);
-      at::parallel_for(0, r, 1, [&](int64_t a, int64_t b) { act.quantize(xp + r0 * k, a, b); });
+      at::parallel_for(0, r, rows_per_task(k),
+                       [&](int64_t a, int64_t b) { act.quantize(xp + r0 * k, a, b); });
     }
     const ActView view = act.view(0);
     const void* xr = kernel.int8_activations ? static_cast<const void*>(&view)
@@ -1566,6 +1567,12 @@ namespace {
 bool cpu_f32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
 }  // namespace
+
+int64_t rows_per_task(int64_t row_floats) {
+  return std::max<int64_t>(1, kMinTaskFloats / std::max<int64_t>(1, row_floats));
+}
+
+namespace {}  // namespace
 
 namespace {
 
@@ -1722,7 +1729,7 @@ at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps) {
   const float* xp = xc.data_ptr<float>();
   const float* wp = wc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, xc.numel() / h, 1, [&](int64_t r0, int64_t r1) {
+  at::parallel_for(0, xc.numel() / h, rows_per_task(h), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = xp + r * h;
       const float inv = 1.0f / std::sqrt(dot(xr, xr, h) / static_cast<float>(h) + static_cast<float>(eps));
@@ -1742,7 +1749,7 @@ at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Te
   const float* wp = wc.data_ptr<float>();
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, xc.numel() / h, 1, [&](int64_t r0, int64_t r1) {
+  at::parallel_for(0, xc.numel() / h, rows_per_task(h), [&](int64_t r0, int64_t r1) {
     std::vector<float> c(h);
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = xp + r * h;
@@ -1766,7 +1773,7 @@ at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   const float* cp = cc.data_ptr<float>();
   const float* sp = sc.data_ptr<float>();
   float* op = out.data_ptr<float>();
-  at::parallel_for(0, b * h * t, 16, [&](int64_t r0, int64_t r1) {
+  at::parallel_for(0, b * h * t, rows_per_task(d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bi = r / (h * t), hi = (r / t) % h, ti = r % t;
       const float* xr = xp + bi * x.stride(0) + hi * x.stride(1) + ti * x.stride(2);
@@ -1864,21 +1871,20 @@ at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gat
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const bool vector_silu = f == silu && isa != Isa::kPortable;
-  at::parallel_for(0, y.numel() / width, std::max<int64_t>(1, 4096 / width),
-                   [&](int64_t r0, int64_t r1) {
-                     for (int64_t r = r0; r < r1; ++r) {
-                       const float* in = xp + r * in_width;
-                       const float* up = gated ? in + width : nullptr;
-                       float* out = yp + r * width;
-                       int64_t i = 0;
+  at::parallel_for(0, y.numel() / width, rows_per_task(in_width), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* in = xp + r * in_width;
+      const float* up = gated ? in + width : nullptr;
+      float* out = yp + r * width;
+      int64_t i = 0;
 #ifdef SPECDEC_X86
-                       if (vector_silu) i = silu_row_avx2(in, up, out, width);
+      if (vector_silu) i = silu_row_avx2(in, up, out, width);
 #else
       (void)vector_silu;
 #endif
-                       for (; i < width; ++i) out[i] = up ? f(in[i]) * up[i] : f(in[i]);
-                     }
-                   });
+      for (; i < width; ++i) out[i] = up ? f(in[i]) * up[i] : f(in[i]);
+    }
+  });
   return y;
 }
 

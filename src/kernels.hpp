@@ -80,6 +80,13 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations = false, Isa isa
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
                          int64_t n, int64_t k, const at::Tensor& b);
 
+// Elementwise and per-row kernels split their rows over threads only in tasks of at least this
+// many floats (rows_per_task rows of row_floats each): a parallel region costs its threads a fork
+// and a join, which for a few short rows (a decode step's norms, SiLU, rotary, activation
+// quantization) cost more than the work. Which thread computes a row never changes its bits.
+constexpr int64_t kMinTaskFloats = 16384;
+int64_t rows_per_task(int64_t row_floats);
+
 // The rest of a forward pass, for float32 CPU tensors, with the same promise: every output row is
 // computed by one thread with one fixed order of operations, whatever the number of rows in the
 // pass and the thread count (libtorch's own kernels split reductions and vector tails at
