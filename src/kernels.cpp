@@ -1572,8 +1572,6 @@ int64_t rows_per_task(int64_t row_floats) {
   return std::max<int64_t>(1, kMinTaskFloats / std::max<int64_t>(1, row_floats));
 }
 
-namespace {}  // namespace
-
 namespace {
 
 // One query row of attention_f32: scores, softmax and the weighted sum of the values. Plain C++,
@@ -1792,9 +1790,9 @@ at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 namespace {
 
 // e^t for t in [-87, 88] (t clamped to it, NaN to -87) with multiplies and adds only, so that the
-// x86 copy (exp8) gives the same bits: n = round(t log2 e); r = t - n ln2 in two steps (Cody and
+// x86 copy (silu8) gives the same bits: n = round(t log2 e); r = t - n ln2 in two steps (Cody and
 // Waite: n * kLn2Hi and the first subtraction are exact); e^r = (P(r) r^2 + r) + 1 with Cephes'
-// degree-5 P (Horner); times 2^n through the exponent bits. Within 2 ulp of e^t
+// degree-5 P (Horner); times 2^n through the exponent bits. Within a few ulp of e^t
 // (LayerKernels.SiluIsTheSameOnEveryIsaAndCloseToLibtorch).
 constexpr float kExpLo = -87.0f, kExpHi = 88.0f, kLog2e = 1.44269504088896341f,
                 kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;

@@ -110,9 +110,9 @@ at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Te
 at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // "silu", "gelu" (erf), "gelu_tanh", "relu", element by element. `gated`: x is a gated MLP's
 // fused gate|up [..., 2 I] and the result act(gate) * up [..., I] (the bits of the two steps,
-// without the intermediate tensors). SiLU uses specdec's own exp (multiplies and adds, within 2
-// ulp; x86 families run it 8 lanes at a time to the portable code's bits); the others libm per
-// element.
+// without the intermediate tensors). SiLU uses specdec's own exp (multiplies and adds, within a
+// few ulp; x86 families run it 8 lanes at a time to the portable code's bits); the others libm
+// per element.
 at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gated = false,
                           Isa isa = default_isa());
 

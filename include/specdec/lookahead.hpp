@@ -97,9 +97,9 @@ class PassCost {
  public:
   void observe(int64_t rows, double seconds);
   double operator()(int64_t rows) const;  // 0 when nothing was observed
-  // No less than a pass over `rows` tokens costs, from the observations (0 when there are none):
-  // the least seconds observed for `rows` tokens or more (a pass costs no less for more tokens),
-  // or `rows` times the least for one or more (nor more than passes over one token each).
+  // An upper bound on the seconds of a pass over `rows` tokens (0 without observations): the least
+  // observed for `rows` tokens or more (a pass costs no less for more tokens) or, when smaller,
+  // `rows` times the least observed at all (nor more than passes over one token each).
   double ceiling(int64_t rows) const;
   bool empty() const { return points_.empty(); }
   size_t size() const { return points_.size(); }
