@@ -24,6 +24,26 @@ Pair pair_for(const std::string& arch, uint64_t seed) {
   return {test_model(t), test_model(drafts[key])};
 }
 
+// A 1-layer target and a draft that costs many times as much (8 layers, 4x wider) and that the
+// target rejects, so that goodput's choice not to draft holds even when a loaded machine skews
+// one timing by several times.
+Pair rejected_draft_pair() {
+  FixtureOptions big = small_fixture(101, 8, "llama");
+  big.hidden = 256;
+  big.intermediate = 1024;
+  return {test_model(cached_fixture("batch_g1", small_fixture(1, 1, "llama"))),
+          test_model(cached_fixture("batch_g101", big))};
+}
+
+// goodput with up to 4 drafted tokens, 16 new tokens.
+GenerationConfig goodput_config() {
+  GenerationConfig c;
+  c.max_new_tokens = 16;
+  c.num_assistant_tokens = 4;
+  c.num_assistant_tokens_schedule = "goodput";
+  return c;
+}
+
 // Prompts of lengths 1, 4, 7, ... (ragged), different per row.
 std::vector<std::vector<int64_t>> prompts_for(size_t rows, uint64_t seed) {
   std::vector<std::vector<int64_t>> out;
@@ -91,21 +111,12 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
 
 // goodput in a Generator that has measured its costs: after a request whose draft the target
 // rejected, the next request (alone or in a batch) does not draft from its first iteration on, so
-// it pays neither the draft's prefill nor drafted tokens; its output stays the target's. The draft
-// (8 layers, 4x wider) costs many times the 1-layer target, so that drafting cannot pay even when
-// a loaded machine skews one timing by several times.
+// it pays neither the draft's prefill nor drafted tokens; its output stays the target's.
 TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
-  const auto target = test_model(cached_fixture("batch_g1", small_fixture(1, 1, "llama")));
-  FixtureOptions big = small_fixture(101, 8, "llama");
-  big.hidden = 256;
-  big.intermediate = 1024;
-  const auto rejected = test_model(cached_fixture("batch_g101", big));
-  const Generator target_only(target);
-  const Generator g(target, rejected);
-  GenerationConfig c;
-  c.max_new_tokens = 16;
-  c.num_assistant_tokens = 4;
-  c.num_assistant_tokens_schedule = "goodput";
+  const Pair p = rejected_draft_pair();
+  const Generator target_only(p.target);
+  const Generator g(p.target, p.draft);
+  const GenerationConfig c = goodput_config();
   const auto prompts = prompts_for(4, 5);
   const GenerationResult first = g.generate(prompts[0], c);
   EXPECT_EQ(first.tokens, target_only.generate(prompts[0], c).tokens);
@@ -130,24 +141,17 @@ TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
 // running rows' evidence and do not run the draft, not even its prefill, so the whole run drafts
 // exactly what a batch of its first two rows alone does (the first iteration's probe).
 TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
-  const auto target = test_model(cached_fixture("batch_g1", small_fixture(1, 1, "llama")));
-  FixtureOptions big = small_fixture(101, 8, "llama");
-  big.hidden = 256;
-  big.intermediate = 1024;
-  const auto rejected = test_model(cached_fixture("batch_g101", big));
-  GenerationConfig c;
-  c.max_new_tokens = 16;
-  c.num_assistant_tokens = 4;
-  c.num_assistant_tokens_schedule = "goodput";
+  const Pair p = rejected_draft_pair();
+  const GenerationConfig c = goodput_config();
   const auto prompts = prompts_for(6, 5);
   BatchOptions two;
   two.max_rows = 2;
-  const BatchResult run = Generator(target, rejected).generate_batch(prompts, {c}, {}, two);
+  const BatchResult run = Generator(p.target, p.draft).generate_batch(prompts, {c}, {}, two);
   const BatchResult pair =
-      Generator(target, rejected).generate_batch({prompts[0], prompts[1]}, {c});
+      Generator(p.target, p.draft).generate_batch({prompts[0], prompts[1]}, {c});
   ASSERT_GT(pair.stats.draft_passes, 0);
   EXPECT_EQ(run.stats.draft_passes, pair.stats.draft_passes);
-  const Generator target_only(target);
+  const Generator target_only(p.target);
   for (size_t r = 0; r < prompts.size(); ++r) {
     EXPECT_EQ(run.results[r].tokens, target_only.generate(prompts[r], c).tokens) << "row " << r;
     if (r >= 2) EXPECT_EQ(run.results[r].stats.drafted_tokens, 0) << "row " << r;
