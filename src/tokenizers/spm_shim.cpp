@@ -4,10 +4,13 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #define SHIM_API extern "C" __attribute__((visibility("default")))
@@ -49,10 +52,9 @@ int copy_out(const T* data, size_t n, T** out, char** err) {
   return 0;
 }
 
-// Minimal protobuf wire-format reader: enough to find ModelProto.normalizer_spec (field 3) and
-// set its add_dummy_prefix (field 3, bool) without the generated protobuf classes, which Debian
-// does not ship.
-bool read_varint(const std::string& b, size_t& pos, uint64_t& v) {
+// Minimal protobuf wire-format reader, enough for what the shim checks and patches in a
+// ModelProto without the generated protobuf classes (Debian does not ship them).
+bool read_varint(std::string_view b, size_t& pos, uint64_t& v) {
   v = 0;
   for (int shift = 0; shift < 64; shift += 7) {
     if (pos >= b.size()) return false;
@@ -71,50 +73,160 @@ void write_varint(std::string& out, uint64_t v) {
   out.push_back(static_cast<char>(v));
 }
 
-// Returns false when `b` is not a well-formed protobuf message.
-bool set_add_dummy_prefix(const std::string& b, bool value, std::string& out) {
-  const std::string extra{static_cast<char>(0x18), static_cast<char>(value ? 1 : 0)};
+struct Field {
+  uint64_t number = 0, wire_type = 0;
+  std::string_view bytes;    // the whole field: tag, length and payload
+  std::string_view payload;  // a length-delimited field's payload (wire type 2), else empty
+};
+
+// Calls f(field) for every field of the message `b`, in order; false when `b` is not a
+// well-formed protobuf message (groups, wire types 3 and 4, count as malformed).
+template <typename F>
+bool for_each_field(std::string_view b, F&& f) {
   size_t pos = 0;
-  bool done = false;
-  out.clear();
   while (pos < b.size()) {
-    const size_t field_start = pos;
-    uint64_t tag = 0;
+    const size_t start = pos;
+    Field field;
+    uint64_t tag = 0, len = 0;
     if (!read_varint(b, pos, tag)) return false;
-    const uint64_t field = tag >> 3, type = tag & 7;
-    uint64_t len = 0;
-    switch (type) {
+    field.number = tag >> 3;
+    field.wire_type = tag & 7;
+    switch (field.wire_type) {
       case 0:
         if (!read_varint(b, pos, len)) return false;
         break;
-      case 1: pos += 8; break;
-      case 5: pos += 4; break;
-      case 2: {
-        if (!read_varint(b, pos, len) || len > b.size() - pos) return false;
-        if (field == 3 && !done) {
-          // Protobuf keeps the last value of a repeated scalar field: appending wins.
-          write_varint(out, tag);
-          write_varint(out, len + extra.size());
-          out.append(b, pos, len);
-          out += extra;
-          pos += len;
-          done = true;
-          continue;
-        }
-        pos += len;
+      case 1: len = 8; break;
+      case 5: len = 4; break;
+      case 2:
+        if (!read_varint(b, pos, len)) return false;
         break;
-      }
       default: return false;
     }
-    if (pos > b.size()) return false;
-    out.append(b, field_start, pos - field_start);
+    if (field.wire_type != 0) {
+      if (len > b.size() - pos) return false;
+      if (field.wire_type == 2) field.payload = b.substr(pos, len);
+      pos += len;
+    }
+    field.bytes = b.substr(start, pos - start);
+    f(field);
   }
+  return true;
+}
+
+// ModelProto fields holding a NormalizerSpec: normalizer_spec (3) and denormalizer_spec (5).
+constexpr uint64_t kNormalizerSpec = 3, kDenormalizerSpec = 5;
+// NormalizerSpec fields.
+constexpr uint64_t kPrecompiledCharsmap = 2, kAddDummyPrefix = 3;
+
+// Returns false when `b` is not a well-formed protobuf message. Protobuf merges repeated
+// occurrences of a message field and keeps the last value of a scalar: an occurrence appended
+// to the first normalizer_spec overrides its add_dummy_prefix.
+bool set_add_dummy_prefix(std::string_view b, bool value, std::string& out) {
+  const std::string extra{static_cast<char>(kAddDummyPrefix << 3), static_cast<char>(value ? 1 : 0)};
+  bool done = false;
+  out.clear();
+  const bool ok = for_each_field(b, [&](const Field& f) {
+    if (f.number == kNormalizerSpec && f.wire_type == 2 && !done) {
+      write_varint(out, (kNormalizerSpec << 3) | 2);
+      write_varint(out, f.payload.size() + extra.size());
+      out.append(f.payload);
+      out += extra;
+      done = true;
+    } else {
+      out.append(f.bytes);
+    }
+  });
+  if (!ok) return false;
   if (!done) {
-    out.push_back(0x1a);
+    out.push_back(static_cast<char>((kNormalizerSpec << 3) | 2));
     write_varint(out, extra.size());
     out += extra;
   }
   return true;
+}
+
+// A precompiled charsmap is <trie size: uint32 LE><darts-clone double array><NUL-separated
+// replacements>. SentencePiece hands the array to its normalizer unchecked and walks it on every
+// encode (normalizer_spec) and decode (denormalizer_spec): a malformed one reads out of bounds
+// (found by tests/fuzz/fuzz_sentencepiece.cpp). This walks every state the normalizer can reach
+// on any input, as darts-clone's commonPrefixSearch does, and says whether every read stays in
+// the array, every value points into the replacements, no path matches more than the 32 rules
+// the normalizer keeps on its stack, and the rules form no cycle (a built trie is a tree).
+// A blob of 4 bytes or less is left to SentencePiece, which refuses it.
+bool charsmap_is_safe(std::string_view blob) {
+  if (blob.size() <= 4) return true;
+  uint32_t trie_bytes = 0;
+  std::memcpy(&trie_bytes, blob.data(), 4);  // little-endian, as the x86 and aarch64 hosts are
+  if (trie_bytes > blob.size() - 4) return false;
+  const size_t n = trie_bytes / 4;
+  if (n == 0) return false;
+  std::vector<uint32_t> unit(n);
+  std::memcpy(unit.data(), blob.data() + 4, n * 4);
+  const size_t replacements = blob.size() - 4 - trie_bytes;
+  const auto offset = [](uint32_t u) -> size_t { return (u >> 10) << ((u & (1u << 9)) >> 6); };
+  const auto label = [](uint32_t u) { return u & ((1u << 31) | 0xFF); };
+  const auto has_leaf = [](uint32_t u) { return ((u >> 8) & 1) == 1; };
+
+  // Depth-first over states (array positions after a matched byte), iteratively: a malformed
+  // array can chain thousands of states. most[p] = the most rules matched on a path from p.
+  constexpr int kMaxRules = 32, kUnseen = -1, kOpen = -2;
+  std::vector<int> most(n, kUnseen);
+  struct Frame { size_t state; int next_byte; int best; };
+  std::vector<Frame> stack;
+  const auto enter = [&](size_t p) {
+    if (p >= n) return false;  // byte 0 reads unit[p]
+    most[p] = kOpen;
+    stack.push_back({p, 0, 0});
+    return true;
+  };
+  if (!enter(offset(unit[0]))) return false;
+  int returned = 0;        // what the last finished state found
+  bool returning = false;  // a child just finished: add its result to the top frame
+  while (!stack.empty()) {
+    Frame& top = stack.back();
+    if (returning) {
+      const uint32_t u = unit[top.state ^ static_cast<size_t>(top.next_byte - 1)];
+      top.best = std::max(top.best, returned + (has_leaf(u) ? 1 : 0));
+      returning = false;
+    }
+    if (top.next_byte == 256) {
+      if (top.best > kMaxRules) return false;
+      most[top.state] = returned = top.best;
+      stack.pop_back();
+      returning = true;
+      continue;
+    }
+    const uint32_t c = static_cast<uint32_t>(top.next_byte++);
+    const size_t q = top.state ^ c;
+    if (q >= n) return false;
+    const uint32_t u = unit[q];
+    if (label(u) != c) continue;
+    const size_t child = q ^ offset(u);
+    if (has_leaf(u)) {
+      if (child >= n) return false;
+      if ((unit[child] & ((1u << 31) - 1)) >= replacements) return false;
+    }
+    if (child < n && most[child] == kOpen) return false;  // a cycle
+    if (child < n && most[child] >= 0) {
+      top.best = std::max(top.best, most[child] + (has_leaf(u) ? 1 : 0));
+      continue;
+    }
+    if (!enter(child)) return false;
+  }
+  return true;
+}
+
+// False when a NormalizerSpec in the model carries a charsmap that is not safe to use.
+bool charsmaps_are_safe(std::string_view model) {
+  bool safe = true;
+  for_each_field(model, [&](const Field& f) {
+    if ((f.number != kNormalizerSpec && f.number != kDenormalizerSpec) || f.wire_type != 2) return;
+    for_each_field(f.payload, [&](const Field& g) {
+      if (g.number == kPrecompiledCharsmap && g.wire_type == 2 && !charsmap_is_safe(g.payload))
+        safe = false;
+    });
+  });
+  return safe;
 }
 
 // Runs `body`; an exception (SentencePiece's darts_clone throws on some malformed models) becomes
@@ -137,6 +249,10 @@ SHIM_API specdec_spm* specdec_spm_load(const char* data, size_t size, int add_du
                                        char** err) {
   return guarded<specdec_spm*>(err, nullptr, [&]() -> specdec_spm* {
     std::string bytes(data, size);
+    if (!charsmaps_are_safe(bytes)) {
+      set_error(err, "not a SentencePiece model (a precompiled charsmap is malformed)");
+      return nullptr;
+    }
     if (add_dummy_prefix >= 0) {
       std::string patched;
       if (!set_add_dummy_prefix(bytes, add_dummy_prefix != 0, patched)) {

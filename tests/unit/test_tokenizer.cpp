@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
 
 #include "test_util.hpp"
@@ -233,6 +234,75 @@ TEST(SentencePiece, ModelThatMakesSentencePieceThrowIsAClearError) {
     FAIL() << "model loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("SentencePiece failed"), std::string::npos) << e.what();
+  }
+}
+
+
+// A precompiled charsmap, as SentencePiece stores one: <trie bytes: uint32 LE><darts-clone double
+// array><NUL-separated replacements>. This one is written by hand: 256 units, one rule "x" ->
+// "the". Units: bits 0-7 label, bit 8 has-leaf, bits 10-30 offset; a leaf unit has bit 31 and
+// holds the rule's value (an offset into the replacements). The root (unit 0) has offset 1, so
+// byte c from the root reads unit 1 ^ c; 'x' reads unit 121, whose offset leads to state
+// 121 ^ 123 = 2, where the leaf (unit 2 ^ 0) says "replacement at offset `value`". Unit 1 is the
+// root state's own slot: its label (255) must not match byte 0.
+std::string charsmap_x_to_the(uint32_t value = 0, bool self_loop = false, uint32_t trie_bytes = 1024) {
+  std::vector<uint32_t> unit(256, 0);
+  unit[0] = 1u << 10;
+  unit[1] = self_loop ? 0u : 0xFFu;  // label 0 at the root's slot: byte 0 loops back to the root
+  unit[1 ^ 'x'] = (123u << 10) | (1u << 8) | 'x';
+  unit[2] = (1u << 31) | value;
+  std::string blob(4, '\0');
+  std::memcpy(&blob[0], &trie_bytes, 4);
+  blob.append(reinterpret_cast<const char*>(unit.data()), 1024);
+  return blob + std::string("the\0", 4);
+}
+
+void append_varint(std::string& out, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+  out.push_back(static_cast<char>(v));
+}
+
+// The model with a NormalizerSpec appended as field `spec` (3: normalizer_spec, 5:
+// denormalizer_spec) holding `charsmap`: protobuf merges it into the model's own spec.
+std::string with_charsmap(const std::string& model, int spec, const std::string& charsmap) {
+  std::string inner(1, static_cast<char>((2 << 3) | 2));  // precompiled_charsmap
+  append_varint(inner, charsmap.size());
+  inner += charsmap;
+  std::string out = model;
+  out.push_back(static_cast<char>((spec << 3) | 2));
+  append_varint(out, inner.size());
+  return out + inner;
+}
+
+// SentencePiece walks a precompiled charsmap's double array unchecked; the shim checks it first
+// (found by tests/fuzz/fuzz_sentencepiece.cpp: an empty array read out of bounds in decode).
+TEST(SentencePiece, MalformedCharsmapsAreClearErrorsAndAWellFormedOneIsUsed) {
+  const std::string model = read_file(trained_sentencepiece(300, "") + "/tokenizer.model");
+  const std::string dir = temp_dir("spm_charsmap");
+  // The hand-written trie is read as SentencePiece reads it: "x" is normalized to "the".
+  write_file(dir + "/tokenizer.model", with_charsmap(model, 3, charsmap_x_to_the()));
+  auto t = load_tokenizer(dir);
+  EXPECT_EQ(t->encode("x", false), t->encode("the", false));
+  EXPECT_NE(load_tokenizer(trained_sentencepiece(300, ""))->encode("x", false), t->encode("the", false));
+
+  const std::string fuzz_finding =
+      read_file(std::string(SPECDEC_TEST_DATA) + "/../fuzz/corpus/sentencepiece/finding-charsmap-empty-trie.model");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"the fuzzer's finding: an empty array in the denormalizer", fuzz_finding},
+      {"a value past the replacements", with_charsmap(model, 3, charsmap_x_to_the(4))},
+      {"a cycle", with_charsmap(model, 5, charsmap_x_to_the(0, true))},
+      {"an empty array", with_charsmap(model, 5, charsmap_x_to_the(0, false, 0))},
+      {"an array past the blob's end", with_charsmap(model, 3, charsmap_x_to_the(0, false, 1024 + 5))},
+  };
+  for (const auto& [what, bytes] : bad) {
+    write_file(dir + "/tokenizer.model", bytes);
+    try {
+      load_tokenizer(dir);
+      ADD_FAILURE() << what << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("precompiled charsmap is malformed"), std::string::npos)
+          << what << ": " << e.what();
+    }
   }
 }
 
