@@ -51,7 +51,7 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   share_encoder_ = t.is_encoder_decoder && target_->same_encoder(*draft_);
 }
 
-void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
+bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                              const std::vector<int64_t>& tokens, bool free_drafts,
                              bool may_calibrate) const {
   // Calibration, once per Generator: target passes of `rows` tokens timed on row 0 of this
@@ -98,7 +98,7 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   costs(target, draft);
   // Until a draft pass has been timed, K stays where it is (at first the schedule's probe:
   // LookaheadSchedule's constructor).
-  if (!draft) return;
+  if (!draft) return false;
   // Drafting cannot pay if it loses even when every pass of K > 0 costs what one over `batch`
   // tokens (K = 0) costs, at a flat cost no less than that: the gain of drafting only shrinks as
   // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
@@ -107,16 +107,20 @@ void Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
     const auto flat_cost = [flat](int64_t) { return flat; };
     if (LookaheadSchedule::best_lookahead(flat_cost, *draft, alphas, cap) == 0) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
-      return;
+      return true;
     }
   }
   calibrate(calibrated_, {cap / 2 + 1, cap + 1});
   costs(target, draft);
-  if (target.size() <= 1) return;
+  if (target.size() <= 1) return true;
   const auto cost = [&](int64_t rows) { return target(rows); };
-  if (batch == 1) return schedules[0]->plan(cost, *draft);
+  if (batch == 1) {
+    schedules[0]->plan(cost, *draft);
+    return true;
+  }
   const int64_t k = LookaheadSchedule::best_lookahead(cost, *draft, alphas, cap);
   for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
+  return true;
 }
 
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
@@ -371,13 +375,31 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     if (options.on_finished) options.on_finished(row.index, row.result);
   };
 
-  // goodput: every goodput row's K for the next pass.
+  // goodput: every goodput row's K for the next pass. Until the draft's cost is known (the first
+  // batch of a Generator), one row probes the draft and the others wait for what it shows: the
+  // shortest of those that can draft, so that a draft the target rejects costs one prompt's draft
+  // prefill, not the whole batch's. The waiting rows then start from the probe's evidence.
+  LookaheadSchedule* probe = nullptr;
+  std::vector<LookaheadSchedule*> waiting;
   const auto plan = [&](bool may_calibrate) {
     if (!goodput) return;
     std::vector<LookaheadSchedule*> schedules;
-    for (Row* row : slots)
-      if (uses_goodput(*row)) schedules.push_back(row->schedule.get());
-    plan_goodput(schedules, cache, slots[0]->tokens, !use_draft, may_calibrate);
+    const Row* shortest = nullptr;
+    for (Row* row : slots) {
+      if (!uses_goodput(*row)) continue;
+      schedules.push_back(row->schedule.get());
+      const bool can_draft = row->config.max_new_tokens - row->result.stats.new_tokens > 1;
+      if (can_draft && (!shortest || row->tokens.size() < shortest->tokens.size())) shortest = row;
+    }
+    if (schedules.empty() || plan_goodput(schedules, cache, slots[0]->tokens, !use_draft, may_calibrate) ||
+        !use_draft || !shortest)
+      return;
+    probe = shortest->schedule.get();
+    for (LookaheadSchedule* s : schedules)
+      if (s != probe && s->num_tokens() > 0) {
+        s->set_num_tokens(0);
+        waiting.push_back(s);
+      }
   };
 
   for (bool first = true; !slots.empty(); first = false) {
@@ -396,15 +418,27 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       drafting = drafting || (max_tokens.back() > 0 && row->schedule->num_tokens() > 0);
     }
     std::vector<int64_t> row_passes_before(b, 0);
-    if (drafter && first && width > 1 && drafting) {
-      // A batch's draft prefill, in chunks like the target's (rows still sorted longest first),
-      // when some row drafts now. Otherwise the draft catches up in its first proposal, in one
-      // pass padded to the longest row (as one request's first proposal always does).
+    if (drafter && width > 1 && drafting && !tc.is_encoder_decoder) {
+      // The draft prefills the rows that draft in this pass and that it has not seen yet, in
+      // passes of their own: at the start every row that drafts (in chunks like the target's,
+      // rows still sorted longest first), later a row that joined the batch or waited for goodput's
+      // probe. A row that drafts again after iterations without drafts catches up in its proposal,
+      // in one pass padded to the longest row (as one request's first proposal always does).
+      std::vector<int64_t> cold;
+      std::vector<const std::vector<int64_t>*> cold_tokens;
+      for (int64_t i = 0; i < b; ++i)
+        if (max_tokens[i] > 0 && slots[i]->schedule->num_tokens() > 0 && drafter->cached(i) == 0) {
+          cold.push_back(i);
+          cold_tokens.push_back(&slots[i]->tokens);
+        }
       const auto t0 = Clock::now();
-      drafter->prefill(sequences);
+      if (first && static_cast<int64_t>(cold.size()) == b)
+        drafter->prefill(sequences);
+      else if (!cold.empty())
+        drafter->prefill(cold_tokens, cold);
       const double s = seconds_since(t0);
       bs.prefill_seconds += s;
-      for (Row* row : slots) row->prefill_seconds += s;
+      for (const int64_t i : cold) slots[i]->prefill_seconds += s;
     }
     auto t0 = Clock::now();
     if (drafter) {
@@ -540,6 +574,9 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
       finished.push_back(i);
     }
 
+    for (LookaheadSchedule* s : waiting) s->set_evidence(LookaheadSchedule::carry_evidence({probe}));
+    waiting.clear();
+
     // Finished rows leave the batch: the last active row moves into each freed slot.
     for (auto it = finished.rbegin(); it != finished.rend(); ++it) {
       const int64_t last = static_cast<int64_t>(slots.size()) - 1;
@@ -576,14 +613,8 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
         joined_tokens.push_back(&row.tokens);
         if (drafter) drafter->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
       }
-      // The draft prefills the joining rows only if they draft in the next pass (goodput plans
-      // it now; otherwise the draft catches up when they next draft).
-      plan(false);
-      bool joined_drafting = false;
-      for (const int64_t slot : joined)
-        joined_drafting = joined_drafting || slots[slot]->schedule->num_tokens() > 0;
+      // The draft prefills them at the next pass if they draft in it.
       prefill_into(*target_, cache, joined, joined_tokens);
-      if (drafter && joined_drafting) drafter->prefill(joined_tokens, joined);
       const double s = seconds_since(t1);
       bs.prefill_seconds += s;
       for (const int64_t slot : joined) slots[slot]->prefill_seconds = s;

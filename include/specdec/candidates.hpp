@@ -79,6 +79,8 @@ class DraftModelGenerator final : public CandidateGenerator {
   void on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens);
   // Moves row `from` (cache, state) into row `to`'s slot (compaction when a row finishes).
   void move_row(int64_t from, int64_t to);
+  // Positions row `row` holds in the draft's cache (0: the draft has not seen its sequence yet).
+  int64_t cached(int64_t row) const { return cache_.length(row); }
   // Draft passes row `row` took part in.
   int64_t row_passes(int64_t row) const { return rows_[row].passes; }
   // The passes of the last propose_batch that drafted one token per drafting row (every row fed at

@@ -114,7 +114,8 @@ class Generator {
   // "goodput" schedule: target pass cost by rows (calibrated by the first request, refined by
   // every one) and draft cost per token, measured on this Generator's models. `may_calibrate`:
   // whether this call may run the calibration passes (not before the request's first pass).
-  void plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
+  // Returns false while the draft's cost is unknown (K then stays where it is).
+  bool plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                     const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) const;
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;

@@ -137,9 +137,29 @@ TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
   }
 }
 
+// goodput in a fresh Generator: one row, the shortest, probes the draft; the others wait for what
+// it shows, so a draft the target rejects never runs on them, not even its prefill.
+TEST(Batch, GoodputProbesAFreshDraftWithOneRow) {
+  const Pair p = rejected_draft_pair();
+  const GenerationConfig c = goodput_config();
+  auto prompts = prompts_for(4, 7);
+  std::swap(prompts[0], prompts[2]);  // the shortest prompt is not the first row
+  const BatchResult batch = Generator(p.target, p.draft).generate_batch(prompts, {c});
+  const Generator target_only(p.target);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    EXPECT_EQ(batch.results[r].tokens, target_only.generate(prompts[r], c).tokens) << "row " << r;
+    if (r == 2) continue;
+    EXPECT_EQ(batch.results[r].stats.drafted_tokens, 0) << "row " << r;
+    EXPECT_EQ(batch.results[r].stats.draft_passes, 0) << "row " << r;
+  }
+  ASSERT_GT(batch.results[2].stats.drafted_tokens, 0);
+  EXPECT_LT(batch.results[2].stats.accepted_tokens, batch.results[2].stats.drafted_tokens);
+  EXPECT_EQ(batch.stats.draft_passes, batch.results[2].stats.draft_passes);
+}
+
 // Continuous batching: rows that join after goodput dropped a rejected draft start from the
 // running rows' evidence and do not run the draft, not even its prefill, so the whole run drafts
-// exactly what a batch of its first two rows alone does (the first iteration's probe).
+// exactly what a batch of its first two rows alone does (one row's probe in the first iteration).
 TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
   const Pair p = rejected_draft_pair();
   const GenerationConfig c = goodput_config();
