@@ -378,7 +378,10 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   // goodput: every goodput row's K for the next pass. Until the draft's cost is known (the first
   // batch of a Generator), one row probes the draft and the others wait for what it shows: the
   // shortest of those that can draft, so that a draft the target rejects costs one prompt's draft
-  // prefill, not the whole batch's. The waiting rows then start from the probe's evidence.
+  // prefill, not the whole batch's. The waiting rows then start from the probe's evidence. In a
+  // batch the probe drafts one token (not the schedule's 2): the draft has prefilled its row
+  // (below), so its first pass already gives the draft's cost, and every row of the verification
+  // pass is padded to the probe's.
   LookaheadSchedule* probe = nullptr;
   std::vector<LookaheadSchedule*> waiting;
   const auto plan = [&](bool may_calibrate) {
@@ -395,6 +398,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
         !use_draft || !shortest)
       return;
     probe = shortest->schedule.get();
+    if (width > 1) probe->set_num_tokens(std::min<int64_t>(probe->num_tokens(), 1));
     for (LookaheadSchedule* s : schedules)
       if (s != probe && s->num_tokens() > 0) {
         s->set_num_tokens(0);

@@ -137,8 +137,8 @@ TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
   }
 }
 
-// goodput in a fresh Generator: one row, the shortest, probes the draft; the others wait for what
-// it shows, so a draft the target rejects never runs on them, not even its prefill.
+// goodput in a fresh Generator: one row, the shortest, probes the draft with one token; the others
+// wait for what it shows, so a draft the target rejects never runs on them, not even its prefill.
 TEST(Batch, GoodputProbesAFreshDraftWithOneRow) {
   const Pair p = rejected_draft_pair();
   const GenerationConfig c = goodput_config();
@@ -154,6 +154,7 @@ TEST(Batch, GoodputProbesAFreshDraftWithOneRow) {
   }
   ASSERT_GT(batch.results[2].stats.drafted_tokens, 0);
   EXPECT_LT(batch.results[2].stats.accepted_tokens, batch.results[2].stats.drafted_tokens);
+  EXPECT_EQ(batch.results[2].stats.trace.at(0)[0], 1);  // the probe: one drafted token
   EXPECT_EQ(batch.stats.draft_passes, batch.results[2].stats.draft_passes);
 }
 
