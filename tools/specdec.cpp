@@ -65,7 +65,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
     auto* ids = app->add_option("--prompt-ids", o.prompt_ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
         ->excludes(text);
     if (mode == Mode::kGenerate) {
-      app->add_option("--prompts-file", o.prompts_file,
+      auto* file = app->add_option("--prompts-file", o.prompts_file,
                       "Many requests: a JSON Lines file (- for stdin), one {\"prompt\": TEXT} or {\"prompt_ids\": [...]} "
                       "per line, with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
                       "min_p, repetition_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
@@ -76,7 +76,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                       "--prompts-file: requests generated at once (1 = one after another); as each "
                       "finishes, the next joins "
                       "the running batch (continuous batching)")
-          ->capture_default_str();
+          ->capture_default_str()
+          ->needs(file);
     }
   }
   app->add_option("--tokenizer", o.tokenizer,

@@ -216,6 +216,7 @@ nothing=$("$SPECDEC" generate --model "$work/tt" --prompts-file "$work/bad1.json
 check "--prompts-file: nothing is written when a request fails validation" test -z "$nothing"
 expect_error "--prompts-file and --prompt together" "excludes" generate --model "$work/tt" --prompt "x" --prompts-file "$work/reqs.jsonl"
 expect_error "--batch-size 0" "--batch-size must be >= 1" generate --model "$work/tt" --prompts-file "$work/reqs.jsonl" --batch-size 0
+expect_error "--batch-size without --prompts-file" "--batch-size requires --prompts-file" generate --model "$work/tt" --prompt "x" --batch-size 2
 
 # The real model, when scripts/get_models.sh has fetched it.
 smol=${SPECDEC_MODELS:-$(dirname "$0")/../../models}/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
