@@ -202,12 +202,10 @@ bool charsmap_is_safe(std::string_view blob) {
     const uint32_t u = unit[q];
     if (label(u) != c) continue;
     const size_t child = q ^ offset(u);
-    if (has_leaf(u)) {
-      if (child >= n) return false;
-      if ((unit[child] & ((1u << 31) - 1)) >= replacements) return false;
-    }
-    if (child < n && most[child] == kOpen) return false;  // a cycle
-    if (child < n && most[child] >= 0) {
+    if (child >= n) return false;  // its leaf, or the next byte (0 reads unit[child])
+    if (has_leaf(u) && (unit[child] & ((1u << 31) - 1)) >= replacements) return false;
+    if (most[child] == kOpen) return false;  // a cycle
+    if (most[child] >= 0) {
       top.best = std::max(top.best, most[child] + (has_leaf(u) ? 1 : 0));
       continue;
     }

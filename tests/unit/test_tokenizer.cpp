@@ -277,13 +277,14 @@ std::string with_charsmap(const std::string& model, int spec, const std::string&
 // SentencePiece walks a precompiled charsmap's double array unchecked; the shim checks it first
 // (found by tests/fuzz/fuzz_sentencepiece.cpp: an empty array read out of bounds in decode).
 TEST(SentencePiece, MalformedCharsmapsAreClearErrorsAndAWellFormedOneIsUsed) {
-  const std::string model = read_file(trained_sentencepiece(300, "") + "/tokenizer.model");
+  const std::string plain = trained_sentencepiece(300, "");
+  const std::string model = read_file(plain + "/tokenizer.model");
   const std::string dir = temp_dir("spm_charsmap");
   // The hand-written trie is read as SentencePiece reads it: "x" is normalized to "the".
   write_file(dir + "/tokenizer.model", with_charsmap(model, 3, charsmap_x_to_the()));
   auto t = load_tokenizer(dir);
   EXPECT_EQ(t->encode("x", false), t->encode("the", false));
-  EXPECT_NE(load_tokenizer(trained_sentencepiece(300, ""))->encode("x", false), t->encode("the", false));
+  EXPECT_NE(load_tokenizer(plain)->encode("x", false), t->encode("the", false));
 
   const std::string fuzz_finding =
       read_file(std::string(SPECDEC_TEST_DATA) + "/../fuzz/corpus/sentencepiece/finding-charsmap-empty-trie.model");
