@@ -19,11 +19,20 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 
 DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows,
                                          int64_t max_length, const at::Tensor& encoder_states,
-                                         const std::vector<int64_t>& encoder_lengths, int64_t target_vocab)
+                                         const std::vector<int64_t>& encoder_lengths, int64_t target_vocab,
+                                         KVCache cache)
     : draft_(std::move(draft)), vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size) {
   SPECDEC_CHECK(!rows.empty(), "DraftModelGenerator: no rows");
   for (const Row& r : rows) rows_.push_back({r, std::make_shared<const LogitsProcessorChain>(*r.config)});
-  cache_ = draft_->make_cache(max_length, static_cast<int64_t>(rows_.size()));
+  const auto b = static_cast<int64_t>(rows_.size());
+  if (cache.num_layers() > 0) {
+    SPECDEC_CHECK(!draft_->config().is_encoder_decoder && cache.batch() == b && cache.capacity() >= max_length &&
+                      cache.num_layers() == draft_->config().num_hidden_layers,
+                  "DraftModelGenerator: the cache to continue does not fit this draft and request");
+    cache_ = std::move(cache);
+  } else {
+    cache_ = draft_->make_cache(max_length, b);
+  }
   if (draft_->config().is_encoder_decoder) draft_->attach_encoder(encoder_states, cache_, encoder_lengths);
 }
 

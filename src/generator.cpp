@@ -131,6 +131,14 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const G
       .results[0];
 }
 
+GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
+                                     PromptCache& cache, const TokenCallback& on_token) const {
+  BatchTokenCallback each;
+  if (on_token) each = [&](size_t, const std::vector<int64_t>& fresh) { on_token(fresh); };
+  return torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each, {}, &cache); })
+      .results[0];
+}
+
 BatchResult Generator::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
                                       const std::vector<GenerationConfig>& configs,
                                       const BatchTokenCallback& on_tokens,
@@ -143,6 +151,20 @@ BatchResult Generator::generate_batch(const std::vector<std::vector<int64_t>>& p
 }
 
 namespace {
+
+// A one-row cache of at least `capacity` positions holding what `held` (one row, a prefix of `old`)
+// holds of the common prefix of `old` and `tokens`, all but the last of `tokens` at most (a pass
+// must compute that one); a new cache when `held` holds nothing.
+KVCache continue_cache(const Model& model, KVCache held, int64_t capacity, const std::vector<int64_t>& old,
+                       const std::vector<int64_t>& tokens) {
+  if (held.num_layers() == 0) return model.make_cache(capacity);
+  const int64_t common = std::mismatch(old.begin(), old.end(), tokens.begin(), tokens.end()).first - old.begin();
+  held.crop(0, std::min({common, static_cast<int64_t>(tokens.size()) - 1, held.length(0)}));
+  if (held.capacity() >= capacity) return held;
+  KVCache grown = model.make_cache(capacity);
+  grown.copy_row(held, 0, 0);
+  return grown;
+}
 
 // One sequence of a batch: its request, its state between iterations, and its result.
 struct Row {
@@ -168,7 +190,8 @@ struct Row {
 
 BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                            const std::vector<GenerationConfig>& configs,
-                           const BatchTokenCallback& on_tokens, const BatchOptions& options) const {
+                           const BatchTokenCallback& on_tokens, const BatchOptions& options,
+                           PromptCache* prompt_cache) const {
   const auto start = Clock::now();
   const ModelConfig& tc = target_->config();
   SPECDEC_CHECK(!prompts.empty(), "generate_batch: the batch is empty (at least one prompt is needed)");
@@ -305,8 +328,23 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   std::vector<const std::vector<int64_t>*> sequences;
   for (Row* row : slots) sequences.push_back(&row->tokens);
 
-  KVCache cache = target_->make_cache(max_length, width);
   const bool use_draft = draft_ && rows[0].config.prompt_lookup_num_tokens == 0;
+  // A prompt cache (one request): its caches are taken, so that a request that fails leaves it
+  // empty; they continue this request when they belong to these models (decoder-only).
+  PromptCache held;
+  if (prompt_cache) {
+    SPECDEC_CHECK(batch == 1, "generate: a PromptCache serves one request at a time");
+    held = std::move(*prompt_cache);
+    prompt_cache->clear();
+  }
+  const bool resume = prompt_cache && !tc.is_encoder_decoder && held.target_ == target_;
+  KVCache cache = resume ? continue_cache(*target_, std::move(held.target_cache_), max_length, held.tokens_,
+                                          rows[0].tokens)
+                         : target_->make_cache(max_length, width);
+  if (resume) rows[0].result.stats.cached_prompt_tokens = cache.length(0);
+  KVCache draft_cache;
+  if (use_draft && resume && held.draft_ == draft_)
+    draft_cache = continue_cache(*draft_, std::move(held.draft_cache_), max_length, held.tokens_, rows[0].tokens);
   at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
   std::vector<int64_t> encoder_lengths;
   double prefill_seconds =
@@ -343,7 +381,7 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     std::vector<DraftModelGenerator::Row> draft_rows;
     for (Row* row : slots) draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
     drafter = std::make_unique<DraftModelGenerator>(draft_, std::move(draft_rows), max_length, draft_states,
-                                                    encoder_lengths, tc.vocab_size);
+                                                    encoder_lengths, tc.vocab_size, std::move(draft_cache));
   }
   if (width > 1) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
@@ -643,6 +681,17 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     carried_evidence_[!use_draft] = LookaheadSchedule::carry_evidence(schedules);
   }
   out.stats = bs;
+  if (prompt_cache && !tc.is_encoder_decoder) {  // what the next request of this conversation continues
+    prompt_cache->target_ = target_;
+    prompt_cache->tokens_ = rows[0].tokens;
+    // (An EOS accepted from the draft can leave the positions after it in the cache.)
+    cache.crop(0, std::min(cache.length(0), static_cast<int64_t>(rows[0].tokens.size())));
+    prompt_cache->target_cache_ = std::move(cache);
+    if (drafter) {
+      prompt_cache->draft_ = draft_;
+      prompt_cache->draft_cache_ = drafter->release_cache();
+    }
+  }
   return out;
 }
 

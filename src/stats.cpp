@@ -31,6 +31,7 @@ double GenerationStats::cost_ratio() const {
 std::string GenerationStats::to_json() const {
   nlohmann::json j;
   j["prompt_tokens"] = prompt_tokens;
+  j["cached_prompt_tokens"] = cached_prompt_tokens;
   j["encoder_passes"] = encoder_passes;
   j["new_tokens"] = new_tokens;
   j["target_passes"] = target_passes;

@@ -241,6 +241,9 @@ void print_stats(const GenerationStats& s, std::ostream& os) {
                 static_cast<long long>(s.accepted_tokens), static_cast<long long>(s.drafted_tokens),
                 s.stop_reason.c_str());
   os << buf;
+  if (s.cached_prompt_tokens > 0)
+    os << "(" << s.cached_prompt_tokens << " of the " << s.prompt_tokens
+       << " prompt tokens came from the conversation's cache)\n";
 }
 
 std::string join_ids(const std::vector<int64_t>& v) {
@@ -427,12 +430,15 @@ int run_generate(RunOptions& o) {
 }
 
 // Interactive conversation: a line of stdin per user turn, the answer streamed as it is verified.
-// Each turn re-encodes the whole conversation and generates from it with a fresh cache.
+// Each turn re-encodes the whole conversation; the prompt cache keeps the keys and values of the
+// conversation so far, so a turn computes only what follows the previous turn's tokens.
 int run_chat(RunOptions& o) {
   Loaded l = load(o, true);
   Generator gen(l.target, l.draft);
+  PromptCache cache;
   std::vector<ChatMessage> messages;
   const auto reset = [&] {
+    cache.clear();
     messages.clear();
     if (!o.system.empty()) messages.push_back({"system", o.system});
   };
@@ -478,7 +484,7 @@ int run_chat(RunOptions& o) {
       room -= static_cast<int64_t>(prompt.size());
       if (room < 1) throw Error("the conversation fills the model's context");
       turn.max_new_tokens = std::min(turn.max_new_tokens, room);
-      r = gen.generate(prompt, turn, [&](const std::vector<int64_t>& t) {
+      r = gen.generate(prompt, turn, cache, [&](const std::vector<int64_t>& t) {
         if (!o.no_stream) std::cout << stream.push(t) << std::flush;
       });
     } catch (const Error& e) {  // e.g. the conversation outgrew the context: this turn is dropped

@@ -52,10 +52,12 @@ class DraftModelGenerator final : public CandidateGenerator {
   };
   // `target_vocab`: the width of the target's logits (0 = the draft's own). A draft whose
   // vocabulary differs only by padding rows proposes over the target's ids: its scores are cut to,
-  // or padded with -inf up to, that width (q = 0 for ids the draft cannot produce).
+  // or padded with -inf up to, that width (q = 0 for ids the draft cannot produce). `cache`: one
+  // to continue (decoder-only; one row per row, capacity >= max_length, each row holding a prefix of
+  // its sequence, as PromptCache keeps it) instead of a new one.
   DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows, int64_t max_length,
                       const at::Tensor& encoder_states = {}, const std::vector<int64_t>& encoder_lengths = {},
-                      int64_t target_vocab = 0);
+                      int64_t target_vocab = 0, KVCache cache = {});
   // One row (a single request).
   DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
                       LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
@@ -81,6 +83,8 @@ class DraftModelGenerator final : public CandidateGenerator {
   void move_row(int64_t from, int64_t to);
   // Positions row `row` holds in the draft's cache (0: the draft has not seen its sequence yet).
   int64_t cached(int64_t row) const { return cache_.length(row); }
+  // Hands the cache over (to a PromptCache) once the request is done: this generator is then spent.
+  KVCache release_cache() { return std::move(cache_); }
   // Draft passes row `row` took part in.
   int64_t row_passes(int64_t row) const { return rows_[row].passes; }
   // The passes of the last propose_batch that drafted one token per drafting row (every row fed at

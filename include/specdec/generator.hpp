@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "specdec/config.hpp"
+#include "specdec/kv_cache.hpp"
 #include "specdec/lookahead.hpp"
 #include "specdec/model.hpp"
 #include "specdec/stats.hpp"
@@ -56,6 +57,29 @@ struct BatchOptions {
   std::function<void(size_t row, const GenerationResult& result)> on_finished;
 };
 
+// The caches of one conversation, kept from one request to the next (Generator::generate with a
+// prompt cache): a request computes only the tokens of its prompt after the common prefix of that
+// prompt and the cache's last sequence (the last request's prompt and answer), so a chat's next
+// turn computes its new message, not the conversation again. Its output is the one it gives
+// without the cache: on the CPU in float32 its logits are bitwise the same (batch invariance: a
+// prefill, a verification pass and decode steps agree bitwise). One request at a time per cache.
+// A request with another Generator's models starts afresh (the cache then holds its run); an
+// encoder-decoder model's always does (its decoder depends on each prompt's encoding; the cache
+// stays empty). A request refused by validation leaves the cache as it was, one that fails while
+// running leaves it empty.
+class PromptCache {
+ public:
+  // Positions the target's cache holds (0 before the first request).
+  int64_t positions() const { return target_cache_.num_layers() ? target_cache_.length(0) : 0; }
+  void clear() { *this = PromptCache(); }
+
+ private:
+  friend class Generator;
+  std::shared_ptr<const Model> target_, draft_;  // the models the caches belong to
+  std::vector<int64_t> tokens_;  // the last request's sequence: prompt and new tokens
+  KVCache target_cache_, draft_cache_;  // each holds a prefix of tokens_ (the draft's: empty if unused)
+};
+
 class Generator {
  public:
   // `draft` may be null: generation is then target-only, or prompt lookup when the request sets
@@ -73,6 +97,10 @@ class Generator {
   // heuristic lookahead, guarded by a mutex).
   GenerationResult generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                             const TokenCallback& on_token = {}) const;
+  // The same, continuing `cache` (see PromptCache); GenerationStats::cached_prompt_tokens says how
+  // many prompt positions came from it.
+  GenerationResult generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
+                            PromptCache& cache, const TokenCallback& on_token = {}) const;
 
   // Generates for several prompts at once: each step drafts for every active row (one draft pass
   // per drafted position), verifies every row in one target pass, and accepts a different number of
@@ -101,7 +129,7 @@ class Generator {
  private:
   BatchResult run(const std::vector<std::vector<int64_t>>& prompts,
                   const std::vector<GenerationConfig>& configs, const BatchTokenCallback& on_tokens,
-                  const BatchOptions& options) const;
+                  const BatchOptions& options, PromptCache* prompt_cache = nullptr) const;
   std::shared_ptr<const Model> target_;
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;

@@ -10,6 +10,7 @@ namespace specdec {
 
 struct GenerationStats {
   int64_t prompt_tokens = 0;    // encoder-decoder models: the encoder's input
+  int64_t cached_prompt_tokens = 0;  // of them, positions a PromptCache held (not computed again)
   int64_t encoder_passes = 0;   // encoder-decoder: 1 (target only, or a draft sharing its encoder) or 2
   int64_t new_tokens = 0;
   int64_t target_passes = 0;    // target forward passes (the first one includes the prompt)

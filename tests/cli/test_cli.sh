@@ -225,7 +225,7 @@ if [ -f "$smol" ]; then
   check "SmolLM2 GGUF: a chat answer" test "$ans" = "The capital of France is Paris."
   folder=$("$SPECDEC" generate --model "$(dirname "$smol")" --chat --prompt "What is the capital of France?" --max-new-tokens 24 --prompt-lookup 5 2>/dev/null)
   check "SmolLM2 GGUF: a folder holding it, prompt lookup, same answer" test "$folder" = "$ans"
-  conv=$(printf 'Hi, my name is Ada.\n/stats\nWhat is my name?\n/reset\nWhat is my name?\n' |
+  conv=$(printf 'Hi, my name is Ada.\n/stats\nWhat is my name?\n/stats\n/reset\nWhat is my name?\n' |
     "$SPECDEC" chat --model "$smol" --max-new-tokens 40 --prompt-lookup 5 2>"$work/chat_err")
   one=$("$SPECDEC" generate --model "$smol" --chat --prompt "Hi, my name is Ada." --max-new-tokens 40 2>/dev/null)
   fresh=$("$SPECDEC" generate --model "$smol" --chat --prompt "What is my name?" --max-new-tokens 40 2>/dev/null)
@@ -233,6 +233,8 @@ if [ -f "$smol" ]; then
 import sys; lines=sys.argv[1].strip().split('\\n'); assert len(lines)==3, lines
 assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3], lines" "$conv" "$one" "$fresh"
   check "chat: /stats and the reset notice go to stderr" bash -c "grep -q 'target passes' '$work/chat_err' && grep -q 'reset' '$work/chat_err'"
+  check "chat: turn 2 continues turn 1's cache (and only turn 2)" \
+    test "$(grep -c "prompt tokens came from the conversation's cache" "$work/chat_err")" = 1
   ids=$("$SPECDEC" tokenize --tokenizer "$smol" --text "Hello world 123")
   check "tokenize from GGUF metadata (digits split, no BOS)" test "$ids" = "19556,905,216,33,34,35"
   expect_error "unknown --chat-template" "unknown chat template" generate --model "$smol" --chat --chat-template vicuna --prompt "Hi"
