@@ -69,6 +69,11 @@ struct BatchOptions {
 // running leaves it empty.
 class PromptCache {
  public:
+  PromptCache() = default;
+  PromptCache(PromptCache&&) = default;  // movable, not copyable: a copy would share the caches' memory
+  PromptCache& operator=(PromptCache&&) = default;
+  PromptCache(const PromptCache&) = delete;
+  PromptCache& operator=(const PromptCache&) = delete;
   // Positions the target's cache holds (0 before the first request).
   int64_t positions() const { return target_cache_.num_layers() ? target_cache_.length(0) : 0; }
   void clear() { *this = PromptCache(); }
