@@ -1578,6 +1578,48 @@ int64_t rows_per_task(int64_t row_floats) {
 
 namespace {
 
+// e^t for t in [-87, 88] (t clamped to it, NaN to -87) with multiplies and adds only, so that the
+// x86 copy (silu8) gives the same bits: n = round(t log2 e); r = t - n ln2 in two steps (Cody and
+// Waite: n * kLn2Hi and the first subtraction are exact); e^r = (P(r) r^2 + r) + 1 with Cephes'
+// degree-5 P (Horner); times 2^n through the exponent bits. Within a few ulp of e^t
+// (LayerKernels.SiluIsTheSameOnEveryIsaAndCloseToLibtorch); silu and attention's softmax use it.
+constexpr float kExpLo = -87.0f, kExpHi = 88.0f, kLog2e = 1.44269504088896341f,
+                kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+inline float exp_clamped(float t) {
+  t = t > kExpLo ? t : kExpLo;  // what MAXPS and MINPS do, NaN included
+  t = t < kExpHi ? t : kExpHi;
+  const float n = std::nearbyint(t * kLog2e);
+  float r = t - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kExpP[0];
+  for (int i = 1; i < 6; ++i) p = p * r + kExpP[i];
+  const float e = (p * (r * r) + r) + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return e * scale;
+}
+
+#ifdef SPECDEC_X86
+// exp_clamped() in 8 lanes: the same operations in the same order (AVX2 without FMA).
+__attribute__((target("avx2"))) inline __m256 exp8(__m256 t) {
+  t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_sub_ps(t, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi)));
+  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
+  __m256 p = _mm256_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kExpP[i]));
+  const __m256 e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+  const __m256 scale = _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  return _mm256_mul_ps(e, scale);
+}
+#endif
+
 // One query row of attention_f32: scores, softmax and the weighted sum of the values. Plain C++,
 // compiled twice: for any x86-64 (SSE2), and for AVX2 without FMA, where the compiler vectorizes the
 // loops over the head dimension and the scores of 8 keys are computed at once (scores_avx2). Each
@@ -1613,14 +1655,18 @@ inline float scores_plain(const AttentionRow& a, int64_t from = 0,
   return mx;
 }
 
-template <class Scores>
-__attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores) {
+// The scores of keys [from, len) in a.p become e^(score - mx) (exp_clamped), a masked key's 0.
+inline void exps_plain(const AttentionRow& a, float mx, int64_t from = 0) {
+  for (int64_t j = from; j < a.len; ++j)
+    a.p[j] = a.p[j] == -std::numeric_limits<float>::infinity() ? 0.0f : exp_clamped(a.p[j] - mx);
+}
+
+template <class Scores, class Exps>
+__attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores, Exps exps) {
   const float mx = scores(a);
+  exps(a, mx);
   float total = 0;
-  for (int64_t j = 0; j < a.len; ++j) {
-    a.p[j] = a.p[j] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(a.p[j] - mx);
-    total += a.p[j];
-  }
+  for (int64_t j = 0; j < a.len; ++j) total += a.p[j];
   for (int64_t c = 0; c < a.d; ++c) a.out[c] = 0;
   for (int64_t j = 0; j < a.len; ++j) {
     if (a.p[j] == 0.0f) continue;
@@ -1631,7 +1677,8 @@ __attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores 
 }
 
 void attend_default(const AttentionRow& a) {
-  attend(a, [](const AttentionRow& r) { return scores_plain(r); });
+  attend(a, [](const AttentionRow& r) { return scores_plain(r); },
+         [](const AttentionRow& r, float mx) { exps_plain(r, mx); });
 }
 
 #ifdef SPECDEC_X86
@@ -1677,7 +1724,19 @@ __attribute__((target("avx2"))) inline float scores_avx2(const AttentionRow& a) 
   return scores_plain(a, j, mx);  // the last len mod 8 keys
 }
 
-__attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) { attend(a, scores_avx2); }
+// exps_plain() 8 keys at a time (exp8), then the last len mod 8.
+__attribute__((target("avx2"))) inline void exps_avx2(const AttentionRow& a, float mx) {
+  const __m256 m = _mm256_set1_ps(mx), masked = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + 8 <= a.len; j += 8) {
+    const __m256 s = _mm256_loadu_ps(a.p + j);
+    const __m256 e = exp8(_mm256_sub_ps(s, m));
+    _mm256_storeu_ps(a.p + j, _mm256_andnot_ps(_mm256_cmp_ps(s, masked, _CMP_EQ_OQ), e));
+  }
+  exps_plain(a, mx, j);
+}
+
+__attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) { attend(a, scores_avx2, exps_avx2); }
 #endif
 
 }  // namespace
@@ -1793,49 +1852,13 @@ at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 
 namespace {
 
-// e^t for t in [-87, 88] (t clamped to it, NaN to -87) with multiplies and adds only, so that the
-// x86 copy (silu8) gives the same bits: n = round(t log2 e); r = t - n ln2 in two steps (Cody and
-// Waite: n * kLn2Hi and the first subtraction are exact); e^r = (P(r) r^2 + r) + 1 with Cephes'
-// degree-5 P (Horner); times 2^n through the exponent bits. Within a few ulp of e^t
-// (LayerKernels.SiluIsTheSameOnEveryIsaAndCloseToLibtorch).
-constexpr float kExpLo = -87.0f, kExpHi = 88.0f, kLog2e = 1.44269504088896341f,
-                kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
-                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
-
-inline float exp_clamped(float t) {
-  t = t > kExpLo ? t : kExpLo;  // what MAXPS and MINPS do, NaN included
-  t = t < kExpHi ? t : kExpHi;
-  const float n = std::nearbyint(t * kLog2e);
-  float r = t - n * kLn2Hi;
-  r = r - n * kLn2Lo;
-  float p = kExpP[0];
-  for (int i = 1; i < 6; ++i) p = p * r + kExpP[i];
-  const float e = (p * (r * r) + r) + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return e * scale;
-}
-
 inline float silu(float v) { return v / (1.0f + exp_clamped(-v)); }
 
 #ifdef SPECDEC_X86
 // silu() in 8 lanes: the same operations in the same order (AVX2 without FMA).
 __attribute__((target("avx2"))) inline __m256 silu8(__m256 v) {
-  __m256 t = _mm256_xor_ps(v, _mm256_set1_ps(-0.0f));
-  t = _mm256_min_ps(_mm256_max_ps(t, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_sub_ps(t, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi)));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
-  __m256 p = _mm256_set1_ps(kExpP[0]);
-  for (int i = 1; i < 6; ++i) p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(kExpP[i]));
   const __m256 one = _mm256_set1_ps(1.0f);
-  const __m256 e = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), one);
-  const __m256 scale = _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-  return _mm256_div_ps(v, _mm256_add_ps(one, _mm256_mul_ps(e, scale)));
+  return _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f)))));
 }
 
 // silu (times up, when given) of a row's first n - n mod 8 values; returns how many.
