@@ -1661,24 +1661,31 @@ inline void exps_plain(const AttentionRow& a, float mx, int64_t from = 0) {
     a.p[j] = a.p[j] == -std::numeric_limits<float>::infinity() ? 0.0f : exp_clamped(a.p[j] - mx);
 }
 
-template <class Scores, class Exps>
-__attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores, Exps exps) {
-  const float mx = scores(a);
-  exps(a, mx);
-  float total = 0;
-  for (int64_t j = 0; j < a.len; ++j) total += a.p[j];
-  for (int64_t c = 0; c < a.d; ++c) a.out[c] = 0;
+// out[c] for c in [from, D): the sum over the keys, in order, of (p[j] / total) * v_j[c] (a multiply,
+// then an add), skipping keys of weight 0.
+inline void weigh_plain(const AttentionRow& a, float total, int64_t from = 0) {
+  for (int64_t c = from; c < a.d; ++c) a.out[c] = 0;
   for (int64_t j = 0; j < a.len; ++j) {
     if (a.p[j] == 0.0f) continue;
     const float w = a.p[j] / total;
     const float* v = a.v + j * a.v_stride;
-    for (int64_t c = 0; c < a.d; ++c) a.out[c] += w * v[c];
+    for (int64_t c = from; c < a.d; ++c) a.out[c] += w * v[c];
   }
+}
+
+template <class Scores, class Exps, class Weigh>
+__attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores, Exps exps, Weigh weigh) {
+  const float mx = scores(a);
+  exps(a, mx);
+  float total = 0;
+  for (int64_t j = 0; j < a.len; ++j) total += a.p[j];
+  weigh(a, total);
 }
 
 void attend_default(const AttentionRow& a) {
   attend(a, [](const AttentionRow& r) { return scores_plain(r); },
-         [](const AttentionRow& r, float mx) { exps_plain(r, mx); });
+         [](const AttentionRow& r, float mx) { exps_plain(r, mx); },
+         [](const AttentionRow& r, float total) { weigh_plain(r, total); });
 }
 
 #ifdef SPECDEC_X86
@@ -1736,7 +1743,31 @@ __attribute__((target("avx2"))) inline void exps_avx2(const AttentionRow& a, flo
   exps_plain(a, mx, j);
 }
 
-__attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) { attend(a, scores_avx2, exps_avx2); }
+// weigh_plain() for out[c0, c0 + 8 NV), the NV accumulators of 8 lanes in registers across the keys
+// (the plain loop keeps them in memory: a load and a store per key).
+template <int NV>
+__attribute__((target("avx2"))) inline void weigh_lanes(const AttentionRow& a, float total, int64_t c0) {
+  __m256 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < a.len; ++j) {
+    if (a.p[j] == 0.0f) continue;
+    const __m256 w = _mm256_set1_ps(a.p[j] / total);
+    const float* v = a.v + j * a.v_stride + c0;
+    for (int i = 0; i < NV; ++i) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, _mm256_loadu_ps(v + 8 * i)));
+  }
+  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(a.out + c0 + 8 * i, acc[i]);
+}
+
+__attribute__((target("avx2"))) inline void weigh_avx2(const AttentionRow& a, float total) {
+  int64_t c = 0;
+  for (; c + 64 <= a.d; c += 64) weigh_lanes<8>(a, total, c);
+  for (; c + 8 <= a.d; c += 8) weigh_lanes<1>(a, total, c);
+  weigh_plain(a, total, c);
+}
+
+__attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) {
+  attend(a, scores_avx2, exps_avx2, weigh_avx2);
+}
 #endif
 
 }  // namespace
