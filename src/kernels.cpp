@@ -1620,11 +1620,11 @@ __attribute__((target("avx2"))) inline __m256 exp8(__m256 t) {
 }
 #endif
 
-// One query row of attention_f32: scores, softmax and the weighted sum of the values. Plain C++,
-// compiled twice: for any x86-64 (SSE2), and for AVX2 without FMA, where the compiler vectorizes the
-// loops over the head dimension and the scores of 8 keys are computed at once (scores_avx2). Each
-// lane does what the scalar code does (a multiply, then an add, in the same order), so both give
-// the same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
+// One query row of attention_f32: scores, softmax and the weighted sum of the values. Plain C++ for
+// any x86-64 (SSE2) and other CPUs; on x86, an AVX2 copy without FMA: the scores of 8 keys at once
+// (scores_avx2), their exponentials 8 at a time (exps_avx2) and the weighted sum with its
+// accumulators in registers (weigh_avx2). Each lane does what the scalar code does (a multiply, then
+// an add, in the same order), so both give the same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
 struct AttentionRow {
   const float* q;           // [D]
   const float* k;           // key j at k + j * k_stride, [D]
