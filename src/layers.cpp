@@ -92,27 +92,47 @@ Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_
     inv = at::where(medium, smoothed, scaled);
   }
   // A request never runs past Limits::max_sequence_length, whatever the configuration claims.
-  max_positions = std::min(max_positions, limits().max_sequence_length);
-  const at::Tensor pos = at::arange(0, max_positions, at::kLong).to(at::kFloat);  // [P]
-  const at::Tensor freqs = at::outer(pos, inv);                                  // [P, rot/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);                            // [P, rot]
-  cos_ = emb.cos().to(device, dtype);
-  sin_ = emb.sin().to(device, dtype);
+  max_positions_ = std::min(max_positions, limits().max_sequence_length);
+  const at::Tensor f = inv.contiguous();
+  inv_.assign(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+  dtype_ = dtype;
+  device_ = device;
+}
+
+std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& starts, int64_t t) const {
+  const auto half = static_cast<int64_t>(inv_.size()), rot = 2 * half;
+  const auto rows = static_cast<int64_t>(starts.size());
+  at::Tensor cos = at::empty({rows, t, rot}, at::kFloat), sin = at::empty({rows, t, rot}, at::kFloat);
+  float* c = cos.data_ptr<float>();
+  float* s = sin.data_ptr<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < t; ++j, c += rot, s += rot) {
+      const auto pos = static_cast<float>(starts[static_cast<size_t>(r)] + j);
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = pos * inv_[static_cast<size_t>(i)];  // at::outer's float32 product
+        c[i] = c[i + half] = std::cos(angle);
+        s[i] = s[i + half] = std::sin(angle);
+      }
+    }
+  if (device_.is_cpu() && dtype_ == at::kFloat) return {cos, sin};
+  return {detail::to_device(cos, device_).to(dtype_), detail::to_device(sin, device_).to(dtype_)};
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t) const {
-  SPECDEC_CHECK(start + t <= cos_.size(0), "positions up to ", start + t, " exceed max_position_embeddings (",
-                cos_.size(0), ")");
-  return {cos_.narrow(0, start, t), sin_.narrow(0, start, t)};
+  SPECDEC_CHECK(start + t <= max_positions_, "positions up to ", start + t, " exceed max_position_embeddings (",
+                max_positions_, ")");
+  auto [cos, sin] = compute({start}, t);
+  return {cos[0], sin[0]};
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::tables(const Pass& pass) const {
   if (pass.same_start()) return tables(pass.past(), pass.tokens());
-  SPECDEC_CHECK(pass.end() <= cos_.size(0), "positions up to ", pass.end(), " exceed max_position_embeddings (",
-                cos_.size(0), ")");
-  const at::Tensor idx = pass.positions(cos_.size(0)).reshape(-1);
-  const std::vector<int64_t> shape = {pass.rows(), 1, pass.tokens(), cos_.size(1)};
-  return {cos_.index_select(0, idx).view(shape), sin_.index_select(0, idx).view(shape)};
+  SPECDEC_CHECK(pass.end() <= max_positions_, "positions up to ", pass.end(), " exceed max_position_embeddings (",
+                max_positions_, ")");
+  std::vector<int64_t> starts(static_cast<size_t>(pass.rows()));
+  for (int64_t r = 0; r < pass.rows(); ++r) starts[static_cast<size_t>(r)] = pass.start(r);
+  auto [cos, sin] = compute(starts, pass.tokens());  // padding tokens get positions past a row's end
+  return {cos.unsqueeze(1), sin.unsqueeze(1)};        // [B, 1, T, rot]
 }
 
 at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

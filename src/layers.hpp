@@ -34,6 +34,7 @@ class Pass {
   // [B, T] int64 positions on the device, padding clamped below `limit` (tables' sizes); only
   // when !same_start().
   at::Tensor positions(int64_t limit) const;
+  int64_t start(int64_t row) const { return starts_[static_cast<size_t>(row)]; }  // row's first position
   // Additive causal mask over the pass's L keys: [T, L] (undefined when T == 1 and no window
   // applies) when same_start(), else [B, 1, 1, T, L]. `window` > 0: Mistral's sliding window.
   at::Tensor causal_mask(at::ScalarType dtype, int64_t window = 0) const;
@@ -55,13 +56,15 @@ class Pass {
 class Rotary {
  public:
   Rotary() = default;
-  // Precomputes the cos and sin tables of positions [0, max_positions) once, in float32, cast to
-  // `dtype` on `device` (as Hugging Face computes them): a position's values never depend on the
-  // pass it is in.
+  // The inverse frequencies (with the configured scaling) in float32, as Hugging Face computes
+  // them. No table of every position is kept (4 MB for SmolLM2's 8192, beside 94 MB of weights):
+  // each pass computes the cos and sin of its own positions on the host, one float32 product and
+  // one scalar cosf/sinf per (position, frequency), so a position's values never depend on the
+  // pass it is in. Positions run below min(max_positions, Limits::max_sequence_length).
   Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_t max_positions,
          at::ScalarType dtype, c10::Device device);
-  // cos, sin tables [T, rot_dim] for positions [start, start + T) (views of the precomputed ones);
-  // throws specdec::Error past max_positions.
+  // cos, sin tables [T, rot_dim] for positions [start, start + T); throws specdec::Error past the
+  // last position.
   std::pair<at::Tensor, at::Tensor> tables(int64_t start, int64_t t) const;
   // The tables of a pass: [T, rot] when every row starts at the same position, else
   // [B, 1, T, rot] (a position per row and token).
@@ -70,7 +73,13 @@ class Rotary {
   static at::Tensor apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
-  at::Tensor cos_, sin_;  // [max_positions, rot_dim] in the model's dtype, on its device
+  // [rows, T, rot] cos and sin of positions starts[r] + j, in the model's dtype on its device.
+  std::pair<at::Tensor, at::Tensor> compute(const std::vector<int64_t>& starts, int64_t t) const;
+
+  std::vector<float> inv_;  // [rot_dim / 2] inverse frequencies
+  int64_t max_positions_ = 0;
+  at::ScalarType dtype_ = at::kFloat;
+  c10::Device device_ = c10::kCPU;
 };
 
 // Additive causal mask [T, past + T] (0 or -inf) in `dtype`, or an undefined tensor when T == 1.

@@ -7,6 +7,7 @@
 #include <array>
 #include <mutex>
 #include <queue>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 
@@ -159,6 +160,115 @@ int64_t json_id(const json& v, const std::string& where) {
   return v.get<int64_t>();
 }
 
+// A vocabulary's token texts and ids, compact: every text in one pool, an open-addressing index
+// text -> id, and each id's span in the pool. A 49k-token vocabulary takes about 2 MB where
+// node-based maps of std::string took about 5 MB (issue 13's peak memory beside the weights).
+class VocabIndex {
+ public:
+  // Registers `text` as token `id`: a text given twice maps to its later id, an id given twice
+  // names its later text.
+  void add(std::string_view text, int64_t id, const std::string& where) {
+    SPECDEC_CHECK(pool_.size() + text.size() <= UINT32_MAX, where, ": the vocabulary's texts exceed 4 GB");
+    if (2 * (entries_.size() + 1) > slots_.size()) rehash(std::max<size_t>(1024, 2 * slots_.size()));
+    size_t slot = probe(text);
+    if (slots_[slot] < 0) {
+      slots_[slot] = static_cast<int32_t>(entries_.size());
+      entries_.push_back({static_cast<uint32_t>(pool_.size()), static_cast<uint32_t>(text.size()), -1});
+      pool_.append(text);
+    }
+    Entry& e = entries_[static_cast<size_t>(slots_[slot])];
+    e.id = static_cast<int32_t>(id);  // ids are below Limits::max_vocab_size (json_id)
+    if (static_cast<int64_t>(spans_.size()) <= id) spans_.resize(static_cast<size_t>(id) + 1, {0, 0});
+    spans_[static_cast<size_t>(id)] = {e.begin, e.size};
+  }
+  // The id of `text`, or -1.
+  int32_t find(std::string_view text) const {
+    if (slots_.empty()) return -1;
+    const int32_t e = slots_[probe(text)];
+    return e < 0 ? -1 : entries_[static_cast<size_t>(e)].id;
+  }
+  // The text of `id` (empty when no token has it).
+  std::string_view text(int64_t id) const {
+    if (id < 0 || id >= static_cast<int64_t>(spans_.size())) return {};
+    const auto [begin, size] = spans_[static_cast<size_t>(id)];
+    return {pool_.data() + begin, size};
+  }
+  int64_t ids() const { return static_cast<int64_t>(spans_.size()); }
+
+ private:
+  struct Entry {
+    uint32_t begin, size;
+    int32_t id;
+  };
+  // The slot holding `text`, or the empty slot where it would go.
+  size_t probe(std::string_view text) const {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = std::hash<std::string_view>{}(text) & mask;; i = (i + 1) & mask) {
+      const int32_t e = slots_[i];
+      if (e < 0) return i;
+      const Entry& x = entries_[static_cast<size_t>(e)];
+      if (std::string_view(pool_.data() + x.begin, x.size) == text) return i;
+    }
+  }
+  void rehash(size_t n) {
+    slots_.assign(n, -1);
+    const size_t mask = n - 1;
+    for (size_t k = 0; k < entries_.size(); ++k) {
+      const Entry& x = entries_[k];
+      size_t i = std::hash<std::string_view>{}(std::string_view(pool_.data() + x.begin, x.size)) & mask;
+      while (slots_[i] >= 0) i = (i + 1) & mask;
+      slots_[i] = static_cast<int32_t>(k);
+    }
+  }
+
+  std::string pool_;
+  std::vector<Entry> entries_;
+  std::vector<std::pair<uint32_t, uint32_t>> spans_;  // by id: (begin, size) in pool_
+  std::vector<int32_t> slots_;                        // index into entries_, -1 empty; a power of two
+};
+
+// Merge ranks keyed by the ids of the two parts: open addressing over (left << 32 | right).
+class PairRanks {
+ public:
+  // A pair given twice keeps its first rank (real merges lists have no duplicates).
+  void add(int32_t a, int32_t b, int rank) {
+    if (2 * (count_ + 1) > keys_.size()) rehash(std::max<size_t>(1024, 2 * keys_.size()));
+    const size_t i = probe(key(a, b));
+    if (ranks_[i] >= 0) return;
+    keys_[i] = key(a, b);
+    ranks_[i] = rank;
+    ++count_;
+  }
+  // The rank of the merge (a, b), or -1.
+  int find(int32_t a, int32_t b) const { return keys_.empty() ? -1 : ranks_[probe(key(a, b))]; }
+
+ private:
+  static uint64_t key(int32_t a, int32_t b) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b);
+  }
+  size_t probe(uint64_t k) const {
+    const size_t mask = keys_.size() - 1;
+    for (size_t i = (k * 0x9E3779B97F4A7C15ull) >> 20 & mask;; i = (i + 1) & mask)
+      if (ranks_[i] < 0 || keys_[i] == k) return i;
+  }
+  void rehash(size_t n) {
+    std::vector<uint64_t> keys(n);
+    std::vector<int32_t> ranks(n, -1);
+    keys.swap(keys_);
+    ranks.swap(ranks_);
+    for (size_t j = 0; j < keys.size(); ++j)
+      if (ranks[j] >= 0) {
+        const size_t i = probe(keys[j]);
+        keys_[i] = keys[j];
+        ranks_[i] = ranks[j];
+      }
+  }
+
+  std::vector<uint64_t> keys_;
+  std::vector<int32_t> ranks_;  // -1: empty slot
+  size_t count_ = 0;
+};
+
 class ByteLevelBpe final : public TokenizerBase {
  public:
   explicit ByteLevelBpe(std::string source) { source_ = std::move(source); }
@@ -167,25 +277,25 @@ class ByteLevelBpe final : public TokenizerBase {
 
   void set_vocab(const json& vocab) {
     SPECDEC_CHECK(vocab.is_object() && !vocab.empty(), source_, ": the vocabulary must be a non-empty object");
-    for (const auto& [tok, id] : vocab.items()) {
-      const int64_t i = json_id(id, source_ + ": vocabulary entry '" + tok + "'");
-      vocab_[tok] = i;
-      if (static_cast<int64_t>(id_to_token_.size()) <= i) id_to_token_.resize(i + 1);
-      id_to_token_[i] = tok;
-    }
-    base_size_ = size_ = static_cast<int64_t>(id_to_token_.size());
+    for (const auto& [tok, id] : vocab.items())
+      vocab_.add(tok, json_id(id, source_ + ": vocabulary entry '" + tok + "'"), source_);
+    base_size_ = size_ = vocab_.ids();
   }
 
   void set_vocab(const std::vector<std::string>& tokens) {
-    id_to_token_ = tokens;
-    for (size_t i = 0; i < tokens.size(); ++i) vocab_[tokens[i]] = static_cast<int64_t>(i);
-    base_size_ = size_ = static_cast<int64_t>(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) vocab_.add(tokens[i], static_cast<int64_t>(i), source_);
+    base_size_ = size_ = vocab_.ids();
   }
 
+  // Merges in rank order. A merge whose parts are both tokens is kept by their ids; any other
+  // (rare: a part outside the vocabulary) by its text.
   void add_merge(const std::string& a, const std::string& b) {
-    SPECDEC_CHECK(!a.empty() && !b.empty(), source_, ": empty merge part (merge ", ranks_.size() + 1, ")");
-    ranks_.emplace(a + ' ' + b, static_cast<int>(ranks_.size()));
-    merges_digest_ += a + ' ' + b + '\n';
+    SPECDEC_CHECK(!a.empty() && !b.empty(), source_, ": empty merge part (merge ", merges_ + 1, ")");
+    const int32_t ia = vocab_.find(a), ib = vocab_.find(b);
+    if (ia >= 0 && ib >= 0) pair_ranks_.add(ia, ib, merges_);
+    else text_ranks_.emplace(a + ' ' + b, merges_);
+    ++merges_;
+    merges_digest_ = fnv1a(a + ' ' + b + '\n', merges_digest_);
   }
 
   void finish(const TokenizerConfig& cfg) {
@@ -195,7 +305,7 @@ class ByteLevelBpe final : public TokenizerBase {
     SPECDEC_CHECK(has_byte_level, source_, ": no ByteLevel pre-tokenizer; only byte-level BPE is supported");
   }
 
-  bool has_token(const std::string& text) const { return vocab_.count(text) || find_added(text); }
+  bool has_token(const std::string& text) const { return vocab_.find(text) >= 0 || find_added(text); }
   std::optional<int64_t> unk_id() const { return unk_; }
 
   friend std::unique_ptr<Tokenizer> tok::load_bpe_json(const std::string&, const TokenizerConfig&,
@@ -257,9 +367,9 @@ class ByteLevelBpe final : public TokenizerBase {
   }
 
   std::string base_token(int64_t id) const override {
-    SPECDEC_CHECK(id >= 0 && id < static_cast<int64_t>(id_to_token_.size()) && !id_to_token_[id].empty(),
-                  source_, ": no token with id ", id);
-    return id_to_token_[id];
+    const std::string_view t = vocab_.text(id);
+    SPECDEC_CHECK(!t.empty(), source_, ": no token with id ", id);
+    return std::string(t);
   }
 
   std::vector<int64_t> add_special(std::vector<int64_t> ids) const override {
@@ -274,8 +384,8 @@ class ByteLevelBpe final : public TokenizerBase {
 
   std::string model_fingerprint() const override {
     std::string s;
-    for (size_t i = 0; i < id_to_token_.size(); ++i) s += id_to_token_[i] + '\x1f';
-    s += '|' + merges_digest_ + '|' + config_digest_ + std::to_string(prefix_space_whole_text_) +
+    for (int64_t i = 0; i < vocab_.ids(); ++i) s.append(vocab_.text(i)) += '\x1f';
+    s += '|' + std::to_string(merges_digest_) + '|' + config_digest_ + std::to_string(prefix_space_whole_text_) +
          std::to_string(ignore_merges_) + std::to_string(model_unk_.value_or(-1));
     for (const std::string& n : normalizers_) s += "|n" + n;
     for (const PreStep& p : pre_) s += "|p" + p.description;
@@ -301,16 +411,14 @@ class ByteLevelBpe final : public TokenizerBase {
       }
     }
     std::vector<int64_t> ids;
-    const auto whole = vocab_.find(word);
-    if (ignore_merges_ && whole != vocab_.end()) {
-      ids.push_back(whole->second);
+    const int32_t whole = ignore_merges_ ? vocab_.find(word) : -1;
+    if (whole >= 0) {
+      ids.push_back(whole);
     } else {
-      std::vector<std::string> sym = merge(word);
-      for (const std::string& s : sym) {
-        const auto it = vocab_.find(s);
-        if (it != vocab_.end()) ids.push_back(it->second);
+      for (const auto& [text, id] : merge(word)) {
+        if (id >= 0) ids.push_back(id);
         else if (model_unk_) ids.push_back(*model_unk_);
-        else throw Error(source_ + ": token '" + s + "' is not in the vocabulary and there is no unk_token");
+        else throw Error(source_ + ": token '" + text + "' is not in the vocabulary and there is no unk_token");
       }
     }
     out.insert(out.end(), ids.begin(), ids.end());
@@ -326,9 +434,11 @@ class ByteLevelBpe final : public TokenizerBase {
   // (the textbook loop rescans the word per merge: quadratic, minutes for a 1 MB word). Pairs a
   // merge creates always rank after it (a merge only uses symbols made by earlier merges), so
   // popping (rank, position) in order is exactly GPT-2's order.
-  std::vector<std::string> merge(const std::string& word) const {
+  // Returns the final symbols: (text, id), id -1 when the text is not a token.
+  std::vector<std::pair<std::string, int32_t>> merge(const std::string& word) const {
     struct Sym {
       std::string text;
+      int32_t id;  // vocab_'s id of text, or -1
       int64_t prev, next;
     };
     std::vector<Sym> sym;
@@ -336,16 +446,23 @@ class ByteLevelBpe final : public TokenizerBase {
       const size_t b = i;
       next_code_point(word, i);
       const auto n = static_cast<int64_t>(sym.size());
-      sym.push_back({word.substr(b, i - b), n - 1, n + 1});
+      std::string text = word.substr(b, i - b);
+      const int32_t id = vocab_.find(text);
+      sym.push_back({std::move(text), id, n - 1, n + 1});
     }
     if (sym.empty()) return {};
     sym.back().next = -1;
     using Entry = std::tuple<int, int64_t, int64_t>;  // rank, left symbol, right symbol
     std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+    const auto rank_of = [&](const Sym& a, const Sym& b) {
+      if (a.id >= 0 && b.id >= 0) return pair_ranks_.find(a.id, b.id);
+      if (text_ranks_.empty()) return -1;
+      const auto it = text_ranks_.find(a.text + ' ' + b.text);
+      return it == text_ranks_.end() ? -1 : it->second;
+    };
     const auto push = [&](int64_t l, int64_t r) {
       if (l < 0 || r < 0) return;
-      const auto it = ranks_.find(sym[l].text + ' ' + sym[r].text);
-      if (it != ranks_.end()) heap.emplace(it->second, l, r);
+      if (const int rank = rank_of(sym[l], sym[r]); rank >= 0) heap.emplace(rank, l, r);
     };
     for (int64_t i = 0; i + 1 < static_cast<int64_t>(sym.size()); ++i) push(i, i + 1);
     std::vector<bool> dead(sym.size(), false);
@@ -354,24 +471,25 @@ class ByteLevelBpe final : public TokenizerBase {
       heap.pop();
       // Stale entries: a side was merged away, or the left symbol grew since this pair was seen.
       if (dead[l] || dead[r] || sym[l].next != r) continue;
-      const auto it = ranks_.find(sym[l].text + ' ' + sym[r].text);
-      if (it == ranks_.end() || it->second != rank) continue;
+      if (rank_of(sym[l], sym[r]) != rank) continue;
       sym[l].text += sym[r].text;
+      sym[l].id = vocab_.find(sym[l].text);
       dead[r] = true;
       sym[l].next = sym[r].next;
       if (sym[r].next >= 0) sym[sym[r].next].prev = l;
       push(sym[l].prev, l);
       push(l, sym[l].next);
     }
-    std::vector<std::string> out;
-    for (int64_t i = 0; i >= 0; i = sym[i].next) out.push_back(std::move(sym[i].text));
+    std::vector<std::pair<std::string, int32_t>> out;
+    for (int64_t i = 0; i >= 0; i = sym[i].next) out.emplace_back(std::move(sym[i].text), sym[i].id);
     return out;
   }
 
-  std::unordered_map<std::string, int64_t> vocab_;
-  std::vector<std::string> id_to_token_;
-  std::unordered_map<std::string, int> ranks_;
-  std::string merges_digest_;
+  VocabIndex vocab_;
+  PairRanks pair_ranks_;
+  std::unordered_map<std::string, int> text_ranks_;  // merges with a part outside the vocabulary
+  int merges_ = 0;
+  uint64_t merges_digest_ = fnv1a("");
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };

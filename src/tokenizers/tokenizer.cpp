@@ -188,9 +188,13 @@ std::string clean_up_tokenization(std::string s) {
   return s;
 }
 
-std::string fnv1a_hex(const std::string& data) {
-  uint64_t h = 1469598103934665603ull;
+uint64_t fnv1a(std::string_view data, uint64_t h) {
   for (unsigned char c : data) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string fnv1a_hex(const std::string& data) {
+  const uint64_t h = fnv1a(data);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "specdec/tokenizer.hpp"
@@ -119,7 +120,9 @@ std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& file, const TokenizerOp
 std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const TokenizerConfig& cfg,
                                                  const TokenizerOptions& options);
 
-// 64-bit FNV-1a, as hex: for fingerprints.
+// 64-bit FNV-1a of `data`, continuing from the state `h` (the basis when omitted); as hex: for
+// fingerprints.
+uint64_t fnv1a(std::string_view data, uint64_t h = 1469598103934665603ull);
 std::string fnv1a_hex(const std::string& data);
 
 }  // namespace specdec::tok

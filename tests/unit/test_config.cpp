@@ -1,6 +1,8 @@
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "test_util.hpp"
+#include "util.hpp"
 
 namespace specdec::test {
 namespace {
@@ -172,8 +174,21 @@ TEST(LoadModel, BadOptionsAndLibtorchFailuresAreSpecdecErrors) {
   LoadOptions bad;
   bad.dtype = at::kInt;
   EXPECT_THROW(load_model(dir, bad), Error);
-  // A configuration whose rotary table cannot be allocated (once Limits::max_sequence_length lets
-  // it ask): libtorch's c10::Error comes out as a specdec::Error naming the call.
+  // libtorch's c10::Error comes out of the library's entry points as a specdec::Error naming the call.
+  try {
+    torch_errors_as_specdec("load_model(x)", [] { return at::empty({-1}); });
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("load_model(x): "), std::string::npos) << e.what();
+  }
+}
+
+// Nothing is sized by max_position_embeddings at load (the rotary tables are computed per pass): a
+// configuration claiming 2^42 positions loads and generates.
+TEST(LoadModel, HugeMaxPositionEmbeddingsAllocatesNothing) {
+  FixtureOptions o;
+  o.hidden = 32, o.heads = 2, o.layers = 1, o.vocab = 64;
+  const std::string dir = cached_fixture("load_options", o);
   Limits l;
   l.max_sequence_length = int64_t{1} << 42;
   const ScopedLimits scoped(l);
@@ -182,12 +197,10 @@ TEST(LoadModel, BadOptionsAndLibtorchFailuresAreSpecdecErrors) {
   c["max_position_embeddings"] = int64_t{1} << 42;
   write_file(huge + "/config.json", c.dump());
   write_file(huge + "/model.safetensors", read_file(dir + "/model.safetensors"));
-  try {
-    load_model(huge);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("load_model("), std::string::npos) << e.what();
-  }
+  const auto target = load_model(huge), reference = load_model(dir);
+  GenerationConfig g;
+  g.max_new_tokens = 8;
+  EXPECT_EQ(Generator(target).generate({1, 2, 3}, g).tokens, Generator(reference).generate({1, 2, 3}, g).tokens);
 }
 
 }  // namespace
