@@ -584,16 +584,13 @@ struct Nibble4TableZ {
   __m512 table;
   __m512i bytes;  // the 16 bytes of nibbles, one per 32-bit lane
   SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
-    const uint8_t* blk = row + b * (T == GgmlType::kQ4_0 ? kQ4_0Bytes : kQ4_1Bytes);
+    constexpr bool q4_0 = T == GgmlType::kQ4_0;  // [d, nibbles] or [d, m, nibbles]
+    const uint8_t* blk = row + b * (q4_0 ? kQ4_0Bytes : kQ4_1Bytes);
     const __m512 iota = nibble_values();
     const __m512 d = _mm512_set1_ps(half_to_float(blk));
-    if constexpr (T == GgmlType::kQ4_0) {
-      table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8)), d);
-      bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-    } else {
-      table = _mm512_fmadd_ps(iota, d, _mm512_set1_ps(half_to_float(blk + 2)));
-      bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
-    }
+    if constexpr (q4_0) table = _mm512_mul_ps(_mm512_sub_ps(iota, _mm512_set1_ps(8)), d);
+    else table = _mm512_fmadd_ps(iota, d, _mm512_set1_ps(half_to_float(blk + 2)));
+    bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q4_0 ? 2 : 4))));
   }
   // v = 0: the low nibbles (elements 0-15), v = 1: the high ones (16-31)
   SPECDEC_AVX512 __m512 vec(int v) const {
