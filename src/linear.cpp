@@ -1,5 +1,7 @@
 #include "linear.hpp"
 
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "device.hpp"
@@ -42,6 +44,66 @@ std::string weight_format_name(WeightFormat format) {
   for (const auto& [f, n] : kFormatNames)
     if (f == format) return n;
   return "unknown";
+}
+
+struct WeightArena::Chunk {
+  uint8_t* base = nullptr;  // 2 MiB aligned
+  size_t size = 0, used = 0;
+  void* map = nullptr;
+  size_t map_size = 0;
+  ~Chunk() {
+    if (map) ::munmap(map, map_size);
+  }
+};
+
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kChunk = size_t{256} << 20;
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+WeightArena::~WeightArena() {
+  release_free_heap();  // the last matrix's source
+  // The last huge page is resident whole once touched: give back its unwritten 4 KiB pages.
+  if (!current_) return;
+  const size_t from = round_up(current_->used, 4096), to = std::min(round_up(current_->used, kHugePage), current_->size);
+  if (to > from) ::madvise(current_->base + from, to - from, MADV_DONTNEED);
+}
+
+std::pair<at::Tensor, std::shared_ptr<WeightArena::Chunk>> WeightArena::copy(const at::Tensor& t,
+                                                                               bool release_source) {
+  const size_t bytes = t.nbytes();
+  if (!current_ || current_->used + bytes > current_->size) {
+    auto c = std::make_shared<Chunk>();
+    c->size = std::max(kChunk, round_up(bytes, kHugePage));
+    c->map_size = c->size + kHugePage;
+    c->map = ::mmap(nullptr, c->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (c->map == MAP_FAILED) return {t, nullptr};
+    c->base = reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(c->map), kHugePage));
+#ifdef MADV_HUGEPAGE
+    ::madvise(c->base, c->size, MADV_HUGEPAGE);  // no huge pages (THP "never", not Linux): small ones
+#endif
+    WeightArena old;  // hands back the untouched end of the previous chunk
+    old.current_ = std::move(current_);
+    current_ = std::move(c);
+  }
+  uint8_t* p = current_->base + current_->used;
+  const auto* src = static_cast<const uint8_t*>(t.data_ptr());
+  // In 2 MiB pieces, handing the source's whole pages back behind the copy when the caller gives
+  // it up: loading never holds two copies of a matrix.
+  uintptr_t released = round_up(reinterpret_cast<uintptr_t>(src), 4096);
+  for (size_t off = 0; off < bytes; off += kHugePage) {
+    const size_t n = std::min(kHugePage, bytes - off);
+    std::memcpy(p + off, src + off, n);
+    const uintptr_t to = (reinterpret_cast<uintptr_t>(src) + off + n) / 4096 * 4096;
+    if (release_source && to > released) {
+      ::madvise(reinterpret_cast<void*>(released), to - released, MADV_DONTNEED);
+      released = to;
+    }
+  }
+  current_->used = round_up(current_->used + bytes, 64);
+  std::shared_ptr<Chunk> chunk = current_;
+  return {at::from_blob(p, t.sizes(), [chunk](void*) {}, t.options()), current_};
 }
 
 Linear::Linear(at::Tensor w, at::Tensor b)
@@ -88,15 +150,40 @@ Linear Linear::cat(const std::vector<Linear>& parts) {
   for (const Linear& p : parts) out.n_ += p.n_;
   out.k_ = parts[0].k_;
   out.type_ = parts[0].type_;
-  if (!same) {
+  bool arena = true, adjacent = true;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    arena = arena && parts[i].chunk_ && parts[i].chunk_ == parts[0].chunk_;
+    adjacent = adjacent && (i == 0 || (parts[i].chunk_ == parts[i - 1].chunk_ &&
+                                       static_cast<const uint8_t*>(parts[i - 1].w_.data_ptr()) +
+                                               parts[i - 1].w_.nbytes() ==
+                                           parts[i].w_.data_ptr()));
+  }
+  if (!same || (arena && !adjacent)) {
     out.parts_ = parts;
     return out;
   }
-  out.w_ = at::cat(w);  // the parts' tensors are released by the caller
+  if (arena) {  // one view of the parts' rows, which lie one after another
+    std::vector<int64_t> shape = parts[0].w_.sizes().vec();
+    shape[0] = 0;
+    for (const Linear& p : parts) shape[0] += p.w_.size(0);
+    std::shared_ptr<WeightArena::Chunk> chunk = parts[0].chunk_;
+    out.w_ = at::from_blob(parts[0].w_.data_ptr(), shape, [chunk](void*) {}, parts[0].w_.options());
+    out.chunk_ = chunk;
+  } else {
+    out.w_ = at::cat(w);  // the parts' tensors are released by the caller
+  }
   if (biased) out.b_ = at::cat(b);
   out.row_bytes_ = parts[0].row_bytes_;
   out.kernel_ = parts[0].kernel_;
   return out;
+}
+
+void Linear::move_to(WeightArena& arena) {
+  for (Linear& p : parts_) p.move_to(arena);
+  if (!w_.defined() || !w_.device().is_cpu() || chunk_ || w_.use_count() > 1 || w_.storage().use_count() > 1)
+    return;
+  // This layer holds the only reference: the source's pages go back as they are copied.
+  std::tie(w_, chunk_) = arena.copy(w_.contiguous(), true);
 }
 
 int64_t Linear::bytes() const {
@@ -172,13 +259,22 @@ Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>&
   release_free_heap();  // what the layers loaded so far freed (fused parts, conversions)
   at::Tensor bytes;
   uint32_t type = 0;
+  Linear out;
   if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))
-    return Linear(static_cast<GgmlType>(type), std::move(bytes), shape[1], std::move(bias),
-                  options_.int8_activations);
-  return make(name, stored(name, shape), std::move(bias));
+    out = Linear(static_cast<GgmlType>(type), std::move(bytes), shape[1], std::move(bias), options_.int8_activations);
+  else
+    out = convert(name, stored(name, shape), std::move(bias));
+  out.move_to(*arena_);
+  return out;
 }
 
 Linear WeightLoader::make(const std::string& name, const at::Tensor& w, at::Tensor bias) const {
+  Linear out = convert(name, w, std::move(bias));
+  out.move_to(*arena_);
+  return out;
+}
+
+Linear WeightLoader::convert(const std::string& name, const at::Tensor& w, at::Tensor bias) const {
   if (!packed_) return Linear(w.to(options_.device, options_.dtype), std::move(bias));
   switch (options_.weights) {
     case WeightFormat::kAsStored: return Linear(w, std::move(bias));
