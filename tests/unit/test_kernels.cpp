@@ -6,6 +6,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -435,6 +436,50 @@ TEST(LinearKernel, FusedPartsOfDifferentFormatsRunOneByOne) {
   const at::Tensor x = at::randn({1, 3, k});
   EXPECT_TRUE(at::equal(mixed(x), same(x)));
   EXPECT_THROW(Linear(GgmlType::kQ8_0, q8, k + 32), Error);  // bytes that do not hold K values
+}
+
+// The huge-page arena: a copy holds the source's values, the source's whole pages read zero once
+// handed back, copies lie one after another, and a fused layer of arena parts is a view of them
+// (no copy) that computes what the concatenated matrix computes; parts that are not adjacent run
+// one after the other.
+TEST(WeightArena, CopiesHandBackTheSourceAndFuseWithoutACopy) {
+  const int64_t k = 2048;
+  const at::Tensor a = at::randn({600, k}), b = at::randn({40, k}), c = at::randn({8, k});
+  WeightArena arena;
+  at::Tensor src = a.clone();  // 4.9 MB: pieces of 2 MiB and a partial one
+  auto [copy, chunk] = arena.copy(src, true);
+  ASSERT_TRUE(chunk);
+  EXPECT_TRUE(at::equal(copy, a));
+  EXPECT_NE(copy.data_ptr(), src.data_ptr());
+  // The source's page-aligned interior reads zero; its partial first and last pages are kept.
+  const auto* s = static_cast<const uint8_t*>(src.data_ptr());
+  const auto first = (reinterpret_cast<uintptr_t>(s) + 4095) / 4096 * 4096 - reinterpret_cast<uintptr_t>(s);
+  const auto last = (reinterpret_cast<uintptr_t>(s) + src.nbytes()) / 4096 * 4096 - reinterpret_cast<uintptr_t>(s);
+  EXPECT_TRUE(std::all_of(s + first, s + last, [](uint8_t v) { return v == 0; }));
+  EXPECT_TRUE(at::equal(src.flatten().narrow(0, 0, first / 4), a.flatten().narrow(0, 0, first / 4)));
+  // Kept (release_source = false): the source stays as it was.
+  at::Tensor kept = b.clone();
+  auto [copy_b, chunk_b] = arena.copy(kept, false);
+  EXPECT_TRUE(at::equal(kept, b));
+  EXPECT_EQ(chunk_b, chunk);
+  EXPECT_EQ(static_cast<const uint8_t*>(copy.data_ptr()) + copy.nbytes(), copy_b.data_ptr());
+
+  Linear la(a.clone()), lb(b.clone()), lc(c.clone());
+  la.move_to(arena);
+  lb.move_to(arena);
+  const at::Tensor x = at::randn({1, 5, k});
+  const Linear fused = Linear::cat({la, lb});
+  EXPECT_EQ(fused.tensors().at(0).data_ptr(), la.tensors().at(0).data_ptr()) << "a view, not a copy";
+  EXPECT_TRUE(at::equal(fused(x), Linear(at::cat({a, b}))(x)));
+  lc.move_to(arena);
+  const Linear apart = Linear::cat({la, lc});  // lb lies between them
+  EXPECT_EQ(apart.tensors().size(), 2u) << "the parts, one after the other";
+  EXPECT_TRUE(at::equal(apart(x), Linear(at::cat({a, c}))(x)));
+  // A layer whose weights someone else holds stays where it is.
+  const at::Tensor shared = c.clone();
+  Linear ls(shared);
+  ls.move_to(arena);
+  EXPECT_EQ(ls.tensors().at(0).data_ptr(), shared.data_ptr());
 }
 
 }  // namespace
