@@ -54,10 +54,10 @@ class Linear {
   Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {}, bool int8_activations = false);
   // One layer whose output is the concatenation of the parts' outputs (fused q|k|v, gate|up): the
   // rows are concatenated into one matrix when the parts share a format (one pass over x), else
-  // the parts run one after the other (GGUF files that mix formats, e.g. Q4_K_M).
-  // Parts whose weights lie one after another in one WeightArena chunk (as the loader places the
-  // matrices of a fused layer) become one view of them, without a copy; arena parts that do not
-  // run one after the other (their arena memory cannot be given back).
+  // the parts run one after the other (GGUF files that mix formats, e.g. Q4_K_M). Parts in a
+  // WeightArena are never copied: adjacent ones in one chunk (as the loader places the matrices of
+  // a fused layer) become one view of them, others run one after the other (a concatenated copy
+  // would leave their arena memory resident and unused).
   static Linear cat(const std::vector<Linear>& parts);
   // Moves the weights into `arena` when they are on the CPU and this layer holds the only
   // reference to them.
