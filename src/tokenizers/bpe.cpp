@@ -168,7 +168,8 @@ class VocabIndex {
   // Registers `text` as token `id`: a text given twice maps to its later id, an id given twice
   // names its later text.
   void add(std::string_view text, int64_t id, const std::string& where) {
-    SPECDEC_CHECK(pool_.size() + text.size() <= UINT32_MAX, where, ": the vocabulary's texts exceed 4 GB");
+    SPECDEC_CHECK(pool_.size() + text.size() <= UINT32_MAX && id <= INT32_MAX, where,
+                  ": the vocabulary exceeds 4 GB of text or 2^31 ids");
     if (2 * (entries_.size() + 1) > slots_.size()) rehash(std::max<size_t>(1024, 2 * slots_.size()));
     size_t slot = probe(text);
     if (slots_[slot] < 0) {
@@ -177,7 +178,7 @@ class VocabIndex {
       pool_.append(text);
     }
     Entry& e = entries_[static_cast<size_t>(slots_[slot])];
-    e.id = static_cast<int32_t>(id);  // ids are below Limits::max_vocab_size (json_id)
+    e.id = static_cast<int32_t>(id);
     if (static_cast<int64_t>(spans_.size()) <= id) spans_.resize(static_cast<size_t>(id) + 1, {0, 0});
     spans_[static_cast<size_t>(id)] = {e.begin, e.size};
   }
