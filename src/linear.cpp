@@ -60,14 +60,18 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kChunk = size_t{256} << 20;
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// A chunk's last huge page is resident whole once touched: give back its unwritten 4 KiB pages
+// (nothing is written to the chunk afterwards).
+void hand_back_tail(const WeightArena::Chunk& c) {
+  const size_t from = round_up(c.used, 4096), to = std::min(round_up(c.used, kHugePage), c.size);
+  if (to > from) ::madvise(c.base + from, to - from, MADV_DONTNEED);
+}
 }  // namespace
 
 WeightArena::~WeightArena() {
   release_free_heap();  // the last matrix's source
-  // The last huge page is resident whole once touched: give back its unwritten 4 KiB pages.
-  if (!current_) return;
-  const size_t from = round_up(current_->used, 4096), to = std::min(round_up(current_->used, kHugePage), current_->size);
-  if (to > from) ::madvise(current_->base + from, to - from, MADV_DONTNEED);
+  if (current_) hand_back_tail(*current_);
 }
 
 std::pair<at::Tensor, std::shared_ptr<WeightArena::Chunk>> WeightArena::copy(const at::Tensor& t,
@@ -83,8 +87,7 @@ std::pair<at::Tensor, std::shared_ptr<WeightArena::Chunk>> WeightArena::copy(con
 #ifdef MADV_HUGEPAGE
     ::madvise(c->base, c->size, MADV_HUGEPAGE);  // no huge pages (THP "never", not Linux): small ones
 #endif
-    WeightArena old;  // hands back the untouched end of the previous chunk
-    old.current_ = std::move(current_);
+    if (current_) hand_back_tail(*current_);
     current_ = std::move(c);
   }
   uint8_t* p = current_->base + current_->used;
@@ -150,13 +153,12 @@ Linear Linear::cat(const std::vector<Linear>& parts) {
   for (const Linear& p : parts) out.n_ += p.n_;
   out.k_ = parts[0].k_;
   out.type_ = parts[0].type_;
-  bool arena = true, adjacent = true;
+  bool arena = true, adjacent = true;  // all in parts[0]'s chunk; each right after the one before
   for (size_t i = 0; i < parts.size(); ++i) {
     arena = arena && parts[i].chunk_ && parts[i].chunk_ == parts[0].chunk_;
-    adjacent = adjacent && (i == 0 || (parts[i].chunk_ == parts[i - 1].chunk_ &&
-                                       static_cast<const uint8_t*>(parts[i - 1].w_.data_ptr()) +
-                                               parts[i - 1].w_.nbytes() ==
-                                           parts[i].w_.data_ptr()));
+    adjacent = adjacent && (i == 0 || static_cast<const uint8_t*>(parts[i - 1].w_.data_ptr()) +
+                                              parts[i - 1].w_.nbytes() ==
+                                          parts[i].w_.data_ptr());
   }
   if (!same || (arena && !adjacent)) {
     out.parts_ = parts;
