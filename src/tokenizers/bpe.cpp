@@ -192,7 +192,7 @@ class VocabIndex {
   std::string_view text(int64_t id) const {
     if (id < 0 || id >= static_cast<int64_t>(spans_.size())) return {};
     const auto [begin, size] = spans_[static_cast<size_t>(id)];
-    return {pool_.data() + begin, size};
+    return view(begin, size);
   }
   int64_t ids() const { return static_cast<int64_t>(spans_.size()); }
 
@@ -201,6 +201,7 @@ class VocabIndex {
     uint32_t begin, size;
     int32_t id;
   };
+  std::string_view view(uint32_t begin, uint32_t size) const { return {pool_.data() + begin, size}; }
   // The slot holding `text`, or the empty slot where it would go.
   size_t probe(std::string_view text) const {
     const size_t mask = slots_.size() - 1;
@@ -208,7 +209,7 @@ class VocabIndex {
       const int32_t e = slots_[i];
       if (e < 0) return i;
       const Entry& x = entries_[static_cast<size_t>(e)];
-      if (std::string_view(pool_.data() + x.begin, x.size) == text) return i;
+      if (view(x.begin, x.size) == text) return i;
     }
   }
   void rehash(size_t n) {
@@ -216,7 +217,7 @@ class VocabIndex {
     const size_t mask = n - 1;
     for (size_t k = 0; k < entries_.size(); ++k) {
       const Entry& x = entries_[k];
-      size_t i = std::hash<std::string_view>{}(std::string_view(pool_.data() + x.begin, x.size)) & mask;
+      size_t i = std::hash<std::string_view>{}(view(x.begin, x.size)) & mask;
       while (slots_[i] >= 0) i = (i + 1) & mask;
       slots_[i] = static_cast<int32_t>(k);
     }
