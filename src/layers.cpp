@@ -99,7 +99,10 @@ Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_
   device_ = device;
 }
 
-std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& starts, int64_t t) const {
+std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& starts, int64_t t,
+                                                   int64_t end) const {
+  SPECDEC_CHECK(end <= max_positions_, "positions up to ", end, " exceed max_position_embeddings (", max_positions_,
+                ")");
   const auto half = static_cast<int64_t>(inv_.size()), rot = 2 * half;
   const auto rows = static_cast<int64_t>(starts.size());
   at::Tensor cos = at::empty({rows, t, rot}, at::kFloat), sin = at::empty({rows, t, rot}, at::kFloat);
@@ -119,20 +122,17 @@ std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& st
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t) const {
-  SPECDEC_CHECK(start + t <= max_positions_, "positions up to ", start + t, " exceed max_position_embeddings (",
-                max_positions_, ")");
-  auto [cos, sin] = compute({start}, t);
+  auto [cos, sin] = compute({start}, t, start + t);
   return {cos[0], sin[0]};
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::tables(const Pass& pass) const {
   if (pass.same_start()) return tables(pass.past(), pass.tokens());
-  SPECDEC_CHECK(pass.end() <= max_positions_, "positions up to ", pass.end(), " exceed max_position_embeddings (",
-                max_positions_, ")");
   std::vector<int64_t> starts(static_cast<size_t>(pass.rows()));
   for (int64_t r = 0; r < pass.rows(); ++r) starts[static_cast<size_t>(r)] = pass.start(r);
-  auto [cos, sin] = compute(starts, pass.tokens());  // padding tokens get positions past a row's end
-  return {cos.unsqueeze(1), sin.unsqueeze(1)};        // [B, 1, T, rot]
+  // padding tokens get positions past a row's end (not checked: their values are never used)
+  auto [cos, sin] = compute(starts, pass.tokens(), pass.end());
+  return {cos.unsqueeze(1), sin.unsqueeze(1)};  // [B, 1, T, rot]
 }
 
 at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

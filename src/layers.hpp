@@ -73,8 +73,9 @@ class Rotary {
   static at::Tensor apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
-  // [rows, T, rot] cos and sin of positions starts[r] + j, in the model's dtype on its device.
-  std::pair<at::Tensor, at::Tensor> compute(const std::vector<int64_t>& starts, int64_t t) const;
+  // [rows, T, rot] cos and sin of positions starts[r] + j, in the model's dtype on its device;
+  // throws specdec::Error when `end` (1 + the last real position) passes the last position.
+  std::pair<at::Tensor, at::Tensor> compute(const std::vector<int64_t>& starts, int64_t t, int64_t end) const;
 
   std::vector<float> inv_;  // [rot_dim / 2] inverse frequencies
   int64_t max_positions_ = 0;

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "layers.hpp"
+#include "specdec/error.hpp"
+#include "specdec/kv_cache.hpp"
 
 namespace specdec {
 namespace {
@@ -31,6 +33,21 @@ TEST(Layers, AttendWithAPerHeadBiasEqualsTheExplicitSoftmax) {
   const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-1, -2)) + bias.squeeze(1).unsqueeze(0), -1);
   const at::Tensor want = at::matmul(probs, v).transpose(1, 2).reshape({1, 3, 8});
   EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6));
+}
+
+TEST(Layers, RotaryRefusesPositionsPastTheLastButNotPadding) {
+  const layers::Rotary rotary(4, 10000.0, RopeScaling{}, 8, at::kFloat, c10::Device(c10::kCPU));
+  EXPECT_EQ(rotary.tables(6, 2).first.sizes(), (std::vector<int64_t>{2, 4}));
+  EXPECT_THROW(rotary.tables(7, 2), Error);
+  // Rows of different lengths (7 and 2 positions held): row 0's one real token is its position 7;
+  // the padding after it (positions 8 and 9) is computed, not refused.
+  KVCache cache(1, 2, 1, 16, 4, at::TensorOptions().dtype(at::kFloat));
+  cache.advance({7, 2});
+  const at::Tensor ids = at::zeros({2, 3}, at::kLong);
+  const layers::Pass fits(ids, cache, {1, 3}, c10::Device(c10::kCPU));
+  EXPECT_EQ(rotary.tables(fits).first.sizes(), (std::vector<int64_t>{2, 1, 3, 4}));
+  const layers::Pass past(ids, cache, {2, 3}, c10::Device(c10::kCPU));
+  EXPECT_THROW(rotary.tables(past), Error);
 }
 
 }  // namespace
