@@ -44,6 +44,7 @@ struct RunOptions {
   int warmup = 1;
   std::string prompts_file;  // generate: JSON Lines of requests
   int batch_size = 1;
+  bool prompt_cache = false;  // generate --prompts-file: each request continues the previous one's caches
   GenerationConfig gen;
 };
 
@@ -77,6 +78,11 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                       "finishes, the next joins "
                       "the running batch (continuous batching)")
           ->capture_default_str()
+          ->needs(file);
+      app->add_flag("--prompt-cache", o.prompt_cache,
+                    "--prompts-file, one after another: each request computes only its prompt after the "
+                    "longest prefix it shares with the request before it (prompt and answer), e.g. a common "
+                    "system prompt; the output is the same")
           ->needs(file);
     }
   }
@@ -339,12 +345,14 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
 }
 
 // --prompts-file: every request validated first, then generated on one Generator: one after
-// another (--batch-size 1), or at most --batch-size at once, each finished request making room for
-// the next (continuous batching; consecutive requests that use prompt lookup, and those that do
-// not, form separate runs). One JSON line per request on stdout, in order, each written as soon as
+// another (--batch-size 1; with --prompt-cache each continuing the caches of the one before), or
+// at most --batch-size at once, each finished request making room for the next (continuous
+// batching; consecutive requests that use prompt lookup, and those that do not, form separate runs). One JSON line per request on stdout, in order, each written as soon as
 // it and those before it are done; progress on stderr.
 int run_prompts_file(RunOptions& o, const Loaded& l) {
   if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
+  if (o.prompt_cache && o.batch_size > 1)
+    throw Error("--prompt-cache runs the requests one after another: it needs --batch-size 1");
   const std::vector<FileRequest> requests = read_prompts_file(o, l);
   const Generator gen(l.target, l.draft);
   int64_t tokens = 0;
@@ -367,7 +375,15 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
   const auto uses_lookup = [&](size_t i) {
     return requests[i].config.prompt_lookup_num_tokens > 0;
   };
-  for (size_t i = 0; i < requests.size();) {
+  PromptCache cache;
+  for (size_t i = 0; o.prompt_cache && i < requests.size(); ++i) {
+    done[i] = gen.generate(requests[i].prompt, requests[i].config, cache);
+    tokens += done[i]->stats.new_tokens;
+    seconds += done[i]->stats.total_seconds;
+    prefill += done[i]->stats.prefill_seconds;
+    write_ready();
+  }
+  for (size_t i = 0; !o.prompt_cache && i < requests.size();) {
     size_t end = i + 1;
     if (o.batch_size > 1)
       while (end < requests.size() && uses_lookup(end) == uses_lookup(i)) ++end;

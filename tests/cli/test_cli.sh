@@ -191,6 +191,26 @@ for path in sys.argv[1:4]:
     for r, a in zip(rows, alone): assert r['tokens']==a['tokens'] and r['text']==a['text'], (r, a)
 " "$work/out1.jsonl" "$work/out2.jsonl" "$work/out3.jsonl" "$one" "$two" "$three"
 check "--prompts-file reports progress on stderr" grep -q "3/3 requests" "$work/err3"
+cat > "$work/shared.jsonl" <<'JSONL'
+{"prompt_ids": [5, 6, 7, 8, 9, 10], "max_new_tokens": 6}
+{"prompt_ids": [5, 6, 7, 8, 9, 11, 12], "max_new_tokens": 6}
+{"prompt_ids": [5, 6, 7, 8, 9, 10], "max_new_tokens": 5, "do_sample": true, "seed": 3}
+JSONL
+"$SPECDEC" generate --model "$work/tt" --draft "$work/td" --prompts-file "$work/shared.jsonl" > "$work/plain.jsonl" 2>/dev/null
+"$SPECDEC" generate --model "$work/tt" --draft "$work/td" --prompts-file "$work/shared.jsonl" --prompt-cache \
+  > "$work/cached.jsonl" 2>/dev/null
+check "--prompt-cache: the same tokens, and each request after the first computes only its prompt after the shared prefix" python3 -c "
+import json,sys
+plain=[json.loads(l) for l in open(sys.argv[1])]
+cached=[json.loads(l) for l in open(sys.argv[2])]
+assert [r['tokens'] for r in plain]==[r['tokens'] for r in cached], (plain, cached)
+assert [r['stats']['cached_prompt_tokens'] for r in cached]==[0,5,5], [r['stats'] for r in cached]
+assert [r['stats']['cached_prompt_tokens'] for r in plain]==[0,0,0]
+" "$work/plain.jsonl" "$work/cached.jsonl"
+expect_error "--prompt-cache with --batch-size 2" "--prompt-cache runs the requests one after another" \
+  generate --model "$work/tt" --prompts-file "$work/shared.jsonl" --prompt-cache --batch-size 2
+expect_error "--prompt-cache without --prompts-file" "--prompt-cache requires --prompts-file" \
+  generate --model "$work/tt" --prompt "x" --prompt-cache
 printf '{"prompt_ids": [5]}\n{"prompt_ids": [5, 4000]}\n' > "$work/bad1.jsonl"
 printf '{"prompt_ids": [5]}\n{"prompt_ids": [5]\n' > "$work/bad2.jsonl"
 printf '{"prompt_ids": [5], "max_new_token": 3}\n' > "$work/bad3.jsonl"
