@@ -68,7 +68,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
     if (mode == Mode::kGenerate) {
       auto* file = app->add_option("--prompts-file", o.prompts_file,
                       "Many requests: a JSON Lines file (- for stdin), one {\"prompt\": TEXT} or {\"prompt_ids\": [...]} "
-                      "per line, with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
+                      "per line (with --chat, one user turn, after --system or the line's own \"system\"), with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
                       "min_p, repetition_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
                       "prompt_lookup_num_tokens, id); writes one JSON line per request, in order")
           ->excludes(text)
@@ -283,6 +283,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
     FileRequest r;
     r.line = n;
     r.config = o.gen;
+    // "prompt", and with --chat the system message (--system unless the line gives its own)
+    std::string user, system = o.system;
     try {
       const json j = json::parse(text);
       if (!j.is_object()) throw Error("expected a JSON object");
@@ -300,7 +302,11 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
         if (key == "prompt") {
           if (!value.is_string()) throw Error("\"prompt\" must be a string");
           if (!l.tokenizer) throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
-          r.prompt = o.chat ? encode_chat(l, {{"user", value.get<std::string>()}}) : l.tokenizer->encode(value.get<std::string>(), true);
+          user = value.get<std::string>();
+        } else if (key == "system") {
+          if (!o.chat) throw Error("\"system\" needs --chat");
+          if (!value.is_string()) throw Error("\"system\" must be a string");
+          system = value.get<std::string>();
         } else if (key == "prompt_ids") {
           if (!value.is_array()) throw Error("\"prompt_ids\" must be an array of integers");
           for (const json& id : value) {
@@ -329,6 +335,15 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
         } else {
           throw Error("unknown key \"" + key + "\"");
         }
+      }
+      if (j.contains("system") && !j.contains("prompt")) throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
+      if (j.contains("prompt") && o.chat) {
+        std::vector<ChatMessage> messages;
+        if (!system.empty()) messages.push_back({"system", system});
+        messages.push_back({"user", user});
+        r.prompt = encode_chat(l, messages);
+      } else if (j.contains("prompt")) {
+        r.prompt = l.tokenizer->encode(user, true);
       }
       if (r.prompt.empty()) throw Error("the prompt is empty");
       for (int64_t id : r.prompt)

@@ -207,6 +207,21 @@ assert [r['tokens'] for r in plain]==[r['tokens'] for r in cached], (plain, cach
 assert [r['stats']['cached_prompt_tokens'] for r in cached]==[0,5,5], [r['stats'] for r in cached]
 assert [r['stats']['cached_prompt_tokens'] for r in plain]==[0,0,0]
 " "$work/plain.jsonl" "$work/cached.jsonl"
+printf '{"prompt": "Hello the", "max_new_tokens": 4}\n{"prompt": "Hello the", "system": "the the", "max_new_tokens": 4}\n' > "$work/sys.jsonl"
+"$SPECDEC" generate --model "$work/tt" --chat --chat-template chatml --system "Hello" --prompts-file "$work/sys.jsonl" \
+  > "$work/sys_out.jsonl" 2>/dev/null
+sys1=$("$SPECDEC" generate --model "$work/tt" --chat --chat-template chatml --system "Hello" --prompt "Hello the" --max-new-tokens 4 --json)
+sys2=$("$SPECDEC" generate --model "$work/tt" --chat --chat-template chatml --system "the the" --prompt "Hello the" --max-new-tokens 4 --json)
+check "--prompts-file --chat: --system, or the line's own \"system\", as with --prompt" python3 -c "
+import json,sys
+rows=[json.loads(l) for l in open(sys.argv[1])]
+alone=[json.loads(x) for x in sys.argv[2:4]]
+for r, a in zip(rows, alone): assert r['tokens']==a['tokens'] and r['stats']['prompt_tokens']==a['stats']['prompt_tokens'], (r, a)
+assert alone[0]['stats']['prompt_tokens']!=alone[1]['stats']['prompt_tokens']
+" "$work/sys_out.jsonl" "$sys1" "$sys2"
+printf '{"prompt": "Hello", "system": "x"}\n' > "$work/bad_sys.jsonl"
+expect_error "--prompts-file: \"system\" without --chat" 'bad_sys.jsonl:1: "system" needs --chat' \
+  generate --model "$work/tt" --prompts-file "$work/bad_sys.jsonl"
 expect_error "--prompt-cache with --batch-size 2" "--prompt-cache runs the requests one after another" \
   generate --model "$work/tt" --prompts-file "$work/shared.jsonl" --prompt-cache --batch-size 2
 expect_error "--prompt-cache without --prompts-file" "--prompt-cache requires --prompts-file" \
