@@ -19,7 +19,9 @@
 #endif
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 #include <cstdlib>
 #include <string>
@@ -646,6 +648,7 @@ SPECDEC_AVX2 inline float tail(float s, const uint8_t* w, const float* x, int64_
 template <class Dec>
 struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
   static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
+  static constexpr int64_t kWideLongFrom = INT64_MAX;  // not measured without AVX-512 (see rows_x86)
   template <int NB, int TB>
   SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                 int64_t t, int64_t n_total, float* y) {
@@ -713,6 +716,15 @@ SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
 template <class Dec>
 struct FloatTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 6, kWideMaxRows = 4;
+  // Passes of at least this many input rows take the wide tiles on long weight rows (see
+  // rows_x86). Measured on Zen 4 (a 1.1B Llama's k = 2048 and 5632 against the narrow tiles): F16
+  // from 1 row (six independent FMA chains instead of one: a one-token pass 1.1-1.25x faster),
+  // F32 from 4 (a 4-row pass 1.5x faster), Q8_0 and Q4_0 from 6, Q4_K from 8; the others never.
+  static constexpr int64_t kWideLongFrom = std::is_same_v<Dec, F16DecZ>   ? 1
+                                           : std::is_same_v<Dec, F32DecZ> ? 4
+                                           : std::is_same_v<Dec, Q8_0DecZ> || std::is_same_v<Dec, Q4_0DecZ> ? 6
+                                           : std::is_same_v<Dec, Q4_KDecZ> ? 8
+                                                                           : INT64_MAX;
   template <int NB, int TB>
   SPECDEC_AVX512 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                   int64_t t, int64_t n_total, float* y) {
@@ -1171,16 +1183,20 @@ __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_ro
 
 // Up to kStreamRows input rows (decode, verification): one weight row at a time, in memory order,
 // so that the hardware prefetcher sees one sequential stream (2 or 4 rows side by side made these
-// passes up to 2.5x slower on SmolLM2, whose rows are short: 576 columns). More rows (prefill):
-// Tiles::kWideRows weight rows per tile, so each load of x serves them all.
-constexpr int64_t kStreamRows = 8;
+// passes up to 2.5x slower on SmolLM2, whose rows are short: 576 and 1536 columns). More rows
+// (prefill): Tiles::kWideRows weight rows per tile, so each load of x serves them all. Long rows
+// (k >= kLongRow) take the wide tiles from Tiles::kWideLongFrom input rows: there the narrow
+// tile's input rows (k floats each) no longer fit L1 beside the weights and are read again from
+// L2 for every weight row. Tiling never changes an output's reduction order, only which outputs
+// are computed side by side.
+constexpr int64_t kStreamRows = 8, kLongRow = 2048;
 
 template <class Tiles>
 __attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
                                                     int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total,
                                                     float* y) {
   int64_t n = n0;
-  if (t_rows > kStreamRows) {
+  if (t_rows > kStreamRows || (k >= kLongRow && t_rows >= Tiles::kWideLongFrom)) {
     constexpr int NB = Tiles::kWideRows;
     for (; n + NB <= n1; n += NB) row_block<Tiles, NB>(x, t_rows, k, w, row_bytes, n, n_total, y);
   }

@@ -131,33 +131,37 @@ TEST(LinearKernel, KernelFamiliesGiveTheSameBitsInEveryFormat) {
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kF16,  GgmlType::kQ8_0,
                             GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
                             GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
+  // Short rows, and long ones (k >= 2048) whose passes take the wide tiles from fewer input rows.
   for (GgmlType type : types)
-    for (bool int8 : {false, true}) {
-      if (int8 && !kernels::has_int8_kernel(type)) continue;
-      const int64_t block = ggml_block_elements(type);
-      const int64_t k = block == 256 ? 512 : block == 1 ? 100 : 96, n = 21;
-      at::Tensor bytes;
-      if (block == 1) {  // the float formats: any K
-        at::Tensor f = at::randn({n, k});
-        if (type != GgmlType::kF32) f = f.to(type == GgmlType::kBF16 ? at::kBFloat16 : at::kHalf);
-        bytes = f.view(at::kByte).contiguous();
-      } else {
-        bytes = random_blocks(type, n, k);
+    for (bool int8 : {false, true})
+      for (bool long_rows : {false, true}) {
+        if (int8 && !kernels::has_int8_kernel(type)) continue;
+        const int64_t block = ggml_block_elements(type);
+        const int64_t k = long_rows ? (block == 1 ? 2056 : 2048) : block == 256 ? 512 : block == 1 ? 100 : 96;
+        const int64_t n = 21;
+        at::Tensor bytes;
+        if (block == 1) {  // the float formats: any K
+          at::Tensor f = at::randn({n, k});
+          if (type != GgmlType::kF32) f = f.to(type == GgmlType::kBF16 ? at::kBFloat16 : at::kHalf);
+          bytes = f.view(at::kByte).contiguous();
+        } else {
+          bytes = random_blocks(type, n, k);
+        }
+        const std::string name = std::string(ggml_type_name(static_cast<uint32_t>(type))) + (int8 ? " int8" : "") +
+                                 " K " + std::to_string(k);
+        const at::Tensor x = at::randn({20, k});
+        kernels::prepare_weights(kernels::linear_kernel(type, int8), type, bytes.data_ptr<uint8_t>(),
+                                 n,
+                                 bytes.size(1));  // the same layout for both families
+        for (int64_t t : {1, 2, 3, 4, 6, 7, 8, 9, 20}) {
+          at::Tensor y[2];
+          int i = 0;
+          for (kernels::Isa isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx2})
+            y[i++] = kernels::linear_packed(x.narrow(0, 0, t), kernels::linear_kernel(type, int8, isa),
+                                            bytes.data_ptr<uint8_t>(), bytes.size(1), n, k, {});
+          EXPECT_TRUE(at::equal(y[0], y[1])) << name << " rows " << t;
+        }
       }
-      const std::string name = std::string(ggml_type_name(static_cast<uint32_t>(type))) + (int8 ? " int8" : "");
-      const at::Tensor x = at::randn({20, k});
-      kernels::prepare_weights(kernels::linear_kernel(type, int8), type, bytes.data_ptr<uint8_t>(),
-                               n,
-                               bytes.size(1));  // the same layout for both families
-      for (int64_t t : {1, 2, 6, 7, 9, 20}) {
-        at::Tensor y[2];
-        int i = 0;
-        for (kernels::Isa isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx2})
-          y[i++] = kernels::linear_packed(x.narrow(0, 0, t), kernels::linear_kernel(type, int8, isa),
-                                          bytes.data_ptr<uint8_t>(), bytes.size(1), n, k, {});
-        EXPECT_TRUE(at::equal(y[0], y[1])) << name << " rows " << t;
-      }
-    }
 }
 
 TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
