@@ -68,7 +68,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
     if (mode == Mode::kGenerate) {
       auto* file = app->add_option("--prompts-file", o.prompts_file,
                       "Many requests: a JSON Lines file (- for stdin), one {\"prompt\": TEXT} or {\"prompt_ids\": [...]} "
-                      "per line (with --chat, one user turn, after --system or the line's own \"system\"), with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
+                      "per line (with --chat, one user turn, after --system or the line's own \"system\"), "
+                      "with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
                       "min_p, repetition_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
                       "prompt_lookup_num_tokens, id); writes one JSON line per request, in order")
           ->excludes(text)
