@@ -337,7 +337,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           throw Error("unknown key \"" + key + "\"");
         }
       }
-      if (j.contains("system") && !j.contains("prompt")) throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
+      if (j.contains("system") && !j.contains("prompt"))
+        throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
       if (j.contains("prompt") && o.chat) {
         std::vector<ChatMessage> messages;
         if (!system.empty()) messages.push_back({"system", system});
@@ -363,8 +364,9 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
 // --prompts-file: every request validated first, then generated on one Generator: one after
 // another (--batch-size 1; with --prompt-cache each continuing the caches of the one before), or
 // at most --batch-size at once, each finished request making room for the next (continuous
-// batching; consecutive requests that use prompt lookup, and those that do not, form separate runs). One JSON line per request on stdout, in order, each written as soon as
-// it and those before it are done; progress on stderr.
+// batching; consecutive requests that use prompt lookup, and those that do not, form separate
+// runs). One JSON line per request on stdout, in order, each written as soon as it and those
+// before it are done; progress on stderr.
 int run_prompts_file(RunOptions& o, const Loaded& l) {
   if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
   if (o.prompt_cache && o.batch_size > 1)
@@ -391,35 +393,38 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
   const auto uses_lookup = [&](size_t i) {
     return requests[i].config.prompt_lookup_num_tokens > 0;
   };
-  PromptCache cache;
-  for (size_t i = 0; o.prompt_cache && i < requests.size(); ++i) {
-    done[i] = gen.generate(requests[i].prompt, requests[i].config, cache);
-    tokens += done[i]->stats.new_tokens;
-    seconds += done[i]->stats.total_seconds;
-    prefill += done[i]->stats.prefill_seconds;
-    write_ready();
-  }
-  for (size_t i = 0; !o.prompt_cache && i < requests.size();) {
-    size_t end = i + 1;
-    if (o.batch_size > 1)
-      while (end < requests.size() && uses_lookup(end) == uses_lookup(i)) ++end;
-    std::vector<std::vector<int64_t>> prompts;
-    std::vector<GenerationConfig> configs;
-    for (size_t j = i; j < end; ++j) {
-      prompts.push_back(requests[j].prompt);
-      configs.push_back(requests[j].config);
-    }
-    BatchOptions options;
-    options.max_rows = o.batch_size;
-    options.on_finished = [&](size_t row, const GenerationResult& r) {
-      done[i + row] = r;
+  if (o.prompt_cache) {
+    PromptCache cache;  // one conversation: each request continues the caches of the one before
+    for (size_t i = 0; i < requests.size(); ++i) {
+      done[i] = gen.generate(requests[i].prompt, requests[i].config, cache);
+      tokens += done[i]->stats.new_tokens;
+      seconds += done[i]->stats.total_seconds;
+      prefill += done[i]->stats.prefill_seconds;
       write_ready();
-    };
-    const BatchResult b = gen.generate_batch(prompts, configs, {}, options);
-    tokens += b.stats.new_tokens;
-    seconds += b.stats.total_seconds;
-    prefill += b.stats.prefill_seconds;
-    i = end;
+    }
+  } else {
+    for (size_t i = 0; i < requests.size();) {
+      size_t end = i + 1;
+      if (o.batch_size > 1)
+        while (end < requests.size() && uses_lookup(end) == uses_lookup(i)) ++end;
+      std::vector<std::vector<int64_t>> prompts;
+      std::vector<GenerationConfig> configs;
+      for (size_t j = i; j < end; ++j) {
+        prompts.push_back(requests[j].prompt);
+        configs.push_back(requests[j].config);
+      }
+      BatchOptions options;
+      options.max_rows = o.batch_size;
+      options.on_finished = [&](size_t row, const GenerationResult& r) {
+        done[i + row] = r;
+        write_ready();
+      };
+      const BatchResult b = gen.generate_batch(prompts, configs, {}, options);
+      tokens += b.stats.new_tokens;
+      seconds += b.stats.total_seconds;
+      prefill += b.stats.prefill_seconds;
+      i = end;
+    }
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%lld tokens in %.3f s: %.2f tokens/s (%.2f after the prefill)",
