@@ -219,6 +219,9 @@ void ModelConfig::apply_generation_config_text(const std::string& text, const st
 
 ModelConfig ModelConfig::from_dir(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
+  // Reached by load_model for anything that is not a GGUF checkpoint: say what a checkpoint is.
+  SPECDEC_CHECK(file_exists(config_path), dir, ": not a checkpoint: no ", config_path,
+                " (Hugging Face) and no .gguf file (GGUF)");
   ModelConfig c = from_json_text(read_text_file(config_path), config_path);
   const std::string gen_path = dir + "/generation_config.json";
   if (file_exists(gen_path)) {

@@ -181,6 +181,9 @@ Loaded load(RunOptions& o, bool chat) {
     struct stat st {};
     if (!path->empty() && ::stat(path->c_str(), &st) != 0) throw Error(*path + ": no such file or folder");
   }
+  // A path that is no checkpoint is named as such before any message about its tokenizer.
+  for (const std::string* path : {&o.model, &o.draft})
+    if (!path->empty()) ModelConfig::from_path(*path);
   Loaded l;
   const std::string tok_dir = !o.tokenizer.empty() ? o.tokenizer : has_tokenizer(o.model) ? o.model : "";
   if (!tok_dir.empty()) l.tokenizer = load_tokenizer(tok_dir);

@@ -57,6 +57,9 @@ expect_error "bad schedule" "--schedule" generate --model "$work/t" --prompt-ids
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model "$work/t" --prompt-ids 1000
 expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
+mkdir -p "$work/not_a_checkpoint"
+expect_error "a folder that is no checkpoint is named as such, before its tokenizer" \
+  "not_a_checkpoint: not a checkpoint: no " generate --model "$work/not_a_checkpoint" --prompt "Hello"
 expect_error "unknown subcommand" "" nosuchcommand
 if ! nvidia-smi -L >/dev/null 2>&1; then  # on a GPU host these succeed
   expect_error "--device cuda without a GPU" "has no CUDA" generate --model "$work/t" --prompt-ids 1 --device cuda
