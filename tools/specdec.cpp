@@ -170,6 +170,14 @@ std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>
   return ids;
 }
 
+// One user turn after the system message `system` (none when empty: the template's own, if any).
+std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system, const std::string& user) {
+  std::vector<ChatMessage> messages;
+  if (!system.empty()) messages.push_back({"system", system});
+  messages.push_back({"user", user});
+  return encode_chat(l, messages);
+}
+
 Loaded load(RunOptions& o, bool chat) {
   if (o.threads < 0) throw Error("--threads must be >= 0");
   if (o.threads > 0) set_num_threads(o.threads);
@@ -200,10 +208,7 @@ Loaded load(RunOptions& o, bool chat) {
   } else if (!o.prompt_ids.empty()) {
     l.prompt = parse_ids(o.prompt_ids);
   } else if (o.chat) {
-    std::vector<ChatMessage> messages;
-    if (!o.system.empty()) messages.push_back({"system", o.system});
-    messages.push_back({"user", o.prompt.empty() ? read_stdin() : o.prompt});
-    l.prompt = encode_chat(l, messages);
+    l.prompt = encode_turn(l, o.system, o.prompt.empty() ? read_stdin() : o.prompt);
   } else if (!chat) {
     if (!l.tokenizer)
       throw Error(o.model + " has no tokenizer files: give --tokenizer DIR, or the prompt as --prompt-ids");
@@ -342,14 +347,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
       }
       if (j.contains("system") && !j.contains("prompt"))
         throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
-      if (j.contains("prompt") && o.chat) {
-        std::vector<ChatMessage> messages;
-        if (!system.empty()) messages.push_back({"system", system});
-        messages.push_back({"user", user});
-        r.prompt = encode_chat(l, messages);
-      } else if (j.contains("prompt")) {
-        r.prompt = l.tokenizer->encode(user, true);
-      }
+      if (j.contains("prompt"))
+        r.prompt = o.chat ? encode_turn(l, system, user) : l.tokenizer->encode(user, true);
       if (r.prompt.empty()) throw Error("the prompt is empty");
       for (int64_t id : r.prompt)
         if (id < 0 || id >= vocab)
