@@ -395,13 +395,16 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
   const auto uses_lookup = [&](size_t i) {
     return requests[i].config.prompt_lookup_num_tokens > 0;
   };
+  const auto count = [&](const auto& stats) {  // a request's GenerationStats or a run's BatchStats
+    tokens += stats.new_tokens;
+    seconds += stats.total_seconds;
+    prefill += stats.prefill_seconds;
+  };
   if (o.prompt_cache) {
     PromptCache cache;  // one conversation: each request continues the caches of the one before
     for (size_t i = 0; i < requests.size(); ++i) {
       done[i] = gen.generate(requests[i].prompt, requests[i].config, cache);
-      tokens += done[i]->stats.new_tokens;
-      seconds += done[i]->stats.total_seconds;
-      prefill += done[i]->stats.prefill_seconds;
+      count(done[i]->stats);
       write_ready();
     }
   } else {
@@ -421,10 +424,7 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
         done[i + row] = r;
         write_ready();
       };
-      const BatchResult b = gen.generate_batch(prompts, configs, {}, options);
-      tokens += b.stats.new_tokens;
-      seconds += b.stats.total_seconds;
-      prefill += b.stats.prefill_seconds;
+      count(gen.generate_batch(prompts, configs, {}, options).stats);
       i = end;
     }
   }
