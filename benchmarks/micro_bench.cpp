@@ -62,9 +62,10 @@ BENCHMARK(BM_TopPProcessor);
 // One 8192 x 2048 projection (64 MB in float32, beyond the 32 MB L3 of the machine measured) for
 // T tokens: libtorch's at::linear on float32 against specdec's Linear in each weight format
 // (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1, 5 Q4_K, 6 Q6_K, 7 float16; the K-quants hold
-// random bytes with a float16 scale of 0.01, as specdec has no quantizer for them). Eight matrices
+// random bytes with a float16 scale of 0.01, as specdec has no quantizer for them);
+// BM_Linear8192x2048Int8 runs the 8-bit-activation kernels of the formats that have one. Eight matrices
 // rotate so each call streams its weights from memory; bytes/s counts the weight bytes read.
-void BM_Linear8192x2048(benchmark::State& state) {
+void linear_8192x2048(benchmark::State& state, bool int8) {
   c10::InferenceMode guard;
   set_bench_threads();
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
@@ -88,16 +89,20 @@ void BM_Linear8192x2048(benchmark::State& state) {
       } else {
         specdec::ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), f.numel());
       }
-      w.emplace_back(type, bytes, 2048);
+      w.emplace_back(type, bytes, 2048, at::Tensor(), int8);
     }
   }
   const at::Tensor x = at::randn({1, state.range(0), 2048});
   size_t i = 0;
   for (auto _ : state) benchmark::DoNotOptimize(w[i++ % w.size()](x));
   state.SetBytesProcessed(state.iterations() * w[0].bytes());
-  state.SetLabel(specdec::ggml_type_name(static_cast<uint32_t>(type)));
+  state.SetLabel(std::string(specdec::ggml_type_name(static_cast<uint32_t>(type))) +
+                 (int8 ? " int8" : ""));
 }
+void BM_Linear8192x2048(benchmark::State& state) { linear_8192x2048(state, false); }
+void BM_Linear8192x2048Int8(benchmark::State& state) { linear_8192x2048(state, true); }
 BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Linear8192x2048Int8)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {2, 3, 4, 5, 6}})->Unit(benchmark::kMillisecond);
 
 // One forward pass of a whole model over T new tokens after a 64-token context: the cost curve a
 // verification pass pays (T = K + 1) and prefill (T = 128). The model is SPECDEC_BENCH_MODEL,

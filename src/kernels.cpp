@@ -1055,35 +1055,76 @@ struct KLanes {  // Q4_K, Q5_K
 // have the scales 8 h + 2 r and 8 h + 2 r + 1.
 struct Q6_KLanes {
   static constexpr GgmlType kType = GgmlType::kQ6_K;
+  // Each half's 32 value chunks are decoded once, 4 at a time from one chunk of qh and the two
+  // chunks of ql they share (sub-blocks r and r + 2 take the low and high nibbles of one ql chunk),
+  // each value as one ternary-logic merge of its 4 low bits and its 2 high bits. Decoding a
+  // sub-block's 8 chunks at a time read every ql chunk twice and every qh chunk four times. For
+  // one or two activation rows each decoded chunk goes straight into the integer sums of its
+  // sub-block (8 per row); for more, the half's 32 chunks are kept and the sub-blocks run one after
+  // the other. The float operations run per sub-block in order either way.
+  SPECDEC_AVX512_VNNI static void decode4(const uint8_t* blk, int h, int i, __m512i (&u)[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i qa = chunk512<kType>(blk, 16 * h + i), qb = chunk512<kType>(blk, 16 * h + 8 + i);
+    const __m512i qh = chunk512<kType>(blk, 32 + 8 * h + i);
+    // low | (high & 0x30): 0xF8 is A | (B & C)
+    u[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(qa, m4), _mm512_slli_epi16(qh, 4), m30, 0xF8);
+    u[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(qb, m4), _mm512_slli_epi16(qh, 2), m30, 0xF8);
+    u[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qa, 4), m4), qh, m30, 0xF8);
+    u[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), _mm512_srli_epi16(qh, 2),
+                                     m30, 0xF8);
+  }
+  // acc[j] += sub-block 4 h + r of activation row t + j, from its integer sums ia (values 0-15) and
+  // ib (16-31) of q + 32.
+  template <int TB>
+  SPECDEC_AVX512_VNNI static void finish(const uint8_t* blk, const __m512i (&sc)[4], const ActView& x, int64_t k,
+                                         int64_t sb, int64_t t, int h, int r, int j, __m512i ia, __m512i ib,
+                                         __m512 (&acc)[TB]) {
+    const int64_t e = (t + j) * (k / 32) + sb * 8 + 4 * h + r;
+    ia = _mm512_sub_epi32(ia, _mm512_set1_epi32(32 * x.sum16[2 * e]));
+    ib = _mm512_sub_epi32(ib, _mm512_set1_epi32(32 * x.sum16[2 * e + 1]));
+    const __m512i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
+    const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sa, ia), _mm512_mullo_epi32(sb2, ib));
+    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(field512(blk, 0), _mm512_set1_ps(x.d[e])),
+                             acc[j]);
+  }
   template <int TB>
   SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
                                            int64_t sb, int64_t t, __m512 (&acc)[TB]) {
-    const __m512 d = field512(blk, 0);
     __m512i sc[4];
     for (int i = 0; i < 4; ++i) sc[i] = chunk512<kType>(blk, 48 + i);
+    const int8_t* q = x.q + t * k + sb * 256;
+    // the 4 activations of row t + j against chunk i of sub-block 4 h + r
+#define SPECDEC_Q6_ACT(j, h, r, i) _mm512_set1_epi32(bytes4(q + (j) * k + 32 * (4 * (h) + (r)) + 4 * (i)))
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (TB <= 2) {
+        __m512i is[TB][4][2];
+        for (int j = 0; j < TB; ++j)
+          for (int r = 0; r < 4; ++r) is[j][r][0] = is[j][r][1] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int s = 0; s < 8; ++s) {
-      const int h = s / 4, r = s % 4;
-      __m512i u[8];  // q + 32
-      for (int i = 0; i < 8; ++i)
-        u[i] = q6_k_values(chunk512<kType>(blk, 16 * h + 8 * (r % 2) + i),
-                           chunk512<kType>(blk, 32 + 8 * h + i), r);
-      const __m512i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
-      for (int j = 0; j < TB; ++j) {
-        const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
-        const int8_t* q = x.q + (t + j) * k + sb * 256 + 32 * s;
-        __m512i ia = _mm512_set1_epi32(-32 * x.sum16[2 * e]);
-        __m512i ib = _mm512_set1_epi32(-32 * x.sum16[2 * e + 1]);
-        for (int i = 0; i < 4; ++i) {
-          ia = _mm512_dpbusd_epi32(ia, u[i], _mm512_set1_epi32(bytes4(q + 4 * i)));
-          ib = _mm512_dpbusd_epi32(ib, u[4 + i], _mm512_set1_epi32(bytes4(q + 16 + 4 * i)));
+        for (int i = 0; i < 8; ++i) {
+          __m512i u[4];
+          decode4(blk, h, i, u);
+          for (int j = 0; j < TB; ++j)
+            for (int r = 0; r < 4; ++r) is[j][r][i / 4] = _mm512_dpbusd_epi32(is[j][r][i / 4], u[r], SPECDEC_Q6_ACT(j, h, r, i));
         }
-        const __m512i isum =
-            _mm512_add_epi32(_mm512_mullo_epi32(sa, ia), _mm512_mullo_epi32(sb2, ib));
-        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(x.d[e])),
-                                 acc[j]);
+        for (int r = 0; r < 4; ++r)
+          for (int j = 0; j < TB; ++j) finish<TB>(blk, sc, x, k, sb, t, h, r, j, is[j][r][0], is[j][r][1], acc);
+      } else {
+        __m512i u[8][4];  // chunk i of sub-block 4 h + r
+        for (int i = 0; i < 8; ++i) decode4(blk, h, i, u[i]);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; ++r)
+          for (int j = 0; j < TB; ++j) {
+            __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
+            for (int i = 0; i < 4; ++i) {
+              ia = _mm512_dpbusd_epi32(ia, u[i][r], SPECDEC_Q6_ACT(j, h, r, i));
+              ib = _mm512_dpbusd_epi32(ib, u[4 + i][r], SPECDEC_Q6_ACT(j, h, r, 4 + i));
+            }
+            finish<TB>(blk, sc, x, k, sb, t, h, r, j, ia, ib, acc);
+          }
       }
     }
+#undef SPECDEC_Q6_ACT
   }
   template <int TB>
   SPECDEC_AVX2 static void block256(const uint8_t* blk, int hh, const ActView& x, int64_t k,
