@@ -618,6 +618,30 @@ struct Q4_KDecZ {
   }
 };
 
+// Q6_K without the buffer: vector v (16 values) of half h = v / 8 is run r = (v / 2) % 4, bytes
+// 16 (v % 2) of it: the low (r < 2) or high nibbles of ql[64 h + 32 (r % 2) + ...], bits 2r, 2r + 1
+// of qh[32 h + ...] as bits 4-5, minus 32, times d * sc[8 h + 2 r + v % 2]: the values, and the
+// operations, of dequantize_block (one scale per 16 values, so one vector).
+struct Q6_KDecZ {
+  static constexpr int kElems = 256, kVecs = 16;
+  const uint8_t* blk;
+  float d;
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
+    blk = row + b * 210;
+    d = half_to_float(blk + 208);
+  }
+  SPECDEC_AVX512 __m512 vec(int v) const {
+    const int h = v / 8, r = (v / 2) % 4, part = 16 * (v % 2);
+    __m128i ql = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 * h + 32 * (r % 2) + part));
+    if (r >= 2) ql = _mm_srli_epi16(ql, 4);
+    const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 128 + 32 * h + part));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 2 * r), _mm_set1_epi8(3)), 4);
+    const __m128i q = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(ql, _mm_set1_epi8(0x0F)), hi), _mm_set1_epi8(32));
+    const auto sc = static_cast<int8_t>(blk[192 + 8 * h + 2 * r + v % 2]);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(d * sc));
+  }
+};
+
 template <GgmlType T, int E>
 struct BufferDecZ : BufferDec<T, E> {  // the same buffer, read 16 at a time
   static constexpr int kVecs = E / 16;
@@ -1073,19 +1097,17 @@ struct Q6_KLanes {
     u[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), _mm512_srli_epi16(qh, 2),
                                      m30, 0xF8);
   }
-  // acc[j] += sub-block 4 h + r of activation row t + j, from its integer sums ia (values 0-15) and
+  // acc += sub-block 4 h + r of activation row `row`, from its integer sums ia (values 0-15) and
   // ib (16-31) of q + 32.
-  template <int TB>
   SPECDEC_AVX512_VNNI static void finish(const uint8_t* blk, const __m512i (&sc)[4], const ActView& x, int64_t k,
-                                         int64_t sb, int64_t t, int h, int r, int j, __m512i ia, __m512i ib,
-                                         __m512 (&acc)[TB]) {
-    const int64_t e = (t + j) * (k / 32) + sb * 8 + 4 * h + r;
+                                         int64_t sb, int64_t row, int h, int r, __m512i ia, __m512i ib,
+                                         __m512& acc) {
+    const int64_t e = row * (k / 32) + sb * 8 + 4 * h + r;
     ia = _mm512_sub_epi32(ia, _mm512_set1_epi32(32 * x.sum16[2 * e]));
     ib = _mm512_sub_epi32(ib, _mm512_set1_epi32(32 * x.sum16[2 * e + 1]));
     const __m512i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
     const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sa, ia), _mm512_mullo_epi32(sb2, ib));
-    acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(field512(blk, 0), _mm512_set1_ps(x.d[e])),
-                             acc[j]);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(field512(blk, 0), _mm512_set1_ps(x.d[e])), acc);
   }
   template <int TB>
   SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
@@ -1108,7 +1130,7 @@ struct Q6_KLanes {
             for (int r = 0; r < 4; ++r) is[j][r][i / 4] = _mm512_dpbusd_epi32(is[j][r][i / 4], u[r], SPECDEC_Q6_ACT(j, h, r, i));
         }
         for (int r = 0; r < 4; ++r)
-          for (int j = 0; j < TB; ++j) finish<TB>(blk, sc, x, k, sb, t, h, r, j, is[j][r][0], is[j][r][1], acc);
+          for (int j = 0; j < TB; ++j) finish(blk, sc, x, k, sb, t + j, h, r, is[j][r][0], is[j][r][1], acc[j]);
       } else {
         __m512i u[8][4];  // chunk i of sub-block 4 h + r
         for (int i = 0; i < 8; ++i) decode4(blk, h, i, u[i]);
@@ -1120,7 +1142,7 @@ struct Q6_KLanes {
               ia = _mm512_dpbusd_epi32(ia, u[i][r], SPECDEC_Q6_ACT(j, h, r, i));
               ib = _mm512_dpbusd_epi32(ib, u[4 + i][r], SPECDEC_Q6_ACT(j, h, r, 4 + i));
             }
-            finish<TB>(blk, sc, x, k, sb, t, h, r, j, ia, ib, acc);
+            finish(blk, sc, x, k, sb, t + j, h, r, ia, ib, acc[j]);
           }
       }
     }
@@ -1304,7 +1326,7 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
       case GgmlType::kQ5_1: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_1, 32>>>;
       case GgmlType::kQ4_K: return rows_avx512<FloatTilesZ<Q4_KDecZ>>;
       case GgmlType::kQ5_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ5_K, 256>>>;
-      case GgmlType::kQ6_K: return rows_avx512<FloatTilesZ<BufferDecZ<GgmlType::kQ6_K, 256>>>;
+      case GgmlType::kQ6_K: return rows_avx512<FloatTilesZ<Q6_KDecZ>>;
     }
     return nullptr;
   }
