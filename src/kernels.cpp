@@ -627,7 +627,7 @@ struct Q6_KDecZ {
   const uint8_t* blk;
   float d;
   SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
-    blk = row + b * 210;
+    blk = row + b * Interleaved<GgmlType::kQ6_K>::kBytes;
     d = half_to_float(blk + 208);
   }
   SPECDEC_AVX512 __m512 vec(int v) const {
@@ -1115,7 +1115,8 @@ struct Q6_KLanes {
     __m512i sc[4];
     for (int i = 0; i < 4; ++i) sc[i] = chunk512<kType>(blk, 48 + i);
     const int8_t* q = x.q + t * k + sb * 256;
-    // the 4 activations of row t + j against chunk i of sub-block 4 h + r
+    // the 4 activations of row t + j against chunk i of sub-block 4 h + r (a macro: a lambda would
+    // not carry the function's target attributes)
 #define SPECDEC_Q6_ACT(j, h, r, i) _mm512_set1_epi32(bytes4(q + (j) * k + 32 * (4 * (h) + (r)) + 4 * (i)))
     for (int h = 0; h < 2; ++h) {
       if constexpr (TB <= 2) {
