@@ -1098,8 +1098,8 @@ struct Q6_KLanes {
                                      m30, 0xF8);
   }
   // acc += sub-block 4 h + r of activation row `row`, from its integer sums ia (values 0-15) and
-  // ib (16-31) of q + 32.
-  SPECDEC_AVX512_VNNI static void finish(const uint8_t* blk, const __m512i (&sc)[4], const ActView& x, int64_t k,
+  // ib (16-31) of q + 32; d: the block's d in every lane.
+  SPECDEC_AVX512_VNNI static void finish(__m512 d, const __m512i (&sc)[4], const ActView& x, int64_t k,
                                          int64_t sb, int64_t row, int h, int r, __m512i ia, __m512i ib,
                                          __m512& acc) {
     const int64_t e = row * (k / 32) + sb * 8 + 4 * h + r;
@@ -1107,11 +1107,12 @@ struct Q6_KLanes {
     ib = _mm512_sub_epi32(ib, _mm512_set1_epi32(32 * x.sum16[2 * e + 1]));
     const __m512i sa = q6_k_scale(sc, 8 * h + 2 * r), sb2 = q6_k_scale(sc, 8 * h + 2 * r + 1);
     const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(sa, ia), _mm512_mullo_epi32(sb2, ib));
-    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(field512(blk, 0), _mm512_set1_ps(x.d[e])), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(x.d[e])), acc);
   }
   template <int TB>
   SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
                                            int64_t sb, int64_t t, __m512 (&acc)[TB]) {
+    const __m512 d = field512(blk, 0);
     __m512i sc[4];
     for (int i = 0; i < 4; ++i) sc[i] = chunk512<kType>(blk, 48 + i);
     const int8_t* q = x.q + t * k + sb * 256;
@@ -1131,7 +1132,7 @@ struct Q6_KLanes {
             for (int r = 0; r < 4; ++r) is[j][r][i / 4] = _mm512_dpbusd_epi32(is[j][r][i / 4], u[r], SPECDEC_Q6_ACT(j, h, r, i));
         }
         for (int r = 0; r < 4; ++r)
-          for (int j = 0; j < TB; ++j) finish(blk, sc, x, k, sb, t + j, h, r, is[j][r][0], is[j][r][1], acc[j]);
+          for (int j = 0; j < TB; ++j) finish(d, sc, x, k, sb, t + j, h, r, is[j][r][0], is[j][r][1], acc[j]);
       } else {
         __m512i u[8][4];  // chunk i of sub-block 4 h + r
         for (int i = 0; i < 8; ++i) decode4(blk, h, i, u[i]);
@@ -1143,7 +1144,7 @@ struct Q6_KLanes {
               ia = _mm512_dpbusd_epi32(ia, u[i][r], SPECDEC_Q6_ACT(j, h, r, i));
               ib = _mm512_dpbusd_epi32(ib, u[4 + i][r], SPECDEC_Q6_ACT(j, h, r, 4 + i));
             }
-            finish(blk, sc, x, k, sb, t + j, h, r, ia, ib, acc[j]);
+            finish(d, sc, x, k, sb, t + j, h, r, ia, ib, acc[j]);
           }
       }
     }
