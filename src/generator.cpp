@@ -58,26 +58,23 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   // request's cache (appended after what it holds, then cropped away); every real pass refines
   // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
   // nothing beside a pass. A pass over as many tokens as the batch has rows first (what K = 0
-  // costs); cap / 2 + 1 and cap + 1 tokens (the costly ones) only once drafting could pay.
+  // costs); cap / 2 + 1 tokens only once drafting could pay, and cap + 1 only once a plan goes
+  // past cap / 2 + 1 (these are the costly ones).
   const int64_t length = cache.length(0);
-  const auto calibrate = [&](bool& done, std::initializer_list<int64_t> rows_list) {
+  const auto calibrate = [&](bool& done, int64_t rows) {
     {
       std::lock_guard<std::mutex> lock(costs_mutex_);
       if (!may_calibrate || done) return;
       done = true;
     }
-    if (length >= static_cast<int64_t>(tokens.size())) return;
-    const at::Tensor last = at::tensor(std::vector<int64_t>{tokens[length]}, at::kLong);
-    for (const int64_t rows : rows_list) {
-      if (length + rows > cache.capacity()) break;
-      const at::Tensor ids = last.expand({rows}).reshape({1, rows});
-      const auto t0 = Clock::now();
-      (void)target_->forward(ids, cache, 1);
-      const double s = seconds_since(t0);
-      cache.crop(0, length);
-      std::lock_guard<std::mutex> lock(costs_mutex_);
-      target_cost_.observe(rows, s);
-    }
+    if (length >= static_cast<int64_t>(tokens.size()) || length + rows > cache.capacity()) return;
+    const at::Tensor ids = at::full({1, rows}, tokens[length], at::kLong);
+    const auto t0 = Clock::now();
+    (void)target_->forward(ids, cache, 1);
+    const double s = seconds_since(t0);
+    cache.crop(0, length);
+    std::lock_guard<std::mutex> lock(costs_mutex_);
+    target_cost_.observe(rows, s);
   };
   int64_t cap = 0;
   for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
@@ -92,7 +89,7 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
     else if (!draft_cost_.empty())
       draft = draft_cost_(batch);
   };
-  calibrate(calibrated_first_, {batch});
+  calibrate(calibrated_first_, batch);
   PassCost target;
   std::optional<double> draft;
   costs(target, draft);
@@ -110,16 +107,28 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
       return true;
     }
   }
-  calibrate(calibrated_, {cap / 2 + 1, cap + 1});
-  costs(target, draft);
-  if (target.size() <= 1) return true;
-  const auto cost = [&](int64_t rows) { return target(rows); };
-  if (batch == 1) {
-    schedules[0]->plan(cost, *draft);
-    return true;
+  // Plans K on the curve so far; returns the tokens of the pass it plans (0: nothing planned).
+  const auto plan = [&]() -> int64_t {
+    costs(target, draft);
+    if (target.size() <= 1) return 0;
+    const auto cost = [&](int64_t rows) { return target(rows); };
+    int64_t k = 0;
+    if (batch == 1) {
+      schedules[0]->plan(cost, *draft);
+      k = schedules[0]->num_tokens();
+    } else {
+      k = LookaheadSchedule::best_lookahead(cost, *draft, alphas, cap);
+      for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
+    }
+    return batch * (k + 1);
+  };
+  calibrate(calibrated_, cap / 2 + 1);
+  // The pass over cap + 1 tokens only when the plan goes past cap / 2 + 1, where the curve is
+  // extrapolated (a plan below it never needs that pass's cost).
+  if (plan() > cap / 2 + 1) {
+    calibrate(calibrated_far_, cap + 1);
+    plan();
   }
-  const int64_t k = LookaheadSchedule::best_lookahead(cost, *draft, alphas, cap);
-  for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
   return true;
 }
 
