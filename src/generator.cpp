@@ -58,8 +58,7 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   // request's cache (appended after what it holds, then cropped away); every real pass refines
   // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
   // nothing beside a pass. A pass over as many tokens as the batch has rows first (what K = 0
-  // costs); cap / 2 + 1 tokens only once drafting could pay, and cap + 1 only once a plan goes
-  // past cap / 2 + 1 (these are the costly ones).
+  // costs); with prompt lookup, cap / 2 + 1 tokens (a costly one) once drafting could pay.
   const int64_t length = cache.length(0);
   const auto calibrate = [&](bool& done, int64_t rows) {
     {
@@ -79,8 +78,11 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   int64_t cap = 0;
   for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
   const auto batch = static_cast<int64_t>(schedules.size());
-  std::vector<double> alphas;
-  for (const LookaheadSchedule* s : schedules) alphas.push_back(s->acceptance());
+  std::vector<double> alphas, bounds;
+  for (const LookaheadSchedule* s : schedules) {
+    alphas.push_back(s->acceptance());
+    bounds.push_back(s->acceptance_bound());
+  }
   const auto costs = [&](PassCost& target, std::optional<double>& draft) {
     std::lock_guard<std::mutex> lock(costs_mutex_);
     target = target_cost_;
@@ -99,36 +101,37 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   // Drafting cannot pay if it loses even when every pass of K > 0 costs what one over `batch`
   // tokens (K = 0) costs, at a flat cost no less than that: the gain of drafting only shrinks as
   // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
-  // K = 0 without the costly calibration.
+  // (at the estimates and at their bounds: plan_lookahead) K = 0 without the long pass.
   if (const double flat = target.ceiling(batch); flat > 0) {
     const auto flat_cost = [flat](int64_t) { return flat; };
-    if (LookaheadSchedule::best_lookahead(flat_cost, *draft, alphas, cap) == 0) {
+    if (LookaheadSchedule::plan_lookahead(flat_cost, *draft, alphas, bounds, cap) == 0) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
       return true;
     }
   }
-  // Plans K on the curve so far; returns the tokens of the pass it plans (0: nothing planned).
-  const auto plan = [&]() -> int64_t {
-    costs(target, draft);
-    if (target.size() <= 1) return 0;
-    const auto cost = [&](int64_t rows) { return target(rows); };
-    int64_t k = 0;
-    if (batch == 1) {
-      schedules[0]->plan(cost, *draft);
-      k = schedules[0]->num_tokens();
-    } else {
-      k = LookaheadSchedule::best_lookahead(cost, *draft, alphas, cap);
+  // The curve needs two points and one at cap / 2 + 1 tokens or more before K is planned on it. A
+  // draft model gets there with a real iteration that drafts enough for a pass that long; prompt
+  // lookup, whose proposals can be shorter than asked, with one timed pass over cap / 2 + 1 tokens.
+  // Above the largest pass observed the curve is extrapolated, and a plan that goes there is a real
+  // pass that refines it.
+  const int64_t mid = cap / 2 + 1;
+  if (target.size() < 2 || target.largest() < mid) {
+    if (!free_drafts) {
+      const int64_t k = std::max<int64_t>(1, (mid + batch - 1) / batch - 1);
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
+      return true;
     }
-    return batch * (k + 1);
-  };
-  calibrate(calibrated_, cap / 2 + 1);
-  // The pass over cap + 1 tokens only when the plan goes past cap / 2 + 1, where the curve is
-  // extrapolated (a plan below it never needs that pass's cost).
-  if (plan() > cap / 2 + 1) {
-    calibrate(calibrated_far_, cap + 1);
-    plan();
+    calibrate(calibrated_, mid);
+    costs(target, draft);
+    if (target.size() <= 1) return true;
   }
+  const auto cost = [&](int64_t rows) { return target(rows); };
+  if (batch == 1) {
+    schedules[0]->plan(cost, *draft);
+    return true;
+  }
+  const int64_t k = LookaheadSchedule::plan_lookahead(cost, *draft, alphas, bounds, cap);
+  for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
   return true;
 }
 

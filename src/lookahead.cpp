@@ -1,6 +1,7 @@
 #include "specdec/lookahead.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -37,7 +38,20 @@ void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepte
 }
 
 void LookaheadSchedule::plan(const std::function<double(int64_t)>& target_cost, double draft_cost) {
-  if (kind_ == "goodput") k_ = best_lookahead(target_cost, draft_cost, acceptance(), cap_);
+  if (kind_ == "goodput") k_ = plan_lookahead(target_cost, draft_cost, {acceptance()}, {acceptance_bound()}, cap_);
+}
+
+double LookaheadSchedule::acceptance_bound() const {
+  const double mean = acceptance();
+  return mean + std::sqrt(mean * (1.0 - mean) / (accepted_ + rejected_ + 3.0));
+}
+
+int64_t LookaheadSchedule::plan_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
+                                          const std::vector<double>& alphas, const std::vector<double>& bounds,
+                                          int64_t max_k) {
+  const int64_t k = best_lookahead(target_cost, draft_cost, alphas, max_k);
+  if (k > 0 || max_k == 0) return k;
+  return best_lookahead(target_cost, draft_cost, bounds, max_k) > 0 ? 1 : 0;
 }
 
 std::pair<double, double> LookaheadSchedule::carry_evidence(const std::vector<const LookaheadSchedule*>& schedules,

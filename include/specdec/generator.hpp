@@ -152,8 +152,8 @@ class Generator {
                     const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) const;
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;
-  // The calibration passes over B, cap / 2 + 1 and cap + 1 tokens were run.
-  mutable bool calibrated_first_ = false, calibrated_ = false, calibrated_far_ = false;
+  // The calibration passes over B and (prompt lookup) cap / 2 + 1 tokens were run.
+  mutable bool calibrated_first_ = false, calibrated_ = false;
   // "goodput": the acceptance evidence a request starts from (LookaheadSchedule::carry_evidence of
   // the last goodput request), for the draft model [0] and for prompt lookup [1]. Guarded by
   // carried_mutex_.

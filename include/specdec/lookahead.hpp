@@ -40,14 +40,18 @@ class LookaheadSchedule {
   // Seeds the heuristic value (carried over between requests for "heuristic").
   void set_num_tokens(int64_t k) { k_ = k; }
 
-  // goodput: sets num_tokens() to best_lookahead(target_cost, draft_cost, acceptance(), cap) with
-  // cap = num_assistant_tokens. `target_cost(rows)` is the seconds of a target pass over `rows`
-  // tokens, `draft_cost` the seconds per drafted token. Other schedules ignore it.
+  // goodput: sets num_tokens() to plan_lookahead(target_cost, draft_cost, {acceptance()},
+  // {acceptance_bound()}, cap) with cap = num_assistant_tokens. `target_cost(rows)` is the seconds
+  // of a target pass over `rows` tokens, `draft_cost` the seconds per drafted token. Other
+  // schedules ignore it.
   void plan(const std::function<double(int64_t)>& target_cost, double draft_cost);
   // goodput: the estimated probability that a drafted token is accepted, given that the ones before
   // it were: accepted / (accepted + rejections) over the history, each step weighing 0.95 of the
   // one after it, with one accepted and one rejected token as a prior (0.5 before any evidence).
   double acceptance() const { return (accepted_ + 1.0) / (accepted_ + rejected_ + 2.0); }
+  // goodput: acceptance() plus one standard deviation of the Beta(accepted + 1, rejections + 1)
+  // posterior it is the mean of: the wider, the less evidence there is (see plan_lookahead).
+  double acceptance_bound() const;
   // goodput: seeds the decayed counts behind acceptance() (accepted tokens, iterations with a
   // rejection); a Generator carries them from one request to the next (carry_evidence()).
   void set_evidence(std::pair<double, double> e) { std::tie(accepted_, rejected_) = e; }
@@ -71,6 +75,13 @@ class LookaheadSchedule {
   // sum_r expected_tokens(alphas[r], k) / that cost; one row: best_lookahead.
   static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
                                 const std::vector<double>& alphas, int64_t max_k);
+  // What goodput drafts: best_lookahead at the estimates `alphas`, except that K = 0 becomes 1 when
+  // drafting would pay at the rows' acceptance bounds `bounds`. At K = 0 no evidence comes in and
+  // the counts only decay, so a row the estimate turned away (after a hard stretch, or on little
+  // evidence) keeps drafting one token until the evidence says no with confidence.
+  static int64_t plan_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
+                                const std::vector<double>& alphas, const std::vector<double>& bounds,
+                                int64_t max_k);
 
   // The adaptive rule on its own: given draft probabilities and whether each was accepted, the
   // threshold minimising FPR + 3 * FNR. Returns `current` when there are <= 5 samples or only one
@@ -103,6 +114,7 @@ class PassCost {
   double ceiling(int64_t rows) const;
   bool empty() const { return points_.empty(); }
   size_t size() const { return points_.size(); }
+  int64_t largest() const { return points_.empty() ? 0 : points_.rbegin()->first; }  // most rows observed
 
  private:
   std::map<int64_t, double> points_;

@@ -125,6 +125,28 @@ TEST(Lookahead, GoodputScheduleUsesTheAcceptanceHistory) {
   EXPECT_EQ(constant.num_tokens(), 4);
 }
 
+// A row the estimate turns away still drafts one token while its acceptance bound says drafting
+// could pay, since at K = 0 no evidence comes in. By hand: passes cost 1 + 0.3 (rows - 1), a draft
+// token 0.1, so K = 1 pays exactly when the acceptance a exceeds 0.4 ((1 + a) / 1.4 > 1).
+TEST(Lookahead, GoodputDraftsOneTokenWhileTheBoundSaysDraftingCouldPay) {
+  const auto cost = [](int64_t rows) { return 1.0 + 0.3 * static_cast<double>(rows - 1); };
+  LookaheadSchedule s(with("goodput", 0));
+  s.set_evidence({1.0, 4.0});  // estimate 2/7 = 0.29, bound 0.29 + sqrt(0.29 x 0.71 / 8) = 0.45
+  EXPECT_DOUBLE_EQ(s.acceptance(), 2.0 / 7.0);
+  EXPECT_NEAR(s.acceptance_bound(), 2.0 / 7.0 + std::sqrt(2.0 / 7.0 * 5.0 / 7.0 / 8.0), 1e-12);
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(cost, 0.1, s.acceptance(), 12), 0);
+  s.plan(cost, 0.1);
+  EXPECT_EQ(s.num_tokens(), 1);
+  s.set_evidence({5.0, 20.0});  // estimate 6/27 = 0.22, bound 0.30: no
+  s.plan(cost, 0.1);
+  EXPECT_EQ(s.num_tokens(), 0);
+  // A row whose estimate already drafts keeps best_lookahead's K.
+  s.set_evidence({20.0, 5.0});
+  s.plan(cost, 0.1);
+  EXPECT_EQ(s.num_tokens(), LookaheadSchedule::best_lookahead(cost, 0.1, s.acceptance(), 12));
+  EXPECT_GT(s.num_tokens(), 1);
+}
+
 // What the next goodput request starts from, by hand: the mean of the schedules' decayed counts,
 // scaled to at most `weight` counts in all (the acceptance estimate stays near theirs).
 TEST(Lookahead, GoodputCarriesTheMeanEvidenceScaledDown) {
@@ -164,9 +186,11 @@ TEST(Lookahead, PromptLookupTokensAreGoodputsCap) {
 TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {
   PassCost c;
   EXPECT_EQ(c(3), 0.0);
+  EXPECT_EQ(c.largest(), 0);
   c.observe(1, 1.0);
   EXPECT_EQ(c(5), 1.0);  // one point: flat
   c.observe(4, 1.6);
+  EXPECT_EQ(c.largest(), 4);
   EXPECT_DOUBLE_EQ(c(2), 1.2);
   EXPECT_DOUBLE_EQ(c(8), 2.4);  // slope 0.2 per row beyond the last point
   c.observe(1, 2.0);            // a fifth of the way: 1.2
