@@ -78,10 +78,12 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   int64_t cap = 0;
   for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
   const auto batch = static_cast<int64_t>(schedules.size());
+  // The acceptance bounds (plan_lookahead) for one row only: in a batch, drafting one token to
+  // bring evidence would cost every row a draft pass and a padded verification.
   std::vector<double> alphas, bounds;
   for (const LookaheadSchedule* s : schedules) {
     alphas.push_back(s->acceptance());
-    bounds.push_back(s->acceptance_bound());
+    bounds.push_back(batch == 1 ? s->acceptance_bound() : s->acceptance());
   }
   const auto costs = [&](PassCost& target, std::optional<double>& draft) {
     std::lock_guard<std::mutex> lock(costs_mutex_);

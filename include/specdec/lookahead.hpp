@@ -78,7 +78,8 @@ class LookaheadSchedule {
   // What goodput drafts: best_lookahead at the estimates `alphas`, except that K = 0 becomes 1 when
   // drafting would pay at the rows' acceptance bounds `bounds`. At K = 0 no evidence comes in and
   // the counts only decay, so a row the estimate turned away (after a hard stretch, or on little
-  // evidence) keeps drafting one token until the evidence says no with confidence.
+  // evidence) keeps drafting one token until the evidence says no with confidence. (The Generator
+  // gives bounds for a single row only; a batch passes its estimates, i.e. best_lookahead.)
   static int64_t plan_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
                                 const std::vector<double>& alphas, const std::vector<double>& bounds,
                                 int64_t max_k);
