@@ -144,8 +144,9 @@ class Generator {
   // num_assistant_tokens, so that a seed gives the same tokens whatever ran before or beside it.
   mutable std::mutex carried_mutex_;
   mutable std::optional<int64_t> carried_lookahead_;
-  // "goodput" schedule: target pass cost by rows (calibrated by the first request, refined by
-  // every one) and draft cost per token, measured on this Generator's models. `may_calibrate`:
+  // "goodput" schedule: target pass cost by rows (one timed pass over B tokens in the first
+  // request, one over cap / 2 + 1 for prompt lookup, then every real pass) and draft cost per
+  // token, measured on this Generator's models. `may_calibrate`:
   // whether this call may run the calibration passes (not before the request's first pass).
   // Returns false while the draft's cost is unknown (K then stays where it is).
   bool plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
