@@ -20,7 +20,7 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows,
                                          int64_t max_length, const at::Tensor& encoder_states,
                                          const std::vector<int64_t>& encoder_lengths, int64_t target_vocab,
-                                         KVCache cache)
+                                         KVCache cache, const KVCache* target_cache)
     : draft_(std::move(draft)), vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size) {
   SPECDEC_CHECK(!rows.empty(), "DraftModelGenerator: no rows");
   for (const Row& r : rows) rows_.push_back({r, std::make_shared<const LogitsProcessorChain>(*r.config)});
@@ -34,6 +34,14 @@ DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std
     cache_ = draft_->make_cache(max_length, b);
   }
   if (draft_->config().is_encoder_decoder) draft_->attach_encoder(encoder_states, cache_, encoder_lengths);
+  if (draft_->config().feature_size > 0) {
+    SPECDEC_CHECK(target_cache && target_cache->keeps_hidden() && target_cache->batch() >= b &&
+                      target_cache->hidden().size(2) == draft_->config().feature_size,
+                  "DraftModelGenerator: a feature-fed draft (specdec_feature_size ", draft_->config().feature_size,
+                  ") needs the target's cache keeping hidden states of that size");
+    target_cache_ = target_cache;
+    cache_.set_feature_source(target_cache_);
+  }
 }
 
 DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
@@ -62,7 +70,10 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     // A token the draft has no row for (the target's vocabulary is larger): the draft cannot
     // follow this sequence any more, so the rest of the request runs without proposals.
     for (int64_t id : pending[r]) st.out_of_vocab = st.out_of_vocab || id >= own;
-    todo[r] = st.out_of_vocab ? 0 : std::min(st.row.schedule->num_tokens(), max_tokens[r]);
+    st.proposed_from = static_cast<int64_t>(seq.size());
+    // A feature-fed draft waits for the target's hidden state of every position but the last.
+    const bool fed = !target_cache_ || target_cache_->length(r) + 1 >= st.proposed_from;
+    todo[r] = st.out_of_vocab || !fed ? 0 : std::min(st.row.schedule->num_tokens(), max_tokens[r]);
     if (todo[r] > 0 && !st.processors->empty()) history[r] = seq;
     drafting += todo[r] > 0;
   }
@@ -143,6 +154,9 @@ void DraftModelGenerator::prefill(const std::vector<const std::vector<int64_t>*>
   for (const auto* seq : tokens)
     for (const int64_t id : *seq)
       if (id >= own) return;
+  // A feature-fed draft reads the target's rows by its own row numbers, which a scratch cache of
+  // joining rows does not share: those rows catch up in their first proposal instead.
+  if (target_cache_ && !slots.empty()) return;
   passes_ += slots.empty() ? prefill_rows(*draft_, cache_, tokens)
                            : prefill_into(*draft_, cache_, slots, tokens);
 }
@@ -156,8 +170,11 @@ void DraftModelGenerator::reset_row(int64_t slot, Row row) {
 
 void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted,
                                           const std::vector<int64_t>& tokens) {
-  // Keep only positions whose tokens the target confirmed; the newest token is never cached yet.
-  const int64_t valid = static_cast<int64_t>(tokens.size()) - 1;
+  // Keep only positions whose tokens the target confirmed; the newest token is never cached yet. A
+  // feature-fed draft also drops what it computed from its own predicted hidden states (every
+  // position past the sequence it proposed for), to recompute it from the target's.
+  int64_t valid = static_cast<int64_t>(tokens.size()) - 1;
+  if (target_cache_) valid = std::min(valid, rows_[row].proposed_from);
   if (cache_.length(row) > valid) cache_.crop(row, valid);
   rows_[row].row.schedule->update(proposed.probs, accepted);
 }

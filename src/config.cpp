@@ -188,6 +188,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     c.head_token_ids = read_token_list(j["head_token_ids"], "head_token_ids", source);
     SPECDEC_CHECK(!c.head_token_ids.empty(), source, ": field 'head_token_ids' is empty");
   }
+  read_field(j, "specdec_feature_size", c.feature_size, source);
   if (neox || gpt2 || opt) c.hidden_act = neox ? "gelu" : gpt2 ? "gelu_new" : "relu";
   read_field(j, "hidden_act", c.hidden_act, source);
   read_field(j, "activation_function", c.hidden_act, source);
@@ -262,6 +263,11 @@ void ModelConfig::validate(const std::string& source) const {
                       (i == 0 || head_token_ids[i] > head_token_ids[i - 1]),
                   source, ": head_token_ids must be strictly increasing ids below vocab_size ", vocab_size,
                   " (entry ", i, " is ", head_token_ids[i], ")");
+  SPECDEC_CHECK(feature_size == 0 || feature_size == hidden_size, source, ": specdec_feature_size must be 0 or ",
+                "hidden_size (", hidden_size, "): a feature-fed draft reads its own outputs as features too; got ",
+                feature_size);
+  SPECDEC_CHECK(feature_size == 0 || model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
+                source, ": specdec_feature_size (a feature-fed draft) is supported for the llama family only");
   SPECDEC_CHECK(head_token_ids.empty() || model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
                 source, ": head_token_ids (a reduced-vocabulary head) is supported for the llama family only");
   if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {

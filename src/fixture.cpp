@@ -150,6 +150,7 @@ void FixtureOptions::validate() const {
                 "make-fixture: --arch '", arch,
                 "' is not supported (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
   SPECDEC_CHECK(arch == "t5" || !gated_act, "make-fixture: --gated is for --arch t5 only");
+  SPECDEC_CHECK(llama_family(arch) || !feature_fed, "make-fixture: a feature-fed draft is for the llama family only");
   SPECDEC_CHECK(llama_family(arch) || kv_heads == 0 || kv_heads == heads, "make-fixture: ", arch,
                 " has no grouped-query attention (--kv-heads must equal --heads)");
   SPECDEC_CHECK(layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_pos > 0,
@@ -226,6 +227,10 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     }
     t["model.norm.weight"] = ones(h);
     if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, h});
+    if (o.feature_fed) {
+      t["fc.weight"] = randn({h, 2 * h});
+      c["specdec_feature_size"] = h;
+    }
     c.update({{"hidden_size", h}, {"intermediate_size", inter}, {"num_hidden_layers", o.layers},
               {"num_attention_heads", o.heads}, {"num_key_value_heads", kv}, {"head_dim", d},
               {"max_position_embeddings", o.max_pos}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},

@@ -48,6 +48,10 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
                 t.model_type, ") must both be decoder-only or both encoder-decoder");
   SPECDEC_CHECK(t.decoder_start_token_id == d.decoder_start_token_id,
                 "draft and target have different decoder_start_token_id");
+  SPECDEC_CHECK(d.feature_size == 0 || (!t.is_encoder_decoder && d.feature_size == t.hidden_size),
+                "the draft is feature-fed (specdec_feature_size ", d.feature_size,
+                "): it needs a decoder-only target with hidden_size ", d.feature_size, ", not ", t.model_type,
+                " with ", t.hidden_size);
   share_encoder_ = t.is_encoder_decoder && target_->same_encoder(*draft_);
 }
 
@@ -168,14 +172,15 @@ namespace {
 
 // A one-row cache of at least `capacity` positions holding what `held` (one row, a prefix of `old`)
 // holds of the common prefix of `old` and `tokens`, all but the last of `tokens` at most (a pass
-// must compute that one); a new cache when `held` holds nothing.
+// must compute that one); a new cache when `held` holds nothing, or no hidden states where
+// `keep_hidden` asks for them.
 KVCache continue_cache(const Model& model, KVCache held, int64_t capacity, const std::vector<int64_t>& old,
-                       const std::vector<int64_t>& tokens) {
-  if (held.num_layers() == 0) return model.make_cache(capacity);
+                       const std::vector<int64_t>& tokens, bool keep_hidden = false) {
+  if (held.num_layers() == 0 || (keep_hidden && !held.keeps_hidden())) return model.make_cache(capacity, 1, keep_hidden);
   const int64_t common = std::mismatch(old.begin(), old.end(), tokens.begin(), tokens.end()).first - old.begin();
   held.crop(0, std::min({common, static_cast<int64_t>(tokens.size()) - 1, held.length(0)}));
   if (held.capacity() >= capacity) return held;
-  KVCache grown = model.make_cache(capacity);
+  KVCache grown = model.make_cache(capacity, 1, held.keeps_hidden());
   grown.copy_row(held, 0, 0);
   return grown;
 }
@@ -352,9 +357,11 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     prompt_cache->clear();
   }
   const bool resume = prompt_cache && !tc.is_encoder_decoder && held.target_ == target_;
+  // A feature-fed draft reads the target's hidden states from its cache.
+  const bool features = use_draft && draft_->config().feature_size > 0;
   KVCache cache = resume ? continue_cache(*target_, std::move(held.target_cache_), max_length, held.tokens_,
-                                          rows[0].tokens)
-                         : target_->make_cache(max_length, width);
+                                          rows[0].tokens, features)
+                         : target_->make_cache(max_length, width, features);
   if (resume) rows[0].result.stats.cached_prompt_tokens = cache.length(0);
   KVCache draft_cache;
   if (use_draft && resume && held.draft_ == draft_)
@@ -395,7 +402,8 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     std::vector<DraftModelGenerator::Row> draft_rows;
     for (Row* row : slots) draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
     drafter = std::make_unique<DraftModelGenerator>(draft_, std::move(draft_rows), max_length, draft_states,
-                                                    encoder_lengths, tc.vocab_size, std::move(draft_cache));
+                                                    encoder_lengths, tc.vocab_size, std::move(draft_cache),
+                                                    features ? &cache : nullptr);
   }
   if (width > 1) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks

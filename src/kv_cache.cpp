@@ -95,7 +95,33 @@ void KVCache::copy_row(const KVCache& source, int64_t from, int64_t to) {
     }
   }
   if (cross_mask_.defined()) cross_mask_[to].copy_(source.cross_mask_[from]);
+  if (hidden_.defined() && n > 0) {
+    SPECDEC_CHECK(source.hidden_.defined() && source.hidden_.size(2) == hidden_.size(2),
+                  "KVCache: copy_row from a cache that keeps no hidden states of this size");
+    hidden_[to].narrow(0, 0, n).copy_(source.hidden_[from].narrow(0, 0, n));
+  }
   lengths_[to] = n;
+}
+
+void KVCache::keep_hidden(int64_t size, at::TensorOptions options) {
+  SPECDEC_CHECK(size > 0 && batch() > 0, "KVCache: keep_hidden needs a positive size and an allocated cache");
+  hidden_ = at::zeros({batch(), capacity_, size}, options);
+}
+
+const at::Tensor& KVCache::hidden() const {
+  SPECDEC_CHECK(hidden_.defined(), "KVCache: this cache keeps no hidden states (keep_hidden)");
+  return hidden_;
+}
+
+void KVCache::store_hidden(const at::Tensor& x, const std::vector<int64_t>& counts) {
+  if (!hidden_.defined()) return;
+  SPECDEC_CHECK(x.dim() == 3 && x.size(0) <= batch() && x.size(2) == hidden_.size(2) &&
+                    static_cast<int64_t>(counts.size()) <= x.size(0),
+                "KVCache: hidden states of shape ", x.sizes(), " for a cache keeping ", hidden_.sizes());
+  for (size_t r = 0; r < counts.size(); ++r) {
+    const int64_t n = std::min(counts[r], capacity_ - lengths_[r]);
+    if (n > 0) hidden_[r].narrow(0, lengths_[r], n).copy_(x[r].narrow(0, 0, n));
+  }
 }
 
 void KVCache::set_cross(int64_t layer, at::Tensor k, at::Tensor v) {

@@ -35,14 +35,19 @@ class Pass {
   // when !same_start().
   at::Tensor positions(int64_t limit) const;
   int64_t start(int64_t row) const { return starts_[static_cast<size_t>(row)]; }  // row's first position
+  int64_t count(int64_t row) const { return counts_[static_cast<size_t>(row)]; }  // row's real tokens
   // Additive causal mask over the pass's L keys: [T, L] (undefined when T == 1 and no window
   // applies) when same_start(), else [B, 1, 1, T, L]. `window` > 0: Mistral's sliding window.
   at::Tensor causal_mask(at::ScalarType dtype, int64_t window = 0) const;
   // The hidden states x [B, T, H] of each row's last `keep` real tokens ([B, keep, H]; keep <= 0:
   // all T). A row with fewer real tokens gets copies of its first one in front.
   at::Tensor last(const at::Tensor& x, int64_t keep) const;
-  // Advances each row of `cache` by its real tokens, after every layer has appended.
-  void commit(KVCache& cache) const { cache.advance(counts_); }
+  // Advances each row of `cache` by its real tokens, after every layer has appended; `hidden`
+  // ([B, T, H]: the last layer's output, before the final norm) is kept when the cache asks for it.
+  void commit(KVCache& cache, const at::Tensor& hidden) const {
+    cache.store_hidden(hidden, counts_);
+    cache.advance(counts_);
+  }
 
  private:
   std::vector<int64_t> starts_, counts_;

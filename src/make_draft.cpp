@@ -48,6 +48,7 @@ struct Net {
   std::vector<Layer> layers;
   at::Tensor norm;  // [H]
   at::Tensor head;  // [V or V', H]
+  at::Tensor fc;    // [H, 2H]: feature-fed drafts only
 
   // The tensors the optimizer trains, in a fixed order (the optimizer state's order).
   std::vector<at::Tensor> trainable() const {
@@ -58,6 +59,7 @@ struct Net {
         if (t.defined()) p.push_back(t);
     p.push_back(norm);
     p.push_back(head);
+    if (fc.defined()) p.push_back(fc);
     return p;
   }
 
@@ -66,6 +68,7 @@ struct Net {
     std::map<std::string, at::Tensor> t{{"model.embed_tokens.weight", embed},
                                         {"model.norm.weight", norm},
                                         {"lm_head.weight", head}};
+    if (fc.defined()) t["fc.weight"] = fc;
     for (size_t i = 0; i < layers.size(); ++i) {
       const Layer& l = layers[i];
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -85,8 +88,10 @@ struct Net {
     return t;
   }
 
-  // ids [N, S] -> logits [N, S, V or V'].
-  at::Tensor forward(const at::Tensor& ids) const {
+  // ids [N, S] -> logits [N, S, V or V']. Feature-fed: `features` [N, S, H] are the target's
+  // hidden states at the same positions (each position gets its predecessor's), and `last`
+  // receives the draft's last-layer output [N, S, H] (its prediction of them).
+  at::Tensor forward(const at::Tensor& ids, const at::Tensor& features = {}, at::Tensor* last = nullptr) const {
     const int64_t n = ids.size(0), s = ids.size(1), d = c.head_dim, hq = c.num_attention_heads,
                   hkv = c.num_key_value_heads;
     const layers::Rotary rotary(d, c.rope_theta, c.rope_scaling, std::max<int64_t>(s, 1), at::kFloat,
@@ -104,6 +109,10 @@ struct Net {
     if (c.sliding_window > 0) mask = mask + at::tril(at::full({s, s}, -std::numeric_limits<float>::infinity()), -c.sliding_window);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     at::Tensor x = embed.index_select(0, ids.reshape(-1)).view({n, s, -1});  // [N, S, H]
+    if (fc.defined()) {
+      const at::Tensor before = at::constant_pad_nd(features.narrow(1, 0, s - 1).to(at::kFloat), {0, 0, 1, 0});  // h_{p-1}
+      x = at::linear(at::cat({x, before}, -1), fc);
+    }
     for (const Layer& l : layers) {
       const at::Tensor h = rms(x, l.in_norm);
       const at::Tensor q = rotate(at::linear(h, l.q, l.qb).view({n, s, hq, d}).transpose(1, 2));   // [N, Hq, S, D]
@@ -116,6 +125,7 @@ struct Net {
       const at::Tensor m = rms(x, l.post_norm);
       x = x + at::linear(at::silu(at::linear(m, l.gate, l.gb)) * at::linear(m, l.up, l.ub), l.down, l.db);
     }
+    if (last) *last = x;
     return at::linear(rms(x, norm), head);
   }
 };
@@ -177,10 +187,19 @@ struct Data {
   at::Tensor top_p;      // [N, S, kTopK] float32
   at::Tensor head_ids;   // [V'] int64, or empty for a full head
   int64_t train = 0;     // chunks [0, train) train, the rest are held out
-  std::vector<at::Tensor> tensors() const { return {ids, lengths, top_ids, top_p, head_ids, at::tensor(train)}; }
+  at::Tensor features;   // [N, S, H] float16: the target's hidden states (--features), or undefined
+  std::vector<at::Tensor> tensors() const {
+    std::vector<at::Tensor> t = {ids, lengths, top_ids, top_p, head_ids, at::tensor(train)};
+    if (features.defined()) t.push_back(features);
+    return t;
+  }
   static Data from(const std::vector<at::Tensor>& t) {
-    SPECDEC_CHECK(t.size() == 6, "make-draft: training/data.pt is not a make-draft data file");
-    return {t[0], t[1], t[2], t[3], t[4], t[5].item<int64_t>()};
+    SPECDEC_CHECK(t.size() == 6 || t.size() == 7, "make-draft: training/data.pt is not a make-draft data file");
+    return {t[0], t[1], t[2], t[3], t[4], t[5].item<int64_t>(), t.size() == 7 ? t[6] : at::Tensor()};
+  }
+  // The feature-fed draft's inputs for chunks `rows` ([n] int64), or undefined.
+  at::Tensor features_of(const at::Tensor& rows) const {
+    return features.defined() ? features.index_select(0, rows).to(at::kFloat) : at::Tensor();
   }
 };
 
@@ -244,7 +263,8 @@ DraftQuality label_quality(const Net& net, const Data& d, const at::Tensor& head
   double kl = 0, acc = 0, agree = 0;
   for (int64_t b = begin; b < end; b += batch) {
     const int64_t n = std::min(batch, end - b);
-    const at::Tensor logq = at::log_softmax(net.forward(d.ids.narrow(0, b, n)), -1);  // [n, S, Vh]
+    const at::Tensor logq =
+        at::log_softmax(net.forward(d.ids.narrow(0, b, n), d.features_of(at::arange(b, b + n))), -1);  // [n, S, Vh]
     const at::Tensor mask = at::arange(d.ids.size(1)).unsqueeze(0) < d.lengths.narrow(0, b, n).unsqueeze(1);
     const at::Tensor pos = head_pos.index_select(0, d.top_ids.narrow(0, b, n).reshape(-1).to(at::kLong))
                                .view({n, d.ids.size(1), kTopK});  // [n, S, K]: -1 outside the head
@@ -376,19 +396,21 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
 // computed by the target as generation runs it (its own kernels and weight format, `batch` chunks a
 // pass; a chunk's padding comes after its real tokens, so it changes none of their logits).
 // False when stopped.
-bool label(Data& data, const Model& target, int64_t batch, const Progress& progress,
+bool label(Data& data, const Model& target, int64_t batch, bool features, const Progress& progress,
            const Stopped& stopped) {
   const int64_t n = data.ids.size(0), s = data.ids.size(1);
   data.top_ids = at::empty({n, s, kTopK}, at::kInt);
   data.top_p = at::empty({n, s, kTopK}, at::kFloat);
+  if (features) data.features = at::zeros({n, s, target.config().hidden_size}, at::kHalf);
   c10::InferenceMode guard;
   const auto t0 = Clock::now();
   for (int64_t b = 0; b < n; b += batch) {
     if (stopped()) return false;
     const int64_t m = std::min(batch, n - b);
-    KVCache cache = target.make_cache(s, m);
+    KVCache cache = target.make_cache(s, m, features);
     const at::Tensor logits =
         target.forward(data.ids.narrow(0, b, m).to(target.device()), cache).cpu();  // [m, S, V]
+    if (features) data.features.narrow(0, b, m).copy_(cache.hidden().narrow(0, 0, m));
     const auto [p, i] = at::log_softmax(logits, -1).topk(kTopK, -1);
     data.top_p.narrow(0, b, m).copy_(p.exp());
     data.top_ids.narrow(0, b, m).copy_(i);
@@ -409,8 +431,10 @@ struct RunState {
   std::string target_fingerprint;
   std::vector<int64_t> layer_ids;
   int64_t seq_len = 0, step = 0;
+  bool features = false;
   json to_json() const {
-    return {{"target", target_fingerprint}, {"layer_ids", layer_ids}, {"seq_len", seq_len}, {"step", step}};
+    return {{"target", target_fingerprint}, {"layer_ids", layer_ids}, {"seq_len", seq_len}, {"step", step},
+            {"features", features}};
   }
 };
 
@@ -424,6 +448,8 @@ void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& 
   c["tie_word_embeddings"] = false;
   c["torch_dtype"] = "float32";
   c.erase("head_token_ids");
+  c.erase("specdec_feature_size");
+  if (net.fc.defined()) c["specdec_feature_size"] = src.config.hidden_size;
   if (data.head_ids.numel() > 0)
     c["head_token_ids"] = std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
                                                data.head_ids.data_ptr<int64_t>() + data.head_ids.numel());
@@ -512,12 +538,16 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     state.layer_ids = s.at("layer_ids").get<std::vector<int64_t>>();
     state.seq_len = s.at("seq_len").get<int64_t>();
     state.step = s.at("step").get<int64_t>();
+    state.features = s.value("features", false);
+    SPECDEC_CHECK(state.features == o.features, out, ": was made ", state.features ? "with" : "without",
+                  " --features; resume it the same way");
     data = read_data(out);
   } else {
     state.layer_ids = o.layer_ids;
     if (state.layer_ids.empty())
       for (int64_t i = 0; i < o.layers; ++i) state.layer_ids.push_back(i);
     state.seq_len = o.seq_len;
+    state.features = o.features;
   }
   for (int64_t i : state.layer_ids)
     SPECDEC_CHECK(i < c.num_hidden_layers, "make-draft: layer ", i, " asked for, but ", o.target, " has ",
@@ -537,6 +567,9 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, embed),
                   "make-draft: --data-from ", o.data_from, " was labelled by a different target than ", o.target);
     data = read_data(o.data_from);
+    SPECDEC_CHECK(!o.features || data.features.defined(), "make-draft: --data-from ", o.data_from,
+                  " holds no target hidden states (it was made without --features); --features needs them");
+    if (!o.features) data.features = at::Tensor();
     data.head_ids = head_ids(data, o.vocab_subset, c);
   } else if (!o.resume) {
     const auto seqs = training_text(o, progress, stopped);
@@ -549,12 +582,16 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     data.lengths = lengths;
     data.train = n - std::max<int64_t>(1, n / 20);
     data.head_ids = head_ids(data, o.vocab_subset, c);
-    if (!label(data, *load_model(o.target), o.batch, progress, stopped)) return {0, true, {}, {}};
+    if (!label(data, *load_model(o.target), o.batch, o.features, progress, stopped)) return {0, true, {}, {}};
   }
 
   // 3. The draft, and the run state that must match on --resume.
   Net net = load_net(src, state.layer_ids, std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
                                                                data.head_ids.data_ptr<int64_t>() + data.head_ids.numel()));
+  if (state.features) {
+    const int64_t h = c.hidden_size;
+    net.fc = at::cat({at::eye(h), at::zeros({h, h})}, 1);  // [I, 0]: the plain draft, to start from
+  }
   const std::string print = fingerprint(src, net.embed);
   if (o.resume) {
     SPECDEC_CHECK(state.target_fingerprint == print, out, ": was made from a different target than ", o.target,
@@ -569,7 +606,14 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   state.target_fingerprint = print;
   std::vector<at::Tensor> params = net.trainable();
   for (at::Tensor& p : params) p.set_requires_grad(true);
-  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(o.lr).weight_decay(0.0));
+  // fc (feature-fed drafts) in a group of its own at a tenth of the rate: Adam moves every entry
+  // of it by about the rate each step, which would soon drown the identity it starts from.
+  const bool fed = net.fc.defined();
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>(params.begin(), params.end() - (fed ? 1 : 0)));
+  if (fed) groups.emplace_back(std::vector<at::Tensor>{params.back()});
+  torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr).weight_decay(0.0));
+  constexpr double kFcRate = 0.1;
   if (o.resume) torch::load(opt, out + "/training/optimizer.pt");
 
   // Position of every vocabulary id in the head (-1: not in it).
@@ -596,14 +640,21 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     const double progress_frac = static_cast<double>(step) / static_cast<double>(o.steps);
     const double lr = step < warmup ? o.lr * static_cast<double>(step + 1) / static_cast<double>(warmup)
                                     : o.lr * (0.1 + 0.45 * (1 + std::cos(M_PI * progress_frac)));
-    for (auto& group : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    for (size_t g = 0; g < opt.param_groups().size(); ++g)
+      static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[g].options()).lr(g == 0 ? lr : kFcRate * lr);
     const at::Tensor rows = at::randint(data.train, {o.batch}, at::detail::createCPUGenerator(o.seed * 1000003 + static_cast<uint64_t>(step)), at::kLong);
     const at::Tensor ids = data.ids.index_select(0, rows);                                  // [B, S]
     const at::Tensor mask = at::arange(s).unsqueeze(0) < data.lengths.index_select(0, rows).unsqueeze(1);  // [B, S]
     const at::Tensor pos = head_pos.index_select(0, data.top_ids.index_select(0, rows).reshape(-1).to(at::kLong))
                                .view({o.batch, s, kTopK});                                   // [B, S, K]
-    const at::Tensor logq = at::log_softmax(net.forward(ids), -1).gather(-1, pos.clamp_min(0));  // [B, S, K]
-    const at::Tensor loss = (label_kl(data.top_p.index_select(0, rows), pos, logq) * mask).sum() / mask.sum();
+    const at::Tensor features = data.features_of(rows);  // [B, S, H] or undefined
+    at::Tensor last;                                     // [B, S, H]
+    const at::Tensor logq = at::log_softmax(net.forward(ids, features, &last), -1).gather(-1, pos.clamp_min(0));  // [B, S, K]
+    at::Tensor loss = (label_kl(data.top_p.index_select(0, rows), pos, logq) * mask).sum() / mask.sum();
+    // Feature-fed: the draft's output also learns the target's hidden state (what it reads back as
+    // the next position's feature when it drafts on), smooth L1 as in EAGLE.
+    if (features.defined())
+      loss = loss + 0.1 * (at::smooth_l1_loss(last, features, at::Reduction::None).mean(-1) * mask).sum() / mask.sum();
     opt.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(params, 1.0);
@@ -631,7 +682,9 @@ DraftQuality evaluate_draft(const Model& target, const Model& draft, const std::
     if (seq.empty()) continue;
     const auto n = static_cast<int64_t>(seq.size());
     const at::Tensor ids = at::tensor(seq, at::kLong).view({1, n});
-    KVCache tc = target.make_cache(n), dc = draft.make_cache(n);
+    const bool fed = draft.config().feature_size > 0;
+    KVCache tc = target.make_cache(n, 1, fed), dc = draft.make_cache(n);
+    if (fed) dc.set_feature_source(&tc);  // the target runs first
     const at::Tensor p = at::softmax(target.forward(ids.to(target.device()), tc).cpu()[0], -1);  // [T, V]
     const at::Tensor logq = at::log_softmax(draft.forward(ids.to(draft.device()), dc).cpu()[0], -1);
     const at::Tensor q_ = logq.exp();

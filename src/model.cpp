@@ -18,9 +18,11 @@
 
 namespace specdec {
 
-KVCache Model::make_cache(int64_t max_length, int64_t batch) const {
-  return KVCache(config_.num_hidden_layers, batch, config_.num_key_value_heads, max_length,
-                 config_.head_dim, at::TensorOptions().dtype(dtype_).device(device_));
+KVCache Model::make_cache(int64_t max_length, int64_t batch, bool keep_hidden) const {
+  const auto options = at::TensorOptions().dtype(dtype_).device(device_);
+  KVCache cache(config_.num_hidden_layers, batch, config_.num_key_value_heads, max_length, config_.head_dim, options);
+  if (keep_hidden || config_.feature_size > 0) cache.keep_hidden(config_.hidden_size, options);
+  return cache;
 }
 
 at::Tensor Model::encode(const at::Tensor&) const {
@@ -109,7 +111,7 @@ int64_t prefill_into(const Model& model, KVCache& cache, const std::vector<int64
   std::vector<const std::vector<int64_t>*> sorted;
   for (const size_t i : order) sorted.push_back(seqs[i]);
   KVCache scratch = model.make_cache(std::max<int64_t>(1, static_cast<int64_t>(sorted[0]->size())),
-                                     static_cast<int64_t>(seqs.size()));
+                                     static_cast<int64_t>(seqs.size()), cache.keeps_hidden());
   const int64_t passes = prefill_rows(model, scratch, sorted);
   for (size_t r = 0; r < order.size(); ++r)
     cache.copy_row(scratch, static_cast<int64_t>(r), slots[order[r]]);

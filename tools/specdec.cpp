@@ -790,6 +790,9 @@ int main(int argc, char** argv) {
   auto* vs = mkd->add_option("--vocab-subset", md.vocab_subset,
                              "Head over the V' most frequent tokens of the training text (plus EOS); default: "
                              "the whole vocabulary");
+  mkd->add_flag("--features", md.features,
+                "A feature-fed (EAGLE-style) draft: it also reads the target's last hidden state of the "
+                "position before (kept by the target's cache as it verifies); --data-from needs data made with it");
   mkd->add_option("--data", md.data_files, "Plain-text training files (off-policy)");
   mkd->add_option("--prompts", md.prompts_file,
                   "Prompts, one per line, that the target answers itself (on-policy training text; its chat "

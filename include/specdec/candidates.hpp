@@ -54,10 +54,15 @@ class DraftModelGenerator final : public CandidateGenerator {
   // vocabulary differs only by padding rows proposes over the target's ids: its scores are cut to,
   // or padded with -inf up to, that width (q = 0 for ids the draft cannot produce). `cache`: one
   // to continue (decoder-only; one row per row, capacity >= max_length, each row holding a prefix of
-  // its sequence, as PromptCache keeps it) instead of a new one.
+  // its sequence, as PromptCache keeps it) instead of a new one. `target_cache`: the target's cache
+  // of these rows, keeping hidden states (Model::make_cache), which a feature-fed draft
+  // (ModelConfig::feature_size) reads; it must outlive this generator's proposals. Such a draft
+  // proposes for a row only once the target holds every position but the sequence's last (so a
+  // request's first target pass runs without proposals), and keeps in its cache only the positions
+  // it computed from the target's own hidden states.
   DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows, int64_t max_length,
                       const at::Tensor& encoder_states = {}, const std::vector<int64_t>& encoder_lengths = {},
-                      int64_t target_vocab = 0, KVCache cache = {});
+                      int64_t target_vocab = 0, KVCache cache = {}, const KVCache* target_cache = nullptr);
   // One row (a single request).
   DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
                       LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
@@ -71,7 +76,8 @@ class DraftModelGenerator final : public CandidateGenerator {
   // proposal, in chunks (rows sorted longest first; see Generator::generate_batch). Rows whose
   // sequence holds an id the draft has no row for are left to propose_batch.
   // With `slots`, the sequences are new rows at those slots of a running batch (after reset_row),
-  // prefilled on their own (see Generator::generate_batch's continuous batching).
+  // prefilled on their own (see Generator::generate_batch's continuous batching); a feature-fed
+  // draft leaves those to propose_batch.
   void prefill(const std::vector<const std::vector<int64_t>*>& tokens,
                const std::vector<int64_t>& slots = {});
   // Row `slot` starts over as a new request's row `row`: its cache row is emptied (continuous
@@ -106,9 +112,11 @@ class DraftModelGenerator final : public CandidateGenerator {
     Row row;
     std::shared_ptr<const LogitsProcessorChain> processors;
     bool out_of_vocab = false;  // the sequence holds an id the draft has no row for
+    int64_t proposed_from = 0;  // the sequence's length at the last proposal
     int64_t passes = 0;
   };
   std::shared_ptr<const Model> draft_;
+  const KVCache* target_cache_ = nullptr;  // feature-fed drafts only
   int64_t vocab_;  // width of the proposals (the target's vocabulary)
   std::vector<State> rows_;
   KVCache cache_;

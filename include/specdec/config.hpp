@@ -42,6 +42,13 @@ struct ModelConfig {
   // only): lm_head.weight has one row per id listed here (strictly increasing, < vocab_size), and
   // the logits of every other id are -inf. Empty = the head covers the whole vocabulary.
   std::vector<int64_t> head_token_ids;
+  // A feature-fed (EAGLE-style) draft (`specdec make-draft --features`; llama family only), when > 0:
+  // its input at position p is fc([embed(x_p); h_{p-1}]) ("fc.weight" [hidden_size, hidden_size +
+  // feature_size]), where h_{p-1} is the target's last-layer hidden state (before its final norm)
+  // at position p - 1 (zeros at p = 0), or, past what the target has verified, the draft's own
+  // last-layer output there (its prediction of that state). 0 = an ordinary model. Config key:
+  // "specdec_feature_size".
+  int64_t feature_size = 0;
   std::string hidden_act = "silu";   // also from activation_function (gpt2, opt)
   // GPT-NeoX
   double rotary_pct = 1.0;             // fraction of each head that is rotated (partial_rotary_factor)

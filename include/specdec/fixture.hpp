@@ -25,6 +25,9 @@ struct FixtureOptions {
   int64_t exit_layers = -1;       // -1 = off
   double exit_scale = 1.0;
   bool tie_word_embeddings = false;
+  // Llama family: a feature-fed draft (ModelConfig::feature_size = hidden, "fc.weight" [hidden,
+  // 2 * hidden]), to run beside a target of the same hidden size.
+  bool feature_fed = false;
   bool gated_act = false;         // t5: feed_forward_proj "gated-gelu" (t5-v1_1, flan-t5), else "relu"
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;

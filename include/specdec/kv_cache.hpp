@@ -56,11 +56,29 @@ class KVCache {
   void set_cross_mask(at::Tensor mask) { cross_mask_ = std::move(mask); }
   const at::Tensor& cross_mask() const { return cross_mask_; }
 
+  // --- Hidden states, for feature-fed (EAGLE-style) drafts ---
+  // From now on, keep the last decoder layer's output (before the final norm) of every position
+  // the cache holds: [batch, capacity, size] of `options`, written by Model::forward for each row's
+  // real tokens, cropped and copied with the keys and values. Decoder-only models only.
+  void keep_hidden(int64_t size, at::TensorOptions options);
+  bool keeps_hidden() const { return hidden_.defined(); }
+  // [batch, capacity, size]: row b's positions [0, length(b)) hold values; throws when not kept.
+  const at::Tensor& hidden() const;
+  // Writes x ([B, T, size], B <= batch()) for row b at positions [length(b), length(b) + counts[b])
+  // (before advance(counts) commits them); nothing when hidden states are not kept.
+  void store_hidden(const at::Tensor& x, const std::vector<int64_t>& counts);
+  // A feature-fed draft's cache reads the target's hidden states from `target` (its rows are this
+  // cache's rows; it must outlive the passes that read it). nullptr: none.
+  void set_feature_source(const KVCache* target) { feature_source_ = target; }
+  const KVCache* feature_source() const { return feature_source_; }
+
  private:
   std::vector<at::Tensor> keys_;    // per layer [B, H_kv, capacity, D]
   std::vector<at::Tensor> values_;  // per layer [B, H_kv, capacity, D]
   std::vector<std::pair<at::Tensor, at::Tensor>> cross_;  // per layer, empty for decoder-only
   at::Tensor cross_mask_;
+  at::Tensor hidden_;  // [B, capacity, size] or undefined
+  const KVCache* feature_source_ = nullptr;
   std::vector<int64_t> lengths_;  // per row
   int64_t capacity_ = 0;
 };

@@ -22,6 +22,12 @@ struct MakeDraftOptions {
   // Head restricted to the `vocab_subset` most frequent tokens of the training data (plus the EOS
   // ids); 0 = the whole vocabulary.
   int64_t vocab_subset = 0;
+  // A feature-fed (EAGLE-style) draft: its input is fc([embed(x_p); h_{p-1}]) with h the target's
+  // last-layer hidden states (ModelConfig::feature_size), fc starting as [I, 0]; it learns the
+  // target's next-token distribution and, so that it can draft on from its own output, the target's
+  // hidden state at p (smooth-L1 term). The labelling pass keeps the target's hidden states
+  // (float16, hidden_size x 2 bytes per token).
+  bool features = false;
   // Training text: plain-text files (off-policy), and prompts (one per line) that the target
   // answers itself (on-policy; rendered with its chat template when it has one).
   std::vector<std::string> data_files;

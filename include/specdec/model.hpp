@@ -23,8 +23,10 @@ class Model {
   c10::Device device() const { return device_; }
   at::ScalarType dtype() const { return dtype_; }
 
-  // A cache sized for `max_length` positions of each of `batch` sequences (the request owns it).
-  KVCache make_cache(int64_t max_length, int64_t batch = 1) const;
+  // A cache sized for `max_length` positions of each of `batch` sequences (the request owns it);
+  // `keep_hidden`: it also keeps each position's last-layer hidden state (KVCache::keep_hidden), as
+  // the target of a feature-fed draft must, and as a feature-fed draft's own cache does.
+  KVCache make_cache(int64_t max_length, int64_t batch = 1, bool keep_hidden = false) const;
 
   // Runs a pass over `input_ids` ([B, T], int64, on any device; B <= cache.batch()): row b is
   // sequence b of `cache`, and its first n_b = row_tokens[b] tokens (all T when row_tokens is

@@ -59,7 +59,7 @@ class Gpt2Model final : public Model {
       x = x + l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, l.scale);
       x = x + l.mlp(l.ln2(x, eps));
     }
-    pass.commit(cache);
+    pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
     return head_(ln_f_(x, eps)).to(at::kFloat);

@@ -73,7 +73,7 @@ class GptNeoXModel final : public Model {
         x = x + l.mlp(l.ln2(x, eps));
       }
     }
-    pass.commit(cache);
+    pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
     return head_(final_(x, eps)).to(at::kFloat);

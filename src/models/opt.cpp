@@ -72,7 +72,7 @@ class OptModel final : public Model {
       x = x + l.mlp(pre ? l.mlp_ln(x, eps) : x);
       if (!pre) x = l.mlp_ln(x, eps);
     }
-    pass.commit(cache);
+    pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
     if (final_.w.defined()) x = final_(x, eps);

@@ -219,7 +219,7 @@ class T5Model final : public Model {
       x = clamp_half(x + l.cross_o(layers::attend(q, keys.narrow(0, 0, b), values.narrow(0, 0, b), cross_mask, 1.0)));
       x = clamp_half(x + l.ff(layers::rms_norm(x, l.ff_norm, eps)));
     }
-    pass.commit(cache);
+    pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};
     x = layers::rms_norm(pass.last(x, keep_last), decoder_norm_, eps);
     if (config_.tie_word_embeddings) x = x * std::pow(static_cast<double>(config_.hidden_size), -0.5);

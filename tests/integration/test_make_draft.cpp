@@ -174,6 +174,61 @@ void expect_error(const MakeDraftOptions& o, const std::string& needle) {
   if (!existed) EXPECT_FALSE(path_exists(o.out)) << "a failed run left " << o.out;
 }
 
+// --features: the untrained draft (fc = [I, 0]) is the plain one through the inference path;
+// training lowers its held-out KL there (its features coming from the target's cache); greedy output
+// stays exact; the data keeps the target's hidden states, and runs without them refuse --features.
+TEST(MakeDraft, AFeatureFedDraftTrainsAndKeepsGreedyOutputExact) {
+  const std::string root = temp_dir("make_draft_features");
+  MakeDraftOptions plain = options(root + "/plain");
+  plain.steps = 0;
+  make_draft(plain);
+  MakeDraftOptions o = options(root + "/untrained");
+  o.features = true;
+  o.steps = 0;
+  make_draft(o);
+  const auto target = load_model(setup().target);
+  const auto untrained = load_model(o.out);
+  EXPECT_EQ(untrained->config().feature_size, target->config().hidden_size);
+  const DraftQuality p0 = evaluate_draft(*target, *load_model(plain.out), setup().held_out);
+  const DraftQuality f0 = evaluate_draft(*target, *untrained, setup().held_out);
+  EXPECT_EQ(f0.kl, p0.kl);
+  EXPECT_EQ(f0.greedy_agreement, p0.greedy_agreement);
+
+  o.out = root + "/trained";
+  o.steps = 80;
+  o.data_from = root + "/untrained";
+  o.data_files.clear();
+  const MakeDraftResult r = make_draft(o);
+  EXPECT_LT(r.after.kl, r.before.kl);
+  const auto draft = load_model(o.out);
+  const DraftQuality f1 = evaluate_draft(*target, *draft, setup().held_out);
+  EXPECT_LT(f1.kl, 0.85 * f0.kl) << f0.kl << " -> " << f1.kl;
+
+  const Generator plain_gen(target), assisted(target, draft);
+  GenerationConfig g;
+  g.max_new_tokens = 24;
+  g.num_assistant_tokens = 3;
+  int64_t accepted = 0;
+  for (const auto& seq : setup().held_out) {
+    const std::vector<int64_t> prompt(seq.begin(), seq.begin() + 8);
+    const GenerationResult a = assisted.generate(prompt, g);
+    EXPECT_EQ(a.tokens, plain_gen.generate(prompt, g).tokens);
+    accepted += a.stats.accepted_tokens;
+  }
+  EXPECT_GT(accepted, 0);
+
+  MakeDraftOptions bad = options(root + "/bad");
+  bad.features = true;
+  bad.data_files.clear();
+  bad.data_from = plain.out;
+  expect_error(bad, "holds no target hidden states");
+  MakeDraftOptions resume = options(o.out);
+  resume.resume = true;
+  resume.data_files.clear();
+  resume.steps = 90;
+  expect_error(resume, "resume it the same way");
+}
+
 // The real tokens of every training chunk a make-draft run wrote to `out`.
 std::multiset<std::vector<int64_t>> training_chunks(const std::string& out) {
   std::vector<at::Tensor> data;

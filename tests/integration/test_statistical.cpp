@@ -285,6 +285,19 @@ TEST(Statistical, DraftWithAReducedVocabularyHeadKeepsDistribution) {
   }
 }
 
+// A feature-fed draft: its q depends on the target's hidden states, which come from the pass
+// that verified the tokens before; single requests and batches.
+TEST(Statistical, FeatureFedDraftKeepsDistribution) {
+  FixtureOptions o = tiny(77, 1);
+  o.feature_fed = true;
+  const auto draft = test_model(cached_fixture("stat_feature_fed", o));
+  const Outcome one = run(models().target, draft, kCases[1].cfg);
+  EXPECT_TRUE(one.all_pass) << one.report;
+  EXPECT_GT(one.rejections, 0);
+  const Outcome batch = run(models().target, draft, kCases[0].cfg, nullptr, 4);
+  EXPECT_TRUE(batch.all_pass) << batch.report;
+}
+
 TEST(Statistical, EncoderDecoderKeepsDistribution) {
   // T5 pairs: an unrelated draft with its own encoder, and an early-exit draft that shares the
   // target's encoder pass.
