@@ -11,6 +11,7 @@
 #      "--int8-activations --draft-int8-activations"), for each schedule of SCHEDULES (default:
 #      constant K=4 and dynamic); one JSON line per run (compare_summary.py), then the mean per
 #      draft and schedule.
+#   MAKE_DRAFT_ARGS adds flags to make-draft (e.g. "--features" for a feature-fed draft).
 # Usage: benchmarks/make_draft_smollm2.sh BUILD_DIR WORK_DIR NAME LAYERS VOCAB_SUBSET STEPS [DATA_FROM]
 #        (VOCAB_SUBSET 0 = full head; STEPS "-" evaluates WORK_DIR/NAME as it is). Output:
 #        WORK_DIR/NAME (the draft) and WORK_DIR/NAME.eval.jsonl (EVAL_TAG, when set, goes into the
@@ -25,6 +26,8 @@ mkdir -p "$work"
 args=(--target "$model" --out "$work/$name" --layers "$layers" --steps "$steps" --seq-len 128 --batch 8 --threads 2
       --checkpoint-every 250)
 read -r -a eval_args <<<"${EVAL_ARGS:-}"
+read -r -a make_draft_args <<<"${MAKE_DRAFT_ARGS:-}"
+args+=("${make_draft_args[@]}")
 IFS=';' read -r -a schedules <<<"${SCHEDULES:---num-assistant-tokens 4;--schedule dynamic}"
 tag=${EVAL_TAG:+.$EVAL_TAG}
 [ "$vocab" -gt 0 ] && args+=(--vocab-subset "$vocab")

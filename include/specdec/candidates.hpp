@@ -90,7 +90,11 @@ class DraftModelGenerator final : public CandidateGenerator {
   // Positions row `row` holds in the draft's cache (0: the draft has not seen its sequence yet).
   int64_t cached(int64_t row) const { return cache_.length(row); }
   // Hands the cache over (to a PromptCache) once the request is done: this generator is then spent.
-  KVCache release_cache() { return std::move(cache_); }
+  // (It no longer points at the target's cache: the next request's generator sets that.)
+  KVCache release_cache() {
+    cache_.set_feature_source(nullptr);
+    return std::move(cache_);
+  }
   // Draft passes row `row` took part in.
   int64_t row_passes(int64_t row) const { return rows_[row].passes; }
   // The passes of the last propose_batch that drafted one token per drafting row (every row fed at
