@@ -95,7 +95,7 @@ TEST(MakeDraft, TrainingLowersTheHeldOutKLThroughTheInferencePath) {
 }
 
 // Greedy output with `draft` at lookahead `k` on the held-out texts' first 8 tokens equals the
-// target's own (and the slow oracle's); returns the draft tokens accepted.
+// target's own (the slow step-by-step oracle's); returns the draft tokens accepted.
 int64_t accepted_if_exact(const std::shared_ptr<const Model>& target, const std::shared_ptr<const Model>& draft,
                           int64_t k) {
   const Generator assisted(target, draft);
