@@ -39,8 +39,7 @@ DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std
                       target_cache->hidden().size(2) == draft_->config().feature_size,
                   "DraftModelGenerator: a feature-fed draft (specdec_feature_size ", draft_->config().feature_size,
                   ") needs the target's cache keeping hidden states of that size");
-    target_cache_ = target_cache;
-    cache_.set_feature_source(target_cache_);
+    cache_.set_feature_source(target_cache);
   }
 }
 
@@ -72,7 +71,8 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     for (int64_t id : pending[r]) st.out_of_vocab = st.out_of_vocab || id >= own;
     st.proposed_from = static_cast<int64_t>(seq.size());
     // A feature-fed draft waits for the target's hidden state of every position but the last.
-    const bool fed = !target_cache_ || target_cache_->length(r) + 1 >= st.proposed_from;
+    const KVCache* target = cache_.feature_source();
+    const bool fed = !target || target->length(r) + 1 >= st.proposed_from;
     todo[r] = st.out_of_vocab || !fed ? 0 : std::min(st.row.schedule->num_tokens(), max_tokens[r]);
     if (todo[r] > 0 && !st.processors->empty()) history[r] = seq;
     drafting += todo[r] > 0;
@@ -156,7 +156,7 @@ void DraftModelGenerator::prefill(const std::vector<const std::vector<int64_t>*>
       if (id >= own) return;
   // A feature-fed draft reads the target's rows by its own row numbers, which a scratch cache of
   // joining rows does not share: those rows catch up in their first proposal instead.
-  if (target_cache_ && !slots.empty()) return;
+  if (cache_.feature_source() && !slots.empty()) return;
   passes_ += slots.empty() ? prefill_rows(*draft_, cache_, tokens)
                            : prefill_into(*draft_, cache_, slots, tokens);
 }
@@ -174,7 +174,7 @@ void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& propose
   // feature-fed draft also drops what it computed from its own predicted hidden states (every
   // position past the sequence it proposed for), to recompute it from the target's.
   int64_t valid = static_cast<int64_t>(tokens.size()) - 1;
-  if (target_cache_) valid = std::min(valid, rows_[row].proposed_from);
+  if (cache_.feature_source()) valid = std::min(valid, rows_[row].proposed_from);
   if (cache_.length(row) > valid) cache_.crop(row, valid);
   rows_[row].row.schedule->update(proposed.probs, accepted);
 }

@@ -120,10 +120,9 @@ class DraftModelGenerator final : public CandidateGenerator {
     int64_t passes = 0;
   };
   std::shared_ptr<const Model> draft_;
-  const KVCache* target_cache_ = nullptr;  // feature-fed drafts only
   int64_t vocab_;  // width of the proposals (the target's vocabulary)
   std::vector<State> rows_;
-  KVCache cache_;
+  KVCache cache_;  // a feature-fed draft's points at the target's (KVCache::feature_source)
   int64_t passes_ = 0;
   SteadyPasses last_steady_;
 };
