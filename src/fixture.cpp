@@ -228,6 +228,7 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     t["model.norm.weight"] = ones(h);
     if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, h});
     if (o.feature_fed) {
+      t["fc_norm.weight"] = ones(h);
       t["fc.weight"] = randn({h, 2 * h});
       c["specdec_feature_size"] = h;
     }

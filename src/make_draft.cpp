@@ -49,6 +49,8 @@ struct Net {
   at::Tensor norm;  // [H]
   at::Tensor head;  // [V or V', H]
   at::Tensor fc;    // [H, 2H]: feature-fed drafts only
+  at::Tensor fc_norm;      // [H]: feature-fed: the features' RMS norm weight (starts as the target's final norm)
+  at::Tensor target_norm;  // [H]: feature-fed: the target's final norm, fixed (the feature loss's space)
 
   // The tensors the optimizer trains, in a fixed order (the optimizer state's order).
   std::vector<at::Tensor> trainable() const {
@@ -59,7 +61,7 @@ struct Net {
         if (t.defined()) p.push_back(t);
     p.push_back(norm);
     p.push_back(head);
-    if (fc.defined()) p.push_back(fc);
+    if (fc.defined()) p.push_back(fc_norm), p.push_back(fc);
     return p;
   }
 
@@ -68,7 +70,7 @@ struct Net {
     std::map<std::string, at::Tensor> t{{"model.embed_tokens.weight", embed},
                                         {"model.norm.weight", norm},
                                         {"lm_head.weight", head}};
-    if (fc.defined()) t["fc.weight"] = fc;
+    if (fc.defined()) t["fc.weight"] = fc, t["fc_norm.weight"] = fc_norm;
     for (size_t i = 0; i < layers.size(); ++i) {
       const Layer& l = layers[i];
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -88,6 +90,10 @@ struct Net {
     return t;
   }
 
+  at::Tensor rms(const at::Tensor& x, const at::Tensor& w) const {
+    return w * (x * at::rsqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps));
+  }
+
   // ids [N, S] -> logits [N, S, V or V']. Feature-fed: `features` [N, S, H] are the target's
   // hidden states at the same positions (each position gets its predecessor's), and `last`
   // receives the draft's last-layer output [N, S, H] (its prediction of them).
@@ -102,16 +108,13 @@ struct Net {
       const int64_t half = d / 2;
       return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
     };
-    auto rms = [&](const at::Tensor& x, const at::Tensor& w) {
-      return w * (x * at::rsqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps));
-    };
     at::Tensor mask = at::triu(at::full({s, s}, -std::numeric_limits<float>::infinity()), 1);  // [S, S]
     if (c.sliding_window > 0) mask = mask + at::tril(at::full({s, s}, -std::numeric_limits<float>::infinity()), -c.sliding_window);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     at::Tensor x = embed.index_select(0, ids.reshape(-1)).view({n, s, -1});  // [N, S, H]
     if (fc.defined()) {
       const at::Tensor before = at::constant_pad_nd(features.narrow(1, 0, s - 1).to(at::kFloat), {0, 0, 1, 0});  // h_{p-1}
-      x = at::linear(at::cat({x, before}, -1), fc);
+      x = at::linear(at::cat({x, rms(before, fc_norm)}, -1), fc);
     }
     for (const Layer& l : layers) {
       const at::Tensor h = rms(x, l.in_norm);
@@ -177,6 +180,22 @@ std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& e
 // A prompt's ids: as a user turn in the chat template when there is one, else the plain text.
 std::vector<int64_t> prompt_ids(const std::string& line, const Tokenizer& tok, const std::optional<ChatTemplate>& chat) {
   return chat ? tok.encode(chat->render({{"user", line}}, true), false) : tok.encode(line, true);
+}
+
+std::optional<ChatTemplate> target_chat(const std::string& target) {
+  if (auto text = read_chat_template(target)) return ChatTemplate::recognise(*text, target);
+  return std::nullopt;
+}
+
+// The non-blank lines of a prompts file (`flag` names it in errors).
+std::vector<std::string> prompt_lines(const std::string& file, const std::string& flag) {
+  std::ifstream in(file);
+  SPECDEC_CHECK(in.good(), "make-draft: ", flag, " ", file, ": cannot read the file");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+  SPECDEC_CHECK(!lines.empty(), "make-draft: ", flag, " ", file, " has no prompt (one per line)");
+  return lines;
 }
 
 // The training data: fixed-length chunks with the target's top-k labels.
@@ -331,17 +350,9 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
     SPECDEC_CHECK(!seqs.back().empty(), "make-draft: --data ", f, " holds no text");
   }
   if (o.prompts_file.empty() && o.self_prompts == 0) return seqs;
-  std::optional<ChatTemplate> chat;
-  if (auto text = read_chat_template(o.target)) chat = ChatTemplate::recognise(*text, o.target);
+  const std::optional<ChatTemplate> chat = target_chat(o.target);
   std::vector<std::string> lines;
-  if (!o.prompts_file.empty()) {
-    std::ifstream in(o.prompts_file);
-    SPECDEC_CHECK(in.good(), "make-draft: --prompts ", o.prompts_file, ": cannot read the file");
-    for (std::string line; std::getline(in, line);)
-      if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
-    SPECDEC_CHECK(!lines.empty(), "make-draft: --prompts ", o.prompts_file,
-                  " has no prompt (one per line)");
-  }
+  if (!o.prompts_file.empty()) lines = prompt_lines(o.prompts_file, "--prompts");
   SPECDEC_CHECK(o.self_prompts == 0 || chat,
                 "make-draft: --self-prompts needs a target with a chat template; ", o.target,
                 " has none (give --prompts or --data)");
@@ -390,6 +401,28 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
     seqs.back().insert(seqs.back().end(), (*answers)[i].begin(), (*answers)[i].end());
   }
   return seqs;
+}
+
+// The draft in o.out against the target on the target's greedy answers (o.gen_tokens new tokens)
+// to `lines`, answer positions only; nullopt when stopped.
+std::optional<DraftQuality> measure_on_prompts(const MakeDraftOptions& o, const std::vector<std::string>& lines,
+                                               const Progress& progress, const Stopped& stopped) {
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.target);
+  const std::optional<ChatTemplate> chat = target_chat(o.target);
+  const auto target = load_model(o.target);
+  std::vector<std::vector<int64_t>> seqs;
+  for (const std::string& line : lines) seqs.push_back(prompt_ids(line, *tok, chat));
+  GenerationConfig greedy;
+  greedy.max_new_tokens = o.gen_tokens;
+  const auto answers = generate_all(Generator(target), seqs, std::vector<GenerationConfig>(seqs.size(), greedy),
+                                    "evaluate", progress, stopped);
+  if (!answers) return std::nullopt;
+  std::vector<int64_t> first;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    first.push_back(static_cast<int64_t>(seqs[i].size()));
+    seqs[i].insert(seqs[i].end(), (*answers)[i].begin(), (*answers)[i].end());
+  }
+  return evaluate_draft(*target, *load_model(o.out), seqs, first);
 }
 
 // Fills data.top_ids / top_p with the target's top-k next-token probabilities at every position,
@@ -510,6 +543,8 @@ void MakeDraftOptions::validate() const {
 MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(const MakeDraftProgress&)>& on_progress,
                            const std::atomic<bool>* stop) {
   o.validate();
+  const std::vector<std::string> eval_lines =
+      o.eval_prompts.empty() ? std::vector<std::string>() : prompt_lines(o.eval_prompts, "--eval-prompts");
   if (o.threads > 0) set_num_threads(o.threads);
   const Progress progress = [&](const MakeDraftProgress& p) {
     if (on_progress) on_progress(p);
@@ -573,7 +608,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     data.head_ids = head_ids(data, o.vocab_subset, c);
   } else if (!o.resume) {
     const auto seqs = training_text(o, progress, stopped);
-    if (!seqs) return {0, true, {}, {}};
+    if (!seqs) return {0, true, {}, {}, {}};
     auto [ids, lengths] = chunk(*seqs, state.seq_len, o.seed);
     const int64_t n = ids.size(0);
     SPECDEC_CHECK(n >= 2, "make-draft: not enough training text: ", n, " sequence(s) of up to ", state.seq_len,
@@ -582,7 +617,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     data.lengths = lengths;
     data.train = n - std::max<int64_t>(1, n / 20);
     data.head_ids = head_ids(data, o.vocab_subset, c);
-    if (!label(data, *load_model(o.target), o.batch, o.features, progress, stopped)) return {0, true, {}, {}};
+    if (!label(data, *load_model(o.target), o.batch, o.features, progress, stopped)) return {0, true, {}, {}, {}};
   }
 
   // 3. The draft, and the run state that must match on --resume.
@@ -591,6 +626,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   if (state.features) {
     const int64_t h = c.hidden_size;
     net.fc = at::cat({at::eye(h), at::zeros({h, h})}, 1);  // [I, 0]: the plain draft, to start from
+    net.target_norm = net.norm.detach().clone();
+    net.fc_norm = net.norm.detach().clone();
   }
   const std::string print = fingerprint(src, net.embed);
   if (o.resume) {
@@ -606,12 +643,12 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   state.target_fingerprint = print;
   std::vector<at::Tensor> params = net.trainable();
   for (at::Tensor& p : params) p.set_requires_grad(true);
-  // fc (feature-fed drafts) in a group of its own at a tenth of the rate: Adam moves every entry
-  // of it by about the rate each step, which would soon drown the identity it starts from.
-  const bool fed = net.fc.defined();
+  // fc and its norm (feature-fed drafts) in a group of their own at a tenth of the rate: Adam moves
+  // every entry of fc by about the rate each step, which would soon drown the identity it starts from.
+  const std::ptrdiff_t fed = net.fc.defined() ? 2 : 0;
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(std::vector<at::Tensor>(params.begin(), params.end() - (fed ? 1 : 0)));
-  if (fed) groups.emplace_back(std::vector<at::Tensor>{params.back()});
+  groups.emplace_back(std::vector<at::Tensor>(params.begin(), params.end() - fed));
+  if (fed) groups.emplace_back(std::vector<at::Tensor>(params.end() - fed, params.end()));
   torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(o.lr).weight_decay(0.0));
   constexpr double kFcRate = 0.1;
   if (o.resume) torch::load(opt, out + "/training/optimizer.pt");
@@ -652,9 +689,13 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     const at::Tensor logq = at::log_softmax(net.forward(ids, features, &last), -1).gather(-1, pos.clamp_min(0));  // [B, S, K]
     at::Tensor loss = (label_kl(data.top_p.index_select(0, rows), pos, logq) * mask).sum() / mask.sum();
     // Feature-fed: the draft's output also learns the target's hidden state (what it reads back as
-    // the next position's feature when it drafts on), smooth L1 as in EAGLE.
-    if (features.defined())
-      loss = loss + 0.1 * (at::smooth_l1_loss(last, features, at::Reduction::None).mean(-1) * mask).sum() / mask.sum();
+    // the next position's feature when it drafts on), smooth L1 as in EAGLE, both through the
+    // target's final norm: the raw states have entries in the thousands, which would drown the KL.
+    if (features.defined()) {
+      const at::Tensor gap = at::smooth_l1_loss(net.rms(last, net.target_norm), net.rms(features, net.target_norm),
+                                                at::Reduction::None);  // [B, S, H]
+      loss = loss + 0.1 * (gap.mean(-1) * mask).sum() / mask.sum();
+    }
     opt.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(params, 1.0);
@@ -669,31 +710,43 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   checkpoint();
   result.steps_done = state.step;
   result.after = label_quality(net, data, head_pos, data.train, data.train + n_held, o.batch);
+  if (!eval_lines.empty() && !result.interrupted) {
+    const auto q = measure_on_prompts(o, eval_lines, progress, stopped);
+    if (q) result.eval = *q;
+    result.interrupted = !q;
+  }
   return result;
 }
 
-DraftQuality evaluate_draft(const Model& target, const Model& draft, const std::vector<std::vector<int64_t>>& sequences) {
+DraftQuality evaluate_draft(const Model& target, const Model& draft, const std::vector<std::vector<int64_t>>& sequences,
+                            const std::vector<int64_t>& first) {
+  SPECDEC_CHECK(first.empty() || first.size() == sequences.size(), "evaluate_draft: ", first.size(),
+                " first positions for ", sequences.size(), " sequences");
   SPECDEC_CHECK(target.config().vocab_size == draft.config().vocab_size, "evaluate_draft: vocabulary sizes differ (",
                 target.config().vocab_size, " vs ", draft.config().vocab_size, ")");
   c10::InferenceMode guard;
   DraftQuality q;
   double kl = 0, acc = 0, agree = 0;
-  for (const auto& seq : sequences) {
-    if (seq.empty()) continue;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const std::vector<int64_t>& seq = sequences[i];
     const auto n = static_cast<int64_t>(seq.size());
+    const int64_t from = first.empty() ? 1 : first[i];  // the first token whose prediction is scored
+    SPECDEC_CHECK(from >= 1, "evaluate_draft: first positions must be >= 1, got ", from);
+    if (from >= n) continue;
     const at::Tensor ids = at::tensor(seq, at::kLong).view({1, n});
     const bool fed = draft.config().feature_size > 0;
     KVCache tc = target.make_cache(n, 1, fed), dc = draft.make_cache(n);
     if (fed) dc.set_feature_source(&tc);  // the target runs first
-    const at::Tensor p = at::softmax(target.forward(ids.to(target.device()), tc).cpu()[0], -1);  // [T, V]
-    const at::Tensor logq = at::log_softmax(draft.forward(ids.to(draft.device()), dc).cpu()[0], -1);
+    // Positions from - 1 .. n - 2 predict tokens from .. n - 1.
+    const at::Tensor p = at::softmax(target.forward(ids.to(target.device()), tc).cpu()[0], -1).narrow(0, from - 1, n - from);  // [T', V]
+    const at::Tensor logq = at::log_softmax(draft.forward(ids.to(draft.device()), dc).cpu()[0], -1).narrow(0, from - 1, n - from);
     const at::Tensor q_ = logq.exp();
     const at::Tensor support = q_ > 0;
     const at::Tensor pr = p * support / (p * support).sum(-1, true).clamp_min(1e-30);  // p restricted to q's support
     kl += (at::xlogy(pr, pr) - at::where(support, pr * logq, at::zeros_like(pr))).sum().item<double>();
     acc += at::minimum(p, q_).sum().item<double>();
     agree += (p.argmax(-1) == logq.argmax(-1)).sum().item<double>();
-    q.positions += n;
+    q.positions += n - from;
   }
   if (q.positions > 0) q.kl = kl / q.positions, q.acceptance = acc / q.positions, q.greedy_agreement = agree / q.positions;
   return q;

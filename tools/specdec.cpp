@@ -648,6 +648,7 @@ class ProgressPrinter {
     line << (p.phase == "self-prompts" ? "writing prompts   "
              : p.phase == "generate"   ? "answering prompts "
              : p.phase == "label"      ? "labelling (target)"
+             : p.phase == "evaluate"   ? "answering eval    "
                                        : "training          ")
          << " [" << std::string(static_cast<size_t>(filled), '#')
          << std::string(static_cast<size_t>(width - filled), '.') << "] " << p.done << "/"
@@ -684,6 +685,7 @@ int run_make_draft(const MakeDraftOptions& o) {
   }
   std::cerr << "held-out, before training: " << quality_text(r.before) << "\n"
             << "held-out, after " << r.steps_done << " steps: " << quality_text(r.after) << "\n";
+  if (r.eval.positions > 0) std::cerr << "eval prompts' answers: " << quality_text(r.eval) << "\n";
   if (r.interrupted) {
     std::cerr << "interrupted: " << o.out << " holds the checkpoint of step " << r.steps_done
               << "; continue with the same command and --resume\n";
@@ -806,7 +808,11 @@ int main(int argc, char** argv) {
                   "Reuse the training text and target labels of an earlier make-draft output "
                   "folder (same target "
                   "and --seq-len) instead of --data/--prompts/--self-prompts");
-  mkd->add_option("--gen-tokens", md.gen_tokens, "--prompts, --self-prompts: new tokens per answer")
+  mkd->add_option("--eval-prompts", md.eval_prompts,
+                  "Prompts, one per line (keep them out of the training text), that the target answers greedily "
+                  "after training: the draft is measured on those answers (their greedy agreement is the share of "
+                  "first proposals generation keeps on such prompts)");
+  mkd->add_option("--gen-tokens", md.gen_tokens, "--prompts, --self-prompts, --eval-prompts: new tokens per answer")
       ->capture_default_str();
   mkd->add_option("--gen-temperature", md.gen_temperatures,
                   "--prompts, --self-prompts: answers' sampling temperature(s), comma-separated; "

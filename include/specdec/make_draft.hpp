@@ -22,8 +22,9 @@ struct MakeDraftOptions {
   // Head restricted to the `vocab_subset` most frequent tokens of the training data (plus the EOS
   // ids); 0 = the whole vocabulary.
   int64_t vocab_subset = 0;
-  // A feature-fed (EAGLE-style) draft: its input is fc([embed(x_p); h_{p-1}]) with h the target's
-  // last-layer hidden states (ModelConfig::feature_size), fc starting as [I, 0]; it learns the
+  // A feature-fed (EAGLE-style) draft: its input is fc([embed(x_p); n(h_{p-1})]) with h the target's
+  // last-layer hidden states (ModelConfig::feature_size), n an RMS norm whose weight (fc_norm)
+  // starts as the target's final norm, fc starting as [I, 0]; it learns the
   // target's next-token distribution and, so that it can draft on from its own output, the target's
   // hidden state at p (smooth-L1 term). The labelling pass keeps the target's hidden states
   // (float16, hidden_size x 2 bytes per token).
@@ -39,7 +40,11 @@ struct MakeDraftOptions {
   // Reuse the sequences and target labels of an earlier make-draft output folder (same target and
   // seq_len) instead of making new ones; the head is still chosen for this run's vocab_subset.
   std::string data_from;
-  int64_t gen_tokens = 128;      // new tokens per prompt
+  // Prompts (one per line; keep them out of the training text) that the target answers greedily
+  // after training; the draft is then measured on the answers' positions (MakeDraftResult::eval):
+  // how often it agrees there is what generation on such prompts accepts of its first proposal.
+  std::string eval_prompts;
+  int64_t gen_tokens = 128;      // new tokens per prompt (training and eval_prompts answers)
   // Each prompt is answered once per temperature listed (0 = the greedy answer).
   std::vector<double> gen_temperatures = {0.7};
   int64_t steps = 200;           // optimizer steps in all (a resumed run goes on to this count);
@@ -56,7 +61,7 @@ struct MakeDraftOptions {
 
 // What make_draft reports as it goes (phase "self-prompts": user messages written by the target;
 // "generate": prompts answered; "label": sequences labelled by the target; "train": optimizer
-// steps).
+// steps; "evaluate": eval_prompts answered).
 struct MakeDraftProgress {
   std::string phase;
   int64_t done = 0, total = 0;
@@ -77,7 +82,8 @@ struct DraftQuality {
 struct MakeDraftResult {
   int64_t steps_done = 0;
   bool interrupted = false;  // stopped by `stop`; `out` holds the last checkpoint
-  DraftQuality before, after;  // on the held-out 5% of the training sequences
+  DraftQuality before, after;  // on the held-out 5% of the training chunks (prompts included)
+  DraftQuality eval;           // on the answers to options.eval_prompts (positions 0 when none)
 };
 
 // Builds (or, with options.resume, continues) a draft of options.target in options.out: the chosen
@@ -92,9 +98,11 @@ MakeDraftResult make_draft(const MakeDraftOptions& options,
                            const std::function<void(const MakeDraftProgress&)>& on_progress = {},
                            const std::atomic<bool>* stop = nullptr);
 
-// Measures `draft` against `target` on `sequences` (each a token-id list; every position but the
-// last is scored), through the models' own forward passes.
+// Measures `draft` against `target` on `sequences` (token-id lists), through the models' own forward
+// passes: the predictions of tokens first[i].. of sequence i (default: of every token but the
+// first), e.g. first[i] = the prompt's length to score an answer only.
 DraftQuality evaluate_draft(const Model& target, const Model& draft,
-                            const std::vector<std::vector<int64_t>>& sequences);
+                            const std::vector<std::vector<int64_t>>& sequences,
+                            const std::vector<int64_t>& first = {});
 
 }  // namespace specdec

@@ -31,7 +31,10 @@ class LlamaModel final : public Model {
                   hkv = c.num_key_value_heads, inter = c.intermediate_size, v = c.vocab_size;
     const WeightLoader load(w, o);
     embed_ = load.linear("model.embed_tokens.weight", {v, h});
-    if (c.feature_size > 0) fc_ = load.linear("fc.weight", {h, h + c.feature_size});
+    if (c.feature_size > 0) {
+      fc_norm_ = load.tensor("fc_norm.weight", {c.feature_size});
+      fc_ = load.linear("fc.weight", {h, h + c.feature_size});
+    }
     layers_.reserve(c.num_hidden_layers);
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -73,7 +76,8 @@ class LlamaModel final : public Model {
     const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const ModelConfig& c = config_;
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
-    if (c.feature_size > 0) x = fc_(at::cat({x, features(pass, cache)}, 2));
+    if (c.feature_size > 0)
+      x = fc_(at::cat({x, layers::rms_norm(features(pass, cache), fc_norm_, c.rms_norm_eps)}, 2));
     auto [cos, sin] = rotary_.tables(pass);                // [T, D]
     const at::Tensor mask = pass.causal_mask(dtype_, c.sliding_window);  // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -123,6 +127,7 @@ class LlamaModel final : public Model {
   layers::Rotary rotary_;
   double scale_;
   Linear embed_;        // [V, H]
+  at::Tensor fc_norm_;  // [F]: feature-fed drafts only: the features' RMS norm before fc
   Linear fc_;           // [H, H + F]: feature-fed drafts only
   std::vector<LlamaLayer> layers_;
   at::Tensor norm_;     // [H]

@@ -1,6 +1,6 @@
 // Feature-fed (EAGLE-style) drafts: the target's cache keeps each position's last-layer hidden
 // state, and the draft's input at position p is fc([embed(x_p); h_{p-1}]), with the target's h where
-// it has verified the sequence and the draft's own output past that. Checked against oracles that
+// it has verified the sequence and the draft's own output past that, RMS-normed. Checked against oracles that
 // do not use the draft code: the hidden states against the target's logits and embeddings; the
 // proposals against the draft's math by hand (layers that add nothing) and against fresh runs on
 // the verified sequence; generation against the target-only greedy output and bad pairs.
@@ -25,7 +25,8 @@ std::string bigram_target() {
 }
 
 // A 1-layer feature-fed draft of `target` whose layer adds nothing: the target's embeddings, final
-// norm and head, and fc = [I, mix * M] (M random): its output at p is embed(x_p) + mix * M h_{p-1}.
+// norm and head, and fc = [I, mix * M] (M random): its output at p is embed(x_p) + mix * M n(h_{p-1}),
+// n the RMS norm with a random weight (fc_norm).
 std::string passive_draft(const std::string& target, double mix, const std::string& name) {
   const std::string dir = temp_dir(name);
   const WeightStore w(target);
@@ -36,6 +37,7 @@ std::string passive_draft(const std::string& target, double mix, const std::stri
   t["model.layers.0.mlp.down_proj.weight"].zero_();
   const int64_t h = t["model.norm.weight"].size(0);
   at::manual_seed(7);
+  t["fc_norm.weight"] = 0.5 + at::rand({h});
   t["fc.weight"] = at::cat({at::eye(h), mix * at::randn({h, h}) / std::sqrt(static_cast<double>(h))}, 1).contiguous();
   save_safetensors(dir + "/model.safetensors", t);
   nlohmann::json c = read_json(target + "/config.json");
@@ -112,11 +114,13 @@ TEST(FeatureDraft, ProposalsFollowTheTargetsHiddenStatesThenTheDraftsOwn) {
   const WeightStore w(ddir);
   const at::Tensor embed = w.load("model.embed_tokens.weight", at::kDouble, kCpu);
   const at::Tensor fc = w.load("fc.weight", at::kDouble, kCpu);
+  const at::Tensor fc_norm = w.load("fc_norm.weight", at::kDouble, kCpu);
   const at::Tensor norm = w.load("model.norm.weight", at::kDouble, kCpu);
   const at::Tensor head = w.load("lm_head.weight", at::kDouble, kCpu);
   const double eps = draft->config().rms_norm_eps;
   const auto step = [&](int64_t token, const at::Tensor& feature) {  // -> (output [H], scores [V])
-    const at::Tensor out = fc.matmul(at::cat({embed[token], feature}));
+    const at::Tensor normed = feature * at::rsqrt(feature.pow(2).mean() + eps) * fc_norm;
+    const at::Tensor out = fc.matmul(at::cat({embed[token], normed}));
     return std::make_pair(out, (out * at::rsqrt(out.pow(2).mean() + eps) * norm).matmul(head.t()));
   };
 

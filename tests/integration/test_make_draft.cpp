@@ -283,6 +283,46 @@ TEST(MakeDraft, PromptsAreAnsweredOncePerTemperature) {
   expect_error(o, "--gen-temperature must be >= 0");
 }
 
+// --eval-prompts: after training the target answers the prompts greedily and the draft is scored on
+// the answers' positions only. Oracle: the greedy answers made through the public API, and the
+// argmaxes of each model's logits over the whole sequence in one forward pass, compared by hand.
+TEST(MakeDraft, EvalPromptsScoreTheAnswersOnly) {
+  const std::string root = temp_dir("make_draft_eval");
+  const std::vector<std::string> lines = {"the dog ran to", "a small town and", "it sat on the mat"};
+  std::string file;
+  for (const auto& l : lines) file += l + "\n";
+  write_file(root + "/eval.txt", file);
+  MakeDraftOptions o = options(root + "/d");
+  o.eval_prompts = root + "/eval.txt";
+  o.gen_tokens = 9;
+  o.steps = 20;
+  const MakeDraftResult r = make_draft(o);
+  const auto target = load_model(setup().target), draft = load_model(o.out);
+  const auto tok = load_tokenizer(setup().target);
+  const Generator gen(target);
+  GenerationConfig g;
+  g.max_new_tokens = 9;
+  int64_t positions = 0, agree = 0;
+  for (const auto& l : lines) {
+    std::vector<int64_t> seq = tok->encode(l, true);
+    const auto prompt = static_cast<int64_t>(seq.size());
+    const auto answer = gen.generate(seq, g).tokens;
+    seq.insert(seq.end(), answer.begin(), answer.end());
+    const auto n = static_cast<int64_t>(seq.size());
+    const at::Tensor ids = at::tensor(seq, at::kLong).view({1, n});
+    KVCache tc = target->make_cache(n), dc = draft->make_cache(n);
+    const at::Tensor best_t = target->forward(ids, tc)[0].argmax(-1), best_d = draft->forward(ids, dc)[0].argmax(-1);
+    for (int64_t p = prompt - 1; p < n - 1; ++p) agree += best_t[p].item<int64_t>() == best_d[p].item<int64_t>();
+    positions += n - prompt;
+  }
+  EXPECT_EQ(r.eval.positions, positions);
+  EXPECT_DOUBLE_EQ(r.eval.greedy_agreement, static_cast<double>(agree) / static_cast<double>(positions));
+  EXPECT_GT(r.eval.kl, 0);
+  MakeDraftOptions plain = options(root + "/plain");
+  plain.steps = 0;
+  EXPECT_EQ(make_draft(plain).eval.positions, 0) << "no eval prompts, no measurement";
+}
+
 // --self-prompts: the target writes its own user messages (sampled from the start of a user turn)
 // and answers them. Each message is checked against the same sampling done through the public API.
 TEST(MakeDraft, SelfPromptsAreTheTargetsOwnMessages) {
@@ -385,6 +425,9 @@ TEST(MakeDraft, BadInputIsRefusedAndLeavesNoFolder) {
   o = options(root + "/x");
   o.steps = -1;
   expect_error(o, "--steps");
+  o = options(root + "/x");
+  o.eval_prompts = root + "/missing_eval.txt";
+  expect_error(o, "--eval-prompts");
 
   // An existing folder is never overwritten; a resume needs a make-draft folder of the same target.
   o = options(root + "/done");
