@@ -10,7 +10,8 @@
 #      (draft quantized to Q8_0 at load; EVAL_ARGS adds flags to both sides, e.g.
 #      "--int8-activations --draft-int8-activations"), for each schedule of SCHEDULES (default:
 #      constant K=4 and dynamic); one JSON line per run (compare_summary.py), then the mean per
-#      draft and schedule.
+#      draft and schedule. make-draft itself is given the same 12 prompts as --eval-prompts: its
+#      last line is the draft's greedy agreement on the target's answers to them (offline, no timing).
 #   MAKE_DRAFT_ARGS adds flags to make-draft (e.g. "--features" for a feature-fed draft).
 # Usage: benchmarks/make_draft_smollm2.sh BUILD_DIR WORK_DIR NAME LAYERS VOCAB_SUBSET STEPS [DATA_FROM]
 #        (VOCAB_SUBSET 0 = full head; STEPS "-" evaluates WORK_DIR/NAME as it is). Output:
@@ -23,8 +24,9 @@ bin=$build/specdec
 model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 [ -f "$model" ] || bash scripts/get_models.sh
 mkdir -p "$work"
+awk 'NR % 2 == 1' benchmarks/prompts/draft_eval.txt > "$work/eval_prompts.txt"
 args=(--target "$model" --out "$work/$name" --layers "$layers" --steps "$steps" --seq-len 128 --batch 8 --threads 2
-      --checkpoint-every 250)
+      --checkpoint-every 250 --eval-prompts "$work/eval_prompts.txt")
 read -r -a eval_args <<<"${EVAL_ARGS:-}"
 read -r -a make_draft_args <<<"${MAKE_DRAFT_ARGS:-}"
 args+=("${make_draft_args[@]}")
@@ -33,7 +35,7 @@ tag=${EVAL_TAG:+.$EVAL_TAG}
 [ "$vocab" -gt 0 ] && args+=(--vocab-subset "$vocab")
 if [ -n "$from" ]; then args+=(--data-from "$from"); else
   args+=(--prompts benchmarks/prompts/draft_train.txt --gen-tokens 128 --gen-temperature "${GEN_TEMPERATURE:-0,0.7}"); fi
-[ "$steps" = - ] || [ -d "$work/$name" ] || { time "$bin" make-draft "${args[@]}"; } 2>&1 | tee "$work/$name.train.log" | grep -v '^\s*$' | tail -4
+[ "$steps" = - ] || [ -d "$work/$name" ] || { time "$bin" make-draft "${args[@]}"; } 2>&1 | tee "$work/$name.train.log" | grep -v '^\s*$' | tail -5
 out=$work/$name$tag.eval.jsonl
 : > "$out"
 for i in 1 3 5 7 9 11 13 15 17 19 21 23; do
