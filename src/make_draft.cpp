@@ -49,8 +49,7 @@ struct Net {
   at::Tensor norm;  // [H]
   at::Tensor head;  // [V or V', H]
   at::Tensor fc;    // [H, 2H]: feature-fed drafts only
-  at::Tensor fc_norm;      // [H]: feature-fed: the features' RMS norm weight (starts as the target's final norm)
-  at::Tensor target_norm;  // [H]: feature-fed: the target's final norm, fixed (the feature loss's space)
+  at::Tensor fc_norm;  // [H]: feature-fed: the features' RMS norm weight (starts as the target's final norm)
 
   // The tensors the optimizer trains, in a fixed order (the optimizer state's order).
   std::vector<at::Tensor> trainable() const {
@@ -623,11 +622,11 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   // 3. The draft, and the run state that must match on --resume.
   Net net = load_net(src, state.layer_ids, std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
                                                                data.head_ids.data_ptr<int64_t>() + data.head_ids.numel()));
+  const at::Tensor target_norm = net.norm.detach().clone();  // the feature loss's space (before a resume loads the draft's)
   if (state.features) {
     const int64_t h = c.hidden_size;
     net.fc = at::cat({at::eye(h), at::zeros({h, h})}, 1);  // [I, 0]: the plain draft, to start from
-    net.target_norm = net.norm.detach().clone();
-    net.fc_norm = net.norm.detach().clone();
+    net.fc_norm = target_norm.clone();
   }
   const std::string print = fingerprint(src, net.embed);
   if (o.resume) {
@@ -692,7 +691,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     // the next position's feature when it drafts on), smooth L1 as in EAGLE, both through the
     // target's final norm: the raw states have entries in the thousands, which would drown the KL.
     if (features.defined()) {
-      const at::Tensor gap = at::smooth_l1_loss(net.rms(last, net.target_norm), net.rms(features, net.target_norm),
+      const at::Tensor gap = at::smooth_l1_loss(net.rms(last, target_norm), net.rms(features, target_norm),
                                                 at::Reduction::None);  // [B, S, H]
       loss = loss + 0.1 * (gap.mean(-1) * mask).sum() / mask.sum();
     }
