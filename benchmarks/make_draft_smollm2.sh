@@ -7,7 +7,7 @@
 #      gives the untrained draft.
 #   2. `specdec compare --chat` on the odd lines of benchmarks/prompts/draft_eval.txt (12 prompts;
 #      other topics and phrasings than the training prompts): target-only greedy vs assisted greedy
-#      (draft quantized to Q8_0 at load; EVAL_ARGS adds flags to both sides, e.g.
+#      (draft quantized at load to DRAFT_WEIGHTS, default q8_0; EVAL_ARGS adds flags to both sides, e.g.
 #      "--int8-activations --draft-int8-activations"), for each schedule of SCHEDULES (default:
 #      constant K=4 and dynamic); one JSON line per run (compare_summary.py), then the mean per
 #      draft and schedule. make-draft itself is given the same 12 prompts as --eval-prompts: its
@@ -42,7 +42,7 @@ for i in 1 3 5 7 9 11 13 15 17 19 21 23; do
   for sched in "${schedules[@]}"; do
     # shellcheck disable=SC2086  # a schedule is a flag and its value
     sed -n "${i}p" benchmarks/prompts/draft_eval.txt |
-      "$bin" compare --model "$model" --draft "$work/$name" --draft-weights q8_0 --chat --max-new-tokens 128 \
+      "$bin" compare --model "$model" --draft "$work/$name" --draft-weights "${DRAFT_WEIGHTS:-q8_0}" --chat --max-new-tokens 128 \
         --threads 2 --json "${eval_args[@]}" $sched | python3 benchmarks/compare_summary.py "$name$tag ${sched##* } #$i" >> "$out"
   done
 done

@@ -299,6 +299,13 @@ DraftQuality label_quality(const Net& net, const Data& d, const at::Tensor& head
   return q;
 }
 
+// The target as make-draft runs it.
+std::shared_ptr<const Model> load_target(const MakeDraftOptions& o) {
+  LoadOptions lo;
+  lo.int8_activations = o.int8_activations;
+  return load_model(o.target, lo);
+}
+
 using Progress = std::function<void(const MakeDraftProgress&)>;
 using Stopped = std::function<bool()>;
 
@@ -355,7 +362,7 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
   SPECDEC_CHECK(o.self_prompts == 0 || chat,
                 "make-draft: --self-prompts needs a target with a chat template; ", o.target,
                 " has none (give --prompts or --data)");
-  const Generator gen(load_model(o.target));
+  const Generator gen(load_target(o));
   if (o.self_prompts > 0) {
     // The target writes user messages itself: the chat template up to the start of a user turn,
     // sampled at temperature 1 until the turn ends (as in Magpie, Xu et al. 2024). Repeats and
@@ -408,7 +415,7 @@ std::optional<DraftQuality> measure_on_prompts(const MakeDraftOptions& o, const 
                                                const Progress& progress, const Stopped& stopped) {
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.target);
   const std::optional<ChatTemplate> chat = target_chat(o.target);
-  const auto target = load_model(o.target);
+  const auto target = load_target(o);
   std::vector<std::vector<int64_t>> seqs;
   for (const std::string& line : lines) seqs.push_back(prompt_ids(line, *tok, chat));
   GenerationConfig greedy;
@@ -463,10 +470,10 @@ struct RunState {
   std::string target_fingerprint;
   std::vector<int64_t> layer_ids;
   int64_t seq_len = 0, step = 0;
-  bool features = false;
+  bool features = false, int8_activations = false;  // how the data was labelled
   json to_json() const {
     return {{"target", target_fingerprint}, {"layer_ids", layer_ids}, {"seq_len", seq_len}, {"step", step},
-            {"features", features}};
+            {"features", features}, {"int8_activations", int8_activations}};
   }
 };
 
@@ -573,8 +580,11 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     state.seq_len = s.at("seq_len").get<int64_t>();
     state.step = s.at("step").get<int64_t>();
     state.features = s.value("features", false);
+    state.int8_activations = s.value("int8_activations", false);
     SPECDEC_CHECK(state.features == o.features, out, ": was made ", state.features ? "with" : "without",
                   " --features; resume it the same way");
+    SPECDEC_CHECK(state.int8_activations == o.int8_activations, out, ": was labelled ",
+                  state.int8_activations ? "with" : "without", " --int8-activations; resume it the same way");
     data = read_data(out);
   } else {
     state.layer_ids = o.layer_ids;
@@ -582,6 +592,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
       for (int64_t i = 0; i < o.layers; ++i) state.layer_ids.push_back(i);
     state.seq_len = o.seq_len;
     state.features = o.features;
+    state.int8_activations = o.int8_activations;
   }
   for (int64_t i : state.layer_ids)
     SPECDEC_CHECK(i < c.num_hidden_layers, "make-draft: layer ", i, " asked for, but ", o.target, " has ",
@@ -600,6 +611,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     const at::Tensor embed = src.weights->load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
     SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, embed),
                   "make-draft: --data-from ", o.data_from, " was labelled by a different target than ", o.target);
+    SPECDEC_CHECK(s.value("int8_activations", false) == o.int8_activations, "make-draft: --data-from ", o.data_from,
+                  " was labelled ", o.int8_activations ? "without" : "with", " --int8-activations; pass the same");
     data = read_data(o.data_from);
     SPECDEC_CHECK(!o.features || data.features.defined(), "make-draft: --data-from ", o.data_from,
                   " holds no target hidden states (it was made without --features); --features needs them");
@@ -616,7 +629,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     data.lengths = lengths;
     data.train = n - std::max<int64_t>(1, n / 20);
     data.head_ids = head_ids(data, o.vocab_subset, c);
-    if (!label(data, *load_model(o.target), o.batch, o.features, progress, stopped)) return {0, true, {}, {}, {}};
+    if (!label(data, *load_target(o), o.batch, o.features, progress, stopped)) return {0, true, {}, {}, {}};
   }
 
   // 3. The draft, and the run state that must match on --resume.

@@ -5,9 +5,11 @@
 // CI downloads it, so there they run).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+#include <torch/serialize.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "specdec/specdec.hpp"
 #include "test_util.hpp"
@@ -212,4 +214,61 @@ TEST(SmolLM2, PromptLookupTracesMatchHuggingFace) {
     }
     EXPECT_EQ(trace, expected) << c["prompt"];
   }
+}
+
+// make-draft --int8-activations labels with the target as it serves with --int8-activations. Oracle:
+// the top-32 next-token probabilities of each training chunk computed here, one chunk at a time,
+// by the target loaded with 8-bit activations; they must equal the labels bitwise, and differ from
+// the float32-activation target's (so the option is not ignored). Data labelled one way is refused
+// by a run of the other.
+TEST(SmolLM2, MakeDraftLabelsWithInt8ActivationsAsTheTargetServes) {
+  REQUIRE_MODEL();
+  const std::string root = temp_dir("smollm2_make_draft_int8");
+  write_file(root + "/text.txt",
+             "The water cycle moves water between the oceans, the air and the land. The sun warms the sea, "
+             "water rises as vapour, cools into clouds and falls again as rain or snow.");
+  MakeDraftOptions o;
+  o.target = model_path;
+  o.out = root + "/d";
+  o.data_files = {root + "/text.txt"};
+  o.vocab_subset = 64;
+  o.seq_len = 16;
+  o.batch = 3;
+  o.steps = 0;
+  o.int8_activations = true;
+  make_draft(o);
+
+  std::vector<at::Tensor> data;
+  torch::load(data, o.out + "/training/data.pt");
+  const at::Tensor ids = data.at(0), lengths = data.at(1), top_ids = data.at(2), top_p = data.at(3);
+  ASSERT_GE(ids.size(0), 2);
+  LoadOptions int8;
+  int8.int8_activations = true;
+  const auto served = load_model(model_path, int8);
+  c10::InferenceMode guard;
+  bool differs_from_float32 = false;
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    const int64_t n = lengths[i].item<int64_t>();
+    const at::Tensor chunk = ids[i].narrow(0, 0, n).unsqueeze(0);
+    KVCache c8 = served->make_cache(n), c32 = model(model_path)->make_cache(n);
+    const auto [p, id] = at::log_softmax(served->forward(chunk, c8)[0], -1).topk(32, -1);
+    EXPECT_TRUE(at::equal(id.to(at::kInt), top_ids[i].narrow(0, 0, n))) << "chunk " << i;
+    EXPECT_TRUE(at::equal(p.exp(), top_p[i].narrow(0, 0, n))) << "chunk " << i;
+    const at::Tensor p32 = std::get<0>(at::log_softmax(model(model_path)->forward(chunk, c32)[0], -1).topk(32, -1)).exp();
+    differs_from_float32 = differs_from_float32 || !at::equal(p32, top_p[i].narrow(0, 0, n));
+  }
+  EXPECT_TRUE(differs_from_float32) << "the labels are the float32-activation target's";
+
+  MakeDraftOptions other = o;
+  other.out = root + "/other";
+  other.data_files.clear();
+  other.data_from = o.out;
+  other.int8_activations = false;
+  try {
+    make_draft(other);
+    ADD_FAILURE() << "labels made with 8-bit activations were reused without them";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("with --int8-activations"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::ifstream(other.out + "/config.json").good());
 }
