@@ -797,7 +797,7 @@ int main(int argc, char** argv) {
                 "position before (kept by the target's cache as it verifies); --data-from needs data made with it");
   mkd->add_flag("--int8-activations", md.int8_activations,
                 "The target computes with 8-bit activations wherever make-draft runs it (as it serves "
-                "with --int8-activations; data made 2-3x faster)");
+                "with --int8-activations; data made faster)");
   mkd->add_option("--data", md.data_files, "Plain-text training files (off-policy)");
   mkd->add_option("--prompts", md.prompts_file,
                   "Prompts, one per line, that the target answers itself (on-policy training text; its chat "

@@ -31,7 +31,7 @@ struct MakeDraftOptions {
   bool features = false;
   // The target computes with 8-bit activations (LoadOptions::int8_activations) wherever make-draft
   // runs it: writing, answering, labelling, eval_prompts. The draft then learns the target as it
-  // serves under --int8-activations, and the data is made 2-3x faster.
+  // serves under --int8-activations, and the data is made faster (quantized targets only).
   bool int8_activations = false;
   // Training text: plain-text files (off-policy), and prompts (one per line) that the target
   // answers itself (on-policy; rendered with its chat template when it has one).
