@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,6 +168,17 @@ FixtureOptions small_fixture(uint64_t seed, int64_t layers, const std::string& a
   o.exit_layers = 1;
   o.exit_scale = 0.2;
   return o;
+}
+
+void expect_error(const MakeDraftOptions& o, const std::string& needle) {
+  const bool existed = path_exists(o.out);
+  try {
+    make_draft(o);
+    ADD_FAILURE() << "no error; expected one containing: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  if (!existed) EXPECT_FALSE(path_exists(o.out)) << "a failed run left " << o.out;
 }
 
 }  // namespace specdec::test

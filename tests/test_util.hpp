@@ -57,4 +57,8 @@ struct ScopedLimits {
   Limits saved;
 };
 
+// Runs make_draft(o) and expects a specdec::Error containing `needle`, and no folder at o.out when
+// there was none before.
+void expect_error(const MakeDraftOptions& o, const std::string& needle);
+
 }  // namespace specdec::test

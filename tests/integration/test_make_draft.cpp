@@ -169,17 +169,6 @@ TEST(MakeDraft, AnInterruptedRunResumesToTheSameDraft) {
   for (const auto& [name, t] : whole) EXPECT_TRUE(at::equal(t, parts.at(name))) << name;
 }
 
-void expect_error(const MakeDraftOptions& o, const std::string& needle) {
-  const bool existed = path_exists(o.out);
-  try {
-    make_draft(o);
-    ADD_FAILURE() << "no error; expected one containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-  if (!existed) EXPECT_FALSE(path_exists(o.out)) << "a failed run left " << o.out;
-}
-
 // --features: the untrained draft (fc = [I, 0]) is the plain one through the inference path;
 // training lowers its held-out KL there (its features coming from the target's cache); greedy output
 // stays exact; the data keeps the target's hidden states, and runs without them refuse --features.
