@@ -115,18 +115,20 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
       return true;
     }
   }
-  // The curve needs two points and one at cap / 2 + 1 tokens or more before K is planned on it. A
-  // draft model gets there with a real iteration that drafts enough for a pass that long; prompt
-  // lookup, whose proposals can be shorter than asked, with one timed pass over cap / 2 + 1 tokens.
-  // Above the largest pass observed the curve is extrapolated, and a plan that goes there is a real
-  // pass that refines it.
+  // K is planned on the curve once it holds every pass the first K's make, up to one of cap / 2 + 1
+  // tokens or more. A draft model gets there with real iterations, K = 1, 2, ... in turn, each
+  // timing its own pass once per Generator: between observed sizes the curve would interpolate,
+  // and a pass over more tokens can cost less than one over fewer (the kernels' tile shapes), so
+  // an interpolated curve kept goodput from the K it should plan. Prompt lookup, whose proposals
+  // can be shorter than asked, gets one timed pass over cap / 2 + 1 tokens. Above the largest pass
+  // observed the curve is extrapolated, and a plan that goes there is a real pass that refines it.
   const int64_t mid = cap / 2 + 1;
-  if (target.size() < 2 || target.largest() < mid) {
-    if (!free_drafts) {
-      const int64_t k = std::max<int64_t>(1, (mid + batch - 1) / batch - 1);
+  if (!free_drafts) {
+    if (const int64_t k = target.first_unobserved(batch, std::max<int64_t>(1, (mid + batch - 1) / batch - 1))) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
       return true;
     }
+  } else if (target.size() < 2 || target.largest() < mid) {
     calibrate(calibrated_, mid);
     costs(target, draft);
     if (target.size() <= 1) return true;

@@ -112,6 +112,12 @@ double PassCost::operator()(int64_t rows) const {
   return lo->second + t * (hi->second - lo->second);
 }
 
+int64_t PassCost::first_unobserved(int64_t batch, int64_t max_k) const {
+  for (int64_t k = 1; k <= max_k; ++k)
+    if (!points_.count(batch * (k + 1))) return k;
+  return 0;
+}
+
 double PassCost::ceiling(int64_t rows) const {
   double least = 0;  // over the observations for `rows` tokens or more
   for (auto it = points_.lower_bound(rows); it != points_.end(); ++it)

@@ -116,6 +116,9 @@ class PassCost {
   bool empty() const { return points_.empty(); }
   size_t size() const { return points_.size(); }
   int64_t largest() const { return points_.empty() ? 0 : points_.rbegin()->first; }  // most rows observed
+  // The smallest k in [1, max_k] for which no pass over batch * (k + 1) rows (a batch of `batch`
+  // rows drafting k tokens each) was observed; 0 when all were.
+  int64_t first_unobserved(int64_t batch, int64_t max_k) const;
 
  private:
   std::map<int64_t, double> points_;

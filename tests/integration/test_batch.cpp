@@ -179,6 +179,31 @@ TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
   }
 }
 
+// goodput in a fresh Generator times every pass its plans can make up to cap / 2 + 1 tokens with
+// real iterations, K = 1, 2, ..., 6 in turn (cap 12), before it plans on the cost curve: between
+// observed sizes the curve would be interpolated, and a pass over more tokens can cost less than
+// one over fewer. The draft is the target's first layer and the target's other layers add nothing
+// (exit scale 0), so every drafted token is accepted and drafting pays whatever the timings.
+TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
+  FixtureOptions o = small_fixture(7, 12, "llama");
+  o.hidden = 256;
+  o.intermediate = 1024;
+  o.exit_scale = 0.0;
+  const std::string t = cached_fixture("batch_explore_t", o);
+  const std::string d = temp_dir("batch_explore_d");
+  make_draft_of(t, d, 1, 0.0, 7);
+  GenerationConfig c;
+  c.max_new_tokens = 40;
+  c.num_assistant_tokens = 12;
+  c.num_assistant_tokens_schedule = "goodput";
+  const std::vector<int64_t> prompt{5, 9, 14, 3};
+  const GenerationResult r = Generator(test_model(t), test_model(d)).generate(prompt, c);
+  EXPECT_EQ(r.tokens, Generator(test_model(t)).generate(prompt, c).tokens);
+  EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens);
+  ASSERT_GE(r.stats.trace.size(), 7u);
+  for (int64_t k = 1; k <= 6; ++k) EXPECT_EQ(r.stats.trace[static_cast<size_t>(k)][0], k) << "pass " << k;
+}
+
 TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {
   const Pair p = pair_for("llama", 1);
   const Generator g(p.target, p.draft);

@@ -198,6 +198,20 @@ TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {
   EXPECT_DOUBLE_EQ(c(0), 1.2);
 }
 
+// Which K goodput tries next to time its pass (worked out by hand).
+TEST(Lookahead, PassCostFirstUnobserved) {
+  PassCost c;
+  EXPECT_EQ(c.first_unobserved(1, 3), 1);  // nothing observed: K = 1, a pass over 2 rows
+  c.observe(1, 1.0);
+  c.observe(2, 1.1);
+  c.observe(4, 1.3);
+  EXPECT_EQ(c.first_unobserved(1, 3), 2);  // 3 rows missing
+  c.observe(3, 1.4);
+  EXPECT_EQ(c.first_unobserved(1, 3), 0);  // 2, 3 and 4 rows observed
+  EXPECT_EQ(c.first_unobserved(1, 4), 4);  // 5 rows missing
+  EXPECT_EQ(c.first_unobserved(2, 3), 2);  // a batch of 2: 4 rows observed, 6 missing
+}
+
 // The ceiling on a pass's cost that lets goodput skip its costly calibration: the least observed
 // for as many rows or more, or rows times the least observed at all (worked out by hand).
 TEST(Lookahead, PassCostCeiling) {
