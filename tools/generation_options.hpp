@@ -24,7 +24,7 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->capture_default_str();
   app->add_flag("--no-adaptive-threshold", no_adaptive, "dynamic: keep the confidence threshold fixed");
   app->add_option("--prompt-lookup", gen.prompt_lookup_num_tokens,
-                  "Prompt lookup decoding with up to N tokens per iteration (instead of --draft, as in Hugging Face)")
+                  "Prompt lookup decoding with up to N tokens per iteration, as in Hugging Face (no draft model: not with --draft)")
       ->capture_default_str();
   app->add_option("--max-matching-ngram", gen.max_matching_ngram_size, "Prompt lookup: longest n-gram to match")
       ->capture_default_str();

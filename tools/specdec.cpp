@@ -184,6 +184,9 @@ Loaded load(RunOptions& o, bool chat) {
   cli::finish_generation_options(o.gen, o.no_adaptive);
   if (!chat && (!o.system.empty() || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");
+  // Hugging Face runs prompt lookup when given both and leaves the assistant model unused.
+  if (!o.draft.empty() && o.gen.prompt_lookup_num_tokens > 0)
+    throw Error("--prompt-lookup and --draft: give one of them (prompt lookup copies from the text and runs no draft)");
   std::string prompts_file = o.prompts_file == "-" ? "" : o.prompts_file;
   for (const std::string* path : {&o.model, &o.draft, &o.tokenizer, &prompts_file}) {
     struct stat st {};
