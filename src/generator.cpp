@@ -115,11 +115,11 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
       return true;
     }
   }
-  // K is planned on the curve once it holds every pass the first K's make, up to one of cap / 2 + 1
-  // tokens or more. A draft model gets there with real iterations, K = 1, 2, ... in turn, each
-  // timing its own pass once per Generator: between observed sizes the curve would interpolate,
-  // and a pass over more tokens can cost less than one over fewer (the kernels' tile shapes), so
-  // an interpolated curve kept goodput from the K it should plan. Prompt lookup, whose proposals
+  // K is planned on the curve once it holds a timed pass for every K from 1 up to one whose pass
+  // has cap / 2 + 1 tokens or more. A draft model gets there with real iterations, K = 1, 2, ...
+  // in turn, once per Generator: between observed sizes the curve would be interpolated, and a
+  // pass over more tokens can cost less than one over fewer (the kernels' tile shapes), which kept
+  // goodput from the K it should plan. Prompt lookup, whose proposals
   // can be shorter than asked, gets one timed pass over cap / 2 + 1 tokens. Above the largest pass
   // observed the curve is extrapolated, and a plan that goes there is a real pass that refines it.
   const int64_t mid = cap / 2 + 1;
