@@ -108,23 +108,25 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   // tokens (K = 0) costs, at a flat cost no less than that: the gain of drafting only shrinks as
   // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
   // (at the estimates and at their bounds: plan_lookahead) K = 0 without the long pass.
-  if (const double flat = target.ceiling(batch); flat > 0) {
+  const double flat = target.ceiling(batch);
+  if (flat > 0) {
     const auto flat_cost = [flat](int64_t) { return flat; };
     if (LookaheadSchedule::plan_lookahead(flat_cost, *draft, alphas, bounds, cap) == 0) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
       return true;
     }
   }
-  // K is planned on the curve once it holds a timed pass for every K from 1 up to one whose pass
-  // has cap / 2 + 1 tokens or more. A draft model gets there with real iterations, K = 1, 2, ...
-  // in turn, once per Generator: between observed sizes the curve would be interpolated, and a
-  // pass over more tokens can cost less than one over fewer (the kernels' tile shapes), which kept
-  // goodput from the K it should plan. Prompt lookup, whose proposals
-  // can be shorter than asked, gets one timed pass over cap / 2 + 1 tokens. Above the largest pass
-  // observed the curve is extrapolated, and a plan that goes there is a real pass that refines it.
+  // K is planned on the curve once it holds a timed pass for every K it could plan, from 1 up to
+  // one whose pass has cap / 2 + 1 tokens or more. A draft model gets there with real iterations,
+  // K = 1, 2, ... in turn, once per Generator (LookaheadSchedule::exploration): between observed
+  // sizes the curve would be interpolated, and a pass over more tokens can cost less than one over
+  // fewer (the kernels' tile shapes), which kept goodput from the K it should plan. Prompt lookup,
+  // whose proposals can be shorter than asked, gets one timed pass over cap / 2 + 1 tokens. Above
+  // the largest pass observed the curve is extrapolated, and a plan that goes there is a real pass
+  // that refines it.
   const int64_t mid = cap / 2 + 1;
   if (!free_drafts) {
-    if (const int64_t k = target.first_unobserved(batch, std::max<int64_t>(1, (mid + batch - 1) / batch - 1))) {
+    if (const int64_t k = LookaheadSchedule::exploration(target, flat, *draft, bounds, cap)) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
       return true;
     }

@@ -90,6 +90,17 @@ int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& 
   return best;
 }
 
+int64_t LookaheadSchedule::exploration(const PassCost& target, double flat, double draft_cost,
+                                       const std::vector<double>& bounds, int64_t cap) {
+  const auto batch = static_cast<int64_t>(bounds.size());
+  const int64_t mid = cap / 2 + 1;
+  int64_t reach = std::max<int64_t>(1, (mid + batch - 1) / batch - 1);
+  if (flat > 0)
+    reach = std::min(reach, std::max<int64_t>(1, best_lookahead([flat](int64_t) { return flat; }, draft_cost,
+                                                                bounds, cap)));
+  return target.first_unobserved(batch, reach);
+}
+
 void PassCost::observe(int64_t rows, double seconds) {
   auto [it, fresh] = points_.emplace(rows, seconds);
   if (!fresh) it->second += 0.2 * (seconds - it->second);
@@ -100,12 +111,12 @@ double PassCost::operator()(int64_t rows) const {
   auto hi = points_.lower_bound(rows);
   if (hi != points_.end() && hi->first == rows) return hi->second;
   if (hi == points_.begin()) return hi->second;  // below every observation
-  if (hi == points_.end()) {                     // above: extend the last segment
+  if (hi == points_.end()) {  // above: the mean slope over the observed range, no less than 0
     auto last = std::prev(hi);
-    if (last == points_.begin()) return last->second;
-    auto before = std::prev(last);
-    const double slope = (last->second - before->second) / static_cast<double>(last->first - before->first);
-    return last->second + slope * static_cast<double>(rows - last->first);
+    auto first = points_.begin();
+    if (last == first) return last->second;
+    const double slope = (last->second - first->second) / static_cast<double>(last->first - first->first);
+    return last->second + std::max(0.0, slope) * static_cast<double>(rows - last->first);
   }
   auto lo = std::prev(hi);
   const double t = static_cast<double>(rows - lo->first) / static_cast<double>(hi->first - lo->first);

@@ -13,6 +13,8 @@
 
 namespace specdec {
 
+class PassCost;
+
 // constant:  always K.
 // heuristic / heuristic_transient: start at K; +2 after an iteration whose drafted tokens were all
 //   accepted (vacuously true when none could be drafted, as in Hugging Face), else -1, floor 1.
@@ -84,6 +86,15 @@ class LookaheadSchedule {
                                 const std::vector<double>& alphas, const std::vector<double>& bounds,
                                 int64_t max_k);
 
+  // What goodput drafts while it times the passes it could plan (a draft model, before K is
+  // planned on the curve `target`): the smallest K in [1, reach] whose pass, over B (K + 1)
+  // tokens, was not observed (B = bounds.size()), or 0 when there is none. reach is the K that
+  // best_lookahead picks at the rows' acceptance bounds when every pass costs `flat` (no pass for
+  // K > 0 costs less), at most the first K whose pass has cap / 2 + 1 tokens or more: the K that
+  // could be planned, so a draft the target often rejects times only short passes.
+  static int64_t exploration(const PassCost& target, double flat, double draft_cost,
+                             const std::vector<double>& bounds, int64_t cap);
+
   // The adaptive rule on its own: given draft probabilities and whether each was accepted, the
   // threshold minimising FPR + 3 * FNR. Returns `current` when there are <= 5 samples or only one
   // outcome.
@@ -102,9 +113,11 @@ class LookaheadSchedule {
 };
 
 // The measured cost (seconds) of a model pass as a function of the rows (tokens) in it:
-// piecewise-linear between the row counts observed, the smallest one's cost below them, and the
-// last segment's slope above them. Each observation moves the value at its row count a fifth of
-// the way (the first one sets it).
+// piecewise-linear between the row counts observed, the smallest one's cost below them, and above
+// them the largest one's cost rising at the mean slope from the smallest to the largest (never
+// falling: a last segment that falls, where a pass over more tokens happened to cost less, would
+// make every longer pass look cheaper still). Each observation moves the value at its row count a
+// fifth of the way (the first one sets it).
 class PassCost {
  public:
   void observe(int64_t rows, double seconds);

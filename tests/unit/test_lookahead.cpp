@@ -196,6 +196,15 @@ TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {
   c.observe(1, 2.0);            // a fifth of the way: 1.2
   EXPECT_DOUBLE_EQ(c(1), 1.2);
   EXPECT_DOUBLE_EQ(c(0), 1.2);
+  // Beyond the last point the slope is the mean one from the first point, never below 0: with
+  // (1, 1.2), (4, 1.6), (6, 1.5) the last segment falls (-0.05 a row) but the mean slope is
+  // 0.3 / 5 = 0.06 a row: 1.5 + 4 x 0.06 at 10 rows.
+  c.observe(6, 1.5);
+  EXPECT_DOUBLE_EQ(c(10), 1.74);
+  PassCost falling;
+  falling.observe(2, 1.0);
+  falling.observe(4, 0.8);
+  EXPECT_DOUBLE_EQ(falling(9), 0.8);  // flat, not falling
 }
 
 // Which K goodput tries next to time its pass (worked out by hand).
@@ -210,6 +219,29 @@ TEST(Lookahead, PassCostFirstUnobserved) {
   EXPECT_EQ(c.first_unobserved(1, 3), 0);  // 2, 3 and 4 rows observed
   EXPECT_EQ(c.first_unobserved(1, 4), 4);  // 5 rows missing
   EXPECT_EQ(c.first_unobserved(2, 3), 2);  // a batch of 2: 4 rows observed, 6 missing
+}
+
+// Which K goodput drafts to time a pass it could plan (worked out by hand). A flat cost of 1 s a
+// pass, 0.12 s a drafted token, cap 12 (passes up to 7 tokens timed at most):
+// - acceptance bound 0.55: K = 1, 2, 3 give 1.55 / 1.12 = 1.384, 1.8525 / 1.24 = 1.494 and
+//   2.0189 / 1.36 = 1.484 tokens/s, so only K = 1 and 2 could be planned and only their passes
+//   are timed;
+// - bound 0.9: every K up to 6 could (the cap / 2 + 1 = 7-token pass).
+TEST(Lookahead, GoodputTimesOnlyThePassesItCouldPlan) {
+  PassCost c;
+  c.observe(1, 1.0);
+  EXPECT_EQ(LookaheadSchedule::exploration(c, 1.0, 0.12, {0.55}, 12), 1);
+  c.observe(2, 1.1);
+  EXPECT_EQ(LookaheadSchedule::exploration(c, 1.0, 0.12, {0.55}, 12), 2);
+  c.observe(3, 1.3);
+  EXPECT_EQ(LookaheadSchedule::exploration(c, 1.0, 0.12, {0.55}, 12), 0);
+  EXPECT_EQ(LookaheadSchedule::exploration(c, 1.0, 0.12, {0.9}, 12), 3);
+  for (int64_t rows = 4; rows <= 7; ++rows) c.observe(rows, 1.0 + 0.1 * static_cast<double>(rows));
+  EXPECT_EQ(LookaheadSchedule::exploration(c, 1.0, 0.12, {0.9}, 12), 0);
+  // Two rows: passes of 4, 6 and 8 tokens (K = 1, 2, 3: 8 >= 7); 4 and 6 are observed.
+  EXPECT_EQ(LookaheadSchedule::exploration(c, 1.0, 0.12, {0.9, 0.9}, 12), 3);
+  // Nothing timed yet at the flat cost (0): reach by the pass length alone.
+  EXPECT_EQ(LookaheadSchedule::exploration(PassCost(), 0.0, 0.12, {0.1}, 12), 1);
 }
 
 // The ceiling on a pass's cost that lets goodput skip its costly calibration: the least observed
