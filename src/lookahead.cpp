@@ -103,24 +103,26 @@ int64_t LookaheadSchedule::exploration(const PassCost& target, double flat, doub
 
 void PassCost::observe(int64_t rows, double seconds) {
   auto [it, fresh] = points_.emplace(rows, seconds);
-  if (!fresh) it->second += 0.2 * (seconds - it->second);
+  if (fresh) return;
+  if (seconds < it->second) it->second = seconds;
+  speed_ += 0.2 * (seconds / it->second - speed_);
 }
 
 double PassCost::operator()(int64_t rows) const {
   if (points_.empty()) return 0;
   auto hi = points_.lower_bound(rows);
-  if (hi != points_.end() && hi->first == rows) return hi->second;
-  if (hi == points_.begin()) return hi->second;  // below every observation
+  if (hi != points_.end() && hi->first == rows) return at(hi);
+  if (hi == points_.begin()) return at(hi);  // below every observation
   if (hi == points_.end()) {  // above: the mean slope over the observed range, no less than 0
     auto last = std::prev(hi);
     auto first = points_.begin();
-    if (last == first) return last->second;
-    const double slope = (last->second - first->second) / static_cast<double>(last->first - first->first);
-    return last->second + std::max(0.0, slope) * static_cast<double>(rows - last->first);
+    if (last == first) return at(last);
+    const double slope = (at(last) - at(first)) / static_cast<double>(last->first - first->first);
+    return at(last) + std::max(0.0, slope) * static_cast<double>(rows - last->first);
   }
   auto lo = std::prev(hi);
   const double t = static_cast<double>(rows - lo->first) / static_cast<double>(hi->first - lo->first);
-  return lo->second + t * (hi->second - lo->second);
+  return at(lo) + t * (at(hi) - at(lo));
 }
 
 int64_t PassCost::first_unobserved(int64_t batch, int64_t max_k) const {
@@ -132,10 +134,10 @@ int64_t PassCost::first_unobserved(int64_t batch, int64_t max_k) const {
 double PassCost::ceiling(int64_t rows) const {
   double least = 0;  // over the observations for `rows` tokens or more
   for (auto it = points_.lower_bound(rows); it != points_.end(); ++it)
-    if (least == 0 || it->second < least) least = it->second;
+    if (least == 0 || at(it) < least) least = at(it);
   double one = 0;  // over all of them
-  for (const auto& [n, seconds] : points_)
-    if (one == 0 || seconds < one) one = seconds;
+  for (auto it = points_.begin(); it != points_.end(); ++it)
+    if (one == 0 || at(it) < one) one = at(it);
   const double many = static_cast<double>(rows) * one;
   return least > 0 ? std::min(least, many) : many;
 }

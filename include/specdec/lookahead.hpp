@@ -112,19 +112,22 @@ class LookaheadSchedule {
   std::vector<bool> hist_accepted_;
 };
 
-// The measured cost (seconds) of a model pass as a function of the rows (tokens) in it:
-// piecewise-linear between the row counts observed, the smallest one's cost below them, and above
-// them the largest one's cost rising at the mean slope from the smallest to the largest (never
-// falling: a last segment that falls, where a pass over more tokens happened to cost less, would
-// make every longer pass look cheaper still). Each observation moves the value at its row count a
-// fifth of the way (the first one sets it).
+// The measured cost (seconds) of a model pass as a function of the rows (tokens) in it: for each
+// row count observed, the least time seen for it (timing noise on a shared machine only adds)
+// times a speed, which every repeated observation moves a fifth of the way to its ratio over its
+// row count's least. The machine's state (other processes, clocks, a longer cache) moves every
+// row count at once, so a row count timed once early follows the drift measured on the ones in
+// use and keeps its cost relative to theirs. Between row counts, piecewise-linear; below them, the
+// smallest one's; above them, the largest one's rising at the mean slope from the smallest to the
+// largest (never falling: a last segment that falls, where a pass over more tokens happened to
+// cost less, would make every longer pass look cheaper still).
 class PassCost {
  public:
   void observe(int64_t rows, double seconds);
   double operator()(int64_t rows) const;  // 0 when nothing was observed
   // An upper bound on the seconds of a pass over `rows` tokens (0 without observations): the least
-  // observed for `rows` tokens or more (a pass costs no less for more tokens) or, when smaller,
-  // `rows` times the least observed at all (nor more than passes over one token each).
+  // cost of an observed row count of `rows` or more (a pass costs no less for more tokens) or, when
+  // smaller, `rows` times the least of all (nor more than passes over one token each).
   double ceiling(int64_t rows) const;
   bool empty() const { return points_.empty(); }
   size_t size() const { return points_.size(); }
@@ -134,7 +137,9 @@ class PassCost {
   int64_t first_unobserved(int64_t batch, int64_t max_k) const;
 
  private:
-  std::map<int64_t, double> points_;
+  double at(std::map<int64_t, double>::const_iterator it) const { return speed_ * it->second; }
+  std::map<int64_t, double> points_;  // the least seconds observed for each row count
+  double speed_ = 1.0;
 };
 
 }  // namespace specdec

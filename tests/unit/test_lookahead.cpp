@@ -193,18 +193,40 @@ TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {
   EXPECT_EQ(c.largest(), 4);
   EXPECT_DOUBLE_EQ(c(2), 1.2);
   EXPECT_DOUBLE_EQ(c(8), 2.4);  // slope 0.2 per row beyond the last point
-  c.observe(1, 2.0);            // a fifth of the way: 1.2
-  EXPECT_DOUBLE_EQ(c(1), 1.2);
-  EXPECT_DOUBLE_EQ(c(0), 1.2);
   // Beyond the last point the slope is the mean one from the first point, never below 0: with
-  // (1, 1.2), (4, 1.6), (6, 1.5) the last segment falls (-0.05 a row) but the mean slope is
-  // 0.3 / 5 = 0.06 a row: 1.5 + 4 x 0.06 at 10 rows.
+  // (1, 1.0), (4, 1.6), (6, 1.5) the last segment falls (-0.05 a row) but the mean slope is
+  // 0.5 / 5 = 0.1 a row: 1.5 + 4 x 0.1 at 10 rows.
   c.observe(6, 1.5);
-  EXPECT_DOUBLE_EQ(c(10), 1.74);
+  EXPECT_DOUBLE_EQ(c(10), 1.9);
   PassCost falling;
   falling.observe(2, 1.0);
   falling.observe(4, 0.8);
   EXPECT_DOUBLE_EQ(falling(9), 0.8);  // flat, not falling
+}
+
+// Each row count's least time, times a speed that repeated observations move a fifth of the way
+// to their ratio over their row count's least (worked out by hand).
+TEST(Lookahead, PassCostFollowsTheMachineAtEveryRowCount) {
+  PassCost c;
+  c.observe(2, 1.0);
+  c.observe(3, 1.2);
+  c.observe(2, 2.0);  // speed 1 + 0.2 x (2.0 / 1.0 - 1) = 1.2, the least stays 1.0
+  EXPECT_DOUBLE_EQ(c(2), 1.2);
+  EXPECT_DOUBLE_EQ(c(3), 1.44);  // 1.2 x 1.2: the 3-row pass, timed once, follows
+  EXPECT_DOUBLE_EQ(c(1), 1.2);   // below every row count: the smallest one's
+  for (int i = 0; i < 9; ++i) c.observe(2, 2.0);  // the machine stays twice as slow
+  // speed 2 - 0.8^10 after ten observations: every row count keeps its ratio to the others (an
+  // average per row count would put the 2-row pass at 1.89 and the 3-row one at 1.2, cheaper)
+  const double speed = 2.0 - std::pow(0.8, 10);
+  EXPECT_DOUBLE_EQ(c(2), speed);
+  EXPECT_DOUBLE_EQ(c(3), 1.2 * speed);
+  c.observe(2, 0.5);  // a faster pass: the least drops to 0.5, the speed moves towards 1
+  EXPECT_DOUBLE_EQ(c(2), 0.5 * (speed + 0.2 * (1.0 - speed)));
+  // A row count first timed during a burst of noise: its next, quieter pass sets it.
+  PassCost burst;
+  burst.observe(3, 3.0);
+  burst.observe(3, 1.0);
+  EXPECT_DOUBLE_EQ(burst(3), 1.0);
 }
 
 // Which K goodput tries next to time its pass (worked out by hand).
