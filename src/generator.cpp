@@ -124,7 +124,7 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   // whose proposals can be shorter than asked, gets one timed pass over cap / 2 + 1 tokens. Above
   // the largest pass observed the curve is extrapolated, and a plan that goes there is a real pass
   // that refines it.
-  const int64_t mid = cap / 2 + 1;
+  const int64_t mid = LookaheadSchedule::timed_pass_tokens(cap);
   if (!free_drafts) {
     if (const int64_t k = LookaheadSchedule::exploration(target, flat, *draft, bounds, cap)) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));

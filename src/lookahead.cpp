@@ -93,7 +93,7 @@ int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& 
 int64_t LookaheadSchedule::exploration(const PassCost& target, double flat, double draft_cost,
                                        const std::vector<double>& bounds, int64_t cap) {
   const auto batch = static_cast<int64_t>(bounds.size());
-  const int64_t mid = cap / 2 + 1;
+  const int64_t mid = timed_pass_tokens(cap);
   int64_t reach = std::max<int64_t>(1, (mid + batch - 1) / batch - 1);
   if (flat > 0)
     reach = std::min(reach, std::max<int64_t>(1, best_lookahead([flat](int64_t) { return flat; }, draft_cost,

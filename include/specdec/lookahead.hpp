@@ -86,6 +86,9 @@ class LookaheadSchedule {
                                 const std::vector<double>& alphas, const std::vector<double>& bounds,
                                 int64_t max_k);
 
+  // The tokens of the longest pass goodput times before it plans on the curve: cap / 2 + 1 (a
+  // pass drafting half the cap; longer passes are timed when a plan goes there).
+  static int64_t timed_pass_tokens(int64_t cap) { return cap / 2 + 1; }
   // What goodput drafts while it times the passes it could plan (a draft model, before K is
   // planned on the curve `target`): the smallest K in [1, reach] whose pass, over B (K + 1)
   // tokens, was not observed (B = bounds.size()), or 0 when there is none. reach is the K that
