@@ -102,10 +102,11 @@ int64_t LookaheadSchedule::exploration(const PassCost& target, double flat, doub
 }
 
 void PassCost::observe(int64_t rows, double seconds) {
-  auto [it, fresh] = points_.emplace(rows, seconds);
+  // A row count's first pass counts at the present speed; a pass faster than its least lowers it.
+  auto [it, fresh] = points_.emplace(rows, seconds / speed_);
   if (fresh) return;
   if (seconds < it->second) it->second = seconds;
-  speed_ += 0.2 * (seconds / it->second - speed_);
+  if (it->second > 0) speed_ += 0.2 * (seconds / it->second - speed_);
 }
 
 double PassCost::operator()(int64_t rows) const {

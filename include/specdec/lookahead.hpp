@@ -116,9 +116,9 @@ class LookaheadSchedule {
 };
 
 // The measured cost (seconds) of a model pass as a function of the rows (tokens) in it: for each
-// row count observed, the least time seen for it (timing noise on a shared machine only adds)
-// times a speed, which every repeated observation moves a fifth of the way to its ratio over its
-// row count's least. The machine's state (other processes, clocks, a longer cache) moves every
+// row count observed, the least time seen for it (timing noise on a shared machine only adds; its
+// first pass divided by the speed at the time) times a speed, which every repeated observation
+// moves a fifth of the way to its ratio over its row count's least. The machine's state (other processes, clocks, a longer cache) moves every
 // row count at once, so a row count timed once early follows the drift measured on the ones in
 // use and keeps its cost relative to theirs. Between row counts, piecewise-linear; below them, the
 // smallest one's; above them, the largest one's rising at the mean slope from the smallest to the

@@ -220,8 +220,14 @@ TEST(Lookahead, PassCostFollowsTheMachineAtEveryRowCount) {
   const double speed = 2.0 - std::pow(0.8, 10);
   EXPECT_DOUBLE_EQ(c(2), speed);
   EXPECT_DOUBLE_EQ(c(3), 1.2 * speed);
+  // A row count first timed now, at this speed: 4.0 s there is 4.0 / speed at speed 1, so the
+  // curve gives it 4.0 now, not speed x 4.0.
+  c.observe(5, 4.0);
+  EXPECT_DOUBLE_EQ(c(5), 4.0);
   c.observe(2, 0.5);  // a faster pass: the least drops to 0.5, the speed moves towards 1
-  EXPECT_DOUBLE_EQ(c(2), 0.5 * (speed + 0.2 * (1.0 - speed)));
+  const double quieter = speed + 0.2 * (1.0 - speed);
+  EXPECT_DOUBLE_EQ(c(2), 0.5 * quieter);
+  EXPECT_DOUBLE_EQ(c(5), 4.0 / speed * quieter);
   // A row count first timed during a burst of noise: its next, quieter pass sets it.
   PassCost burst;
   burst.observe(3, 3.0);
