@@ -135,12 +135,12 @@ int64_t PassCost::first_unobserved(int64_t batch, int64_t max_k) const {
 double PassCost::ceiling(int64_t rows) const {
   double least = 0;  // over the observations for `rows` tokens or more
   for (auto it = points_.lower_bound(rows); it != points_.end(); ++it)
-    if (least == 0 || at(it) < least) least = at(it);
+    if (least == 0 || it->second < least) least = it->second;
   double one = 0;  // over all of them
-  for (auto it = points_.begin(); it != points_.end(); ++it)
-    if (one == 0 || at(it) < one) one = at(it);
+  for (const auto& [n, seconds] : points_)
+    if (one == 0 || seconds < one) one = seconds;
   const double many = static_cast<double>(rows) * one;
-  return least > 0 ? std::min(least, many) : many;
+  return speed_ * (least > 0 ? std::min(least, many) : many);  // every row count at the same speed
 }
 
 double LookaheadSchedule::fit_threshold(const std::vector<double>& probs,

@@ -118,9 +118,9 @@ class LookaheadSchedule {
 // The measured cost (seconds) of a model pass as a function of the rows (tokens) in it: for each
 // row count observed, the least time seen for it (timing noise on a shared machine only adds; its
 // first pass divided by the speed at the time) times a speed, which every repeated observation
-// moves a fifth of the way to its ratio over its row count's least. The machine's state (other processes, clocks, a longer cache) moves every
-// row count at once, so a row count timed once early follows the drift measured on the ones in
-// use and keeps its cost relative to theirs. Between row counts, piecewise-linear; below them, the
+// moves a fifth of the way to its ratio over its row count's least. The machine's state (other
+// processes, clocks, a longer cache) moves every row count at once, so a row count timed once
+// early follows the drift measured on the ones in use and keeps its cost relative to theirs. Between row counts, piecewise-linear; below them, the
 // smallest one's; above them, the largest one's rising at the mean slope from the smallest to the
 // largest (never falling: a last segment that falls, where a pass over more tokens happened to
 // cost less, would make every longer pass look cheaper still).
@@ -141,7 +141,7 @@ class PassCost {
 
  private:
   double at(std::map<int64_t, double>::const_iterator it) const { return speed_ * it->second; }
-  std::map<int64_t, double> points_;  // the least seconds observed for each row count
+  std::map<int64_t, double> points_;  // each row count's least seconds (the first: at speed 1)
   double speed_ = 1.0;
 };
 
