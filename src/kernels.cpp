@@ -1617,10 +1617,16 @@ void stored_row(const LinearKernel& kernel, GgmlType type, const uint8_t* w, int
 
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
                          int64_t n, int64_t k, const at::Tensor& b) {
-  const at::Tensor x2 = x.reshape({-1, k}).contiguous();  // [R, K]
-  const int64_t rows = x2.size(0);
-  at::Tensor y = at::empty({rows, n}, x.options());       // [R, N]
-  const float* xp = x2.data_ptr<float>();
+  // x [..., K] read as [R, K] and y allocated as [..., N] directly: a decode step runs ~120 of
+  // these, and each reshape or view is a libtorch dispatch.
+  SPECDEC_CHECK(x.dim() >= 1 && x.size(-1) == k, "linear layer: input of ", x.sizes(), ", expected ", k,
+                " features");
+  const at::Tensor xc = x.contiguous();
+  const int64_t rows = xc.numel() / k;
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = n;
+  at::Tensor y = at::empty(shape, x.options());  // [R, N] in memory
+  const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   // The 8-bit activations of kRowTile rows, reused by this thread's passes (a name, so that the
   // lambdas below, run by other threads, see this thread's).
@@ -1643,9 +1649,7 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
     });
   }
   if (b.defined()) y.add_(b);
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = n;
-  return y.view(shape);
+  return y;
 }
 
 namespace {
@@ -1854,6 +1858,60 @@ __attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) {
 
 }  // namespace
 
+namespace {
+
+// Where attend_rows finds a pass's operands: q [B, Hq, T, D] contiguous; keys and values of batch
+// row b and key/value head h at k + b * k_b + h * k_h, key j j * k_j further on (contiguous D);
+// the mask (null: none) of (b, key/value head, query head in its group, query t) at
+// mask + b * m_b + h * m_h + g * m_g + t * m_t, key j j * m_j further on; out [B, T, Hq * D].
+struct AttentionPass {
+  const float *q, *k, *v;
+  float* out;
+  int64_t b, hq, hkv, t, d, len;
+  float scale;
+  int64_t k_b, k_h, k_j, v_b, v_h, v_j;
+  const float* mask = nullptr;
+  int64_t m_b = 0, m_h = 0, m_g = 0, m_t = 0, m_j = 0;
+};
+
+// One AttentionRow per (row, query head, query) over the threads.
+void attend_rows(const AttentionPass& a, Isa isa) {
+  void (*row_fn)(const AttentionRow&) = attend_default;
+#ifdef SPECDEC_X86
+  if (isa != Isa::kPortable) row_fn = attend_avx2;
+#else
+  (void)isa;
+#endif
+  const int64_t groups = a.hq / a.hkv;
+  at::parallel_for(0, a.b * a.hq * a.t, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> p(a.len);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bi = r / (a.hq * a.t), h = (r / a.t) % a.hq, ti = r % a.t, kh = h / groups;
+      AttentionRow row;
+      row.q = a.q + r * a.d;
+      row.k = a.k + bi * a.k_b + kh * a.k_h;
+      row.v = a.v + bi * a.v_b + kh * a.v_h;
+      row.mask = a.mask ? a.mask + bi * a.m_b + kh * a.m_h + (h % groups) * a.m_g + ti * a.m_t : nullptr;
+      row.k_stride = a.k_j, row.v_stride = a.v_j, row.mask_stride = a.m_j;
+      row.len = a.len, row.d = a.d, row.scale = a.scale;
+      row.p = p.data();
+      row.out = a.out + (bi * a.t + ti) * a.hq * a.d + h * a.d;
+      row_fn(row);
+    }
+  });
+}
+
+// The first `rot` features of a head's row x rotated (x * cos + rotate_half(x) * sin), the rest
+// copied, into o.
+inline void rotate_row(const float* x, const float* c, const float* s, int64_t rot, int64_t d, float* o) {
+  const int64_t half = rot / 2;
+  for (int64_t i = 0; i < half; ++i) o[i] = x[i] * c[i] + (-x[i + half]) * s[i];
+  for (int64_t i = half; i < rot; ++i) o[i] = x[i] * c[i] + x[i - half] * s[i];
+  for (int64_t i = rot; i < d; ++i) o[i] = x[i];
+}
+
+}  // namespace
+
 at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                          const at::Tensor& mask, double scale, Isa isa) {
   if (!cpu_f32(q) || !cpu_f32(keys) || !cpu_f32(values) || (mask.defined() && !cpu_f32(mask)) ||
@@ -1862,36 +1920,69 @@ at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
   const int64_t hkv = keys.size(1), len = keys.size(2), groups = hq / hkv;
   const at::Tensor qc = q.contiguous();                                       // [B, Hq, T, D]
-  at::Tensor m;                                                               // [B, Hkv, g, T, L] view
-  if (mask.defined()) m = mask.expand({b, hkv, groups, t, len});
   at::Tensor out = at::empty({b, t, hq * d}, q.options());                    // [B, T, Hq * D]
-  const float* qp = qc.data_ptr<float>();
-  const float* kp = keys.data_ptr<float>();
-  const float* vp = values.data_ptr<float>();
-  const float* mp = m.defined() ? m.data_ptr<float>() : nullptr;
-  float* op = out.data_ptr<float>();
-  void (*row_fn)(const AttentionRow&) = attend_default;
-#ifdef SPECDEC_X86
-  if (isa != Isa::kPortable) row_fn = attend_avx2;
-#else
-  (void)isa;
-#endif
-  at::parallel_for(0, b * hq * t, 1, [&](int64_t r0, int64_t r1) {
-    std::vector<float> p(len);
+  AttentionPass a{qc.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(), out.data_ptr<float>(),
+                  b, hq, hkv, t, d, len, static_cast<float>(scale),
+                  keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0), values.stride(1), values.stride(2)};
+  if (mask.defined()) {
+    const at::Tensor m = mask.expand({b, hkv, groups, t, len});               // [B, Hkv, g, T, L] view
+    a.mask = m.data_ptr<float>();
+    a.m_b = m.stride(0), a.m_h = m.stride(1), a.m_g = m.stride(2), a.m_t = m.stride(3), a.m_j = m.stride(4);
+  }
+  attend_rows(a, isa);
+  return out;
+}
+
+at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, int64_t d,
+                                const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
+                                const at::Tensor& values, int64_t past, const at::Tensor& mask, double scale,
+                                Isa isa) {
+  if (!cpu_f32(qkv) || !cpu_f32(keys) || !cpu_f32(values) || qkv.dim() != 3 || !qkv.is_contiguous() ||
+      qkv.size(2) != (hq + 2 * hkv) * d || !keys.is_contiguous() || !values.is_contiguous() ||
+      keys.dim() != 4 || keys.sizes() != values.sizes() || keys.size(0) < qkv.size(0) || keys.size(1) != hkv ||
+      keys.size(3) != d || hq % hkv != 0)
+    return {};
+  const int64_t b = qkv.size(0), t = qkv.size(1), len = past + t, cap = keys.size(2);
+  if (past < 0 || len > cap) return {};
+  if (mask.defined() && (!cpu_f32(mask) || mask.dim() != 2 || mask.size(0) != t || mask.size(1) != len ||
+                         !mask.is_contiguous()))
+    return {};
+  const bool rotary = cos.defined();
+  if (rotary && (!cpu_f32(cos) || !cpu_f32(sin) || cos.dim() != 2 || cos.size(0) != t || !cos.is_contiguous() ||
+                 !sin.is_contiguous() || cos.sizes() != sin.sizes() || cos.size(1) > d))
+    return {};
+  const int64_t rot = rotary ? cos.size(1) : 0, width = (hq + 2 * hkv) * d;
+  at::Tensor q = at::empty({b, hq, t, d}, qkv.options());  // rotated queries
+  at::Tensor out = at::empty({b, t, hq * d}, qkv.options());
+  const float* x = qkv.data_ptr<float>();
+  float* qp = q.data_ptr<float>();
+  float* kp = keys.data_ptr<float>();
+  float* vp = values.data_ptr<float>();
+  const float* cp = rotary ? cos.data_ptr<float>() : nullptr;
+  const float* sp = rotary ? sin.data_ptr<float>() : nullptr;
+  // Each head row of each token (queries, keys, values) as project + rotary_f32 + KVCache::append
+  // leave it: queries rotated into q, keys rotated and values copied into the cache.
+  const int64_t heads = hq + 2 * hkv;
+  at::parallel_for(0, b * t * heads, rows_per_task(d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t bi = r / (hq * t), h = (r / t) % hq, ti = r % t, kh = h / groups;
-      AttentionRow a;
-      a.q = qp + r * d;
-      a.k = kp + bi * keys.stride(0) + kh * keys.stride(1);
-      a.v = vp + bi * values.stride(0) + kh * values.stride(1);
-      a.mask = mp ? mp + bi * m.stride(0) + kh * m.stride(1) + (h % groups) * m.stride(2) + ti * m.stride(3) : nullptr;
-      a.k_stride = keys.stride(2), a.v_stride = values.stride(2), a.mask_stride = m.defined() ? m.stride(4) : 0;
-      a.len = len, a.d = d, a.scale = static_cast<float>(scale);
-      a.p = p.data();
-      a.out = op + (bi * t + ti) * hq * d + h * d;
-      row_fn(a);
+      const int64_t bi = r / (t * heads), ti = (r / heads) % t, h = r % heads;
+      const float* xr = x + (bi * t + ti) * width + h * d;
+      const float* c = rotary ? cp + ti * rot : nullptr;
+      const float* s = rotary ? sp + ti * rot : nullptr;
+      if (h < hq) {
+        rotate_row(xr, c, s, rot, d, qp + ((bi * hq + h) * t + ti) * d);
+      } else if (h < hq + hkv) {
+        rotate_row(xr, c, s, rot, d, kp + ((bi * hkv + h - hq) * cap + past + ti) * d);
+      } else {
+        std::memcpy(vp + ((bi * hkv + h - hq - hkv) * cap + past + ti) * d, xr, d * sizeof(float));
+      }
     }
   });
+  const int64_t row = hkv * cap * d;  // the buffers' strides: row, head, position
+  AttentionPass a{qp, kp, vp, out.data_ptr<float>(), b, hq, hkv, t, d, len, static_cast<float>(scale),
+                  row, cap * d, d, row, cap * d, d};
+  if (mask.defined()) a.mask = mask.data_ptr<float>(), a.m_t = len, a.m_j = 1;
+  attend_rows(a, isa);
   return out;
 }
 
@@ -1899,7 +1990,7 @@ at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps) {
   if (!cpu_f32(x) || !cpu_f32(w)) return {};
   const int64_t h = x.size(-1);
   const at::Tensor xc = x.contiguous(), wc = w.contiguous();
-  at::Tensor y = at::empty_like(xc);
+  at::Tensor y = at::empty(xc.sizes(), xc.options());  // (empty_like: two dispatches)
   const float* xp = xc.data_ptr<float>();
   const float* wp = wc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
@@ -1918,7 +2009,7 @@ at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Te
   const int64_t h = x.size(-1);
   const at::Tensor xc = x.contiguous(), wc = w.contiguous();
   const at::Tensor bc = b.defined() ? b.contiguous() : at::Tensor();
-  at::Tensor y = at::empty_like(xc);
+  at::Tensor y = at::empty(xc.sizes(), xc.options());
   const float* xp = xc.data_ptr<float>();
   const float* wp = wc.data_ptr<float>();
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
@@ -1938,7 +2029,7 @@ at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Te
 
 at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   if (!cpu_f32(x) || !cpu_f32(cos) || !cpu_f32(sin) || x.dim() != 4 || x.stride(3) != 1) return {};
-  const int64_t b = x.size(0), h = x.size(1), t = x.size(2), d = x.size(3), rot = cos.size(-1), half = rot / 2;
+  const int64_t b = x.size(0), h = x.size(1), t = x.size(2), d = x.size(3), rot = cos.size(-1);
   const bool per_row = cos.dim() == 4;
   if (per_row && (cos.size(0) != b || cos.size(2) != t)) return {};
   const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();  // [T, rot] or [B, 1, T, rot]
@@ -1954,10 +2045,7 @@ at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tens
       const int64_t row = per_row ? bi * t + ti : ti;  // cos/sin [B, 1, T, rot] or [T, rot]
       const float* c = cp + row * rot;
       const float* s = sp + row * rot;
-      float* o = op + r * d;
-      for (int64_t i = 0; i < half; ++i) o[i] = xr[i] * c[i] + (-xr[i + half]) * s[i];
-      for (int64_t i = half; i < rot; ++i) o[i] = xr[i] * c[i] + xr[i - half] * s[i];
-      for (int64_t i = rot; i < d; ++i) o[i] = xr[i];
+      rotate_row(xr, c, s, rot, d, op + r * d);
     }
   });
   return out;

@@ -33,6 +33,11 @@ int64_t KVCache::length() const {
   return lengths_[0];
 }
 
+std::pair<at::Tensor, at::Tensor> KVCache::buffers(int64_t layer) const {
+  SPECDEC_CHECK(layer >= 0 && layer < num_layers(), "KVCache: layer ", layer, " out of range");
+  return {keys_[layer], values_[layer]};
+}
+
 std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   SPECDEC_CHECK(layer >= 0 && layer < num_layers(), "KVCache: layer ", layer, " out of range");
   const int64_t b = k.size(0), t = k.size(2);

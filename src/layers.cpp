@@ -206,10 +206,8 @@ at::Tensor activation(const at::Tensor& x, const std::string& name) {
   throw Error("unsupported activation '" + name + "'");
 }
 
-std::array<at::Tensor, 3> Attention::project(const at::Tensor& x, const at::Tensor& cos,
-                                             const at::Tensor& sin) const {
-  const int64_t b = x.size(0), t = x.size(1), d = head_dim;
-  const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
+std::array<at::Tensor, 3> Attention::split(const at::Tensor& y, const at::Tensor& cos, const at::Tensor& sin) const {
+  const int64_t b = y.size(0), t = y.size(1), d = head_dim;
   const auto parts = y.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   at::Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // [B, Hq, T, D]
   at::Tensor k = parts[1].view({b, t, kv_heads, d}).transpose(1, 2);
@@ -223,12 +221,23 @@ std::array<at::Tensor, 3> Attention::project(const at::Tensor& x, const at::Tens
 
 at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
                                  double scale, const at::Tensor& cos, const at::Tensor& sin) const {
-  const auto [q, k, v] = project(x, cos, sin);
+  const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
+  const int64_t b = y.size(0), past = cache.length(0);
+  bool aligned = true;  // every row of the pass starts at `past` (the fused kernel's case)
+  for (int64_t r = 1; r < b; ++r) aligned = aligned && cache.length(r) == past;
+  if (aligned) {
+    const auto [keys, values] = cache.buffers(layer);
+    if (at::Tensor a = kernels::cached_attention_f32(y, heads, kv_heads, head_dim, cos, sin, keys, values, past,
+                                                     mask, scale);
+        a.defined())
+      return o(a);
+  }
+  const auto [q, k, v] = split(y, cos, sin);
   return o(cached_attention(q, k, v, cache, layer, mask, scale));
 }
 
 at::Tensor Attention::operator()(const at::Tensor& x, const at::Tensor& mask, double scale) const {
-  const auto [q, k, v] = project(x, {}, {});
+  const auto [q, k, v] = split(qkv(x), {}, {});
   return o(attend(q, k, v, mask, scale));
 }
 

@@ -124,8 +124,9 @@ struct Attention {
   at::Tensor operator()(const at::Tensor& x, const at::Tensor& mask, double scale) const;
 
  private:
-  // q [B, Hq, T, D], k and v [B, Hkv, T, D], rotated when cos/sin are defined.
-  std::array<at::Tensor, 3> project(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  // q [B, Hq, T, D], k and v [B, Hkv, T, D] of the projection y = qkv(x), rotated when cos/sin are
+  // defined.
+  std::array<at::Tensor, 3> split(const at::Tensor& y, const at::Tensor& cos, const at::Tensor& sin) const;
 };
 
 // Two-layer MLP: down(act(up(x))).

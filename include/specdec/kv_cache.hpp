@@ -31,6 +31,9 @@ class KVCache {
   // only padding can be there, as Model::forward refuses a pass whose real tokens do not fit.
   // Lengths move only with advance().
   std::pair<at::Tensor, at::Tensor> append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
+  // Layer `layer`'s key and value buffers [batch, kv_heads, capacity, head_dim], for kernels that
+  // write a pass's keys and values in place as append() would (slots past a row's length are free).
+  std::pair<at::Tensor, at::Tensor> buffers(int64_t layer) const;
   // Commits new positions after every layer has appended them: row b grows by counts[b] (rows
   // past counts.size() are unchanged).
   void advance(const std::vector<int64_t>& counts);

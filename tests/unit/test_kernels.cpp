@@ -514,6 +514,56 @@ TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
   }
 }
 
+// The fused attention step gives bitwise what its unfused steps give (the projection's q|k|v split
+// into heads, rotary_f32 on queries and keys, the keys and values written into the cache, then
+// attention_f32 over the cache), and writes the cache only at the pass's positions: grouped-query
+// heads with a causal mask over a cache already holding positions, partial rotary on a head size
+// that is not a multiple of 8, no rotary at all; on every kernel family. Inputs it does not serve
+// (a pass past the capacity, a mask of another shape) give an undefined tensor and write nothing.
+TEST(LayerKernels, FusedCachedAttentionIsTheUnfusedStepsBitwise) {
+  struct Case { int64_t b, t, past, hq, hkv, d, rot; bool mask; };
+  for (const Case c : {Case{2, 3, 7, 6, 2, 64, 64, true}, Case{1, 1, 20, 3, 3, 36, 16, false},
+                       Case{3, 4, 0, 4, 1, 16, 0, true}}) {
+    const int64_t cap = 32, len = c.past + c.t, width = (c.hq + 2 * c.hkv) * c.d;
+    const at::Tensor y = at::randn({c.b, c.t, width});
+    const at::Tensor cos = c.rot ? at::randn({c.t, c.rot}) : at::Tensor(), sin = c.rot ? at::randn({c.t, c.rot}) : at::Tensor();
+    const at::Tensor mask =
+        c.mask ? at::full({c.t, len}, -std::numeric_limits<float>::infinity()).triu(c.past + 1) : at::Tensor();
+    // A cache of one row more than the pass, holding random values everywhere.
+    const at::Tensor keys0 = at::randn({c.b + 1, c.hkv, cap, c.d}), values0 = at::randn({c.b + 1, c.hkv, cap, c.d});
+    for (const kernels::Isa isa : kernels::available_isas()) {
+      // Unfused.
+      const auto parts = y.split({c.hq * c.d, c.hkv * c.d, c.hkv * c.d}, -1);
+      at::Tensor q = parts[0].view({c.b, c.t, c.hq, c.d}).transpose(1, 2);
+      at::Tensor k = parts[1].view({c.b, c.t, c.hkv, c.d}).transpose(1, 2);
+      const at::Tensor v = parts[2].view({c.b, c.t, c.hkv, c.d}).transpose(1, 2);
+      if (c.rot) q = kernels::rotary_f32(q, cos, sin), k = kernels::rotary_f32(k, cos, sin);
+      const at::Tensor keys_want = keys0.clone(), values_want = values0.clone();
+      keys_want.narrow(0, 0, c.b).narrow(2, c.past, c.t).copy_(k);
+      values_want.narrow(0, 0, c.b).narrow(2, c.past, c.t).copy_(v);
+      const at::Tensor want =
+          kernels::attention_f32(q, keys_want.narrow(0, 0, c.b).narrow(2, 0, len),
+                                 values_want.narrow(0, 0, c.b).narrow(2, 0, len), mask, 0.125, isa);
+      // Fused.
+      const at::Tensor keys = keys0.clone(), values = values0.clone();
+      const at::Tensor got =
+          kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, c.past, mask, 0.125, isa);
+      ASSERT_TRUE(got.defined()) << kernels::isa_name(isa);
+      EXPECT_TRUE(at::equal(got, want)) << kernels::isa_name(isa) << " d " << c.d;
+      EXPECT_TRUE(at::equal(keys, keys_want)) << kernels::isa_name(isa) << " d " << c.d;
+      EXPECT_TRUE(at::equal(values, values_want)) << kernels::isa_name(isa) << " d " << c.d;
+      // Refused: nothing written.
+      const at::Tensor past_end = kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values,
+                                                                cap - c.t + 1, {}, 0.125, isa);
+      const at::Tensor wrong_mask = kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values,
+                                                                  c.past, at::zeros({c.t, len + 1}), 0.125, isa);
+      EXPECT_FALSE(past_end.defined());
+      EXPECT_FALSE(wrong_mask.defined());
+      EXPECT_TRUE(at::equal(keys, keys_want) && at::equal(values, values_want));
+    }
+  }
+}
+
 // SiLU's own exp: the x86 copy gives the portable code's bits (rows whose width is not a multiple
 // of 8, so every lane and the tails are used; NaN, infinities, zeros, values beyond the clamp), the
 // gated form equals the two steps bitwise, and both are within a few ulp of v / (1 + e^-v) in
