@@ -1935,23 +1935,29 @@ at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::
 
 at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, int64_t d,
                                 const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
-                                const at::Tensor& values, int64_t past, const at::Tensor& mask, double scale,
-                                Isa isa) {
+                                const at::Tensor& values, const std::vector<int64_t>& past, const at::Tensor& mask,
+                                double scale, Isa isa) {
   if (!cpu_f32(qkv) || !cpu_f32(keys) || !cpu_f32(values) || qkv.dim() != 3 || !qkv.is_contiguous() ||
       qkv.size(2) != (hq + 2 * hkv) * d || !keys.is_contiguous() || !values.is_contiguous() ||
       keys.dim() != 4 || keys.sizes() != values.sizes() || keys.size(0) < qkv.size(0) || keys.size(1) != hkv ||
-      keys.size(3) != d || hq % hkv != 0)
+      keys.size(3) != d || hq % hkv != 0 || static_cast<int64_t>(past.size()) != qkv.size(0))
     return {};
-  const int64_t b = qkv.size(0), t = qkv.size(1), len = past + t, cap = keys.size(2);
-  if (past < 0 || len > cap) return {};
-  if (mask.defined() && (!cpu_f32(mask) || mask.dim() != 2 || mask.size(0) != t || mask.size(1) != len ||
-                         !mask.is_contiguous()))
+  const int64_t b = qkv.size(0), t = qkv.size(1), cap = keys.size(2);
+  if (*std::min_element(past.begin(), past.end()) < 0 || *std::max_element(past.begin(), past.end()) >= cap)
     return {};
+  // The keys attended over: as KVCache::append's views, up to the longest row's end.
+  const int64_t len = std::min(cap, *std::max_element(past.begin(), past.end()) + t);
+  const auto shaped = [&](const at::Tensor& m, std::initializer_list<int64_t> one, std::initializer_list<int64_t> per_row) {
+    return cpu_f32(m) && m.is_contiguous() && (m.sizes() == at::IntArrayRef(one) || m.sizes() == at::IntArrayRef(per_row));
+  };
+  if (mask.defined() && !shaped(mask, {t, len}, {b, 1, 1, t, len})) return {};
   const bool rotary = cos.defined();
-  if (rotary && (!cpu_f32(cos) || !cpu_f32(sin) || cos.dim() != 2 || cos.size(0) != t || !cos.is_contiguous() ||
-                 !sin.is_contiguous() || cos.sizes() != sin.sizes() || cos.size(1) > d))
+  const int64_t rot = rotary ? cos.size(-1) : 0;
+  if (rotary && (rot > d || !shaped(cos, {t, rot}, {b, 1, t, rot}) || !sin.defined() || sin.sizes() != cos.sizes() ||
+                 !shaped(sin, {t, rot}, {b, 1, t, rot})))
     return {};
-  const int64_t rot = rotary ? cos.size(1) : 0, width = (hq + 2 * hkv) * d;
+  const int64_t width = (hq + 2 * hkv) * d, heads = hq + 2 * hkv;
+  const int64_t table_row = rotary && cos.dim() == 4 ? t : 0;  // batch row b's tables start b * t rows on
   at::Tensor q = at::empty({b, hq, t, d}, qkv.options());  // rotated queries
   at::Tensor out = at::empty({b, t, hq * d}, qkv.options());
   const float* x = qkv.data_ptr<float>();
@@ -1960,28 +1966,34 @@ at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, 
   float* vp = values.data_ptr<float>();
   const float* cp = rotary ? cos.data_ptr<float>() : nullptr;
   const float* sp = rotary ? sin.data_ptr<float>() : nullptr;
-  // Each head row of each token (queries, keys, values) as project + rotary_f32 + KVCache::append
-  // leave it: queries rotated into q, keys rotated and values copied into the cache.
-  const int64_t heads = hq + 2 * hkv;
+  // Each head row of each token (queries, keys, values) as Attention's split, rotary_f32 and
+  // KVCache::append leave it: queries rotated into q; keys rotated and values copied into the
+  // cache at the row's next positions, those past the capacity dropped (only padding is there).
   at::parallel_for(0, b * t * heads, rows_per_task(d), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t bi = r / (t * heads), ti = (r / heads) % t, h = r % heads;
       const float* xr = x + (bi * t + ti) * width + h * d;
-      const float* c = rotary ? cp + ti * rot : nullptr;
-      const float* s = rotary ? sp + ti * rot : nullptr;
+      const float* c = rotary ? cp + (bi * table_row + ti) * rot : nullptr;
+      const float* s = rotary ? sp + (bi * table_row + ti) * rot : nullptr;
+      const int64_t pos = past[static_cast<size_t>(bi)] + ti;
       if (h < hq) {
         rotate_row(xr, c, s, rot, d, qp + ((bi * hq + h) * t + ti) * d);
+      } else if (pos >= cap) {
+        continue;
       } else if (h < hq + hkv) {
-        rotate_row(xr, c, s, rot, d, kp + ((bi * hkv + h - hq) * cap + past + ti) * d);
+        rotate_row(xr, c, s, rot, d, kp + ((bi * hkv + h - hq) * cap + pos) * d);
       } else {
-        std::memcpy(vp + ((bi * hkv + h - hq - hkv) * cap + past + ti) * d, xr, d * sizeof(float));
+        std::memcpy(vp + ((bi * hkv + h - hq - hkv) * cap + pos) * d, xr, d * sizeof(float));
       }
     }
   });
   const int64_t row = hkv * cap * d;  // the buffers' strides: row, head, position
   AttentionPass a{qp, kp, vp, out.data_ptr<float>(), b, hq, hkv, t, d, len, static_cast<float>(scale),
                   row, cap * d, d, row, cap * d, d};
-  if (mask.defined()) a.mask = mask.data_ptr<float>(), a.m_t = len, a.m_j = 1;
+  if (mask.defined()) {
+    a.mask = mask.data_ptr<float>(), a.m_t = len, a.m_j = 1;
+    if (mask.dim() == 5) a.m_b = t * len;
+  }
   attend_rows(a, isa);
   return out;
 }

@@ -103,16 +103,18 @@ at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::
 // One attention step against a KV cache, fused: what Attention's projection split, rotary_f32,
 // KVCache::append and attention_f32 compute one after the other, with their bits, without their
 // intermediate tensors (a decode step's ~30 small libtorch operations per layer). qkv [B, T,
-// (Hq + 2 Hkv) D] contiguous: a fused q|k|v projection's output; cos, sin [T, rot] (rot <= D), or
-// undefined: no rotary; keys, values: a KVCache's buffers [>= B, Hkv, capacity, D] of one layer,
-// whose rows [0, B) all hold `past` positions. The pass's rotated keys and its values are written
-// at positions [past, past + T) of rows [0, B), then its rotated queries attend over [0, past + T)
-// under `mask` (additive [T, past + T], or undefined). Returns [B, T, Hq * D], or an undefined
-// tensor for inputs of another kind (nothing written; the caller takes the unfused path).
+// (Hq + 2 Hkv) D] contiguous: a fused q|k|v projection's output; cos, sin [T, rot] (every row's
+// positions alike) or [B, 1, T, rot] (per row; rot <= D), or undefined: no rotary; keys, values: a
+// KVCache's buffers [>= B, Hkv, capacity, D] of one layer, row b holding past[b] positions. Row b's
+// rotated keys and its values are written at positions [past[b], past[b] + T) (those past the
+// capacity dropped: only padding is there), then its rotated queries attend over the first
+// L = min(capacity, max_b past[b] + T) positions under `mask` (additive, [T, L] or [B, 1, 1, T, L],
+// or undefined). Returns [B, T, Hq * D], or an undefined tensor for inputs of another kind (nothing
+// written; the caller takes the unfused path).
 at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, int64_t d,
                                 const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
-                                const at::Tensor& values, int64_t past, const at::Tensor& mask, double scale,
-                                Isa isa = default_isa());
+                                const at::Tensor& values, const std::vector<int64_t>& past, const at::Tensor& mask,
+                                double scale, Isa isa = default_isa());
 // w * (x / sqrt(mean(x^2) + eps)) over the last dimension.
 at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps);
 // (x - mean) / sqrt(var + eps) * w + b over the last dimension (b may be undefined).

@@ -222,16 +222,13 @@ std::array<at::Tensor, 3> Attention::split(const at::Tensor& y, const at::Tensor
 at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
                                  double scale, const at::Tensor& cos, const at::Tensor& sin) const {
   const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
-  const int64_t b = y.size(0), past = cache.length(0);
-  bool aligned = true;  // every row of the pass starts at `past` (the fused kernel's case)
-  for (int64_t r = 1; r < b; ++r) aligned = aligned && cache.length(r) == past;
-  if (aligned) {
-    const auto [keys, values] = cache.buffers(layer);
-    if (at::Tensor a = kernels::cached_attention_f32(y, heads, kv_heads, head_dim, cos, sin, keys, values, past,
-                                                     mask, scale);
-        a.defined())
-      return o(a);
-  }
+  std::vector<int64_t> past(static_cast<size_t>(y.size(0)));
+  for (size_t r = 0; r < past.size(); ++r) past[r] = cache.length(static_cast<int64_t>(r));
+  const auto [keys, values] = cache.buffers(layer);
+  if (at::Tensor a = kernels::cached_attention_f32(y, heads, kv_heads, head_dim, cos, sin, keys, values, past, mask,
+                                                   scale);
+      a.defined())
+    return o(a);
   const auto [q, k, v] = split(y, cos, sin);
   return o(cached_attention(q, k, v, cache, layer, mask, scale));
 }

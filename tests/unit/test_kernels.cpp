@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "kernels.hpp"
+#include "specdec/kv_cache.hpp"
 #include "linear.hpp"
 #include "specdec/error.hpp"
 
@@ -515,51 +516,68 @@ TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
 }
 
 // The fused attention step gives bitwise what its unfused steps give (the projection's q|k|v split
-// into heads, rotary_f32 on queries and keys, the keys and values written into the cache, then
-// attention_f32 over the cache), and writes the cache only at the pass's positions: grouped-query
-// heads with a causal mask over a cache already holding positions, partial rotary on a head size
-// that is not a multiple of 8, no rotary at all; on every kernel family. Inputs it does not serve
-// (a pass past the capacity, a mask of another shape) give an undefined tensor and write nothing.
+// into heads, rotary_f32 on queries and keys, KVCache::append, then attention_f32 over the cache's
+// views), and writes the cache only where append writes: grouped-query heads with a causal mask
+// over a cache already holding positions; rows at different positions (a ragged batch: tables and
+// mask per row) with a row so near the capacity that its padding is dropped; partial rotary on a
+// head size that is not a multiple of 8; no rotary at all; on every kernel family. Inputs it does
+// not serve (a row past the capacity, a mask of another shape) give an undefined tensor and write
+// nothing.
 TEST(LayerKernels, FusedCachedAttentionIsTheUnfusedStepsBitwise) {
-  struct Case { int64_t b, t, past, hq, hkv, d, rot; bool mask; };
-  for (const Case c : {Case{2, 3, 7, 6, 2, 64, 64, true}, Case{1, 1, 20, 3, 3, 36, 16, false},
-                       Case{3, 4, 0, 4, 1, 16, 0, true}}) {
-    const int64_t cap = 32, len = c.past + c.t, width = (c.hq + 2 * c.hkv) * c.d;
-    const at::Tensor y = at::randn({c.b, c.t, width});
-    const at::Tensor cos = c.rot ? at::randn({c.t, c.rot}) : at::Tensor(), sin = c.rot ? at::randn({c.t, c.rot}) : at::Tensor();
-    const at::Tensor mask =
-        c.mask ? at::full({c.t, len}, -std::numeric_limits<float>::infinity()).triu(c.past + 1) : at::Tensor();
-    // A cache of one row more than the pass, holding random values everywhere.
-    const at::Tensor keys0 = at::randn({c.b + 1, c.hkv, cap, c.d}), values0 = at::randn({c.b + 1, c.hkv, cap, c.d});
+  struct Case { int64_t t, hq, hkv, d, rot; std::vector<int64_t> past; bool mask; };
+  const int64_t cap = 32;
+  for (const Case& c : {Case{3, 6, 2, 64, 64, {7, 7}, true}, Case{1, 3, 3, 36, 16, {20}, false},
+                        Case{4, 4, 1, 16, 0, {0, 0, 0}, true}, Case{5, 6, 2, 64, 32, {3, 29, 11}, true}}) {
+    const auto b = static_cast<int64_t>(c.past.size());
+    const bool same = std::all_of(c.past.begin(), c.past.end(), [&](int64_t p) { return p == c.past[0]; });
+    const int64_t longest = *std::max_element(c.past.begin(), c.past.end());
+    const int64_t len = std::min(cap, longest + c.t), width = (c.hq + 2 * c.hkv) * c.d;
+    const at::Tensor y = at::randn({b, c.t, width});
+    const std::vector<int64_t> table = same ? std::vector<int64_t>{c.t, c.rot} : std::vector<int64_t>{b, 1, c.t, c.rot};
+    const at::Tensor cos = c.rot ? at::randn(table) : at::Tensor(), sin = c.rot ? at::randn(table) : at::Tensor();
+    at::Tensor mask;  // causal per row: query j of row r sees keys up to past[r] + j
+    if (c.mask) {
+      mask = at::zeros({b, 1, 1, c.t, len});
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t j = 0; j < c.t; ++j)
+          mask[r][0][0][j].narrow(0, std::min(len, c.past[r] + j + 1), len - std::min(len, c.past[r] + j + 1))
+              .fill_(-std::numeric_limits<float>::infinity());
+      if (same) mask = mask[0][0][0].contiguous();  // [T, L]
+    }
+    // A cache of one row more than the pass, random values everywhere.
+    const at::Tensor keys0 = at::randn({b + 1, c.hkv, cap, c.d}), values0 = at::randn({b + 1, c.hkv, cap, c.d});
     for (const kernels::Isa isa : kernels::available_isas()) {
-      // Unfused.
+      // Unfused: the steps Attention takes without the fused kernel.
       const auto parts = y.split({c.hq * c.d, c.hkv * c.d, c.hkv * c.d}, -1);
-      at::Tensor q = parts[0].view({c.b, c.t, c.hq, c.d}).transpose(1, 2);
-      at::Tensor k = parts[1].view({c.b, c.t, c.hkv, c.d}).transpose(1, 2);
-      const at::Tensor v = parts[2].view({c.b, c.t, c.hkv, c.d}).transpose(1, 2);
+      at::Tensor q = parts[0].view({b, c.t, c.hq, c.d}).transpose(1, 2);
+      at::Tensor k = parts[1].view({b, c.t, c.hkv, c.d}).transpose(1, 2);
+      const at::Tensor v = parts[2].view({b, c.t, c.hkv, c.d}).transpose(1, 2);
       if (c.rot) q = kernels::rotary_f32(q, cos, sin), k = kernels::rotary_f32(k, cos, sin);
-      const at::Tensor keys_want = keys0.clone(), values_want = values0.clone();
-      keys_want.narrow(0, 0, c.b).narrow(2, c.past, c.t).copy_(k);
-      values_want.narrow(0, 0, c.b).narrow(2, c.past, c.t).copy_(v);
-      const at::Tensor want =
-          kernels::attention_f32(q, keys_want.narrow(0, 0, c.b).narrow(2, 0, len),
-                                 values_want.narrow(0, 0, c.b).narrow(2, 0, len), mask, 0.125, isa);
+      KVCache cache(1, b + 1, c.hkv, cap, c.d, at::TensorOptions().dtype(at::kFloat));
+      cache.buffers(0).first.copy_(keys0), cache.buffers(0).second.copy_(values0);
+      std::vector<int64_t> lengths = c.past;
+      lengths.push_back(0);
+      cache.advance(lengths);
+      const auto [kv, vv] = cache.append(0, k, v);
+      const at::Tensor want = kernels::attention_f32(q, kv, vv, mask, 0.125, isa);
       // Fused.
       const at::Tensor keys = keys0.clone(), values = values0.clone();
       const at::Tensor got =
           kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, c.past, mask, 0.125, isa);
       ASSERT_TRUE(got.defined()) << kernels::isa_name(isa);
-      EXPECT_TRUE(at::equal(got, want)) << kernels::isa_name(isa) << " d " << c.d;
-      EXPECT_TRUE(at::equal(keys, keys_want)) << kernels::isa_name(isa) << " d " << c.d;
-      EXPECT_TRUE(at::equal(values, values_want)) << kernels::isa_name(isa) << " d " << c.d;
+      const std::string what = std::string(kernels::isa_name(isa)) + " rows " + std::to_string(b);
+      EXPECT_TRUE(at::equal(got, want)) << what;
+      EXPECT_TRUE(at::equal(keys, cache.buffers(0).first)) << what;
+      EXPECT_TRUE(at::equal(values, cache.buffers(0).second)) << what;
       // Refused: nothing written.
-      const at::Tensor past_end = kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values,
-                                                                cap - c.t + 1, {}, 0.125, isa);
-      const at::Tensor wrong_mask = kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values,
-                                                                  c.past, at::zeros({c.t, len + 1}), 0.125, isa);
-      EXPECT_FALSE(past_end.defined());
-      EXPECT_FALSE(wrong_mask.defined());
-      EXPECT_TRUE(at::equal(keys, keys_want) && at::equal(values, values_want));
+      std::vector<int64_t> full = c.past;
+      full[0] = cap;
+      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, full, {}, 0.125, isa)
+                       .defined());
+      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, c.past,
+                                                 at::zeros({c.t, len + 1}), 0.125, isa)
+                       .defined());
+      EXPECT_TRUE(at::equal(keys, cache.buffers(0).first) && at::equal(values, cache.buffers(0).second));
     }
   }
 }
