@@ -1940,14 +1940,14 @@ at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, 
   if (!cpu_f32(qkv) || !cpu_f32(keys) || !cpu_f32(values) || qkv.dim() != 3 || !qkv.is_contiguous() ||
       qkv.size(2) != (hq + 2 * hkv) * d || !keys.is_contiguous() || !values.is_contiguous() ||
       keys.dim() != 4 || keys.sizes() != values.sizes() || keys.size(0) < qkv.size(0) || keys.size(1) != hkv ||
-      keys.size(3) != d || hq % hkv != 0 || static_cast<int64_t>(past.size()) != qkv.size(0))
+      keys.size(3) != d || hq % hkv != 0 || past.empty() || static_cast<int64_t>(past.size()) != qkv.size(0))
     return {};
   const int64_t b = qkv.size(0), t = qkv.size(1), cap = keys.size(2);
   if (*std::min_element(past.begin(), past.end()) < 0 || *std::max_element(past.begin(), past.end()) >= cap)
     return {};
   // The keys attended over: as KVCache::append's views, up to the longest row's end.
   const int64_t len = std::min(cap, *std::max_element(past.begin(), past.end()) + t);
-  const auto shaped = [&](const at::Tensor& m, std::initializer_list<int64_t> one, std::initializer_list<int64_t> per_row) {
+  const auto shaped = [](const at::Tensor& m, std::initializer_list<int64_t> one, std::initializer_list<int64_t> per_row) {
     return cpu_f32(m) && m.is_contiguous() && (m.sizes() == at::IntArrayRef(one) || m.sizes() == at::IntArrayRef(per_row));
   };
   if (mask.defined() && !shaped(mask, {t, len}, {b, 1, 1, t, len})) return {};
