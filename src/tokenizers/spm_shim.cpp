@@ -214,17 +214,22 @@ bool charsmap_is_safe(std::string_view blob) {
   return true;
 }
 
-// False when a NormalizerSpec in the model carries a charsmap that is not safe to use.
-bool charsmaps_are_safe(std::string_view model) {
-  bool safe = true;
-  for_each_field(model, [&](const Field& f) {
+// Why the model must not reach SentencePiece, or nullptr: a message this reader cannot walk
+// (malformed, truncated, or holding a group: no SentencePiece model has one, but protobuf skips
+// groups and reads on, past where this check would stop; found by fuzz_sentencepiece), or a
+// NormalizerSpec whose charsmap is not safe to use.
+const char* model_problem(std::string_view model) {
+  static constexpr const char* kMalformed = "malformed or truncated protobuf";
+  const char* problem = nullptr;
+  const bool walked = for_each_field(model, [&](const Field& f) {
     if ((f.number != kNormalizerSpec && f.number != kDenormalizerSpec) || f.wire_type != 2) return;
-    for_each_field(f.payload, [&](const Field& g) {
+    const bool spec_walked = for_each_field(f.payload, [&](const Field& g) {
       if (g.number == kPrecompiledCharsmap && g.wire_type == 2 && !charsmap_is_safe(g.payload))
-        safe = false;
+        problem = "a precompiled charsmap is malformed";
     });
+    if (!spec_walked) problem = kMalformed;
   });
-  return safe;
+  return walked ? problem : kMalformed;
 }
 
 // Runs `body`; an exception (SentencePiece's darts_clone throws on some malformed models) becomes
@@ -247,8 +252,8 @@ SHIM_API specdec_spm* specdec_spm_load(const char* data, size_t size, int add_du
                                        char** err) {
   return guarded<specdec_spm*>(err, nullptr, [&]() -> specdec_spm* {
     std::string bytes(data, size);
-    if (!charsmaps_are_safe(bytes)) {
-      set_error(err, "not a SentencePiece model (a precompiled charsmap is malformed)");
+    if (const char* problem = model_problem(bytes)) {
+      set_error(err, std::string("not a SentencePiece model (") + problem + ")");
       return nullptr;
     }
     if (add_dummy_prefix >= 0) {

@@ -275,7 +275,9 @@ std::string with_charsmap(const std::string& model, int spec, const std::string&
 }
 
 // SentencePiece walks a precompiled charsmap's double array unchecked; the shim checks it first
-// (found by tests/fuzz/fuzz_sentencepiece.cpp: an empty array read out of bounds in decode).
+// (found by tests/fuzz/fuzz_sentencepiece.cpp: an empty array read out of bounds in decode), and
+// refuses a model it cannot walk to the end (found by it too: protobuf skips a group and reads a
+// denormalizer behind it that the check never saw).
 TEST(SentencePiece, MalformedCharsmapsAreClearErrorsAndAWellFormedOneIsUsed) {
   const std::string plain = trained_sentencepiece(300, "");
   const std::string model = read_file(plain + "/tokenizer.model");
@@ -286,23 +288,28 @@ TEST(SentencePiece, MalformedCharsmapsAreClearErrorsAndAWellFormedOneIsUsed) {
   EXPECT_EQ(t->encode("x", false), t->encode("the", false));
   EXPECT_NE(load_tokenizer(plain)->encode("x", false), t->encode("the", false));
 
-  const std::string fuzz_finding =
-      read_file(std::string(SPECDEC_TEST_DATA) + "/../fuzz/corpus/sentencepiece/finding-charsmap-empty-trie.model");
-  const std::vector<std::pair<std::string, std::string>> bad = {
-      {"the fuzzer's finding: an empty array in the denormalizer", fuzz_finding},
-      {"a value past the replacements", with_charsmap(model, 3, charsmap_x_to_the(4))},
-      {"a cycle", with_charsmap(model, 5, charsmap_x_to_the(0, true))},
-      {"an empty array", with_charsmap(model, 5, charsmap_x_to_the(0, false, 0))},
-      {"an array past the blob's end", with_charsmap(model, 3, charsmap_x_to_the(0, false, 1024 + 5))},
+  const auto finding = [](const std::string& name) {
+    return read_file(std::string(SPECDEC_TEST_DATA) + "/../fuzz/corpus/sentencepiece/" + name);
   };
-  for (const auto& [what, bytes] : bad) {
+  const std::string charsmap = "precompiled charsmap is malformed", protobuf = "malformed or truncated protobuf";
+  struct Bad { std::string what, bytes, error; };
+  const std::vector<Bad> bad = {
+      {"the fuzzer's finding: an empty array in the denormalizer", finding("finding-charsmap-empty-trie.model"), charsmap},
+      {"a value past the replacements", with_charsmap(model, 3, charsmap_x_to_the(4)), charsmap},
+      {"a cycle", with_charsmap(model, 5, charsmap_x_to_the(0, true)), charsmap},
+      {"an empty array", with_charsmap(model, 5, charsmap_x_to_the(0, false, 0)), charsmap},
+      {"an array past the blob's end", with_charsmap(model, 3, charsmap_x_to_the(0, false, 1024 + 5)), charsmap},
+      // Protobuf skips a group (start 6, end 6) and reads on to the denormalizer behind it.
+      {"an empty array behind a group", with_charsmap(model + "\x33\x34", 5, charsmap_x_to_the(0, false, 0)), protobuf},
+      {"the fuzzer's finding: a group among the pieces, then the denormalizer", finding("finding-group-hides-denormalizer.model"), protobuf},
+  };
+  for (const auto& [what, bytes, error] : bad) {
     write_file(dir + "/tokenizer.model", bytes);
     try {
       load_tokenizer(dir);
       ADD_FAILURE() << what << ": loaded";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("precompiled charsmap is malformed"), std::string::npos)
-          << what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(error), std::string::npos) << what << ": " << e.what();
     }
   }
 }
