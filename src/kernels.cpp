@@ -1943,10 +1943,10 @@ at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, 
       keys.size(3) != d || hq % hkv != 0 || past.empty() || static_cast<int64_t>(past.size()) != qkv.size(0))
     return {};
   const int64_t b = qkv.size(0), t = qkv.size(1), cap = keys.size(2);
-  if (*std::min_element(past.begin(), past.end()) < 0 || *std::max_element(past.begin(), past.end()) >= cap)
-    return {};
+  const int64_t longest = *std::max_element(past.begin(), past.end());
+  if (*std::min_element(past.begin(), past.end()) < 0 || longest >= cap) return {};
   // The keys attended over: as KVCache::append's views, up to the longest row's end.
-  const int64_t len = std::min(cap, *std::max_element(past.begin(), past.end()) + t);
+  const int64_t len = std::min(cap, longest + t);
   const auto shaped = [](const at::Tensor& m, std::initializer_list<int64_t> one, std::initializer_list<int64_t> per_row) {
     return cpu_f32(m) && m.is_contiguous() && (m.sizes() == at::IntArrayRef(one) || m.sizes() == at::IntArrayRef(per_row));
   };

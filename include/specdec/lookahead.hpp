@@ -120,10 +120,11 @@ class LookaheadSchedule {
 // first pass divided by the speed at the time) times a speed, which every repeated observation
 // moves a fifth of the way to its ratio over its row count's least. The machine's state (other
 // processes, clocks, a longer cache) moves every row count at once, so a row count timed once
-// early follows the drift measured on the ones in use and keeps its cost relative to theirs. Between row counts, piecewise-linear; below them, the
-// smallest one's; above them, the largest one's rising at the mean slope from the smallest to the
-// largest (never falling: a last segment that falls, where a pass over more tokens happened to
-// cost less, would make every longer pass look cheaper still).
+// early follows the drift measured on the ones in use and keeps its cost relative to theirs.
+// Between row counts, piecewise-linear; below them, the smallest one's; above them, the largest
+// one's rising at the mean slope from the smallest to the largest (never falling: a last segment
+// that falls, where a pass over more tokens happened to cost less, would make every longer pass
+// look cheaper still).
 class PassCost {
  public:
   void observe(int64_t rows, double seconds);
