@@ -5,6 +5,9 @@
 #include <c10/core/InferenceMode.h>
 
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <map>
 #include <memory>
 #include <string>
@@ -137,6 +140,54 @@ void BM_ModelPass(benchmark::State& state) {
   state.SetLabel(path.substr(path.find_last_of('/') + 1));
 }
 BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
+
+// The memory-bandwidth floor beside BM_ModelPass: a read of state.range(0) MB (96: SmolLM2 Q4_1's
+// 96.5 MB of weight matrices, each read once by a one-token pass) from huge pages as the weights
+// are held (WeightArena), each thread summing its contiguous share, as the linear kernels split a
+// matrix. bytes_per_second is the rate; a pass's floor is its bytes at that rate.
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) uint64_t read_words(const uint64_t* p, int64_t n) {
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 4; ++j)
+      a[j] = _mm256_add_epi64(a[j], _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4 * j)));
+  alignas(32) uint64_t out[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi64(_mm256_add_epi64(a[0], a[1]), _mm256_add_epi64(a[2], a[3])));
+  uint64_t sum = out[0] + out[1] + out[2] + out[3];
+  for (; i < n; ++i) sum += p[i];
+  return sum;
+}
+#else
+uint64_t read_words(const uint64_t* p, int64_t n) {
+  uint64_t a[8] = {}, sum = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  for (int j = 0; j < 8; ++j) sum += a[j];
+  for (; i < n; ++i) sum += p[i];
+  return sum;
+}
+#endif
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  set_bench_threads();
+  const int64_t n = state.range(0) * 1000 * 1000 / 8;  // 64-bit words
+  static specdec::WeightArena arena;
+  static std::map<int64_t, at::Tensor> buffers;
+  if (!buffers.count(n)) buffers[n] = arena.copy(at::ones({n}, at::kLong), /*release_source=*/true).first;
+  const auto* p = static_cast<const uint64_t*>(buffers[n].data_ptr());
+  for (auto _ : state) {
+    std::vector<uint64_t> sums(static_cast<size_t>(at::get_num_threads()), 0);
+    at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t t0, int64_t t1) {
+      const int64_t from = n * t0 / at::get_num_threads(), to = n * t1 / at::get_num_threads();
+      sums[static_cast<size_t>(t0)] = read_words(p + from, to - from);
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * 8);
+}
+BENCHMARK(BM_ReadBandwidth)->Arg(96)->Unit(benchmark::kMillisecond);
 
 // One decode step's attention over a long context (SmolLM2's heads: 9 query heads over 3 key/value
 // heads of 64), state.range(0) cached positions; state.range(1): 0 the CPU's kernel family, 1 the

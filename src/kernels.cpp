@@ -1495,8 +1495,8 @@ float round_block(const float* v, int32_t* qi) {
 }
 
 #ifdef SPECDEC_X86
-// The same operations on 8 lanes at a time (a maximum is exact in any order).
-SPECDEC_AVX2 float round_block_avx2(const float* v, int32_t* qi) {
+// The same operations on 8 lanes at a time (a maximum is exact in any order), qi in 4 vectors.
+SPECDEC_AVX2 float round_block_avx2(const float* v, __m256i* qi) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   __m256 x[4], m = _mm256_setzero_ps();
   for (int i = 0; i < 4; ++i) {
@@ -1516,9 +1516,29 @@ SPECDEC_AVX2 float round_block_avx2(const float* v, int32_t* qi) {
         _mm256_or_si256(_mm256_srai_epi32(_mm256_castps_si256(y), 31), _mm256_set1_epi32(1));
     const __m256i round =
         _mm256_castps_si256(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qi + 8 * i),
-                        _mm256_add_epi32(t, _mm256_and_si256(round, step)));
+    qi[i] = _mm256_add_epi32(t, _mm256_and_si256(round, step));
   }
+  return d;
+}
+
+SPECDEC_AVX2 int32_t sum_lanes(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
+}
+
+// round_block() and the rest of ActRows::quantize's block in registers: the 32 values narrowed
+// to int8 into q (|qi| <= 127, so the saturating packs narrow exactly) and the sums of each half.
+SPECDEC_AVX2 float quantize_block_avx2(const float* v, int8_t* q, int32_t& lo, int32_t& hi) {
+  __m256i qi[4];
+  const float d = round_block_avx2(v, qi);
+  // packs work within 128-bit lanes: groups of 4 values come out as qi0[0:4] qi1[0:4] qi2[0:4]
+  // qi3[0:4] qi0[4:8] ...; the permutation puts them back in order.
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  lo = sum_lanes(_mm256_add_epi32(qi[0], qi[1]));
+  hi = sum_lanes(_mm256_add_epi32(qi[2], qi[3]));
   return d;
 }
 #endif
@@ -1527,16 +1547,19 @@ SPECDEC_AVX2 float round_block_avx2(const float* v, int32_t* qi) {
 
 void ActRows::quantize(const float* x, int64_t r0, int64_t r1, [[maybe_unused]] Isa isa) {
   for (int64_t e = r0 * (k / 32); e < r1 * (k / 32); ++e) {  // block e: x[32 e, 32 e + 32)
-    int32_t qi[32];
-#ifdef SPECDEC_X86
-    d[e] = isa == Isa::kPortable ? round_block(x + e * 32, qi) : round_block_avx2(x + e * 32, qi);
-#else
-    d[e] = round_block(x + e * 32, qi);
-#endif
     int8_t* qe = q.data() + e * 32;
     int32_t lo = 0, hi = 0;  // locals: stores through the arrays would be reloaded every step
-    for (int j = 0; j < 16; ++j) lo += qi[j], hi += qi[16 + j];
-    for (int j = 0; j < 32; ++j) qe[j] = static_cast<int8_t>(qi[j]);
+#ifdef SPECDEC_X86
+    if (isa != Isa::kPortable) {
+      d[e] = quantize_block_avx2(x + e * 32, qe, lo, hi);
+    } else
+#endif
+    {
+      int32_t qi[32];
+      d[e] = round_block(x + e * 32, qi);
+      for (int j = 0; j < 16; ++j) lo += qi[j], hi += qi[16 + j];
+      for (int j = 0; j < 32; ++j) qe[j] = static_cast<int8_t>(qi[j]);
+    }
     sum[e] = lo + hi;
     s[e] = d[e] * static_cast<float>(sum[e]);
     sum16[2 * e] = lo, sum16[2 * e + 1] = hi;
@@ -1616,7 +1639,7 @@ void stored_row(const LinearKernel& kernel, GgmlType type, const uint8_t* w, int
 }
 
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
-                         int64_t n, int64_t k, const at::Tensor& b) {
+                         int64_t n, int64_t k, const at::Tensor& b, const at::Tensor& residual) {
   // x [..., K] read as [R, K] and y allocated as [..., N] directly: a decode step runs ~120 of
   // these, and each reshape or view is a libtorch dispatch.
   SPECDEC_CHECK(x.dim() >= 1 && x.size(-1) == k, "linear layer: input of ", x.sizes(), ", expected ", k,
@@ -1628,6 +1651,13 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
   at::Tensor y = at::empty(shape, x.options());  // [R, N] in memory
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  SPECDEC_CHECK(!b.defined() || (b.numel() == n && b.scalar_type() == at::kFloat), "linear layer: bias of ",
+                b.sizes(), " for ", n, " outputs");
+  SPECDEC_CHECK(!residual.defined() || (residual.sizes() == y.sizes() && residual.scalar_type() == at::kFloat),
+                "linear layer: residual of ", residual.sizes(), " for an output of ", y.sizes());
+  const at::Tensor bc = b.defined() ? b.contiguous() : b, rc = residual.defined() ? residual.contiguous() : residual;
+  const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
+  const float* resp = rc.defined() ? rc.data_ptr<float>() : nullptr;
   // The 8-bit activations of kRowTile rows, reused by this thread's passes (a name, so that the
   // lambdas below, run by other threads, see this thread's).
   thread_local ActRows reused;
@@ -1644,11 +1674,18 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
                                              : static_cast<const void*>(xp + r0 * k);
     // whole groups of 16 weight rows per thread (an interleaved kernel needs them)
     at::parallel_for(0, (n + kInterleave - 1) / kInterleave, 1, [&](int64_t g0, int64_t g1) {
-      kernel.rows(xr, r, k, w, row_bytes, g0 * kInterleave, std::min(n, g1 * kInterleave), n,
-                  yp + r0 * n);
+      const int64_t c0 = g0 * kInterleave, c1 = std::min(n, g1 * kInterleave);
+      kernel.rows(xr, r, k, w, row_bytes, c0, c1, n, yp + r0 * n);
+      if (!bp && !resp) return;
+      for (int64_t i = r0; i < r0 + r; ++i) {
+        float* yr = yp + i * n;
+        if (bp)
+          for (int64_t c = c0; c < c1; ++c) yr[c] += bp[c];
+        if (resp)
+          for (int64_t c = c0; c < c1; ++c) yr[c] = resp[i * n + c] + yr[c];
+      }
     });
   }
-  if (b.defined()) y.add_(b);
   return y;
 }
 

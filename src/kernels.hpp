@@ -77,8 +77,12 @@ bool has_int8_kernel(GgmlType type);
 // The kernel for `type` in family `isa` (one of available_isas()). `int8_activations` applies
 // where has_int8_kernel(type), and is ignored elsewhere.
 LinearKernel linear_kernel(GgmlType type, bool int8_activations = false, Isa isa = default_isa());
+// y = x W^T + b (+ residual) for x [..., K] and W [N, K] in the kernel's format: b [N] and
+// residual (the shape of y, float32 contiguous: the layer's input to a residual connection) may be
+// undefined. Each output element gets (x W^T + b) + residual, the two additions libtorch's
+// `residual + (y + b)` makes, on the thread that computed it.
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
-                         int64_t n, int64_t k, const at::Tensor& b);
+                         int64_t n, int64_t k, const at::Tensor& b, const at::Tensor& residual = {});
 
 // Elementwise and per-row kernels split their rows over threads only in tasks of at least this
 // many floats (rows_per_task rows of row_floats each): a parallel region costs its threads a fork

@@ -220,7 +220,8 @@ std::array<at::Tensor, 3> Attention::split(const at::Tensor& y, const at::Tensor
 }
 
 at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
-                                 double scale, const at::Tensor& cos, const at::Tensor& sin) const {
+                                 double scale, const at::Tensor& cos, const at::Tensor& sin,
+                                 const at::Tensor& residual) const {
   const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
   std::vector<int64_t> past(static_cast<size_t>(y.size(0)));
   for (size_t r = 0; r < past.size(); ++r) past[r] = cache.length(static_cast<int64_t>(r));
@@ -228,14 +229,15 @@ at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t la
   if (at::Tensor a = kernels::cached_attention_f32(y, heads, kv_heads, head_dim, cos, sin, keys, values, past, mask,
                                                    scale);
       a.defined())
-    return o(a);
+    return o(a, residual);
   const auto [q, k, v] = split(y, cos, sin);
-  return o(cached_attention(q, k, v, cache, layer, mask, scale));
+  return o(cached_attention(q, k, v, cache, layer, mask, scale), residual);
 }
 
-at::Tensor Attention::operator()(const at::Tensor& x, const at::Tensor& mask, double scale) const {
+at::Tensor Attention::operator()(const at::Tensor& x, const at::Tensor& mask, double scale,
+                                 const at::Tensor& residual) const {
   const auto [q, k, v] = split(qkv(x), {}, {});
-  return o(attend(q, k, v, mask, scale));
+  return o(attend(q, k, v, mask, scale), residual);
 }
 
 at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, int64_t num_buckets,

@@ -117,11 +117,14 @@ at::Tensor gated_activation(const at::Tensor& gate_up, const std::string& name);
 struct Attention {
   Linear qkv, o;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
-  // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary.
+  // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary. `residual` defined: residual + that, added
+  // by the output projection (Linear::operator()).
   at::Tensor operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
-                        double scale, const at::Tensor& cos = {}, const at::Tensor& sin = {}) const;
+                        double scale, const at::Tensor& cos = {}, const at::Tensor& sin = {},
+                        const at::Tensor& residual = {}) const;
   // Without a cache: every position of x attends to every position of x under `mask` (encoders).
-  at::Tensor operator()(const at::Tensor& x, const at::Tensor& mask, double scale) const;
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& mask, double scale,
+                        const at::Tensor& residual = {}) const;
 
  private:
   // q [B, Hq, T, D], k and v [B, Hkv, T, D] of the projection y = qkv(x), rotated when cos/sin are
@@ -129,20 +132,22 @@ struct Attention {
   std::array<at::Tensor, 3> split(const at::Tensor& y, const at::Tensor& cos, const at::Tensor& sin) const;
 };
 
-// Two-layer MLP: down(act(up(x))).
+// Two-layer MLP: down(act(up(x))), plus `residual` when defined (added by down).
 struct Mlp {
   Linear up, down;
   std::string act;
-  at::Tensor operator()(const at::Tensor& x) const { return down(activation(up(x), act)); }
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& residual = {}) const {
+    return down(activation(up(x), act), residual);
+  }
 };
 
 // Gated MLP: down(act(gate(x)) * up(x)), gate and up fused into one [2 I, H] matrix (gate rows
-// first). Llama's SiLU MLP; T5 v1.1's gated GELU.
+// first), plus `residual` when defined (added by down). Llama's SiLU MLP; T5 v1.1's gated GELU.
 struct GatedMlp {
   Linear gate_up, down;  // biases: Llama's mlp_bias
   std::string act;
-  at::Tensor operator()(const at::Tensor& x) const {
-    return down(gated_activation(gate_up(x), act));
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& residual = {}) const {
+    return down(gated_activation(gate_up(x), act), residual);
   }
 };
 

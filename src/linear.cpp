@@ -205,17 +205,21 @@ std::vector<at::Tensor> Linear::tensors() const {
   return out;
 }
 
-at::Tensor Linear::operator()(const at::Tensor& x) const {
+at::Tensor Linear::operator()(const at::Tensor& x, const at::Tensor& residual) const {
+  if (parts_.empty() && kernel_ && x.device().is_cpu() && x.scalar_type() == at::kFloat)
+    return kernels::linear_packed(x, kernel_, static_cast<const uint8_t*>(w_.data_ptr()), row_bytes_, n_, k_, b_,
+                                  residual);
+  at::Tensor y;
   if (!parts_.empty()) {
     std::vector<at::Tensor> ys;
     for (const Linear& p : parts_) ys.push_back(p(x));
-    return at::cat(ys, -1);
+    y = at::cat(ys, -1);
+  } else {
+    SPECDEC_CHECK(w_.scalar_type() != at::kByte, "linear layer: ", ggml_type_name(static_cast<uint32_t>(type_)),
+                  " weights need float32 activations on the CPU");
+    y = at::linear(x, w_, b_);
   }
-  if (kernel_ && x.device().is_cpu() && x.scalar_type() == at::kFloat)
-    return kernels::linear_packed(x, kernel_, static_cast<const uint8_t*>(w_.data_ptr()), row_bytes_, n_, k_, b_);
-  SPECDEC_CHECK(w_.scalar_type() != at::kByte, "linear layer: ", ggml_type_name(static_cast<uint32_t>(type_)),
-                " weights need float32 activations on the CPU");
-  return at::linear(x, w_, b_);
+  return residual.defined() ? residual + y : y;
 }
 
 at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {

@@ -72,8 +72,9 @@ class Linear {
   // The tensors holding the weights and bias, in a fixed order (to compare two layers).
   std::vector<at::Tensor> tensors() const;
 
-  // x [..., K] -> [..., N].
-  at::Tensor operator()(const at::Tensor& x) const;
+  // x [..., K] -> [..., N]; with `residual` (the output's shape), residual + that: the packed
+  // kernels add it where they write the output, saving a pass over it and a libtorch operation.
+  at::Tensor operator()(const at::Tensor& x, const at::Tensor& residual = {}) const;
   // Rows `ids` ([B, T] int64, any device) of W as [B, T, K] in `dtype` on the weights' device:
   // the token-embedding lookup of a matrix shared with the output head. Throws specdec::Error for
   // ids outside [0, N).

@@ -56,8 +56,8 @@ class Gpt2Model final : public Model {
     const at::Tensor mask = pass.causal_mask(dtype_);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Gpt2Layer& l = layers_[i];
-      x = x + l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, l.scale);
-      x = x + l.mlp(l.ln2(x, eps));
+      x = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, l.scale, {}, {}, /*residual=*/x);
+      x = l.mlp(l.ln2(x, eps), /*residual=*/x);
     }
     pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};

@@ -65,13 +65,10 @@ class GptNeoXModel final : public Model {
     const double eps = c.rms_norm_eps;
     for (size_t i = 0; i < layers_.size(); ++i) {
       const NeoXLayer& l = layers_[i];
-      const at::Tensor a = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, scale_, cos, sin);
-      if (c.use_parallel_residual) {
-        x = x + a + l.mlp(l.ln2(x, eps));
-      } else {
-        x = x + a;
-        x = x + l.mlp(l.ln2(x, eps));
-      }
+      // x + attention (+ mlp): the residual additions in Hugging Face's order, made by the layers'
+      // output projections.
+      const at::Tensor a = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, scale_, cos, sin, x);
+      x = l.mlp(l.ln2(c.use_parallel_residual ? x : a, eps), /*residual=*/a);
     }
     pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};

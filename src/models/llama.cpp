@@ -83,8 +83,8 @@ class LlamaModel final : public Model {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LlamaLayer& l = layers_[i];
       const at::Tensor hidden = layers::rms_norm(x, l.input_norm, c.rms_norm_eps);  // [B, T, H]
-      x = x + l.attn(hidden, cache, static_cast<int64_t>(i), mask, scale_, cos, sin);
-      x = x + l.mlp(layers::rms_norm(x, l.post_norm, c.rms_norm_eps));
+      x = l.attn(hidden, cache, static_cast<int64_t>(i), mask, scale_, cos, sin, /*residual=*/x);
+      x = l.mlp(layers::rms_norm(x, l.post_norm, c.rms_norm_eps), /*residual=*/x);
     }
     pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};

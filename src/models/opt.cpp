@@ -67,9 +67,9 @@ class OptModel final : public Model {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const OptLayer& l = layers_[i];
       const bool pre = c.do_layer_norm_before;
-      x = x + l.attn(pre ? l.attn_ln(x, eps) : x, cache, static_cast<int64_t>(i), mask, scale_);
+      x = l.attn(pre ? l.attn_ln(x, eps) : x, cache, static_cast<int64_t>(i), mask, scale_, {}, {}, /*residual=*/x);
       if (!pre) x = l.attn_ln(x, eps);
-      x = x + l.mlp(pre ? l.mlp_ln(x, eps) : x);
+      x = l.mlp(pre ? l.mlp_ln(x, eps) : x, /*residual=*/x);
       if (!pre) x = l.mlp_ln(x, eps);
     }
     pass.commit(cache, x);

@@ -77,7 +77,10 @@ struct T5Block {
   layers::Mlp mlp;             // ReLU (t5): wo(act(wi x))
   layers::GatedMlp gated;      // gated-GELU (t5-v1_1, flan-t5): wo(act(wi_0 x) * wi_1 x)
   bool is_gated = false;
-  at::Tensor ff(const at::Tensor& x) const { return is_gated ? gated(x) : mlp(x); }
+  // The feed-forward block on x, plus `residual`.
+  at::Tensor ff(const at::Tensor& x, const at::Tensor& residual) const {
+    return is_gated ? gated(x, residual) : mlp(x, residual);
+  }
 };
 
 class T5Model final : public Model {
@@ -146,8 +149,8 @@ class T5Model final : public Model {
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, S, H]
     const at::Tensor bias = encoder_bias_(0, s, s);   // [H, 1, S, S]
     for (const T5Block& b : encoder_) {
-      x = clamp_half(x + b.attn(layers::rms_norm(x, b.attn_norm, eps), bias, 1.0));
-      x = clamp_half(x + b.ff(layers::rms_norm(x, b.ff_norm, eps)));
+      x = clamp_half(b.attn(layers::rms_norm(x, b.attn_norm, eps), bias, 1.0, /*residual=*/x));
+      x = clamp_half(b.ff(layers::rms_norm(x, b.ff_norm, eps), /*residual=*/x));
     }
     return layers::rms_norm(x, encoder_norm_, eps);
   }
@@ -210,14 +213,15 @@ class T5Model final : public Model {
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const T5Block& l = decoder_[i];
       const auto layer = static_cast<int64_t>(i);
-      x = clamp_half(x + l.attn(layers::rms_norm(x, l.attn_norm, eps), cache, layer, bias, 1.0));
+      x = clamp_half(l.attn(layers::rms_norm(x, l.attn_norm, eps), cache, layer, bias, 1.0, {}, {}, /*residual=*/x));
       const at::Tensor q = l.cross_q(layers::rms_norm(x, l.cross_norm, eps))
                                .view({b, t, heads, d})
                                .transpose(1, 2);  // [B, H, T, D]
       const auto& [keys, values] = cache.cross(layer);  // [cache rows, H, S, D]
       const at::Tensor cross_mask = cache.cross_mask().defined() ? cache.cross_mask().narrow(0, 0, b) : at::Tensor();
-      x = clamp_half(x + l.cross_o(layers::attend(q, keys.narrow(0, 0, b), values.narrow(0, 0, b), cross_mask, 1.0)));
-      x = clamp_half(x + l.ff(layers::rms_norm(x, l.ff_norm, eps)));
+      x = clamp_half(l.cross_o(layers::attend(q, keys.narrow(0, 0, b), values.narrow(0, 0, b), cross_mask, 1.0),
+                               /*residual=*/x));
+      x = clamp_half(l.ff(layers::rms_norm(x, l.ff_norm, eps), /*residual=*/x));
     }
     pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};

@@ -443,6 +443,34 @@ TEST(LinearKernel, FusedPartsOfDifferentFormatsRunOneByOne) {
   EXPECT_THROW(Linear(GgmlType::kQ8_0, q8, k + 32), Error);  // bytes that do not hold K values
 }
 
+// A residual the layer adds (Linear::operator()(x, residual)) is bitwise the one libtorch adds to
+// its output, with and without a bias: for the packed kernels, whose threads add it to the columns
+// they write, over more rows than one sweep takes; for a layer of parts in different formats; and
+// for bfloat16 weights through at::linear. A residual of another shape is an error.
+TEST(LinearKernel, ResidualIsAddedAsLibtorchAddsIt) {
+  const int64_t n = 40, k = 64;  // n: two and a half groups of 16 weight rows
+  const at::Tensor w = at::randn({n, k}), bias = at::randn({n});
+  at::Tensor q8 = at::empty({n, k / 32 * 34}, at::kByte);
+  ggml_quantize(GgmlType::kQ8_0, w.data_ptr<float>(), q8.data_ptr<uint8_t>(), n * k);
+  const std::vector<std::pair<std::string, Linear>> layers = {
+      {"f32", Linear(w)},
+      {"f32 bias", Linear(w, bias)},
+      {"q8_0 bias", Linear(GgmlType::kQ8_0, q8.clone(), k, bias)},
+      {"q8_0 int8 bias", Linear(GgmlType::kQ8_0, q8.clone(), k, bias, /*int8_activations=*/true)},
+      {"parts", Linear::cat({Linear(w.narrow(0, 0, 8).clone()), Linear(GgmlType::kQ8_0, q8.narrow(0, 8, n - 8).clone(), k)})}};
+  const at::Tensor x = at::randn({2, 40, k}), residual = at::randn({2, 40, n}) * 10;  // 80 rows
+  for (const auto& [name, l] : layers) {
+    EXPECT_TRUE(at::equal(l(x, residual), residual + l(x))) << name;
+    EXPECT_TRUE(at::equal(l(x.narrow(1, 5, 1), residual.narrow(1, 5, 1).contiguous()),
+                          residual.narrow(1, 5, 1) + l(x.narrow(1, 5, 1))))
+        << name << ", one row";
+  }
+  const Linear bf16(w.to(at::kBFloat16), bias.to(at::kBFloat16));
+  const at::Tensor xb = x.to(at::kBFloat16), rb = residual.to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(bf16(xb, rb), rb + bf16(xb)));
+  EXPECT_THROW(layers[0].second(x, at::randn({2, 40, n + 1})), Error);
+}
+
 // The huge-page arena: a copy holds the source's values, the source's whole pages read zero once
 // handed back, copies lie one after another, and a fused layer of arena parts is a view of them
 // (no copy) that computes what the concatenated matrix computes; parts that are not adjacent run
