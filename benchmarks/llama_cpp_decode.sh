@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Decode only, specdec beside llama.cpp, alternating on the same GGUF files: ms per token of a
+# 32-token greedy decode after a 3-token prompt, at 1 and 2 threads. specdec: `specdec generate`
+# (a warm-up request first, then stats.target_seconds_per_pass; --int8-activations for the integer
+# formats, as llama.cpp computes them); llama.cpp: `llama-bench -p 0 -n 32 -r 2`. A quicker check
+# than benchmarks/llama_cpp_peer.sh, whose llama.cpp build and converted files it uses (run that
+# once first, e.g. with PEER_PARTS=synthetic).
+# Usage: benchmarks/llama_cpp_decode.sh BUILD_DIR ROUNDS FILE.gguf...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=$1 rounds=$2; shift 2
+bench=bench-peers/llama.cpp-build/bin/llama-bench
+[ -x "$bench" ] || { echo "no $bench: run benchmarks/llama_cpp_peer.sh first" >&2; exit 1; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+printf '{"prompt_ids":[1,2,3],"max_new_tokens":2}\n{"prompt_ids":[1,2,3],"max_new_tokens":32}\n' > "$tmp/requests.jsonl"
+echo "# $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, specdec $(git rev-parse --short HEAD)"
+for r in $(seq "$rounds"); do
+  for f in "$@"; do
+    for t in 1 2; do
+      flag=(); [[ $(basename "$f") =~ \.(Q8_0|Q4_0|Q4_1|Q4_K|Q5_K|Q6_K) ]] && flag=(--int8-activations)
+      s=$("$build/specdec" generate --model "$f" "${flag[@]}" --prompts-file "$tmp/requests.jsonl" --threads "$t" 2>/dev/null |
+          tail -1 | python3 -c "import json, sys; print('%.1f' % (1000 * json.load(sys.stdin)['stats']['target_seconds_per_pass']))")
+      l=$("$bench" -m "$f" -p 0 -n 32 -t "$t" -r 2 -o json 2>/dev/null |
+          python3 -c "import json, sys; print('%.1f' % (json.load(sys.stdin)[0]['avg_ns'] / 1e6 / 32))")
+      echo "round $r $(basename "$f") threads $t: specdec $s ms, llama.cpp $l ms, ratio $(python3 -c "print('%.2f' % ($s / $l))")"
+    done
+  done
+done
