@@ -65,9 +65,9 @@ class GptNeoXModel final : public Model {
     const double eps = c.rms_norm_eps;
     for (size_t i = 0; i < layers_.size(); ++i) {
       const NeoXLayer& l = layers_[i];
-      // x + attention (+ mlp): the residual additions in Hugging Face's order, made by the layers'
-      // output projections.
-      const at::Tensor a = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, scale_, cos, sin, x);
+      // (x + attention) + the MLP's output, of ln2(x) with the parallel residual, else of
+      // ln2(x + attention); each addition made by the output projection before it.
+      const at::Tensor a = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, scale_, cos, sin, /*residual=*/x);
       x = l.mlp(l.ln2(c.use_parallel_residual ? x : a, eps), /*residual=*/a);
     }
     pass.commit(cache, x);
