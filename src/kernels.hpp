@@ -78,7 +78,7 @@ bool has_int8_kernel(GgmlType type);
 // where has_int8_kernel(type), and is ignored elsewhere.
 LinearKernel linear_kernel(GgmlType type, bool int8_activations = false, Isa isa = default_isa());
 // y = x W^T + b (+ residual) for x [..., K] and W [N, K] in the kernel's format: b [N] and
-// residual (the shape of y, float32 contiguous: the layer's input to a residual connection) may be
+// residual (float32, the shape of y: the layer's input to a residual connection) may be
 // undefined. Each output element gets (x W^T + b) + residual, the two additions libtorch's
 // `residual + (y + b)` makes, on the thread that computed it.
 at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
