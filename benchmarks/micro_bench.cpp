@@ -68,20 +68,22 @@ BENCHMARK(BM_TopPProcessor);
 // random bytes with a float16 scale of 0.01, as specdec has no quantizer for them);
 // BM_Linear8192x2048Int8 runs the 8-bit-activation kernels of the formats that have one. Eight matrices
 // rotate so each call streams its weights from memory; bytes/s counts the weight bytes read.
-void linear_8192x2048(benchmark::State& state, bool int8) {
+// BM_Linear1024x2048Int8Cached calls one 1024 x 2048 matrix (at most 1.7 MB, in the caches) again
+// and again: the kernel's arithmetic rate, with memory out of the way.
+void linear_bench(benchmark::State& state, bool int8, int64_t n, int matrices) {
   c10::InferenceMode guard;
   set_bench_threads();
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
                             GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16};
   const GgmlType type = types[state.range(1)];
   std::vector<specdec::Linear> w;
-  for (int i = 0; i < 8; ++i) {
-    const at::Tensor f = at::randn({8192, 2048});
+  for (int i = 0; i < matrices; ++i) {
+    const at::Tensor f = at::randn({n, 2048});
     if (type == GgmlType::kF32 || type == GgmlType::kBF16 || type == GgmlType::kF16) {
       w.emplace_back(type == GgmlType::kF32 ? f : f.to(type == GgmlType::kF16 ? at::kHalf : at::kBFloat16));
     } else {
       const int64_t block = specdec::ggml_block_elements(type), bytes_per_block = specdec::ggml_block_bytes(type);
-      at::Tensor bytes = at::empty({8192, 2048 / block * bytes_per_block}, at::kByte);
+      at::Tensor bytes = at::empty({n, 2048 / block * bytes_per_block}, at::kByte);
       if (block == 256) {  // K-quants: random bytes, the d (and dmin) fields 0.01
         bytes.random_(0, 256);
         const uint16_t h = c10::Half(0.01f).x;
@@ -102,10 +104,12 @@ void linear_8192x2048(benchmark::State& state, bool int8) {
   state.SetLabel(std::string(specdec::ggml_type_name(static_cast<uint32_t>(type))) +
                  (int8 ? " int8" : ""));
 }
-void BM_Linear8192x2048(benchmark::State& state) { linear_8192x2048(state, false); }
-void BM_Linear8192x2048Int8(benchmark::State& state) { linear_8192x2048(state, true); }
+void BM_Linear8192x2048(benchmark::State& state) { linear_bench(state, false, 8192, 8); }
+void BM_Linear8192x2048Int8(benchmark::State& state) { linear_bench(state, true, 8192, 8); }
+void BM_Linear1024x2048Int8Cached(benchmark::State& state) { linear_bench(state, true, 1024, 1); }
 BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Linear8192x2048Int8)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {2, 3, 4, 5, 6}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Linear1024x2048Int8Cached)->ArgsProduct({{1, 2}, {2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
 
 // One forward pass of a whole model over T new tokens after a 64-token context: the cost curve a
 // verification pass pays (T = K + 1) and prefill (T = 128). The model is SPECDEC_BENCH_MODEL,

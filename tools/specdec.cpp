@@ -507,7 +507,11 @@ int run_chat(RunOptions& o) {
     if (line == "/stats") {
       if (last) print_stats(*last, std::cerr);
       else std::cerr << "(no answer yet)\n";
-      std::cerr << "session: " << total_tokens << " tokens in " << total_seconds << " s\n";
+      char session[96];
+      std::snprintf(session, sizeof session, "session: %lld tokens in %.3f s (%.2f tok/s)\n",
+                    static_cast<long long>(total_tokens), total_seconds,
+                    total_seconds > 0 ? total_tokens / total_seconds : 0.0);
+      std::cerr << session;
       continue;
     }
     if (line[0] == '/') {

@@ -273,6 +273,8 @@ if [ -f "$smol" ]; then
 import sys; lines=sys.argv[1].strip().split('\\n'); assert len(lines)==3, lines
 assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3], lines" "$conv" "$one" "$fresh"
   check "chat: /stats and the reset notice go to stderr" bash -c "grep -q 'target passes' '$work/chat_err' && grep -q 'reset' '$work/chat_err'"
+  check "chat: /stats ends with the session's tokens, seconds and rate" \
+    grep -Eq '^session: [1-9][0-9]* tokens in [0-9]+\.[0-9]{3} s \([0-9]+\.[0-9]{2} tok/s\)$' "$work/chat_err"
   check "chat: turn 2 continues turn 1's cache (and only turn 2)" \
     test "$(grep -c "prompt tokens came from the conversation's cache" "$work/chat_err")" = 1
   ids=$("$SPECDEC" tokenize --tokenizer "$smol" --text "Hello world 123")
