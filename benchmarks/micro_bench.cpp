@@ -4,7 +4,9 @@
 #include <benchmark/benchmark.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -62,40 +64,58 @@ void BM_TopPProcessor(benchmark::State& state) {
 }
 BENCHMARK(BM_TopPProcessor);
 
-// One 8192 x 2048 projection (64 MB in float32, beyond the 32 MB L3 of the machine measured) for
-// T tokens: libtorch's at::linear on float32 against specdec's Linear in each weight format
-// (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1, 5 Q4_K, 6 Q6_K, 7 float16; the K-quants hold
-// random bytes with a float16 scale of 0.01, as specdec has no quantizer for them);
-// BM_Linear8192x2048Int8 runs the 8-bit-activation kernels of the formats that have one. Eight matrices
-// rotate so each call streams its weights from memory; bytes/s counts the weight bytes read.
-// BM_Linear1024x2048Int8Cached calls one 1024 x 2048 matrix (at most 1.7 MB, in the caches) again
-// and again: the kernel's arithmetic rate, with memory out of the way.
-void linear_bench(benchmark::State& state, bool int8, int64_t n, int matrices) {
+// The last-level cache's size (Linux sysfs; 32 MiB where it cannot be read).
+int64_t last_level_cache_bytes() {
+  int64_t bytes = int64_t{32} << 20;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    int64_t kib = 0;
+    if (f >> kib) bytes = kib << 10;  // "307200K"; the highest index is the last level
+  }
+  return bytes;
+}
+
+// One 8192 x 2048 projection for T tokens: libtorch's at::linear on float32 against specdec's
+// Linear in each weight format (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1,
+// 5 Q4_K, 6 Q6_K, 7 float16; the K-quants hold random bytes with a float16 scale of 0.01, as specdec
+// has no quantizer for them); BM_Linear8192x2048Int8 runs the 8-bit-activation kernels of the
+// formats that have one. Copies of the matrix rotate, at least 8 and together at least twice the
+// last-level cache (a Xeon with 300 MiB of L3 held eight Q4_K matrices), so each call streams its
+// weights from memory; bytes/s counts the weight bytes read. BM_Linear1024x2048Int8Cached calls
+// one 1024 x 2048 matrix (at most 1.7 MB, in the caches) again and again: the kernel's arithmetic
+// rate, with memory out of the way.
+void linear_bench(benchmark::State& state, bool int8, int64_t n, bool stream) {
   c10::InferenceMode guard;
   set_bench_threads();
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
                             GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16};
   const GgmlType type = types[state.range(1)];
-  std::vector<specdec::Linear> w;
-  for (int i = 0; i < matrices; ++i) {
-    const at::Tensor f = at::randn({n, 2048});
-    if (type == GgmlType::kF32 || type == GgmlType::kBF16 || type == GgmlType::kF16) {
-      w.emplace_back(type == GgmlType::kF32 ? f : f.to(type == GgmlType::kF16 ? at::kHalf : at::kBFloat16));
+  const bool dense = type == GgmlType::kF32 || type == GgmlType::kBF16 || type == GgmlType::kF16;
+  const at::Tensor f = at::randn({n, 2048});
+  at::Tensor stored;  // the matrix as a Linear takes it: dense [n, 2048], or ggml blocks
+  if (dense) {
+    stored = type == GgmlType::kF32 ? f : f.to(type == GgmlType::kF16 ? at::kHalf : at::kBFloat16);
+  } else {
+    const int64_t block = specdec::ggml_block_elements(type), bytes_per_block = specdec::ggml_block_bytes(type);
+    stored = at::empty({n, 2048 / block * bytes_per_block}, at::kByte);
+    if (block == 256) {  // K-quants: random bytes, the d (and dmin) fields 0.01
+      stored.random_(0, 256);
+      const uint16_t h = c10::Half(0.01f).x;
+      uint8_t* p = stored.data_ptr<uint8_t>();
+      for (int64_t b = 0; b < stored.numel() / bytes_per_block; ++b)
+        for (int64_t off : type == GgmlType::kQ6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2})
+          std::memcpy(p + b * bytes_per_block + off, &h, 2);
     } else {
-      const int64_t block = specdec::ggml_block_elements(type), bytes_per_block = specdec::ggml_block_bytes(type);
-      at::Tensor bytes = at::empty({n, 2048 / block * bytes_per_block}, at::kByte);
-      if (block == 256) {  // K-quants: random bytes, the d (and dmin) fields 0.01
-        bytes.random_(0, 256);
-        const uint16_t h = c10::Half(0.01f).x;
-        uint8_t* p = bytes.data_ptr<uint8_t>();
-        for (int64_t b = 0; b < bytes.numel() / bytes_per_block; ++b)
-          for (int64_t off : type == GgmlType::kQ6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2})
-            std::memcpy(p + b * bytes_per_block + off, &h, 2);
-      } else {
-        specdec::ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), f.numel());
-      }
-      w.emplace_back(type, bytes, 2048, at::Tensor(), int8);
+      specdec::ggml_quantize(type, f.data_ptr<float>(), stored.data_ptr<uint8_t>(), f.numel());
     }
+  }
+  const int64_t bytes = stored.numel() * stored.element_size();
+  const int64_t copies = stream ? std::max<int64_t>(8, (2 * last_level_cache_bytes() + bytes - 1) / bytes) : 1;
+  std::vector<specdec::Linear> w;
+  for (int64_t i = 0; i < copies; ++i) {
+    at::Tensor copy = stored.clone();
+    if (dense) w.emplace_back(std::move(copy));
+    else w.emplace_back(type, std::move(copy), 2048, at::Tensor(), int8);
   }
   const at::Tensor x = at::randn({1, state.range(0), 2048});
   size_t i = 0;
@@ -104,9 +124,9 @@ void linear_bench(benchmark::State& state, bool int8, int64_t n, int matrices) {
   state.SetLabel(std::string(specdec::ggml_type_name(static_cast<uint32_t>(type))) +
                  (int8 ? " int8" : ""));
 }
-void BM_Linear8192x2048(benchmark::State& state) { linear_bench(state, false, 8192, 8); }
-void BM_Linear8192x2048Int8(benchmark::State& state) { linear_bench(state, true, 8192, 8); }
-void BM_Linear1024x2048Int8Cached(benchmark::State& state) { linear_bench(state, true, 1024, 1); }
+void BM_Linear8192x2048(benchmark::State& state) { linear_bench(state, false, 8192, true); }
+void BM_Linear8192x2048Int8(benchmark::State& state) { linear_bench(state, true, 8192, true); }
+void BM_Linear1024x2048Int8Cached(benchmark::State& state) { linear_bench(state, true, 1024, false); }
 BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Linear8192x2048Int8)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {2, 3, 4, 5, 6}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Linear1024x2048Int8Cached)->ArgsProduct({{1, 2}, {2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
