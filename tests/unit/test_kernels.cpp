@@ -184,8 +184,8 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
 // split it into d_w d_x sum(q_w q_x) per block plus m_w s_x), and is bitwise batch-invariant.
 TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   const int64_t n = 21;
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K,
-                        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const std::string name = ggml_type_name(static_cast<uint32_t>(type));
     const int64_t k = ggml_block_elements(type) == 256 ? 512 : 96;  // 96: an odd number of blocks
     const at::Tensor bytes = random_blocks(type, n, k);
@@ -213,6 +213,46 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
     const Linear exact(type, bytes, k);
     EXPECT_LT((y - exact(x)).norm().item<double>(), 0.02 * exact(x).norm().item<double>()) << name;
   }
+}
+
+// Q5_0 under 8-bit activations runs as Q8_0: the re-encoded blocks dequantize bitwise to the Q5_0
+// values (every value -16..15, both nibbles, every fifth bit), and the layer gives bitwise what a
+// Q8_0 layer built from Q8_0 blocks written here by hand (the same d, q - 16) gives.
+TEST(LinearKernel, Q5_0WithInt8ActivationsIsQ8_0OnTheSameValues) {
+  const int64_t n = 37, k = 96;  // two whole groups of 16 rows and 5 more; 3 blocks per row
+  at::Tensor q5 = random_blocks(GgmlType::kQ5_0, n, k);
+  at::Tensor q8 = at::empty({n, k / 32 * 34}, at::kByte);
+  const uint8_t* src = q5.data_ptr<uint8_t>();
+  uint8_t* dst = q8.data_ptr<uint8_t>();
+  for (int64_t b = 0; b < n * k / 32; ++b) {  // ggml's dequantize_row_q5_0, written out per value
+    const uint8_t* blk = src + b * 22;
+    dst[b * 34] = blk[0], dst[b * 34 + 1] = blk[1];
+    for (int j = 0; j < 32; ++j) {
+      const int nibble = j < 16 ? blk[6 + j] & 15 : blk[6 + j - 16] >> 4;
+      const int fifth = (blk[2 + j / 8] >> (j % 8)) & 1;  // bit j of the little-endian qh
+      dst[b * 34 + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>((nibble | fifth << 4) - 16));
+    }
+  }
+  at::Tensor from5 = at::empty({n, k}), from8 = at::empty({n, k});
+  ggml_dequantize(GgmlType::kQ5_0, src, from5.data_ptr<float>(), n * k);
+  ggml_dequantize(GgmlType::kQ8_0, dst, from8.data_ptr<float>(), n * k);
+  ASSERT_TRUE(at::equal(from5, from8));  // the hand-written blocks hold the same weights
+
+  const at::Tensor q5_before = q5.clone();
+  const Linear five(GgmlType::kQ5_0, q5, k, {}, /*int8_activations=*/true);
+  const Linear eight(GgmlType::kQ8_0, q8, k, {}, /*int8_activations=*/true);
+  EXPECT_EQ(five.type(), GgmlType::kQ8_0);
+  EXPECT_EQ(five.bytes(), n * k / 32 * 34);
+  EXPECT_TRUE(at::equal(q5, q5_before));  // the caller's bytes are left as they were
+  for (int64_t t : {1, 6, 20}) {
+    const at::Tensor x = at::randn({1, t, k});
+    EXPECT_TRUE(at::equal(five(x), eight(x))) << t << " rows";
+  }
+  // the embedding lookup gives the Q5_0 weights
+  const at::Tensor ids = at::arange(n, at::kLong).view({1, n});
+  EXPECT_TRUE(at::equal(five.rows(ids, at::kFloat)[0], from5));
+  // with float32 activations Q5_0 stays Q5_0
+  EXPECT_EQ(Linear(GgmlType::kQ5_0, q5, k).type(), GgmlType::kQ5_0);
 }
 
 float half_bits(const uint8_t* p) {
