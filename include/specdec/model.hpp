@@ -85,7 +85,8 @@ struct LoadOptions {
   // Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices multiply activations quantized per row to 8-bit
   // blocks (integer dot products, as llama.cpp does): faster, but the logits are no longer those of
   // the float32 model on the dequantized weights. Greedy speculation stays exact (every row is
-  // still computed in one fixed order); other formats ignore it.
+  // still computed in one fixed order). Q5_0 matrices are held as Q8_0 for it (the same weights
+  // exactly, 34 bytes per 32 values instead of 22); other formats ignore it.
   bool int8_activations = false;
 };
 
