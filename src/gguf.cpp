@@ -55,14 +55,9 @@ void deq_q4_1(const uint8_t* b, float* y) {  // d, m, qs[16]: x = q * d + m
 }
 // Q5_x: the fifth bit of element j is bit j of qh (32 bits, little-endian).
 void deq_q5(const uint8_t* qh_bytes, const uint8_t* qs, float d, float m, int offset, float* y) {
-  uint32_t qh;
-  std::memcpy(&qh, qh_bytes, 4);
-  for (int j = 0; j < 16; ++j) {
-    const int lo = (qs[j] & 0x0F) | (((qh >> j) & 1) << 4);
-    const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-    y[j] = static_cast<float>(lo - offset) * d + m;
-    y[j + 16] = static_cast<float>(hi - offset) * d + m;
-  }
+  int q[32];
+  ggml_q5_values(qh_bytes, qs, q);
+  for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(q[j] - offset) * d + m;
 }
 void deq_q5_0(const uint8_t* b, float* y) { deq_q5(b + 2, b + 6, f16(b), 0.0f, 16, y); }
 void deq_q5_1(const uint8_t* b, float* y) { deq_q5(b + 4, b + 8, f16(b), f16(b + 2), 0, y); }

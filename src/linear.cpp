@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "device.hpp"
+#include "ggml_blocks.hpp"
 #include "specdec/error.hpp"
 #include "util.hpp"
 
@@ -28,9 +29,8 @@ const std::pair<WeightFormat, const char*> kFormatNames[] = {
     {WeightFormat::kQ4_1, "q4_1"},
 };
 
-// Q5_0 blocks (d; qh: the fifth bit of value j is its bit j; 16 bytes of nibbles: value j < 16 the
-// low nibble of byte j, value j + 16 the high one) as Q8_0 blocks (d; 32 int8 values): value j is
-// q_j - 16 in [-16, 15] with the same d, so every weight is the same number d * (q_j - 16).
+// Q5_0 blocks (d, qh, qs: ggml_q5_values) as Q8_0 blocks (d; 32 int8 values): value j is q_j - 16
+// in [-16, 15] with the same d, so every weight is the same number d * (q_j - 16).
 at::Tensor q5_0_as_q8_0(const at::Tensor& q5) {  // [N, blocks * 22] -> [N, blocks * 34]
   const int64_t blocks = q5.numel() / 22;
   at::Tensor q8 = at::empty({q5.size(0), q5.size(1) / 22 * 34}, at::kByte);
@@ -40,15 +40,10 @@ at::Tensor q5_0_as_q8_0(const at::Tensor& q5) {  // [N, blocks * 22] -> [N, bloc
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* from = src + b * 22;
       uint8_t* to = dst + b * 34;
-      uint32_t qh;
-      std::memcpy(&qh, from + 2, 4);
+      int q[32];
+      ggml_q5_values(from + 2, from + 6, q);
       to[0] = from[0], to[1] = from[1];
-      for (int j = 0; j < 16; ++j) {
-        const int lo = (from[6 + j] & 0x0F) | (((qh >> j) & 1) << 4);
-        const int hi = (from[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
-        to[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(lo - 16));
-        to[18 + j] = static_cast<uint8_t>(static_cast<int8_t>(hi - 16));
-      }
+      for (int j = 0; j < 32; ++j) to[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(q[j] - 16));
     }
   });
   return q8;
