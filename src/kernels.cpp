@@ -67,6 +67,8 @@ inline float half_at(const uint8_t* p) {
 //   Q8_0: q_w signed;       acc = fma(isum, d_w * d_x, acc)
 //   Q4_0: q_w = nibble - 8; acc = fma(isum, d_w * d_x, acc)
 //   Q4_1: q_w = nibble;     acc = fma(isum, d_w * d_x, acc); acc = fma(m_w, s_x, acc)
+//   Q5_0: q_w = 5 bits - 16; as Q4_0
+//   Q5_1: q_w = 5 bits;     as Q4_1
 //   Q4_K: q_w = nibble;     acc = fma(isum, (d * scale_b) * d_x, acc);
 //                           acc = fma(-(dmin * min_b), s_x, acc)
 //   Q5_K: q_w = 5 bits;     as Q4_K
@@ -137,6 +139,28 @@ template <>
 struct Interleaved<GgmlType::kQ4_0> : Nibbles32<GgmlType::kQ4_0> {};
 template <>
 struct Interleaved<GgmlType::kQ4_1> : Nibbles32<GgmlType::kQ4_1> {};
+
+// Q5_0 (d, qh[4], qs[16]) and Q5_1 (d, m, qh, qs): the values of ggml_q5_values (Q5_0: minus 16).
+template <GgmlType T>
+struct Fives32 {
+  static constexpr bool kQ5_1 = T == GgmlType::kQ5_1;
+  static constexpr int64_t kValues = 32, kFieldsAt = 0, kFields = kQ5_1 ? 4 : 2, kBytes = kFields + 20;
+  static void block(const uint8_t* blk, const ActView& x, int64_t t, int64_t k, int64_t b,
+                    float& acc) {
+    const int64_t e = t * (k / 32) + b;
+    const int8_t* q = x.q + t * k + b * 32;
+    int v[32];
+    ggml_q5_values(blk + kFields, blk + kFields + 4, v);
+    int32_t isum = kQ5_1 ? 0 : -16 * x.sum[e];
+    for (int j = 0; j < 32; ++j) isum += v[j] * q[j];
+    acc = std::fma(static_cast<float>(isum), half_at(blk) * x.d[e], acc);
+    if (kQ5_1) acc = std::fma(half_at(blk + 2), x.s[e], acc);
+  }
+};
+template <>
+struct Interleaved<GgmlType::kQ5_0> : Fives32<GgmlType::kQ5_0> {};
+template <>
+struct Interleaved<GgmlType::kQ5_1> : Fives32<GgmlType::kQ5_1> {};
 
 // Q4_K (d, dmin, 12 bytes of scales, 128 of nibbles) and Q5_K (d, dmin, scales, 32 bytes of high
 // bits, 128 of nibbles): sub-block s is the low (even s) or high nibbles of qs[32 (s / 2)..], with
@@ -950,6 +974,88 @@ struct Q4Lanes {
   }
 };
 
+// Q5_0 (d; chunk 0: qh; chunks 1-4: nibbles) and Q5_1 (d, m; the same): value 4c + i (i = 0..3,
+// byte i of a lane) is the low nibble of chunk 1 + c with bit 4c + i of the lane's qh word as its
+// fifth bit; value 16 + 4c + i the high nibble with bit 16 + 4c + i. Those 4 bits lie in one byte
+// of qh (byte c / 2 or 2 + c / 2, nibble c % 2): a shuffle copies it to the 4 bytes of the lane,
+// and byte i tests bit i + 4 (c % 2).
+template <GgmlType T>
+struct Q5Lanes {
+  static constexpr GgmlType kType = T;
+  static constexpr bool kQ5_1 = T == GgmlType::kQ5_1;
+  // Shuffle indices: byte `at` of each 32-bit lane into all 4 of its bytes; the bit byte i tests.
+  static constexpr int32_t spread(int at) { return at * 0x01010101; }
+  static constexpr int32_t bits(int c) { return static_cast<int32_t>(0x08040201u << (4 * (c % 2))); }
+  // The 16-lane mask of the bytes whose value has its fifth bit (byte `at` of the lane's qh word,
+  // bit i + 4 (c % 2) in byte i), and the 8-lane vector of 0x10 in those bytes.
+  SPECDEC_AVX512_VNNI static __mmask64 fifth512(__m512i qh, int at, int c) {
+    const __m512i lanes = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0);
+    return _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, _mm512_add_epi8(lanes, _mm512_set1_epi32(spread(at)))),
+                                 _mm512_set1_epi32(bits(c)));
+  }
+  SPECDEC_AVX2 static __m256i fifth256(__m256i qh, int at, int c) {
+    const __m256i lanes = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404,
+                                            0x08080808, 0x0C0C0C0C);
+    const __m256i bit = _mm256_set1_epi32(bits(c));
+    const __m256i v = _mm256_shuffle_epi8(qh, _mm256_add_epi8(lanes, _mm256_set1_epi32(spread(at))));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+  }
+  template <int TB>
+  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
+                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
+    const __m512 dw = field512(blk, 0);
+    const __m512i qh = chunk512<kType>(blk, 0);
+    __m512i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {  // the nibbles, plus 16 where the fifth bit is set
+      const __m512i raw = chunk512<kType>(blk, 1 + c);
+      const __m512i l4 = _mm512_and_si512(raw, m4), h4 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      lo[c] = _mm512_mask_add_epi8(l4, fifth512(qh, c / 2, c), l4, fifth);
+      hi[c] = _mm512_mask_add_epi8(h4, fifth512(qh, 2 + c / 2, c), h4, fifth);
+    }
+    for (int j = 0; j < TB; ++j) {
+      const int64_t e = (t + j) * (k / 32) + b;
+      const int8_t* q = x.q + (t + j) * k + b * 32;
+      __m512i i0 = kQ5_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(-16 * x.sum[e]);
+      __m512i i1 = _mm512_setzero_si512();
+      for (int c = 0; c < 4; ++c) {
+        i0 = _mm512_dpbusd_epi32(i0, lo[c], _mm512_set1_epi32(bytes4(q + 4 * c)));
+        i1 = _mm512_dpbusd_epi32(i1, hi[c], _mm512_set1_epi32(bytes4(q + 16 + 4 * c)));
+      }
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
+                               _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
+      if constexpr (kQ5_1) acc[j] = _mm512_fmadd_ps(field512(blk, 1), _mm512_set1_ps(x.s[e]), acc[j]);
+    }
+  }
+  template <int TB>
+  SPECDEC_AVX2 static void block256(const uint8_t* blk, int h, const ActView& x, int64_t k,
+                                    int64_t b, int64_t t, __m256 (&acc)[TB]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256 dw = field256(blk, 0, h);
+    const __m256i qh = chunk256<kType>(blk, 0, h);
+    __m256i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = chunk256<kType>(blk, 1 + c, h);
+      lo[c] = _mm256_or_si256(_mm256_and_si256(raw, m4), fifth256(qh, c / 2, c));
+      hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), fifth256(qh, 2 + c / 2, c));
+    }
+    for (int j = 0; j < TB; ++j) {
+      const int64_t e = (t + j) * (k / 32) + b;
+      const int8_t* q = x.q + (t + j) * k + b * 32;
+      __m256i slo = _mm256_setzero_si256(), shi = _mm256_setzero_si256();  // 4 x 2 products of 31 x 127
+      for (int c = 0; c < 4; ++c) {
+        slo = _mm256_add_epi16(slo, _mm256_maddubs_epi16(lo[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
+        shi = _mm256_add_epi16(shi, _mm256_maddubs_epi16(hi[c], _mm256_set1_epi32(bytes4(q + 16 + 4 * c))));
+      }
+      __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(slo, ones), _mm256_madd_epi16(shi, ones));
+      if constexpr (!kQ5_1) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(-16 * x.sum[e]));
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
+                               acc[j]);
+      if constexpr (kQ5_1) acc[j] = _mm256_fmadd_ps(field256(blk, 1, h), _mm256_set1_ps(x.s[e]), acc[j]);
+    }
+  }
+};
+
 // Q4_K (d, dmin; 3 chunks of scale bytes; 32 chunks of nibbles): sub-block s is the low (even s)
 // or high nibbles of chunks 3 + 8 (s / 2) .. 3 + 8 (s / 2) + 7. Q5_K has 8 chunks of high bits
 // (qh) before its nibbles (which start at chunk 11): bit s of each byte is the fifth bit of the
@@ -1289,6 +1395,10 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
         return rows_interleaved<Lanes16<Q4Lanes<GgmlType::kQ4_0>>>;
       case GgmlType::kQ4_1:
         return rows_interleaved<Lanes16<Q4Lanes<GgmlType::kQ4_1>>>;
+      case GgmlType::kQ5_0:
+        return rows_interleaved<Lanes16<Q5Lanes<GgmlType::kQ5_0>>>;
+      case GgmlType::kQ5_1:
+        return rows_interleaved<Lanes16<Q5Lanes<GgmlType::kQ5_1>>>;
       case GgmlType::kQ4_K:
         return rows_interleaved<Lanes16<KLanes<GgmlType::kQ4_K>>>;
       case GgmlType::kQ5_K:
@@ -1307,6 +1417,10 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
         return rows_interleaved<Lanes8x2<Q4Lanes<GgmlType::kQ4_0>>>;
       case GgmlType::kQ4_1:
         return rows_interleaved<Lanes8x2<Q4Lanes<GgmlType::kQ4_1>>>;
+      case GgmlType::kQ5_0:
+        return rows_interleaved<Lanes8x2<Q5Lanes<GgmlType::kQ5_0>>>;
+      case GgmlType::kQ5_1:
+        return rows_interleaved<Lanes8x2<Q5Lanes<GgmlType::kQ5_1>>>;
       case GgmlType::kQ4_K:
         return rows_interleaved<Lanes8x2<KLanes<GgmlType::kQ4_K>>>;
       case GgmlType::kQ5_K:
@@ -1378,6 +1492,10 @@ RowsFn portable_rows(GgmlType type, bool int8_activations) {
         return rows_interleaved<GroupPortable<GgmlType::kQ4_0>>;
       case GgmlType::kQ4_1:
         return rows_interleaved<GroupPortable<GgmlType::kQ4_1>>;
+      case GgmlType::kQ5_0:
+        return rows_interleaved<GroupPortable<GgmlType::kQ5_0>>;
+      case GgmlType::kQ5_1:
+        return rows_interleaved<GroupPortable<GgmlType::kQ5_1>>;
       case GgmlType::kQ4_K:
         return rows_interleaved<GroupPortable<GgmlType::kQ4_K>>;
       case GgmlType::kQ5_K:
@@ -1409,7 +1527,7 @@ constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keep
 
 bool has_int8_kernel(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
-         type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+         type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
 }
 
 const char* isa_name(Isa isa) {
@@ -1611,6 +1729,10 @@ void with_format(GgmlType type, F&& f) {
       return f.template operator()<GgmlType::kQ4_0>();
     case GgmlType::kQ4_1:
       return f.template operator()<GgmlType::kQ4_1>();
+    case GgmlType::kQ5_0:
+      return f.template operator()<GgmlType::kQ5_0>();
+    case GgmlType::kQ5_1:
+      return f.template operator()<GgmlType::kQ5_1>();
     case GgmlType::kQ4_K:
       return f.template operator()<GgmlType::kQ4_K>();
     case GgmlType::kQ5_K:

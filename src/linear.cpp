@@ -1,13 +1,10 @@
 #include "linear.hpp"
 
-#include <ATen/Parallel.h>
-
 #include <sys/mman.h>
 
 #include <cstring>
 
 #include "device.hpp"
-#include "ggml_blocks.hpp"
 #include "specdec/error.hpp"
 #include "util.hpp"
 
@@ -28,26 +25,6 @@ const std::pair<WeightFormat, const char*> kFormatNames[] = {
     {WeightFormat::kFloat16, "float16"},    {WeightFormat::kQ8_0, "q8_0"},        {WeightFormat::kQ4_0, "q4_0"},
     {WeightFormat::kQ4_1, "q4_1"},
 };
-
-// Q5_0 blocks (d, qh, qs: ggml_q5_values) as Q8_0 blocks (d; 32 int8 values): value j is q_j - 16
-// in [-16, 15] with the same d, so every weight is the same number d * (q_j - 16).
-at::Tensor q5_0_as_q8_0(const at::Tensor& q5) {  // [N, blocks * 22] -> [N, blocks * 34]
-  const int64_t blocks = q5.numel() / 22;
-  at::Tensor q8 = at::empty({q5.size(0), q5.size(1) / 22 * 34}, at::kByte);
-  const uint8_t* src = q5.data_ptr<uint8_t>();
-  uint8_t* dst = q8.data_ptr<uint8_t>();
-  at::parallel_for(0, blocks, 1 << 12, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* from = src + b * 22;
-      uint8_t* to = dst + b * 34;
-      int q[32];
-      ggml_q5_values(from + 2, from + 6, q);
-      to[0] = from[0], to[1] = from[1];
-      for (int j = 0; j < 32; ++j) to[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(q[j] - 16));
-    }
-  });
-  return q8;
-}
 
 }  // namespace
 
@@ -148,11 +125,6 @@ Linear::Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b, bool in
   SPECDEC_CHECK(k % ggml_block_elements(type) == 0 && k / ggml_block_elements(type) * ggml_block_bytes(type) == row_bytes_,
                 "linear layer: ", row_bytes_, " bytes per row do not hold ", k, " ",
                 ggml_type_name(static_cast<uint32_t>(type)), " values");
-  if (int8_activations && type == GgmlType::kQ5_0 && w_.device().is_cpu()) {
-    w_ = q5_0_as_q8_0(w_.contiguous());
-    type_ = GgmlType::kQ8_0;
-    row_bytes_ = w_.size(1);
-  }
   kernel_ = kernels::linear_kernel(type_, int8_activations);
   // The kernel's layout, in place where this layer holds the only reference to the bytes (the
   // loaders hand theirs over), else in a copy (the caller's bytes stay as they are).

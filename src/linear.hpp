@@ -48,11 +48,9 @@ class Linear {
   // Dense weights [N, K] (float32, bfloat16 or float16, any device), kept as they are.
   explicit Linear(at::Tensor w, at::Tensor b = {});
   // Block-quantized weights: `bytes` [N, row_bytes] (CPU uint8) of `type`, K columns per row. With
-  // `int8_activations`, Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K run the 8-bit-activation kernel
-  // (kernels::LinearKernel), and Q5_0 is re-encoded as Q8_0 for it (the same weights exactly, 34
-  // bytes per 32 values instead of 22; type() then says Q8_0); Q4_0's kernel reorders the rows
-  // (kernels::prepare_weights): in place when `bytes` is the only reference to its storage (pass
-  // it with std::move), else in a copy.
+  // `int8_activations`, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K run the 8-bit-activation kernel
+  // (kernels::LinearKernel), which reorders the rows (kernels::prepare_weights): in place when
+  // `bytes` is the only reference to its storage (pass it with std::move), else in a copy.
   Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {}, bool int8_activations = false);
   // One layer whose output is the concatenation of the parts' outputs (fused q|k|v, gate|up): the
   // rows are concatenated into one matrix when the parts share a format (one pass over x), else

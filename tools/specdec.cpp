@@ -105,8 +105,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
       ->check(CLI::IsMember(format_names))
       ->capture_default_str();
   app->add_flag("--int8-activations", o.int8_activations,
-                "Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K target weights multiply activations quantized to 8 "
-                "bits, and Q5_0 ones too, held as Q8_0 (faster, as llama.cpp; "
+                "Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K target weights multiply activations quantized "
+                "to 8 bits (faster, as llama.cpp; "
                 "the target's numbers then differ from its dequantized float32 model)");
   app->add_flag("--draft-int8-activations", o.draft_int8_activations,
                 "The same for the draft (speculation stays exact whatever the draft computes)");

@@ -82,11 +82,10 @@ struct LoadOptions {
   c10::Device device = c10::Device(c10::kCPU);  // cpu or cuda[:N]
   at::ScalarType dtype = at::kFloat;            // compute dtype: float32, bfloat16, float16
   WeightFormat weights = WeightFormat::kAsStored;
-  // Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices multiply activations quantized per row to 8-bit
-  // blocks (integer dot products, as llama.cpp does): faster, but the logits are no longer those of
-  // the float32 model on the dequantized weights. Greedy speculation stays exact (every row is
-  // still computed in one fixed order). Q5_0 matrices are held as Q8_0 for it (the same weights
-  // exactly, 34 bytes per 32 values instead of 22); other formats ignore it.
+  // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K matrices multiply activations quantized per
+  // row to 8-bit blocks (integer dot products, as llama.cpp does): faster, but the logits are no
+  // longer those of the float32 model on the dequantized weights. Greedy speculation stays exact
+  // (every row is still computed in one fixed order). Other formats ignore it.
   bool int8_activations = false;
 };
 

@@ -185,7 +185,7 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
 TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   const int64_t n = 21;
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
-                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+                        GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const std::string name = ggml_type_name(static_cast<uint32_t>(type));
     const int64_t k = ggml_block_elements(type) == 256 ? 512 : 96;  // 96: an odd number of blocks
     const at::Tensor bytes = random_blocks(type, n, k);
@@ -215,10 +215,11 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   }
 }
 
-// Q5_0 under 8-bit activations runs as Q8_0: the re-encoded blocks dequantize bitwise to the Q5_0
-// values (every value -16..15, both nibbles, every fifth bit), and the layer gives bitwise what a
-// Q8_0 layer built from Q8_0 blocks written here by hand (the same d, q - 16) gives.
-TEST(LinearKernel, Q5_0WithInt8ActivationsIsQ8_0OnTheSameValues) {
+// Q5_0 under 8-bit activations computes what Q8_0 computes on the same values: both sum the exact
+// integers d_w d_x sum(q_w q_x) per block, so a Q5_0 layer gives bitwise what a Q8_0 layer built
+// from Q8_0 blocks written here by hand (the same d, q - 16) gives, in every kernel family: every
+// value -16..15, both nibbles, every fifth bit, whole groups of 16 rows and the rows after them.
+TEST(LinearKernel, Q5_0WithInt8ActivationsEqualsQ8_0OnTheSameValues) {
   const int64_t n = 37, k = 96;  // two whole groups of 16 rows and 5 more; 3 blocks per row
   at::Tensor q5 = random_blocks(GgmlType::kQ5_0, n, k);
   at::Tensor q8 = at::empty({n, k / 32 * 34}, at::kByte);
@@ -240,19 +241,26 @@ TEST(LinearKernel, Q5_0WithInt8ActivationsIsQ8_0OnTheSameValues) {
 
   const at::Tensor q5_before = q5.clone();
   const Linear five(GgmlType::kQ5_0, q5, k, {}, /*int8_activations=*/true);
-  const Linear eight(GgmlType::kQ8_0, q8, k, {}, /*int8_activations=*/true);
-  EXPECT_EQ(five.type(), GgmlType::kQ8_0);
-  EXPECT_EQ(five.bytes(), n * k / 32 * 34);
+  EXPECT_EQ(five.type(), GgmlType::kQ5_0);
+  EXPECT_EQ(five.bytes(), n * k / 32 * 22);
   EXPECT_TRUE(at::equal(q5, q5_before));  // the caller's bytes are left as they were
-  for (int64_t t : {1, 6, 20}) {
-    const at::Tensor x = at::randn({1, t, k});
-    EXPECT_TRUE(at::equal(five(x), eight(x))) << t << " rows";
+  for (kernels::Isa isa : kernels::available_isas()) {
+    const kernels::LinearKernel k5 = kernels::linear_kernel(GgmlType::kQ5_0, true, isa),
+                                k8 = kernels::linear_kernel(GgmlType::kQ8_0, true, isa);
+    at::Tensor w5 = q5.clone(), w8 = q8.clone();
+    kernels::prepare_weights(k5, GgmlType::kQ5_0, w5.data_ptr<uint8_t>(), n, w5.size(1));
+    kernels::prepare_weights(k8, GgmlType::kQ8_0, w8.data_ptr<uint8_t>(), n, w8.size(1));
+    for (int64_t t : {1, 6, 20}) {
+      const at::Tensor x = at::randn({t, k});
+      const at::Tensor y5 = kernels::linear_packed(x, k5, w5.data_ptr<uint8_t>(), w5.size(1), n, k, {});
+      EXPECT_TRUE(at::equal(y5, kernels::linear_packed(x, k8, w8.data_ptr<uint8_t>(), w8.size(1), n, k, {})))
+          << kernels::isa_name(isa) << " " << t << " rows";
+      if (isa == kernels::default_isa()) EXPECT_TRUE(at::equal(five(x), y5)) << t << " rows";
+    }
   }
   // the embedding lookup gives the Q5_0 weights
   const at::Tensor ids = at::arange(n, at::kLong).view({1, n});
   EXPECT_TRUE(at::equal(five.rows(ids, at::kFloat)[0], from5));
-  // with float32 activations Q5_0 stays Q5_0
-  EXPECT_EQ(Linear(GgmlType::kQ5_0, q5, k).type(), GgmlType::kQ5_0);
 }
 
 float half_bits(const uint8_t* p) {
@@ -264,8 +272,8 @@ float half_bits(const uint8_t* p) {
 // The 8-bit-activation kernels' order, as documented in kernels.cpp, written out here from the
 // plain blocks: per block (K-quants: sub-block) of 32 the integer sum of q_w * q_x (Q6_K: scale_a
 // times the sum over the first 16 plus scale_b times the sum over the others), then in order
-// acc = fma(sum, d_w * d_x, acc) (Q4_K: d_w = d * scale), and for Q4_1 and Q4_K then
-// acc = fma(minimum, s_x, acc) (Q4_1: m; Q4_K: -dmin * min).
+// acc = fma(sum, d_w * d_x, acc) (Q4_K: d_w = d * scale), and for Q4_1, Q5_1 and Q4_K then
+// acc = fma(minimum, s_x, acc) (Q4_1, Q5_1: m; Q4_K: -dmin * min).
 float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::ActRows& act,
                             int64_t t) {
   const int64_t k = act.k, blocks = k / 32;
@@ -292,6 +300,23 @@ float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::Ac
           isum += ((qs[j] & 15) - offset) * x[j] + ((qs[j] >> 4) - offset) * x[j + 16];
         acc = std::fma(static_cast<float>(isum), half_bits(blk) * dx, acc);
         if (q4_1) acc = std::fma(half_bits(blk + 2), sx, acc);
+        break;
+      }
+      // Q5_0: d, qh (4 bytes), 16 bytes of nibbles; Q5_1: d, m, the same. ggml's
+      // dequantize_row_q5_*: value j < 16 is the low nibble of qs[j] with bit j of qh as 16, value
+      // j + 16 the high nibble with bit j + 16; Q5_0 subtracts 16.
+      case GgmlType::kQ5_0:
+      case GgmlType::kQ5_1: {
+        const bool q5_1 = type == GgmlType::kQ5_1;
+        const uint8_t* blk = row + b * (q5_1 ? 24 : 22);
+        const uint8_t* qh = blk + (q5_1 ? 4 : 2);
+        const uint8_t* qs = qh + 4;
+        const int offset = q5_1 ? 0 : 16;
+        auto bit = [&](int i) { return (qh[i / 8] >> (i % 8)) & 1; };
+        for (int j = 0; j < 16; ++j)
+          isum += ((qs[j] & 15) + 16 * bit(j) - offset) * x[j] + ((qs[j] >> 4) + 16 * bit(j + 16) - offset) * x[j + 16];
+        acc = std::fma(static_cast<float>(isum), half_bits(blk) * dx, acc);
+        if (q5_1) acc = std::fma(half_bits(blk + 2), sx, acc);
         break;
       }
       // Q4_K: d, dmin, 12 bytes of 6-bit scales and minimums, 128 bytes of nibbles; Q5_K: the
@@ -338,8 +363,8 @@ float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::Ac
 // interleaved rows and the plain rows after them, any pass size and thread count.
 TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) {
   const int64_t n = 37, threads = at::get_num_threads();  // 2 groups of 16 and 5 plain rows
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K,
-                        GgmlType::kQ5_K, GgmlType::kQ6_K})
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                        GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K})
     for (int64_t k : {256, 2048}) {
       const std::string name = ggml_type_name(static_cast<uint32_t>(type));
       const at::Tensor plain = random_blocks(type, n, k), x = at::randn({20, k});
@@ -387,8 +412,8 @@ TEST(LinearKernel, InterleavedRowsKeepEveryRow) {
   EXPECT_EQ(in_place.tensors()[0].data_ptr<uint8_t>(), where);  // reordered where it was
   EXPECT_FALSE(at::equal(in_place.tensors()[0], plain));
   for (GgmlType type :  // every interleaved format gives every row back
-       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ5_K,
-        GgmlType::kQ6_K}) {
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const kernels::LinearKernel kernel = kernels::linear_kernel(type, true);
     const at::Tensor rows = random_blocks(type, n, 256);
     at::Tensor w = rows.clone();
