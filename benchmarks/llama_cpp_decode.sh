@@ -6,6 +6,8 @@
 # than benchmarks/llama_cpp_peer.sh, whose llama.cpp build and converted files it uses (run that
 # once first, e.g. with PEER_PARTS=synthetic).
 # Usage: benchmarks/llama_cpp_decode.sh BUILD_DIR ROUNDS FILE.gguf...
+#   BASE_BUILD=DIR also times the specdec of another build (e.g. the commit before, built in a git
+#   worktree) in the same rounds: "base X ms" and the ratio specdec / base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$1 rounds=$2; shift 2
@@ -17,12 +19,15 @@ echo "# $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, specde
 for r in $(seq "$rounds"); do
   for f in "$@"; do
     for t in 1 2; do
-      flag=(); [[ $(basename "$f") =~ \.(Q8_0|Q4_0|Q4_1|Q4_K|Q5_K|Q6_K) ]] && flag=(--int8-activations)
-      s=$("$build/specdec" generate --model "$f" "${flag[@]}" --prompts-file "$tmp/requests.jsonl" --threads "$t" 2>/dev/null |
-          tail -1 | python3 -c "import json, sys; print('%.1f' % (1000 * json.load(sys.stdin)['stats']['target_seconds_per_pass']))")
+      flag=(); [[ $(basename "$f") =~ \.(Q8_0|Q4_0|Q4_1|Q5_0|Q5_1|Q4_K|Q5_K|Q6_K) ]] && flag=(--int8-activations)
+      ms() { "$1/specdec" generate --model "$f" "${flag[@]}" --prompts-file "$tmp/requests.jsonl" --threads "$t" 2>/dev/null |
+             tail -1 | python3 -c "import json, sys; print('%.1f' % (1000 * json.load(sys.stdin)['stats']['target_seconds_per_pass']))"; }
+      b=""; [ -z "${BASE_BUILD:-}" ] || b=$(ms "$BASE_BUILD")
+      s=$(ms "$build")
+      base=""; [ -z "$b" ] || base=", base $b ms, specdec / base $(python3 -c "print('%.2f' % ($s / $b))")"
       l=$("$bench" -m "$f" -p 0 -n 32 -t "$t" -r 2 -o json 2>/dev/null |
           python3 -c "import json, sys; print('%.1f' % (json.load(sys.stdin)[0]['avg_ns'] / 1e6 / 32))")
-      echo "round $r $(basename "$f") threads $t: specdec $s ms, llama.cpp $l ms, ratio $(python3 -c "print('%.2f' % ($s / $l))")"
+      echo "round $r $(basename "$f") threads $t: specdec $s ms, llama.cpp $l ms, ratio $(python3 -c "print('%.2f' % ($s / $l))")$base"
     done
   done
 done
