@@ -9,6 +9,10 @@
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(SPECDEC_NO_X86_KERNELS)
 #include <cpuid.h>
 #include <immintrin.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #define SPECDEC_X86 1
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics start from deliberately undefined vectors (_mm512_undefined_*),
@@ -1000,27 +1004,30 @@ struct Q5Lanes {
     const __m256i v = _mm256_shuffle_epi8(qh, _mm256_add_epi8(lanes, _mm256_set1_epi32(spread(at))));
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
   }
-  template <int TB>
-  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
-                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
+  SPECDEC_AVX512_VNNI static void values512(const uint8_t* blk, __m512i (&v)[8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
-    const __m512 dw = field512(blk, 0);
     const __m512i qh = chunk512<kType>(blk, 0);
-    __m512i lo[4], hi[4];
     for (int c = 0; c < 4; ++c) {  // the nibbles, plus 16 where the fifth bit is set
       const __m512i raw = chunk512<kType>(blk, 1 + c);
       const __m512i l4 = _mm512_and_si512(raw, m4), h4 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-      lo[c] = _mm512_mask_add_epi8(l4, fifth512(qh, c / 2, c), l4, fifth);
-      hi[c] = _mm512_mask_add_epi8(h4, fifth512(qh, 2 + c / 2, c), h4, fifth);
+      v[c] = _mm512_mask_add_epi8(l4, fifth512(qh, c / 2, c), l4, fifth);
+      v[4 + c] = _mm512_mask_add_epi8(h4, fifth512(qh, 2 + c / 2, c), h4, fifth);
     }
+  }
+  template <int TB>
+  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
+                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
+    const __m512 dw = field512(blk, 0);
+    __m512i v[8];  // values 4c..4c+3 in v[c], 16+4c.. in v[4 + c]
+    values512(blk, v);
     for (int j = 0; j < TB; ++j) {
       const int64_t e = (t + j) * (k / 32) + b;
       const int8_t* q = x.q + (t + j) * k + b * 32;
       __m512i i0 = kQ5_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(-16 * x.sum[e]);
       __m512i i1 = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
-        i0 = _mm512_dpbusd_epi32(i0, lo[c], _mm512_set1_epi32(bytes4(q + 4 * c)));
-        i1 = _mm512_dpbusd_epi32(i1, hi[c], _mm512_set1_epi32(bytes4(q + 16 + 4 * c)));
+        i0 = _mm512_dpbusd_epi32(i0, v[c], _mm512_set1_epi32(bytes4(q + 4 * c)));
+        i1 = _mm512_dpbusd_epi32(i1, v[4 + c], _mm512_set1_epi32(bytes4(q + 16 + 4 * c)));
       }
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
                                _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
@@ -1331,6 +1338,78 @@ struct Lanes8x2 {  // AVX2: rows 0-7, then rows 8-15
   }
 };
 
+// AMX (Intel's tile unit; AMX-INT8) for Q8_0: the same integers, the same float operations, so the
+// bits of Lanes16. For a tile of TB >= kAmxFrom activation rows, per block of a group of 16 weight
+// rows: tile A = the TB rows' 32 quantized activations, tile B = the block's 8 value chunks as
+// stored (exactly the layout TDPBSSD reads: 4 values of each of 16 columns per row), so one tile
+// multiply gives the TB x 16 exact integer sums; they go through memory into the lanes, where the
+// documented float operations run as in Lanes16. Fewer rows take Lanes16 (one tile multiply costs
+// about what 4 rows' vpdpbusd do). The nibble formats are not sent here: unpacking their values
+// into memory for the tile load, once per block and tile of rows, made a 128-token prefill no
+// faster or slower than the VNNI kernel on an Intel Xeon (Emerald Rapids).
+#define SPECDEC_AMX \
+  __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+constexpr int kAmxFrom = 4;
+
+struct alignas(64) TileConfig {  // the 64-byte operand of LDTILECFG, palette 1
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Whether this CPU has AMX-TILE and AMX-INT8 and Linux lets this process use the tile data (it
+// must ask: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); asked once.
+bool amx_usable() {
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+#ifdef __linux__
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return false;
+#endif
+  }();
+  return usable;
+}
+
+struct Q8_0Amx {
+  static constexpr GgmlType kType = GgmlType::kQ8_0;
+  static constexpr int kMaxRows = 16;
+  template <int TB>
+  SPECDEC_AMX static void tile(const ActView& x, int64_t k, const uint8_t* gw, int64_t t, int64_t n,
+                               int64_t n_total, float* y) {
+    if constexpr (TB < kAmxFrom) {
+      Lanes16<Q8_0Lanes>::template tile<TB>(x, k, gw, t, n, n_total, y);
+    } else {
+      constexpr int64_t bytes = kInterleave * Interleaved<kType>::kBytes;
+      TileConfig cfg;
+      cfg.rows[0] = TB, cfg.colsb[0] = 32;  // A: TB rows of 32 int8 activations
+      cfg.rows[1] = 8, cfg.colsb[1] = 64;   // B: 8 chunks of 16 x 4 values
+      cfg.rows[2] = TB, cfg.colsb[2] = 64;  // C: TB x 16 int32 sums
+      _tile_loadconfig(&cfg);
+      alignas(64) int32_t isum[kMaxRows][16];
+      __m512 acc[TB];
+      for (int j = 0; j < TB; ++j) acc[j] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < k / 32; ++b) {
+        const uint8_t* blk = gw + b * bytes;
+        prefetch_ahead(blk, bytes);
+        _tile_zero(2);
+        _tile_loadd(0, x.q + t * k + b * 32, k);
+        _tile_loadd(1, blk + 2 * kInterleave, 64);  // after the 16 rows' d
+        _tile_dpbssd(2, 0, 1);
+        _tile_stored(2, isum, 64);
+        const __m512 dw = field512(blk, 0);
+        for (int j = 0; j < TB; ++j) {
+          const __m512 dx = _mm512_set1_ps(x.d[(t + j) * (k / 32) + b]);
+          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[j])), _mm512_mul_ps(dw, dx), acc[j]);
+        }
+      }
+      _tile_release();
+      for (int j = 0; j < TB; ++j) _mm512_storeu_ps(y + (t + j) * n_total + n, acc[j]);
+    }
+  }
+};
+
 // Tiles of Tiles::kMaxRows input rows for one weight row (Tiles::kWideMaxRows for more), then
 // one tile of exactly the rows that remain.
 template <class Tiles, int NB, int R>
@@ -1386,7 +1465,8 @@ SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const 
   rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
 }
 
-RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512) {
+RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512, bool amx) {
+  if (int8_activations && amx && type == GgmlType::kQ8_0) return rows_interleaved<Q8_0Amx>;
   if (int8_activations && avx512 && __builtin_cpu_supports("avx512vnni")) {
     switch (type) {
       case GgmlType::kQ8_0:
@@ -1532,6 +1612,7 @@ bool has_int8_kernel(GgmlType type) {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::kAmx: return "amx";
     case Isa::kAvx512: return "avx512";
     case Isa::kAvx2: return "avx2";
     case Isa::kPortable: return "portable";
@@ -1550,6 +1631,8 @@ std::vector<Isa> available_isas() {
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     out.push_back(Isa::kAvx512);
+  // AMX after AVX-512: opt-in (SPECDEC_KERNELS=amx) until it measures faster at every thread count
+  if (!out.empty() && __builtin_cpu_supports("avx512vnni") && amx_usable()) out.push_back(Isa::kAmx);
   if (avx2) out.push_back(Isa::kAvx2);
 #endif
   out.push_back(Isa::kPortable);
@@ -1576,7 +1659,7 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
   kernel.interleaved = kernel.int8_activations;
 #ifdef SPECDEC_X86
   if (isa != Isa::kPortable) {
-    kernel.rows = x86_rows(type, kernel.int8_activations, isa == Isa::kAvx512);
+    kernel.rows = x86_rows(type, kernel.int8_activations, isa == Isa::kAvx512 || isa == Isa::kAmx, isa == Isa::kAmx);
     return kernel;
   }
 #endif

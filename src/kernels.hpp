@@ -52,10 +52,11 @@ struct ActView {  // row t of a pass: q + t * K, sum16 + t * K / 16, d, s, sum +
 // The kernel families: AVX-512 (F, BW, DQ, VL; VNNI for 8-bit activations where the CPU has it)
 // and AVX2 (with FMA and F16C) give bitwise the same results; the portable fixed-order kernel (any
 // CPU) differs from them in the last bits with float32 activations, and gives their bits with
-// 8-bit activations.
-enum class Isa { kAvx512, kAvx2, kPortable };
-const char* isa_name(Isa isa);  // "avx512", "avx2", "portable"
-// What this build and CPU can run, best first (always ends with kPortable).
+// 8-bit activations. AMX is AVX-512 with VNNI whose Q8_0 8-bit-activation passes of 4 or more rows
+// take Intel's tile unit (AMX-INT8): the same bits again (opt-in: listed after AVX-512).
+enum class Isa { kAmx, kAvx512, kAvx2, kPortable };
+const char* isa_name(Isa isa);  // "amx", "avx512", "avx2", "portable"
+// What this build and CPU can run, the default first (always ends with kPortable).
 std::vector<Isa> available_isas();
 // The best of available_isas(), or the one SPECDEC_KERNELS names (an Error if it names none of
 // them); decided once per process.

@@ -125,10 +125,13 @@ TEST(LinearKernel, X86KernelsFollowTheDocumentedOrder) {
     }
 }
 
-// AVX-512 and AVX2 give the same bits in every format, with float32 and with 8-bit activations.
+// AVX-512 and AVX2 (and AMX where the CPU has it) give the same bits in every format, with float32
+// and with 8-bit activations.
 TEST(LinearKernel, KernelFamiliesGiveTheSameBitsInEveryFormat) {
-  const std::vector<kernels::Isa> have = kernels::available_isas();
-  if (have.front() != kernels::Isa::kAvx512) GTEST_SKIP() << "this CPU has no AVX-512: one x86 family only";
+  std::vector<kernels::Isa> families;
+  for (kernels::Isa isa : kernels::available_isas())
+    if (isa != kernels::Isa::kPortable) families.push_back(isa);
+  if (families.size() < 2) GTEST_SKIP() << "this CPU has no AVX-512: one x86 family only";
   const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kF16,  GgmlType::kQ8_0,
                             GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
                             GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K};
@@ -155,12 +158,13 @@ TEST(LinearKernel, KernelFamiliesGiveTheSameBitsInEveryFormat) {
                                  n,
                                  bytes.size(1));  // the same layout for both families
         for (int64_t t : {1, 2, 3, 4, 6, 7, 8, 9, 20}) {
-          at::Tensor y[2];
-          int i = 0;
-          for (kernels::Isa isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx2})
-            y[i++] = kernels::linear_packed(x.narrow(0, 0, t), kernels::linear_kernel(type, int8, isa),
-                                            bytes.data_ptr<uint8_t>(), bytes.size(1), n, k, {});
-          EXPECT_TRUE(at::equal(y[0], y[1])) << name << " rows " << t;
+          std::vector<at::Tensor> y;
+          for (kernels::Isa isa : families)
+            y.push_back(kernels::linear_packed(x.narrow(0, 0, t), kernels::linear_kernel(type, int8, isa),
+                                               bytes.data_ptr<uint8_t>(), bytes.size(1), n, k, {}));
+          for (size_t i = 1; i < y.size(); ++i)
+            EXPECT_TRUE(at::equal(y[0], y[i])) << name << " rows " << t << ": " << kernels::isa_name(families[0])
+                                               << " against " << kernels::isa_name(families[i]);
         }
       }
 }
