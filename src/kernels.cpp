@@ -1346,7 +1346,7 @@ struct Lanes8x2 {  // AVX2: rows 0-7, then rows 8-15
 // documented float operations run as in Lanes16. Fewer rows take Lanes16 (one tile multiply costs
 // about what 4 rows' vpdpbusd do). The nibble formats are not sent here: unpacking their values
 // into memory for the tile load, once per block and tile of rows, made a 128-token prefill no
-// faster or slower than the VNNI kernel on an Intel Xeon (Emerald Rapids).
+// faster than the VNNI kernel, often slower, on an Intel Xeon (Emerald Rapids).
 #define SPECDEC_AMX \
   __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 constexpr int kAmxFrom = 4;
@@ -1357,19 +1357,29 @@ struct alignas(64) TileConfig {  // the 64-byte operand of LDTILECFG, palette 1
   uint8_t rows[16] = {};
 };
 
-// Whether this CPU has AMX-TILE and AMX-INT8 and Linux lets this process use the tile data (it
-// must ask: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); asked once.
-bool amx_usable() {
-  static const bool usable = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+// Linux gives a process the tile data state (XFEATURE_XTILEDATA, 18) only when it asks
+// (ARCH_REQ_XCOMP_PERM), and then every signal frame of the process carries 8 KB more, which can
+// overflow a host application's small alternate signal stacks. So amx_supported() only looks (the
+// CPU's AMX-TILE and AMX-INT8, the kernel's support: ARCH_GET_XCOMP_SUPP), and the permission is
+// asked once, by amx_permitted(), when a kernel of the AMX family is made.
+constexpr int kXtileData = 18;
+bool amx_supported() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
 #ifdef __linux__
-    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  uint64_t features = 0;
+  return syscall(SYS_arch_prctl, 0x1021, &features) == 0 && (features >> kXtileData & 1);
 #else
-    return false;
+  return false;
 #endif
-  }();
-  return usable;
+}
+bool amx_permitted() {
+#ifdef __linux__
+  static const bool permitted = syscall(SYS_arch_prctl, 0x1023, kXtileData) == 0;
+  return permitted;
+#else
+  return false;
+#endif
 }
 
 struct Q8_0Amx {
@@ -1466,7 +1476,7 @@ SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const 
 }
 
 RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512, bool amx) {
-  if (int8_activations && amx && type == GgmlType::kQ8_0) return rows_interleaved<Q8_0Amx>;
+  if (amx) return rows_interleaved<Q8_0Amx>;  // the Q8_0 kernel with 8-bit activations
   if (int8_activations && avx512 && __builtin_cpu_supports("avx512vnni")) {
     switch (type) {
       case GgmlType::kQ8_0:
@@ -1607,7 +1617,8 @@ constexpr int64_t kRowTile = 64;  // input rows per sweep over the weights (keep
 
 bool has_int8_kernel(GgmlType type) {
   return type == GgmlType::kQ8_0 || type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 ||
-         type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 || type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+         type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 || type == GgmlType::kQ4_K ||
+         type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
 }
 
 const char* isa_name(Isa isa) {
@@ -1632,7 +1643,7 @@ std::vector<Isa> available_isas() {
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
     out.push_back(Isa::kAvx512);
   // AMX after AVX-512: opt-in (SPECDEC_KERNELS=amx) until it measures faster at every thread count
-  if (!out.empty() && __builtin_cpu_supports("avx512vnni") && amx_usable()) out.push_back(Isa::kAmx);
+  if (!out.empty() && __builtin_cpu_supports("avx512vnni") && amx_supported()) out.push_back(Isa::kAmx);
   if (avx2) out.push_back(Isa::kAvx2);
 #endif
   out.push_back(Isa::kPortable);
@@ -1659,7 +1670,9 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
   kernel.interleaved = kernel.int8_activations;
 #ifdef SPECDEC_X86
   if (isa != Isa::kPortable) {
-    kernel.rows = x86_rows(type, kernel.int8_activations, isa == Isa::kAvx512 || isa == Isa::kAmx, isa == Isa::kAmx);
+    const bool amx = isa == Isa::kAmx && kernel.int8_activations && type == GgmlType::kQ8_0;
+    SPECDEC_CHECK(!amx || amx_permitted(), "AMX kernels: Linux refused this process the tile state (arch_prctl)");
+    kernel.rows = x86_rows(type, kernel.int8_activations, isa == Isa::kAvx512 || isa == Isa::kAmx, amx);
     return kernel;
   }
 #endif
