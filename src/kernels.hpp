@@ -58,7 +58,7 @@ enum class Isa { kAmx, kAvx512, kAvx2, kPortable };
 const char* isa_name(Isa isa);  // "amx", "avx512", "avx2", "portable"
 // What this build and CPU can run, the default first (always ends with kPortable).
 std::vector<Isa> available_isas();
-// The best of available_isas(), or the one SPECDEC_KERNELS names (an Error if it names none of
+// The first of available_isas(), or the one SPECDEC_KERNELS names (an Error if it names none of
 // them); decided once per process.
 Isa default_isa();
 struct ActRows {
