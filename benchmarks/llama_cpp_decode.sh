@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Decode only, specdec beside llama.cpp, alternating on the same GGUF files: ms per token of a
 # 32-token greedy decode after a 3-token prompt, at 1 and 2 threads. specdec: `specdec generate`
-# (a warm-up request first, then stats.target_seconds_per_pass; --int8-activations for the integer
-# formats, as llama.cpp computes them); llama.cpp: `llama-bench -p 0 -n 32 -r 2`. A quicker check
-# than benchmarks/llama_cpp_peer.sh, whose llama.cpp build and converted files it uses (run that
-# once first, e.g. with PEER_PARTS=synthetic).
+# (a warm-up request first, then stats.target_seconds_per_pass; --int8-activations, which the
+# float formats ignore: the integer ones compute as llama.cpp does); llama.cpp: `llama-bench -p 0
+# -n 32 -r 2`. A quicker check than benchmarks/llama_cpp_peer.sh, whose llama.cpp build and
+# converted files it uses (run that once first, e.g. with PEER_PARTS=synthetic).
 # Usage: benchmarks/llama_cpp_decode.sh BUILD_DIR ROUNDS FILE.gguf...
 #   BASE_BUILD=DIR also times the specdec of another build (e.g. the commit before, built in a git
 #   worktree) in the same rounds: "base X ms" and the ratio specdec / base.
@@ -19,8 +19,7 @@ echo "# $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, specde
 for r in $(seq "$rounds"); do
   for f in "$@"; do
     for t in 1 2; do
-      flag=(); [[ $(basename "$f") =~ \.(Q8_0|Q4_0|Q4_1|Q5_0|Q5_1|Q4_K|Q5_K|Q6_K) ]] && flag=(--int8-activations)
-      ms() { "$1/specdec" generate --model "$f" "${flag[@]}" --prompts-file "$tmp/requests.jsonl" --threads "$t" 2>/dev/null |
+      ms() { "$1/specdec" generate --model "$f" --int8-activations --prompts-file "$tmp/requests.jsonl" --threads "$t" 2>/dev/null |
              tail -1 | python3 -c "import json, sys; print('%.1f' % (1000 * json.load(sys.stdin)['stats']['target_seconds_per_pass']))"; }
       b=""; [ -z "${BASE_BUILD:-}" ] || b=$(ms "$BASE_BUILD")
       s=$(ms "$build")
