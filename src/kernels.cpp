@@ -915,78 +915,20 @@ struct Q8_0Lanes {  // d; 8 chunks of signed values
   }
 };
 
-// Q4_0 (d; 4 chunks of nibbles) and Q4_1 (d, m; the same): the low nibbles of chunk c are values
-// 4c..4c+3, the high ones 16+4c..16+4c+3.
+// Q4_0 (d; 4 chunks of nibbles), Q4_1 (d, m; the same), Q5_0 (d; chunk 0: qh; chunks 1-4: nibbles)
+// and Q5_1 (d, m; the same as Q5_0). The low nibbles of nibble chunk c are values 4c..4c+3 (byte i
+// of a lane: value 4c + i), the high ones 16+4c..16+4c+3; a Q5 value's fifth bit is bit 4c + i
+// (low) or 16 + 4c + i (high) of the lane's qh word. Those 4 bits lie in one byte of qh (byte c / 2
+// or 2 + c / 2, nibble c % 2): a shuffle copies it to the 4 bytes of the lane, and byte i tests bit
+// i + 4 (c % 2). The values come out unsigned (0..15, 0..31); Q4_0/Q5_0 subtract their offset (8,
+// 16) as offset x the block's activation sum, Q4_1/Q5_1 add m x s.
 template <GgmlType T>
-struct Q4Lanes {
+struct NibbleLanes {
   static constexpr GgmlType kType = T;
-  template <int TB>
-  SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
-                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512 dw = field512(blk, 0);
-    __m512i lo[4], hi[4];
-    for (int c = 0; c < 4; ++c) {
-      const __m512i raw = chunk512<kType>(blk, c);
-      lo[c] = _mm512_and_si512(raw, m4);
-      hi[c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-    }
-    for (int j = 0; j < TB; ++j) {
-      const int64_t e = (t + j) * (k / 32) + b;
-      const int8_t* q = x.q + (t + j) * k + b * 32;
-      __m512i i0 = T == GgmlType::kQ4_0 ? _mm512_set1_epi32(-8 * x.sum[e]) : _mm512_setzero_si512();
-      __m512i i1 = _mm512_setzero_si512();
-      for (int c = 0; c < 4; ++c) {
-        i0 = _mm512_dpbusd_epi32(i0, lo[c], _mm512_set1_epi32(bytes4(q + 4 * c)));
-        i1 = _mm512_dpbusd_epi32(i1, hi[c], _mm512_set1_epi32(bytes4(q + 16 + 4 * c)));
-      }
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
-                               _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
-      if constexpr (T == GgmlType::kQ4_1)
-        acc[j] = _mm512_fmadd_ps(field512(blk, 1), _mm512_set1_ps(x.s[e]), acc[j]);
-    }
-  }
-  template <int TB>
-  SPECDEC_AVX2 static void block256(const uint8_t* blk, int h, const ActView& x, int64_t k,
-                                    int64_t b, int64_t t, __m256 (&acc)[TB]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const __m256 dw = field256(blk, 0, h);
-    __m256i lo[4], hi[4];
-    for (int c = 0; c < 4; ++c) {
-      const __m256i raw = chunk256<kType>(blk, c, h);
-      lo[c] = _mm256_and_si256(raw, m4);
-      hi[c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-    }
-    for (int j = 0; j < TB; ++j) {
-      const int64_t e = (t + j) * (k / 32) + b;
-      const int8_t* q = x.q + (t + j) * k + b * 32;
-      __m256i s16 = _mm256_setzero_si256();  // at most 8 x 2 products of 15 x 127
-      for (int c = 0; c < 4; ++c) {
-        s16 = _mm256_add_epi16(s16,
-                               _mm256_maddubs_epi16(lo[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
-        s16 = _mm256_add_epi16(
-            s16, _mm256_maddubs_epi16(hi[c], _mm256_set1_epi32(bytes4(q + 16 + 4 * c))));
-      }
-      __m256i isum = _mm256_madd_epi16(s16, ones);
-      if constexpr (T == GgmlType::kQ4_0)
-        isum = _mm256_add_epi32(isum, _mm256_set1_epi32(-8 * x.sum[e]));
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
-                               acc[j]);
-      if constexpr (T == GgmlType::kQ4_1)
-        acc[j] = _mm256_fmadd_ps(field256(blk, 1, h), _mm256_set1_ps(x.s[e]), acc[j]);
-    }
-  }
-};
-
-// Q5_0 (d; chunk 0: qh; chunks 1-4: nibbles) and Q5_1 (d, m; the same): value 4c + i (i = 0..3,
-// byte i of a lane) is the low nibble of chunk 1 + c with bit 4c + i of the lane's qh word as its
-// fifth bit; value 16 + 4c + i the high nibble with bit 16 + 4c + i. Those 4 bits lie in one byte
-// of qh (byte c / 2 or 2 + c / 2, nibble c % 2): a shuffle copies it to the 4 bytes of the lane,
-// and byte i tests bit i + 4 (c % 2).
-template <GgmlType T>
-struct Q5Lanes {
-  static constexpr GgmlType kType = T;
-  static constexpr bool kQ5_1 = T == GgmlType::kQ5_1;
+  static constexpr bool kFive = T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1;
+  static constexpr bool kMin = T == GgmlType::kQ4_1 || T == GgmlType::kQ5_1;
+  static constexpr int32_t kOffset = kMin ? 0 : kFive ? 16 : 8;
+  static constexpr int kNibbles = kFive ? 1 : 0;  // the first nibble chunk
   // Shuffle indices: byte `at` of each 32-bit lane into all 4 of its bytes; the bit byte i tests.
   static constexpr int32_t spread(int at) { return at * 0x01010101; }
   static constexpr int32_t bits(int c) { return static_cast<int32_t>(0x08040201u << (4 * (c % 2))); }
@@ -1004,61 +946,76 @@ struct Q5Lanes {
     const __m256i v = _mm256_shuffle_epi8(qh, _mm256_add_epi8(lanes, _mm256_set1_epi32(spread(at))));
     return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
   }
+  // The block's values: 4c..4c+3 in v[c], 16+4c.. in v[4 + c], for the 16 lanes or for half h.
   SPECDEC_AVX512_VNNI static void values512(const uint8_t* blk, __m512i (&v)[8]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
-    const __m512i qh = chunk512<kType>(blk, 0);
-    for (int c = 0; c < 4; ++c) {  // the nibbles, plus 16 where the fifth bit is set
-      const __m512i raw = chunk512<kType>(blk, 1 + c);
-      const __m512i l4 = _mm512_and_si512(raw, m4), h4 = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-      v[c] = _mm512_mask_add_epi8(l4, fifth512(qh, c / 2, c), l4, fifth);
-      v[4 + c] = _mm512_mask_add_epi8(h4, fifth512(qh, 2 + c / 2, c), h4, fifth);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      const __m512i raw = chunk512<kType>(blk, kNibbles + c);
+      v[c] = _mm512_and_si512(raw, m4);
+      v[4 + c] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+      if constexpr (kFive) {
+        const __m512i qh = chunk512<kType>(blk, 0), fifth = _mm512_set1_epi8(0x10);
+        v[c] = _mm512_mask_add_epi8(v[c], fifth512(qh, c / 2, c), v[c], fifth);
+        v[4 + c] = _mm512_mask_add_epi8(v[4 + c], fifth512(qh, 2 + c / 2, c), v[4 + c], fifth);
+      }
+    }
+  }
+  SPECDEC_AVX2 static void values256(const uint8_t* blk, int h, __m256i (&v)[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = chunk256<kType>(blk, kNibbles + c, h);
+      v[c] = _mm256_and_si256(raw, m4);
+      v[4 + c] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      if constexpr (kFive) {
+        const __m256i qh = chunk256<kType>(blk, 0, h);
+        v[c] = _mm256_or_si256(v[c], fifth256(qh, c / 2, c));
+        v[4 + c] = _mm256_or_si256(v[4 + c], fifth256(qh, 2 + c / 2, c));
+      }
     }
   }
   template <int TB>
   SPECDEC_AVX512_VNNI static void block512(const uint8_t* blk, const ActView& x, int64_t k,
                                            int64_t b, int64_t t, __m512 (&acc)[TB]) {
     const __m512 dw = field512(blk, 0);
-    __m512i v[8];  // values 4c..4c+3 in v[c], 16+4c.. in v[4 + c]
+    __m512i v[8];
     values512(blk, v);
     for (int j = 0; j < TB; ++j) {
       const int64_t e = (t + j) * (k / 32) + b;
       const int8_t* q = x.q + (t + j) * k + b * 32;
-      __m512i i0 = kQ5_1 ? _mm512_setzero_si512() : _mm512_set1_epi32(-16 * x.sum[e]);
-      __m512i i1 = _mm512_setzero_si512();
+      __m512i i0 = _mm512_set1_epi32(-kOffset * x.sum[e]), i1 = _mm512_setzero_si512();
       for (int c = 0; c < 4; ++c) {
         i0 = _mm512_dpbusd_epi32(i0, v[c], _mm512_set1_epi32(bytes4(q + 4 * c)));
         i1 = _mm512_dpbusd_epi32(i1, v[4 + c], _mm512_set1_epi32(bytes4(q + 16 + 4 * c)));
       }
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)),
                                _mm512_mul_ps(dw, _mm512_set1_ps(x.d[e])), acc[j]);
-      if constexpr (kQ5_1) acc[j] = _mm512_fmadd_ps(field512(blk, 1), _mm512_set1_ps(x.s[e]), acc[j]);
+      if constexpr (kMin) acc[j] = _mm512_fmadd_ps(field512(blk, 1), _mm512_set1_ps(x.s[e]), acc[j]);
     }
   }
   template <int TB>
   SPECDEC_AVX2 static void block256(const uint8_t* blk, int h, const ActView& x, int64_t k,
                                     int64_t b, int64_t t, __m256 (&acc)[TB]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = field256(blk, 0, h);
-    const __m256i qh = chunk256<kType>(blk, 0, h);
-    __m256i lo[4], hi[4];
-    for (int c = 0; c < 4; ++c) {
-      const __m256i raw = chunk256<kType>(blk, 1 + c, h);
-      lo[c] = _mm256_or_si256(_mm256_and_si256(raw, m4), fifth256(qh, c / 2, c));
-      hi[c] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), fifth256(qh, 2 + c / 2, c));
-    }
+    __m256i v[8];
+    values256(blk, h, v);
+    // 16-bit sums of pairs of products: 8 x 2 of at most 15 x 127 fit one; 5-bit values (31 x 127)
+    // need the low and the high halves apart.
+    constexpr int kHigh = kFive ? 1 : 0;
     for (int j = 0; j < TB; ++j) {
       const int64_t e = (t + j) * (k / 32) + b;
       const int8_t* q = x.q + (t + j) * k + b * 32;
-      __m256i slo = _mm256_setzero_si256(), shi = _mm256_setzero_si256();  // 4 x 2 products of 31 x 127
+      __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
       for (int c = 0; c < 4; ++c) {
-        slo = _mm256_add_epi16(slo, _mm256_maddubs_epi16(lo[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
-        shi = _mm256_add_epi16(shi, _mm256_maddubs_epi16(hi[c], _mm256_set1_epi32(bytes4(q + 16 + 4 * c))));
+        s16[0] = _mm256_add_epi16(s16[0], _mm256_maddubs_epi16(v[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
+        s16[kHigh] = _mm256_add_epi16(
+            s16[kHigh], _mm256_maddubs_epi16(v[4 + c], _mm256_set1_epi32(bytes4(q + 16 + 4 * c))));
       }
-      __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(slo, ones), _mm256_madd_epi16(shi, ones));
-      if constexpr (!kQ5_1) isum = _mm256_add_epi32(isum, _mm256_set1_epi32(-16 * x.sum[e]));
+      __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones), _mm256_set1_epi32(-kOffset * x.sum[e]));
+      if constexpr (kFive) isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16[1], ones));
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
                                acc[j]);
-      if constexpr (kQ5_1) acc[j] = _mm256_fmadd_ps(field256(blk, 1, h), _mm256_set1_ps(x.s[e]), acc[j]);
+      if constexpr (kMin) acc[j] = _mm256_fmadd_ps(field256(blk, 1, h), _mm256_set1_ps(x.s[e]), acc[j]);
     }
   }
 };
@@ -1482,13 +1439,13 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512, bool amx) {
       case GgmlType::kQ8_0:
         return rows_interleaved<Lanes16<Q8_0Lanes>>;
       case GgmlType::kQ4_0:
-        return rows_interleaved<Lanes16<Q4Lanes<GgmlType::kQ4_0>>>;
+        return rows_interleaved<Lanes16<NibbleLanes<GgmlType::kQ4_0>>>;
       case GgmlType::kQ4_1:
-        return rows_interleaved<Lanes16<Q4Lanes<GgmlType::kQ4_1>>>;
+        return rows_interleaved<Lanes16<NibbleLanes<GgmlType::kQ4_1>>>;
       case GgmlType::kQ5_0:
-        return rows_interleaved<Lanes16<Q5Lanes<GgmlType::kQ5_0>>>;
+        return rows_interleaved<Lanes16<NibbleLanes<GgmlType::kQ5_0>>>;
       case GgmlType::kQ5_1:
-        return rows_interleaved<Lanes16<Q5Lanes<GgmlType::kQ5_1>>>;
+        return rows_interleaved<Lanes16<NibbleLanes<GgmlType::kQ5_1>>>;
       case GgmlType::kQ4_K:
         return rows_interleaved<Lanes16<KLanes<GgmlType::kQ4_K>>>;
       case GgmlType::kQ5_K:
@@ -1504,13 +1461,13 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512, bool amx) {
       case GgmlType::kQ8_0:
         return rows_interleaved<Lanes8x2<Q8_0Lanes>>;
       case GgmlType::kQ4_0:
-        return rows_interleaved<Lanes8x2<Q4Lanes<GgmlType::kQ4_0>>>;
+        return rows_interleaved<Lanes8x2<NibbleLanes<GgmlType::kQ4_0>>>;
       case GgmlType::kQ4_1:
-        return rows_interleaved<Lanes8x2<Q4Lanes<GgmlType::kQ4_1>>>;
+        return rows_interleaved<Lanes8x2<NibbleLanes<GgmlType::kQ4_1>>>;
       case GgmlType::kQ5_0:
-        return rows_interleaved<Lanes8x2<Q5Lanes<GgmlType::kQ5_0>>>;
+        return rows_interleaved<Lanes8x2<NibbleLanes<GgmlType::kQ5_0>>>;
       case GgmlType::kQ5_1:
-        return rows_interleaved<Lanes8x2<Q5Lanes<GgmlType::kQ5_1>>>;
+        return rows_interleaved<Lanes8x2<NibbleLanes<GgmlType::kQ5_1>>>;
       case GgmlType::kQ4_K:
         return rows_interleaved<Lanes8x2<KLanes<GgmlType::kQ4_K>>>;
       case GgmlType::kQ5_K:

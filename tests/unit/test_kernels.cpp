@@ -40,9 +40,11 @@ TEST(LinearKernel, Float32MatchesLibtorchAndIsBatchInvariant) {
 }
 
 // Random blocks of `type` with finite float16 scales (the offsets of each type's scale fields).
-at::Tensor random_blocks(GgmlType type, int64_t rows, int64_t k) {
+// Blocks of random bytes (or every byte `fill`) with small finite float16 scales (d, m, dmin).
+at::Tensor random_blocks(GgmlType type, int64_t rows, int64_t k, int fill = -1) {
   const int64_t blocks = k / ggml_block_elements(type), bytes = ggml_block_bytes(type);
-  at::Tensor out = at::randint(0, 256, {rows, blocks * bytes}, at::kByte);
+  at::Tensor out = fill < 0 ? at::randint(0, 256, {rows, blocks * bytes}, at::kByte)
+                            : at::full({rows, blocks * bytes}, fill, at::kByte);
   std::vector<int> scale_fields;
   switch (type) {
     case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ8_0: scale_fields = {0}; break;
@@ -216,6 +218,44 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
     // Close to the float kernel's result on the same weights (8-bit activations lose little).
     const Linear exact(type, bytes, k);
     EXPECT_LT((y - exact(x)).norm().item<double>(), 0.02 * exact(x).norm().item<double>()) << name;
+  }
+}
+
+// The integer sums at their extremes, in every kernel family: every value byte 0xFF (the largest
+// unsigned value of each format: 15, 31, 63 and the 6-bit scales) or, for Q8_0, 0x80 (-128), against
+// activations of +-127. 16-bit partial sums (AVX2's maddubs) that hold for random values can wrap
+// here; the result must still be the integer formula's.
+TEST(LinearKernel, Int8ActivationKernelsHoldTheExtremeValues) {
+  const int64_t n = 21;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
+                        GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+    const std::string name = ggml_type_name(static_cast<uint32_t>(type));
+    const int64_t k = ggml_block_elements(type) == 256 ? 512 : 96;
+    const at::Tensor bytes = random_blocks(type, n, k, type == GgmlType::kQ8_0 ? 0x80 : 0xFF);
+    at::Tensor dense = at::empty({n, k});
+    ggml_dequantize(type, bytes.data_ptr<uint8_t>(), dense.data_ptr<float>(), n * k);
+    for (kernels::Isa isa : kernels::available_isas()) {
+      const kernels::LinearKernel kernel = kernels::linear_kernel(type, true, isa);
+      at::Tensor w = bytes.clone();
+      kernels::prepare_weights(kernel, type, w.data_ptr<uint8_t>(), n, w.size(1));
+      for (int64_t t : {1, 6, 20}) {
+        const at::Tensor x = at::ones({t, k}) * (at::arange(t).remainder(2) * 2 - 1).unsqueeze(1);  // +1, -1, ...
+        const at::Tensor y = kernels::linear_packed(x, kernel, w.data_ptr<uint8_t>(), w.size(1), n, k, {});
+        kernels::ActRows act(t, k);
+        act.quantize(x.data_ptr<float>(), 0, t);
+        for (int64_t row = 0; row < t; ++row)
+          for (int64_t r = 0; r < n; ++r) {
+            double want = 0, size = 0;
+            for (int64_t c = 0; c < k; ++c) {
+              ASSERT_EQ(std::abs(act.q[row * k + c]), 127);
+              const double term = static_cast<double>(dense[r][c].item<float>()) * act.d[(row * k + c) / 32] * act.q[row * k + c];
+              want += term, size += std::fabs(term);
+            }
+            ASSERT_NEAR(y[row][r].item<double>(), want, 1e-5 * (1 + size))
+                << name << " " << kernels::isa_name(isa) << " " << t << " rows, row " << row << " col " << r;
+          }
+      }
+    }
   }
 }
 
