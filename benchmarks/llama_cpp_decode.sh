@@ -6,12 +6,13 @@
 # -n 32 -r 2`. A quicker check than benchmarks/llama_cpp_peer.sh, whose llama.cpp build and
 # converted files it uses (run that once first, e.g. with PEER_PARTS=synthetic).
 # Usage: benchmarks/llama_cpp_decode.sh BUILD_DIR ROUNDS FILE.gguf...
+#   LLAMA_BUILD=DIR: llama.cpp's build (default bench-peers/llama.cpp-build).
 #   BASE_BUILD=DIR also times the specdec of another build (e.g. the commit before, built in a git
 #   worktree) in the same rounds: "base X ms" and the ratio specdec / base.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$1 rounds=$2; shift 2
-bench=bench-peers/llama.cpp-build/bin/llama-bench
+bench=${LLAMA_BUILD:-bench-peers/llama.cpp-build}/bin/llama-bench
 [ -x "$bench" ] || { echo "no $bench: run benchmarks/llama_cpp_peer.sh first" >&2; exit 1; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf '{"prompt_ids":[1,2,3],"max_new_tokens":2}\n{"prompt_ids":[1,2,3],"max_new_tokens":32}\n' > "$tmp/requests.jsonl"

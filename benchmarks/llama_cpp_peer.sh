@@ -4,6 +4,10 @@
 # git-ignored; none of its code enters specdec).
 #   bash benchmarks/llama_cpp_peer.sh [BUILD_DIR] [ROUNDS] [THREADS...]
 #   PEER_PARTS=smollm2,synthetic,speculative (default: all three)   PEER_OUT=FILE (default below)
+#   LLAMA_BUILD=DIR: llama.cpp's build directory (default bench-peers/llama.cpp-build); LLAMA_FLAGS: its
+#   CMake flags when the script builds it (default -DGGML_NATIVE=ON; on a CPU where llama.cpp's native
+#   AMX kernel faults, e.g. "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+#   -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX512_VBMI=ON")
 # Files:
 #   smollm2:   SmolLM2-135M-Instruct Q4_1 as shipped (scripts/get_models.sh), and Q8_0 / F16 / F32 made
 #              from it with llama-quantize --allow-requantize (F16/F32 hold the Q4_1 values exactly).
@@ -27,7 +31,8 @@
 #   minimum 0) and with draft up to 16 under p-min 0.75; llama.cpp's target-only time from
 #   llama-bench (prompt pass + 64 decode steps).
 # Every measurement is one JSON line in PEER_OUT; ROUNDS rounds (default 3) interleave the engines.
-# benchmarks/report.py turns the file into tables (stdout) and docs/benchmarks.md with plots.
+# benchmarks/report.py turns the file into tables (stdout) and docs/benchmarks.md with plots (for another
+# PEER_OUT, bench-peers/docs-NAME/benchmarks.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -51,12 +56,12 @@ if [ ! -d "$src" ]; then
   .venv/bin/pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$peers" -q
   tar xzf "$peers/llama_cpp_python-$version.tar.gz" -C "$peers"
 fi
-lbuild="$peers/llama.cpp-build"
+lbuild=${LLAMA_BUILD:-$peers/llama.cpp-build}
 tools=(llama-bench llama-quantize llama-speculative-simple)
 for t in "${tools[@]}"; do
   [ -x "$lbuild/bin/$t" ] && continue
   echo "building llama.cpp $version (${tools[*]}; several minutes)" >&2
-  cmake -S "$src" -B "$lbuild" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  cmake -S "$src" -B "$lbuild" -DCMAKE_BUILD_TYPE=Release ${LLAMA_FLAGS:--DGGML_NATIVE=ON} -DLLAMA_CURL=OFF \
     -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF > "$peers/cmake.log" 2>&1
   cmake --build "$lbuild" -j"$(nproc)" --target "${tools[@]}" > "$peers/build.log" 2>&1 ||
     { tail -20 "$peers/build.log"; exit 1; }
@@ -179,4 +184,7 @@ for r in $(seq "$rounds"); do
   fi
 done
 echo "wrote $out" >&2
-bash -c "[ -x $peers/venv/bin/python ] && exec $peers/venv/bin/python benchmarks/report.py $out || exec python3 benchmarks/report.py --no-plots $out"
+# docs/ holds the report of the default output file; another one's goes under bench-peers/.
+docs=docs; [ "$out" = benchmarks/results_llama_cpp_peer.jsonl ] || docs="$peers/docs-$(basename "$out" .jsonl)"
+if [ -x "$peers/venv/bin/python" ]; then "$peers/venv/bin/python" benchmarks/report.py "$out" --docs "$docs"
+else python3 benchmarks/report.py --no-plots "$out"; fi

@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Prefill of 128 tokens with --int8-activations under two kernel families (SPECDEC_KERNELS),
-# alternating in each round, at 1 and 2 threads: `specdec generate --prompts-file` with the same
-# 128-token request twice (the first warms up; the second's stats.prefill_seconds is printed).
-# Usage: benchmarks/prefill_isa.sh BUILD_DIR ROUNDS ISA_A ISA_B FILE.gguf...   (e.g. amx avx512)
+# Prefill of 128 tokens on GGUF files, alternating in each round, at 1 and 2 threads: specdec
+# `generate --prompts-file` with the same 128-token request twice (the first warms up; the second's
+# stats.prefill_seconds; --int8-activations, which the float formats ignore) under each kernel family
+# in KERNELS, and llama.cpp's `llama-bench -p 128 -n 0 -r 2` when LLAMA_BUILD has one.
+# Usage: benchmarks/prefill.sh BUILD_DIR ROUNDS FILE.gguf...
+#   KERNELS="amx avx512": the SPECDEC_KERNELS families to time, side by side (default: the default one)
+#   LLAMA_BUILD=DIR: llama.cpp's build (default bench-peers/llama.cpp-build, benchmarks/llama_cpp_peer.sh's);
+#   ratios are the first family's time over llama.cpp's. LLAMA_BUILD=none: specdec only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$1 rounds=$2 isa_a=$3 isa_b=$4; shift 4
+build=$1 rounds=$2; shift 2
+read -r -a kernels <<< "${KERNELS:-default}"
+bench=${LLAMA_BUILD:-bench-peers/llama.cpp-build}/bin/llama-bench
+[ -x "$bench" ] || bench=""
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 python3 -c "import json; r = json.dumps({'prompt_ids': list(range(100, 228)), 'max_new_tokens': 1}); print(r); print(r)" \
   > "$tmp/requests.jsonl"
-echo "# $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, specdec $(git rev-parse --short HEAD)"
+echo "# $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, specdec $(git rev-parse --short HEAD), llama.cpp: ${bench:-none}"
 for r in $(seq "$rounds"); do
   for f in "$@"; do
     for t in 1 2; do
-      line="round $r $(basename "$f") threads $t:"
-      for isa in "$isa_a" "$isa_b"; do
-        ms=$(SPECDEC_KERNELS=$isa "$build/specdec" generate --model "$f" --int8-activations --prompts-file "$tmp/requests.jsonl" \
-               --threads "$t" | tail -1 |
+      line="round $r $(basename "$f") threads $t:" first=""
+      for k in "${kernels[@]}"; do
+        env=(); [ "$k" = default ] || env=(SPECDEC_KERNELS="$k")
+        ms=$(env "${env[@]}" "$build/specdec" generate --model "$f" --int8-activations --prompts-file "$tmp/requests.jsonl" \
+               --threads "$t" 2>/dev/null | tail -1 |
              python3 -c "import json, sys; print('%.1f' % (1000 * json.load(sys.stdin)['stats']['prefill_seconds']))")
-        line="$line $isa $ms ms"
+        line="$line specdec[$k] $ms ms" first=${first:-$ms}
       done
+      if [ -n "$bench" ]; then
+        l=$("$bench" -m "$f" -p 128 -n 0 -t "$t" -r 2 -o json 2>/dev/null |
+            python3 -c "import json, sys; print('%.1f' % (json.load(sys.stdin)[0]['avg_ns'] / 1e6))")
+        line="$line, llama.cpp $l ms, ratio $(python3 -c "print('%.2f' % ($first / $l))")"
+      fi
       echo "$line"
     done
   done

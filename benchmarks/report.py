@@ -131,42 +131,44 @@ import matplotlib.pyplot as plt  # noqa: E402
 os.makedirs(args.docs, exist_ok=True)
 colors = {"specdec": "tab:blue", "specdec int8": "tab:cyan", "llama.cpp": "tab:orange"}
 
-# 1. decode ms/token per engine and format, one panel per thread count
-fig_, axes = plt.subplots(1, len(threads), figsize=(6 * len(threads), 4.5), squeeze=False)
-for ax, t in zip(axes[0], threads):
-    width = 0.27
-    for i, e in enumerate(engines):
-        vals = [fig(f, t, e, "decode") or 0 for f in files]
-        ax.bar([x + (i - 1) * width for x in range(len(files))], vals, width, label=e, color=colors[e])
-    ax.set_xticks(range(len(files)), [short(f) for f in files], rotation=35, ha="right")
-    ax.set_yscale("log")
-    ax.set_ylabel("decode ms/token (log)")
-    ax.set_title(f"{t} thread{'s' if t > 1 else ''}")
-    ax.legend()
-fig_.tight_layout()
-fig_.savefig(os.path.join(args.docs, "decode.png"), dpi=110)
+# 1. and 2. only when the run timed passes (PEER_PARTS=speculative times none)
+if files:
+    # 1. decode ms/token per engine and format, one panel per thread count
+    fig_, axes = plt.subplots(1, len(threads), figsize=(6 * len(threads), 4.5), squeeze=False)
+    for ax, t in zip(axes[0], threads):
+        width = 0.27
+        for i, e in enumerate(engines):
+            vals = [fig(f, t, e, "decode") or 0 for f in files]
+            ax.bar([x + (i - 1) * width for x in range(len(files))], vals, width, label=e, color=colors[e])
+        ax.set_xticks(range(len(files)), [short(f) for f in files], rotation=35, ha="right")
+        ax.set_yscale("log")
+        ax.set_ylabel("decode ms/token (log)")
+        ax.set_title(f"{t} thread{'s' if t > 1 else ''}")
+        ax.legend()
+    fig_.tight_layout()
+    fig_.savefig(os.path.join(args.docs, "decode.png"), dpi=110)
 
-# 2. pass cost against rows (ms of a pass / ms of a decode step), last thread count
-t = threads[-1]
-sizes = sorted({int(n) for rs in passes.values() for r in rs for n in r["pass_ms"]})
-fig_, axes = plt.subplots(2, (len(files) + 1) // 2, figsize=(4 * ((len(files) + 1) // 2), 7), squeeze=False)
-for ax, f in zip(axes.flat, files):
-    for e in engines:
-        d = fig(f, t, e, "decode")
-        pts = [(n, fig(f, t, e, "pass", n)) for n in sizes if n <= 16]
-        pts = [(n, v / d) for n, v in pts if v is not None and d]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label=e, color=colors[e])
-    ax.plot([1, 16], [1, 16], ls=":", color="grey", label="linear")
-    ax.set_title(short(f))
-    ax.set_xlabel("tokens in the pass")
-    ax.set_ylabel("pass / decode step")
-    ax.legend(fontsize=7)
-for ax in list(axes.flat)[len(files):]:
-    ax.axis("off")
-fig_.suptitle(f"Cost of one pass against its tokens, {t} threads")
-fig_.tight_layout()
-fig_.savefig(os.path.join(args.docs, "pass_cost.png"), dpi=110)
+    # 2. pass cost against rows (ms of a pass / ms of a decode step), last thread count
+    t = threads[-1]
+    sizes = sorted({int(n) for rs in passes.values() for r in rs for n in r["pass_ms"]})
+    fig_, axes = plt.subplots(2, (len(files) + 1) // 2, figsize=(4 * ((len(files) + 1) // 2), 7), squeeze=False)
+    for ax, f in zip(axes.flat, files):
+        for e in engines:
+            d = fig(f, t, e, "decode")
+            pts = [(n, fig(f, t, e, "pass", n)) for n in sizes if n <= 16]
+            pts = [(n, v / d) for n, v in pts if v is not None and d]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=e, color=colors[e])
+        ax.plot([1, 16], [1, 16], ls=":", color="grey", label="linear")
+        ax.set_title(short(f))
+        ax.set_xlabel("tokens in the pass")
+        ax.set_ylabel("pass / decode step")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(files):]:
+        ax.axis("off")
+    fig_.suptitle(f"Cost of one pass against its tokens, {t} threads")
+    fig_.tight_layout()
+    fig_.savefig(os.path.join(args.docs, "pass_cost.png"), dpi=110)
 
 # 3. measured speedup against acceptance, with the Leviathan prediction for K = 5
 if spec:
@@ -199,8 +201,10 @@ with open(os.path.join(args.docs, "benchmarks.md"), "w") as f:
     f.write("# specdec beside llama.cpp\n\n")
     f.write("Written by `benchmarks/report.py` from `" + args.results + "` (do not edit by hand).\n\n")
     f.write(text + "\n\n")
-    f.write("### Plots\n\n![decode ms/token per engine and format](decode.png)\n\n"
-            "![cost of a pass against its tokens](pass_cost.png)\n\n")
+    f.write("### Plots\n\n")
+    if files:
+        f.write("![decode ms/token per engine and format](decode.png)\n\n"
+                "![cost of a pass against its tokens](pass_cost.png)\n\n")
     if spec:
         f.write("![measured speedup against acceptance, with the Leviathan prediction](speculative.png)\n")
 print(f"wrote {args.docs}/benchmarks.md and its plots")
