@@ -40,7 +40,8 @@ rounds=${2:-3}
 shift 2 || true
 threads=("$@"); ((${#threads[@]})) || threads=(1 2)
 parts=${PEER_PARTS:-smollm2,synthetic,speculative}
-out=${PEER_OUT:-benchmarks/results_llama_cpp_peer.jsonl}
+default_out=benchmarks/results_llama_cpp_peer.jsonl
+out=${PEER_OUT:-$default_out}
 peers=bench-peers
 version=0.3.36
 smollm2=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -185,6 +186,6 @@ for r in $(seq "$rounds"); do
 done
 echo "wrote $out" >&2
 # docs/ holds the report of the default output file; another one's goes under bench-peers/.
-docs=docs; [ "$out" = benchmarks/results_llama_cpp_peer.jsonl ] || docs="$peers/docs-$(basename "$out" .jsonl)"
+docs=docs; [ "$out" = "$default_out" ] || docs="$peers/docs-$(basename "$out" .jsonl)"
 if [ -x "$peers/venv/bin/python" ]; then "$peers/venv/bin/python" benchmarks/report.py "$out" --docs "$docs"
 else python3 benchmarks/report.py --no-plots "$out"; fi
