@@ -1,6 +1,8 @@
 // Helpers shared by the tests: temporary folders, generated checkpoints, fixture paths.
 #pragma once
 
+#include <ATen/Parallel.h>
+
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -9,6 +11,20 @@
 #include "specdec/specdec.hpp"
 
 namespace specdec::test {
+
+// libtorch's intra-op thread count: set for a scope (or only saved) and restored at its end, also when
+// an assertion leaves the test early.
+class ThreadsGuard {
+ public:
+  ThreadsGuard() = default;
+  explicit ThreadsGuard(int threads) { at::set_num_threads(threads); }
+  ~ThreadsGuard() { at::set_num_threads(saved_); }
+  ThreadsGuard(const ThreadsGuard&) = delete;
+  ThreadsGuard& operator=(const ThreadsGuard&) = delete;
+
+ private:
+  int saved_ = at::get_num_threads();
+};
 
 // A fresh empty folder under the build tree, unique per call.
 std::string temp_dir(const std::string& name);

@@ -35,6 +35,12 @@ Pair rejected_draft_pair() {
           test_model(cached_fixture("batch_g101", big))};
 }
 
+// The goodput tests below assert choices made from timed passes, so they compute on one thread (as
+// ctest runs every test: OMP_NUM_THREADS=1) whatever the caller set: with several threads on an
+// oversubscribed machine one pass can wait at the threads' join for a whole scheduler slice, tens
+// of times its cost, which turned those choices in runs with two busy processes beside a 2-thread
+// run on 2 cores; on one thread 30 such runs passed.
+
 // goodput with up to 4 drafted tokens, 16 new tokens.
 GenerationConfig goodput_config() {
   GenerationConfig c;
@@ -113,6 +119,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
 // rejected, the next request (alone or in a batch) does not draft from its first iteration on, so
 // it pays neither the draft's prefill nor drafted tokens; its output stays the target's.
 TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
+  const ThreadsGuard one_thread(1);  // timed passes: see above
   const Pair p = rejected_draft_pair();
   const Generator target_only(p.target);
   const Generator g(p.target, p.draft);
@@ -140,6 +147,7 @@ TEST(Batch, GoodputSkipsARejectedDraftFromTheNextRequestsFirstIteration) {
 // goodput in a fresh Generator: one row, the shortest, probes the draft with one token; the others
 // wait for what it shows, so a draft the target rejects never runs on them, not even its prefill.
 TEST(Batch, GoodputProbesAFreshDraftWithOneRow) {
+  const ThreadsGuard one_thread(1);  // timed passes: see above
   const Pair p = rejected_draft_pair();
   const GenerationConfig c = goodput_config();
   auto prompts = prompts_for(4, 7);
@@ -162,6 +170,7 @@ TEST(Batch, GoodputProbesAFreshDraftWithOneRow) {
 // running rows' evidence and do not run the draft, not even its prefill, so the whole run drafts
 // exactly what a batch of its first two rows alone does (one row's probe in the first iteration).
 TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
+  const ThreadsGuard one_thread(1);  // timed passes: see above
   const Pair p = rejected_draft_pair();
   const GenerationConfig c = goodput_config();
   const auto prompts = prompts_for(6, 5);
@@ -185,6 +194,7 @@ TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
 // one over fewer. The draft is the target's first layer and the target's other layers add nothing
 // (exit scale 0), so every drafted token is accepted and drafting pays whatever the timings.
 TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
+  const ThreadsGuard one_thread(1);  // timed passes: see above
   FixtureOptions o = small_fixture(7, 12, "llama");
   o.hidden = 256;
   o.intermediate = 1024;

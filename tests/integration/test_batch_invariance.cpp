@@ -15,11 +15,6 @@ using namespace specdec::test;
 
 namespace {
 
-struct Threads {  // restores libtorch's thread count
-  int saved = at::get_num_threads();
-  ~Threads() { at::set_num_threads(saved); }
-};
-
 std::vector<int64_t> random_ids(int64_t n) {
   const at::Tensor t = at::randint(4, 128, {n}, at::TensorOptions().dtype(at::kLong));
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
@@ -36,7 +31,7 @@ int64_t held(const std::vector<std::vector<int64_t>>& passes, size_t step) {
 
 TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
   c10::InferenceMode guard;
-  Threads restore;
+  const ThreadsGuard restore;
   for (const std::string arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
     FixtureOptions o;
     o.arch = arch;

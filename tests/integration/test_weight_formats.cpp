@@ -39,7 +39,7 @@ const std::pair<WeightFormat, bool> kCases[] = {{WeightFormat::kBFloat16, false}
 
 TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
   c10::InferenceMode guard;
-  const int saved = at::get_num_threads();
+  const ThreadsGuard restore;
   for (const std::string arch : {"llama", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
     const std::string dir = cached_fixture("wf_" + arch, tiny(arch, 2, 9));
     const auto f32 = load(dir, WeightFormat::kFloat32);
@@ -63,7 +63,6 @@ TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
       }
     }
   }
-  at::set_num_threads(saved);
 }
 
 TEST(WeightFormats, AssistedEqualsTargetOnlyWithQuantizedTargetAndDraft) {

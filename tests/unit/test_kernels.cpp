@@ -15,6 +15,7 @@
 #include "specdec/kv_cache.hpp"
 #include "linear.hpp"
 #include "specdec/error.hpp"
+#include "test_util.hpp"
 
 namespace specdec {
 namespace {
@@ -406,7 +407,8 @@ float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::Ac
 // Every family (AVX-512 VNNI, AVX2, portable) computes exactly that, for whole groups of 16
 // interleaved rows and the plain rows after them, any pass size and thread count.
 TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) {
-  const int64_t n = 37, threads = at::get_num_threads();  // 2 groups of 16 and 5 plain rows
+  const int64_t n = 37;  // 2 groups of 16 and 5 plain rows
+  const test::ThreadsGuard restore;
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
                         GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K})
     for (int64_t k : {256, 2048}) {
@@ -437,7 +439,6 @@ TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) 
                     << " threads " << nt << " (" << i << ", " << r << ")";
           }
         }
-        at::set_num_threads(static_cast<int>(threads));
       }
     }
 }
