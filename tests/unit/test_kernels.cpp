@@ -40,8 +40,8 @@ TEST(LinearKernel, Float32MatchesLibtorchAndIsBatchInvariant) {
   }
 }
 
-// Random blocks of `type` with finite float16 scales (the offsets of each type's scale fields).
-// Blocks of random bytes (or every byte `fill`) with small finite float16 scales (d, m, dmin).
+// Blocks of `type`: random bytes (or every byte `fill`) with small finite float16 scales at each
+// type's scale fields (d, m, dmin).
 at::Tensor random_blocks(GgmlType type, int64_t rows, int64_t k, int fill = -1) {
   const int64_t blocks = k / ggml_block_elements(type), bytes = ggml_block_bytes(type);
   at::Tensor out = fill < 0 ? at::randint(0, 256, {rows, blocks * bytes}, at::kByte)
@@ -189,6 +189,19 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
 // 8-bit activations: the kernel's result equals sum_c w[c] * d_x * q_x[c] computed independently in
 // double precision from the dequantized weights and the same quantized activations (the kernels
 // split it into d_w d_x sum(q_w q_x) per block plus m_w s_x), and is bitwise batch-invariant.
+// The integer formula for output (t, r) of 8-bit activations `act` against weights `dense` [N, k]
+// (dequantized), in double: the sum over c of w[r][c] d_x q_x, and the sum of the terms' magnitudes,
+// which float32 rounding follows.
+std::pair<double, double> int8_formula(const at::Tensor& dense, const kernels::ActRows& act, int64_t t, int64_t r,
+                                       int64_t k) {
+  double want = 0, size = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    const double term = static_cast<double>(dense[r][c].item<float>()) * act.d[(t * k + c) / 32] * act.q[t * k + c];
+    want += term, size += std::fabs(term);
+  }
+  return {want, size};
+}
+
 TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
   const int64_t n = 21;
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
@@ -205,13 +218,7 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
     act.quantize(x.data_ptr<float>(), 0, 5);
     for (int64_t t = 0; t < 5; ++t)
       for (int64_t r = 0; r < n; ++r) {
-        double want = 0,
-               size = 0;  // size: the sum of the terms' magnitudes, which float32 rounding follows
-        for (int64_t c = 0; c < k; ++c) {
-          const double term = static_cast<double>(dense[r][c].item<float>()) *
-                              act.d[(t * k + c) / 32] * act.q[t * k + c];
-          want += term, size += std::fabs(term);
-        }
+        const auto [want, size] = int8_formula(dense, act, t, r, k);
         EXPECT_NEAR(y[0][t][r].item<double>(), want, 1e-5 * (1 + size))
             << name << " row " << t << " col " << r;
       }
@@ -244,14 +251,10 @@ TEST(LinearKernel, Int8ActivationKernelsHoldTheExtremeValues) {
         const at::Tensor y = kernels::linear_packed(x, kernel, w.data_ptr<uint8_t>(), w.size(1), n, k, {});
         kernels::ActRows act(t, k);
         act.quantize(x.data_ptr<float>(), 0, t);
+        for (int64_t i = 0; i < t * k; ++i) ASSERT_EQ(std::abs(act.q[i]), 127);
         for (int64_t row = 0; row < t; ++row)
           for (int64_t r = 0; r < n; ++r) {
-            double want = 0, size = 0;
-            for (int64_t c = 0; c < k; ++c) {
-              ASSERT_EQ(std::abs(act.q[row * k + c]), 127);
-              const double term = static_cast<double>(dense[r][c].item<float>()) * act.d[(row * k + c) / 32] * act.q[row * k + c];
-              want += term, size += std::fabs(term);
-            }
+            const auto [want, size] = int8_formula(dense, act, row, r, k);
             ASSERT_NEAR(y[row][r].item<double>(), want, 1e-5 * (1 + size))
                 << name << " " << kernels::isa_name(isa) << " " << t << " rows, row " << row << " col " << r;
           }
