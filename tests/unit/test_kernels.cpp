@@ -41,7 +41,8 @@ TEST(LinearKernel, Float32MatchesLibtorchAndIsBatchInvariant) {
 }
 
 // Blocks of `type`: random bytes (or every byte `fill`) with small finite float16 scales at each
-// type's scale fields (d, m, dmin).
+// type's scale fields (d, m, dmin), the second field of a block unlike its first (a kernel that
+// swapped them gives other numbers).
 at::Tensor random_blocks(GgmlType type, int64_t rows, int64_t k, int fill = -1) {
   const int64_t blocks = k / ggml_block_elements(type), bytes = ggml_block_bytes(type);
   at::Tensor out = fill < 0 ? at::randint(0, 256, {rows, blocks * bytes}, at::kByte)
@@ -55,9 +56,9 @@ at::Tensor random_blocks(GgmlType type, int64_t rows, int64_t k, int fill = -1) 
   }
   uint8_t* p = out.data_ptr<uint8_t>();
   for (int64_t blk = 0; blk < rows * blocks; ++blk)
-    for (int off : scale_fields) {
-      const uint16_t h = c10::Half(0.001f + 0.05f * static_cast<float>(blk % 7)).x;
-      std::memcpy(p + blk * bytes + off, &h, 2);
+    for (size_t f = 0; f < scale_fields.size(); ++f) {
+      const uint16_t h = c10::Half((0.001f + 0.05f * static_cast<float>(blk % 7)) * (f ? 0.37f : 1.0f)).x;
+      std::memcpy(p + blk * bytes + scale_fields[f], &h, 2);
     }
   return out;
 }
