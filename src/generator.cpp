@@ -109,10 +109,12 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
   // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
   // (at the estimates and at their bounds: plan_lookahead) K = 0 without the long pass.
   const double flat = target.ceiling(batch);
+  const auto cost = [&](int64_t rows) { return target(rows); };
   if (flat > 0) {
     const auto flat_cost = [flat](int64_t) { return flat; };
     if (LookaheadSchedule::plan_lookahead(flat_cost, *draft, alphas, bounds, cap) == 0) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
+      if (batch == 1 && !free_drafts) retime_draft(*schedules[0], cost, alphas);
       return true;
     }
   }
@@ -135,14 +137,30 @@ bool Generator::plan_goodput(const std::vector<LookaheadSchedule*>& schedules, K
     costs(target, draft);
     if (target.size() <= 1) return true;
   }
-  const auto cost = [&](int64_t rows) { return target(rows); };
   if (batch == 1) {
     schedules[0]->plan(cost, *draft);
+    if (!free_drafts) retime_draft(*schedules[0], cost, alphas);
     return true;
   }
   const int64_t k = LookaheadSchedule::plan_lookahead(cost, *draft, alphas, bounds, cap);
   for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
   return true;
+}
+
+void Generator::retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
+                             const std::vector<double>& alphas) const {
+  std::lock_guard<std::mutex> lock(costs_mutex_);
+  if (schedule.num_tokens() > 0) {  // drafting (again): the next stretch without it waits the least
+    costly_draft_iterations_ = 0;
+    retime_after_ = kRetimeFirst;
+    return;
+  }
+  // K = 0 whatever the draft costs: nothing to learn from timing it
+  if (LookaheadSchedule::best_lookahead(target_cost, 0.0, alphas, schedule.cap()) == 0) return;
+  if (costly_draft_iterations_++ < retime_after_) return;
+  costly_draft_iterations_ = 0;
+  retime_after_ = std::min(2 * retime_after_, kRetimeLast);
+  schedule.set_num_tokens(std::min<int64_t>(2, schedule.cap()));  // as the first probe: its second pass is timed
 }
 
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,

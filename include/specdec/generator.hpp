@@ -128,6 +128,10 @@ class Generator {
   // with concurrent generate() calls.
   void set_verifier(std::shared_ptr<const Verifier> verifier) { custom_verifier_ = std::move(verifier); }
 
+  // goodput at B = 1 re-times a draft whose measured cost keeps drafting off (retime_draft below):
+  // after kRetimeFirst iterations without drafting, then after twice as many, up to kRetimeLast.
+  static constexpr int64_t kRetimeFirst = 64, kRetimeLast = 4096;
+
   const Model& target() const { return *target_; }
   const Model* draft() const { return draft_.get(); }
 
@@ -151,8 +155,18 @@ class Generator {
   // Returns false while the draft's cost is unknown (K then stays where it is).
   bool plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                     const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) const;
+  // goodput at B = 1, after plan_goodput planned `schedule`: the draft's cost rests on the passes
+  // it timed, and at K = 0 none are timed, so one pass stalled by a busy machine could keep drafting
+  // off for the Generator's life. When the draft's cost is what plans K = 0 (a free draft would
+  // draft on this curve at these acceptances), the iteration after retime_after_ such iterations since
+  // the draft last drafted drafts min(2, cap) tokens instead, which times it again; retime_after_ starts at
+  // kRetimeFirst, doubles with each re-timing up to kRetimeLast, and starts again once drafting
+  // pays, so a draft that is too slow costs one such iteration per 64, 128, ... without drafting.
+  void retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
+                    const std::vector<double>& alphas) const;
   mutable std::mutex costs_mutex_;
   mutable PassCost target_cost_, draft_cost_;
+  mutable int64_t costly_draft_iterations_ = 0, retime_after_ = kRetimeFirst;  // guarded by costs_mutex_
   // The calibration passes over B and (prompt lookup) cap / 2 + 1 tokens were run.
   mutable bool calibrated_first_ = false, calibrated_ = false;
   // "goodput": the acceptance evidence a request starts from (LookaheadSchedule::carry_evidence of
