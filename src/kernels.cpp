@@ -554,9 +554,6 @@ struct BufferDec {
   SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_loadu_ps(buf + 8 * v); }
 };
 
-// AVX-512 decoders: kVecs vectors of 16 floats per block, the same values; Ymm is the AVX2 decoder
-// of the format (the float formats' last chunk of 8 and tail).
-
 // The float16 fields at p and p + 2 converted in every even and odd lane: a 32-bit broadcast load
 // (a load, no shuffle) and one conversion. half_to_float's insert, convert and broadcast took three
 // shuffle-port operations per field; on a Skylake-SP Xeon, where that port also does the table
@@ -574,6 +571,9 @@ SPECDEC_AVX512 inline __m512 field1(const uint8_t* p) {
 }
 SPECDEC_AVX512 inline __m512 even_lanes(__m512 v) { return _mm512_permute_ps(v, 0x00); }
 SPECDEC_AVX512 inline __m512 odd_lanes(__m512 v) { return _mm512_permute_ps(v, 0x55); }
+
+// AVX-512 decoders: kVecs vectors of 16 floats per block, the same values; Ymm is the AVX2 decoder
+// of the format (the float formats' last chunk of 8 and tail).
 struct F32DecZ {
   using Ymm = F32Dec;
   static constexpr int kElems = 16, kVecs = 1;

@@ -156,12 +156,13 @@ class Generator {
   bool plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                     const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) const;
   // goodput at B = 1, after plan_goodput planned `schedule`: the draft's cost rests on the passes
-  // it timed, and at K = 0 none are timed, so one pass stalled by a busy machine could keep drafting
-  // off for the Generator's life. When the draft's cost is what plans K = 0 (a free draft would
-  // draft on this curve at these acceptances), the iteration after retime_after_ such iterations since
-  // the draft last drafted drafts min(2, cap) tokens instead, which times it again; retime_after_ starts at
-  // kRetimeFirst, doubles with each re-timing up to kRetimeLast, and starts again once drafting
-  // pays, so a draft that is too slow costs one such iteration per 64, 128, ... without drafting.
+  // it timed, and at K = 0 none are timed, so one pass stalled by a busy machine could keep
+  // drafting off for the Generator's life. When the draft's cost is what plans K = 0 (a free draft
+  // would draft on this curve at these acceptances), the iteration after retime_after_ such
+  // iterations since the draft last drafted drafts min(2, cap) tokens instead, which times it
+  // again; retime_after_ starts at kRetimeFirst, doubles with each re-timing up to kRetimeLast,
+  // and starts again once drafting pays, so a draft that is too slow costs one such iteration per
+  // 64, 128, ... without drafting.
   void retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
                     const std::vector<double>& alphas) const;
   mutable std::mutex costs_mutex_;

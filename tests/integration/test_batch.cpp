@@ -239,7 +239,7 @@ class StalledModel final : public Model {
 // goodput times the draft on its passes, and at K = 0 it runs none: a draft whose first timed pass
 // stalled (100 ms against about a millisecond) looks too slow to pay, and without re-timing it
 // would stay off for the Generator's life. After Generator::kRetimeFirst iterations at K = 0 that
-// the draft's cost alone decides, goodput drafts again (2 tokens: the first probe's shape), times
+// the draft's cost alone decides, goodput drafts 2 tokens (the first probe's shape), which times
 // the draft again. The pair: a draft the target accepts every time (the previous test's).
 TEST(Batch, GoodputTimesADraftAgainThatLookedTooSlow) {
   const ThreadsGuard one_thread(1);  // timed passes: see above
