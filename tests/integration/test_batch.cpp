@@ -46,6 +46,22 @@ Pair rejected_draft_pair() {
 // run on 2 cores; on one thread 30 such runs passed.
 
 // goodput with up to 4 drafted tokens, 16 new tokens.
+// A 12-layer target whose layers after the first add nothing (exit scale 0) and a draft that is
+// its first layer, so the target accepts every drafted token (made once per test program).
+Pair accepted_draft_pair() {
+  FixtureOptions o = small_fixture(7, 12, "llama");
+  o.hidden = 256;
+  o.intermediate = 1024;
+  o.exit_scale = 0.0;
+  const std::string t = cached_fixture("batch_explore_t", o);
+  static const std::string d = [&] {
+    const std::string dir = temp_dir("batch_explore_d");
+    make_draft_of(t, dir, 1, 0.0, 7);
+    return dir;
+  }();
+  return {test_model(t), test_model(d)};
+}
+
 GenerationConfig goodput_config() {
   GenerationConfig c;
   c.max_new_tokens = 16;
@@ -199,20 +215,14 @@ TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
 // (exit scale 0), so every drafted token is accepted and drafting pays whatever the timings.
 TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
   const ThreadsGuard one_thread(1);  // timed passes: see above
-  FixtureOptions o = small_fixture(7, 12, "llama");
-  o.hidden = 256;
-  o.intermediate = 1024;
-  o.exit_scale = 0.0;
-  const std::string t = cached_fixture("batch_explore_t", o);
-  const std::string d = temp_dir("batch_explore_d");
-  make_draft_of(t, d, 1, 0.0, 7);
+  const Pair p = accepted_draft_pair();
   GenerationConfig c;
   c.max_new_tokens = 40;
   c.num_assistant_tokens = 12;
   c.num_assistant_tokens_schedule = "goodput";
   const std::vector<int64_t> prompt{5, 9, 14, 3};
-  const GenerationResult r = Generator(test_model(t), test_model(d)).generate(prompt, c);
-  EXPECT_EQ(r.tokens, Generator(test_model(t)).generate(prompt, c).tokens);
+  const GenerationResult r = Generator(p.target, p.draft).generate(prompt, c);
+  EXPECT_EQ(r.tokens, Generator(p.target).generate(prompt, c).tokens);
   EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens);
   ASSERT_GE(r.stats.trace.size(), 7u);
   for (int64_t k = 1; k <= 6; ++k) EXPECT_EQ(r.stats.trace[static_cast<size_t>(k)][0], k) << "pass " << k;
@@ -240,25 +250,19 @@ class StalledModel final : public Model {
 // stalled (100 ms against about a millisecond) looks too slow to pay, and without re-timing it
 // would stay off for the Generator's life. After Generator::kRetimeFirst iterations at K = 0 that
 // the draft's cost alone decides, goodput drafts 2 tokens (the first probe's shape), which times
-// the draft again. The pair: a draft the target accepts every time (the previous test's).
+// the draft again. The pair: accepted_draft_pair.
 TEST(Batch, GoodputTimesADraftAgainThatLookedTooSlow) {
   const ThreadsGuard one_thread(1);  // timed passes: see above
-  FixtureOptions o = small_fixture(7, 12, "llama");
-  o.hidden = 256;
-  o.intermediate = 1024;
-  o.exit_scale = 0.0;
-  const std::string t = cached_fixture("batch_explore_t", o);
-  const std::string d = temp_dir("batch_stalled_d");
-  make_draft_of(t, d, 1, 0.0, 7);
+  const Pair p = accepted_draft_pair();
   GenerationConfig c;
   c.max_new_tokens = Generator::kRetimeFirst + 40;
   c.num_assistant_tokens = 4;
   c.num_assistant_tokens_schedule = "goodput";
   const std::vector<int64_t> prompt{5, 9, 14, 3};
   // The probe's prefill and its two draft passes (the second one timed) stall.
-  const auto stalled = std::make_shared<StalledModel>(test_model(d), 3);
-  const GenerationResult r = Generator(test_model(t), stalled).generate(prompt, c);
-  EXPECT_EQ(r.tokens, Generator(test_model(t)).generate(prompt, c).tokens);
+  const auto stalled = std::make_shared<StalledModel>(p.draft, 3);
+  const GenerationResult r = Generator(p.target, stalled).generate(prompt, c);
+  EXPECT_EQ(r.tokens, Generator(p.target).generate(prompt, c).tokens);
   ASSERT_GE(r.stats.trace.size(), 2u);
   EXPECT_EQ(r.stats.trace[0][0], 2);  // the probe
   // then K = 0 for kRetimeFirst iterations (one token each), then the re-timing's 2 tokens
