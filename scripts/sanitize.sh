@@ -39,9 +39,9 @@ if [[ ! -f build-tsan/CMakeCache.txt ]]; then
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread" \
     > build-tsan.log 2>&1 || { tail -30 build-tsan.log; exit 1; }
 fi
-cmake --build build-tsan -j"$(nproc)" --target specdec_tests >> build-tsan.log 2>&1 || { tail -60 build-tsan.log; exit 1; }
+cmake --build build-tsan -j"$(nproc)" --target specdec_service_tests >> build-tsan.log 2>&1 || { tail -60 build-tsan.log; exit 1; }
 # libtorch and libgomp are not instrumented: races inside them go unseen; specdec's own are reported.
-TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 ./build-tsan/tests/specdec_tests --gtest_filter='Service.*'
+TSAN_OPTIONS=halt_on_error=1:report_signal_unsafe=0 ./build-tsan/tests/specdec_service_tests
 echo "sanitize: ThreadSanitizer build and concurrency tests in $(( $(date +%s) - t0 )) s"
 t0=$(date +%s)
 bash scripts/fuzz.sh "$fuzz_seconds"
