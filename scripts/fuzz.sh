@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}; shift || true
 targets=("$@"); ((${#targets[@]})) || targets=(gguf safetensors safetensors_index config tokenizer_json vocab_merges tokenizer_config sentencepiece generation_options)
-flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -g -O1"
+flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 if [[ ! -f build-fuzz/CMakeCache.txt ]]; then
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPECDEC_BUILD_FUZZERS=ON \
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DSPECDEC_BUILD_FUZZERS=ON \
     -DSPECDEC_BUILD_TESTS=OFF -DSPECDEC_BUILD_BENCHMARKS=OFF -DSPECDEC_BUILD_EXAMPLES=OFF -DSPECDEC_BUILD_TOOLS=OFF \
     -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" > build-fuzz.log 2>&1 ||
     { tail -30 build-fuzz.log; exit 1; }
