@@ -1958,8 +1958,9 @@ __attribute__((target("avx2"))) inline __m256 exp8(__m256 t) {
 // One query row of attention_f32: scores, softmax and the weighted sum of the values. Plain C++ for
 // any x86-64 (SSE2) and other CPUs; on x86, an AVX2 copy without FMA: the scores of 8 keys at once
 // (scores_avx2), their exponentials 8 at a time (exps_avx2) and the weighted sum with its
-// accumulators in registers (weigh_avx2). Each lane does what the scalar code does (a multiply, then
-// an add, in the same order), so both give the same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
+// accumulators in registers (weigh_avx2; on AVX-512 CPUs in 16 lanes, weigh_avx512). Each lane
+// does what the scalar code does (a multiply, then an add, in the same order), so all give the
+// same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
 struct AttentionRow {
   const float* q;           // [D]
   const float* k;           // key j at k + j * k_stride, [D]
@@ -1996,31 +1997,46 @@ inline void exps_plain(const AttentionRow& a, float mx, int64_t from = 0) {
     a.p[j] = a.p[j] == -std::numeric_limits<float>::infinity() ? 0.0f : exp_clamped(a.p[j] - mx);
 }
 
-// out[c] for c in [from, D): the sum over the keys, in order, of (p[j] / total) * v_j[c] (a multiply,
-// then an add), skipping keys of weight 0.
-inline void weigh_plain(const AttentionRow& a, float total, int64_t from = 0) {
+// out[c] for c in [from, D): the sum over the keys, in order, of p[j] * v_j[c] (a multiply, then an
+// add), skipping keys of weight 0.
+inline void weigh_plain(const AttentionRow& a, int64_t from = 0) {
+  if (from >= a.d) return;
   for (int64_t c = from; c < a.d; ++c) a.out[c] = 0;
   for (int64_t j = 0; j < a.len; ++j) {
     if (a.p[j] == 0.0f) continue;
-    const float w = a.p[j] / total;
     const float* v = a.v + j * a.v_stride;
-    for (int64_t c = from; c < a.d; ++c) a.out[c] += w * v[c];
+    for (int64_t c = from; c < a.d; ++c) a.out[c] += a.p[j] * v[c];
   }
 }
 
+// The sum of the exponentials: key j's into partial sum j mod 8 (the last len mod 8 keys too), the 8
+// combined in a fixed tree. A masked key's 0 changes no partial sum, so a query row gets the same
+// total whether the keys after its own (a later query's in a pass of several, or the padding of a
+// shorter row in a batch) are in the pass or not; any vector width gives the same bits.
+inline float exps_total(const float* p, int64_t len) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const int64_t n8 = len - len % 8;
+  for (int64_t j = 0; j < n8; j += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += p[j + l];
+  for (int64_t j = n8; j < len; ++j) acc[j - n8] += p[j];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Scores, their exponentials, the weights e_j / exps_total (each division rounds once, so any
+// vector width gives the same bits), the weighted sum of the values.
 template <class Scores, class Exps, class Weigh>
 __attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores, Exps exps, Weigh weigh) {
   const float mx = scores(a);
   exps(a, mx);
-  float total = 0;
-  for (int64_t j = 0; j < a.len; ++j) total += a.p[j];
-  weigh(a, total);
+  const float total = exps_total(a.p, a.len);
+  for (int64_t j = 0; j < a.len; ++j) a.p[j] /= total;
+  weigh(a);
 }
 
 void attend_default(const AttentionRow& a) {
   attend(a, [](const AttentionRow& r) { return scores_plain(r); },
          [](const AttentionRow& r, float mx) { exps_plain(r, mx); },
-         [](const AttentionRow& r, float total) { weigh_plain(r, total); });
+         [](const AttentionRow& r) { weigh_plain(r); });
 }
 
 #ifdef SPECDEC_X86
@@ -2081,27 +2097,56 @@ __attribute__((target("avx2"))) inline void exps_avx2(const AttentionRow& a, flo
 // weigh_plain() for out[c0, c0 + 8 NV), the NV accumulators of 8 lanes in registers across the keys
 // (the plain loop keeps them in memory: a load and a store per key).
 template <int NV>
-__attribute__((target("avx2"))) inline void weigh_lanes(const AttentionRow& a, float total, int64_t c0) {
+__attribute__((target("avx2"))) inline void weigh_lanes(const AttentionRow& a, int64_t c0) {
   __m256 acc[NV];
   for (int i = 0; i < NV; ++i) acc[i] = _mm256_setzero_ps();
   for (int64_t j = 0; j < a.len; ++j) {
     if (a.p[j] == 0.0f) continue;
-    const __m256 w = _mm256_set1_ps(a.p[j] / total);
+    const __m256 w = _mm256_set1_ps(a.p[j]);
     const float* v = a.v + j * a.v_stride + c0;
     for (int i = 0; i < NV; ++i) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, _mm256_loadu_ps(v + 8 * i)));
   }
   for (int i = 0; i < NV; ++i) _mm256_storeu_ps(a.out + c0 + 8 * i, acc[i]);
 }
 
-__attribute__((target("avx2"))) inline void weigh_avx2(const AttentionRow& a, float total) {
+__attribute__((target("avx2"))) inline void weigh_avx2(const AttentionRow& a) {
   int64_t c = 0;
-  for (; c + 64 <= a.d; c += 64) weigh_lanes<8>(a, total, c);
-  for (; c + 8 <= a.d; c += 8) weigh_lanes<1>(a, total, c);
-  weigh_plain(a, total, c);
+  for (; c + 64 <= a.d; c += 64) weigh_lanes<8>(a, c);
+  for (; c + 8 <= a.d; c += 8) weigh_lanes<1>(a, c);
+  weigh_plain(a, c);
 }
 
 __attribute__((target("avx2"))) void attend_avx2(const AttentionRow& a) {
   attend(a, scores_avx2, exps_avx2, weigh_avx2);
+}
+
+// weigh_lanes() in 16 lanes: each output feature still gets its multiply, then add, key by key, so
+// the width changes no bit; half the instructions per key.
+template <int NV>
+SPECDEC_AVX512 inline void weigh_lanes16(const AttentionRow& a, int64_t c0) {
+  __m512 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < a.len; ++j) {
+    if (a.p[j] == 0.0f) continue;
+    const __m512 w = _mm512_set1_ps(a.p[j]);
+    const float* v = a.v + j * a.v_stride + c0;
+    for (int i = 0; i < NV; ++i) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(w, _mm512_loadu_ps(v + 16 * i)));
+  }
+  for (int i = 0; i < NV; ++i) _mm512_storeu_ps(a.out + c0 + 16 * i, acc[i]);
+}
+
+SPECDEC_AVX512 inline void weigh_avx512(const AttentionRow& a) {
+  int64_t c = 0;
+  for (; c + 128 <= a.d; c += 128) weigh_lanes16<8>(a, c);
+  if (c + 64 <= a.d) weigh_lanes16<4>(a, c), c += 64;
+  for (; c + 16 <= a.d; c += 16) weigh_lanes16<1>(a, c);
+  if (c + 8 <= a.d) weigh_lanes<1>(a, c), c += 8;
+  weigh_plain(a, c);
+}
+
+// attend_avx2 with the weighted sum in 16 lanes (the same bits).
+SPECDEC_AVX512 void attend_avx512(const AttentionRow& a) {
+  attend(a, scores_avx2, exps_avx2, weigh_avx512);
 }
 #endif
 
@@ -2127,7 +2172,8 @@ struct AttentionPass {
 void attend_rows(const AttentionPass& a, Isa isa) {
   void (*row_fn)(const AttentionRow&) = attend_default;
 #ifdef SPECDEC_X86
-  if (isa != Isa::kPortable) row_fn = attend_avx2;
+  if (isa == Isa::kAvx512 || isa == Isa::kAmx) row_fn = attend_avx512;
+  else if (isa != Isa::kPortable) row_fn = attend_avx2;
 #else
   (void)isa;
 #endif

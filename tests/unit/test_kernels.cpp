@@ -635,26 +635,47 @@ TEST(WeightArena, CopiesHandBackTheSourceAndFuseWithoutACopy) {
 namespace specdec {
 namespace {
 
-// The attention kernel's AVX2-vectorized copy computes the scalar code's bits (grouped-query heads,
-// a causal mask, a strided view of a longer cache, a head size that is not a multiple of 8), and
-// agrees with libtorch's softmax(q k^T) v.
+// The attention kernel's vectorized copies (AVX2; AVX-512's weighted sum) compute the scalar code's
+// bits (grouped-query heads, a causal mask, a strided view of a longer cache, head sizes that are
+// not a multiple of 16 or of 8), and agrees with libtorch's softmax(q k^T) v.
 TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
   const std::vector<kernels::Isa> have = kernels::available_isas();
   if (have.front() == kernels::Isa::kPortable) GTEST_SKIP() << "no x86 kernel in this build or CPU";
-  for (int64_t d : {64, 36}) {
+  for (int64_t d : {64, 36, 40}) {
     const int64_t t = 5, len = 300, hq = 6, hkv = 2;
     const at::Tensor q = at::randn({2, hq, t, d});
     const at::Tensor cache_k = at::randn({2, hkv, 512, d}), cache_v = at::randn({2, hkv, 512, d});
     const at::Tensor k = cache_k.narrow(2, 0, len), v = cache_v.narrow(2, 0, len);  // strided views
     const at::Tensor mask = at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
-    const at::Tensor fast = kernels::attention_f32(q, k, v, mask, 0.125, have.front());
     const at::Tensor plain = kernels::attention_f32(q, k, v, mask, 0.125, kernels::Isa::kPortable);
-    EXPECT_TRUE(at::equal(fast, plain)) << "head size " << d;
+    for (const kernels::Isa isa : have)
+      EXPECT_TRUE(at::equal(kernels::attention_f32(q, k, v, mask, 0.125, isa), plain))
+          << kernels::isa_name(isa) << " head size " << d;
     const at::Tensor kk = k.repeat_interleave(hq / hkv, 1), vv = v.repeat_interleave(hq / hkv, 1);
     const at::Tensor probs = at::softmax(at::matmul(q, kk.transpose(-1, -2)) * 0.125 + mask, -1);
     const at::Tensor want = at::matmul(probs, vv).transpose(1, 2).reshape({2, t, hq * d});
     EXPECT_TRUE(at::allclose(plain, want, 1e-4, 1e-5)) << "head size " << d;
   }
+}
+
+// A query row's attention ignores the keys its mask hides: each row of a causal pass of 5 queries
+// equals bitwise the one-query attention over only the keys it sees (as a decode step computes
+// it), on every kernel family, for visible lengths on both sides of a multiple of 8. (Summing the
+// exponentials with the masked keys' zeros shifting which partial sum a key joins broke this.)
+TEST(LayerKernels, AttentionRowIsTheSameWithoutTheKeysItMasks) {
+  for (const kernels::Isa isa : kernels::available_isas())
+    for (int64_t d : {64, 36}) {
+      const int64_t t = 5, len = 19, hq = 4, hkv = 2;
+      const at::Tensor q = at::randn({1, hq, t, d}), k = at::randn({1, hkv, len, d}), v = at::randn({1, hkv, len, d});
+      const at::Tensor mask = at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
+      const at::Tensor pass = kernels::attention_f32(q, k, v, mask, 0.125, isa);  // [1, t, hq * d]
+      for (int64_t j = 0; j < t; ++j) {
+        const int64_t seen = len - t + 1 + j;
+        const at::Tensor one = kernels::attention_f32(q.narrow(2, j, 1).contiguous(), k.narrow(2, 0, seen),
+                                                      v.narrow(2, 0, seen), {}, 0.125, isa);
+        EXPECT_TRUE(at::equal(pass.narrow(1, j, 1), one)) << kernels::isa_name(isa) << " d " << d << " query " << j;
+      }
+    }
 }
 
 // The fused attention step gives bitwise what its unfused steps give (the projection's q|k|v split
