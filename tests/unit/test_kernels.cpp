@@ -637,7 +637,7 @@ namespace {
 
 // The attention kernel's vectorized copies (AVX2; AVX-512's weighted sum) compute the scalar code's
 // bits (grouped-query heads, a causal mask, a strided view of a longer cache, head sizes that are
-// not a multiple of 16 or of 8), and agrees with libtorch's softmax(q k^T) v.
+// not a multiple of 16 or of 8), and agree with libtorch's softmax(q k^T) v.
 TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
   const std::vector<kernels::Isa> have = kernels::available_isas();
   if (have.front() == kernels::Isa::kPortable) GTEST_SKIP() << "no x86 kernel in this build or CPU";
