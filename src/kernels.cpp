@@ -738,6 +738,18 @@ template <class Dec>
 struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
   static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
   static constexpr int64_t kWideLongFrom = INT64_MAX;  // not measured without AVX-512 (see rows_x86)
+  static constexpr bool kPacks = !kAnyK<Dec>;  // see FloatTilesZ::pack
+  static constexpr int kElems = Dec::kElems;
+  using Packed = FloatTiles<F32Dec>;
+  template <int NB>
+  SPECDEC_AVX2 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* buf) {
+    for (int i = 0; i < NB; ++i)
+      for (int64_t b = 0; b < k / Dec::kElems; ++b) {
+        Dec dec;
+        dec.start(w + (n + i) * row_bytes, b);
+        for (int v = 0; v < Dec::kVecs; ++v) _mm256_storeu_ps(buf + i * k + b * Dec::kElems + 8 * v, dec.vec(v));
+      }
+  }
   template <int NB, int TB>
   SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                 int64_t t, int64_t n_total, float* y) {
@@ -814,6 +826,24 @@ struct FloatTilesZ {
                                            : std::is_same_v<Dec, Q8_0DecZ> || std::is_same_v<Dec, Q4_0DecZ> ? 6
                                            : std::is_same_v<Dec, Q4_KDecZ> ? 8
                                                                            : INT64_MAX;
+  // Prefill (more than kStreamRows input rows): the NB weight rows decoded once into float32 rows
+  // (buf, NB x k), which the tiles of FloatTilesZ<F32DecZ> then read for every input row of the
+  // pass, instead of each tile of kWideMaxRows input rows decoding them again: the same values in
+  // the same FMAs, so the same bits. The block formats only: on an Intel Xeon Skylake-SP a SmolLM2
+  // pass over 128 tokens at 1 thread ran 1.4-2.6x faster in Q4_1, Q8_0 and Q4_K_M (AVX2 kernels
+  // 1.1-1.7x), but F16 1.05x slower (twice the bytes of its weights re-read, a conversion saved).
+  static constexpr bool kPacks = !kAnyK<Dec>;
+  static constexpr int kElems = Dec::kElems;
+  using Packed = FloatTilesZ<F32DecZ>;
+  template <int NB>
+  SPECDEC_AVX512 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* buf) {
+    for (int i = 0; i < NB; ++i)
+      for (int64_t b = 0; b < k / Dec::kElems; ++b) {
+        Dec dec;
+        dec.start(w + (n + i) * row_bytes, b);
+        for (int v = 0; v < Dec::kVecs; ++v) _mm512_storeu_ps(buf + i * k + b * Dec::kElems + 16 * v, dec.vec(v));
+      }
+  }
   template <int NB, int TB>
   SPECDEC_AVX512 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
                                   int64_t t, int64_t n_total, float* y) {
@@ -1437,8 +1467,10 @@ __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_ro
 
 // Up to kStreamRows input rows (decode, verification): one weight row at a time, in memory order,
 // so that the hardware prefetcher sees one sequential stream (2 or 4 rows side by side made these
-// passes up to 2.5x slower on SmolLM2, whose rows are short: 576 and 1536 columns). More rows
-// (prefill): Tiles::kWideRows weight rows per tile, so each load of x serves them all. Long rows
+// passes up to 2.5x slower on SmolLM2, whose rows are short: 576 and 1536 columns; on a Skylake-SP
+// Xeon a one-token Q4_1 pass with 2 rows side by side 1.5x slower, with 3 no faster). More rows
+// (prefill): Tiles::kWideRows weight rows per tile, so each load of x serves them all, block
+// formats decoded once into float32 for all the pass's rows (FloatTilesZ::pack). Long rows
 // (k >= kLongRow) take the wide tiles from Tiles::kWideLongFrom input rows: there the narrow
 // tile's input rows (k floats each) no longer fit L1 beside the weights and are read again from
 // L2 for every weight row. Tiling never changes an output's reduction order, only which outputs
@@ -1452,6 +1484,16 @@ __attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_row
   int64_t n = n0;
   if (t_rows > kStreamRows || (k >= kLongRow && t_rows >= Tiles::kWideLongFrom)) {
     constexpr int NB = Tiles::kWideRows;
+    if constexpr (Tiles::kPacks)
+      if (t_rows > kStreamRows && k % Tiles::kElems == 0) {
+        thread_local std::vector<float> buf;
+        buf.resize(NB * k);
+        for (; n + NB <= n1; n += NB) {
+          Tiles::template pack<NB>(w, row_bytes, n, k, buf.data());
+          row_block<typename Tiles::Packed, NB>(x, t_rows, k, reinterpret_cast<const uint8_t*>(buf.data()),
+                                                k * 4, 0, n_total, y + n);
+        }
+      }
     for (; n + NB <= n1; n += NB) row_block<Tiles, NB>(x, t_rows, k, w, row_bytes, n, n_total, y);
   }
   for (; n < n1; ++n) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
