@@ -830,8 +830,8 @@ struct FloatTilesZ {
   // (buf, NB x k), which the tiles of FloatTilesZ<F32DecZ> then read for every input row of the
   // pass, instead of each tile of kWideMaxRows input rows decoding them again: the same values in
   // the same FMAs, so the same bits. The block formats only: on an Intel Xeon Skylake-SP a SmolLM2
-  // pass over 128 tokens at 1 thread ran 1.4-2.6x faster in Q4_1, Q8_0 and Q4_K_M (AVX2 kernels
-  // 1.1-1.7x), but F16 1.05x slower (twice the bytes of its weights re-read, a conversion saved).
+  // pass over 128 tokens at 1 thread ran 1.3-2.9x faster in Q4_1, Q8_0 and Q4_K_M (AVX2 kernels
+  // 1.0-1.9x), but F16 1.05x slower (twice the bytes of its weights re-read, a conversion saved).
   static constexpr bool kPacks = !kAnyK<Dec>;
   static constexpr int kElems = Dec::kElems;
   using Packed = FloatTilesZ<F32DecZ>;
