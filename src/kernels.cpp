@@ -739,7 +739,6 @@ struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks 
   static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
   static constexpr int64_t kWideLongFrom = INT64_MAX;  // not measured without AVX-512 (see rows_x86)
   static constexpr bool kPacks = !kAnyK<Dec>;  // see FloatTilesZ::pack
-  static constexpr int kElems = Dec::kElems;
   using Packed = FloatTiles<F32Dec>;
   template <int NB>
   SPECDEC_AVX2 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* buf) {
@@ -832,8 +831,7 @@ struct FloatTilesZ {
   // the same FMAs, so the same bits. The block formats only: on an Intel Xeon Skylake-SP a SmolLM2
   // pass over 128 tokens at 1 thread ran 1.3-2.9x faster in Q4_1, Q8_0 and Q4_K_M (AVX2 kernels
   // 1.0-1.9x), but F16 1.05x slower (twice the bytes of its weights re-read, a conversion saved).
-  static constexpr bool kPacks = !kAnyK<Dec>;
-  static constexpr int kElems = Dec::kElems;
+  static constexpr bool kPacks = !kAnyK<Dec>;  // so K is whole blocks
   using Packed = FloatTilesZ<F32DecZ>;
   template <int NB>
   SPECDEC_AVX512 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* buf) {
@@ -1485,7 +1483,7 @@ __attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_row
   if (t_rows > kStreamRows || (k >= kLongRow && t_rows >= Tiles::kWideLongFrom)) {
     constexpr int NB = Tiles::kWideRows;
     if constexpr (Tiles::kPacks)
-      if (t_rows > kStreamRows && k % Tiles::kElems == 0) {
+      if (t_rows > kStreamRows) {
         thread_local std::vector<float> buf;
         buf.resize(NB * k);
         for (; n + NB <= n1; n += NB) {
