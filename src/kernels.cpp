@@ -720,6 +720,43 @@ SPECDEC_AVX2 inline float hsum(__m256 s) {
   return _mm_cvtss_f32(lo);
 }
 
+// hsum of a 16-lane accumulator: lanes l and l + 8 added first.
+SPECDEC_AVX512 inline float hsum(__m512 a) {
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+}
+
+// hsum of 16 accumulators at once, transposing as it adds: lanes l and l + 8 (shuffle_f32x4), then
+// l and l + 4, l and l + 2 (shuffle_ps), l and l + 1, the additions of hsum, so the same bits, in 15
+// additions and 30 shuffles instead of 64 and 64. Lane 4c + q of the result holds a[c + 4q]'s sum.
+SPECDEC_AVX512 inline __m512 hsum16(const __m512 (&a)[16]) {
+  __m512 p[8], r[4], t[2];
+  for (int i = 0; i < 8; ++i)  // [a8 of a[2i], a8 of a[2i + 1]]
+    p[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)  // chunk c: the 4 lanes of a[4i + c]
+    r[i] = _mm512_add_ps(_mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(p[2 * i], p[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)  // chunk c: the 2 lanes of a[8i + c], then of a[8i + 4 + c]
+    t[i] = _mm512_add_ps(_mm512_shuffle_ps(r[2 * i], r[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(r[2 * i], r[2 * i + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x88), _mm512_shuffle_ps(t[0], t[1], 0xDD));
+}
+
+// The sums of the N accumulators a[0..N) into s: 16 at a time (a last group of 8 or more padded with
+// zeros), the rest one by one.
+template <int N>
+SPECDEC_AVX512 inline void hsums(const __m512* a, float* s) {
+  int g = 0;
+  for (; g + 8 <= N; g += 16) {
+    __m512 group[16];
+    for (int m = 0; m < 16; ++m) group[m] = g + m < N ? a[g + m] : _mm512_setzero_ps();
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, hsum16(group));
+    for (int m = 0; m < 16 && g + m < N; ++m) s[g + m] = lanes[4 * (m % 4) + m / 4];
+  }
+  for (; g < N; ++g) s[g] = hsum(a[g]);
+}
+
 // The float formats take any K: a last chunk of 8 into lanes 0-7, then the tail; the block formats
 // take whole blocks only.
 template <class Dec>
@@ -888,10 +925,11 @@ SPECDEC_UNROLL(16)
         }
         c += 8;
       }
+    float sums[NB * TB];  // output i * TB + j
+    hsums<NB * TB>(&acc[0][0], sums);
     for (int i = 0; i < NB; ++i)
       for (int j = 0; j < TB; ++j) {
-        const __m512 a = acc[i][j];
-        float s = hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
+        float s = sums[i * TB + j];
         if constexpr (kAnyK<Dec>) s = tail<typename Dec::Ymm>(s, wr[i], xr[j], c, k);
         y[(t + j) * n_total + n + i] = s;
       }
@@ -2021,10 +2059,20 @@ inline float masked(const AttentionRow& a, int64_t j, float x) {
   return x;
 }
 
+// Whether the mask hides key j (its score is -inf whatever q . k_j is, so it is not computed: a
+// prefill's query skips the keys after its own).
+inline bool hidden(const AttentionRow& a, int64_t j) {
+  return a.mask && a.mask[j * a.mask_stride] == -std::numeric_limits<float>::infinity();
+}
+
 // The scores of keys [from, len) into a.p, one at a time; returns the largest of them and `mx`.
 inline float scores_plain(const AttentionRow& a, int64_t from = 0,
                           float mx = -std::numeric_limits<float>::infinity()) {
   for (int64_t j = from; j < a.len; ++j) {
+    if (hidden(a, j)) {
+      a.p[j] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
     a.p[j] = masked(a, j, dot(a.q, a.k + j * a.k_stride, a.d) * a.scale);
     mx = std::max(mx, a.p[j]);
   }
@@ -2088,6 +2136,12 @@ __attribute__((target("avx2"))) inline float scores_avx2(const AttentionRow& a) 
   const int64_t d8 = a.d - a.d % 8;
   int64_t j = 0;
   for (; j + 8 <= a.len; j += 8) {
+    bool all_hidden = true;
+    for (int i = 0; i < 8; ++i) all_hidden = all_hidden && hidden(a, j + i);
+    if (all_hidden) {
+      for (int i = 0; i < 8; ++i) a.p[j + i] = -std::numeric_limits<float>::infinity();
+      continue;
+    }
     const float* kr[8];
     __m256 r[8];
     for (int i = 0; i < 8; ++i) kr[i] = a.k + (j + i) * a.k_stride, r[i] = _mm256_setzero_ps();
