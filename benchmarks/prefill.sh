@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Prefill of 128 tokens on GGUF files, alternating in each round, at 1 and 2 threads: specdec
 # `generate --prompts-file` with the same 128-token request twice (the first warms up; the second's
-# stats.prefill_seconds; --int8-activations, which the float formats ignore) under each kernel family
-# in KERNELS, and llama.cpp's `llama-bench -p 128 -n 0 -r 2` when LLAMA_BUILD has one.
+# stats.prefill_seconds) under each kernel family in KERNELS and activation mode in ACTIVATIONS, and
+# llama.cpp's `llama-bench -p 128 -n 0 -r 2` when LLAMA_BUILD has one.
 # Usage: benchmarks/prefill.sh BUILD_DIR ROUNDS FILE.gguf...
 #   KERNELS="amx avx512": the SPECDEC_KERNELS families to time, side by side (default: the default one)
+#   ACTIVATIONS="int8 float32": with --int8-activations (which the float formats ignore) and without,
+#   side by side (default: int8)
 #   LLAMA_BUILD=DIR: llama.cpp's build (default bench-peers/llama.cpp-build, benchmarks/llama_cpp_peer.sh's);
-#   ratios are the first family's time over llama.cpp's. LLAMA_BUILD=none: specdec only.
+#   ratios are the first family's (and mode's) time over llama.cpp's. LLAMA_BUILD=none: specdec only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$1 rounds=$2; shift 2
 read -r -a kernels <<< "${KERNELS:-default}"
+read -r -a activations <<< "${ACTIVATIONS:-int8}"
 bench=${LLAMA_BUILD:-bench-peers/llama.cpp-build}/bin/llama-bench
 [ -x "$bench" ] || bench=""
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -22,11 +25,14 @@ for r in $(seq "$rounds"); do
     for t in 1 2; do
       line="round $r $(basename "$f") threads $t:" first=""
       for k in "${kernels[@]}"; do
-        env=(); [ "$k" = default ] || env=(SPECDEC_KERNELS="$k")
-        ms=$(env "${env[@]}" "$build/specdec" generate --model "$f" --int8-activations --prompts-file "$tmp/requests.jsonl" \
-               --threads "$t" 2>/dev/null | tail -1 |
-             python3 -c "import json, sys; print('%.1f' % (1000 * json.load(sys.stdin)['stats']['prefill_seconds']))")
-        line="$line specdec[$k] $ms ms" first=${first:-$ms}
+        for a in "${activations[@]}"; do
+          case $a in int8) flag=(--int8-activations) ;; float32) flag=() ;; *) echo "ACTIVATIONS: int8 or float32, not $a" >&2; exit 2 ;; esac
+          env=(); [ "$k" = default ] || env=(SPECDEC_KERNELS="$k")
+          ms=$(env "${env[@]}" "$build/specdec" generate --model "$f" "${flag[@]}" --prompts-file "$tmp/requests.jsonl" \
+                 --threads "$t" 2>/dev/null | tail -1 |
+               python3 -c "import json, sys; print('%.1f' % (1000 * json.load(sys.stdin)['stats']['prefill_seconds']))")
+          line="$line specdec[$k,$a] $ms ms" first=${first:-$ms}
+        done
       done
       if [ -n "$bench" ]; then
         l=$("$bench" -m "$f" -p 128 -n 0 -t "$t" -r 2 -o json 2>/dev/null |
