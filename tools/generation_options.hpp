@@ -15,18 +15,18 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
                   "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 20 for dynamic, 12 for goodput)")
       ->capture_default_str();
-  app->add_option("--schedule", gen.num_assistant_tokens_schedule,
+  app->add_option("--schedule,--num-assistant-tokens-schedule", gen.num_assistant_tokens_schedule,
                   "Lookahead schedule (prompt lookup follows goodput and ignores the others)")
       ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}))
       ->capture_default_str();
-  app->add_option("--confidence-threshold", gen.assistant_confidence_threshold,
+  app->add_option("--confidence-threshold,--assistant-confidence-threshold", gen.assistant_confidence_threshold,
                   "dynamic: stop drafting below this draft probability")
       ->capture_default_str();
   app->add_flag("--no-adaptive-threshold", no_adaptive, "dynamic: keep the confidence threshold fixed");
-  app->add_option("--prompt-lookup", gen.prompt_lookup_num_tokens,
+  app->add_option("--prompt-lookup,--prompt-lookup-num-tokens", gen.prompt_lookup_num_tokens,
                   "Prompt lookup decoding with up to N tokens per iteration, as in Hugging Face (no draft model: not with --draft)")
       ->capture_default_str();
-  app->add_option("--max-matching-ngram", gen.max_matching_ngram_size, "Prompt lookup: longest n-gram to match")
+  app->add_option("--max-matching-ngram,--max-matching-ngram-size", gen.max_matching_ngram_size, "Prompt lookup: longest n-gram to match")
       ->capture_default_str();
   app->add_option("--prompt-lookup-match", gen.prompt_lookup_match,
                   "Prompt lookup: copy after the first (Hugging Face) or the last earlier occurrence")

@@ -40,6 +40,24 @@ stream=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,
 check "streamed ids equal the JSON tokens" python3 -c "
 import json,sys; assert [int(x) for x in sys.argv[1].split()]==json.loads(sys.argv[2])['tokens']" "$stream" "$out"
 
+# Hugging Face's knob names are accepted too (num_assistant_tokens_schedule, ...): the same run either way,
+# and not the run without them.
+short=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 --json \
+  --schedule dynamic --confidence-threshold 0.9)
+long=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 --json \
+  --num-assistant-tokens-schedule dynamic --assistant-confidence-threshold 0.9)
+lookup_short=$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json \
+  --prompt-lookup 3 --max-matching-ngram 1)
+lookup_long=$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json \
+  --prompt-lookup-num-tokens 3 --max-matching-ngram-size 1)
+check "Hugging Face's option names give the runs of the short ones" python3 -c "
+import json,sys; a,b,c,d,e=(json.loads(x) for x in sys.argv[1:6])
+assert a['stats']['trace']==b['stats']['trace'] and a['tokens']==b['tokens'], (a, b)
+assert a['stats']['trace']!=json.loads(sys.argv[6])['stats']['trace'], 'dynamic with 0.9 drafted as constant K=5'
+assert c['stats']['trace']==d['stats']['trace'] and c['stats']['drafted_tokens'] > 0, (c, d)
+assert e['stats']['drafted_tokens'] == 0" "$short" "$long" "$lookup_short" "$lookup_long" \
+  "$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json)" "$out"
+
 s1=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6 --max-new-tokens 10 --do-sample --seed 7 --json)
 s2=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6 --max-new-tokens 10 --do-sample --seed 7 --json)
 check "same seed, same sampled tokens" python3 -c "
