@@ -2182,12 +2182,12 @@ __attribute__((target("avx2"))) inline void exps_avx2(const AttentionRow& a, flo
   int64_t j = 0;
   for (; j + 8 <= a.len; j += 8) {
     const __m256 s = _mm256_loadu_ps(a.p + j);
-    const __m256 hidden = _mm256_cmp_ps(s, masked, _CMP_EQ_OQ);
-    if (_mm256_movemask_ps(hidden) == 0xFF) {  // all 8 masked (a prefill's later keys): no exponentials
+    const __m256 off = _mm256_cmp_ps(s, masked, _CMP_EQ_OQ);  // the masked keys' lanes
+    if (_mm256_movemask_ps(off) == 0xFF) {  // all 8 masked (a prefill's later keys): no exponentials
       _mm256_storeu_ps(a.p + j, _mm256_setzero_ps());
       continue;
     }
-    _mm256_storeu_ps(a.p + j, _mm256_andnot_ps(hidden, exp8(_mm256_sub_ps(s, m))));
+    _mm256_storeu_ps(a.p + j, _mm256_andnot_ps(off, exp8(_mm256_sub_ps(s, m))));
   }
   exps_plain(a, mx, j);
 }
