@@ -71,7 +71,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                       "per line (with --chat, one user turn, after --system or the line's own \"system\"), "
                       "with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
                       "min_p, repetition_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
-                      "prompt_lookup_num_tokens, id); writes one JSON line per request, in order")
+                      "assistant_confidence_threshold, prompt_lookup_num_tokens, max_matching_ngram_size, id); writes one JSON line per request, in order")
           ->excludes(text)
           ->excludes(ids);
       app->add_option("--batch-size", o.batch_size,
@@ -334,6 +334,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           c.seed = value.get<uint64_t>();
         } else if (key == "num_assistant_tokens") integer(c.num_assistant_tokens);
         else if (key == "prompt_lookup_num_tokens") integer(c.prompt_lookup_num_tokens);
+        else if (key == "max_matching_ngram_size") integer(c.max_matching_ngram_size);
+        else if (key == "assistant_confidence_threshold") number(c.assistant_confidence_threshold);
         else if (key == "temperature") number(c.temperature);
         else if (key == "top_p") number(c.top_p);
         else if (key == "min_p") number(c.min_p);

@@ -58,6 +58,30 @@ assert c['stats']['trace']==d['stats']['trace'] and c['stats']['drafted_tokens']
 assert e['stats']['drafted_tokens'] == 0" "$short" "$long" "$lookup_short" "$lookup_long" \
   "$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json)" "$out"
 
+# ... and as per-request keys of --prompts-file, where they give the runs of the flags (values chosen
+# so that they change the run: threshold 0.05 drafts more than the default 0.4, n-grams of 1 match
+# elsewhere than n-grams of 2 in this prompt).
+line() { # line PROMPT_IDS KEYS: the trace and tokens of a one-line --prompts-file run
+  local draft=(); [ "$1" = draft ] && draft=(--draft "$work/d"); shift
+  printf '{"prompt_ids": [%s], "max_new_tokens": 12, %s}\n' "$1" "$2" |
+    "$SPECDEC" generate --model "$work/t" "${draft[@]}" --prompts-file - 2>/dev/null; }
+flag_threshold=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 --json \
+  --schedule dynamic --confidence-threshold 0.05)
+flag_ngram=$("$SPECDEC" generate --model "$work/t" --prompt-ids 6,5,7,5,8,8,8,8,6,5 --max-new-tokens 12 --json \
+  --prompt-lookup 3 --max-matching-ngram 1)
+check "--prompts-file: assistant_confidence_threshold and max_matching_ngram_size give the flags' runs" python3 -c "
+import json,sys; a,b,c,d,e,f=(json.loads(x) for x in sys.argv[1:7])
+assert a['stats']['trace']==b['stats']['trace'] and a['tokens']==b['tokens'], (a, b)
+assert a['stats']['trace']!=c['stats']['trace'], 'threshold 0.05 ran as the default'
+assert d['stats']['trace']==e['stats']['trace'] and d['tokens']==e['tokens'], (d, e)
+assert d['stats']['trace']!=f['stats']['trace'], 'max_matching_ngram_size 1 ran as 2'" \
+  "$flag_threshold" \
+  "$(line draft 5,6,7 '"num_assistant_tokens_schedule": "dynamic", "assistant_confidence_threshold": 0.05')" \
+  "$(line draft 5,6,7 '"num_assistant_tokens_schedule": "dynamic"')" \
+  "$flag_ngram" \
+  "$(line - 6,5,7,5,8,8,8,8,6,5 '"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 1')" \
+  "$(line - 6,5,7,5,8,8,8,8,6,5 '"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 2')"
+
 s1=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6 --max-new-tokens 10 --do-sample --seed 7 --json)
 s2=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6 --max-new-tokens 10 --do-sample --seed 7 --json)
 check "same seed, same sampled tokens" python3 -c "
