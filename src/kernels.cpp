@@ -856,11 +856,13 @@ struct FloatTilesZ {
   // Passes of at least this many input rows take the wide tiles on long weight rows (see
   // rows_x86). Measured on Zen 4 (a 1.1B Llama's k = 2048 and 5632 against the narrow tiles): F32
   // from 4 (a 4-row pass 1.5x faster), Q8_0 and Q4_0 from 6, Q4_K from 8; the others never. F16
-  // never: on Zen 4 its six independent FMA chains made a one-token pass 1.1-1.25x faster, but on
-  // Zen 5 (AMD family 26, 2026-11-29) the narrow tile's one prefetched stream made the 1.1B F16
-  // target's one-token pass 1.7x faster (117 -> 68 ms at 1 thread, 60 -> 36 ms at 2) and its
-  // 6-token pass 1.15x; an 8192 x 2048 projection over 1-6 rows 1.3-2x.
-  static constexpr int64_t kWideLongFrom = std::is_same_v<Dec, F32DecZ> ? 4
+  // from 3: on Zen 4 its six independent FMA chains made even a one-token pass 1.1-1.25x faster,
+  // but on Zen 5 (AMD family 26, 2026-11-29; `specdec generate`, 1.1B F16 target, 1 thread) the
+  // narrow tile's one prefetched stream takes a one-token pass from 79 to 69 ms and a 2-token one
+  // from 80 to 74, while from 3 tokens the wide tiles stay faster (3: 88 against 98 ms, 4: 94
+  // against 108, 6: 107 against 141).
+  static constexpr int64_t kWideLongFrom = std::is_same_v<Dec, F16DecZ>   ? 3
+                                           : std::is_same_v<Dec, F32DecZ> ? 4
                                            : std::is_same_v<Dec, Q8_0DecZ> || std::is_same_v<Dec, Q4_0DecZ> ? 6
                                            : std::is_same_v<Dec, Q4_KDecZ> ? 8
                                                                            : INT64_MAX;
