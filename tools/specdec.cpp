@@ -71,7 +71,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                       "per line (with --chat, one user turn, after --system or the line's own \"system\"), "
                       "with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
                       "min_p, repetition_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
-                      "assistant_confidence_threshold, prompt_lookup_num_tokens, max_matching_ngram_size, id); writes one JSON line per request, in order")
+                      "assistant_confidence_threshold, prompt_lookup_num_tokens, max_matching_ngram_size, id); "
+                      "writes one JSON line per request, in order")
           ->excludes(text)
           ->excludes(ids);
       app->add_option("--batch-size", o.batch_size,

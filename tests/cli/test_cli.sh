@@ -61,7 +61,7 @@ assert e['stats']['drafted_tokens'] == 0" "$short" "$long" "$lookup_short" "$loo
 # ... and as per-request keys of --prompts-file, where they give the runs of the flags (values chosen
 # so that they change the run: threshold 0.05 drafts more than the default 0.4, n-grams of 1 match
 # elsewhere than n-grams of 2 in this prompt).
-line() { # line PROMPT_IDS KEYS: the trace and tokens of a one-line --prompts-file run
+line() { # line draft|- PROMPT_IDS KEYS: the JSON result of a one-line --prompts-file run (with the draft or none)
   local draft=(); [ "$1" = draft ] && draft=(--draft "$work/d"); shift
   printf '{"prompt_ids": [%s], "max_new_tokens": 12, %s}\n' "$1" "$2" |
     "$SPECDEC" generate --model "$work/t" "${draft[@]}" --prompts-file - 2>/dev/null; }
