@@ -774,7 +774,7 @@ SPECDEC_AVX2 inline float tail(float s, const uint8_t* w, const float* x, int64_
 template <class Dec>
 struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
   static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
-  static constexpr int64_t kWideLongFrom = INT64_MAX;  // not measured without AVX-512 (see rows_x86)
+  static int64_t wide_long_from() { return INT64_MAX; }  // not measured without AVX-512 (see rows_x86)
   static constexpr bool kPacks = !kAnyK<Dec>;  // see FloatTilesZ::pack
   using Packed = FloatTiles<F32Dec>;
   template <int NB>
@@ -852,6 +852,18 @@ SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + 8192 + i), _MM_HINT_T0);
 }
 
+// True on AMD family 26 (Zen 5), whose tile choices were measured apart (FloatTilesZ).
+bool amd_family_26() {
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541 || d != 0x69746e65 || c != 0x444d4163)
+      return false;  // not "AuthenticAMD"
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    return ((a >> 8) & 0xF) == 0xF && ((a >> 20) & 0xFF) + 0xF == 26;
+  }();
+  return yes;
+}
+
 // AVX-512: one 16-lane accumulator per output: 1 x 8, or 6 weight rows x 4 input rows in
 // prefill (4 x 6, the other way round, was 13-14% slower on an 8192 x 2048 F16 and F32 projection
 // over 128 rows: fewer input rows per tile keep more of x in L1 while the 6 weight rows stream).
@@ -859,18 +871,23 @@ template <class Dec>
 struct FloatTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 6, kWideMaxRows = 4;
   // Passes of at least this many input rows take the wide tiles on long weight rows (see
-  // rows_x86). Measured on Zen 4 (a 1.1B Llama's k = 2048 and 5632 against the narrow tiles): F32
-  // from 4 (a 4-row pass 1.5x faster), Q8_0 and Q4_0 from 6, Q4_K from 8; the others never. F16
-  // from 3: on Zen 4 its six independent FMA chains made even a one-token pass 1.1-1.25x faster,
-  // but on Zen 5 (AMD family 26, 2026-11-29; `specdec generate`, 1.1B F16 target, 1 thread) the
-  // narrow tile's one prefetched stream takes a one-token pass from 79 to 69 ms and a 2-token one
-  // from 80 to 74, while from 3 tokens the wide tiles stay faster (3: 88 against 98 ms, 4: 94
-  // against 108, 6: 107 against 141).
-  static constexpr int64_t kWideLongFrom = std::is_same_v<Dec, F16DecZ>   ? 3
-                                           : std::is_same_v<Dec, F32DecZ> ? 4
-                                           : std::is_same_v<Dec, Q8_0DecZ> || std::is_same_v<Dec, Q4_0DecZ> ? 6
-                                           : std::is_same_v<Dec, Q4_KDecZ> ? 8
-                                                                           : INT64_MAX;
+  // rows_x86), measured on a 1.1B Llama (k = 2048 and 5632) with `specdec generate`, 1 thread, the
+  // wide tiles against the narrow ones. The CPUs disagree, so each keeps its own choice:
+  // - Zen 4 (and every CPU not measured apart): F32 from 4 (a 4-row pass 1.5x faster), Q8_0 and
+  //   Q4_0 from 6, Q4_K from 8, F16 from 1 (its six independent FMA chains made even a one-token
+  //   pass 1.1-1.25x faster); the others never.
+  // - Zen 5 (AMD family 26, 2026-11-29), where several weight streams side by side are slow: F16
+  //   from 3 (1 token: 69 against 79 ms, 2: 74 against 80, 3: 88 against 98), F32 from 3 (2
+  //   tokens alike, 133 ms; 3: 146 against 190), Q8_0 and Q4_0 from 8 (Q8_0 at 6 tokens 109-113
+  //   against 147-151, at 7 135 against 148, at 8 139-140 against 163; Q4_0 at 7 107 against 125,
+  //   at 8 125-128 against 128-132), Q4_K never (8 tokens of Q4_K_M 142 against 147).
+  static int64_t wide_long_from() {
+    constexpr bool f16 = std::is_same_v<Dec, F16DecZ>, f32 = std::is_same_v<Dec, F32DecZ>,
+                   q8_q4 = std::is_same_v<Dec, Q8_0DecZ> || std::is_same_v<Dec, Q4_0DecZ>,
+                   q4_k = std::is_same_v<Dec, Q4_KDecZ>;
+    if (amd_family_26()) return f16 || f32 ? 3 : q8_q4 ? 8 : INT64_MAX;
+    return f16 ? 1 : f32 ? 4 : q8_q4 ? 6 : q4_k ? 8 : INT64_MAX;
+  }
   // Prefill (more than kStreamRows input rows): the NB weight rows decoded once into float32 rows
   // (buf, NB x k), which the tiles of FloatTilesZ<F32DecZ> then read for every input row of the
   // pass, instead of each tile of kWideMaxRows input rows decoding them again: the same values in
@@ -905,10 +922,12 @@ struct FloatTilesZ {
       // One weight row of a float format against one input row (a one-token pass): the loads and
       // FMAs of the loop below in its order, with pointers that step a block at a time instead of
       // offsets from the rows' starts. On Zen 5 (2026-11-29, `specdec generate`, 1.1B target,
-      // 1 thread) a pass took 107-109 ms instead of 115-120 in F32 and 54-56 instead of 61 in F16
-      // (2 threads: 83 against 87, 31 against 35). Not for the block formats (their decoding, not
-      // the addressing, bounds them: SmolLM2 Q4_1 and Q8_0, 1.1B Q4_K_M the same) nor for more
-      // rows (a 2- or 3-token F32 pass no faster), nor in the AVX2 tiles (F32 no faster).
+      // alternating builds) an F16 pass took 54-56 ms instead of 60-61 at 1 thread, 31 instead of
+      // 35 at 2; F32 107-109 instead of 115-120 in a first round, alike in later ones (this VM's
+      // float32 rate drifts by 10% from one minute to the next). Not for the block formats (their
+      // decoding, not the addressing, bounds them: SmolLM2 Q4_1 and Q8_0, 1.1B Q4_K_M the same)
+      // nor for more rows (a 2- or 3-token F32 pass no faster), nor in the AVX2 tiles (F32 no
+      // faster).
       const uint8_t* wp = wr[0];
       const float* xp = xr[0];
       const float* end = xp + blocks * 16;
@@ -1535,7 +1554,7 @@ __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_ro
 // Xeon a one-token Q4_1 pass with 2 rows side by side 1.5x slower, with 3 no faster). More rows
 // (prefill): Tiles::kWideRows weight rows per tile, so each load of x serves them all, block
 // formats decoded once into float32 for all the pass's rows (FloatTilesZ::pack). Long rows
-// (k >= kLongRow) take the wide tiles from Tiles::kWideLongFrom input rows: there the narrow
+// (k >= kLongRow) take the wide tiles from Tiles::wide_long_from() input rows: there the narrow
 // tile's input rows (k floats each) no longer fit L1 beside the weights and are read again from
 // L2 for every weight row. Tiling never changes an output's reduction order, only which outputs
 // are computed side by side.
@@ -1546,7 +1565,7 @@ __attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_row
                                                     int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total,
                                                     float* y) {
   int64_t n = n0;
-  if (t_rows > kStreamRows || (k >= kLongRow && t_rows >= Tiles::kWideLongFrom)) {
+  if (t_rows > kStreamRows || (k >= kLongRow && t_rows >= Tiles::wide_long_from())) {
     constexpr int NB = Tiles::kWideRows;
     if constexpr (Tiles::kPacks)
       if (t_rows > kStreamRows) {
