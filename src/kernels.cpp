@@ -876,7 +876,7 @@ struct FloatTilesZ {
   // - Zen 4 (and every CPU not measured apart): F32 from 4 (a 4-row pass 1.5x faster), Q8_0 and
   //   Q4_0 from 6, Q4_K from 8, F16 from 1 (its six independent FMA chains made even a one-token
   //   pass 1.1-1.25x faster); the others never.
-  // - Zen 5 (AMD family 26, 2026-11-29), where several weight streams side by side are slow: F16
+  // - Zen 5 (AMD family 26, 2026-11-29), where six weight streams side by side are slow: F16
   //   from 3 (1 token: 69 against 79 ms, 2: 74 against 80, 3: 88 against 98), F32 from 3 (2
   //   tokens alike, 133 ms; 3: 146 against 190), Q8_0 and Q4_0 from 8 (Q8_0 at 6 tokens 109-113
   //   against 147-151, at 7 135 against 148, at 8 139-140 against 163; Q4_0 at 7 107 against 125,
