@@ -775,6 +775,7 @@ template <class Dec>
 struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
   static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
   static int64_t wide_long_from() { return INT64_MAX; }  // not measured without AVX-512 (see rows_x86)
+  static constexpr int kOneTokenRows = 1;  // not measured without AVX-512
   static constexpr bool kPacks = !kAnyK<Dec>;  // see FloatTilesZ::pack
   using Packed = FloatTiles<F32Dec>;
   template <int NB>
@@ -870,6 +871,14 @@ bool amd_family_26() {
 template <class Dec>
 struct FloatTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 6, kWideMaxRows = 4;
+  // One-token passes on long weight rows (k >= kLongRow): this many weight rows side by side, each
+  // its own FMA chain, so that the pass no longer waits on one chain (rows_x86). Float32 only, 4
+  // rows: on Zen 5 (2026-11-29, `specdec generate` on the 1.1B F32 target, a build switching
+  // between the two, 4 alternating rounds) 107-108 ms against 117-123 at 1 thread, alike at 2
+  // (84-90 against 85-87); SmolLM2's short rows (576, 1536) 1.2-1.4x slower, so not there; F16
+  // (narrow tile prefetched, 55 ms) 82 ms with 4 rows unprefetched. A standalone loop over the
+  // 1.1B's matrices: 6 rows side by side as slow as 1, 2 slower, 3 or 8 nearly as fast as 4.
+  static constexpr int kOneTokenRows = std::is_same_v<Dec, F32DecZ> ? 4 : 1;
   // Passes of at least this many input rows take the wide tiles on long weight rows (see
   // rows_x86), measured on a 1.1B Llama (k = 2048 and 5632) with `specdec generate`, 1 thread, the
   // wide tiles against the narrow ones. The CPUs disagree, so each keeps its own choice:
@@ -918,10 +927,10 @@ struct FloatTilesZ {
     for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
     for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
     const int64_t block_bytes = blocks ? row_bytes / blocks : 0;
-    if constexpr (NB == 1 && TB == 1 && kAnyK<Dec>) {
-      // One weight row of a float format against one input row (a one-token pass): the loads and
-      // FMAs of the loop below in its order, with pointers that step a block at a time instead of
-      // offsets from the rows' starts. On Zen 5 (2026-11-29, `specdec generate`, 1.1B target,
+    if constexpr (NB <= 4 && TB == 1 && kAnyK<Dec>) {
+      // Up to 4 weight rows of a float format against one input row (a one-token pass; see
+      // kOneTokenRows): the loads and FMAs of the loop below in its order, with pointers that
+      // step a block at a time instead of offsets from the rows' starts. On Zen 5 (2026-11-29, `specdec generate`, 1.1B target,
       // alternating builds) an F16 pass took 54-56 ms instead of 60-61 at 1 thread, 31 instead of
       // 35 at 2; F32 107-109 instead of 115-120 in a first round, alike in later ones (this VM's
       // float32 rate drifts by 10% from one minute to the next). Not for the block formats (their
@@ -932,10 +941,13 @@ struct FloatTilesZ {
       const float* xp = xr[0];
       const float* end = xp + blocks * 16;
       for (; xp != end; xp += 16, wp += Dec::kBlockBytes) {
-        if constexpr (!std::is_same_v<Dec, F32DecZ>) prefetch_ahead(wp, Dec::kBlockBytes);
-        Dec dec;
-        dec.start(wp, 0);
-        acc[0][0] = _mm512_fmadd_ps(dec.vec(0), _mm512_loadu_ps(xp), acc[0][0]);
+        if constexpr (NB == 1 && !std::is_same_v<Dec, F32DecZ>) prefetch_ahead(wp, Dec::kBlockBytes);
+        const __m512 xv = _mm512_loadu_ps(xp);
+        for (int i = 0; i < NB; ++i) {
+          Dec dec;
+          dec.start(wp + i * row_bytes, 0);
+          acc[i][0] = _mm512_fmadd_ps(dec.vec(0), xv, acc[i][0]);
+        }
       }
     } else {
       for (int64_t b = 0; b < blocks; ++b) {
@@ -1579,6 +1591,10 @@ __attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_row
       }
     for (; n + NB <= n1; n += NB) row_block<Tiles, NB>(x, t_rows, k, w, row_bytes, n, n_total, y);
   }
+  if constexpr (Tiles::kOneTokenRows > 1)
+    if (t_rows == 1 && k >= kLongRow)
+      for (; n + Tiles::kOneTokenRows <= n1; n += Tiles::kOneTokenRows)
+        Tiles::template tile<Tiles::kOneTokenRows, 1>(x, k, w, row_bytes, n, 0, n_total, y);
   for (; n < n1; ++n) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
 }
 
