@@ -930,13 +930,13 @@ struct FloatTilesZ {
     if constexpr (NB <= 4 && TB == 1 && kAnyK<Dec>) {
       // Up to 4 weight rows of a float format against one input row (a one-token pass; see
       // kOneTokenRows): the loads and FMAs of the loop below in its order, with pointers that
-      // step a block at a time instead of offsets from the rows' starts. On Zen 5 (2026-11-29, `specdec generate`, 1.1B target,
-      // alternating builds) an F16 pass took 54-56 ms instead of 60-61 at 1 thread, 31 instead of
-      // 35 at 2; F32 107-109 instead of 115-120 in a first round, alike in later ones (this VM's
-      // float32 rate drifts by 10% from one minute to the next). Not for the block formats (their
-      // decoding, not the addressing, bounds them: SmolLM2 Q4_1 and Q8_0, 1.1B Q4_K_M the same)
-      // nor for more rows (a 2- or 3-token F32 pass no faster), nor in the AVX2 tiles (F32 no
-      // faster).
+      // step a block at a time instead of offsets from the rows' starts. On Zen 5 (2026-11-29,
+      // `specdec generate`, 1.1B target, alternating builds) an F16 pass took 54-56 ms instead
+      // of 60-61 at 1 thread, 31 instead of 35 at 2; F32 107-109 instead of 115-120 in a first
+      // round, alike in later ones (this VM's float32 rate drifts by 10% from one minute to the
+      // next). Not for the block formats (their decoding, not the addressing, bounds them:
+      // SmolLM2 Q4_1 and Q8_0, 1.1B Q4_K_M the same) nor for more input rows (a 2- or 3-token
+      // F32 pass no faster), nor in the AVX2 tiles (F32 no faster).
       const uint8_t* wp = wr[0];
       const float* xp = xr[0];
       const float* end = xp + blocks * 16;
@@ -1568,8 +1568,9 @@ __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_ro
 // formats decoded once into float32 for all the pass's rows (FloatTilesZ::pack). Long rows
 // (k >= kLongRow) take the wide tiles from Tiles::wide_long_from() input rows: there the narrow
 // tile's input rows (k floats each) no longer fit L1 beside the weights and are read again from
-// L2 for every weight row. Tiling never changes an output's reduction order, only which outputs
-// are computed side by side.
+// L2 for every weight row; one-token passes on long rows take Tiles::kOneTokenRows weight rows
+// side by side (float32 on AVX-512: 4). Tiling never changes an output's reduction order, only
+// which outputs are computed side by side.
 constexpr int64_t kStreamRows = 8, kLongRow = 2048;
 
 template <class Tiles>
