@@ -927,10 +927,15 @@ struct FloatTilesZ {
     for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
     for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
     const int64_t block_bytes = blocks ? row_bytes / blocks : 0;
-    if constexpr (NB <= 4 && TB == 1 && kAnyK<Dec>) {
-      // Up to 4 weight rows of a float format against one input row (a one-token pass; see
-      // kOneTokenRows): the loads and FMAs of the loop below in its order, with pointers that
-      // step a block at a time instead of offsets from the rows' starts. On Zen 5 (2026-11-29,
+    // One weight row streamed (decode) prefetches its next bytes (wider tiles read rows side by
+    // side, where prefetching made a prefill of the 1.1B F16 target 2x slower). Not float32 rows:
+    // at 64 bytes per 16 weights the hardware prefetcher alone streams faster (a one-token SmolLM2
+    // F32 pass at 1 thread 10-25% faster without, Zen 4; F16 is faster with).
+    constexpr bool prefetched = NB == 1 && !std::is_same_v<Dec, F32DecZ>;
+    if constexpr ((NB == 1 || NB == kOneTokenRows) && TB == 1 && kAnyK<Dec>) {
+      // One or kOneTokenRows weight rows of a float format against one input row (a one-token
+      // pass): the loads and FMAs of the loop below in its order, with pointers that step a
+      // block at a time instead of offsets from the rows' starts. On Zen 5 (2026-11-29,
       // `specdec generate`, 1.1B target, alternating builds) an F16 pass took 54-56 ms instead
       // of 60-61 at 1 thread, 31 instead of 35 at 2; F32 107-109 instead of 115-120 in a first
       // round, alike in later ones (this VM's float32 rate drifts by 10% from one minute to the
@@ -941,7 +946,7 @@ struct FloatTilesZ {
       const float* xp = xr[0];
       const float* end = xp + blocks * 16;
       for (; xp != end; xp += 16, wp += Dec::kBlockBytes) {
-        if constexpr (NB == 1 && !std::is_same_v<Dec, F32DecZ>) prefetch_ahead(wp, Dec::kBlockBytes);
+        if constexpr (prefetched) prefetch_ahead(wp, Dec::kBlockBytes);
         const __m512 xv = _mm512_loadu_ps(xp);
         for (int i = 0; i < NB; ++i) {
           Dec dec;
@@ -953,12 +958,7 @@ struct FloatTilesZ {
       for (int64_t b = 0; b < blocks; ++b) {
         Dec dec[NB];
         for (int i = 0; i < NB; ++i) {
-          // one weight row streamed (decode): its next bytes (wider tiles read rows side by side,
-          // where prefetching made a prefill of the 1.1B F16 target 2x slower). Not float32 rows: at
-          // 64 bytes per 16 weights the hardware prefetcher alone streams faster (a one-token
-          // SmolLM2 F32 pass at 1 thread 10-25% faster without, Zen 4; F16 is faster with).
-          if constexpr (NB == 1 && !std::is_same_v<Dec, F32DecZ>)
-            prefetch_ahead(wr[i] + b * block_bytes, block_bytes);
+          if constexpr (prefetched) prefetch_ahead(wr[i] + b * block_bytes, block_bytes);
           dec[i].start(wr[i], b);
         }
 SPECDEC_UNROLL(16)
