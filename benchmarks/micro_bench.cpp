@@ -169,9 +169,10 @@ void BM_ModelPass(benchmark::State& state) {
 BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
 
 // The memory-bandwidth floor beside BM_ModelPass: a read of state.range(0) MB (96: SmolLM2 Q4_1's
-// 96.5 MB of weight matrices, each read once by a one-token pass) from huge pages as the weights
-// are held (WeightArena), each thread summing its contiguous share, as the linear kernels split a
-// matrix. bytes_per_second is the rate; a pass's floor is its bytes at that rate.
+// 96.5 MB of weight matrices, each read once by a one-token pass; SPECDEC_BENCH_READ_MB=N adds
+// BM_ReadBandwidth/N, as benchmarks/llama_cpp_peer.sh does with each file's bytes) from huge pages
+// as the weights are held (WeightArena), each thread summing its contiguous share, as the linear
+// kernels split a matrix. bytes_per_second is the rate; a pass's floor is its bytes at that rate.
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) uint64_t read_words(const uint64_t* p, int64_t n) {
   __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
@@ -254,4 +255,12 @@ BENCHMARK(BM_BpeLongWord)->Arg(1 << 16)->Arg(1 << 20)->Unit(benchmark::kMillisec
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (const char* mb = std::getenv("SPECDEC_BENCH_READ_MB"))
+    benchmark::RegisterBenchmark("BM_ReadBandwidth", BM_ReadBandwidth)->Arg(std::atoll(mb))->Unit(benchmark::kMillisecond);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -775,7 +775,6 @@ template <class Dec>
 struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
   static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
   static int64_t wide_long_from() { return INT64_MAX; }  // not measured without AVX-512 (see rows_x86)
-  static constexpr int kOneTokenRows = 1;  // not measured without AVX-512
   static constexpr bool kPacks = !kAnyK<Dec>;  // see FloatTilesZ::pack
   using Packed = FloatTiles<F32Dec>;
   template <int NB>
@@ -868,17 +867,19 @@ bool amd_family_26() {
 // AVX-512: one 16-lane accumulator per output: 1 x 8, or 6 weight rows x 4 input rows in
 // prefill (4 x 6, the other way round, was 13-14% slower on an 8192 x 2048 F16 and F32 projection
 // over 128 rows: fewer input rows per tile keep more of x in L1 while the 6 weight rows stream).
-template <class Dec>
+//
+// kPrefetch: one weight row streamed (decode, verification) prefetches its next bytes (wider tiles
+// read rows side by side, where prefetching made a prefill of the 1.1B F16 target 2x slower). On
+// for every format but float32, and for float32 on Zen 5 (x86_rows): there the hardware prefetcher
+// alone streamed 64 bytes per 16 weights slower (a one-token SmolLM2 F32 pass at 1 thread 10-25%
+// faster without it on Zen 4; on Zen 5, 2026-11-29, `specdec generate`, alternating builds, 1
+// thread: SmolLM2 F32 decode 14.1-16.7 ms with it against 19.0-23.1, a 6-row verification pass
+// 17.8-18.4 against 25.3-25.8, the 1.1B F32 decode 108-122 against 113-137; 2 threads alike or
+// faster). It replaced a tile of 4 float32 rows side by side for one-token passes on long rows
+// (ab6b97c, on Zen 5 only measured: 1.1B F32 155-166 ms with those rows prefetched, 121 with one).
+template <class Dec, bool kPrefetch = !std::is_same_v<Dec, F32DecZ>>
 struct FloatTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 6, kWideMaxRows = 4;
-  // One-token passes on long weight rows (k >= kLongRow): this many weight rows side by side, each
-  // its own FMA chain, so that the pass no longer waits on one chain (rows_x86). Float32 only, 4
-  // rows: on Zen 5 (2026-11-29, `specdec generate` on the 1.1B F32 target, a build switching
-  // between the two, 4 alternating rounds) 107-108 ms against 117-123 at 1 thread, alike at 2
-  // (84-90 against 85-87); SmolLM2's short rows (576, 1536) 1.2-1.4x slower, so not there; F16
-  // (narrow tile prefetched, 55 ms) 82 ms with 4 rows unprefetched. A standalone loop over the
-  // 1.1B's matrices: 6 rows side by side as slow as 1, 2 slower, 3 or 8 nearly as fast as 4.
-  static constexpr int kOneTokenRows = std::is_same_v<Dec, F32DecZ> ? 4 : 1;
   // Passes of at least this many input rows take the wide tiles on long weight rows (see
   // rows_x86), measured on a 1.1B Llama (k = 2048 and 5632) with `specdec generate`, 1 thread, the
   // wide tiles against the narrow ones. The CPUs disagree, so each keeps its own choice:
@@ -927,15 +928,11 @@ struct FloatTilesZ {
     for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
     for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
     const int64_t block_bytes = blocks ? row_bytes / blocks : 0;
-    // One weight row streamed (decode) prefetches its next bytes (wider tiles read rows side by
-    // side, where prefetching made a prefill of the 1.1B F16 target 2x slower). Not float32 rows:
-    // at 64 bytes per 16 weights the hardware prefetcher alone streams faster (a one-token SmolLM2
-    // F32 pass at 1 thread 10-25% faster without, Zen 4; F16 is faster with).
-    constexpr bool prefetched = NB == 1 && !std::is_same_v<Dec, F32DecZ>;
-    if constexpr ((NB == 1 || NB == kOneTokenRows) && TB == 1 && kAnyK<Dec>) {
-      // One or kOneTokenRows weight rows of a float format against one input row (a one-token
-      // pass): the loads and FMAs of the loop below in its order, with pointers that step a
-      // block at a time instead of offsets from the rows' starts. On Zen 5 (2026-11-29,
+    constexpr bool prefetched = NB == 1 && kPrefetch;
+    if constexpr (NB == 1 && TB == 1 && kAnyK<Dec>) {
+      // One weight row of a float format against one input row (a one-token pass): the loads
+      // and FMAs of the loop below in its order, with pointers that step a block at a time
+      // instead of offsets from the row's start. On Zen 5 (2026-11-29,
       // `specdec generate`, 1.1B target, alternating builds) an F16 pass took 54-56 ms instead
       // of 60-61 at 1 thread, 31 instead of 35 at 2; F32 107-109 instead of 115-120 in a first
       // round, alike in later ones (this VM's float32 rate drifts by 10% from one minute to the
@@ -947,12 +944,9 @@ struct FloatTilesZ {
       const float* end = xp + blocks * 16;
       for (; xp != end; xp += 16, wp += Dec::kBlockBytes) {
         if constexpr (prefetched) prefetch_ahead(wp, Dec::kBlockBytes);
-        const __m512 xv = _mm512_loadu_ps(xp);
-        for (int i = 0; i < NB; ++i) {
-          Dec dec;
-          dec.start(wp + i * row_bytes, 0);
-          acc[i][0] = _mm512_fmadd_ps(dec.vec(0), xv, acc[i][0]);
-        }
+        Dec dec;
+        dec.start(wp, 0);
+        acc[0][0] = _mm512_fmadd_ps(dec.vec(0), _mm512_loadu_ps(xp), acc[0][0]);
       }
     } else {
       for (int64_t b = 0; b < blocks; ++b) {
@@ -1568,8 +1562,7 @@ __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_ro
 // formats decoded once into float32 for all the pass's rows (FloatTilesZ::pack). Long rows
 // (k >= kLongRow) take the wide tiles from Tiles::wide_long_from() input rows: there the narrow
 // tile's input rows (k floats each) no longer fit L1 beside the weights and are read again from
-// L2 for every weight row; one-token passes on long rows take Tiles::kOneTokenRows weight rows
-// side by side (float32 on AVX-512: 4). Tiling never changes an output's reduction order, only
+// L2 for every weight row. Tiling never changes an output's reduction order, only
 // which outputs are computed side by side.
 constexpr int64_t kStreamRows = 8, kLongRow = 2048;
 
@@ -1592,10 +1585,6 @@ __attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_row
       }
     for (; n + NB <= n1; n += NB) row_block<Tiles, NB>(x, t_rows, k, w, row_bytes, n, n_total, y);
   }
-  if constexpr (Tiles::kOneTokenRows > 1)
-    if (t_rows == 1 && k >= kLongRow)
-      for (; n + Tiles::kOneTokenRows <= n1; n += Tiles::kOneTokenRows)
-        Tiles::template tile<Tiles::kOneTokenRows, 1>(x, k, w, row_bytes, n, 0, n_total, y);
   for (; n < n1; ++n) row_block<Tiles, 1>(x, t_rows, k, w, row_bytes, n, n_total, y);
 }
 
@@ -1658,7 +1647,8 @@ RowsFn x86_rows(GgmlType type, bool int8_activations, bool avx512, bool amx) {
   }
   if (avx512) {
     switch (type) {
-      case GgmlType::kF32: return rows_avx512<FloatTilesZ<F32DecZ>>;
+      case GgmlType::kF32:
+        return amd_family_26() ? rows_avx512<FloatTilesZ<F32DecZ, true>> : rows_avx512<FloatTilesZ<F32DecZ>>;
       case GgmlType::kBF16: return rows_avx512<FloatTilesZ<BF16DecZ>>;
       case GgmlType::kF16: return rows_avx512<FloatTilesZ<F16DecZ>>;
       case GgmlType::kQ8_0: return rows_avx512<FloatTilesZ<Q8_0DecZ>>;
