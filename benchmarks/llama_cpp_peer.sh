@@ -24,6 +24,11 @@
 #              two). Decode: 64 tokens on SmolLM2, 32 on the 1.1B target. Block formats run twice:
 #              float32 activations (the default: bitwise the dequantized float32 model) and
 #              --int8-activations (llama.cpp's arithmetic).
+#   floor:     the memory-bandwidth floor of a decode step: the time a plain read of the bytes a
+#              one-token pass reads (every tensor of the file but the token embedding, unless the
+#              output matrix is that embedding; benchmarks/pass_bytes.py) takes at the same thread
+#              count, from huge pages (specdec_micro_bench's BM_ReadBandwidth, median of 3; skipped
+#              when the build has no micro bench).
 # speculative (last thread count): two synthetic pairs, Q8_0 target + Q4_0 draft and F32 + F32, on one
 #   text prompt, 64 new tokens: `specdec compare` (target-only and assisted in one process, after a
 #   warm-up) with constant K=5, dynamic and goodput (on the Q8_0 + Q4_0 pair also goodput with
@@ -83,20 +88,22 @@ if has smollm2; then
     files+=("$peers/SmolLM2-135M-Instruct.$t.gguf")
   done
 fi
+# Python tooling: gguf (the bytes a pass reads), matplotlib (benchmarks/report.py); for the
+# synthetic pair also llama.cpp's converter's torch (reused from .venv-torch2 when
+# scripts/test_torch2.sh made it), transformers, sentencepiece.
+venv="$peers/venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -c "import gguf, matplotlib" 2>/dev/null || "$venv/bin/pip" install -q "numpy<2.3" "gguf==0.19.*" matplotlib
 if has synthetic || has speculative; then
   bash benchmarks/synthetic_pair.sh "$build" bench-models
-  # llama.cpp's converter: torch (reused from .venv-torch2 when scripts/test_torch2.sh made it),
-  # transformers, sentencepiece; matplotlib for benchmarks/report.py.
-  venv="$peers/venv"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import torch, transformers, sentencepiece, matplotlib" 2>/dev/null; then
-    python3 -m venv "$venv"
+  if ! "$venv/bin/python" -c "import torch, transformers, sentencepiece" 2>/dev/null; then
     site=$("$venv/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     if [ -d .venv-torch2 ] && .venv-torch2/bin/python -c "import torch" 2>/dev/null; then
       .venv-torch2/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > "$site/torch2.pth"
     else
       "$venv/bin/pip" install -q --no-cache-dir torch
     fi
-    "$venv/bin/pip" install -q "numpy<2.3" "sentencepiece<0.3" "transformers==4.57.*" "protobuf<5" matplotlib
+    "$venv/bin/pip" install -q "sentencepiece<0.3" "transformers==4.57.*" "protobuf<5"
   fi
   for m in target draft; do
     dir=bench-models/$m
@@ -155,6 +162,13 @@ for r in $(seq "$rounds"); do
       /usr/bin/time -f %M -o "$tmp/rss" "$lbuild/bin/llama-bench" -m "$f" -t "$t" \
         -p "$(IFS=,; echo "${passes[*]}")" -n "$n_decode" -r 2 -o json > "$tmp/llama.json" 2> /dev/null
       record llama-bench "$f" "$t" "$r" - "$tmp/rss" "$tmp/llama.json"
+      if [ -x "$build/benchmarks/specdec_micro_bench" ]; then
+        mb=$("$venv/bin/python" benchmarks/pass_bytes.py "$f")
+        SPECDEC_BENCH_READ_MB=$mb BENCH_THREADS=$t "$build/benchmarks/specdec_micro_bench" \
+          --benchmark_filter="ReadBandwidth/$mb\$" --benchmark_repetitions=3 --benchmark_format=json \
+          > "$tmp/floor.json" 2> /dev/null
+        record floor "$f" "$t" "$r" - - "$tmp/floor.json" "$mb"
+      fi
     done
   done
   if has speculative; then
@@ -187,5 +201,4 @@ done
 echo "wrote $out" >&2
 # docs/ holds the report of the default output file; another one's goes under bench-peers/.
 docs=docs; [ "$out" = "$default_out" ] || docs="$peers/docs-$(basename "$out" .jsonl)"
-if [ -x "$peers/venv/bin/python" ]; then "$peers/venv/bin/python" benchmarks/report.py "$out" --docs "$docs"
-else python3 benchmarks/report.py --no-plots "$out"; fi
+"$venv/bin/python" benchmarks/report.py "$out" --docs "$docs"

@@ -2,7 +2,8 @@
 Usage: peer_record.py OUT SOURCE FILE THREADS ROUND MODE RSS_FILE|- OUTPUT [EXTRA]
 SOURCE: specdec (generate --prompts-file output; EXTRA = the pass sizes, each requested twice), llama-bench (its -o json),
 specdec-compare (compare --json; EXTRA = the draft; MODE = the schedule, with "+int8" for 8-bit activations), llama-target-only (llama-bench -p N -n 64),
-llama-speculative (llama-speculative-simple's log; EXTRA = the draft)."""
+llama-speculative (llama-speculative-simple's log; EXTRA = the draft), floor (specdec_micro_bench's JSON of
+BM_ReadBandwidth; EXTRA = the MB read)."""
 import json
 import os
 import re
@@ -59,6 +60,9 @@ elif source == "llama-speculative":
     n, drafted, accepted = grab(r"n_predict += (\d+)"), grab(r"n_drafted += (\d+)"), grab(r"n_accept += (\d+)")
     rec.update(kind="speculative", engine="llama.cpp", config=mode, draft=os.path.basename(extra),
                ms=1e3 * (enc + dec) / n, tokens=int(n), acceptance=accepted / drafted if drafted else 0.0)
+elif source == "floor":
+    median, = [b["real_time"] for b in json.loads(text)["benchmarks"] if b["name"].endswith("_median")]
+    rec.update(kind="floor", read_mb=int(extra), ms=median)
 else:
     sys.exit(f"peer_record: unknown source {source}")
 with open(out, "a") as f:

@@ -76,6 +76,28 @@ for f in files:
             best = min((x for x in v[:2] if x is not None), default=None)
             row += [cell(x) for x in v] + [ratio(best, v[2])]
         md("| " + " | ".join(row) + " |")
+floors = defaultdict(list)  # (file, threads) -> records
+for r in recs:
+    if r.get("kind") == "floor":
+        floors[(r["file"], r["threads"])].append(r)
+if floors:
+    md("\n### Decode against the memory-bandwidth floor\n")
+    md("Floor: the time a plain read of the bytes one decode step reads (every weight matrix once; "
+       "`benchmarks/pass_bytes.py`) takes at the same thread count, from huge pages, measured in the same "
+       "round as the engines (`specdec_micro_bench`'s `BM_ReadBandwidth`). Ratio = decode / floor "
+       "(specdec's best of its two activation modes).\n")
+    md("| file | threads | MB read per token | floor ms | GB/s | specdec decode | / floor | llama.cpp decode | / floor |")
+    md("|---|---|---|---|---|---|---|---|---|")
+    for f in files:
+        for t in threads:
+            rs = floors.get((f, t))
+            if not rs:
+                continue
+            floor, mb = med(r["ms"] for r in rs), rs[0]["read_mb"]
+            best = min((x for x in (fig(f, t, e, "decode") for e in engines[:2]) if x is not None), default=None)
+            peer = fig(f, t, "llama.cpp", "decode")
+            md(f"| {short(f)} | {t} | {mb} | {floor:.1f} | {mb / floor:.1f} | {cell(best)} | {ratio(best, floor)} "
+               f"| {cell(peer)} | {ratio(peer, floor)} |")
 md("\n### Verification pass cost and peak memory\n")
 base = next((r["rss_mb"] for r in recs if r.get("kind") == "baseline"), 0.0)
 md("Pass cost: one pass over 6 new tokens (a K = 5 verification) divided by one decode step. "
