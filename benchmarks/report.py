@@ -49,6 +49,10 @@ def fig(file, t, engine, what, rows=None):
     return med(r["rss_mb"] for r in rs)
 
 
+def best(vals):  # specdec's best of its two activation modes
+    return min((x for x in vals if x is not None), default=None)
+
+
 def cell(v, fmt="{:.1f}"):
     return fmt.format(v) if v is not None else "-"
 
@@ -73,8 +77,7 @@ for f in files:
         row = [short(f), str(t)]
         for what, n in (("decode", None), ("pass", 16), ("pass", 128)):
             v = [fig(f, t, e, what, n) for e in engines]
-            best = min((x for x in v[:2] if x is not None), default=None)
-            row += [cell(x) for x in v] + [ratio(best, v[2])]
+            row += [cell(x) for x in v] + [ratio(best(v[:2]), v[2])]
         md("| " + " | ".join(row) + " |")
 floors = defaultdict(list)  # (file, threads) -> records
 for r in recs:
@@ -94,9 +97,8 @@ if floors:
             if not rs:
                 continue
             floor, mb = med(r["ms"] for r in rs), rs[0]["read_mb"]
-            best = min((x for x in (fig(f, t, e, "decode") for e in engines[:2]) if x is not None), default=None)
-            peer = fig(f, t, "llama.cpp", "decode")
-            md(f"| {short(f)} | {t} | {mb} | {floor:.1f} | {mb / floor:.1f} | {cell(best)} | {ratio(best, floor)} "
+            ours, peer = best(fig(f, t, e, "decode") for e in engines[:2]), fig(f, t, "llama.cpp", "decode")
+            md(f"| {short(f)} | {t} | {mb} | {floor:.1f} | {mb / floor:.1f} | {cell(ours)} | {ratio(ours, floor)} "
                f"| {cell(peer)} | {ratio(peer, floor)} |")
 md("\n### Verification pass cost and peak memory\n")
 base = next((r["rss_mb"] for r in recs if r.get("kind") == "baseline"), 0.0)
