@@ -141,6 +141,7 @@ python3 -c "import json, sys; print(json.dumps({'kind': 'baseline', 'rss_mb': ro
 passes=(1 2 4 6 8 16 128)
 ids() { python3 -c "print(','.join(str(1000 + 37 * i % 20000) for i in range($1)))"; }
 record() { python3 benchmarks/peer_record.py "$out" "$@"; }
+declare -A read_mb  # file -> the MB a one-token pass reads (the floor's read), counted once
 prompt="Once upon a time, in a small village by the sea, there lived an old fisherman who"
 for r in $(seq "$rounds"); do
   for f in "${files[@]}"; do
@@ -163,7 +164,8 @@ for r in $(seq "$rounds"); do
         -p "$(IFS=,; echo "${passes[*]}")" -n "$n_decode" -r 2 -o json > "$tmp/llama.json" 2> /dev/null
       record llama-bench "$f" "$t" "$r" - "$tmp/rss" "$tmp/llama.json"
       if [ -x "$build/benchmarks/specdec_micro_bench" ]; then
-        mb=$("$venv/bin/python" benchmarks/pass_bytes.py "$f")
+        [ -n "${read_mb[$f]:-}" ] || read_mb[$f]=$("$venv/bin/python" benchmarks/pass_bytes.py "$f")
+        mb=${read_mb[$f]}
         SPECDEC_BENCH_READ_MB=$mb BENCH_THREADS=$t "$build/benchmarks/specdec_micro_bench" \
           --benchmark_filter="ReadBandwidth/$mb\$" --benchmark_repetitions=3 --benchmark_format=json \
           > "$tmp/floor.json" 2> /dev/null

@@ -875,8 +875,9 @@ bool amd_family_26() {
 // faster without it on Zen 4; on Zen 5, 2026-11-29, `specdec generate`, alternating builds, 1
 // thread: SmolLM2 F32 decode 14.1-16.7 ms with it against 19.0-23.1, a 6-row verification pass
 // 17.8-18.4 against 25.3-25.8, the 1.1B F32 decode 108-122 against 113-137; 2 threads alike or
-// faster). It replaced a tile of 4 float32 rows side by side for one-token passes on long rows
-// (ab6b97c, on Zen 5 only measured: 1.1B F32 155-166 ms with those rows prefetched, 121 with one).
+// faster). It replaced ab6b97c's tile of 4 float32 rows side by side for one-token passes on long
+// rows (Zen 5, 1.1B F32, 1 thread, the same minutes: 134-137 ms, 155-166 with each of the 4 rows
+// prefetched, against 121 for the one prefetched row).
 template <class Dec, bool kPrefetch = !std::is_same_v<Dec, F32DecZ>>
 struct FloatTilesZ {
   static constexpr int kMaxRows = 8, kWideRows = 6, kWideMaxRows = 4;
@@ -930,15 +931,15 @@ struct FloatTilesZ {
     const int64_t block_bytes = blocks ? row_bytes / blocks : 0;
     constexpr bool prefetched = NB == 1 && kPrefetch;
     if constexpr (NB == 1 && TB == 1 && kAnyK<Dec>) {
-      // One weight row of a float format against one input row (a one-token pass): the loads
-      // and FMAs of the loop below in its order, with pointers that step a block at a time
-      // instead of offsets from the row's start. On Zen 5 (2026-11-29,
-      // `specdec generate`, 1.1B target, alternating builds) an F16 pass took 54-56 ms instead
-      // of 60-61 at 1 thread, 31 instead of 35 at 2; F32 107-109 instead of 115-120 in a first
-      // round, alike in later ones (this VM's float32 rate drifts by 10% from one minute to the
-      // next). Not for the block formats (their decoding, not the addressing, bounds them:
-      // SmolLM2 Q4_1 and Q8_0, 1.1B Q4_K_M the same) nor for more input rows (a 2- or 3-token
-      // F32 pass no faster), nor in the AVX2 tiles (F32 no faster).
+      // One weight row of a float format against one input row (a one-token pass): the loads and
+      // FMAs of the loop below in its order, with pointers that step a block at a time instead of
+      // offsets from the row's start. On Zen 5 (2026-11-29, `specdec generate`, 1.1B target,
+      // alternating builds) an F16 pass took 54-56 ms instead of 60-61 at 1 thread, 31 instead of
+      // 35 at 2; F32 107-109 instead of 115-120 in a first round, alike in later ones (this VM's
+      // float32 rate drifts by 10% from one minute to the next). Not for the block formats (their
+      // decoding, not the addressing, bounds them: SmolLM2 Q4_1 and Q8_0, 1.1B Q4_K_M the same)
+      // nor for more input rows (a 2- or 3-token F32 pass no faster), nor in the AVX2 tiles (F32
+      // no faster).
       const uint8_t* wp = wr[0];
       const float* xp = xr[0];
       const float* end = xp + blocks * 16;
@@ -1562,8 +1563,8 @@ __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_ro
 // formats decoded once into float32 for all the pass's rows (FloatTilesZ::pack). Long rows
 // (k >= kLongRow) take the wide tiles from Tiles::wide_long_from() input rows: there the narrow
 // tile's input rows (k floats each) no longer fit L1 beside the weights and are read again from
-// L2 for every weight row. Tiling never changes an output's reduction order, only
-// which outputs are computed side by side.
+// L2 for every weight row. Tiling never changes an output's reduction order, only which outputs
+// are computed side by side.
 constexpr int64_t kStreamRows = 8, kLongRow = 2048;
 
 template <class Tiles>
