@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "gguf_model.hpp"
 #include "models/registry.hpp"
@@ -36,7 +37,12 @@ void Model::attach_encoder(const at::Tensor&, KVCache&, const std::vector<int64_
 bool Model::same_encoder(const Model&) const { return false; }
 
 void set_num_threads(int n) {
-  SPECDEC_CHECK(n >= 1, "set_num_threads: the thread count must be >= 1, got ", n);
+  // More threads than kMaxThreadsPerCpu per logical CPU only spin against each other (100000
+  // took libtorch over a minute to start); a count past it is a typo.
+  const auto cpus = std::max<unsigned>(1, std::thread::hardware_concurrency());
+  const auto most = static_cast<int64_t>(kMaxThreadsPerCpu) * cpus;
+  SPECDEC_CHECK(n >= 1 && n <= most, "the thread count must be between 1 and ", most, " (",
+                kMaxThreadsPerCpu, " per logical CPU; this machine has ", cpus, "), got ", n);
   at::set_num_threads(n);
   // OpenBLAS keeps its own pool (OPENBLAS_NUM_THREADS, else every core): found when loaded.
   using SetThreads = void (*)(int);

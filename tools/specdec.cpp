@@ -181,7 +181,11 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system, con
 
 Loaded load(RunOptions& o, bool chat) {
   if (o.threads < 0) throw Error("--threads must be >= 0");
-  if (o.threads > 0) set_num_threads(o.threads);
+  try {
+    if (o.threads > 0) set_num_threads(o.threads);
+  } catch (const Error& e) {
+    throw Error(std::string("--threads: ") + e.what());
+  }
   cli::finish_generation_options(o.gen, o.no_adaptive);
   if (!chat && (!o.system.empty() || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");

@@ -99,10 +99,12 @@ std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptio
 // Parses "cpu", "cuda", "cuda:1"; throws specdec::Error for anything else or when CUDA is absent.
 c10::Device parse_device(const std::string& name);
 
-// Sets how many CPU threads every pool the library computes with uses (n >= 1; process-wide):
+// Sets how many CPU threads every pool the library computes with uses (1 <= n <= kMaxThreadsPerCpu
+// x the logical CPUs, else specdec::Error; process-wide):
 // libtorch's intra-op pool, which also runs specdec's own kernels, and OpenBLAS's pool when the
 // process uses OpenBLAS (libtorch's BLAS products: bf16/f16 and device fallbacks). Concurrent
 // requests share these pools: keep (requests running at once) x n <= cores.
 void set_num_threads(int n);
+constexpr int kMaxThreadsPerCpu = 4;
 
 }  // namespace specdec

@@ -99,6 +99,8 @@ expect_error "bad schedule" "--schedule" generate --model "$work/t" --prompt-ids
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model "$work/t" --prompt-ids 1000
 expect_error "--prompt-lookup with --draft" "--prompt-lookup and --draft: give one of them" \
   generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --prompt-lookup 3
+expect_error "--threads past what the machine can run is refused at once" "--threads: the thread count must be between 1 and" \
+  generate --model "$work/t" --prompt-ids 1 --threads 100000
 expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
 mkdir -p "$work/not_a_checkpoint"

@@ -121,6 +121,12 @@ TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
     if (blas) EXPECT_EQ(blas(), n);
   }
   EXPECT_THROW(set_num_threads(0), Error);
+  // A count no machine runs well is refused at once, not spun up (100000 took over a minute).
+  const int most = kMaxThreadsPerCpu * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_THROW(set_num_threads(most + 1), Error);
+  EXPECT_THROW(set_num_threads(100000), Error);
+  set_num_threads(most);
+  EXPECT_EQ(at::get_num_threads(), most);
   set_num_threads(saved);
 }
 
