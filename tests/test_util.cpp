@@ -79,6 +79,8 @@ std::shared_ptr<const Model> test_model(const std::string& dir) {
   return cached_model_on(dir, test_load_options());
 }
 
+std::string test_data(const std::string& rel) { return std::string(SPECDEC_TEST_DATA) + "/" + rel; }
+
 std::string fixtures_dir() {
   const char* env = std::getenv("SPECDEC_FIXTURES");
   const std::string dir = env ? std::string(env) : std::string(SPECDEC_SHARED_DIR) + "/fixtures";

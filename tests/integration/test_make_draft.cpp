@@ -44,7 +44,7 @@ const Setup& setup() {
     o.exit_layers = -1;
     o.exit_scale = 1.0;
     o.init_std = 0.15;
-    o.tokenizer_dir = std::string(SPECDEC_TEST_DATA) + "/tiny_bpe";
+    o.tokenizer_dir = test_data("tiny_bpe");
     Setup r;
     r.target = cached_fixture("make_draft_target", o);
     const std::string dir = temp_dir("make_draft_text");

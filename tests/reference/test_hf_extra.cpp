@@ -15,7 +15,7 @@ using namespace specdec::test;
 class HfExtra : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfExtra, LogitsGreedyAndAssistedMatchHuggingFace) {
-  const std::string dir = std::string(SPECDEC_TEST_DATA) + "/hf_extra/" + GetParam();
+  const std::string dir = test_data("hf_extra/") + GetParam();
   const auto ref = read_json(dir + "/reference.json");
   const auto m = load_model(dir, test_load_options());
   const auto prompt = ref["prompt"].get<std::vector<int64_t>>();

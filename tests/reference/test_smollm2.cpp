@@ -19,7 +19,7 @@ using namespace specdec::test;
 namespace {
 
 const nlohmann::json& reference() {
-  static const nlohmann::json j = read_json(std::string(SPECDEC_TEST_DATA) + "/smollm2/reference.json");
+  static const nlohmann::json j = read_json(test_data("smollm2/reference.json"));
   return j;
 }
 

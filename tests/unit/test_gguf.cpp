@@ -278,7 +278,7 @@ TEST(GgufQuantize, HandBuiltBlocks) {
 
 namespace {
 json gguf_reference() {
-  return json::parse(std::ifstream(std::string(SPECDEC_TEST_DATA) + "/gguf_reference.json"));
+  return json::parse(std::ifstream(test_data("gguf_reference.json")));
 }
 std::string unhex(const std::string& h) {
   std::string out;

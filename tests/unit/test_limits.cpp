@@ -61,7 +61,7 @@ TEST(Limits, VocabularySizeOfAConfigAndTokenIdsOfATokenizer) {
     EXPECT_EQ(ModelConfig::from_json_text(config, "config.json").vocab_size, 5000000);
   }
   // tokenizer.json: an added token whose id would size a 5-million-entry table.
-  nlohmann::json tok = read_json(std::string(SPECDEC_TEST_DATA) + "/tiny_bpe/tokenizer.json");
+  nlohmann::json tok = read_json(test_data("tiny_bpe/tokenizer.json"));
   tok["added_tokens"].push_back({{"id", 4999999}, {"content", "<big>"}, {"special", true}, {"single_word", false},
                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
   const std::string dir = temp_dir("limits_tok");

@@ -12,7 +12,7 @@
 namespace specdec::test {
 namespace {
 
-const std::string kTinyBpe = std::string(SPECDEC_TEST_DATA) + "/tiny_bpe";
+const std::string kTinyBpe = test_data("tiny_bpe");
 
 std::string tokens_of(const Tokenizer& t, const std::vector<int64_t>& ids) {
   std::string s;
@@ -228,7 +228,7 @@ TEST(SentencePiece, BadTokenizerConfigValuesAreClearErrors) {
 TEST(SentencePiece, ModelThatMakesSentencePieceThrowIsAClearError) {
   const std::string dir = temp_dir("spm_darts");
   write_file(dir + "/tokenizer.model",
-             read_file(std::string(SPECDEC_TEST_DATA) + "/../fuzz/corpus/sentencepiece/finding-darts-zero-length-key.model"));
+             read_file(test_data("../fuzz/corpus/sentencepiece/finding-darts-zero-length-key.model")));
   try {
     load_tokenizer(dir);
     FAIL() << "model loaded";
@@ -289,7 +289,7 @@ TEST(SentencePiece, MalformedCharsmapsAreClearErrorsAndAWellFormedOneIsUsed) {
   EXPECT_NE(load_tokenizer(plain)->encode("x", false), t->encode("the", false));
 
   const auto finding = [](const std::string& name) {
-    return read_file(std::string(SPECDEC_TEST_DATA) + "/../fuzz/corpus/sentencepiece/" + name);
+    return read_file(test_data("../fuzz/corpus/sentencepiece/") + name);
   };
   const std::string charsmap = "precompiled charsmap is malformed", protobuf = "malformed or truncated protobuf";
   struct Bad { std::string what, bytes, error; };
