@@ -74,6 +74,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     const KVCache* target = cache_.feature_source();
     const bool fed = !target || target->length(r) + 1 >= st.proposed_from;
     todo[r] = st.out_of_vocab || !fed ? 0 : std::min(st.row.schedule->num_tokens(), max_tokens[r]);
+    st.unable = (st.out_of_vocab || !fed) && std::min(st.row.schedule->num_tokens(), max_tokens[r]) > 0;
     if (todo[r] > 0 && !st.processors->empty()) history[r] = seq;
     drafting += todo[r] > 0;
   }
@@ -176,7 +177,10 @@ void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& propose
   int64_t valid = static_cast<int64_t>(tokens.size()) - 1;
   if (cache_.feature_source()) valid = std::min(valid, rows_[row].proposed_from);
   if (cache_.length(row) > valid) cache_.crop(row, valid);
-  rows_[row].row.schedule->update(proposed.probs, accepted);
+  // A row the draft could not follow says nothing of the draft: its schedule stays (heuristic
+  // counts an empty proposal as all accepted, as Hugging Face's last iteration does, and so grew K
+  // by 2 per iteration without bound, padding every row's pass to it).
+  if (!rows_[row].unable) rows_[row].row.schedule->update(proposed.probs, accepted);
 }
 
 void DraftModelGenerator::move_row(int64_t from, int64_t to) {

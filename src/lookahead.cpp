@@ -23,11 +23,6 @@ LookaheadSchedule::LookaheadSchedule(const GenerationConfig& c)
 void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepted) {
   const auto drafted = static_cast<int64_t>(probs.size());
   if (kind_ == "heuristic" || kind_ == "heuristic_transient") {
-    // Hugging Face compares with the candidates it drafted (len(scores[0]) - 1), and always drafts
-    // one at least while there is room. A row that drafted nothing (an id the draft lacks, a
-    // feature-fed draft's first iteration) says nothing of the draft: K stays (counted as all
-    // accepted, it grew by 2 per iteration without bound and padded every row's pass to it).
-    if (drafted == 0) return;
     k_ = accepted == drafted ? k_ + 2 : std::max<int64_t>(1, k_ - 1);
   } else if (kind_ == "goodput") {
     accepted_ = 0.95 * accepted_ + static_cast<double>(accepted);

@@ -221,9 +221,6 @@ struct Data {
   }
 };
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 // Splits sequences into chunks of `s` tokens (a last piece shorter than 2 tokens is dropped) and
 // shuffles them with `seed`.
 std::pair<at::Tensor, at::Tensor> chunk(const std::vector<std::vector<int64_t>>& seqs, int64_t s, uint64_t seed) {

@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -23,6 +24,12 @@ auto torch_errors_as_specdec(const char* what, F&& f) -> decltype(f()) {
   } catch (const c10::Error& e) {
     throw Error(std::string(what) + ": " + e.what_without_backtrace());
   }
+}
+
+// Wall-clock seconds since `t` (steady clock): every timing of the engine and the tools.
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
 // Whole file as a string; throws specdec::Error naming the path when it cannot be read.

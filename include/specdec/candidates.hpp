@@ -116,6 +116,7 @@ class DraftModelGenerator final : public CandidateGenerator {
     Row row;
     std::shared_ptr<const LogitsProcessorChain> processors;
     bool out_of_vocab = false;  // the sequence holds an id the draft has no row for
+    bool unable = false;        // the last proposal had room to draft but could not (see on_verified_row)
     int64_t proposed_from = 0;  // the sequence's length at the last proposal
     int64_t passes = 0;
   };

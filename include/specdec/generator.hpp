@@ -4,8 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
+#include <string>
 #include <vector>
 
 #include "specdec/config.hpp"
@@ -17,10 +16,18 @@
 namespace specdec {
 
 class Verifier;
+namespace detail {
+class Engine;
+struct GeneratorState;
+}  // namespace detail
 
 struct GenerationResult {
   std::vector<int64_t> tokens;  // generated tokens only (prompt excluded), EOS included if hit
   GenerationStats stats;
+  // Of a row of generate_batch whose callback threw (anything but Cancelled): what it said, with
+  // stats.stop_reason "error" and the tokens delivered before it; "" otherwise. (generate()
+  // rethrows that exception instead.)
+  std::string error;
 };
 
 // Called with each group of newly verified tokens, in order, as soon as they are known. Throw
@@ -43,7 +50,8 @@ struct BatchResult {
   BatchStats stats;
 };
 // Called with row `row`'s newly verified tokens (row: the prompt's index in the batch). Throw
-// specdec::Cancelled to stop that row; the others go on.
+// specdec::Cancelled to stop that row; the others go on. Any other exception fails that row alone
+// (GenerationResult::error).
 using BatchTokenCallback = std::function<void(size_t row, const std::vector<int64_t>& new_tokens)>;
 
 struct BatchOptions {
@@ -53,7 +61,8 @@ struct BatchOptions {
   // prompts in consecutive groups of max_rows instead.
   int64_t max_rows = 0;
   // Called once per row as it finishes (EOS, its length limit or cancelled), with its final result
-  // (the one BatchResult holds at the end).
+  // (the one BatchResult holds at the end); not for a row whose token callback threw. An exception
+  // from it fails that row alone, as the token callback's does.
   std::function<void(size_t row, const GenerationResult& result)> on_finished;
 };
 
@@ -79,7 +88,7 @@ class PromptCache {
   void clear() { *this = PromptCache(); }
 
  private:
-  friend class Generator;
+  friend class detail::Engine;
   std::shared_ptr<const Model> target_, draft_;  // the models the caches belong to
   std::vector<int64_t> tokens_;  // the last request's sequence: prompt and new tokens
   KVCache target_cache_, draft_cache_;  // each holds a prefix of tokens_ (the draft's: empty if unused)
@@ -93,6 +102,7 @@ class Generator {
   // Encoder-decoder pairs share one encoder pass per request when Model::same_encoder says so.
   explicit Generator(std::shared_ptr<const Model> target,
                      std::shared_ptr<const Model> draft = nullptr);
+  ~Generator();
 
   // Generates up to config.max_new_tokens tokens after `prompt` (non-empty, ids < vocab size).
   // Encoder-decoder models: `prompt` is the encoder's input, the decoder starts from
@@ -128,7 +138,7 @@ class Generator {
   // with concurrent generate() calls.
   void set_verifier(std::shared_ptr<const Verifier> verifier) { custom_verifier_ = std::move(verifier); }
 
-  // goodput at B = 1 re-times a draft whose measured cost keeps drafting off (retime_draft below):
+  // goodput at B = 1 re-times a draft whose measured cost keeps drafting off (src/goodput.hpp):
   // after kRetimeFirst iterations without drafting, then after twice as many, up to kRetimeLast.
   static constexpr int64_t kRetimeFirst = 64, kRetimeLast = 4096;
 
@@ -143,37 +153,9 @@ class Generator {
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;
   bool share_encoder_ = false;  // encoder-decoder: the draft reuses the target's encoder output
-  // "heuristic" schedule: the lookahead reached by the last request, carried to the next greedy one
-  // (Hugging Face keeps it on the assistant model's generation config). Sampled requests start from
-  // num_assistant_tokens, so that a seed gives the same tokens whatever ran before or beside it.
-  mutable std::mutex carried_mutex_;
-  mutable std::optional<int64_t> carried_lookahead_;
-  // "goodput" schedule: target pass cost by rows (one timed pass over B tokens in the first
-  // request, one over cap / 2 + 1 for prompt lookup, then every real pass) and draft cost per
-  // token, measured on this Generator's models. `may_calibrate`:
-  // whether this call may run the calibration passes (not before the request's first pass).
-  // Returns false while the draft's cost is unknown (K then stays where it is).
-  bool plan_goodput(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-                    const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) const;
-  // goodput at B = 1, after plan_goodput planned `schedule`: the draft's cost rests on the passes
-  // it timed, and at K = 0 none are timed, so one pass stalled by a busy machine could keep
-  // drafting off for the Generator's life. When the draft's cost is what plans K = 0 (a free draft
-  // would draft on this curve at these acceptances), the iteration after retime_after_ such
-  // iterations since the draft last drafted drafts min(2, cap) tokens instead, which times it
-  // again; retime_after_ starts at kRetimeFirst, doubles with each re-timing up to kRetimeLast,
-  // and starts again once drafting pays, so a draft that is too slow costs one such iteration per
-  // 64, 128, ... without drafting.
-  void retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
-                    const std::vector<double>& alphas) const;
-  mutable std::mutex costs_mutex_;
-  mutable PassCost target_cost_, draft_cost_;
-  mutable int64_t costly_draft_iterations_ = 0, retime_after_ = kRetimeFirst;  // guarded by costs_mutex_
-  // The calibration passes over B and (prompt lookup) cap / 2 + 1 tokens were run.
-  mutable bool calibrated_first_ = false, calibrated_ = false;
-  // "goodput": the acceptance evidence a request starts from (LookaheadSchedule::carry_evidence of
-  // the last goodput request), for the draft model [0] and for prompt lookup [1]. Guarded by
-  // carried_mutex_.
-  mutable std::optional<std::pair<double, double>> carried_evidence_[2];
+  // What the Generator learns and carries from one request to the next (src/engine.hpp): goodput's
+  // measured costs, the heuristic lookahead, goodput's acceptance evidence.
+  std::unique_ptr<detail::GeneratorState> state_;
 };
 
 }  // namespace specdec

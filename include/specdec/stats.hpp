@@ -25,7 +25,7 @@ struct GenerationStats {
   std::vector<int64_t> accepted_at_position;
   std::vector<int64_t> drafted_at_position;
   double final_confidence_threshold = 0.0;  // dynamic schedule: threshold in use at the end
-  std::string stop_reason;                  // "eos", "max_new_tokens" or "cancelled"
+  std::string stop_reason;  // "eos", "max_new_tokens", "cancelled" or "error" (GenerationResult::error)
 
   // Wall time in seconds. prefill: the first iteration (draft and target passes over the prompt and
   // the first candidates); drafting and verification: the draft's and the target's passes after

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 #include "test_util.hpp"
@@ -336,6 +337,52 @@ TEST(Batch, StreamingPerRowAndCancellingOneRowLeavesTheOthers) {
   }
   EXPECT_EQ(r.stats.target_passes, longest);
   EXPECT_GT(r.stats.draft_passes, 0);
+}
+
+// A row whose callback throws (anything but Cancelled), or whose on_finished throws, fails alone:
+// the batch returns, the other rows give what they give alone, every row is finished once, and
+// the failed row keeps the tokens delivered before its failure. A Cancelled thrown at a row's
+// last tokens leaves its stop reason as it was.
+TEST(Batch, AFailingCallbackFailsItsRowAlone) {
+  const Pair p = pair_for("llama", 2);
+  const Generator g(p.target, p.draft);
+  const auto prompts = prompts_for(4, 2);
+  GenerationConfig c;
+  c.max_new_tokens = 12;
+  c.eos_token_ids = {95};
+  for (const int64_t max_rows : {0, 2}) {
+    std::vector<std::vector<int64_t>> streamed(4);
+    std::vector<int> finished(4, 0);
+    BatchOptions o;
+    o.max_rows = max_rows;
+    o.on_finished = [&](size_t row, const GenerationResult&) {
+      ++finished[row];
+      if (row == 2) throw std::runtime_error("sink of row 2 closed");
+    };
+    const BatchResult r = g.generate_batch(prompts, {c}, [&](size_t row, const std::vector<int64_t>& fresh) {
+      streamed[row].insert(streamed[row].end(), fresh.begin(), fresh.end());
+      if (row == 1 && streamed[row].size() >= 3) throw std::runtime_error("client gone");
+      if (row == 3 && streamed[row].size() >= 12) throw Cancelled();  // after its last token
+    }, o);
+    ASSERT_EQ(r.results.size(), 4u);
+    for (size_t row = 0; row < 4; ++row) {
+      EXPECT_EQ(streamed[row], r.results[row].tokens) << row;
+      EXPECT_EQ(finished[row], row == 1 ? 0 : 1) << row;  // a row that failed in its callback is not finished
+      if (row == 1) continue;
+      EXPECT_EQ(r.results[row].tokens, Generator(p.target).generate(prompts[row], c).tokens) << row;
+    }
+    EXPECT_EQ(r.results[0].stats.stop_reason, "max_new_tokens");
+    EXPECT_EQ(r.results[0].error, "");
+    EXPECT_EQ(r.results[1].stats.stop_reason, "error");
+    EXPECT_EQ(r.results[1].error, "client gone");
+    EXPECT_GE(r.results[1].tokens.size(), 3u);
+    EXPECT_LT(r.results[1].tokens.size(), 12u);
+    EXPECT_EQ(r.results[2].stats.stop_reason, "error");
+    EXPECT_EQ(r.results[2].error, "sink of row 2 closed");
+    EXPECT_EQ(r.results[3].stats.stop_reason, "max_new_tokens");
+  }
+  // The Generator goes on.
+  EXPECT_EQ(g.generate(prompts[1], c).tokens, Generator(p.target).generate(prompts[1], c).tokens);
 }
 
 // Continuous batching (BatchOptions::max_rows): 10 requests of ragged prompts and limits, at most 3

@@ -343,5 +343,24 @@ TEST(Exactness, DraftVocabularyPaddedOrCutStaysExact) {
   }
 }
 
+// A request the draft cannot follow (its prompt holds an id the draft has no row for) proposes
+// nothing; under "heuristic" it leaves the lookahead where it was, so the next request starts from
+// num_assistant_tokens (counted as all accepted, it grew by 2 per iteration and was carried on).
+TEST(Exactness, ARowTheDraftCannotFollowLeavesTheHeuristicLookahead) {
+  const Pair p = pair_for(1);
+  const Generator g(p.target, resized_draft(1, 64));
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 30;
+  cfg.eos_token_ids = {95};
+  cfg.num_assistant_tokens = 3;
+  cfg.num_assistant_tokens_schedule = "heuristic";
+  const auto lost = g.generate({3, 70, 21}, cfg);  // 70: not in the draft's vocabulary
+  EXPECT_EQ(lost.stats.drafted_tokens, 0);
+  EXPECT_EQ(lost.tokens, Generator(p.target).generate({3, 70, 21}, cfg).tokens);
+  const auto next = g.generate({3, 10, 21, 33}, cfg);
+  ASSERT_FALSE(next.stats.trace.empty());
+  EXPECT_LE(next.stats.trace[0][0], 3);
+}
+
 }  // namespace
 }  // namespace specdec::test

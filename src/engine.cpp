@@ -1,0 +1,494 @@
+#include "engine.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "device.hpp"
+#include "prefill.hpp"
+#include "specdec/error.hpp"
+
+namespace specdec::detail {
+
+namespace {
+
+bool is_eos(const std::vector<int64_t>& eos, int64_t tok) {
+  return std::find(eos.begin(), eos.end(), tok) != eos.end();
+}
+
+// A one-row cache of at least `capacity` positions holding what `held` (one row, a prefix of `old`)
+// holds of the common prefix of `old` and `tokens`, all but the last of `tokens` at most (a pass
+// must compute that one); a new cache when `held` holds nothing, or no hidden states where
+// `keep_hidden` asks for them.
+KVCache continue_cache(const Model& model, KVCache held, int64_t capacity, const std::vector<int64_t>& old,
+                       const std::vector<int64_t>& tokens, bool keep_hidden = false) {
+  if (held.num_layers() == 0 || (keep_hidden && !held.keeps_hidden())) return model.make_cache(capacity, 1, keep_hidden);
+  const int64_t common = std::mismatch(old.begin(), old.end(), tokens.begin(), tokens.end()).first - old.begin();
+  held.crop(0, std::min({common, static_cast<int64_t>(tokens.size()) - 1, held.length(0)}));
+  if (held.capacity() >= capacity) return held;
+  KVCache grown = model.make_cache(capacity, 1, held.keeps_hidden());
+  grown.copy_row(held, 0, 0);
+  return grown;
+}
+
+}  // namespace
+
+Engine::Engine(EngineModels models, GeneratorState& state, std::vector<Row>& rows,
+               const std::vector<std::vector<int64_t>>& prompts, int64_t width, int64_t max_length,
+               const BatchTokenCallback& on_tokens, const BatchOptions& options, PromptCache* prompt_cache)
+    : m_(std::move(models)),
+      tc_(m_.target->config()),
+      state_(state),
+      rows_(rows),
+      prompts_(prompts),
+      width_(width),
+      max_length_(max_length),
+      on_tokens_(on_tokens),
+      options_(options),
+      prompt_cache_(prompt_cache) {
+  use_draft_ = m_.draft && rows_[0].config.prompt_lookup_num_tokens == 0;
+  for (const Row& row : rows_) goodput_ = goodput_ || uses_goodput(row);
+  start();
+}
+
+// goodput: for a draft model and for prompt lookup alike.
+bool Engine::uses_goodput(const Row& row) const {
+  return (use_draft_ || row.config.prompt_lookup_num_tokens > 0) &&
+         row.config.num_assistant_tokens_schedule == "goodput";
+}
+
+void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence) {
+  GenerationConfig& config = row.config;
+  row.admitted = Clock::now();
+  row.result.stats.prompt_tokens = static_cast<int64_t>(prompts_[row.index].size());
+  row.result.stats.stop_reason = "max_new_tokens";
+  row.rng = std::make_unique<Rng>(config.seed);
+  row.schedule = std::make_unique<LookaheadSchedule>(config);
+  // A sampled request starts from num_assistant_tokens, not from the carried value: the lookahead
+  // decides how many random draws each step takes, so carrying it would make a seed's tokens depend
+  // on earlier or concurrent requests. (Greedy output never depends on the lookahead.)
+  if (config.num_assistant_tokens_schedule == "heuristic" && !config.sampling()) {
+    std::lock_guard<std::mutex> lock(state_.carried_mutex);
+    if (state_.carried_lookahead) row.schedule->set_num_tokens(*state_.carried_lookahead);
+  }
+  // goodput starts from the acceptance the last goodput request ended with (its tokens already
+  // depend on timings, sampled or not).
+  if (config.num_assistant_tokens_schedule == "goodput") {
+    if (!evidence) {
+      std::lock_guard<std::mutex> lock(state_.carried_mutex);
+      evidence = state_.carried_evidence[config.prompt_lookup_num_tokens > 0];
+    }
+    if (evidence) row.schedule->set_evidence(*evidence);
+  }
+  row.processors = std::make_unique<LogitsProcessorChain>(config);
+  if (config.prompt_lookup_num_tokens > 0)
+    row.lookup = std::make_unique<PromptLookupGenerator>(config.prompt_lookup_num_tokens, config.max_matching_ngram_size,
+                                                         config.eos_token_ids, config.prompt_lookup_match == "last");
+  row.verifier = m_.custom_verifier ? m_.custom_verifier
+                 : config.sampling() ? static_cast<const Verifier*>(&rejection_)
+                                     : &greedy_;
+}
+
+void Engine::start() {
+  for (int64_t r = 0; r < width_; ++r) {
+    set_up(rows_[r]);
+    slots_.push_back(&rows_[r]);
+  }
+  queued_ = width_;
+  std::stable_sort(slots_.begin(), slots_.end(), [](const Row* a, const Row* b) { return a->tokens.size() > b->tokens.size(); });
+  std::vector<const std::vector<int64_t>*> sequences;
+  for (Row* row : slots_) sequences.push_back(&row->tokens);
+
+  // A prompt cache (one request): its caches are taken, so that a request that fails leaves it
+  // empty; they continue this request when they belong to these models (decoder-only).
+  PromptCache held;
+  if (prompt_cache_) {
+    SPECDEC_CHECK(rows_.size() == 1, "generate: a PromptCache serves one request at a time");
+    held = std::move(*prompt_cache_);
+    prompt_cache_->clear();
+  }
+  const bool resume = prompt_cache_ && !tc_.is_encoder_decoder && held.target_ == m_.target;
+  // A feature-fed draft reads the target's hidden states from its cache.
+  const bool features = use_draft_ && m_.draft->config().feature_size > 0;
+  cache_ = resume ? continue_cache(*m_.target, std::move(held.target_cache_), max_length_, held.tokens_,
+                                   rows_[0].tokens, features)
+                  : m_.target->make_cache(max_length_, width_, features);
+  if (resume) rows_[0].result.stats.cached_prompt_tokens = cache_.length(0);
+  KVCache draft_cache;
+  if (use_draft_ && resume && held.draft_ == m_.draft)
+    draft_cache = continue_cache(*m_.draft, std::move(held.draft_cache_), max_length_, held.tokens_, rows_[0].tokens);
+  at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
+  std::vector<int64_t> encoder_lengths;
+  double prefill_seconds = 0;  // encoder passes and batch prefill, shared by the rows that start the batch
+  if (tc_.is_encoder_decoder) {
+    // One encoder pass per prompt (no padding inside the encoder), padded to the longest.
+    const auto t0 = Clock::now();
+    int64_t longest = 0;
+    for (const Row* row : slots_) {
+      encoder_lengths.push_back(static_cast<int64_t>(prompts_[row->index].size()));
+      longest = std::max(longest, encoder_lengths.back());
+    }
+    const auto encode = [&](const Model& m) {
+      std::vector<at::Tensor> states;
+      for (const Row* row : slots_) {
+        const at::Tensor s = m.encode(at::tensor(prompts_[row->index], at::kLong).view({1, -1}));  // [1, S_r, H]
+        states.push_back(at::constant_pad_nd(s, {0, 0, 0, longest - s.size(1)}));
+      }
+      return at::cat(states);  // [B, S, H]
+    };
+    const at::Tensor states = encode(*m_.target);
+    m_.target->attach_encoder(states, cache_, encoder_lengths);
+    int64_t passes = 1;
+    if (use_draft_) {
+      draft_states = m_.share_encoder ? states : encode(*m_.draft);
+      if (!m_.share_encoder) ++passes;
+    }
+    for (Row* row : slots_) row->result.stats.encoder_passes = passes;
+    prefill_seconds += seconds_since(t0);
+  }
+
+  if (use_draft_) {
+    std::vector<DraftModelGenerator::Row> draft_rows;
+    for (Row* row : slots_) draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
+    drafter_ = std::make_unique<DraftModelGenerator>(m_.draft, std::move(draft_rows), max_length_, draft_states,
+                                                     encoder_lengths, tc_.vocab_size, std::move(draft_cache),
+                                                     features ? &cache_ : nullptr);
+  }
+  if (width_ > 1) {
+    // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
+    // over the rows that still have tokens (no row padded to the longest prompt). One request keeps
+    // Hugging Face's first pass over the whole prompt.
+    const auto t0 = Clock::now();
+    prefill_rows(*m_.target, cache_, sequences);
+    prefill_seconds += seconds_since(t0);
+  }
+  for (Row* row : slots_) row->prefill_seconds = prefill_seconds;
+  bs_.rows = static_cast<int64_t>(rows_.size());
+  bs_.prefill_seconds = prefill_seconds;
+}
+
+bool Engine::step() {
+  if (slots_.empty()) return false;
+  // goodput plans the first iteration too once the Generator has measured its costs: a request
+  // after one whose draft the target rejected starts without speculation (and without the
+  // draft's prefill).
+  plan(!first_);
+  draft();
+  verify();
+  commit();
+  retire();
+  admit();
+  first_ = false;
+  return !slots_.empty();
+}
+
+// goodput: every goodput row's K for the next pass. Until the draft's cost is known (the first
+// batch of a Generator), one row probes the draft and the others wait for what it shows: the
+// shortest of those that can draft, so that a draft the target rejects costs one prompt's draft
+// prefill, not the whole batch's. The waiting rows then start from the probe's evidence. In a
+// batch the probe drafts one token (not the schedule's 2): the draft has prefilled its row
+// (draft()), so its first pass already gives the draft's cost, and every row of the verification
+// pass is padded to the probe's.
+void Engine::plan(bool may_calibrate) {
+  if (!goodput_) return;
+  std::vector<LookaheadSchedule*> schedules;
+  const Row* shortest = nullptr;
+  for (Row* row : slots_) {
+    if (!uses_goodput(*row)) continue;
+    schedules.push_back(row->schedule.get());
+    const bool can_draft = row->config.max_new_tokens - row->result.stats.new_tokens > 1;
+    if (can_draft && (!shortest || row->tokens.size() < shortest->tokens.size())) shortest = row;
+  }
+  if (schedules.empty() ||
+      state_.goodput.plan(schedules, cache_, slots_[0]->tokens, !use_draft_, may_calibrate) || !use_draft_ ||
+      !shortest)
+    return;
+  probe_ = shortest->schedule.get();
+  if (width_ > 1) probe_->set_num_tokens(std::min<int64_t>(probe_->num_tokens(), 1));
+  for (LookaheadSchedule* s : schedules)
+    if (s != probe_ && s->num_tokens() > 0) {
+      s->set_num_tokens(0);
+      waiting_.push_back(s);
+    }
+}
+
+// Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
+void Engine::draft() {
+  const auto b = static_cast<int64_t>(slots_.size());
+  max_tokens_.clear();
+  std::vector<const std::vector<int64_t>*> sequences;
+  bool drafting = false;
+  for (Row* row : slots_) {
+    max_tokens_.push_back(std::max<int64_t>(0, row->config.max_new_tokens - row->result.stats.new_tokens - 1));
+    sequences.push_back(&row->tokens);
+    drafting = drafting || (max_tokens_.back() > 0 && row->schedule->num_tokens() > 0);
+  }
+  row_passes_before_.assign(b, 0);
+  if (drafter_ && width_ > 1 && drafting && !tc_.is_encoder_decoder) {
+    // The draft prefills the rows that draft in this pass and that it has not seen yet, in
+    // passes of their own: at the start every row that drafts (in chunks like the target's,
+    // rows still sorted longest first), later a row that joined the batch or waited for goodput's
+    // probe. A row that drafts again after iterations without drafts catches up in its proposal,
+    // in one pass padded to the longest row (as one request's first proposal always does).
+    std::vector<int64_t> cold;
+    std::vector<const std::vector<int64_t>*> cold_tokens;
+    for (int64_t i = 0; i < b; ++i)
+      if (max_tokens_[i] > 0 && slots_[i]->schedule->num_tokens() > 0 && drafter_->cached(i) == 0) {
+        cold.push_back(i);
+        cold_tokens.push_back(&slots_[i]->tokens);
+      }
+    const auto t0 = Clock::now();
+    if (first_ && static_cast<int64_t>(cold.size()) == b)
+      drafter_->prefill(sequences);
+    else if (!cold.empty())
+      drafter_->prefill(cold_tokens, cold);
+    const double s = seconds_since(t0);
+    bs_.prefill_seconds += s;
+    for (const int64_t i : cold) slots_[i]->prefill_seconds += s;
+  }
+  const auto t0 = Clock::now();
+  if (drafter_) {
+    for (int64_t i = 0; i < b; ++i) row_passes_before_[i] = drafter_->row_passes(i);
+    std::vector<Candidates> proposals = drafter_->propose_batch(sequences, max_tokens_);
+    for (int64_t i = 0; i < b; ++i) slots_[i]->cand = std::move(proposals[i]);
+    // The draft's cost per drafted token, from its passes that drafted one token per row.
+    const DraftModelGenerator::SteadyPasses steady = drafter_->last_steady();
+    if (goodput_ && steady.passes > 0)
+      state_.goodput.observe_draft(b, steady.seconds / static_cast<double>(steady.passes));
+  } else {
+    for (int64_t i = 0; i < b; ++i) {
+      Row& row = *slots_[i];
+      const int64_t k = row.schedule->kind() == "goodput" ? std::min(max_tokens_[i], row.schedule->num_tokens())
+                                                          : max_tokens_[i];
+      row.cand = row.lookup && k > 0 ? row.lookup->propose(row.tokens, k) : Candidates{};
+    }
+  }
+  draft_seconds_ = seconds_since(t0);
+}
+
+// One target pass over every row: [uncached tokens, c1..cK], padded to the longest row; keep the
+// logits of each row's last K+1 positions, and every row's verdict.
+void Engine::verify() {
+  const auto b = static_cast<int64_t>(slots_.size());
+  const auto t0 = Clock::now();
+  std::vector<std::vector<int64_t>> inputs(b);
+  int64_t keep = 1;
+  for (int64_t i = 0; i < b; ++i) {
+    Row& row = *slots_[i];
+    row.verified_len = static_cast<int64_t>(row.tokens.size());
+    inputs[i].assign(row.tokens.begin() + cache_.length(i), row.tokens.end());
+    inputs[i].insert(inputs[i].end(), row.cand.tokens.begin(), row.cand.tokens.end());
+    keep = std::max<int64_t>(keep, static_cast<int64_t>(row.cand.size()) + 1);
+  }
+  std::vector<int64_t> counts;
+  const at::Tensor ids = padded_ids(inputs, counts);
+  const int64_t t = ids.size(1);
+  const at::Tensor logits = m_.target->forward(ids, cache_, keep, counts);  // [B, keep, V]
+  std::vector<at::Tensor> decisions(b);  // [2] int64 each, on the device
+  for (int64_t i = 0; i < b; ++i) {
+    Row& row = *slots_[i];
+    const auto k = static_cast<int64_t>(row.cand.size());
+    at::Tensor scores = logits[i].narrow(0, logits.size(1) - (k + 1), k + 1);  // [K+1, V]
+    if (!row.processors->empty()) {
+      std::vector<int64_t> history = row.tokens;
+      history.insert(history.end(), row.cand.tokens.begin(), row.cand.tokens.end());
+      scores = row.processors->apply(scores, history);
+    }
+    decisions[i] = to_device(row.verifier->decide(scores, row.cand, *row.rng), logits.device());
+  }
+  // Every row's verdict in one copy: the pass's one wait for the device.
+  const at::Tensor host = at::stack(decisions).to(at::kCPU).contiguous();  // [B, 2]
+  for (int64_t i = 0; i < b; ++i) {
+    Row& row = *slots_[i];
+    row.verdict.accepted = host.data_ptr<int64_t>()[2 * i];
+    row.verdict.next_token = host.data_ptr<int64_t>()[2 * i + 1];
+    row.verifier->settle(row.verdict, row.cand, *row.rng);
+  }
+  target_seconds_ = seconds_since(t0);
+  if (goodput_ && !first_) state_.goodput.observe_target(b * t, target_seconds_);
+  if (first_) bs_.prefill_seconds += draft_seconds_ + target_seconds_;
+  ++bs_.target_passes;
+}
+
+// Each row's new tokens: the accepted candidates, then the target's own; streamed; the rows that
+// are done noted in finished_. A row whose callback throws fails alone (stop_reason "error").
+void Engine::commit() {
+  finished_.clear();
+  for (int64_t i = 0; i < static_cast<int64_t>(slots_.size()); ++i) {
+    Row& row = *slots_[i];
+    GenerationStats& st = row.result.stats;
+    const Candidates& cand = row.cand;
+    const Verdict& verdict = row.verdict;
+    const auto k = static_cast<int64_t>(cand.size());
+    // A row's first iteration is part of its prefill.
+    if (st.target_passes == 0) {
+      row.prefill_seconds += draft_seconds_ + target_seconds_;
+      if (drafter_) st.prefill_draft_passes = drafter_->row_passes(i) - row_passes_before_[i];
+    } else {
+      st.drafting_seconds += draft_seconds_;
+      st.verification_seconds += target_seconds_;
+    }
+    ++st.target_passes;
+    // An EOS among the new tokens ends the request right there; an accepted EOS candidate counts
+    // as the target's token (as in Hugging Face, whose trace then shows one acceptance fewer).
+    std::vector<int64_t> fresh(cand.tokens.begin(), cand.tokens.begin() + verdict.accepted);
+    fresh.push_back(verdict.next_token);
+    int64_t accepted = verdict.accepted;
+    bool stop_eos = false;
+    for (size_t j = 0; j < fresh.size(); ++j) {
+      if (is_eos(row.config.eos_token_ids, fresh[j])) {
+        fresh.resize(j + 1);
+        accepted = std::min<int64_t>(accepted, static_cast<int64_t>(j));
+        stop_eos = true;
+        break;
+      }
+    }
+    const int64_t remaining = row.config.max_new_tokens - st.new_tokens;
+    if (static_cast<int64_t>(fresh.size()) > remaining) fresh.resize(remaining);  // defensive
+
+    cache_.crop(i, row.verified_len + verdict.accepted);  // drop rejected candidates' keys/values
+    row.tokens.insert(row.tokens.end(), fresh.begin(), fresh.end());
+    row.result.tokens.insert(row.result.tokens.end(), fresh.begin(), fresh.end());
+    st.new_tokens += static_cast<int64_t>(fresh.size());
+    st.drafted_tokens += k;
+    st.accepted_tokens += accepted;
+    st.trace.push_back({k, accepted});
+    if (static_cast<int64_t>(st.drafted_at_position.size()) < k) {
+      st.drafted_at_position.resize(k, 0);
+      st.accepted_at_position.resize(k, 0);
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      ++st.drafted_at_position[j];
+      if (j < accepted) ++st.accepted_at_position[j];
+    }
+    if (drafter_) drafter_->on_verified_row(i, cand, accepted, row.tokens);
+    if (row.lookup && row.schedule->kind() == "goodput") row.schedule->update(std::vector<double>(k, 1.0), accepted);
+    bs_.new_tokens += static_cast<int64_t>(fresh.size());
+    if (stop_eos) st.stop_reason = "eos";
+    bool done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
+    if (on_tokens_) {
+      try {
+        on_tokens_(row.index, fresh);
+      } catch (const Cancelled&) {
+        if (!done) st.stop_reason = "cancelled";  // a row that had ended keeps its reason
+        done = true;
+      } catch (...) {
+        row.error = std::current_exception();
+        done = true;
+      }
+    }
+    if (!done) continue;
+    if (drafter_) st.draft_passes = drafter_->row_passes(i);
+    finish_row(row);
+    finished_.push_back(i);
+  }
+  for (LookaheadSchedule* s : waiting_) s->set_evidence(LookaheadSchedule::carry_evidence({probe_}));
+  waiting_.clear();
+}
+
+void Engine::finish_row(Row& row) {
+  GenerationStats& st = row.result.stats;
+  st.final_confidence_threshold = row.schedule->threshold();
+  st.prefill_seconds = row.prefill_seconds;
+  st.total_seconds = seconds_since(row.admitted);
+  st.other_seconds = std::max(0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds - st.verification_seconds);
+  if (options_.on_finished && !row.error) {
+    try {
+      options_.on_finished(row.index, row.result);
+    } catch (...) {
+      row.error = std::current_exception();
+    }
+  }
+  if (row.error) {
+    st.stop_reason = "error";
+    try {
+      std::rethrow_exception(row.error);
+    } catch (const std::exception& e) {
+      row.result.error = e.what();
+    } catch (...) {
+      row.result.error = "unknown exception";
+    }
+  }
+}
+
+// Finished rows leave the batch: the last active row moves into each freed slot.
+void Engine::retire() {
+  for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
+    const int64_t last = static_cast<int64_t>(slots_.size()) - 1;
+    if (*it != last) {
+      cache_.copy_row(last, *it);
+      if (drafter_) drafter_->move_row(last, *it);
+      slots_[*it] = slots_[last];
+    }
+    slots_.pop_back();
+  }
+}
+
+// Continuous batching: the next prompts take the freed slots, at the end, each prefilled on its
+// own (the draft's too when it drafts now); their last prompt token goes into the next pass.
+void Engine::admit() {
+  const auto batch = static_cast<int64_t>(rows_.size());
+  if (queued_ >= batch || static_cast<int64_t>(slots_.size()) >= width_) return;
+  const auto t1 = Clock::now();
+  std::vector<int64_t> joined;
+  std::vector<const std::vector<int64_t>*> joined_tokens;
+  // goodput: a joining row starts from the evidence of the rows admitted before it, as the next
+  // request would.
+  std::optional<std::pair<double, double>> evidence;
+  if (goodput_) {
+    std::vector<const LookaheadSchedule*> admitted;
+    for (int64_t r = 0; r < queued_; ++r)
+      if (uses_goodput(rows_[r])) admitted.push_back(rows_[r].schedule.get());
+    if (!admitted.empty()) evidence = LookaheadSchedule::carry_evidence(admitted);
+  }
+  while (queued_ < batch && static_cast<int64_t>(slots_.size()) < width_) {
+    Row& row = rows_[queued_++];
+    set_up(row, evidence);
+    const auto slot = static_cast<int64_t>(slots_.size());  // prefill_into overwrites its cache row
+    slots_.push_back(&row);
+    joined.push_back(slot);
+    joined_tokens.push_back(&row.tokens);
+    if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
+  }
+  // The draft prefills them at the next pass if they draft in it.
+  prefill_into(*m_.target, cache_, joined, joined_tokens);
+  const double s = seconds_since(t1);
+  bs_.prefill_seconds += s;
+  for (const int64_t slot : joined) slots_[slot]->prefill_seconds = s;
+}
+
+BatchResult Engine::finish() {
+  bs_.draft_passes = drafter_ ? drafter_->passes() : 0;
+  bs_.total_seconds = seconds_since(start_);
+  BatchResult out;
+  for (Row& row : rows_) out.results.push_back(std::move(row.result));
+  // "heuristic": carry the lookahead the last row reached to the next request (Hugging Face keeps it
+  // on the assistant model's generation config; a batch of one is exactly that).
+  if (use_draft_ && rows_.back().config.num_assistant_tokens_schedule == "heuristic") {
+    std::lock_guard<std::mutex> lock(state_.carried_mutex);
+    state_.carried_lookahead = rows_.back().schedule->num_tokens();
+  }
+  if (goodput_) {
+    std::vector<const LookaheadSchedule*> schedules;
+    for (const Row& row : rows_)
+      if (row.schedule->kind() == "goodput") schedules.push_back(row.schedule.get());
+    std::lock_guard<std::mutex> lock(state_.carried_mutex);
+    state_.carried_evidence[!use_draft_] = LookaheadSchedule::carry_evidence(schedules);
+  }
+  out.stats = bs_;
+  // What the next request of this conversation continues (a failed request leaves it empty).
+  if (prompt_cache_ && !tc_.is_encoder_decoder && !rows_[0].error) {
+    prompt_cache_->target_ = m_.target;
+    prompt_cache_->tokens_ = rows_[0].tokens;
+    // (An EOS accepted from the draft can leave the positions after it in the cache.)
+    cache_.crop(0, std::min(cache_.length(0), static_cast<int64_t>(rows_[0].tokens.size())));
+    prompt_cache_->target_cache_ = std::move(cache_);
+    if (drafter_) {
+      prompt_cache_->draft_ = m_.draft;
+      prompt_cache_->draft_cache_ = drafter_->release_cache();
+    }
+  }
+  return out;
+}
+
+}  // namespace specdec::detail

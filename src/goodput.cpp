@@ -1,0 +1,128 @@
+#include "goodput.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "util.hpp"
+
+namespace specdec::detail {
+
+bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
+                          const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) {
+  // Calibration, once per Generator: target passes of `rows` tokens timed on row 0 of this
+  // request's cache (appended after what it holds, then cropped away); every real pass refines
+  // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
+  // nothing beside a pass. A pass over as many tokens as the batch has rows first (what K = 0
+  // costs); with prompt lookup, cap / 2 + 1 tokens (a costly one) once drafting could pay.
+  const int64_t length = cache.length(0);
+  const auto calibrate = [&](bool& done, int64_t rows) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!may_calibrate || done) return;
+      done = true;
+    }
+    if (length >= static_cast<int64_t>(tokens.size()) || length + rows > cache.capacity()) return;
+    const at::Tensor ids = at::full({1, rows}, tokens[length], at::kLong);
+    const auto t0 = Clock::now();
+    (void)target_.forward(ids, cache, 1);
+    const double s = seconds_since(t0);
+    cache.crop(0, length);
+    std::lock_guard<std::mutex> lock(mutex_);
+    target_cost_.observe(rows, s);
+  };
+  int64_t cap = 0;
+  for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
+  const auto batch = static_cast<int64_t>(schedules.size());
+  // The acceptance bounds (plan_lookahead) for one row only: in a batch, drafting one token to
+  // bring evidence would cost every row a draft pass and a padded verification.
+  std::vector<double> alphas, bounds;
+  for (const LookaheadSchedule* s : schedules) {
+    alphas.push_back(s->acceptance());
+    bounds.push_back(batch == 1 ? s->acceptance_bound() : s->acceptance());
+  }
+  const auto costs = [&](PassCost& target, std::optional<double>& draft) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    target = target_cost_;
+    if (free_drafts)
+      draft = 0.0;
+    else if (!draft_cost_.empty())
+      draft = draft_cost_(batch);
+  };
+  calibrate(calibrated_first_, batch);
+  PassCost target;
+  std::optional<double> draft;
+  costs(target, draft);
+  // Until a draft pass has been timed, K stays where it is (at first the schedule's probe:
+  // LookaheadSchedule's constructor).
+  if (!draft) return false;
+  // Drafting cannot pay if it loses even when every pass of K > 0 costs what one over `batch`
+  // tokens (K = 0) costs, at a flat cost no less than that: the gain of drafting only shrinks as
+  // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
+  // (at the estimates and at their bounds: plan_lookahead) K = 0 without the long pass.
+  const double flat = target.ceiling(batch);
+  const auto cost = [&](int64_t rows) { return target(rows); };
+  if (flat > 0) {
+    const auto flat_cost = [flat](int64_t) { return flat; };
+    if (LookaheadSchedule::plan_lookahead(flat_cost, *draft, alphas, bounds, cap) == 0) {
+      for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
+      if (batch == 1 && !free_drafts) retime_draft(*schedules[0], cost, alphas);
+      return true;
+    }
+  }
+  // K is planned on the curve once it holds a timed pass for every K it could plan, from 1 up to
+  // one whose pass has cap / 2 + 1 tokens or more. A draft model gets there with real iterations,
+  // K = 1, 2, ... in turn, once per Generator (LookaheadSchedule::exploration): between observed
+  // sizes the curve would be interpolated, and a pass over more tokens can cost less than one over
+  // fewer (the kernels' tile shapes), which kept goodput from the K it should plan. Prompt lookup,
+  // whose proposals can be shorter than asked, gets one timed pass over cap / 2 + 1 tokens. Above
+  // the largest pass observed the curve is extrapolated, and a plan that goes there is a real pass
+  // that refines it.
+  const int64_t mid = LookaheadSchedule::timed_pass_tokens(cap);
+  if (!free_drafts) {
+    if (const int64_t k = LookaheadSchedule::exploration(target, flat, *draft, bounds, cap)) {
+      for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
+      return true;
+    }
+  } else if (target.size() < 2 || target.largest() < mid) {
+    calibrate(calibrated_, mid);
+    costs(target, draft);
+    if (target.size() <= 1) return true;
+  }
+  if (batch == 1) {
+    schedules[0]->plan(cost, *draft);
+    if (!free_drafts) retime_draft(*schedules[0], cost, alphas);
+    return true;
+  }
+  const int64_t k = LookaheadSchedule::plan_lookahead(cost, *draft, alphas, bounds, cap);
+  for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
+  return true;
+}
+
+void GoodputPlanner::retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
+                                  const std::vector<double>& alphas) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (schedule.num_tokens() > 0) {  // drafting (again): the next stretch without it waits the least
+    costly_draft_iterations_ = 0;
+    retime_after_ = Generator::kRetimeFirst;
+    return;
+  }
+  // K = 0 whatever the draft costs: nothing to learn from timing it
+  if (LookaheadSchedule::best_lookahead(target_cost, 0.0, alphas, schedule.cap()) == 0) return;
+  if (costly_draft_iterations_++ < retime_after_) return;
+  costly_draft_iterations_ = 0;
+  retime_after_ = std::min(2 * retime_after_, Generator::kRetimeLast);
+  schedule.set_num_tokens(std::min<int64_t>(2, schedule.cap()));  // as the first probe: its second pass is timed
+}
+
+void GoodputPlanner::observe_target(int64_t rows, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  target_cost_.observe(rows, seconds);
+}
+
+void GoodputPlanner::observe_draft(int64_t rows, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  draft_cost_.observe(rows, seconds);
+}
+
+}  // namespace specdec::detail

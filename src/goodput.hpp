@@ -1,0 +1,56 @@
+// goodput's planning state of one Generator (private): what its models' passes cost, measured.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "specdec/generator.hpp"
+#include "specdec/kv_cache.hpp"
+#include "specdec/lookahead.hpp"
+#include "specdec/model.hpp"
+
+namespace specdec::detail {
+
+// The target's pass cost by rows (one timed pass over B tokens in the first request, one over
+// cap / 2 + 1 for prompt lookup, then every real pass) and the draft's cost per token, measured on
+// one Generator's models and shared by its concurrent requests (every member guarded).
+class GoodputPlanner {
+ public:
+  explicit GoodputPlanner(const Model& target) : target_(target) {}
+
+  // Sets the K of every goodput schedule of the running rows for the next pass. `cache`, `tokens`:
+  // row 0's, where calibration passes are timed (appended after what it holds, then cropped
+  // away); `free_drafts`: prompt lookup, whose proposals cost nothing beside a pass;
+  // `may_calibrate`: whether this call may run the calibration passes (not before the request's
+  // first pass). Returns false while the draft's cost is unknown (K then stays where it is).
+  bool plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
+            const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate);
+  // A real target pass over `rows` tokens took `seconds`.
+  void observe_target(int64_t rows, double seconds);
+  // The draft drafted one token for each of `rows` rows in `seconds` per pass.
+  void observe_draft(int64_t rows, double seconds);
+
+ private:
+  // goodput at B = 1, after plan() planned `schedule`: the draft's cost rests on the passes it
+  // timed, and at K = 0 none are timed, so one pass stalled by a busy machine could keep drafting
+  // off for the Generator's life. When the draft's cost is what plans K = 0 (a free draft would
+  // draft on this curve at these acceptances), the iteration after retime_after_ such iterations
+  // since the draft last drafted drafts min(2, cap) tokens instead, which times it again;
+  // retime_after_ starts at Generator::kRetimeFirst, doubles with each re-timing up to
+  // kRetimeLast, and starts again once drafting pays, so a draft that is too slow costs one such
+  // iteration per 64, 128, ... without drafting.
+  void retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
+                    const std::vector<double>& alphas);
+
+  const Model& target_;
+  std::mutex mutex_;
+  PassCost target_cost_, draft_cost_;
+  int64_t costly_draft_iterations_ = 0, retime_after_ = Generator::kRetimeFirst;
+  // The calibration passes over B and (prompt lookup) cap / 2 + 1 tokens were run.
+  bool calibrated_first_ = false, calibrated_ = false;
+};
+
+}  // namespace specdec::detail
