@@ -154,17 +154,22 @@ void Engine::start() {
                                                      encoder_lengths, tc_.vocab_size, std::move(draft_cache),
                                                      features ? &cache_ : nullptr);
   }
-  if (width_ > 1) {
+  if (width_ > 1 || uncached(0) > kPrefillChunk) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
     // over the rows that still have tokens (no row padded to the longest prompt). One request keeps
-    // Hugging Face's first pass over the whole prompt.
+    // Hugging Face's first pass over the whole prompt while it fits in one chunk.
     const auto t0 = Clock::now();
-    prefill_rows(*m_.target, cache_, sequences);
+    const int64_t passes = prefill_rows(*m_.target, cache_, sequences);
+    for (Row* row : slots_) row->result.stats.prefill_passes = passes;
     prefill_seconds += seconds_since(t0);
   }
   for (Row* row : slots_) row->prefill_seconds = prefill_seconds;
   bs_.rows = static_cast<int64_t>(rows_.size());
   bs_.prefill_seconds = prefill_seconds;
+}
+
+int64_t Engine::uncached(int64_t slot) const {
+  return static_cast<int64_t>(slots_[slot]->tokens.size()) - 1 - cache_.length(slot);
 }
 
 bool Engine::step() {
@@ -224,6 +229,16 @@ void Engine::draft() {
     drafting = drafting || (max_tokens_.back() > 0 && row->schedule->num_tokens() > 0);
   }
   row_passes_before_.assign(b, 0);
+  if (drafter_ && width_ == 1 && drafting && !tc_.is_encoder_decoder &&
+      static_cast<int64_t>(slots_[0]->tokens.size()) - 1 - drafter_->cached(0) > kPrefillChunk) {
+    // One request with more to catch up on than a chunk (a long prompt, or many tokens generated
+    // without drafting): the draft's share goes in in chunks too, after what its cache holds.
+    const auto t0 = Clock::now();
+    drafter_->prefill(sequences);
+    const double s = seconds_since(t0);
+    bs_.prefill_seconds += s;
+    slots_[0]->prefill_seconds += s;
+  }
   if (drafter_ && width_ > 1 && drafting && !tc_.is_encoder_decoder) {
     // The draft prefills the rows that draft in this pass and that it has not seen yet, in
     // passes of their own: at the start every row that drafts (in chunks like the target's,
@@ -451,10 +466,13 @@ void Engine::admit() {
     if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
   }
   // The draft prefills them at the next pass if they draft in it.
-  prefill_into(*m_.target, cache_, joined, joined_tokens);
+  const int64_t passes = prefill_into(*m_.target, cache_, joined, joined_tokens);
   const double s = seconds_since(t1);
   bs_.prefill_seconds += s;
-  for (const int64_t slot : joined) slots_[slot]->prefill_seconds = s;
+  for (const int64_t slot : joined) {
+    slots_[slot]->prefill_seconds = s;
+    slots_[slot]->result.stats.prefill_passes = passes;
+  }
 }
 
 BatchResult Engine::finish() {

@@ -94,6 +94,8 @@ class Engine {
   // The row's stats when it leaves the batch, and its on_finished.
   void finish_row(Row& row);
   bool uses_goodput(const Row& row) const;
+  // Tokens of the slot's sequence before its last that the target's cache does not hold.
+  int64_t uncached(int64_t slot) const;
 
   EngineModels m_;
   const ModelConfig& tc_;

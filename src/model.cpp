@@ -90,13 +90,14 @@ int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const
     SPECDEC_CHECK(r == 0 || todo[r] <= todo[r - 1], "prefill_rows: rows must be sorted longest first");
   }
   int64_t passes = 0;
-  for (int64_t done = 0; b > 0 && done < todo[0]; done += chunk, ++passes) {
+  for (int64_t done = 0, step = 0; b > 0 && done < todo[0]; done += step, ++passes) {
     int64_t rows = 0;
     while (rows < b && todo[rows] > done) ++rows;
+    step = rows == 1 ? std::max(chunk, kPrefillChunk) : chunk;
     std::vector<std::vector<int64_t>> pieces(rows);
     for (int64_t r = 0; r < rows; ++r) {
       const auto first = seqs[r]->begin() + cache.length(r);
-      pieces[r].assign(first, first + std::min(chunk, todo[r] - done));
+      pieces[r].assign(first, first + std::min(step, todo[r] - done));
     }
     std::vector<int64_t> counts;
     const at::Tensor ids = padded_ids(pieces, counts);

@@ -13,10 +13,16 @@ namespace specdec {
 // (at least 1); `counts` receives each row's length (Model::forward's row_tokens).
 at::Tensor padded_ids(const std::vector<std::vector<int64_t>>& rows, std::vector<int64_t>& counts);
 
+// A pass over one row's prompt takes at most this many tokens: its attention mask is then
+// kPrefillChunk x context, not prompt x prompt (a 32k-token prompt in one pass needed 8 GiB of
+// masks). Chunks give the logits one pass gives, bitwise (batch invariance).
+constexpr int64_t kPrefillChunk = 256;
+
 // Appends all but the last token of each sequence to its row of `cache` (row b: *seqs[b], after
-// what the row holds), in passes of at most `chunk` tokens per row. The sequences must be sorted
-// by their uncached length, longest first: each pass then runs on the rows [0, b') that still have
-// tokens, so no row is padded by more than chunk - 1 positions. Returns the number of passes.
+// what the row holds), in passes of at most `chunk` tokens per row, kPrefillChunk once one row is
+// left (nothing is padded then). The sequences must be sorted by their uncached length, longest
+// first: each pass then runs on the rows [0, b') that still have tokens, so no row is padded by
+// more than chunk - 1 positions. Returns the number of passes.
 int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const std::vector<int64_t>*>& seqs,
                      int64_t chunk = 16);
 

@@ -35,6 +35,7 @@ std::string GenerationStats::to_json() const {
   j["encoder_passes"] = encoder_passes;
   j["new_tokens"] = new_tokens;
   j["target_passes"] = target_passes;
+  j["prefill_passes"] = prefill_passes;
   j["draft_passes"] = draft_passes;
   j["prefill_draft_passes"] = prefill_draft_passes;
   j["drafted_tokens"] = drafted_tokens;

@@ -343,6 +343,34 @@ TEST(Exactness, DraftVocabularyPaddedOrCutStaysExact) {
   }
 }
 
+// A prompt longer than a chunk goes in before the first iteration in passes of at most 256 tokens
+// (kPrefillChunk: masks of chunk x context, not prompt x prompt), the draft's share too, and the
+// output is the one the slow oracle gives: target-only, with a draft, with prompt lookup, and as a
+// row of a batch beside a short prompt.
+TEST(Exactness, ALongPromptIsPrefilledInChunks) {
+  const Pair p = pair_for(1);
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < 600; ++i) prompt.push_back((i * 37 + i / 7) % 90);
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 12;
+  cfg.eos_token_ids = {95};
+  const auto want = oracle_greedy(*p.target, prompt, 12, {95});
+  GenerationConfig lookup = cfg;
+  lookup.prompt_lookup_num_tokens = 4;
+  for (const char* name : {"target only", "draft", "prompt lookup"}) {
+    const bool draft = name[0] == 'd', prompt_lookup = name[0] == 'p';
+    const auto got = Generator(p.target, draft ? p.early_exit : nullptr).generate(prompt, prompt_lookup ? lookup : cfg);
+    EXPECT_EQ(got.tokens, want) << name;
+    EXPECT_EQ(got.stats.prefill_passes, 3) << name;  // 599 tokens: 256 + 256 + 87
+  }
+  const std::vector<int64_t> short_prompt = {3, 10, 21};
+  const auto batch = Generator(p.target, p.early_exit).generate_batch({short_prompt, prompt}, {cfg});
+  EXPECT_EQ(batch.results[1].tokens, want);
+  EXPECT_EQ(batch.results[0].tokens, oracle_greedy(*p.target, short_prompt, 12, {95}));
+  // A prompt within one chunk keeps Hugging Face's first pass over all of it.
+  EXPECT_EQ(Generator(p.target).generate(short_prompt, cfg).stats.prefill_passes, 0);
+}
+
 // A request the draft cannot follow (its prompt holds an id the draft has no row for) proposes
 // nothing; under "heuristic" it leaves the lookahead where it was, so the next request starts from
 // num_assistant_tokens (counted as all accepted, it grew by 2 per iteration and was carried on).
