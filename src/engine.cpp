@@ -205,7 +205,8 @@ void Engine::plan(bool may_calibrate) {
     if (can_draft && (!shortest || row->tokens.size() < shortest->tokens.size())) shortest = row;
   }
   if (schedules.empty() ||
-      state_.goodput.plan(schedules, cache_, slots_[0]->tokens, !use_draft_, may_calibrate) || !use_draft_ ||
+      state_.goodput.plan(schedules, cache_, slots_[0]->tokens, static_cast<int64_t>(slots_.size()), !use_draft_,
+                          may_calibrate) || !use_draft_ ||
       !shortest)
     return;
   probe_ = shortest->schedule.get();

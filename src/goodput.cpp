@@ -9,7 +9,8 @@
 namespace specdec::detail {
 
 bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-                          const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate) {
+                          const std::vector<int64_t>& tokens, int64_t rows, bool free_drafts,
+                          bool may_calibrate) {
   // Calibration, once per Generator: target passes of `rows` tokens timed on row 0 of this
   // request's cache (appended after what it holds, then cropped away); every real pass refines
   // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
@@ -33,7 +34,8 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
   };
   int64_t cap = 0;
   for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
-  const auto batch = static_cast<int64_t>(schedules.size());
+  // Every cost is the pass's, over all its rows, goodput's or not (they are timed that way).
+  const int64_t batch = std::max(rows, static_cast<int64_t>(schedules.size()));
   // The acceptance bounds (plan_lookahead) for one row only: in a batch, drafting one token to
   // bring evidence would cost every row a draft pass and a padded verification.
   std::vector<double> alphas, bounds;
@@ -61,10 +63,10 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
   // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
   // (at the estimates and at their bounds: plan_lookahead) K = 0 without the long pass.
   const double flat = target.ceiling(batch);
-  const auto cost = [&](int64_t rows) { return target(rows); };
+  const auto cost = [&](int64_t tokens_in_pass) { return target(tokens_in_pass); };
   if (flat > 0) {
     const auto flat_cost = [flat](int64_t) { return flat; };
-    if (LookaheadSchedule::plan_lookahead(flat_cost, *draft, alphas, bounds, cap) == 0) {
+    if (LookaheadSchedule::plan_lookahead(flat_cost, *draft, alphas, bounds, cap, batch) == 0) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
       if (batch == 1 && !free_drafts) retime_draft(*schedules[0], cost, alphas);
       return true;
@@ -80,7 +82,7 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
   // that refines it.
   const int64_t mid = LookaheadSchedule::timed_pass_tokens(cap);
   if (!free_drafts) {
-    if (const int64_t k = LookaheadSchedule::exploration(target, flat, *draft, bounds, cap)) {
+    if (const int64_t k = LookaheadSchedule::exploration(target, flat, *draft, bounds, cap, batch)) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
       return true;
     }
@@ -94,7 +96,7 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
     if (!free_drafts) retime_draft(*schedules[0], cost, alphas);
     return true;
   }
-  const int64_t k = LookaheadSchedule::plan_lookahead(cost, *draft, alphas, bounds, cap);
+  const int64_t k = LookaheadSchedule::plan_lookahead(cost, *draft, alphas, bounds, cap, batch);
   for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
   return true;
 }

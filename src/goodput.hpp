@@ -21,13 +21,14 @@ class GoodputPlanner {
  public:
   explicit GoodputPlanner(const Model& target) : target_(target) {}
 
-  // Sets the K of every goodput schedule of the running rows for the next pass. `cache`, `tokens`:
-  // row 0's, where calibration passes are timed (appended after what it holds, then cropped
-  // away); `free_drafts`: prompt lookup, whose proposals cost nothing beside a pass;
+  // Sets the K of every goodput schedule of the running rows for the next pass, whose `rows` rows
+  // may hold others that goodput does not plan. `cache`, `tokens`: row 0's, where calibration
+  // passes are timed (appended after what it holds, then cropped away); `free_drafts`: prompt
+  // lookup, whose proposals cost nothing beside a pass;
   // `may_calibrate`: whether this call may run the calibration passes (not before the request's
   // first pass). Returns false while the draft's cost is unknown (K then stays where it is).
   bool plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-            const std::vector<int64_t>& tokens, bool free_drafts, bool may_calibrate);
+            const std::vector<int64_t>& tokens, int64_t rows, bool free_drafts, bool may_calibrate);
   // A real target pass over `rows` tokens took `seconds`.
   void observe_target(int64_t rows, double seconds);
   // The draft drafted one token for each of `rows` rows in `seconds` per pass.

@@ -48,10 +48,10 @@ double LookaheadSchedule::acceptance_bound() const {
 
 int64_t LookaheadSchedule::plan_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
                                           const std::vector<double>& alphas, const std::vector<double>& bounds,
-                                          int64_t max_k) {
-  const int64_t k = best_lookahead(target_cost, draft_cost, alphas, max_k);
+                                          int64_t max_k, int64_t rows) {
+  const int64_t k = best_lookahead(target_cost, draft_cost, alphas, max_k, rows);
   if (k > 0 || max_k == 0) return k;
-  return best_lookahead(target_cost, draft_cost, bounds, max_k) > 0 ? 1 : 0;
+  return best_lookahead(target_cost, draft_cost, bounds, max_k, rows) > 0 ? 1 : 0;
 }
 
 std::pair<double, double> LookaheadSchedule::carry_evidence(const std::vector<const LookaheadSchedule*>& schedules,
@@ -76,8 +76,8 @@ int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& 
 }
 
 int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                          const std::vector<double>& alphas, int64_t max_k) {
-  const auto rows = static_cast<int64_t>(alphas.size());
+                                          const std::vector<double>& alphas, int64_t max_k, int64_t rows) {
+  if (rows == 0) rows = static_cast<int64_t>(alphas.size());
   int64_t best = 0;
   double best_rate = -1;
   for (int64_t k = 0; k <= max_k; ++k) {
@@ -91,13 +91,13 @@ int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& 
 }
 
 int64_t LookaheadSchedule::exploration(const PassCost& target, double flat, double draft_cost,
-                                       const std::vector<double>& bounds, int64_t cap) {
-  const auto batch = static_cast<int64_t>(bounds.size());
+                                       const std::vector<double>& bounds, int64_t cap, int64_t rows) {
+  const int64_t batch = rows > 0 ? rows : static_cast<int64_t>(bounds.size());
   const int64_t mid = timed_pass_tokens(cap);
   int64_t reach = std::max<int64_t>(1, (mid + batch - 1) / batch - 1);
   if (flat > 0)
     reach = std::min(reach, std::max<int64_t>(1, best_lookahead([flat](int64_t) { return flat; }, draft_cost,
-                                                                bounds, cap)));
+                                                                bounds, cap, batch)));
   return target.first_unobserved(batch, reach);
 }
 

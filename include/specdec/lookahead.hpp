@@ -74,9 +74,10 @@ class LookaheadSchedule {
   // row padded to the longest, and each drafted position is one draft pass over the batch, so an
   // iteration drafting k tokens costs target_cost(B * (k + 1)) + k * draft_cost whatever the
   // rows' own k <= k, and every row gains from drafting the full k. The k in [0, max_k] maximising
-  // sum_r expected_tokens(alphas[r], k) / that cost; one row: best_lookahead.
+  // sum_r expected_tokens(alphas[r], k) / that cost; one row: best_lookahead. B: `rows`, the rows
+  // of the pass (0: alphas.size()), which may hold rows that goodput does not plan.
   static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                const std::vector<double>& alphas, int64_t max_k);
+                                const std::vector<double>& alphas, int64_t max_k, int64_t rows = 0);
   // What goodput drafts: best_lookahead at the estimates `alphas`, except that K = 0 becomes 1 when
   // drafting would pay at the rows' acceptance bounds `bounds`. At K = 0 no evidence comes in and
   // the counts only decay, so a row the estimate turned away (after a hard stretch, or on little
@@ -84,7 +85,7 @@ class LookaheadSchedule {
   // gives bounds for a single row only; a batch passes its estimates, i.e. best_lookahead.)
   static int64_t plan_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
                                 const std::vector<double>& alphas, const std::vector<double>& bounds,
-                                int64_t max_k);
+                                int64_t max_k, int64_t rows = 0);
 
   // The tokens of the longest pass goodput times before it plans on the curve: cap / 2 + 1 (a
   // pass drafting half the cap; longer passes are timed when a plan goes there).
@@ -96,7 +97,7 @@ class LookaheadSchedule {
   // K > 0 costs less), at most the first K whose pass has cap / 2 + 1 tokens or more: the K that
   // could be planned, so a draft the target often rejects times only short passes.
   static int64_t exploration(const PassCost& target, double flat, double draft_cost,
-                             const std::vector<double>& bounds, int64_t cap);
+                             const std::vector<double>& bounds, int64_t cap, int64_t rows = 0);
 
   // The adaptive rule on its own: given draft probabilities and whether each was accepted, the
   // threshold minimising FPR + 3 * FNR. Returns `current` when there are <= 5 samples or only one

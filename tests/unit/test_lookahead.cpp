@@ -105,6 +105,10 @@ TEST(Lookahead, GoodputForABatchPaysForEveryRowPaddedToTheLongest) {
   EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>(8, 0.3), 12), 0);
   // One row: the single-row rule.
   EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>{0.3}, 12), 1);
+  // One goodput row at 0.8 in a pass of 8 rows: its K pads all 8, E(k) / (1.7 + 0.85 k) = 0.588,
+  // 0.706, 0.718, 0.695: best 2 (planned as if it were alone in the pass: 5).
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>{0.8}, 12, 8), 2);
+  EXPECT_EQ(LookaheadSchedule::best_lookahead(linear, 0.05, std::vector<double>{0.8}, 12), 5);
 }
 
 TEST(Lookahead, GoodputScheduleUsesTheAcceptanceHistory) {
