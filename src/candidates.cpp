@@ -75,7 +75,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     const bool fed = !target || target->length(r) + 1 >= st.proposed_from;
     todo[r] = st.out_of_vocab || !fed ? 0 : std::min(st.row.schedule->num_tokens(), max_tokens[r]);
     st.unable = (st.out_of_vocab || !fed) && std::min(st.row.schedule->num_tokens(), max_tokens[r]) > 0;
-    if (todo[r] > 0 && !st.processors->empty()) history[r] = seq;
+    if (todo[r] > 0 && st.processors->reads_history()) history[r] = seq;
     drafting += todo[r] > 0;
   }
   last_steady_ = {};
@@ -130,7 +130,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
       Candidates& c = out[r];
       c.tokens.push_back(tok);
       c.probs.push_back(p);
-      if (!st.processors->empty()) history[r].push_back(tok);
+      if (st.processors->reads_history()) history[r].push_back(tok);
       if (static_cast<int64_t>(c.size()) == todo[r] || contains(st.row.config->eos_token_ids, tok) ||
           st.row.schedule->stop_after(p)) {
         todo[r] = 0;

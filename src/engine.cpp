@@ -305,10 +305,12 @@ void Engine::verify() {
     Row& row = *slots_[i];
     const auto k = static_cast<int64_t>(row.cand.size());
     at::Tensor scores = logits[i].narrow(0, logits.size(1) - (k + 1), k + 1);  // [K+1, V]
-    if (!row.processors->empty()) {
+    if (row.processors->reads_history()) {
       std::vector<int64_t> history = row.tokens;
       history.insert(history.end(), row.cand.tokens.begin(), row.cand.tokens.end());
       scores = row.processors->apply(scores, history);
+    } else if (!row.processors->empty()) {
+      scores = row.processors->apply(scores, {});
     }
     decisions[i] = to_device(row.verifier->decide(scores, row.cand, *row.rng), logits.device());
   }

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "device.hpp"
@@ -16,6 +17,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 class RepetitionPenalty final : public LogitsProcessor {
  public:
   explicit RepetitionPenalty(double penalty) : penalty_(penalty) {}
+  bool reads_history() const override { return true; }
   at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const override {
     const int64_t rows = scores.size(0), vocab = scores.size(1);
     const int64_t base = static_cast<int64_t>(history.size()) - (rows - 1);
@@ -131,6 +133,10 @@ LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c) {
   if (c.top_k > 0) processors_.push_back(make_top_k(c.top_k));
   if (c.top_p < 1.0) processors_.push_back(make_top_p(c.top_p));
   if (c.min_p > 0.0) processors_.push_back(make_min_p(c.min_p));
+}
+
+bool LogitsProcessorChain::reads_history() const {
+  return std::any_of(processors_.begin(), processors_.end(), [](const auto& p) { return p->reads_history(); });
 }
 
 at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,

@@ -31,6 +31,8 @@ class LogitsProcessor {
  public:
   virtual ~LogitsProcessor() = default;
   virtual at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const = 0;
+  // Whether apply() reads `history` (else it may be given an empty one).
+  virtual bool reads_history() const { return false; }
 };
 
 // The chain Hugging Face builds for a GenerationConfig, in its order: repetition penalty, then
@@ -40,6 +42,9 @@ class LogitsProcessorChain {
  public:
   explicit LogitsProcessorChain(const GenerationConfig& config);
   bool empty() const { return processors_.empty(); }
+  // Whether a processor reads the history (the repetition penalty): the callers copy the sequence
+  // for it only then (a sampled request's chain otherwise copied it per row per iteration).
+  bool reads_history() const;
   // See LogitsProcessor::apply for the history convention.
   at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const;
 

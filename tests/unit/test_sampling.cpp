@@ -73,6 +73,10 @@ TEST(Processors, ChainFollowsConfigAndHuggingFaceOrder) {
   c.top_k = 1;
   // temperature then top-k: [2, 4, 6] -> only the best survives.
   EXPECT_EQ(vec(LogitsProcessorChain(c).apply(row({1, 2, 3}), {})), (std::vector<float>{-kInf, -kInf, 6}));
+  EXPECT_FALSE(LogitsProcessorChain(c).reads_history());  // the callers copy no sequence for it
+  c.repetition_penalty = 1.2;
+  EXPECT_TRUE(LogitsProcessorChain(c).reads_history());
+  c.repetition_penalty = 1.0;
   c.temperature = 0;  // temperature 0 means greedy: no warpers
   c.top_k = 1;
   EXPECT_TRUE(LogitsProcessorChain(c).empty());
