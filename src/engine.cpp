@@ -20,10 +20,13 @@ bool is_eos(const std::vector<int64_t>& eos, int64_t tok) {
 // holds of the common prefix of `old` and `tokens`, all but the last of `tokens` at most (a pass
 // must compute that one); a new cache when `held` holds nothing, or no hidden states where
 // `keep_hidden` asks for them.
-KVCache continue_cache(const Model& model, KVCache held, int64_t capacity, const std::vector<int64_t>& old,
-                       const std::vector<int64_t>& tokens, bool keep_hidden = false) {
-  if (held.num_layers() == 0 || (keep_hidden && !held.keeps_hidden())) return model.make_cache(capacity, 1, keep_hidden);
-  const int64_t common = std::mismatch(old.begin(), old.end(), tokens.begin(), tokens.end()).first - old.begin();
+KVCache continue_cache(const Model& model, KVCache held, int64_t capacity,
+                       const std::vector<int64_t>& old, const std::vector<int64_t>& tokens,
+                       bool keep_hidden = false) {
+  if (held.num_layers() == 0 || (keep_hidden && !held.keeps_hidden()))
+    return model.make_cache(capacity, 1, keep_hidden);
+  const int64_t common =
+      std::mismatch(old.begin(), old.end(), tokens.begin(), tokens.end()).first - old.begin();
   held.crop(0, std::min({common, static_cast<int64_t>(tokens.size()) - 1, held.length(0)}));
   if (held.capacity() >= capacity) return held;
   KVCache grown = model.make_cache(capacity, 1, held.keeps_hidden());
@@ -35,7 +38,8 @@ KVCache continue_cache(const Model& model, KVCache held, int64_t capacity, const
 
 Engine::Engine(EngineModels models, GeneratorState& state, std::vector<Row>& rows,
                const std::vector<std::vector<int64_t>>& prompts, int64_t width, int64_t max_length,
-               const BatchTokenCallback& on_tokens, const BatchOptions& options, PromptCache* prompt_cache)
+               const BatchTokenCallback& on_tokens, const BatchOptions& options,
+               PromptCache* prompt_cache)
     : m_(std::move(models)),
       tc_(m_.target->config()),
       state_(state),
@@ -82,9 +86,10 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
   }
   row.processors = std::make_unique<LogitsProcessorChain>(config);
   if (config.prompt_lookup_num_tokens > 0)
-    row.lookup = std::make_unique<PromptLookupGenerator>(config.prompt_lookup_num_tokens, config.max_matching_ngram_size,
-                                                         config.eos_token_ids, config.prompt_lookup_match == "last");
-  row.verifier = m_.custom_verifier ? m_.custom_verifier
+    row.lookup = std::make_unique<PromptLookupGenerator>(
+        config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids,
+        config.prompt_lookup_match == "last");
+  row.verifier = m_.custom_verifier  ? m_.custom_verifier
                  : config.sampling() ? static_cast<const Verifier*>(&rejection_)
                                      : &greedy_;
 }
@@ -95,7 +100,8 @@ void Engine::start() {
     slots_.push_back(&rows_[r]);
   }
   queued_ = width_;
-  std::stable_sort(slots_.begin(), slots_.end(), [](const Row* a, const Row* b) { return a->tokens.size() > b->tokens.size(); });
+  std::stable_sort(slots_.begin(), slots_.end(),
+                   [](const Row* a, const Row* b) { return a->tokens.size() > b->tokens.size(); });
   std::vector<const std::vector<int64_t>*> sequences;
   for (Row* row : slots_) sequences.push_back(&row->tokens);
 
@@ -110,16 +116,18 @@ void Engine::start() {
   const bool resume = prompt_cache_ && !tc_.is_encoder_decoder && held.target_ == m_.target;
   // A feature-fed draft reads the target's hidden states from its cache.
   const bool features = use_draft_ && m_.draft->config().feature_size > 0;
-  cache_ = resume ? continue_cache(*m_.target, std::move(held.target_cache_), max_length_, held.tokens_,
-                                   rows_[0].tokens, features)
+  cache_ = resume ? continue_cache(*m_.target, std::move(held.target_cache_), max_length_,
+                                   held.tokens_, rows_[0].tokens, features)
                   : m_.target->make_cache(max_length_, width_, features);
   if (resume) rows_[0].result.stats.cached_prompt_tokens = cache_.length(0);
   KVCache draft_cache;
   if (use_draft_ && resume && held.draft_ == m_.draft)
-    draft_cache = continue_cache(*m_.draft, std::move(held.draft_cache_), max_length_, held.tokens_, rows_[0].tokens);
+    draft_cache = continue_cache(*m_.draft, std::move(held.draft_cache_), max_length_, held.tokens_,
+                                 rows_[0].tokens);
   at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
   std::vector<int64_t> encoder_lengths;
-  double prefill_seconds = 0;  // encoder passes and batch prefill, shared by the rows that start the batch
+  double prefill_seconds =
+      0;  // encoder passes and batch prefill, shared by the rows that start the batch
   if (tc_.is_encoder_decoder) {
     // One encoder pass per prompt (no padding inside the encoder), padded to the longest.
     const auto t0 = Clock::now();
@@ -131,7 +139,8 @@ void Engine::start() {
     const auto encode = [&](const Model& m) {
       std::vector<at::Tensor> states;
       for (const Row* row : slots_) {
-        const at::Tensor s = m.encode(at::tensor(prompts_[row->index], at::kLong).view({1, -1}));  // [1, S_r, H]
+        const at::Tensor s =
+            m.encode(at::tensor(prompts_[row->index], at::kLong).view({1, -1}));  // [1, S_r, H]
         states.push_back(at::constant_pad_nd(s, {0, 0, 0, longest - s.size(1)}));
       }
       return at::cat(states);  // [B, S, H]
@@ -149,10 +158,11 @@ void Engine::start() {
 
   if (use_draft_) {
     std::vector<DraftModelGenerator::Row> draft_rows;
-    for (Row* row : slots_) draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
-    drafter_ = std::make_unique<DraftModelGenerator>(m_.draft, std::move(draft_rows), max_length_, draft_states,
-                                                     encoder_lengths, tc_.vocab_size, std::move(draft_cache),
-                                                     features ? &cache_ : nullptr);
+    for (Row* row : slots_)
+      draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
+    drafter_ = std::make_unique<DraftModelGenerator>(
+        m_.draft, std::move(draft_rows), max_length_, draft_states, encoder_lengths, tc_.vocab_size,
+        std::move(draft_cache), features ? &cache_ : nullptr);
   }
   if (width_ > 1 || uncached(0) > kPrefillChunk) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
@@ -205,9 +215,9 @@ void Engine::plan(bool may_calibrate) {
     if (can_draft && (!shortest || row->tokens.size() < shortest->tokens.size())) shortest = row;
   }
   if (schedules.empty() ||
-      state_.goodput.plan(schedules, cache_, slots_[0]->tokens, static_cast<int64_t>(slots_.size()), !use_draft_,
-                          may_calibrate) || !use_draft_ ||
-      !shortest)
+      state_.goodput.plan(schedules, cache_, slots_[0]->tokens, static_cast<int64_t>(slots_.size()),
+                          !use_draft_, may_calibrate) ||
+      !use_draft_ || !shortest)
     return;
   probe_ = shortest->schedule.get();
   if (width_ > 1) probe_->set_num_tokens(std::min<int64_t>(probe_->num_tokens(), 1));
@@ -225,7 +235,8 @@ void Engine::draft() {
   std::vector<const std::vector<int64_t>*> sequences;
   bool drafting = false;
   for (Row* row : slots_) {
-    max_tokens_.push_back(std::max<int64_t>(0, row->config.max_new_tokens - row->result.stats.new_tokens - 1));
+    max_tokens_.push_back(
+        std::max<int64_t>(0, row->config.max_new_tokens - row->result.stats.new_tokens - 1));
     sequences.push_back(&row->tokens);
     drafting = drafting || (max_tokens_.back() > 0 && row->schedule->num_tokens() > 0);
   }
@@ -274,8 +285,9 @@ void Engine::draft() {
   } else {
     for (int64_t i = 0; i < b; ++i) {
       Row& row = *slots_[i];
-      const int64_t k = row.schedule->kind() == "goodput" ? std::min(max_tokens_[i], row.schedule->num_tokens())
-                                                          : max_tokens_[i];
+      const int64_t k = row.schedule->kind() == "goodput"
+                            ? std::min(max_tokens_[i], row.schedule->num_tokens())
+                            : max_tokens_[i];
       row.cand = row.lookup && k > 0 ? row.lookup->propose(row.tokens, k) : Candidates{};
     }
   }
@@ -380,7 +392,8 @@ void Engine::commit() {
       if (j < accepted) ++st.accepted_at_position[j];
     }
     if (drafter_) drafter_->on_verified_row(i, cand, accepted, row.tokens);
-    if (row.lookup && row.schedule->kind() == "goodput") row.schedule->update(std::vector<double>(k, 1.0), accepted);
+    if (row.lookup && row.schedule->kind() == "goodput")
+      row.schedule->update(std::vector<double>(k, 1.0), accepted);
     bs_.new_tokens += static_cast<int64_t>(fresh.size());
     if (stop_eos) st.stop_reason = "eos";
     bool done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
@@ -400,7 +413,8 @@ void Engine::commit() {
     finish_row(row);
     finished_.push_back(i);
   }
-  for (LookaheadSchedule* s : waiting_) s->set_evidence(LookaheadSchedule::carry_evidence({probe_}));
+  for (LookaheadSchedule* s : waiting_)
+    s->set_evidence(LookaheadSchedule::carry_evidence({probe_}));
   waiting_.clear();
 }
 
@@ -409,7 +423,8 @@ void Engine::finish_row(Row& row) {
   st.final_confidence_threshold = row.schedule->threshold();
   st.prefill_seconds = row.prefill_seconds;
   st.total_seconds = seconds_since(row.admitted);
-  st.other_seconds = std::max(0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds - st.verification_seconds);
+  st.other_seconds = std::max(
+      0.0, st.total_seconds - st.prefill_seconds - st.drafting_seconds - st.verification_seconds);
   if (options_.on_finished && !row.error) {
     try {
       options_.on_finished(row.index, row.result);
@@ -483,8 +498,8 @@ BatchResult Engine::finish() {
   bs_.total_seconds = seconds_since(start_);
   BatchResult out;
   for (Row& row : rows_) out.results.push_back(std::move(row.result));
-  // "heuristic": carry the lookahead the last row reached to the next request (Hugging Face keeps it
-  // on the assistant model's generation config; a batch of one is exactly that).
+  // "heuristic": carry the lookahead the last row reached to the next request (Hugging Face keeps
+  // it on the assistant model's generation config; a batch of one is exactly that).
   if (use_draft_ && rows_.back().config.num_assistant_tokens_schedule == "heuristic") {
     std::lock_guard<std::mutex> lock(state_.carried_mutex);
     state_.carried_lookahead = rows_.back().schedule->num_tokens();

@@ -60,7 +60,7 @@ struct Row {
 struct EngineModels {
   std::shared_ptr<const Model> target, draft;
   const Verifier* custom_verifier = nullptr;  // Generator::set_verifier's, or null
-  bool share_encoder = false;                 // encoder-decoder: the draft reuses the target's encoder output
+  bool share_encoder = false;  // encoder-decoder: the draft reuses the target's encoder output
 };
 
 // A batch of validated rows (Generator::run validates them): at most `width` at once, the others
@@ -72,7 +72,8 @@ class Engine {
  public:
   Engine(EngineModels models, GeneratorState& state, std::vector<Row>& rows,
          const std::vector<std::vector<int64_t>>& prompts, int64_t width, int64_t max_length,
-         const BatchTokenCallback& on_tokens, const BatchOptions& options, PromptCache* prompt_cache);
+         const BatchTokenCallback& on_tokens, const BatchOptions& options,
+         PromptCache* prompt_cache);
   // One iteration over the running rows; false once every row is done.
   bool step();
   // The results, once step() returned false; carries the Generator's state to the next request

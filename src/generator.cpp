@@ -13,7 +13,6 @@
 
 namespace specdec {
 
-
 Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const Model> draft)
     : target_(std::move(target)), draft_(std::move(draft)) {
   SPECDEC_CHECK(target_ != nullptr, "Generator: target model is null");
@@ -28,14 +27,15 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   SPECDEC_CHECK(t.eos_token_ids == d.eos_token_ids,
                 "draft and target have different eos_token_id: they must share a tokenizer");
   SPECDEC_CHECK(target_->device() == draft_->device(), "draft and target are on different devices");
-  SPECDEC_CHECK(t.is_encoder_decoder == d.is_encoder_decoder, "draft (", d.model_type, ") and target (",
-                t.model_type, ") must both be decoder-only or both encoder-decoder");
+  SPECDEC_CHECK(t.is_encoder_decoder == d.is_encoder_decoder, "draft (", d.model_type,
+                ") and target (", t.model_type,
+                ") must both be decoder-only or both encoder-decoder");
   SPECDEC_CHECK(t.decoder_start_token_id == d.decoder_start_token_id,
                 "draft and target have different decoder_start_token_id");
   SPECDEC_CHECK(d.feature_size == 0 || (!t.is_encoder_decoder && d.feature_size == t.hidden_size),
                 "the draft is feature-fed (specdec_feature_size ", d.feature_size,
-                "): it needs a decoder-only target with hidden_size ", d.feature_size, ", not ", t.model_type,
-                " with ", t.hidden_size);
+                "): it needs a decoder-only target with hidden_size ", d.feature_size, ", not ",
+                t.model_type, " with ", t.hidden_size);
   share_encoder_ = t.is_encoder_decoder && target_->same_encoder(*draft_);
 }
 
@@ -65,18 +65,23 @@ GenerationResult only_result(BatchResult batch, const std::exception_ptr& error)
 }
 }  // namespace
 
-GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
+GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
+                                     const GenerationConfig& config,
                                      const TokenCallback& on_token) const {
   std::exception_ptr error;
   const BatchTokenCallback each = single_callback(on_token, error);
-  return only_result(torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each, {}); }), error);
+  return only_result(
+      torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each, {}); }),
+      error);
 }
 
-GenerationResult Generator::generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
-                                     PromptCache& cache, const TokenCallback& on_token) const {
+GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
+                                     const GenerationConfig& config, PromptCache& cache,
+                                     const TokenCallback& on_token) const {
   std::exception_ptr error;
   const BatchTokenCallback each = single_callback(on_token, error);
-  return only_result(torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each, {}, &cache); }),
+  return only_result(torch_errors_as_specdec(
+                         "generate", [&] { return run({prompt}, {config}, each, {}, &cache); }),
                      error);
 }
 
@@ -97,9 +102,11 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                            PromptCache* prompt_cache) const {
   const auto start = Clock::now();
   const ModelConfig& tc = target_->config();
-  SPECDEC_CHECK(!prompts.empty(), "generate_batch: the batch is empty (at least one prompt is needed)");
-  SPECDEC_CHECK(configs.size() == 1 || configs.size() == prompts.size(), "generate_batch: ", configs.size(),
-                " configs for ", prompts.size(), " prompts (give one, or one per prompt)");
+  SPECDEC_CHECK(!prompts.empty(),
+                "generate_batch: the batch is empty (at least one prompt is needed)");
+  SPECDEC_CHECK(configs.size() == 1 || configs.size() == prompts.size(),
+                "generate_batch: ", configs.size(), " configs for ", prompts.size(),
+                " prompts (give one, or one per prompt)");
   const auto batch = static_cast<int64_t>(prompts.size());
   // Validation first: nothing runs unless every row is valid.
   std::vector<detail::Row> rows(batch);
@@ -118,31 +125,37 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     row.config = user_config;
     GenerationConfig& config = row.config;
     if (config.eos_token_ids.empty()) config.eos_token_ids = tc.eos_token_ids;
-    SPECDEC_CHECK(!prompt.empty(), "generate: ", row.name, "the prompt is empty (at least one token is needed)");
+    SPECDEC_CHECK(!prompt.empty(), "generate: ", row.name,
+                  "the prompt is empty (at least one token is needed)");
     for (int64_t id : prompt)
       SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: ", row.name, "prompt token id ", id,
                     " is outside the vocabulary [0, ", tc.vocab_size, ")");
-    SPECDEC_CHECK((config.prompt_lookup_num_tokens > 0) == (rows[0].config.prompt_lookup_num_tokens > 0),
-                  "generate_batch: ", row.name, "prompt_lookup_num_tokens is ", config.prompt_lookup_num_tokens,
-                  " but ", rows[0].config.prompt_lookup_num_tokens,
-                  " for row 0: every request of a batch must use prompt lookup, or none");
-    // Encoder-decoder models: the decoder starts from its start token (the prompt goes to the encoder).
+    SPECDEC_CHECK(
+        (config.prompt_lookup_num_tokens > 0) == (rows[0].config.prompt_lookup_num_tokens > 0),
+        "generate_batch: ", row.name, "prompt_lookup_num_tokens is ",
+        config.prompt_lookup_num_tokens, " but ", rows[0].config.prompt_lookup_num_tokens,
+        " for row 0: every request of a batch must use prompt lookup, or none");
+    // Encoder-decoder models: the decoder starts from its start token (the prompt goes to the
+    // encoder).
     row.tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
     // Bounded before anything is sized from them (and before the sum below could overflow).
     const int64_t max_sequence = limits().max_sequence_length;
     for (const size_t n : {prompt.size(), row.tokens.size()})
-      SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence && config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
-                    row.name, "the prompt (", n, " tokens) plus max_new_tokens (", config.max_new_tokens,
-                    ") exceeds the limit of ", max_sequence, " positions (Limits::max_sequence_length)");
+      SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence &&
+                        config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
+                    row.name, "the prompt (", n, " tokens) plus max_new_tokens (",
+                    config.max_new_tokens, ") exceeds the limit of ", max_sequence,
+                    " positions (Limits::max_sequence_length)");
     const int64_t length = static_cast<int64_t>(row.tokens.size()) + config.max_new_tokens;
     // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
     // (T5's relative positions have no such limit).
     for (const Model* m : {target_.get(), draft_.get()}) {
       if (!m || m->config().is_encoder_decoder) continue;
-      SPECDEC_CHECK(length <= m->config().max_position_embeddings, row.name, "the prompt (", row.tokens.size(),
-                    " tokens) plus max_new_tokens (", config.max_new_tokens, ") is ", length,
-                    " positions, more than the ", m == target_.get() ? "target" : "draft",
-                    "'s max_position_embeddings (", m->config().max_position_embeddings, ")");
+      SPECDEC_CHECK(length <= m->config().max_position_embeddings, row.name, "the prompt (",
+                    row.tokens.size(), " tokens) plus max_new_tokens (", config.max_new_tokens,
+                    ") is ", length, " positions, more than the ",
+                    m == target_.get() ? "target" : "draft", "'s max_position_embeddings (",
+                    m->config().max_position_embeddings, ")");
     }
     max_length = std::max(max_length, length);
   }
@@ -180,8 +193,8 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     return out;
   }
 
-  detail::Engine engine({target_, draft_, custom_verifier_.get(), share_encoder_}, *state_, rows, prompts, width,
-                        max_length, on_tokens, options, prompt_cache);
+  detail::Engine engine({target_, draft_, custom_verifier_.get(), share_encoder_}, *state_, rows,
+                        prompts, width, max_length, on_tokens, options, prompt_cache);
   while (engine.step()) {
   }
   return engine.finish();

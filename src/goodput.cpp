@@ -11,26 +11,26 @@ namespace specdec::detail {
 bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
                           const std::vector<int64_t>& tokens, int64_t rows, bool free_drafts,
                           bool may_calibrate) {
-  // Calibration, once per Generator: target passes of `rows` tokens timed on row 0 of this
+  // Calibration, once per Generator: target passes of `n` tokens timed on row 0 of this
   // request's cache (appended after what it holds, then cropped away); every real pass refines
   // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
   // nothing beside a pass. A pass over as many tokens as the batch has rows first (what K = 0
   // costs); with prompt lookup, cap / 2 + 1 tokens (a costly one) once drafting could pay.
   const int64_t length = cache.length(0);
-  const auto calibrate = [&](bool& done, int64_t rows) {
+  const auto calibrate = [&](bool& done, int64_t n) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!may_calibrate || done) return;
       done = true;
     }
-    if (length >= static_cast<int64_t>(tokens.size()) || length + rows > cache.capacity()) return;
-    const at::Tensor ids = at::full({1, rows}, tokens[length], at::kLong);
+    if (length >= static_cast<int64_t>(tokens.size()) || length + n > cache.capacity()) return;
+    const at::Tensor ids = at::full({1, n}, tokens[length], at::kLong);
     const auto t0 = Clock::now();
     (void)target_.forward(ids, cache, 1);
     const double s = seconds_since(t0);
     cache.crop(0, length);
     std::lock_guard<std::mutex> lock(mutex_);
-    target_cost_.observe(rows, s);
+    target_cost_.observe(n, s);
   };
   int64_t cap = 0;
   for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
@@ -82,7 +82,8 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
   // that refines it.
   const int64_t mid = LookaheadSchedule::timed_pass_tokens(cap);
   if (!free_drafts) {
-    if (const int64_t k = LookaheadSchedule::exploration(target, flat, *draft, bounds, cap, batch)) {
+    if (const int64_t k =
+            LookaheadSchedule::exploration(target, flat, *draft, bounds, cap, batch)) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
       return true;
     }
@@ -101,7 +102,8 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
   return true;
 }
 
-void GoodputPlanner::retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
+void GoodputPlanner::retime_draft(LookaheadSchedule& schedule,
+                                  const std::function<double(int64_t)>& target_cost,
                                   const std::vector<double>& alphas) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (schedule.num_tokens() > 0) {  // drafting (again): the next stretch without it waits the least
@@ -114,7 +116,8 @@ void GoodputPlanner::retime_draft(LookaheadSchedule& schedule, const std::functi
   if (costly_draft_iterations_++ < retime_after_) return;
   costly_draft_iterations_ = 0;
   retime_after_ = std::min(2 * retime_after_, Generator::kRetimeLast);
-  schedule.set_num_tokens(std::min<int64_t>(2, schedule.cap()));  // as the first probe: its second pass is timed
+  schedule.set_num_tokens(
+      std::min<int64_t>(2, schedule.cap()));  // as the first probe: its second pass is timed
 }
 
 void GoodputPlanner::observe_target(int64_t rows, double seconds) {
