@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The sanitizer job: the tests of the parsers, the engine, exactness and make-draft built with
-# AddressSanitizer and UndefinedBehaviorSanitizer (GCC, in build-asan/; ctest labels loading,
-# engine, exactness, kernels, concurrency, tooling, other: tests/CMakeLists.txt); the concurrency tests (label
-# concurrency: 8 threads on one Generator, failing and cancelled requests among them) built with
-# ThreadSanitizer (build-tsan/); then every libFuzzer target for FUZZ_SECONDS on its corpus (clang,
+# The sanitizer job: the tests of the parsers, the engine, exactness, the kernels and make-draft
+# built with AddressSanitizer and UndefinedBehaviorSanitizer (GCC, in build-asan/; ctest labels
+# loading, engine, exactness, kernels, concurrency, tooling, other: tests/CMakeLists.txt); the
+# concurrency tests (8 threads on one Generator, failing and cancelled requests among them) built
+# with ThreadSanitizer too (build-tsan/); then every libFuzzer target for FUZZ_SECONDS on its corpus (clang,
 # scripts/fuzz.sh). Any sanitizer report, crash or non-specdec exception fails.
 # Left out under ASan, and why: the references (label reference: Hugging Face and SmolLM2
 # comparisons, the same code paths as the exactness tests on big inputs), the statistical suite

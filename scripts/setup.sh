@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake g++ make pkg-config
-  ccache                  # compiler cache of every build configuration (scripts/ccache_env.sh)
+  ccache                  # compiler cache of every build configuration (CMakeLists.txt: SPECDEC_CCACHE)
   libtorch-dev            # tensors and the CPU kernels (libtorch 1.13 on Debian 12)
   libopenblas0-pthread    # fast BLAS for libtorch's matrix products (~10x the reference BLAS)
   nlohmann-json3-dev      # config.json / safetensors header / CLI --json
