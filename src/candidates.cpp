@@ -73,8 +73,9 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
     // A feature-fed draft waits for the target's hidden state of every position but the last.
     const KVCache* target = cache_.feature_source();
     const bool fed = !target || target->length(r) + 1 >= st.proposed_from;
-    todo[r] = st.out_of_vocab || !fed ? 0 : std::min(st.row.schedule->num_tokens(), max_tokens[r]);
-    st.unable = (st.out_of_vocab || !fed) && std::min(st.row.schedule->num_tokens(), max_tokens[r]) > 0;
+    const int64_t wanted = std::min(st.row.schedule->num_tokens(), max_tokens[r]);
+    todo[r] = st.out_of_vocab || !fed ? 0 : wanted;
+    st.unable = todo[r] == 0 && wanted > 0;
     if (todo[r] > 0 && st.processors->reads_history()) history[r] = seq;
     drafting += todo[r] > 0;
   }

@@ -233,41 +233,34 @@ void Engine::draft() {
   const auto b = static_cast<int64_t>(slots_.size());
   max_tokens_.clear();
   std::vector<const std::vector<int64_t>*> sequences;
-  bool drafting = false;
   for (Row* row : slots_) {
     max_tokens_.push_back(
         std::max<int64_t>(0, row->config.max_new_tokens - row->result.stats.new_tokens - 1));
     sequences.push_back(&row->tokens);
-    drafting = drafting || (max_tokens_.back() > 0 && row->schedule->num_tokens() > 0);
   }
   row_passes_before_.assign(b, 0);
-  if (drafter_ && width_ == 1 && drafting && !tc_.is_encoder_decoder &&
-      static_cast<int64_t>(slots_[0]->tokens.size()) - 1 - drafter_->cached(0) > kPrefillChunk) {
-    // One request with more to catch up on than a chunk (a long prompt, or many tokens generated
-    // without drafting): the draft's share goes in in chunks too, after what its cache holds.
-    const auto t0 = Clock::now();
-    drafter_->prefill(sequences);
-    const double s = seconds_since(t0);
-    bs_.prefill_seconds += s;
-    slots_[0]->prefill_seconds += s;
+  // The draft prefills the rows that draft in this pass and that it has not seen yet, in passes of
+  // their own: at the start every row that drafts (in chunks like the target's, rows still sorted
+  // longest first), later a row that joined the batch or waited for goodput's probe. A row that
+  // drafts again after iterations without drafts catches up in its proposal, in one pass padded to
+  // the longest row (as one request's first proposal always does). One request with more to catch
+  // up on than a chunk (a long prompt, or many tokens generated without drafting) puts its share
+  // in in chunks too, after what the draft's cache holds.
+  std::vector<int64_t> cold;
+  std::vector<const std::vector<int64_t>*> cold_tokens;
+  for (int64_t i = 0; drafter_ && !tc_.is_encoder_decoder && i < b; ++i) {
+    const int64_t behind = static_cast<int64_t>(slots_[i]->tokens.size()) - 1 - drafter_->cached(i);
+    if (max_tokens_[i] > 0 && slots_[i]->schedule->num_tokens() > 0 &&
+        (width_ > 1 ? drafter_->cached(i) == 0 : behind > kPrefillChunk)) {
+      cold.push_back(i);
+      cold_tokens.push_back(&slots_[i]->tokens);
+    }
   }
-  if (drafter_ && width_ > 1 && drafting && !tc_.is_encoder_decoder) {
-    // The draft prefills the rows that draft in this pass and that it has not seen yet, in
-    // passes of their own: at the start every row that drafts (in chunks like the target's,
-    // rows still sorted longest first), later a row that joined the batch or waited for goodput's
-    // probe. A row that drafts again after iterations without drafts catches up in its proposal,
-    // in one pass padded to the longest row (as one request's first proposal always does).
-    std::vector<int64_t> cold;
-    std::vector<const std::vector<int64_t>*> cold_tokens;
-    for (int64_t i = 0; i < b; ++i)
-      if (max_tokens_[i] > 0 && slots_[i]->schedule->num_tokens() > 0 && drafter_->cached(i) == 0) {
-        cold.push_back(i);
-        cold_tokens.push_back(&slots_[i]->tokens);
-      }
+  if (!cold.empty()) {
     const auto t0 = Clock::now();
-    if (first_ && static_cast<int64_t>(cold.size()) == b)
+    if (width_ == 1 || (first_ && static_cast<int64_t>(cold.size()) == b))
       drafter_->prefill(sequences);
-    else if (!cold.empty())
+    else
       drafter_->prefill(cold_tokens, cold);
     const double s = seconds_since(t0);
     bs_.prefill_seconds += s;

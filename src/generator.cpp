@@ -41,48 +41,29 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
 
 Generator::~Generator() = default;
 
-namespace {
-// One request's callback as the batch's; `error` keeps what it throws (but Cancelled), so that
-// only_result() gives the caller that exception itself (a batch's row keeps only its message).
-BatchTokenCallback single_callback(const TokenCallback& on_token, std::exception_ptr& error) {
-  if (!on_token) return {};
-  return [&on_token, &error](size_t, const std::vector<int64_t>& fresh) {
-    try {
-      on_token(fresh);
-    } catch (const Cancelled&) {
-      throw;
-    } catch (...) {
-      error = std::current_exception();
-      throw;
-    }
-  };
-}
-
-// One request's result; the exception its callback threw, if any, goes on to the caller.
-GenerationResult only_result(BatchResult batch, const std::exception_ptr& error) {
-  if (error) std::rethrow_exception(error);
-  return std::move(batch.results[0]);
-}
-}  // namespace
-
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
                                      const GenerationConfig& config,
                                      const TokenCallback& on_token) const {
-  std::exception_ptr error;
-  const BatchTokenCallback each = single_callback(on_token, error);
-  return only_result(
-      torch_errors_as_specdec("generate", [&] { return run({prompt}, {config}, each, {}); }),
-      error);
+  return generate_one(prompt, config, on_token, nullptr);
 }
 
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
                                      const GenerationConfig& config, PromptCache& cache,
                                      const TokenCallback& on_token) const {
-  std::exception_ptr error;
-  const BatchTokenCallback each = single_callback(on_token, error);
-  return only_result(torch_errors_as_specdec(
-                         "generate", [&] { return run({prompt}, {config}, each, {}, &cache); }),
-                     error);
+  return generate_one(prompt, config, on_token, &cache);
+}
+
+GenerationResult Generator::generate_one(const std::vector<int64_t>& prompt,
+                                         const GenerationConfig& config,
+                                         const TokenCallback& on_token, PromptCache* cache) const {
+  BatchTokenCallback each;
+  if (on_token) each = [&](size_t, const std::vector<int64_t>& fresh) { on_token(fresh); };
+  // The exception the callback threw (the engine keeps it on the row) goes on to the caller.
+  std::exception_ptr failure;
+  BatchResult out = torch_errors_as_specdec(
+      "generate", [&] { return run({prompt}, {config}, each, {}, cache, &failure); });
+  if (failure) std::rethrow_exception(failure);
+  return std::move(out.results[0]);
 }
 
 BatchResult Generator::generate_batch(const std::vector<std::vector<int64_t>>& prompts,
@@ -99,7 +80,7 @@ BatchResult Generator::generate_batch(const std::vector<std::vector<int64_t>>& p
 BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                            const std::vector<GenerationConfig>& configs,
                            const BatchTokenCallback& on_tokens, const BatchOptions& options,
-                           PromptCache* prompt_cache) const {
+                           PromptCache* prompt_cache, std::exception_ptr* failure) const {
   const auto start = Clock::now();
   const ModelConfig& tc = target_->config();
   SPECDEC_CHECK(!prompts.empty(),
@@ -197,7 +178,9 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                         prompts, width, max_length, on_tokens, options, prompt_cache);
   while (engine.step()) {
   }
-  return engine.finish();
+  BatchResult out = engine.finish();
+  if (failure) *failure = rows[0].error;
+  return out;
 }
 
 }  // namespace specdec

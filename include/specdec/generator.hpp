@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -146,9 +147,13 @@ class Generator {
   const Model* draft() const { return draft_.get(); }
 
  private:
+  GenerationResult generate_one(const std::vector<int64_t>& prompt, const GenerationConfig& config,
+                                const TokenCallback& on_token, PromptCache* cache) const;
+  // `failure`: set to the exception row 0's callback threw (one request: generate() rethrows it).
   BatchResult run(const std::vector<std::vector<int64_t>>& prompts,
                   const std::vector<GenerationConfig>& configs, const BatchTokenCallback& on_tokens,
-                  const BatchOptions& options, PromptCache* prompt_cache = nullptr) const;
+                  const BatchOptions& options, PromptCache* prompt_cache = nullptr,
+                  std::exception_ptr* failure = nullptr) const;
   std::shared_ptr<const Model> target_;
   std::shared_ptr<const Model> draft_;
   std::shared_ptr<const Verifier> custom_verifier_;
