@@ -13,6 +13,9 @@ packages=(
   libpcre2-dev            # Unicode regexes of byte-level BPE pre-tokenizers
   libicu-dev              # Unicode normalization (NFC) of tokenizer.json normalizers
   libcli11-dev            # command-line parsing and --help of the `specdec` program
+  libcpp-httplib-dev      # the HTTP server of `specdec serve` (the library llama-server is built on)
+  prometheus-cpp-dev      # the Prometheus text exposition of `specdec serve`'s /metrics
+  chromium chromium-driver  # the browser test of serve's chat page (tests/server, selenium)
   libgtest-dev libgmock-dev
   libbenchmark-dev
   clang libclang-rt-14-dev  # the libFuzzer targets of the sanitizer job (scripts/fuzz.sh, scripts/sanitize.sh)

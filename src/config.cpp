@@ -337,6 +337,10 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(min_p >= 0 && min_p < 1, "GenerationConfig.min_p must be in [0, 1), got ", min_p);
   SPECDEC_CHECK(repetition_penalty > 0, "GenerationConfig.repetition_penalty must be > 0, got ",
                 repetition_penalty);
+  SPECDEC_CHECK(frequency_penalty >= -2 && frequency_penalty <= 2,
+                "GenerationConfig.frequency_penalty must be in [-2, 2], got ", frequency_penalty);
+  SPECDEC_CHECK(presence_penalty >= -2 && presence_penalty <= 2,
+                "GenerationConfig.presence_penalty must be in [-2, 2], got ", presence_penalty);
 }
 
 }  // namespace specdec

@@ -7,6 +7,7 @@
 #include "device.hpp"
 #include "prefill.hpp"
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 
 namespace specdec::detail {
 
@@ -36,22 +37,61 @@ KVCache continue_cache(const Model& model, KVCache held, int64_t capacity,
 
 }  // namespace
 
-Engine::Engine(EngineModels models, GeneratorState& state, std::vector<Row>& rows,
-               const std::vector<std::vector<int64_t>>& prompts, int64_t width, int64_t max_length,
-               const BatchTokenCallback& on_tokens, const BatchOptions& options,
-               PromptCache* prompt_cache)
+int64_t prepare_row(Row& row, const EngineModels& m, const std::vector<int64_t>& prompt,
+                    const GenerationConfig& user_config) {
+  const ModelConfig& tc = m.target->config();
+  try {
+    user_config.validate();
+  } catch (const Error& e) {
+    throw Error(row.name + e.what());
+  }
+  row.prompt = prompt;
+  row.config = user_config;
+  GenerationConfig& config = row.config;
+  if (config.eos_token_ids.empty()) config.eos_token_ids = tc.eos_token_ids;
+  SPECDEC_CHECK(!prompt.empty(), "generate: ", row.name,
+                "the prompt is empty (at least one token is needed)");
+  for (int64_t id : prompt)
+    SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: ", row.name, "prompt token id ", id,
+                  " is outside the vocabulary [0, ", tc.vocab_size, ")");
+  // Encoder-decoder models: the decoder starts from its start token (the prompt goes to the
+  // encoder).
+  row.tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
+  // Bounded before anything is sized from them (and before the sum below could overflow).
+  const int64_t max_sequence = limits().max_sequence_length;
+  for (const size_t n : {prompt.size(), row.tokens.size()})
+    SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence &&
+                      config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
+                  row.name, "the prompt (", n, " tokens) plus max_new_tokens (",
+                  config.max_new_tokens, ") exceeds the limit of ", max_sequence,
+                  " positions (Limits::max_sequence_length)");
+  const int64_t length = static_cast<int64_t>(row.tokens.size()) + config.max_new_tokens;
+  // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
+  // (T5's relative positions have no such limit).
+  for (const Model* model : {m.target.get(), m.draft.get()}) {
+    if (!model || model->config().is_encoder_decoder) continue;
+    SPECDEC_CHECK(length <= model->config().max_position_embeddings, row.name, "the prompt (",
+                  row.tokens.size(), " tokens) plus max_new_tokens (", config.max_new_tokens,
+                  ") is ", length, " positions, more than the ",
+                  model == m.target.get() ? "target" : "draft", "'s max_position_embeddings (",
+                  model->config().max_position_embeddings, ")");
+  }
+  return length;
+}
+
+Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
+               int64_t width, int64_t max_length, const BatchTokenCallback& on_tokens,
+               const BatchOptions& options, PromptCache* prompt_cache)
     : m_(std::move(models)),
       tc_(m_.target->config()),
       state_(state),
-      rows_(rows),
-      prompts_(prompts),
+      source_(source),
       width_(width),
       max_length_(max_length),
       on_tokens_(on_tokens),
       options_(options),
-      prompt_cache_(prompt_cache) {
-  use_draft_ = m_.draft && rows_[0].config.prompt_lookup_num_tokens == 0;
-  for (const Row& row : rows_) goodput_ = goodput_ || uses_goodput(row);
+      prompt_cache_(prompt_cache),
+      use_draft_(use_draft) {
   start();
 }
 
@@ -63,8 +103,9 @@ bool Engine::uses_goodput(const Row& row) const {
 
 void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence) {
   GenerationConfig& config = row.config;
+  goodput_ = goodput_ || uses_goodput(row);
   row.admitted = Clock::now();
-  row.result.stats.prompt_tokens = static_cast<int64_t>(prompts_[row.index].size());
+  row.result.stats.prompt_tokens = static_cast<int64_t>(row.prompt.size());
   row.result.stats.stop_reason = "max_new_tokens";
   row.rng = std::make_unique<Rng>(config.seed);
   row.schedule = std::make_unique<LookaheadSchedule>(config);
@@ -84,7 +125,8 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
     }
     if (evidence) row.schedule->set_evidence(*evidence);
   }
-  row.processors = std::make_unique<LogitsProcessorChain>(config);
+  row.processors =
+      std::make_unique<LogitsProcessorChain>(config, static_cast<int64_t>(row.tokens.size()));
   if (config.prompt_lookup_num_tokens > 0)
     row.lookup = std::make_unique<PromptLookupGenerator>(
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids,
@@ -95,11 +137,14 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
 }
 
 void Engine::start() {
-  for (int64_t r = 0; r < width_; ++r) {
-    set_up(rows_[r]);
-    slots_.push_back(&rows_[r]);
+  while (static_cast<int64_t>(slots_.size()) < width_) {
+    Row* row = source_.next();
+    if (!row) break;
+    set_up(*row);
+    slots_.push_back(row);
   }
-  queued_ = width_;
+  // An engine that starts empty (a RequestEngine's) admits every row in admit().
+  first_ = !slots_.empty();
   std::stable_sort(slots_.begin(), slots_.end(),
                    [](const Row* a, const Row* b) { return a->tokens.size() > b->tokens.size(); });
   std::vector<const std::vector<int64_t>*> sequences;
@@ -109,21 +154,22 @@ void Engine::start() {
   // empty; they continue this request when they belong to these models (decoder-only).
   PromptCache held;
   if (prompt_cache_) {
-    SPECDEC_CHECK(rows_.size() == 1, "generate: a PromptCache serves one request at a time");
+    SPECDEC_CHECK(slots_.size() == 1, "generate: a PromptCache serves one request at a time");
     held = std::move(*prompt_cache_);
     prompt_cache_->clear();
   }
   const bool resume = prompt_cache_ && !tc_.is_encoder_decoder && held.target_ == m_.target;
+  Row* const first = first_ ? slots_[0] : nullptr;
   // A feature-fed draft reads the target's hidden states from its cache.
   const bool features = use_draft_ && m_.draft->config().feature_size > 0;
   cache_ = resume ? continue_cache(*m_.target, std::move(held.target_cache_), max_length_,
-                                   held.tokens_, rows_[0].tokens, features)
+                                   held.tokens_, first->tokens, features)
                   : m_.target->make_cache(max_length_, width_, features);
-  if (resume) rows_[0].result.stats.cached_prompt_tokens = cache_.length(0);
+  if (resume) first->result.stats.cached_prompt_tokens = cache_.length(0);
   KVCache draft_cache;
   if (use_draft_ && resume && held.draft_ == m_.draft)
     draft_cache = continue_cache(*m_.draft, std::move(held.draft_cache_), max_length_, held.tokens_,
-                                 rows_[0].tokens);
+                                 first->tokens);
   at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
   std::vector<int64_t> encoder_lengths;
   double prefill_seconds =
@@ -133,14 +179,14 @@ void Engine::start() {
     const auto t0 = Clock::now();
     int64_t longest = 0;
     for (const Row* row : slots_) {
-      encoder_lengths.push_back(static_cast<int64_t>(prompts_[row->index].size()));
+      encoder_lengths.push_back(static_cast<int64_t>(row->prompt.size()));
       longest = std::max(longest, encoder_lengths.back());
     }
     const auto encode = [&](const Model& m) {
       std::vector<at::Tensor> states;
       for (const Row* row : slots_) {
         const at::Tensor s =
-            m.encode(at::tensor(prompts_[row->index], at::kLong).view({1, -1}));  // [1, S_r, H]
+            m.encode(at::tensor(row->prompt, at::kLong).view({1, -1}));  // [1, S_r, H]
         states.push_back(at::constant_pad_nd(s, {0, 0, 0, longest - s.size(1)}));
       }
       return at::cat(states);  // [B, S, H]
@@ -160,11 +206,16 @@ void Engine::start() {
     std::vector<DraftModelGenerator::Row> draft_rows;
     for (Row* row : slots_)
       draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
+    // The slots no row holds yet (admit() resets each as a row joins).
+    placeholder_.rng = std::make_unique<Rng>(0);
+    placeholder_.schedule = std::make_unique<LookaheadSchedule>(placeholder_.config);
+    while (static_cast<int64_t>(draft_rows.size()) < width_)
+      draft_rows.push_back({&placeholder_.config, placeholder_.schedule.get(), placeholder_.rng.get()});
     drafter_ = std::make_unique<DraftModelGenerator>(
         m_.draft, std::move(draft_rows), max_length_, draft_states, encoder_lengths, tc_.vocab_size,
         std::move(draft_cache), features ? &cache_ : nullptr);
   }
-  if (width_ > 1 || uncached(0) > kPrefillChunk) {
+  if (first_ && (width_ > 1 || uncached(0) > kPrefillChunk)) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
     // over the rows that still have tokens (no row padded to the longest prompt). One request keeps
     // Hugging Face's first pass over the whole prompt while it fits in one chunk.
@@ -174,7 +225,6 @@ void Engine::start() {
     prefill_seconds += seconds_since(t0);
   }
   for (Row* row : slots_) row->prefill_seconds = prefill_seconds;
-  bs_.rows = static_cast<int64_t>(rows_.size());
   bs_.prefill_seconds = prefill_seconds;
 }
 
@@ -183,6 +233,7 @@ int64_t Engine::uncached(int64_t slot) const {
 }
 
 bool Engine::step() {
+  admit();
   if (slots_.empty()) return false;
   // goodput plans the first iteration too once the Generator has measured its costs: a request
   // after one whose draft the target rejected starts without speculation (and without the
@@ -192,9 +243,8 @@ bool Engine::step() {
   verify();
   commit();
   retire();
-  admit();
   first_ = false;
-  return !slots_.empty();
+  return true;
 }
 
 // goodput: every goodput row's K for the next pass. Until the draft's cost is known (the first
@@ -310,6 +360,8 @@ void Engine::verify() {
     Row& row = *slots_[i];
     const auto k = static_cast<int64_t>(row.cand.size());
     at::Tensor scores = logits[i].narrow(0, logits.size(1) - (k + 1), k + 1);  // [K+1, V]
+    if (row.top_logprobs >= 0)
+      row.logprobs = at::log_softmax(scores.to(at::kFloat), -1).to(at::kCPU).contiguous();
     if (row.processors->reads_history()) {
       std::vector<int64_t> history = row.tokens;
       history.insert(history.end(), row.cand.tokens.begin(), row.cand.tokens.end());
@@ -390,9 +442,12 @@ void Engine::commit() {
     bs_.new_tokens += static_cast<int64_t>(fresh.size());
     if (stop_eos) st.stop_reason = "eos";
     bool done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
-    if (on_tokens_) {
+    if (row.cancelled.load()) {
+      if (!done) st.stop_reason = "cancelled";
+      done = true;
+    } else if (row.sink || on_tokens_) {
       try {
-        on_tokens_(row.index, fresh);
+        deliver(i, fresh);
       } catch (const Cancelled&) {
         if (!done) st.stop_reason = "cancelled";  // a row that had ended keeps its reason
         done = true;
@@ -409,6 +464,27 @@ void Engine::commit() {
   for (LookaheadSchedule* s : waiting_)
     s->set_evidence(LookaheadSchedule::carry_evidence({probe_}));
   waiting_.clear();
+}
+
+void Engine::deliver(int64_t slot, const std::vector<int64_t>& fresh) {
+  Row& row = *slots_[slot];
+  if (!row.sink) return on_tokens_(row.index, fresh);
+  std::vector<TokenLogprob> logprobs;
+  if (row.top_logprobs >= 0) {
+    const int64_t vocab = row.logprobs.size(1);
+    for (size_t j = 0; j < fresh.size(); ++j) {
+      const at::Tensor lp = row.logprobs[static_cast<int64_t>(j)];  // [V]
+      TokenLogprob t{fresh[j], lp.data_ptr<float>()[fresh[j]], {}};
+      if (row.top_logprobs > 0) {
+        const auto top = lp.topk(std::min(row.top_logprobs, vocab));
+        const at::Tensor values = std::get<0>(top), ids = std::get<1>(top);  // [k] each
+        for (int64_t r = 0; r < values.size(0); ++r)
+          t.top.emplace_back(ids[r].item<int64_t>(), values[r].item<float>());
+      }
+      logprobs.push_back(std::move(t));
+    }
+  }
+  row.sink(fresh, logprobs);
 }
 
 void Engine::finish_row(Row& row) {
@@ -435,6 +511,17 @@ void Engine::finish_row(Row& row) {
       row.result.error = "unknown exception";
     }
   }
+  // What the next request starts from. "heuristic": the lookahead this row reached (Hugging Face
+  // keeps it on the assistant model's generation config); "goodput": its acceptance evidence.
+  {
+    std::lock_guard<std::mutex> lock(state_.carried_mutex);
+    if (use_draft_ && row.config.num_assistant_tokens_schedule == "heuristic")
+      state_.carried_lookahead = row.schedule->num_tokens();
+    if (uses_goodput(row))
+      state_.carried_evidence[!use_draft_] = LookaheadSchedule::carry_evidence({row.schedule.get()});
+  }
+  row.done = true;
+  if (row.on_finished) row.on_finished(row.result);
 }
 
 // Finished rows leave the batch: the last active row moves into each freed slot.
@@ -453,22 +540,23 @@ void Engine::retire() {
 // Continuous batching: the next prompts take the freed slots, at the end, each prefilled on its
 // own (the draft's too when it drafts now); their last prompt token goes into the next pass.
 void Engine::admit() {
-  const auto batch = static_cast<int64_t>(rows_.size());
-  if (queued_ >= batch || static_cast<int64_t>(slots_.size()) >= width_) return;
+  if (static_cast<int64_t>(slots_.size()) >= width_) return;
   const auto t1 = Clock::now();
   std::vector<int64_t> joined;
   std::vector<const std::vector<int64_t>*> joined_tokens;
-  // goodput: a joining row starts from the evidence of the rows admitted before it, as the next
-  // request would.
+  // goodput: a joining row starts from the evidence of the goodput rows running beside it (else
+  // from what the last finished one left, as the next request would).
   std::optional<std::pair<double, double>> evidence;
   if (goodput_) {
-    std::vector<const LookaheadSchedule*> admitted;
-    for (int64_t r = 0; r < queued_; ++r)
-      if (uses_goodput(rows_[r])) admitted.push_back(rows_[r].schedule.get());
-    if (!admitted.empty()) evidence = LookaheadSchedule::carry_evidence(admitted);
+    std::vector<const LookaheadSchedule*> running;
+    for (const Row* row : slots_)
+      if (uses_goodput(*row)) running.push_back(row->schedule.get());
+    if (!running.empty()) evidence = LookaheadSchedule::carry_evidence(running);
   }
-  while (queued_ < batch && static_cast<int64_t>(slots_.size()) < width_) {
-    Row& row = rows_[queued_++];
+  while (static_cast<int64_t>(slots_.size()) < width_) {
+    Row* next = source_.next();
+    if (!next) break;
+    Row& row = *next;
     set_up(row, evidence);
     const auto slot = static_cast<int64_t>(slots_.size());  // prefill_into overwrites its cache row
     slots_.push_back(&row);
@@ -476,6 +564,7 @@ void Engine::admit() {
     joined_tokens.push_back(&row.tokens);
     if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
   }
+  if (joined.empty()) return;
   // The draft prefills them at the next pass if they draft in it.
   const int64_t passes = prefill_into(*m_.target, cache_, joined, joined_tokens);
   const double s = seconds_since(t1);
@@ -486,31 +575,19 @@ void Engine::admit() {
   }
 }
 
-BatchResult Engine::finish() {
+BatchResult Engine::finish(std::vector<Row>& rows) {
+  bs_.rows = static_cast<int64_t>(rows.size());
   bs_.draft_passes = drafter_ ? drafter_->passes() : 0;
   bs_.total_seconds = seconds_since(start_);
   BatchResult out;
-  for (Row& row : rows_) out.results.push_back(std::move(row.result));
-  // "heuristic": carry the lookahead the last row reached to the next request (Hugging Face keeps
-  // it on the assistant model's generation config; a batch of one is exactly that).
-  if (use_draft_ && rows_.back().config.num_assistant_tokens_schedule == "heuristic") {
-    std::lock_guard<std::mutex> lock(state_.carried_mutex);
-    state_.carried_lookahead = rows_.back().schedule->num_tokens();
-  }
-  if (goodput_) {
-    std::vector<const LookaheadSchedule*> schedules;
-    for (const Row& row : rows_)
-      if (row.schedule->kind() == "goodput") schedules.push_back(row.schedule.get());
-    std::lock_guard<std::mutex> lock(state_.carried_mutex);
-    state_.carried_evidence[!use_draft_] = LookaheadSchedule::carry_evidence(schedules);
-  }
+  for (Row& row : rows) out.results.push_back(std::move(row.result));
   out.stats = bs_;
   // What the next request of this conversation continues (a failed request leaves it empty).
-  if (prompt_cache_ && !tc_.is_encoder_decoder && !rows_[0].error) {
+  if (prompt_cache_ && !tc_.is_encoder_decoder && !rows[0].error) {
     prompt_cache_->target_ = m_.target;
-    prompt_cache_->tokens_ = rows_[0].tokens;
+    prompt_cache_->tokens_ = rows[0].tokens;
     // (An EOS accepted from the draft can leave the positions after it in the cache.)
-    cache_.crop(0, std::min(cache_.length(0), static_cast<int64_t>(rows_[0].tokens.size())));
+    cache_.crop(0, std::min(cache_.length(0), static_cast<int64_t>(rows[0].tokens.size())));
     prompt_cache_->target_cache_ = std::move(cache_);
     if (drafter_) {
       prompt_cache_->draft_ = m_.draft;

@@ -2,6 +2,9 @@
 // iteration (step) at a time. Generator::generate, generate_batch and --prompts-file all run on it.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -14,6 +17,7 @@
 #include "goodput.hpp"
 #include "specdec/candidates.hpp"
 #include "specdec/generator.hpp"
+#include "specdec/request_engine.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/verifier.hpp"
 #include "util.hpp"
@@ -34,11 +38,26 @@ struct GeneratorState {
   std::optional<std::pair<double, double>> carried_evidence[2];
 };
 
+// The models of a Generator, as the engine uses them.
+struct EngineModels {
+  std::shared_ptr<const Model> target, draft;
+  const Verifier* custom_verifier = nullptr;  // Generator::set_verifier's, or null
+  bool share_encoder = false;  // encoder-decoder: the draft reuses the target's encoder output
+};
+
 // One sequence of a batch: its request, its state between iterations, and its result.
 struct Row {
-  size_t index = 0;  // the prompt's position in the batch
+  size_t index = 0;  // the prompt's position in the batch (a RequestEngine's: the request's id)
   std::string name;  // "" for a single request, else "row N: " (error messages)
+  std::vector<int64_t> prompt;
   GenerationConfig config;
+  // A RequestEngine's request: its sinks (instead of the batch's callbacks), the log-probabilities
+  // it asks for (-1: none), and its cancel flag (read at each commit).
+  Request::TokenSink sink;
+  std::function<void(const GenerationResult&)> on_finished;
+  int64_t top_logprobs = -1;
+  std::atomic<bool> cancelled{false};
+  bool done = false;  // it left the batch (finish_row)
   std::vector<int64_t> tokens;  // the sequence the target continues; the cache holds a prefix of it
   std::unique_ptr<Rng> rng;
   std::unique_ptr<LookaheadSchedule> schedule;
@@ -51,49 +70,74 @@ struct Row {
   Candidates cand;
   int64_t verified_len = 0;
   Verdict verdict;
+  at::Tensor logprobs;  // [K+1, V] float: log-softmax of the target's logits (top_logprobs >= 0)
   // When it joined the batch, and the seconds of its prefill and first iteration.
   std::chrono::steady_clock::time_point admitted;
   double prefill_seconds = 0;
 };
 
-// The models of a Generator, as the engine uses them.
-struct EngineModels {
-  std::shared_ptr<const Model> target, draft;
-  const Verifier* custom_verifier = nullptr;  // Generator::set_verifier's, or null
-  bool share_encoder = false;  // encoder-decoder: the draft reuses the target's encoder output
+
+// Checks a request and fills `row` from it (prompt, config with the model's EOS ids, tokens):
+// specdec::Error, prefixed with row.name, for a bad config, an empty prompt, an id outside the
+// vocabulary, or more positions than the limits or the models allow. Returns the positions the
+// row needs (its sequence plus max_new_tokens).
+int64_t prepare_row(Row& row, const EngineModels& models, const std::vector<int64_t>& prompt,
+                    const GenerationConfig& config);
+
+// Where an engine's rows come from: validated rows (Generator::validated_row), in order.
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  virtual Row* next() = 0;  // the next row to admit, or null when none is waiting
 };
 
-// A batch of validated rows (Generator::run validates them): at most `width` at once, the others
-// joining as rows finish (continuous batching). Each step drafts for the running rows, verifies
-// them in one target pass, commits a different number of tokens per row and streams them, retires
-// the rows that finished and admits the next ones. Decoder-only models, or encoder-decoder ones
-// with every row at once.
+// A batch's rows, in order.
+class VectorSource final : public RowSource {
+ public:
+  explicit VectorSource(std::vector<Row>& rows) : rows_(rows) {}
+  Row* next() override { return next_ < rows_.size() ? &rows_[next_++] : nullptr; }
+
+ private:
+  std::vector<Row>& rows_;
+  size_t next_ = 0;
+};
+
+// The rows of a RowSource, at most `width` at once, each joining as a row finishes (continuous
+// batching) with caches of `max_length` positions per row. Each step admits rows, drafts for the
+// running rows, verifies them in one target pass, commits a different number of tokens per row
+// and streams them, and retires the rows that finished. Decoder-only models, or encoder-decoder
+// ones with every row at once (all in the source when the engine starts). `use_draft`: the rows
+// draft with the draft model (else by prompt lookup, or not at all, row by row).
 class Engine {
  public:
-  Engine(EngineModels models, GeneratorState& state, std::vector<Row>& rows,
-         const std::vector<std::vector<int64_t>>& prompts, int64_t width, int64_t max_length,
-         const BatchTokenCallback& on_tokens, const BatchOptions& options,
-         PromptCache* prompt_cache);
-  // One iteration over the running rows; false once every row is done.
+  Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
+         int64_t width, int64_t max_length, const BatchTokenCallback& on_tokens,
+         const BatchOptions& options, PromptCache* prompt_cache);
+  // One iteration over the running rows, after admitting the waiting ones; false when no row is
+  // running (nothing was done).
   bool step();
-  // The results, once step() returned false; carries the Generator's state to the next request
-  // and fills the prompt cache.
-  BatchResult finish();
+  // Rows in the batch now.
+  int64_t running() const { return static_cast<int64_t>(slots_.size()); }
+  // A batch's results (the rows, in order), once step() returned false; fills the prompt cache.
+  BatchResult finish(std::vector<Row>& rows);
 
  private:
   // A row's state is set up when it joins the batch (so that it starts from what the Generator
   // carries at that moment). `evidence`: goodput's acceptance evidence to start from, when not the
   // one the Generator carries.
   void set_up(Row& row, std::optional<std::pair<double, double>> evidence = {});
-  void start();  // the caches, encoder passes, the drafter and the batch's first prefill
+  void start();  // the caches, encoder passes, the drafter and the first rows' prefill
   void plan(bool may_calibrate);
   void draft();
   void verify();
   void commit();
   void retire();
   void admit();
-  // The row's stats when it leaves the batch, and its on_finished.
+  // The row's stats when it leaves the batch, its on_finished, and what the Generator carries
+  // from it to the next request.
   void finish_row(Row& row);
+  // Row `slot`'s new tokens to its sink or the batch's callback (their log-probabilities first).
+  void deliver(int64_t slot, const std::vector<int64_t>& fresh);
   bool uses_goodput(const Row& row) const;
   // Tokens of the slot's sequence before its last that the target's cache does not hold.
   int64_t uncached(int64_t slot) const;
@@ -101,8 +145,7 @@ class Engine {
   EngineModels m_;
   const ModelConfig& tc_;
   GeneratorState& state_;
-  std::vector<Row>& rows_;
-  const std::vector<std::vector<int64_t>>& prompts_;
+  RowSource& source_;
   const int64_t width_, max_length_;
   const BatchTokenCallback& on_tokens_;
   const BatchOptions& options_;
@@ -112,11 +155,12 @@ class Engine {
   Clock::time_point start_ = Clock::now();
 
   // slots_[i]: the row in cache row i (and the drafter's row i). A batch starts longest prompt
-  // first (chunked prefill); finished rows leave (compaction); the next prompts join in the freed
+  // first (chunked prefill); finished rows leave (compaction); the next rows join in the freed
   // slots at the end.
   std::vector<Row*> slots_;
-  int64_t queued_ = 0;  // the next prompt to join
-  bool use_draft_ = false, goodput_ = false, first_ = true;
+  const bool use_draft_;
+  bool goodput_ = false, first_ = true;
+  Row placeholder_;  // the drafter's row for a slot no request holds yet
   KVCache cache_;
   std::unique_ptr<DraftModelGenerator> drafter_;
   BatchStats bs_;

@@ -41,6 +41,10 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
 
 Generator::~Generator() = default;
 
+detail::EngineModels Generator::models() const {
+  return {target_, draft_, custom_verifier_.get(), share_encoder_};
+}
+
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
                                      const GenerationConfig& config,
                                      const TokenCallback& on_token) const {
@@ -96,49 +100,13 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     detail::Row& row = rows[r];
     row.index = static_cast<size_t>(r);
     row.name = batch == 1 ? "" : "row " + std::to_string(r) + ": ";
-    const std::vector<int64_t>& prompt = prompts[r];
-    const GenerationConfig& user_config = configs.size() == 1 ? configs[0] : configs[r];
-    try {
-      user_config.validate();
-    } catch (const Error& e) {
-      throw Error(row.name + e.what());
-    }
-    row.config = user_config;
-    GenerationConfig& config = row.config;
-    if (config.eos_token_ids.empty()) config.eos_token_ids = tc.eos_token_ids;
-    SPECDEC_CHECK(!prompt.empty(), "generate: ", row.name,
-                  "the prompt is empty (at least one token is needed)");
-    for (int64_t id : prompt)
-      SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: ", row.name, "prompt token id ", id,
-                    " is outside the vocabulary [0, ", tc.vocab_size, ")");
+    const GenerationConfig& config = configs.size() == 1 ? configs[0] : configs[r];
+    max_length = std::max(max_length, detail::prepare_row(row, models(), prompts[r], config));
     SPECDEC_CHECK(
         (config.prompt_lookup_num_tokens > 0) == (rows[0].config.prompt_lookup_num_tokens > 0),
         "generate_batch: ", row.name, "prompt_lookup_num_tokens is ",
         config.prompt_lookup_num_tokens, " but ", rows[0].config.prompt_lookup_num_tokens,
         " for row 0: every request of a batch must use prompt lookup, or none");
-    // Encoder-decoder models: the decoder starts from its start token (the prompt goes to the
-    // encoder).
-    row.tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
-    // Bounded before anything is sized from them (and before the sum below could overflow).
-    const int64_t max_sequence = limits().max_sequence_length;
-    for (const size_t n : {prompt.size(), row.tokens.size()})
-      SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence &&
-                        config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
-                    row.name, "the prompt (", n, " tokens) plus max_new_tokens (",
-                    config.max_new_tokens, ") exceeds the limit of ", max_sequence,
-                    " positions (Limits::max_sequence_length)");
-    const int64_t length = static_cast<int64_t>(row.tokens.size()) + config.max_new_tokens;
-    // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
-    // (T5's relative positions have no such limit).
-    for (const Model* m : {target_.get(), draft_.get()}) {
-      if (!m || m->config().is_encoder_decoder) continue;
-      SPECDEC_CHECK(length <= m->config().max_position_embeddings, row.name, "the prompt (",
-                    row.tokens.size(), " tokens) plus max_new_tokens (", config.max_new_tokens,
-                    ") is ", length, " positions, more than the ",
-                    m == target_.get() ? "target" : "draft", "'s max_position_embeddings (",
-                    m->config().max_position_embeddings, ")");
-    }
-    max_length = std::max(max_length, length);
   }
 
   c10::InferenceMode inference_guard;
@@ -174,11 +142,13 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     return out;
   }
 
-  detail::Engine engine({target_, draft_, custom_verifier_.get(), share_encoder_}, *state_, rows,
-                        prompts, width, max_length, on_tokens, options, prompt_cache);
+  detail::VectorSource source(rows);
+  const bool use_draft = draft_ && rows[0].config.prompt_lookup_num_tokens == 0;
+  detail::Engine engine(models(), *state_, source, use_draft, width, max_length, on_tokens,
+                        options, prompt_cache);
   while (engine.step()) {
   }
-  BatchResult out = engine.finish();
+  BatchResult out = engine.finish(rows);
   if (failure) *failure = rows[0].error;
   return out;
 }

@@ -41,6 +41,39 @@ class RepetitionPenalty final : public LogitsProcessor {
   double penalty_;
 };
 
+class OccurrencePenalty final : public LogitsProcessor {
+ public:
+  OccurrencePenalty(double frequency, double presence, int64_t prompt_length)
+      : frequency_(frequency), presence_(presence), prompt_length_(prompt_length) {}
+  bool reads_history() const override { return true; }
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const override {
+    const int64_t rows = scores.size(0), vocab = scores.size(1);
+    const int64_t end = static_cast<int64_t>(history.size()) - (rows - 1);  // row 0's history
+    SPECDEC_CHECK(end >= 0, "frequency/presence penalty: history shorter than the rows");
+    // Only the tokens that occurred are touched: the penalty is sparse, the rows share row 0's.
+    std::vector<std::pair<int64_t, int64_t>> counts;  // (token, count), in order of appearance
+    const auto add = [&](int64_t tok) {
+      if (tok < 0 || tok >= vocab) return;
+      for (auto& c : counts)
+        if (c.first == tok) return void(++c.second);
+      counts.emplace_back(tok, 1);
+    };
+    for (int64_t i = std::min(prompt_length_, end); i < end; ++i) add(history[i]);
+    at::Tensor penalty = at::zeros({rows, vocab}, at::kFloat);  // [R, V] on CPU
+    auto acc = penalty.accessor<float, 2>();
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r > 0 && end + r - 1 >= prompt_length_) add(history[end + r - 1]);
+      for (const auto& [tok, n] : counts)
+        acc[r][tok] = static_cast<float>(frequency_ * static_cast<double>(n) + presence_);
+    }
+    return scores - detail::to_device(penalty, scores.device()).to(scores.scalar_type());
+  }
+
+ private:
+  double frequency_, presence_;
+  int64_t prompt_length_;
+};
+
 class Temperature final : public LogitsProcessor {
  public:
   explicit Temperature(double t) : t_(t) {}
@@ -109,6 +142,11 @@ std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty) {
   SPECDEC_CHECK(penalty > 0, "repetition_penalty must be > 0, got ", penalty);
   return std::make_unique<RepetitionPenalty>(penalty);
 }
+std::unique_ptr<LogitsProcessor> make_occurrence_penalty(double frequency, double presence,
+                                                         int64_t prompt_length) {
+  SPECDEC_CHECK(prompt_length >= 0, "occurrence penalty: prompt_length must be >= 0");
+  return std::make_unique<OccurrencePenalty>(frequency, presence, prompt_length);
+}
 std::unique_ptr<LogitsProcessor> make_temperature(double t) {
   SPECDEC_CHECK(t > 0, "temperature must be > 0 for the temperature processor, got ", t);
   return std::make_unique<Temperature>(t);
@@ -126,7 +164,9 @@ std::unique_ptr<LogitsProcessor> make_min_p(double p) {
   return std::make_unique<MinP>(p);
 }
 
-LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c) {
+LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c, int64_t prompt_length) {
+  if (c.frequency_penalty != 0.0 || c.presence_penalty != 0.0)
+    processors_.push_back(make_occurrence_penalty(c.frequency_penalty, c.presence_penalty, prompt_length));
   if (c.repetition_penalty != 1.0) processors_.push_back(make_repetition_penalty(c.repetition_penalty));
   if (!c.sampling()) return;
   if (c.temperature != 1.0) processors_.push_back(make_temperature(c.temperature));

@@ -23,13 +23,14 @@
 #include <sstream>
 
 #include "generation_options.hpp"
+#include "serve/server.hpp"
 
 using nlohmann::json;
 using namespace specdec;
 
 namespace {
 
-enum class Mode { kGenerate, kCompare, kChat };
+enum class Mode { kGenerate, kCompare, kChat, kServe };
 
 struct RunOptions {
   std::string model, draft, prompt, prompt_ids, tokenizer, device = "cpu", dtype = "float32", weights = "as-stored",
@@ -45,6 +46,7 @@ struct RunOptions {
   std::string prompts_file;  // generate: JSON Lines of requests
   int batch_size = 1;
   bool prompt_cache = false;  // generate --prompts-file: each request continues the previous one's caches
+  bool serve = false;  // serve: no prompt; the chat template when the model has one
   GenerationConfig gen;
 };
 
@@ -54,10 +56,11 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                   "Target checkpoint: a Hugging Face folder, a .gguf file, or a folder holding one")
       ->required();
   app->add_option("--draft", o.draft, "Draft checkpoint (same forms); omit for target-only generation");
-  app->add_option("--system", o.system, "Chat: the system message (default: the template's own, if any)");
+  if (mode != Mode::kServe)
+    app->add_option("--system", o.system, "Chat: the system message (default: the template's own, if any)");
   app->add_option("--chat-template", o.chat_template,
                   "Chat: chatml, llama3, llama2 or mistral (default: recognised from the model's template)");
-  if (mode != Mode::kChat) {
+  if (mode != Mode::kChat && mode != Mode::kServe) {
     app->add_flag("--chat", o.chat,
                   "Format the prompt as one user turn of the model's chat template; stop at its end of turn");
     auto* text = app->add_option("--prompt", o.prompt,
@@ -90,7 +93,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   }
   app->add_option("--tokenizer", o.tokenizer,
                   "Tokenizer: a folder with tokenizer files or a .gguf (default: --model's, when it has one)");
-  app->add_flag("--no-stream", o.no_stream, "Print the generated text at the end, not as it is accepted");
+  if (mode != Mode::kServe)
+    app->add_flag("--no-stream", o.no_stream, "Print the generated text at the end, not as it is accepted");
   cli::add_generation_options(app, o.gen, o.no_adaptive);
   app->add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
   app->add_option("--dtype", o.dtype, "Compute dtype")
@@ -114,7 +118,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   app->add_option("--threads", o.threads, "CPU threads of every pool specdec computes with: libtorch's (which runs specdec's kernels) "
                   "and OpenBLAS's (0 = their defaults)")
       ->capture_default_str();
-  if (mode != Mode::kChat) app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
+  if (mode != Mode::kChat && mode != Mode::kServe)
+    app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
   if (compare)
     app->add_option("--warmup", o.warmup,
                     "Untimed warm-up runs of each mode before timing (a few tokens each)")
@@ -187,7 +192,7 @@ Loaded load(RunOptions& o, bool chat) {
     throw Error(std::string("--threads: ") + e.what());
   }
   cli::finish_generation_options(o.gen, o.no_adaptive);
-  if (!chat && (!o.system.empty() || !o.chat_template.empty()))
+  if (!chat && !o.serve && (!o.system.empty() || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");
   // Hugging Face runs prompt lookup when given both and leaves the assistant model unused.
   if (!o.draft.empty() && o.gen.prompt_lookup_num_tokens > 0)
@@ -206,13 +211,22 @@ Loaded load(RunOptions& o, bool chat) {
   // A draft with tokenizer files of its own must tokenize exactly like the target.
   if (l.tokenizer && !o.draft.empty() && has_tokenizer(o.draft))
     require_same_tokenizer(*l.tokenizer, *load_tokenizer(o.draft));
-  if (chat) {
+  if (o.serve) {
+    if (!l.tokenizer) throw Error(o.model + " has no tokenizer: give --tokenizer, which serve needs");
+    // Chat requests need a template; without one they are refused (completions still work).
+    try {
+      l.chat = chat_template(o, tok_dir);
+    } catch (const Error& e) {
+      if (!o.chat_template.empty()) throw;
+      std::cerr << "specdec serve: " << e.what() << " (/v1/chat/completions is refused)\n";
+    }
+  } else if (chat) {
     if (!o.prompt_ids.empty()) throw Error("--chat needs a text prompt (--prompt or stdin), not --prompt-ids");
     if (!l.tokenizer) throw Error(o.model + " has no tokenizer: give --tokenizer, which chat needs");
     l.chat = chat_template(o, tok_dir);
   }
-  if (!o.prompts_file.empty()) {
-    // Read and checked by run_prompts_file.
+  if (o.serve || !o.prompts_file.empty()) {
+    // Requests come later (serve), or are read and checked by run_prompts_file.
   } else if (!o.prompt_ids.empty()) {
     l.prompt = parse_ids(o.prompt_ids);
   } else if (o.chat) {
@@ -711,6 +725,28 @@ int run_make_draft(const MakeDraftOptions& o) {
 
 }  // namespace
 
+int run_serve(RunOptions& o, const serve::ServeOptions& so) {
+  o.serve = true;
+  return serve::run_serve(so, [&o] {
+    Loaded l = load(o, false);
+    serve::ServeModels m;
+    m.target = l.target;
+    m.draft = l.draft;
+    m.tokenizer = std::move(l.tokenizer);
+    m.chat = l.chat;
+    if (m.chat) {
+      const std::vector<int64_t> eot = m.tokenizer->encode(m.chat->end_of_turn(), false);
+      if (eot.size() == 1 && !l.target->config().is_eos(eot[0])) m.chat_eos.push_back(eot[0]);
+    }
+    m.defaults = o.gen;
+    std::string name = o.model;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    m.model_id = name.substr(name.find_last_of('/') + 1);
+    m.threads = o.threads;
+    return m;
+  });
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"specdec: speculative decoding (assisted generation) on libtorch"};
   app.require_subcommand(1);
@@ -725,6 +761,14 @@ int main(int argc, char** argv) {
   auto* chat = app.add_subcommand(
       "chat", "Interactive multi-turn conversation with the model's chat template, streamed; /reset, /stats");
   add_run_options(chat, chat_opts, Mode::kChat);
+
+  RunOptions serve_opts;
+  serve_opts.gen.top_k = 0;  // OpenAI's requests know no top_k: off unless a request or --top-k sets it
+  serve::ServeOptions serve_server;
+  auto* srv = app.add_subcommand(
+      "serve", "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /metrics, a chat page at /)");
+  add_run_options(srv, serve_opts, Mode::kServe);
+  serve::add_serve_options(srv, serve_server);
 
   TokenizeOptions tk, dtk;
   auto* tokc = app.add_subcommand("tokenize", "Text to token ids (the text from --text or stdin)");
@@ -859,6 +903,7 @@ int main(int argc, char** argv) {
     if (*gen) return run_generate(gen_opts);
     if (*cmp) return run_compare(cmp_opts);
     if (*chat) return run_chat(chat_opts);
+    if (*srv) return run_serve(serve_opts, serve_server);
     if (*tokc) return run_tokenize(tk);
     if (*mtok) {
       if (mt_vocab < 8) throw Error("--vocab-size must be >= 8");

@@ -139,6 +139,11 @@ struct GenerationConfig {
   double top_p = 1.0;              // (0, 1]; 1 = off
   double min_p = 0.0;              // [0, 1); 0 = off
   double repetition_penalty = 1.0; // > 0; 1 = off
+  // OpenAI's penalties, over the generated tokens only (the prompt excluded), in [-2, 2] (0 = off):
+  // a token's logit drops by frequency_penalty x its count so far, and by presence_penalty once it
+  // occurred. Applied before the repetition penalty, greedy or sampled.
+  double frequency_penalty = 0.0;
+  double presence_penalty = 0.0;
   uint64_t seed = 0;               // seed of the request's random generator (sampling only)
 
   // Effective number of draft tokens after resolving the default (see num_assistant_tokens).

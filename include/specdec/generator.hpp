@@ -17,8 +17,10 @@
 namespace specdec {
 
 class Verifier;
+class RequestEngine;
 namespace detail {
 class Engine;
+struct EngineModels;
 struct GeneratorState;
 }  // namespace detail
 
@@ -147,6 +149,8 @@ class Generator {
   const Model* draft() const { return draft_.get(); }
 
  private:
+  friend class RequestEngine;
+  detail::EngineModels models() const;
   GenerationResult generate_one(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                                 const TokenCallback& on_token, PromptCache* cache) const;
   // `failure`: set to the exception row 0's callback threw (one request: generate() rethrows it).

@@ -36,11 +36,13 @@ class LogitsProcessor {
 };
 
 // The chain Hugging Face builds for a GenerationConfig, in its order: repetition penalty, then
-// (sampling only) temperature, top-k, top-p, min-p. The same chain processes the draft's logits
-// (giving q) and the target's (giving p).
+// (sampling only) temperature, top-k, top-p, min-p; OpenAI's frequency and presence penalties
+// before them. The same chain processes the draft's logits (giving q) and the target's (giving p).
+// `prompt_length`: where the generated tokens start in the history (the OpenAI penalties count
+// only those).
 class LogitsProcessorChain {
  public:
-  explicit LogitsProcessorChain(const GenerationConfig& config);
+  explicit LogitsProcessorChain(const GenerationConfig& config, int64_t prompt_length = 0);
   bool empty() const { return processors_.empty(); }
   // Whether a processor reads the history (the repetition penalty): the callers copy the sequence
   // for it only then (a sampled request's chain otherwise copied it per row per iteration).
@@ -54,6 +56,9 @@ class LogitsProcessorChain {
 
 // Individual processors (exposed for tests and custom chains).
 std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty);
+// OpenAI's: logit - frequency x count - presence x (count > 0), counting history[prompt_length ..).
+std::unique_ptr<LogitsProcessor> make_occurrence_penalty(double frequency, double presence,
+                                                         int64_t prompt_length);
 std::unique_ptr<LogitsProcessor> make_temperature(double temperature);
 std::unique_ptr<LogitsProcessor> make_top_k(int64_t k);
 std::unique_ptr<LogitsProcessor> make_top_p(double p);

@@ -8,6 +8,7 @@
 #include "specdec/fixture.hpp"
 #include "specdec/make_draft.hpp"
 #include "specdec/generator.hpp"
+#include "specdec/request_engine.hpp"
 #include "specdec/gguf.hpp"
 #include "specdec/kv_cache.hpp"
 #include "specdec/limits.hpp"

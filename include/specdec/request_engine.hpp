@@ -1,0 +1,94 @@
+// RequestEngine: requests that join and leave one running batch (continuous batching), for a
+// server or any application that receives requests over time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "specdec/config.hpp"
+#include "specdec/error.hpp"
+#include "specdec/generator.hpp"
+
+namespace specdec {
+
+// A generated token with the target's own log-probability of it (log-softmax of the raw logits of
+// the verification pass, before any sampling processor) and the `top` most likely alternatives.
+struct TokenLogprob {
+  int64_t token = 0;
+  double logprob = 0;
+  std::vector<std::pair<int64_t, double>> top;  // most likely first
+};
+
+struct Request {
+  using TokenSink =
+      std::function<void(const std::vector<int64_t>& tokens, const std::vector<TokenLogprob>& logprobs)>;
+  std::vector<int64_t> prompt;  // non-empty, ids < the target's vocabulary
+  GenerationConfig config;
+  int64_t top_logprobs = -1;  // -1: no log-probabilities; k in [0, 20]: each token's, and the top k
+  // Called on the engine's thread with each group of newly verified tokens, in order (and their
+  // log-probabilities, when asked for). It must not block: it hands the tokens over and returns.
+  TokenSink on_tokens;
+  // Called once when the request leaves the batch, with its result (stop_reason "eos",
+  // "max_new_tokens", "cancelled" or "error"). Also on the engine's thread; must not block.
+  std::function<void(const GenerationResult& result)> on_finished;
+};
+
+// Thrown by RequestEngine::submit when the queue holds max_queue requests (a server's 429).
+class QueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+class RequestEngine {
+ public:
+  struct Options {
+    int64_t max_rows = 8;     // requests generated at once; the others wait in the queue
+    int64_t context = 2048;   // positions per request (prompt + new tokens), the caches' capacity
+    int64_t max_queue = 64;   // requests waiting at most (submit throws QueueFull past it)
+  };
+  using Id = uint64_t;
+
+  // Decoder-only models (an encoder-decoder pair is refused with specdec::Error). A Generator
+  // with a draft model drafts for every request with it (each request's num_assistant_tokens and
+  // schedule); without one, a request drafts by prompt lookup when it sets
+  // prompt_lookup_num_tokens, and runs target-only otherwise. The Generator must outlive this.
+  RequestEngine(const Generator& generator, Options options);
+  ~RequestEngine();
+  RequestEngine(const RequestEngine&) = delete;
+  RequestEngine& operator=(const RequestEngine&) = delete;
+
+  // Validates the request (specdec::Error for a bad one, naming the limit it breaks; QueueFull when
+  // the queue is full) and queues it; it joins the running batch at the next step with a free row.
+  // Thread-safe. Its output is the one Generator::generate gives for it alone (greedy: token for
+  // token; sampling: the same tokens for the same seed), whatever else runs beside it.
+  Id submit(Request request);
+  // The request leaves the batch at the next step (stop_reason "cancelled"), or the queue at once;
+  // its on_finished is called either way. Thread-safe; an id that is done already is ignored.
+  void cancel(Id id);
+
+  // One iteration: the queued requests take the free rows (each prefilled), then every running
+  // row drafts, is verified in one target pass and gets its tokens. Returns false, at once, when no
+  // request is queued or running. Call it from one thread (the one that makes every model call).
+  bool step();
+  // Calls step() until stop(), waiting while there is nothing to do.
+  void run();
+  // Makes run() return after its current step (the requests left stay queued or running).
+  void stop();
+
+  struct Load {
+    int64_t waiting = 0, running = 0;
+  };
+  Load load() const;  // thread-safe
+  const Options& options() const { return options_; }
+
+ private:
+  struct Impl;
+  Options options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace specdec

@@ -1,0 +1,185 @@
+#include "specdec/request_engine.hpp"
+
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "engine.hpp"
+#include "specdec/error.hpp"
+
+namespace specdec {
+
+// The queue and the rows of the running batch. The engine (detail::Engine) takes its rows from
+// here (next(), on the engine's thread, during step()); submit and cancel come from any thread.
+struct RequestEngine::Impl final : detail::RowSource {
+  Impl(const Generator& g, detail::EngineModels m) : generator(g), models(std::move(m)) {}
+  const Generator& generator;
+  const detail::EngineModels models;
+
+  mutable std::mutex mutex;  // guards the members below it
+  std::condition_variable wake;
+  std::deque<std::unique_ptr<detail::Row>> waiting;
+  std::vector<std::unique_ptr<detail::Row>> running;  // admitted rows (the engine points at them)
+  std::unordered_map<Id, detail::Row*> rows;          // waiting or running, by id
+  Id next_id = 1;
+  bool stopping = false;
+
+  // Built by the first step (on the engine's thread, in inference mode), rebuilt after a failure.
+  std::unique_ptr<detail::Engine> engine;
+  const BatchTokenCallback no_callback;
+  const BatchOptions no_options;
+
+  detail::Row* next() override {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (waiting.empty()) return nullptr;
+    running.push_back(std::move(waiting.front()));
+    waiting.pop_front();
+    return running.back().get();
+  }
+
+  // Every running row fails with `message` (a model call threw: the batch's caches are then in no
+  // known state, so the engine starts afresh at the next step).
+  void fail_running(const std::string& message) {
+    engine.reset();
+    std::vector<std::unique_ptr<detail::Row>> failed;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      failed.swap(running);
+      for (const auto& row : failed) rows.erase(row->index);
+    }
+    for (const auto& row : failed) {
+      if (row->done) continue;
+      row->result.stats.stop_reason = "error";
+      row->result.error = message;
+      if (row->on_finished) row->on_finished(row->result);
+    }
+  }
+};
+
+RequestEngine::RequestEngine(const Generator& generator, Options options)
+    : options_(options), impl_(std::make_unique<Impl>(generator, generator.models())) {
+  SPECDEC_CHECK(options_.max_rows >= 1, "RequestEngine: max_rows must be >= 1, got ",
+                options_.max_rows);
+  SPECDEC_CHECK(options_.context >= 2, "RequestEngine: context must be >= 2 positions, got ",
+                options_.context);
+  SPECDEC_CHECK(options_.max_queue >= 0, "RequestEngine: max_queue must be >= 0, got ",
+                options_.max_queue);
+  const ModelConfig& tc = generator.target().config();
+  SPECDEC_CHECK(!tc.is_encoder_decoder, "RequestEngine: ", tc.model_type,
+                " is an encoder-decoder model; requests that join a running batch need a "
+                "decoder-only one (use Generator::generate_batch)");
+  SPECDEC_CHECK(options_.context <= tc.max_position_embeddings, "RequestEngine: a context of ",
+                options_.context, " positions is more than the target's max_position_embeddings (",
+                tc.max_position_embeddings, ")");
+}
+
+RequestEngine::~RequestEngine() = default;
+
+RequestEngine::Id RequestEngine::submit(Request request) {
+  auto row = std::make_unique<detail::Row>();
+  const int64_t length = detail::prepare_row(*row, impl_->models, request.prompt, request.config);
+  const auto prompt = static_cast<int64_t>(request.prompt.size());
+  SPECDEC_CHECK(prompt < options_.context, "the prompt is ", prompt,
+                " tokens, the context holds ", options_.context,
+                " positions (prompt and new tokens) per request");
+  SPECDEC_CHECK(length <= options_.context, "the prompt (", prompt,
+                " tokens) plus max_new_tokens (", request.config.max_new_tokens, ") is ", length,
+                " positions, more than the context of ", options_.context);
+  SPECDEC_CHECK(!(impl_->models.draft && request.config.prompt_lookup_num_tokens > 0),
+                "prompt_lookup_num_tokens: this engine drafts with its draft model, not by prompt "
+                "lookup");
+  SPECDEC_CHECK(request.top_logprobs >= -1 && request.top_logprobs <= 20,
+                "top_logprobs must be in [0, 20] (-1: none), got ", request.top_logprobs);
+  row->sink = std::move(request.on_tokens);
+  row->on_finished = std::move(request.on_finished);
+  row->top_logprobs = request.top_logprobs;
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (static_cast<int64_t>(impl_->waiting.size()) >= options_.max_queue)
+    throw QueueFull("the queue is full (" + std::to_string(options_.max_queue) +
+                    " requests waiting)");
+  const Id id = impl_->next_id++;
+  row->index = id;
+  impl_->rows[id] = row.get();
+  impl_->waiting.push_back(std::move(row));
+  impl_->wake.notify_all();
+  return id;
+}
+
+void RequestEngine::cancel(Id id) {
+  std::unique_ptr<detail::Row> dropped;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    const auto it = impl_->rows.find(id);
+    if (it == impl_->rows.end()) return;
+    detail::Row* row = it->second;
+    row->cancelled = true;  // a running row leaves at its next commit
+    for (auto w = impl_->waiting.begin(); w != impl_->waiting.end(); ++w) {
+      if (w->get() != row) continue;
+      dropped = std::move(*w);
+      impl_->waiting.erase(w);
+      impl_->rows.erase(it);
+      break;
+    }
+  }
+  if (!dropped) return;
+  dropped->result.stats.prompt_tokens = static_cast<int64_t>(dropped->prompt.size());
+  dropped->result.stats.stop_reason = "cancelled";
+  if (dropped->on_finished) dropped->on_finished(dropped->result);
+}
+
+bool RequestEngine::step() {
+  Impl& s = *impl_;
+  bool worked = false;
+  try {
+    c10::InferenceMode guard;
+    if (!s.engine)
+      s.engine = std::make_unique<detail::Engine>(
+          s.models, *s.generator.state_, s, static_cast<bool>(s.models.draft), options_.max_rows,
+          options_.context, s.no_callback, s.no_options, nullptr);
+    worked = s.engine->step();
+  } catch (const std::exception& e) {
+    s.fail_running(std::string("generation failed: ") + e.what());
+    return true;
+  }
+  // The rows that left the batch in this step are done with (the engine no longer points at them).
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto& row : s.running)
+    if (row->done) {
+      s.rows.erase(row->index);
+      row.reset();
+    }
+  s.running.erase(std::remove(s.running.begin(), s.running.end(), nullptr), s.running.end());
+  return worked;
+}
+
+void RequestEngine::run() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mutex);
+      if (impl_->stopping) {
+        impl_->stopping = false;
+        return;
+      }
+    }
+    if (step()) continue;
+    std::unique_lock<std::mutex> lock(impl_->mutex);
+    impl_->wake.wait(lock, [&] { return impl_->stopping || !impl_->waiting.empty(); });
+  }
+}
+
+void RequestEngine::stop() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  impl_->stopping = true;
+  impl_->wake.notify_all();
+}
+
+RequestEngine::Load RequestEngine::load() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return {static_cast<int64_t>(impl_->waiting.size()), static_cast<int64_t>(impl_->running.size())};
+}
+
+}  // namespace specdec

@@ -1,0 +1,273 @@
+// RequestEngine: requests that join a running batch at any step and leave it at any step. Each
+// request's output equals Generator::generate of that request alone (greedy: token for token;
+// sampled: the same seed's tokens), for target-only, a draft model and prompt lookup, whatever
+// else runs beside it; cancellation, queue limits and bad requests.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "specdec/request_engine.hpp"
+#include "test_util.hpp"
+
+namespace specdec::test {
+namespace {
+
+struct Models {
+  std::shared_ptr<const Model> target, draft;
+};
+
+Models models() {
+  static const Models m = [] {
+    const std::string t = cached_fixture("engine_t", small_fixture(21, 3, "llama"));
+    const std::string d = temp_dir("engine_d");
+    make_draft_of(t, d, 1, 0.02, 21);
+    return Models{test_model(t), test_model(d)};
+  }();
+  return m;
+}
+
+// One request's output as the engine delivered it.
+struct Output {
+  std::vector<int64_t> streamed, finished;
+  std::string stop_reason;
+  int64_t calls = 0;
+  bool done = false;
+};
+
+Request request(const std::vector<int64_t>& prompt, const GenerationConfig& c, Output& out) {
+  Request r;
+  r.prompt = prompt;
+  r.config = c;
+  r.on_tokens = [&out](const std::vector<int64_t>& t, const std::vector<TokenLogprob>&) {
+    out.streamed.insert(out.streamed.end(), t.begin(), t.end());
+  };
+  r.on_finished = [&out](const GenerationResult& g) {
+    out.finished = g.tokens;
+    out.stop_reason = g.stats.stop_reason;
+    ++out.calls;
+    out.done = true;
+  };
+  return r;
+}
+
+std::vector<int64_t> prompt_of(int64_t i) {
+  std::vector<int64_t> p;
+  for (int64_t j = 0; j < 3 + (i * 5) % 11; ++j) p.push_back((i * 7 + j * 3) % 60 + 2);
+  if (i % 3 == 0) p.insert(p.end(), p.begin(), p.end());  // something prompt lookup can copy
+  return p;
+}
+
+GenerationConfig config_of(int64_t i, bool sampled) {
+  GenerationConfig c;
+  c.max_new_tokens = 6 + (i * 3) % 13;
+  c.num_assistant_tokens = 1 + i % 5;
+  c.eos_token_ids = {-1};  // no EOS: every request runs to its length (long rows overlap)
+  if (sampled) {
+    c.do_sample = true;
+    c.temperature = 0.9;
+    c.seed = 100 + static_cast<uint64_t>(i);
+  }
+  return c;
+}
+
+enum class Kind { kTargetOnly, kDraft, kLookup };
+
+// A request joins the running batch at every step position: the first request runs alone for `s`
+// steps before the others arrive, one per step; each output equals generate() alone.
+void check_joins(Kind kind, bool sampled) {
+  const Models m = models();
+  const Generator alone(m.target, kind == Kind::kDraft ? m.draft : nullptr);
+  const int64_t n = 7;
+  std::vector<GenerationConfig> configs;
+  std::vector<std::vector<int64_t>> expected;
+  for (int64_t i = 0; i < n; ++i) {
+    GenerationConfig c = config_of(i, sampled);
+    if (kind == Kind::kLookup) c.prompt_lookup_num_tokens = 1 + i % 4;
+    configs.push_back(c);
+    expected.push_back(alone.generate(prompt_of(i), c).tokens);
+  }
+  for (int64_t first_steps = 0; first_steps < 8; ++first_steps) {
+    SCOPED_TRACE("the others join after " + std::to_string(first_steps) + " steps");
+    const Generator gen(m.target, kind == Kind::kDraft ? m.draft : nullptr);
+    RequestEngine::Options o;
+    o.max_rows = 3;  // fewer rows than requests: some wait in the queue
+    o.context = 64;
+    RequestEngine engine(gen, o);
+    std::vector<Output> out(n);
+    engine.submit(request(prompt_of(0), configs[0], out[0]));
+    for (int64_t s = 0; s < first_steps; ++s) engine.step();
+    for (int64_t i = 1; i < n; ++i) {
+      engine.submit(request(prompt_of(i), configs[i], out[i]));
+      engine.step();
+    }
+    while (engine.step()) {
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(out[i].calls, 1) << "request " << i;
+      EXPECT_EQ(out[i].finished, expected[i]) << "request " << i;
+      EXPECT_EQ(out[i].streamed, expected[i]) << "request " << i;
+      EXPECT_EQ(out[i].stop_reason, "max_new_tokens") << "request " << i;
+    }
+    EXPECT_EQ(engine.load().running, 0);
+    EXPECT_EQ(engine.load().waiting, 0);
+  }
+}
+
+TEST(RequestEngine, GreedyRequestsJoiningAtEveryStepEqualGenerateAlone) {
+  check_joins(Kind::kTargetOnly, false);
+  check_joins(Kind::kDraft, false);
+  check_joins(Kind::kLookup, false);
+}
+
+TEST(RequestEngine, SeededSampledRequestsJoiningAtEveryStepEqualGenerateAlone) {
+  check_joins(Kind::kTargetOnly, true);
+  check_joins(Kind::kDraft, true);
+}
+
+// Cancelled at every step: the row leaves at that step with the tokens it had, the others go on.
+TEST(RequestEngine, ACancelledRequestLeavesAtThatStep) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  GenerationConfig c = config_of(1, false);
+  c.max_new_tokens = 12;
+  const std::vector<int64_t> full = gen.generate(prompt_of(1), c).tokens;
+  const std::vector<int64_t> other = gen.generate(prompt_of(2), c).tokens;
+  for (int64_t at = 0; at < 6; ++at) {
+    SCOPED_TRACE("cancelled after " + std::to_string(at) + " steps");
+    RequestEngine engine(gen, {});
+    Output a, b;
+    const RequestEngine::Id id = engine.submit(request(prompt_of(1), c, a));
+    engine.submit(request(prompt_of(2), c, b));
+    for (int64_t s = 0; s < at; ++s) engine.step();
+    const size_t before = a.streamed.size();
+    engine.cancel(id);
+    while (engine.step()) {
+    }
+    EXPECT_EQ(a.calls, 1);
+    EXPECT_TRUE(a.done);
+    if (!a.done || a.stop_reason == "max_new_tokens") continue;  // it had finished already
+    EXPECT_EQ(a.stop_reason, "cancelled");
+    EXPECT_EQ(a.streamed.size(), before) << "tokens after the cancellation";
+    EXPECT_EQ(a.finished, std::vector<int64_t>(full.begin(), full.begin() + static_cast<int64_t>(a.finished.size())));
+    EXPECT_EQ(b.finished, other);
+  }
+}
+
+TEST(RequestEngine, AQueuedRequestCancelledLeavesTheQueueAtOnce) {
+  const Models m = models();
+  const Generator gen(m.target);
+  RequestEngine::Options o;
+  o.max_rows = 1;
+  RequestEngine engine(gen, o);
+  Output a, b;
+  engine.submit(request(prompt_of(1), config_of(1, false), a));
+  const RequestEngine::Id queued = engine.submit(request(prompt_of(2), config_of(2, false), b));
+  EXPECT_EQ(engine.load().waiting, 2);
+  engine.cancel(queued);
+  EXPECT_TRUE(b.done);
+  EXPECT_EQ(b.stop_reason, "cancelled");
+  EXPECT_TRUE(b.finished.empty());
+  while (engine.step()) {
+  }
+  EXPECT_EQ(a.stop_reason, "max_new_tokens");
+  EXPECT_EQ(b.calls, 1);
+}
+
+TEST(RequestEngine, AFailingSinkFailsItsRequestAlone) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  RequestEngine engine(gen, {});
+  Output good;
+  GenerationResult failed;
+  Request bad = request(prompt_of(3), config_of(3, false), good);
+  Output unused;
+  bad.on_tokens = [](const std::vector<int64_t>&, const std::vector<TokenLogprob>&) {
+    throw std::runtime_error("the client is gone");
+  };
+  bad.on_finished = [&](const GenerationResult& g) { failed = g; };
+  engine.submit(std::move(bad));
+  engine.submit(request(prompt_of(4), config_of(4, false), good));
+  while (engine.step()) {
+  }
+  EXPECT_EQ(failed.stats.stop_reason, "error");
+  EXPECT_EQ(failed.error, "the client is gone");
+  EXPECT_EQ(good.finished, gen.generate(prompt_of(4), config_of(4, false)).tokens);
+}
+
+// The log-probabilities are the target's own: log-softmax of a target-only forward pass over the
+// prompt and the tokens generated before each one.
+TEST(RequestEngine, LogprobsAreTheTargetsOwn) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  RequestEngine engine(gen, {});
+  std::vector<TokenLogprob> got;
+  std::vector<int64_t> tokens;
+  Request r;
+  r.prompt = prompt_of(5);
+  r.config = config_of(5, false);
+  r.top_logprobs = 3;
+  r.on_tokens = [&](const std::vector<int64_t>& t, const std::vector<TokenLogprob>& lp) {
+    tokens.insert(tokens.end(), t.begin(), t.end());
+    got.insert(got.end(), lp.begin(), lp.end());
+  };
+  engine.submit(std::move(r));
+  while (engine.step()) {
+  }
+  ASSERT_EQ(got.size(), tokens.size());
+  std::vector<int64_t> seq = prompt_of(5);
+  const auto p = static_cast<int64_t>(seq.size());
+  seq.insert(seq.end(), tokens.begin(), tokens.end());
+  c10::InferenceMode guard;
+  KVCache cache = m.target->make_cache(static_cast<int64_t>(seq.size()), 1);
+  const at::Tensor ids = at::tensor(seq, at::kLong).view({1, -1});
+  const at::Tensor lp = at::log_softmax(m.target->forward(ids, cache, ids.size(1))[0].to(at::kFloat), -1);
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    const at::Tensor row = lp[p - 1 + static_cast<int64_t>(j)];  // [V]
+    EXPECT_EQ(got[j].token, tokens[j]);
+    EXPECT_NEAR(got[j].logprob, row[tokens[j]].item<double>(), 1e-5) << "token " << j;
+    ASSERT_EQ(got[j].top.size(), 3u);
+    const auto top = row.topk(3);
+    for (int64_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(got[j].top[k].first, std::get<1>(top)[k].item<int64_t>());
+      EXPECT_NEAR(got[j].top[k].second, std::get<0>(top)[k].item<double>(), 1e-5);
+    }
+    EXPECT_EQ(got[j].top[0].first, tokens[j]) << "greedy keeps the most likely token";
+  }
+}
+
+TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  RequestEngine::Options o;
+  o.context = 32;
+  o.max_queue = 2;
+  RequestEngine engine(gen, o);
+  Output out;
+  const auto message = [&](std::vector<int64_t> prompt, GenerationConfig c) {
+    try {
+      engine.submit(request(prompt, c, out));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  GenerationConfig c = config_of(0, false);
+  EXPECT_NE(message(std::vector<int64_t>(40, 3), c).find("context holds 32"), std::string::npos);
+  c.max_new_tokens = 30;
+  EXPECT_NE(message({1, 2, 3}, c).find("more than the context of 32"), std::string::npos);
+  c.max_new_tokens = 4;
+  EXPECT_NE(message({}, c).find("empty"), std::string::npos);
+  c.prompt_lookup_num_tokens = 3;
+  EXPECT_NE(message({1, 2}, c).find("draft model"), std::string::npos);
+  c.prompt_lookup_num_tokens = 0;
+  EXPECT_EQ(message({1, 2}, c), "accepted");
+  EXPECT_EQ(message({1, 2}, c), "accepted");
+  EXPECT_THROW(engine.submit(request({1, 2}, c, out)), QueueFull);
+  EXPECT_EQ(engine.load().waiting, 2);
+  RequestEngine::Options zero;
+  zero.max_rows = 0;
+  EXPECT_THROW(RequestEngine(gen, zero), Error);
+}
+
+}  // namespace
+}  // namespace specdec::test

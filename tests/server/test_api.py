@@ -1,0 +1,510 @@
+"""`specdec serve`: the OpenAI-compatible routes, answers equal to `specdec generate`, metrics, logs."""
+
+import json
+import subprocess
+import time
+
+import openai
+import pytest
+
+from conftest import (MODEL, MODEL_ID, SPECDEC, chat, complete, detokenize, make_client, metrics, oracle,
+                      oracle_chat, oracle_ids, oracle_stopped_by_length, read_sse, start_server,
+                      stop_across_boundary, stream_post, chunk_text, tokenize)
+
+STORY = "Once upon a time, in a small village by the sea, there lived"
+COUNT = "1, 2, 3, 4, 5, 6, 7, 8,"
+CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+SPEC_KEYS = {"drafted_tokens", "accepted_tokens", "acceptance_rate", "target_passes", "tokens_per_target_pass"}
+
+
+def expected_finish(out):
+    return "length" if oracle_stopped_by_length(out) else "stop"
+
+
+def check_usage(j, prompt_tokens=None):
+    u = j.get("usage")
+    assert isinstance(u, dict), f"no usage in {j}"
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert isinstance(u.get(k), int), f"usage.{k} is not an int: {u}"
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], f"usage totals: {u}"
+    assert isinstance(u.get("prompt_tokens_details", {}).get("cached_tokens"), int), \
+        f"usage.prompt_tokens_details.cached_tokens missing: {u}"
+    assert 0 <= u["prompt_tokens_details"]["cached_tokens"] <= u["prompt_tokens"], f"cached_tokens: {u}"
+    if prompt_tokens is not None:
+        assert u["prompt_tokens"] == prompt_tokens, f"usage.prompt_tokens {u['prompt_tokens']} != {prompt_tokens}"
+
+
+def check_speculative(j):
+    s = j.get("speculative")
+    assert isinstance(s, dict), f"no speculative object in {j}"
+    assert SPEC_KEYS <= set(s), f"speculative lacks {SPEC_KEYS - set(s)}: {s}"
+    assert 0 <= s["accepted_tokens"] <= s["drafted_tokens"], f"speculative counts: {s}"
+    assert 0.0 <= s["acceptance_rate"] <= 1.0, f"acceptance_rate: {s}"
+    assert s["target_passes"] >= 1 and s["tokens_per_target_pass"] > 0, f"speculative passes: {s}"
+    return s
+
+
+def check_completion(j, n_prompt=None):
+    assert j["object"] == "text_completion", j
+    assert isinstance(j["id"], str) and j["id"].startswith("cmpl-"), f"id {j['id']!r}"
+    assert isinstance(j["created"], int) and j["created"] > 1_600_000_000, f"created {j['created']!r}"
+    assert j["model"] == MODEL_ID, f"model {j['model']!r} != {MODEL_ID!r}"
+    assert len(j["choices"]) == 1, j["choices"]
+    c = j["choices"][0]
+    assert c["index"] == 0 and isinstance(c["text"], str), c
+    assert c["finish_reason"] in ("stop", "length"), c
+    assert "logprobs" in c, f"choices[0] has no logprobs key (null when not asked): {c}"
+    check_usage(j, n_prompt)
+    check_speculative(j)
+    return c
+
+
+def check_chat(j):
+    assert j["object"] == "chat.completion", j
+    assert isinstance(j["id"], str) and j["id"].startswith("chatcmpl-"), f"id {j['id']!r}"
+    assert isinstance(j["created"], int) and j["model"] == MODEL_ID, j
+    assert len(j["choices"]) == 1, j["choices"]
+    c = j["choices"][0]
+    assert c["index"] == 0 and c["message"]["role"] == "assistant", c
+    assert isinstance(c["message"]["content"], str), c
+    assert c["finish_reason"] in ("stop", "length"), c
+    check_usage(j)
+    check_speculative(j)
+    return c
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_health(server):
+    r = server.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}, f"{r.status_code} {r.text}"
+
+
+def test_models(server, client):
+    r = server.get("/v1/models")
+    assert r.status_code == 200, r.text
+    j = r.json()
+    assert j["object"] == "list" and len(j["data"]) == 1, j
+    m = j["data"][0]
+    assert m["id"] == MODEL_ID and m["object"] == "model" and m["owned_by"] == "specdec", m
+    assert isinstance(m["created"], int), m
+    ids = [m.id for m in client.models.list()]
+    assert ids == [MODEL_ID], f"openai client lists {ids}"
+
+
+def test_completion_greedy_equals_oracle(server, client):
+    want = oracle(STORY, 24)
+    j = complete(server, prompt=STORY, max_tokens=24, temperature=0)
+    c = check_completion(j, n_prompt=len(tokenize(server, STORY)))
+    assert c["text"] == want["text"], f"server {c['text']!r}\noracle {want['text']!r}"
+    assert c["finish_reason"] == expected_finish(want), (c["finish_reason"], want["stats"])
+    assert c["logprobs"] is None, c["logprobs"]
+    if c["finish_reason"] == "length":
+        assert j["usage"]["completion_tokens"] == 24, j["usage"]
+    s = j["speculative"]
+    assert s["drafted_tokens"] == 0 and s["accepted_tokens"] == 0, f"target-only server drafted: {s}"
+    # The official client, the same request.
+    r = client.completions.create(model=MODEL_ID, prompt=STORY, max_tokens=24, temperature=0)
+    assert r.choices[0].text == want["text"] and r.choices[0].finish_reason == c["finish_reason"]
+    assert r.usage.completion_tokens == j["usage"]["completion_tokens"]
+
+
+def test_completion_token_id_prompt(server):
+    ids = tokenize(server, COUNT)
+    want = oracle_ids(ids, 16)
+    assert want["text"] == oracle(COUNT, 16)["text"], "tokenize disagrees with generate --prompt"
+    j = complete(server, prompt=ids, max_tokens=16, temperature=0)
+    c = check_completion(j, n_prompt=len(ids))
+    assert c["text"] == want["text"], f"server {c['text']!r}\noracle {want['text']!r}"
+
+
+def test_completion_one_element_lists(server):
+    ids = tokenize(server, COUNT)
+    base = complete(server, prompt=COUNT, max_tokens=8, temperature=0)["choices"][0]["text"]
+    for prompt in ([COUNT], [ids]):
+        got = complete(server, prompt=prompt, max_tokens=8, temperature=0)["choices"][0]["text"]
+        assert got == base, f"prompt {str(prompt)[:60]}: {got!r} != {base!r}"
+
+
+def test_completion_defaults(server):
+    # No model (the server's own), no max_tokens (16).
+    r = server.post("/v1/completions", json={"prompt": COUNT, "temperature": 0})
+    assert r.status_code == 200, r.text
+    j = r.json()
+    c = check_completion(j)
+    assert c["finish_reason"] == "length", f"counting stopped early: {c}"
+    assert j["usage"]["completion_tokens"] == 16, f"default max_tokens is 16: {j['usage']}"
+    assert c["text"] == oracle(COUNT, 16)["text"]
+
+
+def test_tokenize_matches_cli(server):
+    text = "Hello, world! Café au lait costs 3 euros."
+    r = subprocess.run([SPECDEC, "tokenize", "--tokenizer", MODEL, "--text", text, "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert tokenize(server, text) == json.loads(r.stdout)["ids"]
+
+
+def test_detokenize(server):
+    out = oracle(STORY, 12)
+    toks = [t for t in out["tokens"]]
+    if not oracle_stopped_by_length(out):
+        toks = toks[:-1]  # the end-of-sequence token
+    assert detokenize(server, toks) == out["text"]
+    assert detokenize(server, []) == ""
+
+
+def test_chat_greedy_equals_oracle(server, client):
+    want = oracle_chat(CAPITAL, 24, server)
+    j = chat(server, messages=CAPITAL, max_tokens=24, temperature=0)
+    c = check_chat(j)
+    assert c["message"]["content"] == want["text"], f"server {c['message']['content']!r}\noracle {want['text']!r}"
+    assert c["finish_reason"] == expected_finish(want), (c, want["stats"])
+    assert j["usage"]["prompt_tokens"] == len(tokenize(server, messages=CAPITAL)), j["usage"]
+    assert c.get("logprobs") is None, c
+    r = client.chat.completions.create(model=MODEL_ID, messages=CAPITAL, max_tokens=24, temperature=0)
+    assert r.choices[0].message.content == want["text"] and r.choices[0].message.role == "assistant"
+
+
+def test_chat_template_equals_generate_chat(server):
+    # One user turn and no system message: the template's own default, as `generate --chat` renders it.
+    question = "Name a fruit that is yellow."
+    r = subprocess.run([SPECDEC, "generate", "--model", MODEL, "--chat", "--prompt", question,
+                        "--max-new-tokens", "16", "--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    want = json.loads(r.stdout.strip().splitlines()[-1])["text"]
+    got = chat(server, messages=[{"role": "user", "content": question}], max_tokens=16,
+               temperature=0)["choices"][0]["message"]["content"]
+    assert got == want, f"server {got!r}\ngenerate --chat {want!r}"
+
+
+def test_chat_system_and_max_completion_tokens(server):
+    msgs = [{"role": "system", "content": "You are a terse assistant."}] + CAPITAL
+    a = chat(server, messages=msgs, max_completion_tokens=5, temperature=0)
+    b = chat(server, messages=msgs, max_tokens=5, temperature=0)
+    assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
+    assert a["usage"]["completion_tokens"] <= 5, a["usage"]
+    assert a["choices"][0]["message"]["content"] == oracle_chat(msgs, 5, server)["text"]
+
+
+def test_stream_completion_equals_nonstream(server, client):
+    full = complete(server, prompt=STORY, max_tokens=24, temperature=0)
+    stream = client.completions.create(model=MODEL_ID, prompt=STORY, max_tokens=24, temperature=0, stream=True,
+                                       stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks, "no chunks"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None, f"last chunk is not the usage one: {chunks[-1]}"
+    content = [c for c in chunks if c.choices]
+    assert all(c.object == "text_completion" for c in content), {c.object for c in content}
+    text = "".join(c.choices[0].text for c in content)
+    assert text == full["choices"][0]["text"], f"stream {text!r}\nwhole {full['choices'][0]['text']!r}"
+    assert content[-1].choices[0].finish_reason == full["choices"][0]["finish_reason"]
+    assert all(c.choices[0].finish_reason is None for c in content[:-1]), "finish_reason before the last chunk"
+    assert chunks[-1].usage.completion_tokens == full["usage"]["completion_tokens"]
+    assert chunks[-1].usage.prompt_tokens == full["usage"]["prompt_tokens"]
+
+
+def test_stream_chat_equals_nonstream(server, client):
+    full = chat(server, messages=CAPITAL, max_tokens=24, temperature=0)
+    chunks = list(client.chat.completions.create(model=MODEL_ID, messages=CAPITAL, max_tokens=24, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True}))
+    content = [c for c in chunks if c.choices]
+    assert content and content[0].choices[0].delta.role == "assistant", f"first chunk: {content[:1]}"
+    assert all(c.object == "chat.completion.chunk" for c in chunks), {c.object for c in chunks}
+    assert len({c.id for c in chunks}) == 1 and chunks[0].id.startswith("chatcmpl-"), {c.id for c in chunks}
+    text = "".join(c.choices[0].delta.content or "" for c in content)
+    assert text == full["choices"][0]["message"]["content"], f"stream {text!r}\nwhole {full['choices'][0]}"
+    assert content[-1].choices[0].finish_reason == full["choices"][0]["finish_reason"]
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full["usage"]["completion_tokens"]
+    # Without include_usage there is no usage chunk.
+    plain = list(client.chat.completions.create(model=MODEL_ID, messages=CAPITAL, max_tokens=4, temperature=0,
+                                                stream=True))
+    assert all(c.choices for c in plain), "a chunk without choices though include_usage was not asked"
+
+
+def test_stop_across_token_boundary(server, client):
+    out = oracle(STORY, 32)
+    assert oracle_stopped_by_length(out), f"the story ended early: {out['text']!r}"
+    text = out["text"]
+    stop, expected = stop_across_boundary(server, out["tokens"], text)
+    j = complete(server, prompt=STORY, max_tokens=32, temperature=0, stop=stop)
+    c = j["choices"][0]
+    assert c["text"] == expected, f"stop {stop!r}: {c['text']!r} != {expected!r} (full {text!r})"
+    assert c["finish_reason"] == "stop", c
+    # The same, streamed, with the stop in a list of four.
+    chunks = list(client.completions.create(model=MODEL_ID, prompt=STORY, max_tokens=32, temperature=0,
+                                            stream=True, stop=["@@@", stop, "%%%", "###"]))
+    streamed = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+    assert streamed == expected, f"stream with stop {stop!r}: {streamed!r} != {expected!r}"
+    assert [ch for ch in chunks if ch.choices][-1].choices[0].finish_reason == "stop"
+
+
+def test_stop_earliest_wins_and_absent(server):
+    text = oracle(STORY, 32)["text"]
+    words = [w for w in text.split() if w.isalpha() and len(w) >= 3]
+    assert len(words) >= 2, text
+    a, b = words[0], words[-1]
+    first = min(text.find(a), text.find(b))
+    c = complete(server, prompt=STORY, max_tokens=32, temperature=0, stop=[b, a])["choices"][0]
+    assert c["text"] == text[:first] and c["finish_reason"] == "stop", (a, b, c)
+    c = complete(server, prompt=STORY, max_tokens=32, temperature=0, stop=["<never-there>"])["choices"][0]
+    assert c["text"] == text and c["finish_reason"] == "length", c
+
+
+def test_chat_stop(server):
+    full = oracle_chat(CAPITAL, 24, server)["text"]
+    words = [w for w in full.split() if w.isalpha() and len(w) >= 4]
+    assert words, full
+    stop = words[len(words) // 2]
+    c = chat(server, messages=CAPITAL, max_tokens=24, temperature=0, stop=stop)["choices"][0]
+    assert c["message"]["content"] == full[:full.find(stop)] and c["finish_reason"] == "stop", (stop, c, full)
+
+
+def test_seed(server):
+    def sample(seed, **kw):
+        return complete(server, prompt=STORY, max_tokens=24, temperature=1.0, seed=seed, **kw)["choices"][0]["text"]
+
+    a = sample(1234)
+    assert sample(1234) == a, "same seed, different text"
+    texts = {sample(s) for s in (1, 2, 3, 4)}
+    assert len(texts) >= 2, f"4 seeds gave one text: {texts}"
+    # temperature defaults to 1.0
+    no_temp = complete(server, prompt=STORY, max_tokens=24, seed=1234)["choices"][0]["text"]
+    assert no_temp == a, f"no temperature {no_temp!r} != temperature 1.0 {a!r}"
+
+
+def test_sampling_knobs(server):
+    body = dict(prompt=STORY, max_tokens=12, temperature=0.8, seed=7, top_p=0.9, top_k=40, min_p=0.05,
+                repetition_penalty=1.1, frequency_penalty=0.5, presence_penalty=0.3)
+    a = complete(server, **body)
+    c = check_completion(a)
+    assert a["usage"]["completion_tokens"] <= 12
+    assert complete(server, **body)["choices"][0]["text"] == c["text"], "same seed and knobs, different text"
+    chat(server, messages=CAPITAL, max_tokens=8, temperature=0.7, seed=3, top_p=0.95, top_k=20,
+         num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
+
+
+def test_completion_logprobs(server):
+    j = complete(server, prompt=STORY, max_tokens=6, temperature=0, logprobs=3)
+    c = check_completion(j)
+    lp = c["logprobs"]
+    n = j["usage"]["completion_tokens"]
+    assert isinstance(lp, dict) and {"tokens", "token_logprobs", "top_logprobs", "text_offset"} <= set(lp), lp
+    for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+        assert len(lp[k]) == n, f"logprobs.{k} has {len(lp[k])} entries for {n} tokens"
+    assert all(isinstance(t, str) for t in lp["tokens"])
+    assert "".join(lp["tokens"]) == c["text"], (lp["tokens"], c["text"])
+    assert all(isinstance(x, int) for x in lp["text_offset"]) and lp["text_offset"] == sorted(lp["text_offset"])
+    for chosen, lpv, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        assert isinstance(lpv, float) and lpv <= 0.0, lpv
+        # 3 alternatives; fewer only where two of them decode to the same string
+        assert isinstance(top, dict) and 1 <= len(top) <= 3, top
+        assert all(v <= 0.0 for v in top.values()), top
+        # greedy: the chosen token is the most likely one
+        assert abs(max(top.values()) - lpv) < 1e-3, (chosen, lpv, top)
+        assert chosen in top, (chosen, top)
+    assert any(len(top) == 3 for top in lp["top_logprobs"]), f"logprobs=3 never gave 3 alternatives: {lp}"
+
+
+def test_chat_logprobs(server):
+    j = chat(server, messages=CAPITAL, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2)
+    c = check_chat(j)
+    content = c["logprobs"]["content"]
+    assert len(content) == j["usage"]["completion_tokens"], (len(content), j["usage"])
+    assert "".join(e["token"] for e in content) == c["message"]["content"]
+    for e in content:
+        assert isinstance(e["token"], str) and isinstance(e["logprob"], float) and e["logprob"] <= 0.0, e
+        assert bytes(e["bytes"]) == e["token"].encode("utf-8"), e
+        assert len(e["top_logprobs"]) == 2, e
+        for t in e["top_logprobs"]:
+            assert {"token", "logprob", "bytes"} <= set(t) and t["logprob"] <= 0.0, t
+        assert abs(e["top_logprobs"][0]["logprob"] - e["logprob"]) < 1e-3, f"greedy token is not the top one: {e}"
+        assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"], e
+    # logprobs without top_logprobs: the chosen tokens only.
+    j = chat(server, messages=CAPITAL, max_tokens=3, temperature=0, logprobs=True)
+    assert len(j["choices"][0]["logprobs"]["content"]) == j["usage"]["completion_tokens"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+FAMILIES = {
+    "specdec:requests": "counter",
+    "specdec:prompt_tokens": "counter",
+    "specdec:generation_tokens": "counter",
+    "specdec:num_requests_running": "gauge",
+    "specdec:num_requests_waiting": "gauge",
+    "specdec:time_to_first_token_seconds": "histogram",
+    "specdec:inter_token_latency_seconds": "histogram",
+    "specdec:spec_decode_num_drafts": "counter",
+    "specdec:spec_decode_num_draft_tokens": "counter",
+    "specdec:spec_decode_num_accepted_tokens": "counter",
+    "specdec:spec_decode_num_accepted_tokens_per_pos": "counter",
+}
+
+
+def test_metrics_families(server):
+    m = metrics(server)
+    for name, typ in FAMILIES.items():
+        assert m.family(name).type == typ, f"{name} is a {m.family(name).type}, not a {typ}"
+
+
+def test_metrics_count_requests(server):
+    before = metrics(server)
+    results = [complete(server, prompt=p, max_tokens=8, temperature=0) for p in (STORY, COUNT)]
+    results.append(chat(server, messages=CAPITAL, max_tokens=8, temperature=0))
+    after = metrics(server)
+
+    def delta(family, sample, **labels):
+        return after.value(family, sample, **labels) - before.value(family, sample, **labels)
+
+    n = len(results)
+    gen = sum(r["usage"]["completion_tokens"] for r in results)
+    prompt = sum(r["usage"]["prompt_tokens"] for r in results)
+    assert delta("specdec:requests", "specdec:requests_total", status="ok") == n
+    assert delta("specdec:generation_tokens", "specdec:generation_tokens_total") == gen
+    assert delta("specdec:prompt_tokens", "specdec:prompt_tokens_total") == prompt
+    assert after.value("specdec:num_requests_running", "specdec:num_requests_running") == 0
+    assert after.value("specdec:num_requests_waiting", "specdec:num_requests_waiting") == 0
+    assert delta("specdec:time_to_first_token_seconds", "specdec:time_to_first_token_seconds_count") == n
+    assert delta("specdec:inter_token_latency_seconds", "specdec:inter_token_latency_seconds_count") > 0
+    assert delta("specdec:spec_decode_num_draft_tokens", "specdec:spec_decode_num_draft_tokens_total") == 0, \
+        "a target-only server counted draft tokens"
+
+
+# ---------------------------------------------------------------------------------------------
+# Speculation and the prompt cache
+
+
+PARAGRAPH = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, lit the great lamp, "
+             "and wrote the weather, the ships he saw and the state of the sea in a leather logbook.")
+NAMES = [{"role": "user", "content": "Extract all the names from this text: At the meeting, Alice Johnson presented "
+          "the budget, Bob Smith talked about hiring, and Carol White summarised the customer feedback before "
+          "David Brown closed the session."}]
+
+
+def test_prompt_lookup_completion(lookup_server):
+    prompt = f"{PARAGRAPH}\n\n{PARAGRAPH}\n\nRepeat the paragraph above word for word.\n\n"
+    want = oracle(prompt, 40)
+    j = complete(lookup_server, prompt=prompt, max_tokens=40, temperature=0)
+    c = check_completion(j)
+    assert c["text"] == want["text"], f"lookup server {c['text']!r}\noracle {want['text']!r}"
+    assert j["speculative"]["drafted_tokens"] > 0, f"nothing drafted: {j['speculative']}"
+
+
+def test_prompt_lookup_per_request(server):
+    # The extension field turns prompt lookup on for one request of a target-only server.
+    want = oracle_chat(NAMES, 40, server)
+    j = chat(server, messages=NAMES, max_tokens=40, temperature=0, prompt_lookup_num_tokens=4)
+    c = check_chat(j)
+    assert c["message"]["content"] == want["text"], f"with lookup {c['message']['content']!r}\noracle {want['text']!r}"
+    assert j["speculative"]["drafted_tokens"] > 0, f"prompt_lookup_num_tokens drafted nothing: {j['speculative']}"
+    plain = chat(server, messages=NAMES, max_tokens=8, temperature=0)
+    assert plain["speculative"]["drafted_tokens"] == 0, f"the next request still drafted: {plain['speculative']}"
+
+
+def test_prompt_lookup_chat_and_metrics(lookup_server):
+    before = metrics(lookup_server)
+    want = oracle_chat(NAMES, 40, lookup_server)
+    j = chat(lookup_server, messages=NAMES, max_tokens=40, temperature=0)
+    c = check_chat(j)
+    assert c["message"]["content"] == want["text"], f"lookup server {c['message']['content']!r}\noracle {want['text']!r}"
+    s = j["speculative"]
+    assert s["drafted_tokens"] > 0 and s["accepted_tokens"] > 0, f"speculation did not help: {s}"
+    assert s["tokens_per_target_pass"] > 1.0, s
+    after = metrics(lookup_server)
+
+    def delta(family, sample, **labels):
+        return after.value(family, sample, **labels) - before.value(family, sample, **labels)
+
+    assert delta("specdec:spec_decode_num_draft_tokens", "specdec:spec_decode_num_draft_tokens_total") == \
+        s["drafted_tokens"]
+    assert delta("specdec:spec_decode_num_accepted_tokens", "specdec:spec_decode_num_accepted_tokens_total") == \
+        s["accepted_tokens"]
+    assert delta("specdec:spec_decode_num_drafts", "specdec:spec_decode_num_drafts_total") > 0
+    per_pos = after.samples("specdec:spec_decode_num_accepted_tokens_per_pos",
+                            "specdec:spec_decode_num_accepted_tokens_per_pos_total")
+    assert per_pos and all("position" in p.labels for p in per_pos), per_pos
+    per_pos_delta = sum(p.value for p in per_pos) - sum(
+        p.value for p in before.samples("specdec:spec_decode_num_accepted_tokens_per_pos",
+                                        "specdec:spec_decode_num_accepted_tokens_per_pos_total"))
+    assert per_pos_delta == s["accepted_tokens"], f"per-position counts add to {per_pos_delta}, not {s}"
+
+
+def test_prefix_reuse(server):
+    first = [{"role": "system", "content": "You are a helpful assistant who answers briefly."},
+             {"role": "user", "content": "Name three colors."}]
+    a = chat(server, messages=first, max_tokens=24, temperature=0)
+    answer = a["choices"][0]["message"]["content"]
+    second = first + [{"role": "assistant", "content": answer}, {"role": "user", "content": "Now name three animals."}]
+    b = chat(server, messages=second, max_tokens=24, temperature=0)
+    cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert 0 < cached < b["usage"]["prompt_tokens"], f"second turn reused nothing: {b['usage']}"
+    want = oracle_chat(second, 24, server)["text"]
+    assert b["choices"][0]["message"]["content"] == want, \
+        f"with the cached prefix {b['choices'][0]['message']['content']!r}\noracle {want!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Request log
+
+
+def _wait_for(pred, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(0.1)
+
+
+def test_request_log_lines(server):
+    def lines(*words):
+        return [l for l in server.log_text().splitlines() if all(w in l for w in words)]
+
+    n_models = len(lines("GET", "/v1/models", "200"))
+    n_missing = len(lines("GET", "/no-such-route", "404"))
+    n_compl = len(lines("POST", "/v1/completions", "200"))
+    server.get("/v1/models")
+    server.get("/v1/models")
+    server.get("/no-such-route")
+    complete(server, prompt=COUNT, max_tokens=2)
+    assert _wait_for(lambda: len(lines("POST", "/v1/completions", "200")) == n_compl + 1), server.log_tail()
+    assert len(lines("GET", "/v1/models", "200")) == n_models + 2, server.log_tail()
+    assert len(lines("GET", "/no-such-route", "404")) == n_missing + 1, server.log_tail()
+
+
+def test_json_log():
+    s = start_server("--log-format", "json")
+    try:
+        j = complete(s, prompt=COUNT, max_tokens=4, temperature=0)
+        s.get("/v1/models")
+
+        def records():
+            out = []
+            for line in s.log_text().splitlines():
+                if line.startswith("{"):
+                    rec = json.loads(line)
+                    assert isinstance(rec, dict), line
+                    if "path" in rec:
+                        out.append(rec)
+                else:  # each request line is a JSON object
+                    assert not ("POST" in line and "/v1/completions" in line), f"a request line that is not JSON: {line!r}"
+            return out
+
+        assert _wait_for(lambda: len(records()) >= 2), s.log_tail()
+        recs = records()
+        for r in recs:
+            assert {"method", "path", "status", "ms"} <= set(r), r
+            assert isinstance(r["ms"], (int, float)) and r["ms"] >= 0, r
+        comp = [r for r in recs if r["path"] == "/v1/completions"]
+        assert len(comp) == 1, recs
+        assert comp[0]["method"] == "POST" and comp[0]["status"] == 200, comp
+        assert comp[0]["prompt_tokens"] == j["usage"]["prompt_tokens"], (comp, j["usage"])
+        assert comp[0]["completion_tokens"] == j["usage"]["completion_tokens"], (comp, j["usage"])
+        models = [r for r in recs if r["path"] == "/v1/models"]
+        assert len(models) == 1 and models[0]["method"] == "GET" and models[0]["status"] == 200, recs
+    finally:
+        s.stop()

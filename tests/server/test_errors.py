@@ -1,0 +1,229 @@
+"""`specdec serve`: error answers (OpenAI's JSON shape), limits, API key, CORS, a full queue."""
+
+import threading
+
+import openai
+import pytest
+
+from conftest import (CTX, MODEL_ID, make_client, read_sse, start_server, stream_post, tokenize)
+
+UNSET = object()
+
+
+def assert_error(server, resp, status, *, param=UNSET, code=UNSET, message_contains=None):
+    """`resp` is `status` with {"error": {"message", "type", "param", "code"}}; the server still serves."""
+    assert resp.status_code == status, f"expected {status}, got {resp.status_code}: {resp.text[:500]}"
+    ctype = resp.headers.get("Content-Type", "")
+    assert ctype.startswith("application/json"), f"error Content-Type {ctype!r}: {resp.text[:300]}"
+    body = resp.json()
+    assert isinstance(body, dict) and isinstance(body.get("error"), dict), f"not an error object: {body}"
+    e = body["error"]
+    assert isinstance(e.get("message"), str) and e["message"], f"error.message: {e}"
+    assert isinstance(e.get("type"), str) and e["type"], f"error.type: {e}"
+    assert "param" in e and (e["param"] is None or isinstance(e["param"], str)), f"error.param: {e}"
+    assert "code" in e and (e["code"] is None or isinstance(e["code"], str)), f"error.code: {e}"
+    if param is not UNSET:
+        assert e["param"] == param, f"error.param {e['param']!r}, expected {param!r}: {e}"
+    if code is not UNSET:
+        assert e["code"] == code, f"error.code {e['code']!r}, expected {code!r}: {e}"
+    if message_contains is not None:
+        assert message_contains in e["message"], f"error.message lacks {message_contains!r}: {e['message']!r}"
+    server.assert_healthy(f"after answering {status} {e['message']!r}")
+    return e
+
+
+def raw_post(server, path, data, content_type="application/json"):
+    return server.post(path, data=data, headers={"Content-Type": content_type})
+
+
+MSGS = [{"role": "user", "content": "Hi"}]
+
+# (route, body, param named in the error or UNSET when the contract names none)
+BAD_BODIES = [
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": "ten"}, "max_tokens"),
+    ("/v1/completions", {"prompt": "Hi", "temperature": "hot"}, "temperature"),
+    ("/v1/completions", {"prompt": 42}, "prompt"),
+    ("/v1/completions", {"prompt": "Hi", "stream": "yes"}, "stream"),
+    ("/v1/completions", {"prompt": "Hi", "stop": 3}, "stop"),
+    ("/v1/completions", {"prompt": "Hi", "seed": "abc"}, "seed"),
+    ("/v1/chat/completions", {"messages": "Hi"}, "messages"),
+    ("/v1/chat/completions", {"messages": MSGS, "max_completion_tokens": [1]}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"messages": MSGS, "top_p": "all"}, "top_p"),
+    ("/v1/completions", {"prompt": "Hi", "n": 2}, "n"),
+    ("/v1/chat/completions", {"messages": MSGS, "n": 2}, "n"),
+    ("/v1/completions", {"prompt": "Hi", "temperature": -1}, "temperature"),
+    ("/v1/chat/completions", {"messages": MSGS, "temperature": -1}, "temperature"),
+    ("/v1/completions", {"prompt": "Hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ("/v1/chat/completions", {"messages": MSGS, "logprobs": True, "top_logprobs": 30}, "top_logprobs"),
+    ("/v1/completions", {"prompt": "Hi", "logprobs": 21}, "logprobs"),
+    ("/v1/chat/completions", {}, UNSET),                                     # no messages
+    ("/v1/completions", {"max_tokens": 4}, UNSET),                           # no prompt
+    ("/v1/completions", {"prompt": ["Hi", "there"]}, UNSET),                 # two prompts
+    ("/v1/completions", {"prompt": [[1, 2], [3, 4]]}, UNSET),                # two id prompts
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 5000}, UNSET),        # past the context
+    ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 5000}, UNSET),
+    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "Hi"}]}, UNSET),
+]
+
+
+@pytest.mark.parametrize("route,body,param", BAD_BODIES,
+                         ids=[f"{r.split('/')[-1]}-{'-'.join(map(str, b)) or 'empty'}" for r, b, _ in BAD_BODIES])
+def test_bad_request(server, route, body, param):
+    body = dict(body)
+    body.setdefault("model", MODEL_ID)
+    assert_error(server, server.post(route, json=body), 400, param=param)
+
+
+@pytest.mark.parametrize("data", [b'{"prompt": "Hi", ', b"", b"not json", b"[1, 2]", b'"a string"'],
+                         ids=["truncated", "empty", "text", "array", "string"])
+def test_malformed_json(server, data):
+    assert_error(server, raw_post(server, "/v1/completions", data), 400)
+    assert_error(server, raw_post(server, "/v1/chat/completions", data), 400)
+
+
+def test_invalid_utf8(server):
+    assert_error(server, raw_post(server, "/v1/completions", b'{"prompt": "\xff\xfe", "max_tokens": 2}'), 400)
+    bad_chat = b'{"messages": [{"role": "user", "content": "\xc3\x28"}], "max_tokens": 2}'
+    assert_error(server, raw_post(server, "/v1/chat/completions", bad_chat), 400)
+
+
+def test_unknown_model(server, client):
+    for route, body in (("/v1/completions", {"prompt": "Hi"}), ("/v1/chat/completions", {"messages": MSGS})):
+        assert_error(server, server.post(route, json=dict(body, model="gpt-4o", max_tokens=2)), 404,
+                     code="model_not_found")
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="no-such-model", prompt="Hi", max_tokens=2)
+
+
+def test_openai_client_raises_bad_request(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2, n=2)
+    assert e.value.body and e.value.body.get("param") == "n", e.value.body
+
+
+def test_prompt_longer_than_context(server):
+    one = tokenize(server, " hello")[-1]
+    ids = [one] * (CTX + 76)
+    e = assert_error(server, server.post("/v1/completions", json={"prompt": ids, "max_tokens": 4}), 400)
+    assert str(CTX) in e["message"], f"the message does not name the context {CTX}: {e['message']!r}"
+    long_chat = [{"role": "user", "content": "hello " * (CTX + 100)}]
+    e = assert_error(server, server.post("/v1/chat/completions", json={"messages": long_chat, "max_tokens": 4}), 400)
+    assert str(CTX) in e["message"], e["message"]
+
+
+def test_unknown_routes(server):
+    assert_error(server, server.get("/v1/nope"), 404)
+    assert_error(server, server.post("/v2/completions", json={"prompt": "Hi"}), 404)
+    assert_error(server, server.get("/v1/completions/extra"), 404)
+
+
+def test_body_limit():
+    s = start_server("--max-body", "4096")
+    try:
+        big = {"model": MODEL_ID, "prompt": "a" * 10_000, "max_tokens": 2}
+        assert_error(s, s.post("/v1/completions", json=big), 413)
+        small = s.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+        assert small.status_code == 200, f"a small request after the 413: {small.status_code} {small.text[:300]}"
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# API key
+
+
+def test_api_key(key_server):
+    s = key_server
+    body = {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2}
+    assert_error(s, s.get("/v1/models"), 401)
+    assert_error(s, s.post("/v1/completions", json=body), 401)
+    for bad in ("Bearer wrong", "Bearer ", "sekret", "Basic c2VrcmV0", "Bearer sekret2"):
+        assert_error(s, s.get("/v1/models", headers={"Authorization": bad}), 401)
+        assert_error(s, s.post("/v1/completions", json=body, headers={"Authorization": bad}), 401)
+    ok = {"Authorization": "Bearer sekret"}
+    assert s.get("/v1/models", headers=ok).status_code == 200
+    r = s.post("/v1/completions", json=body, headers=ok)
+    assert r.status_code == 200, r.text
+    assert s.get("/health").status_code == 200, "/health needs no key"
+    # The official client sends the key as a bearer token.
+    assert make_client(s, api_key="sekret").completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2).choices
+    with pytest.raises(openai.AuthenticationError):
+        make_client(s, api_key="nope").models.list()
+    log = s.log_text()
+    assert "sekret" not in log, f"the API key is in the log:\n{s.log_tail()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# CORS
+
+ORIGIN = "http://example.com"
+PREFLIGHT = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
+             "Access-Control-Request-Headers": "authorization, content-type"}
+
+
+def test_no_cors_by_default(server):
+    r = server.get("/v1/models", headers={"Origin": ORIGIN})
+    assert r.status_code == 200 and "Access-Control-Allow-Origin" not in r.headers, dict(r.headers)
+    r = server.options("/v1/chat/completions", headers=PREFLIGHT)
+    assert "Access-Control-Allow-Origin" not in r.headers, (r.status_code, dict(r.headers))
+    server.assert_healthy("after an OPTIONS request")
+
+
+def test_cors():
+    s = start_server("--cors", ORIGIN)
+    try:
+        r = s.get("/v1/models", headers={"Origin": ORIGIN})
+        assert r.status_code == 200 and r.headers.get("Access-Control-Allow-Origin") == ORIGIN, dict(r.headers)
+        r = s.options("/v1/chat/completions", headers=PREFLIGHT)
+        assert r.status_code == 204, (r.status_code, r.text)
+        assert r.headers.get("Access-Control-Allow-Origin") == ORIGIN, dict(r.headers)
+        r = s.post("/v1/chat/completions", json={"messages": MSGS, "max_tokens": 2}, headers={"Origin": ORIGIN})
+        assert r.status_code == 200 and r.headers.get("Access-Control-Allow-Origin") == ORIGIN, dict(r.headers)
+    finally:
+        s.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# A full queue
+
+
+def test_queue_full_429():
+    s = start_server("--max-batch", "1", "--max-queue", "1")
+    try:
+        n = 6
+        barrier = threading.Barrier(n)
+        results = [None] * n
+        body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 64, "temperature": 0}
+
+        def one(i):
+            try:
+                barrier.wait(timeout=30)
+                r = stream_post(s, "/v1/completions", body)
+                if r.status_code == 200:
+                    results[i] = (200, r.headers, read_sse(r))
+                else:
+                    results[i] = (r.status_code, r.headers, r)
+            except Exception as e:  # reported below
+                results[i] = ("exception", None, e)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        assert all(r is not None for r in results), f"requests did not finish: {results}"
+        statuses = [r[0] for r in results]
+        assert all(st in (200, 429) for st in statuses), f"statuses {statuses}: {results}"
+        assert statuses.count(200) >= 1 and statuses.count(429) >= 1, f"statuses {statuses}"
+        for st, headers, r in results:
+            if st == 429:
+                assert headers.get("Retry-After", "").strip().isdigit(), \
+                    f"429 without a Retry-After of seconds: {dict(headers)}"
+                assert_error(s, r, 429)
+            else:  # read to data: [DONE] by read_sse
+                content = [c for c in r if c.get("choices")]
+                assert content and content[-1]["choices"][0]["finish_reason"] in ("stop", "length"), r[-3:]
+        after = s.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+        assert after.status_code == 200, f"after the 429s: {after.status_code} {after.text[:300]}"
+    finally:
+        s.stop()

@@ -1,0 +1,188 @@
+"""`specdec serve`: server-sent events read raw (framing, stop strings, UTF-8, a client that goes away)
+and the server's shutdown on SIGTERM."""
+
+import json
+import signal
+import socket
+import time
+
+import pytest
+import requests
+
+from conftest import (MODEL_ID, chunk_text, complete, chat, metrics, oracle, oracle_stopped_by_length,
+                      parse_sse_bytes, read_sse, start_server, stop_across_boundary, stream_post)
+
+STORY = "Once upon a time, in a small village by the sea, there lived"
+COUNT = "1, 2, 3, 4, 5, 6, 7, 8,"
+CAPITAL = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+def usage_speculative(chunk):
+    """The speculative object of the usage chunk (beside usage, or inside it)."""
+    return chunk.get("speculative") or (chunk.get("usage") or {}).get("speculative")
+
+
+def check_stream(chunks, obj, prefix):
+    assert chunks, "no chunks before data: [DONE]"
+    assert all(c.get("object") == obj for c in chunks), [c.get("object") for c in chunks]
+    ids = {c.get("id") for c in chunks}
+    assert len(ids) == 1 and next(iter(ids)).startswith(prefix), f"chunk ids {ids}"
+    assert all(isinstance(c.get("created"), int) and c.get("model") == MODEL_ID for c in chunks), chunks[0]
+    content = [c for c in chunks if c.get("choices")]
+    assert content, "no chunk with choices"
+    finish = [c["choices"][0].get("finish_reason") for c in content]
+    assert finish[-1] in ("stop", "length"), f"the last content chunk has finish_reason {finish[-1]!r}"
+    assert all(f is None for f in finish[:-1]), f"finish_reason before the last content chunk: {finish}"
+    return content
+
+
+def test_sse_framing_completion(server):
+    r = stream_post(server, "/v1/completions", {"prompt": STORY, "max_tokens": 16, "temperature": 0,
+                                                "stream_options": {"include_usage": True}})
+    chunks = read_sse(r)
+    content = check_stream(chunks, "text_completion", "cmpl-")
+    last = chunks[-1]
+    assert last["choices"] == [] and isinstance(last.get("usage"), dict), f"last chunk is not the usage one: {last}"
+    assert last["usage"]["completion_tokens"] == 16 or content[-1]["choices"][0]["finish_reason"] == "stop", last
+    assert last["usage"]["total_tokens"] == last["usage"]["prompt_tokens"] + last["usage"]["completion_tokens"]
+    spec = usage_speculative(last)
+    assert isinstance(spec, dict) and {"acceptance_rate", "tokens_per_target_pass"} <= set(spec), \
+        f"the usage chunk carries no speculative object: {last}"
+    text = "".join(chunk_text(c) for c in content)
+    whole = complete(server, prompt=STORY, max_tokens=16, temperature=0)["choices"][0]["text"]
+    assert text == whole, f"stream {text!r} != {whole!r}"
+
+
+def test_sse_framing_chat(server):
+    r = stream_post(server, "/v1/chat/completions", {"messages": CAPITAL, "max_tokens": 16, "temperature": 0})
+    chunks = read_sse(r)
+    content = check_stream(chunks, "chat.completion.chunk", "chatcmpl-")
+    assert content[0]["choices"][0]["delta"].get("role") == "assistant", content[0]
+    assert all(c["choices"] for c in chunks), "a usage chunk without include_usage"
+    text = "".join(chunk_text(c) for c in content)
+    whole = chat(server, messages=CAPITAL, max_tokens=16, temperature=0)["choices"][0]["message"]["content"]
+    assert text == whole, f"stream {text!r} != {whole!r}"
+
+
+def test_sse_stop_never_shown(server):
+    out = oracle(STORY, 32)
+    assert oracle_stopped_by_length(out), out["text"]
+    stop, expected = stop_across_boundary(server, out["tokens"], out["text"])
+    for stops in (stop, [stop], ["zzzz", stop]):
+        r = stream_post(server, "/v1/completions", {"prompt": STORY, "max_tokens": 32, "temperature": 0,
+                                                    "stop": stops})
+        chunks = read_sse(r)
+        deltas = [chunk_text(c) for c in chunks]
+        text = "".join(deltas)
+        assert stop not in text, f"stop {stop!r} streamed: {deltas}"
+        assert text == expected, f"stop {stops!r}: streamed {text!r}, expected {expected!r}"
+        assert [c for c in chunks if c.get("choices")][-1]["choices"][0]["finish_reason"] == "stop"
+    # chat, a stop string of one word of its answer
+    full = chat(server, messages=CAPITAL, max_tokens=24, temperature=0)["choices"][0]["message"]["content"]
+    words = [w for w in full.split() if w.isalpha() and len(w) >= 4]
+    assert words, full
+    word = words[len(words) // 2]
+    chunks = read_sse(stream_post(server, "/v1/chat/completions", {"messages": CAPITAL, "max_tokens": 24,
+                                                                   "temperature": 0, "stop": [word]}))
+    text = "".join(chunk_text(c) for c in chunks)
+    assert text == full[:full.find(word)], f"stop {word!r}: streamed {text!r} of {full!r}"
+
+
+def _check_deltas_utf8(chunks):
+    deltas = [chunk_text(c) for c in chunks]
+    for d in deltas:
+        try:
+            d.encode("utf-8")  # a lone surrogate (half a character as \\uD83D) fails here
+        except UnicodeEncodeError as e:
+            pytest.fail(f"delta {d!r} is not valid UTF-8: {e}; deltas {deltas}")
+        assert "\ufffd" not in d, f"a delta with U+FFFD (a split character?): {d!r}; deltas {deltas}"
+    return "".join(deltas)
+
+
+def test_sse_utf8_deltas(server):
+    prompt = "Le café est très chaud. L'élève a écrit une lettre à sa mère. Il était une fois, dans un château"
+    want = oracle(prompt, 40)["text"]
+    text = _check_deltas_utf8(read_sse(stream_post(server, "/v1/completions",
+                                                   {"prompt": prompt, "max_tokens": 40, "temperature": 0})))
+    assert text == want, f"streamed {text!r}\noracle {want!r}"
+    assert not text.isascii(), f"the answer has no non-ASCII character to test with; change the prompt: {text!r}"
+    emoji = [{"role": "user", "content": "Reply with five emoji about the sea, like 🌊🐟, and the French word for sea."}]
+    _check_deltas_utf8(read_sse(stream_post(server, "/v1/chat/completions",
+                                            {"messages": emoji, "max_tokens": 32, "temperature": 0})))
+
+
+def _open_raw_stream(server, body, events=3):
+    """POST with a raw socket; reads until `events` SSE events arrived. Returns (socket, bytes read)."""
+    data = json.dumps(dict(body, stream=True)).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+    buf = b""
+    while buf.count(b"data: ") < events:
+        piece = sock.recv(65536)
+        assert piece, f"the server closed the stream early: {buf[-500:]!r}"
+        buf += piece
+    assert buf.startswith(b"HTTP/1.1 200"), buf[:200]
+    return sock, buf
+
+
+def test_client_disconnect_cancels(server):
+    before = metrics(server)
+    label = ("specdec:requests", "specdec:requests_total")
+    cancelled0 = before.value(*label, status="cancelled")
+    ok0 = before.value(*label, status="ok")
+    sock, _ = _open_raw_stream(server, {"prompt": COUNT, "max_tokens": 400, "temperature": 0})
+    t0 = time.monotonic()
+    sock.close()
+    while True:
+        m = metrics(server)
+        running = m.value("specdec:num_requests_running", "specdec:num_requests_running")
+        cancelled = m.value(*label, status="cancelled")
+        if running == 0 and cancelled > cancelled0:
+            break
+        assert time.monotonic() - t0 < 10, \
+            f"10 s after the client left: running {running}, cancelled {cancelled0} -> {cancelled}"
+        time.sleep(0.2)
+    assert m.value(*label, status="ok") == ok0, "the abandoned request was counted as ok"
+    server.assert_healthy("after a client disconnected")
+
+
+# ---------------------------------------------------------------------------------------------
+# Shutdown
+
+
+def test_sigterm_idle():
+    s = start_server()
+    assert complete(s, prompt=COUNT, max_tokens=2)["choices"]
+    t0 = time.monotonic()
+    s.stop()
+    assert time.monotonic() - t0 < 30
+    with pytest.raises(requests.ConnectionError):
+        requests.get(s.url + "/health", timeout=5)
+
+
+def test_sigterm_while_streaming():
+    s = start_server("--shutdown-timeout", "30")
+    r = stream_post(s, "/v1/completions", {"prompt": COUNT, "max_tokens": 64, "temperature": 0})
+    assert r.status_code == 200, r.text
+    it = r.iter_content(chunk_size=None)
+    buf = b""
+    for piece in it:
+        buf += piece
+        if b"\n\n" in buf:
+            break
+    s.proc.send_signal(signal.SIGTERM)
+    for piece in it:
+        buf += piece
+    chunks = parse_sse_bytes(buf)  # ends with data: [DONE]
+    content = [c for c in chunks if c.get("choices")]
+    assert content[-1]["choices"][0]["finish_reason"] in ("stop", "length"), content[-1]
+    text = "".join(chunk_text(c) for c in content)
+    want = oracle(COUNT, 64)["text"]
+    assert text == want, f"the request cut short by SIGTERM: {text!r}\nexpected {want!r}"
+    try:
+        rc = s.proc.wait(30)
+    except Exception:
+        s.proc.kill()
+        raise AssertionError(f"no exit within 30 s of SIGTERM\n{s.describe()}")
+    assert rc == 0, f"exit status {rc} after SIGTERM\n{s.describe()}"

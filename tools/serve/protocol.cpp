@@ -1,0 +1,299 @@
+#include "serve/protocol.hpp"
+
+#include <algorithm>
+#include <mutex>
+#include <random>
+
+using nlohmann::json;
+
+namespace specdec::serve {
+
+json error_json(int status, const std::string& message, const std::string& param,
+                const std::string& code) {
+  const char* type = status >= 500                ? "server_error"
+                     : status == 401              ? "authentication_error"
+                     : status == 404 && code.empty() ? "not_found_error"
+                     : status == 429              ? "rate_limit_error"
+                                                  : "invalid_request_error";
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param, "invalid_value");
+}
+
+const json* field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+// A number field in [lo, hi]; ints too when `integer`.
+std::optional<double> number(const json& body, const char* name, double lo, double hi,
+                             bool integer = false) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (integer ? !v->is_number_integer() : !v->is_number())
+    bad(name, std::string("'") + name + "' must be " + (integer ? "an integer" : "a number") +
+                  ", got " + v->dump());
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi))
+    bad(name, std::string("'") + name + "' must be in [" + json(lo).dump() + ", " +
+                  json(hi).dump() + "], got " + v->dump());
+  return x;
+}
+
+std::optional<bool> boolean(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) bad(name, std::string("'") + name + "' must be a boolean, got " + v->dump());
+  return v->get<bool>();
+}
+
+std::optional<std::string> string(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) bad(name, std::string("'") + name + "' must be a string, got " + v->dump());
+  return v->get<std::string>();
+}
+
+std::vector<int64_t> ids_of(const json& list, const char* param) {
+  std::vector<int64_t> ids;
+  for (const json& v : list) {
+    if (!v.is_number_integer()) bad(param, std::string("'") + param + "' holds a non-integer token id: " + v.dump());
+    ids.push_back(v.get<int64_t>());
+  }
+  return ids;
+}
+
+std::vector<int64_t> encode_text(const std::string& text, const Context& ctx, const char* param) {
+  if (!ctx.tokenizer) bad(param, "this model has no tokenizer: send token ids");
+  std::vector<int64_t> ids = ctx.tokenizer->encode(text, true);
+  if (ids.empty()) bad(param, std::string("'") + param + "' is empty");
+  return ids;
+}
+
+std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
+  const json* v = field(body, "messages");
+  if (!v) bad("messages", "'messages' is required");
+  if (!v->is_array() || v->empty()) bad("messages", "'messages' must be a non-empty array");
+  if (!ctx.chat)
+    throw ApiError(400, "this model ships no chat template: start the server with --chat-template",
+                   "messages");
+  std::vector<ChatMessage> out;
+  for (const json& m : *v) {
+    if (!m.is_object()) bad("messages", "each message must be an object, got " + m.dump());
+    const std::optional<std::string> role = string(m, "role");
+    if (!role) bad("messages", "a message has no 'role'");
+    const json* content = field(m, "content");
+    std::string text;
+    if (content && content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
+      for (const json& part : *content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          bad("messages", "only text content parts are supported, got " + part.dump());
+        text += part["text"].get<std::string>();
+      }
+    } else if (content) {
+      bad("messages", "a message's 'content' must be a string, got " + content->dump());
+    }
+    const std::string r = *role == "developer" ? "system" : *role;
+    if (r != "system" && r != "user" && r != "assistant")
+      bad("messages", "unknown role '" + *role + "' (expected system, user or assistant)");
+    out.push_back({r, text});
+  }
+  return out;
+}
+
+std::vector<int64_t> encode_chat(const json& body, const Context& ctx) {
+  const std::vector<ChatMessage> messages = messages_of(body, ctx);
+  std::string text;
+  try {
+    text = ctx.chat->render(messages, true);
+  } catch (const Error& e) {
+    bad("messages", e.what());
+  }
+  return ctx.tokenizer->encode(text, false);
+}
+
+std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
+  const json* p = field(body, "prompt");
+  if (!p) bad("prompt", "'prompt' is required");
+  if (p->is_string()) return encode_text(p->get<std::string>(), ctx, "prompt");
+  if (p->is_array() && !p->empty()) {
+    if ((*p)[0].is_number_integer()) return ids_of(*p, "prompt");
+    if (p->size() > 1) bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
+    if ((*p)[0].is_string()) return encode_text((*p)[0].get<std::string>(), ctx, "prompt");
+    if ((*p)[0].is_array()) return ids_of((*p)[0], "prompt");
+  }
+  bad("prompt", "'prompt' must be a string or a list of token ids, got " + p->dump());
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what(), "", "invalid_json");
+  }
+  if (!j.is_object()) throw ApiError(400, "the body must be a JSON object", "", "invalid_json");
+  return j;
+}
+
+std::vector<int64_t> parse_tokenize(const json& body, const Context& ctx) {
+  if (field(body, "messages")) return encode_chat(body, ctx);
+  const std::optional<std::string> content = string(body, "content");
+  if (!content) bad("content", "'content' (text) or 'messages' is required");
+  if (!ctx.tokenizer) bad("content", "this model has no tokenizer");
+  return ctx.tokenizer->encode(*content, true);
+}
+
+ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
+  ParsedRequest r;
+  r.chat = chat;
+  if (const auto model = string(body, "model"); model && *model != ctx.model_id)
+    throw ApiError(404, "the model '" + *model + "' does not exist (this server has '" +
+                            ctx.model_id + "')",
+                   "model", "model_not_found");
+  if (const auto n = number(body, "n", -1e18, 1e18, true); n && *n != 1)
+    bad("n", "only n = 1 is supported (one choice per request)");
+  r.prompt = chat ? encode_chat(body, ctx) : completion_prompt(body, ctx);
+
+  GenerationConfig& c = r.config;
+  c = ctx.defaults;
+  if (chat)
+    for (const int64_t id : ctx.chat_eos)
+      if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
+        c.eos_token_ids.push_back(id);
+  const double room = static_cast<double>(ctx.context) - static_cast<double>(r.prompt.size());
+  std::optional<double> max_tokens = number(body, "max_tokens", 1, 1e9, true);
+  if (chat)
+    if (const auto m = number(body, "max_completion_tokens", 1, 1e9, true)) max_tokens = m;
+  // OpenAI's default is 16 tokens for a completion; a chat answer may fill the context.
+  const auto fits = static_cast<int64_t>(std::max(1.0, room));
+  c.max_new_tokens = max_tokens ? static_cast<int64_t>(*max_tokens)
+                     : chat     ? fits
+                                : std::min<int64_t>(16, fits);
+  const bool sampled_by_default = c.do_sample;
+  if (const auto t = number(body, "temperature", 0, 2)) {
+    c.temperature = *t;
+    c.do_sample = *t > 0;
+  } else if (!sampled_by_default) {
+    // OpenAI samples at temperature 1 unless told otherwise; the server's --temperature (with
+    // --do-sample) sets its own default.
+    c.do_sample = true;
+    c.temperature = 1.0;
+  }
+  if (const auto v = number(body, "top_p", 0, 1)) {
+    if (*v <= 0) bad("top_p", "'top_p' must be in (0, 1]");
+    c.top_p = *v;
+  }
+  if (const auto v = number(body, "top_k", -1, 1e9, true)) c.top_k = *v < 0 ? 0 : static_cast<int64_t>(*v);
+  if (const auto v = number(body, "min_p", 0, 1)) {
+    if (*v >= 1) bad("min_p", "'min_p' must be in [0, 1)");
+    c.min_p = *v;
+  }
+  if (const auto v = number(body, "repetition_penalty", 0, 1e9)) {
+    if (*v <= 0) bad("repetition_penalty", "'repetition_penalty' must be > 0");
+    c.repetition_penalty = *v;
+  }
+  if (const auto v = number(body, "frequency_penalty", -2, 2)) c.frequency_penalty = *v;
+  if (const auto v = number(body, "presence_penalty", -2, 2)) c.presence_penalty = *v;
+  if (const auto v = number(body, "seed", -9.3e18, 9.3e18, true)) {
+    c.seed = static_cast<uint64_t>(field(body, "seed")->get<int64_t>());
+  } else {
+    // Unseeded sampled requests draw distinct seeds (each its own random stream).
+    static std::mt19937_64 seeds{std::random_device{}()};
+    static std::mutex mutex;
+    std::lock_guard<std::mutex> lock(mutex);
+    c.seed = seeds();
+  }
+  if (const auto v = number(body, "num_assistant_tokens", 0, 1e6, true)) c.num_assistant_tokens = *v;
+  if (const auto v = string(body, "num_assistant_tokens_schedule")) c.num_assistant_tokens_schedule = *v;
+  if (const auto v = number(body, "prompt_lookup_num_tokens", 0, 1e6, true))
+    c.prompt_lookup_num_tokens = *v;
+
+  if (const json* s = field(body, "stop")) {
+    if (s->is_string()) {
+      r.stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      for (const json& v : *s) {
+        if (!v.is_string()) bad("stop", "'stop' must be a string or a list of strings, got " + s->dump());
+        r.stop.push_back(v.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or a list of strings, got " + s->dump());
+    }
+    if (r.stop.size() > 4) bad("stop", "'stop' holds at most 4 strings, got " + std::to_string(r.stop.size()));
+    r.stop.erase(std::remove(r.stop.begin(), r.stop.end(), ""), r.stop.end());
+  }
+  if (chat) {
+    r.logprobs = boolean(body, "logprobs").value_or(false);
+    if (const auto k = number(body, "top_logprobs", 0, 20, true)) {
+      if (!r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+      r.top_logprobs = static_cast<int64_t>(*k);
+    } else if (r.logprobs) {
+      r.top_logprobs = 0;
+    }
+  } else if (const auto k = number(body, "logprobs", 0, 20, true)) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int64_t>(*k);
+  }
+  r.stream = boolean(body, "stream").value_or(false);
+  if (const json* o = field(body, "stream_options")) {
+    if (!o->is_object()) bad("stream_options", "'stream_options' must be an object");
+    r.include_usage = boolean(*o, "include_usage").value_or(false);
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    bad("", e.what());
+  }
+  return r;
+}
+
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
+    : decoder_(tokenizer, true), stop_(std::move(stop)) {}
+
+std::string TextStream::release(std::string text, bool last) {
+  if (stopped_) return "";
+  held_ += text;
+  size_t first = std::string::npos;
+  for (const std::string& s : stop_) first = std::min(first, held_.find(s));
+  if (first != std::string::npos) {
+    stopped_ = true;
+    std::string out = held_.substr(0, first);
+    held_.clear();
+    return out;
+  }
+  if (last) return std::move(held_);
+  // Hold back the longest tail that begins a stop string (it starts at a stop string's first
+  // byte, so what is shown still ends at a whole character).
+  size_t keep = 0;
+  for (const std::string& s : stop_)
+    for (size_t n = std::min(s.size() - 1, held_.size()); n > keep; --n)
+      if (held_.compare(held_.size() - n, n, s, 0, n) == 0) {
+        keep = n;
+        break;
+      }
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string TextStream::push(const std::vector<int64_t>& ids) { return release(decoder_.push(ids), false); }
+
+std::string TextStream::finish() { return release(decoder_.finish(), true); }
+
+std::string token_text(const Tokenizer& tokenizer, int64_t id) { return tokenizer.decode({id}, false); }
+
+}  // namespace specdec::serve

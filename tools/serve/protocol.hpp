@@ -1,0 +1,76 @@
+// The OpenAI protocol of `specdec serve`: request bodies to engine requests, errors in OpenAI's
+// shape, and the text a request streams (stop strings held back, whole UTF-8 characters only).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "specdec/specdec.hpp"
+
+namespace specdec::serve {
+
+// An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError : std::runtime_error {
+  ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
+      : std::runtime_error(message), status(status), param(std::move(param)), code(std::move(code)) {}
+  int status;
+  std::string param, code;
+};
+// The error object of a status: "invalid_request_error" for 4xx, "server_error" for 5xx.
+nlohmann::json error_json(int status, const std::string& message, const std::string& param = "",
+                          const std::string& code = "");
+
+// What the server knows when it reads a request.
+struct Context {
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat = nullptr;  // null: the model ships none (chat requests are refused)
+  std::string model_id;
+  int64_t context = 0;              // positions per request
+  GenerationConfig defaults;        // the server's flags (EOS ids filled in)
+  std::vector<int64_t> chat_eos;    // a chat answer ends at these too (the template's end of turn)
+};
+
+// One OpenAI request, read and checked (ApiError 400/404 naming the field otherwise).
+struct ParsedRequest {
+  bool chat = false;
+  bool stream = false, include_usage = false;
+  bool logprobs = false;
+  std::vector<int64_t> prompt;
+  GenerationConfig config;
+  int64_t top_logprobs = -1;  // the engine's: -1 none
+  std::vector<std::string> stop;
+};
+// `chat`: /v1/chat/completions (messages), else /v1/completions (prompt).
+ParsedRequest parse_request(const nlohmann::json& body, bool chat, const Context& ctx);
+// The prompt ids of a /tokenize body: {"content": text} (encoded as `generate --prompt` does) or
+// {"messages": [...]} (the chat prompt with its generation header).
+std::vector<int64_t> parse_tokenize(const nlohmann::json& body, const Context& ctx);
+// The body as JSON: ApiError 400 for malformed JSON or invalid UTF-8, or not an object.
+nlohmann::json parse_body(const std::string& body);
+
+// The text of a generation as the client sees it: decoded incrementally, never a partial UTF-8
+// character, never any part of a stop string; generation stops at the first stop string.
+class TextStream {
+ public:
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
+  // The text that became safe to show with these tokens.
+  std::string push(const std::vector<int64_t>& ids);
+  // What was held back, once generation ended (nothing after a stop string).
+  std::string finish();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::string release(std::string text, bool last);
+  StreamDecoder decoder_;
+  std::vector<std::string> stop_;
+  std::string held_;  // a tail that could begin a stop string
+  bool stopped_ = false;
+};
+
+// A token's text and its UTF-8 bytes for the logprobs objects.
+std::string token_text(const Tokenizer& tokenizer, int64_t id);
+
+}  // namespace specdec::serve

@@ -1,0 +1,588 @@
+#include "serve/server.hpp"
+
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <ctime>
+#include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "chat_html.hpp"
+#include "serve/metrics.hpp"
+#include "serve/protocol.hpp"
+
+using nlohmann::json;
+
+namespace specdec::serve {
+
+void add_serve_options(CLI::App* app, ServeOptions& o) {
+  app->add_option("--host", o.host, "Address to bind (127.0.0.1: this machine only)")->capture_default_str();
+  app->add_option("--port", o.port, "TCP port (0: any free one, printed at start)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app->add_option("--max-batch", o.max_batch, "Requests generated at once (rows of the running batch)")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}))
+      ->capture_default_str();
+  app->add_option("--ctx", o.ctx, "Positions per request (prompt and answer); each row's caches hold this many")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--max-queue", o.max_queue, "Requests waiting for a row at most (then 429 with Retry-After)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--api-key", o.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: $SPECDEC_API_KEY)");
+  app->add_option("--cors", o.cors, "Allow this origin (Access-Control-Allow-Origin); none by default");
+  app->add_option("--log-format", o.log_format, "One line per request: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  app->add_option("--max-body", o.max_body, "Largest request body in bytes (413 past it)")
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 30))
+      ->capture_default_str();
+  app->add_option("--shutdown-timeout", o.shutdown_timeout,
+                  "Seconds running requests get to finish after SIGINT/SIGTERM (then they are cancelled)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app->add_option("--http-threads", o.http_threads,
+                  "Connections served at once (a streaming request holds one for its duration)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  app->add_option("--idle-timeout", o.idle_timeout, "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::Range(int64_t{1}, int64_t{3600}))
+      ->capture_default_str();
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// One request's output on its way from the engine's thread to its HTTP thread.
+struct Job {
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::string text;         // produced and not yet taken
+  std::vector<json> logprobs;  // chat-style entries not yet taken
+  bool finished = false, stopped = false;  // stopped: by a stop string
+  GenerationResult result;
+  Clock::time_point arrived = Clock::now(), last;
+  bool first = true;
+};
+
+// The per-request fields of the log line, filled by the handler on its thread.
+struct LogFields {
+  Clock::time_point start;
+  int64_t prompt_tokens = -1, completion_tokens = -1;
+};
+thread_local LogFields t_log;
+
+// Equal strings in time independent of where they differ (the API key).
+bool same_secret(const std::string& given, const std::string& key) {
+  if (key.empty()) return false;
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
+  return diff == 0;
+}
+
+const char* status_text(int status) {
+  switch (status) {
+    case 400: return "bad request";
+    case 404: return "not found";
+    case 405: return "method not allowed";
+    case 413: return "the request body is over the server's limit (--max-body)";
+    case 414: return "the request URI is too long";
+    case 431: return "the request headers are too large";
+    default: return status >= 500 ? "internal server error" : "request refused";
+  }
+}
+
+json bytes_of(const std::string& s) {
+  json out = json::array();
+  for (const unsigned char c : s) out.push_back(c);
+  return out;
+}
+
+class Server {
+ public:
+  explicit Server(const ServeOptions& o) : o_(o) {
+    if (o_.api_key.empty())
+      if (const char* env = std::getenv("SPECDEC_API_KEY")) o_.api_key = env;
+  }
+
+  int run(const std::function<ServeModels()>& load) {
+    // Signals go to one thread (sigwait); every other thread is created with them blocked.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
+
+    routes();
+    const int port = o_.port == 0 ? http_.bind_to_any_port(o_.host) : (http_.bind_to_port(o_.host, o_.port) ? o_.port : -1);
+    if (port < 0) {
+      std::cerr << "specdec serve: error: cannot listen on " << o_.host << ":" << o_.port << "\n";
+      return 1;
+    }
+    std::thread listener([&] { http_.listen_after_bind(); });
+    std::cerr << "specdec serve: listening on http://" << o_.host << ":" << port << " (loading the model)\n";
+    std::thread waiter([&] {
+      int sig = 0;
+      sigwait(&signals, &sig);
+      if (!ready_) std::_Exit(0);  // nothing is running yet
+      std::lock_guard<std::mutex> lock(shutdown_mutex_);
+      shutdown_requested_ = true;
+      shutdown_.notify_all();
+    });
+    try {
+      models_ = load();
+      start_engine();
+    } catch (const std::exception& e) {
+      std::cerr << "specdec serve: error: " << e.what() << "\n";
+      http_.stop();
+      listener.join();
+      std::_Exit(1);  // the signal thread waits in sigwait
+    }
+    ready_ = true;
+    std::cerr << "specdec serve: ready: " << models_.model_id << (models_.draft ? " with a draft" : "")
+              << (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") << ", "
+              << o_.max_batch << " rows of " << o_.ctx << " positions\n";
+    {
+      std::unique_lock<std::mutex> lock(shutdown_mutex_);
+      shutdown_.wait(lock, [&] { return shutdown_requested_.load(); });
+    }
+    waiter.join();
+    drain();
+    http_.stop();
+    listener.join();
+    engine_->stop();
+    engine_thread_.join();
+    std::cerr << "specdec serve: stopped\n";
+    return 0;
+  }
+
+ private:
+  void start_engine() {
+    generator_ = std::make_unique<Generator>(models_.target, models_.draft);
+    RequestEngine::Options eo;
+    eo.max_rows = o_.max_batch;
+    eo.context = o_.ctx;
+    eo.max_queue = o_.max_queue;
+    engine_ = std::make_unique<RequestEngine>(*generator_, eo);
+    ctx_.tokenizer = models_.tokenizer.get();
+    ctx_.chat = models_.chat ? &*models_.chat : nullptr;
+    ctx_.model_id = models_.model_id;
+    ctx_.context = o_.ctx;
+    ctx_.defaults = models_.defaults;
+    ctx_.chat_eos = models_.chat_eos;
+    const int threads = models_.threads;
+    engine_thread_ = std::thread([this, threads] {
+      if (threads > 0) set_num_threads(threads);  // libtorch's thread count is per calling thread
+      engine_->run();
+    });
+    // One short request first, so that the first client does not pay for lazy initialisation.
+    Request warm;
+    warm.prompt = {0};
+    warm.config = models_.defaults;
+    warm.config.max_new_tokens = 2;
+    warm.config.do_sample = false;
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    warm.on_finished = [&](const GenerationResult&) {
+      std::lock_guard<std::mutex> lock(m);
+      done = true;
+      cv.notify_all();
+    };
+    engine_->submit(std::move(warm));
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return done; });
+  }
+
+  // Running requests finish up to the deadline, then the rest are cancelled.
+  void drain() {
+    draining_ = true;
+    std::cerr << "specdec serve: shutting down (running requests get " << o_.shutdown_timeout << " s)\n";
+    const auto deadline = Clock::now() + std::chrono::duration<double>(o_.shutdown_timeout);
+    while (Clock::now() < deadline) {
+      const RequestEngine::Load l = engine_->load();
+      if (l.waiting == 0 && l.running == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::lock_guard<std::mutex> lock(ids_mutex_);
+    for (const RequestEngine::Id id : ids_) engine_->cancel(id);
+  }
+
+  void send_json(httplib::Response& res, int status, const json& body) {
+    res.status = status;
+    res.set_content(body.dump(), "application/json");
+  }
+
+  void send_error(httplib::Response& res, const ApiError& e) {
+    if (e.status == 429) res.set_header("Retry-After", "1");
+    send_json(res, e.status, error_json(e.status, e.what(), e.param, e.code));
+  }
+
+  // Runs a handler, answering its errors in OpenAI's shape.
+  template <class F>
+  void guarded(httplib::Response& res, F&& f) {
+    try {
+      f();
+    } catch (const ApiError& e) {
+      metrics_.refused();
+      send_error(res, e);
+    } catch (const QueueFull& e) {
+      metrics_.refused();
+      send_error(res, ApiError(429, e.what(), "", "queue_full"));
+    } catch (const Error& e) {
+      metrics_.refused();
+      send_error(res, ApiError(400, e.what(), "", "invalid_value"));
+    } catch (const std::exception& e) {
+      metrics_.refused();
+      send_error(res, ApiError(500, e.what()));
+    }
+  }
+
+  void routes() {
+    http_.new_task_queue = [n = o_.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
+    http_.set_keep_alive_timeout(o_.idle_timeout);
+    http_.set_read_timeout(o_.idle_timeout);
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      t_log = {Clock::now(), -1, -1};
+      if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
+      if (req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
+      const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
+      if (api && !o_.api_key.empty()) {
+        const std::string auth = req.get_header_value("Authorization");
+        const std::string prefix = "Bearer ";
+        if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), o_.api_key)) {
+          send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
+                                   "invalid_api_key"));
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      if (req.path != "/health" && req.path != "/metrics" && req.path != "/" && (!ready_ || draining_)) {
+        send_error(res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string message = status_text(res.status);
+      if (res.status == 404) message = "no route " + req.method + " " + req.path;
+      res.set_content(error_json(res.status, message).dump(), "application/json");
+    });
+    http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
+    http_.Options(".*", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = 204;
+      if (!o_.cors.empty()) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+    });
+    http_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(kChatHtml, "text/html; charset=utf-8");
+    });
+    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (ready_) send_json(res, 200, {{"status", "ok"}});
+      else send_json(res, 503, {{"status", "loading"}});
+    });
+    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      const RequestEngine::Load l = ready_ ? engine_->load() : RequestEngine::Load{};
+      res.set_content(metrics_.render(l.waiting, l.running), "text/plain; version=0.0.4");
+    });
+    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      send_json(res, 200,
+                {{"object", "list"},
+                 {"data", json::array({{{"id", ctx_.model_id},
+                                        {"object", "model"},
+                                        {"created", started_},
+                                        {"owned_by", "specdec"},
+                                        {"max_model_len", o_.ctx}}})}});
+    });
+    http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] {
+        const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
+        send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", o_.ctx}});
+      });
+    });
+    http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] {
+        const json body = parse_body(req.body);
+        const auto it = body.find("tokens");
+        if (it == body.end() || !it->is_array())
+          throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+        std::vector<int64_t> ids;
+        for (const json& v : *it) {
+          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= ctx_.tokenizer->size())
+            throw ApiError(400, "'tokens' holds " + v.dump() + ", not a token id of this model", "tokens");
+          ids.push_back(v.get<int64_t>());
+        }
+        send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, true)}});
+      });
+    });
+    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] { generate(req, res, false); });
+    });
+    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] { generate(req, res, true); });
+    });
+  }
+
+  void log(const httplib::Request& req, const httplib::Response& res) {
+    const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
+    if (o_.log_format == "json") {
+      json line = {{"method", req.method}, {"path", req.path}, {"status", res.status},
+                   {"ms", std::round(ms * 10) / 10}};
+      if (t_log.prompt_tokens >= 0) {
+        line["prompt_tokens"] = t_log.prompt_tokens;
+        line["completion_tokens"] = t_log.completion_tokens;
+      }
+      std::cerr << line.dump() << "\n";
+    } else {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.1f ms", ms);
+      std::cerr << req.method << " " << req.path << " " << res.status << " " << buf;
+      if (t_log.prompt_tokens >= 0)
+        std::cerr << " prompt " << t_log.prompt_tokens << " completion " << t_log.completion_tokens;
+      std::cerr << "\n";
+    }
+  }
+
+  static std::string finish_reason(const Job& job) {
+    return job.stopped || job.result.stats.stop_reason == "eos" ? "stop" : "length";
+  }
+
+  json usage(const GenerationStats& s) const {
+    return {{"prompt_tokens", s.prompt_tokens},
+            {"completion_tokens", s.new_tokens},
+            {"total_tokens", s.prompt_tokens + s.new_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}}};
+  }
+  json speculative(const GenerationStats& s) const {
+    return {{"drafted_tokens", s.drafted_tokens},
+            {"accepted_tokens", s.accepted_tokens},
+            {"acceptance_rate", s.acceptance_rate()},
+            {"target_passes", s.target_passes},
+            {"tokens_per_target_pass", s.tokens_per_target_pass()}};
+  }
+
+  // Chat-style logprob entries as the legacy completions object.
+  static json legacy_logprobs(const std::vector<json>& entries, size_t offset) {
+    json out = {{"tokens", json::array()},
+                {"token_logprobs", json::array()},
+                {"top_logprobs", json::array()},
+                {"text_offset", json::array()}};
+    for (const json& e : entries) {
+      out["tokens"].push_back(e["token"]);
+      out["token_logprobs"].push_back(e["logprob"]);
+      json top = json::object();
+      for (const json& t : e["top_logprobs"]) top[t["token"].get<std::string>()] = t["logprob"];
+      out["top_logprobs"].push_back(top);
+      out["text_offset"].push_back(offset);
+      offset += e["token"].get<std::string>().size();
+    }
+    return out;
+  }
+
+  json choice(bool chat, const std::string& text, const std::vector<json>* logprobs, bool delta,
+              const json& finish, size_t offset) const {
+    json c = {{"index", 0}, {"finish_reason", finish}};
+    if (chat) c[delta ? "delta" : "message"] = delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}};
+    else c["text"] = text;
+    if (!logprobs) c["logprobs"] = nullptr;
+    else if (chat) c["logprobs"] = {{"content", *logprobs}};
+    else c["logprobs"] = legacy_logprobs(*logprobs, offset);
+    return c;
+  }
+
+  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const ParsedRequest p = parse_request(parse_body(req.body), chat, ctx_);
+    auto job = std::make_shared<Job>();
+    auto text = std::make_shared<TextStream>(*ctx_.tokenizer, p.stop);
+    Request r;
+    r.prompt = p.prompt;
+    r.config = p.config;
+    r.top_logprobs = p.top_logprobs;
+    const Tokenizer* tok = ctx_.tokenizer;
+    // On the engine's thread: decode, hold back stop strings, hand over, never wait.
+    r.on_tokens = [this, job, text, tok](const std::vector<int64_t>& ids, const std::vector<TokenLogprob>& lps) {
+      const std::string piece = text->push(ids);
+      std::vector<json> entries;
+      for (const TokenLogprob& t : lps) {
+        const std::string s = token_text(*tok, t.token);
+        json top = json::array();
+        for (const auto& [id, lp] : t.top) {
+          const std::string ts = token_text(*tok, id);
+          top.push_back({{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(ts)}});
+        }
+        entries.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+      }
+      const auto now = Clock::now();
+      {
+        std::lock_guard<std::mutex> lock(job->mutex);
+        if (job->first) metrics_.first_token(seconds_between(job->arrived, now));
+        else
+          for (size_t i = 0; i < ids.size(); ++i)
+            metrics_.inter_token(seconds_between(job->last, now) / static_cast<double>(ids.size()));
+        job->first = false;
+        job->last = now;
+        job->text += piece;
+        for (json& e : entries) job->logprobs.push_back(std::move(e));
+        job->stopped = text->stopped();
+      }
+      job->ready.notify_all();
+      if (text->stopped()) throw Cancelled();
+    };
+    r.on_finished = [this, job, text](const GenerationResult& g) {
+      const std::string tail = text->finish();
+      {
+        std::lock_guard<std::mutex> lock(job->mutex);
+        job->text += tail;
+        job->result = g;
+        job->finished = true;
+      }
+      job->ready.notify_all();
+      const std::string& why = g.stats.stop_reason;
+      metrics_.finished(why == "error" ? "error" : why == "cancelled" && !job->stopped ? "cancelled" : "ok", g.stats);
+    };
+    const RequestEngine::Id id = engine_->submit(std::move(r));
+    {
+      std::lock_guard<std::mutex> lock(ids_mutex_);
+      ids_.insert(id);
+    }
+    t_log.prompt_tokens = static_cast<int64_t>(p.prompt.size());
+    t_log.completion_tokens = 0;
+    const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
+    const auto created = static_cast<int64_t>(std::time(nullptr));
+    const json head = {{"id", rid},
+                       {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+                       {"created", created},
+                       {"model", ctx_.model_id}};
+    const auto forget = [this, id] {
+      std::lock_guard<std::mutex> lock(ids_mutex_);
+      ids_.erase(id);
+    };
+    if (!p.stream) {
+      std::unique_lock<std::mutex> lock(job->mutex);
+      job->ready.wait(lock, [&] { return job->finished; });
+      forget();
+      const GenerationStats& s = job->result.stats;
+      t_log.completion_tokens = s.new_tokens;
+      if (s.stop_reason == "error") throw ApiError(500, "generation failed: " + job->result.error);
+      json out = head;
+      out["choices"] = json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr, false,
+                                           finish_reason(*job), 0)});
+      out["usage"] = usage(s);
+      out["speculative"] = speculative(s);
+      send_json(res, 200, out);
+      return;
+    }
+    // Server-sent events: a chunk per group of verified tokens, the finish reason, the usage
+    // (stream_options.include_usage), then [DONE].
+    struct StreamState {
+      bool sent_role = false;
+      size_t offset = 0;
+    };
+    auto st = std::make_shared<StreamState>();
+    const bool logprobs = p.logprobs, include_usage = p.include_usage;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, job, st, head, chat, logprobs, include_usage, id](size_t, httplib::DataSink& sink) {
+          const auto event = [&](const json& j) {
+            const std::string line = "data: " + j.dump() + "\n\n";
+            return sink.write(line.data(), line.size());
+          };
+          if (chat && !st->sent_role) {
+            json c = head;
+            c["choices"] = json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+            st->sent_role = true;
+            if (!event(c)) return engine_->cancel(id), false;
+          }
+          std::string piece;
+          std::vector<json> entries;
+          bool finished = false;
+          {
+            std::unique_lock<std::mutex> lock(job->mutex);
+            job->ready.wait_for(lock, std::chrono::milliseconds(250), [&] {
+              return !job->text.empty() || !job->logprobs.empty() || job->finished;
+            });
+            piece.swap(job->text);
+            entries.swap(job->logprobs);
+            finished = job->finished;
+          }
+          if (!piece.empty() || !entries.empty()) {
+            json c = head;
+            c["choices"] = json::array({choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr, st->offset)});
+            st->offset += piece.size();
+            if (!event(c)) return engine_->cancel(id), false;
+          }
+          if (!finished) return true;
+          const GenerationStats& s = job->result.stats;
+          t_log.completion_tokens = s.new_tokens;
+          if (s.stop_reason == "error") {
+            event(error_json(500, "generation failed: " + job->result.error));
+          } else {
+            json c = head;
+            c["choices"] = json::array({choice(chat, "", nullptr, true, finish_reason(*job), st->offset)});
+            if (chat) c["choices"][0]["delta"] = json::object();
+            event(c);
+            if (include_usage) {
+              json u = head;
+              u["choices"] = json::array();
+              u["usage"] = usage(s);
+              u["speculative"] = speculative(s);
+              event(u);
+            }
+          }
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+          sink.done();
+          return true;
+        },
+        [this, id, forget](bool) {
+          engine_->cancel(id);  // a client that left: its row is freed at the next step
+          forget();
+        });
+  }
+
+  ServeOptions o_;
+  httplib::Server http_;
+  ServeModels models_;
+  Context ctx_;
+  std::unique_ptr<Generator> generator_;
+  std::unique_ptr<RequestEngine> engine_;
+  std::thread engine_thread_;
+  Metrics metrics_;
+  std::atomic<bool> ready_{false}, draining_{false}, shutdown_requested_{false};
+  std::mutex shutdown_mutex_;
+  std::condition_variable shutdown_;
+  std::mutex ids_mutex_;
+  std::set<RequestEngine::Id> ids_;  // requests not answered yet (cancelled at the deadline)
+  const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
+};
+
+}  // namespace
+
+int run_serve(const ServeOptions& o, const std::function<ServeModels()>& load) {
+  Server server(o);
+  return server.run(load);
+}
+
+}  // namespace specdec::serve

@@ -1,0 +1,45 @@
+// `specdec serve`: an OpenAI-compatible HTTP server (cpp-httplib) on a RequestEngine.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "specdec/specdec.hpp"
+
+namespace specdec::serve {
+
+struct ServeOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int64_t max_batch = 8;
+  int64_t ctx = 2048;
+  int64_t max_queue = 64;
+  std::string api_key;  // also SPECDEC_API_KEY
+  std::string cors;     // the origin allowed, "" = no CORS headers
+  std::string log_format = "text";
+  int64_t max_body = 1 << 20;
+  double shutdown_timeout = 30;
+  int64_t http_threads = 32;
+  int64_t idle_timeout = 5;
+};
+
+// What the server runs, loaded while it already answers /health with 503.
+struct ServeModels {
+  std::shared_ptr<const Model> target, draft;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat;
+  GenerationConfig defaults;  // the generation flags, EOS ids filled in
+  std::vector<int64_t> chat_eos;
+  std::string model_id;
+  int threads = 0;  // --threads (set again on the engine's thread)
+};
+
+void add_serve_options(CLI::App* app, ServeOptions& o);
+// Serves until SIGINT or SIGTERM; 0 after a clean shutdown, 1 when loading or binding failed.
+int run_serve(const ServeOptions& o, const std::function<ServeModels()>& load);
+
+}  // namespace specdec::serve
