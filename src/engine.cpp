@@ -81,7 +81,7 @@ int64_t prepare_row(Row& row, const EngineModels& m, const std::vector<int64_t>&
 
 Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
                int64_t width, int64_t max_length, const BatchTokenCallback& on_tokens,
-               const BatchOptions& options, PromptCache* prompt_cache)
+               const BatchOptions& options, PromptCache* prompt_cache, int64_t max_prefixes)
     : m_(std::move(models)),
       tc_(m_.target->config()),
       state_(state),
@@ -91,7 +91,8 @@ Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bo
       on_tokens_(on_tokens),
       options_(options),
       prompt_cache_(prompt_cache),
-      use_draft_(use_draft) {
+      use_draft_(use_draft),
+      max_prefixes_(static_cast<size_t>(std::max<int64_t>(0, max_prefixes))) {
   start();
 }
 
@@ -527,6 +528,7 @@ void Engine::finish_row(Row& row) {
 // Finished rows leave the batch: the last active row moves into each freed slot.
 void Engine::retire() {
   for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
+    if (max_prefixes_ > 0 && !slots_[*it]->error) remember(*it);
     const int64_t last = static_cast<int64_t>(slots_.size()) - 1;
     if (*it != last) {
       cache_.copy_row(last, *it);
@@ -560,8 +562,11 @@ void Engine::admit() {
     set_up(row, evidence);
     const auto slot = static_cast<int64_t>(slots_.size());  // prefill_into overwrites its cache row
     slots_.push_back(&row);
-    joined.push_back(slot);
-    joined_tokens.push_back(&row.tokens);
+    row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
+    if (row.result.stats.cached_prompt_tokens == 0) {
+      joined.push_back(slot);
+      joined_tokens.push_back(&row.tokens);
+    }
     if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
   }
   if (joined.empty()) return;
@@ -573,6 +578,42 @@ void Engine::admit() {
     slots_[slot]->prefill_seconds = s;
     slots_[slot]->result.stats.prefill_passes = passes;
   }
+}
+
+void Engine::remember(int64_t slot) {
+  const std::vector<int64_t>& tokens = slots_[slot]->tokens;
+  const int64_t n = std::min(cache_.length(slot), static_cast<int64_t>(tokens.size()));
+  if (n == 0) return;
+  // What this sequence holds in full supersedes the entries that are prefixes of it.
+  prefixes_.remove_if([&](const Prefix& p) {
+    return static_cast<int64_t>(p.tokens.size()) <= n &&
+           std::equal(p.tokens.begin(), p.tokens.end(), tokens.begin());
+  });
+  Prefix p{std::vector<int64_t>(tokens.begin(), tokens.begin() + n),
+           m_.target->make_cache(n, 1, cache_.keeps_hidden())};
+  cache_.crop(slot, n);  // (an EOS accepted from the draft can leave positions after it)
+  p.cache.copy_row(cache_, slot, 0);
+  prefixes_.push_front(std::move(p));
+  while (prefixes_.size() > max_prefixes_) prefixes_.pop_back();
+}
+
+int64_t Engine::reuse(int64_t slot) {
+  const std::vector<int64_t>& tokens = slots_[slot]->tokens;
+  auto best = prefixes_.end();
+  int64_t longest = 0;
+  for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
+    const int64_t common = std::min<int64_t>(
+        std::mismatch(it->tokens.begin(), it->tokens.end(), tokens.begin(), tokens.end()).first -
+            it->tokens.begin(),
+        static_cast<int64_t>(tokens.size()) - 1);  // the pass computes the last token
+    if (common > longest) longest = common, best = it;
+  }
+  if (best == prefixes_.end() || static_cast<int64_t>(tokens.size()) - 1 - longest > kPrefillChunk)
+    return 0;
+  cache_.copy_row(best->cache, 0, slot);
+  cache_.crop(slot, longest);
+  prefixes_.splice(prefixes_.begin(), prefixes_, best);
+  return longest;
 }
 
 BatchResult Engine::finish(std::vector<Row>& rows) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -112,7 +113,7 @@ class Engine {
  public:
   Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
          int64_t width, int64_t max_length, const BatchTokenCallback& on_tokens,
-         const BatchOptions& options, PromptCache* prompt_cache);
+         const BatchOptions& options, PromptCache* prompt_cache, int64_t max_prefixes = 0);
   // One iteration over the running rows, after admitting the waiting ones; false when no row is
   // running (nothing was done).
   bool step();
@@ -139,6 +140,12 @@ class Engine {
   // Row `slot`'s new tokens to its sink or the batch's callback (their log-probabilities first).
   void deliver(int64_t slot, const std::vector<int64_t>& fresh);
   bool uses_goodput(const Row& row) const;
+  // Prefix reuse (max_prefixes_ > 0): a finished row's sequence and target cache join the LRU; a
+  // joining row starts from the longest prefix of its sequence held there (its new tokens then go
+  // into its first verification pass, when there are at most kPrefillChunk). Returns the
+  // positions reused.
+  void remember(int64_t slot);
+  int64_t reuse(int64_t slot);
   // Tokens of the slot's sequence before its last that the target's cache does not hold.
   int64_t uncached(int64_t slot) const;
 
@@ -161,6 +168,12 @@ class Engine {
   const bool use_draft_;
   bool goodput_ = false, first_ = true;
   Row placeholder_;  // the drafter's row for a slot no request holds yet
+  struct Prefix {
+    std::vector<int64_t> tokens;  // the positions `cache` holds
+    KVCache cache;                // one row
+  };
+  std::list<Prefix> prefixes_;  // most recently used first
+  const size_t max_prefixes_;
   KVCache cache_;
   std::unique_ptr<DraftModelGenerator> drafter_;
   BatchStats bs_;

@@ -49,6 +49,11 @@ class RequestEngine {
     int64_t max_rows = 8;     // requests generated at once; the others wait in the queue
     int64_t context = 2048;   // positions per request (prompt + new tokens), the caches' capacity
     int64_t max_queue = 64;   // requests waiting at most (submit throws QueueFull past it)
+    // Finished requests whose sequences (prompt and answer) and target caches are kept, least
+    // recently used dropped first: a request that begins with one (the next turn of a chat, a
+    // shared system prompt) computes only the rest (GenerationStats::cached_prompt_tokens). Each
+    // holds its positions' keys and values. 0: off.
+    int64_t prefix_cache = 8;
   };
   using Id = uint64_t;
 

@@ -30,6 +30,7 @@ Models models() {
 struct Output {
   std::vector<int64_t> streamed, finished;
   std::string stop_reason;
+  int64_t cached = 0;  // prompt positions reused
   int64_t calls = 0;
   bool done = false;
 };
@@ -44,6 +45,7 @@ Request request(const std::vector<int64_t>& prompt, const GenerationConfig& c, O
   r.on_finished = [&out](const GenerationResult& g) {
     out.finished = g.tokens;
     out.stop_reason = g.stats.stop_reason;
+    out.cached = g.stats.cached_prompt_tokens;
     ++out.calls;
     out.done = true;
   };
@@ -232,6 +234,53 @@ TEST(RequestEngine, LogprobsAreTheTargetsOwn) {
       EXPECT_NEAR(got[j].top[k].second, std::get<0>(top)[k].item<double>(), 1e-5);
     }
     EXPECT_EQ(got[j].top[0].first, tokens[j]) << "greedy keeps the most likely token";
+  }
+}
+
+// A request that continues an earlier one (its prompt and answer, then more: a chat's next turn)
+// computes only what follows the cached prefix, and its tokens are those it gets alone; the LRU
+// keeps at most prefix_cache sequences.
+TEST(RequestEngine, ARequestContinuingAnEarlierOneReusesItsCache) {
+  const Models m = models();
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft ? "with a draft" : "target-only");
+    const Generator gen(m.target, draft ? m.draft : nullptr);
+    RequestEngine::Options o;
+    o.context = 96;
+    o.prefix_cache = 2;
+    RequestEngine engine(gen, o);
+    const GenerationConfig c = config_of(2, false);
+    Output first;
+    engine.submit(request(prompt_of(2), c, first));
+    while (engine.step()) {
+    }
+    std::vector<int64_t> next = prompt_of(2);
+    next.insert(next.end(), first.finished.begin(), first.finished.end());
+    // The cache holds every position but the answer's last token (no pass computed it yet).
+    const int64_t held = static_cast<int64_t>(next.size()) - 1;
+    next.insert(next.end(), {5, 9, 11});
+    Output second, unrelated;
+    engine.submit(request(next, c, second));
+    engine.submit(request(prompt_of(4), c, unrelated));  // beside it, from nothing cached
+    while (engine.step()) {
+    }
+    EXPECT_EQ(second.cached, held);
+    EXPECT_EQ(second.finished, gen.generate(next, c).tokens);
+    EXPECT_EQ(unrelated.cached, 0);
+    EXPECT_EQ(unrelated.finished, gen.generate(prompt_of(4), c).tokens);
+    // Two more sequences push the first conversation out of a 2-entry cache.
+    for (const int64_t i : {5, 6}) {
+      Output other;
+      engine.submit(request(prompt_of(i), c, other));
+      while (engine.step()) {
+      }
+    }
+    Output again;
+    engine.submit(request(next, c, again));
+    while (engine.step()) {
+    }
+    EXPECT_EQ(again.cached, 0);
+    EXPECT_EQ(again.finished, second.finished);
   }
 }
 

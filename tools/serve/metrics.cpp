@@ -44,6 +44,7 @@ Metrics::Metrics()
                      "Between consecutive tokens of a request (a group verified together shares its interval)",
                      {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2})) {
   for (const char* status : {"ok", "error", "cancelled"}) requests_.Add({{"status", status}});
+  accepted_per_pos_.Add({{"position", "0"}});  // the family is listed before the first draft
 }
 
 void Metrics::finished(const std::string& status, const GenerationStats& s) {

@@ -1,10 +1,11 @@
 #include "serve/server.hpp"
 
 #include <httplib.h>
-#include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -37,6 +38,11 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
       ->capture_default_str();
   app->add_option("--max-queue", o.max_queue, "Requests waiting for a row at most (then 429 with Retry-After)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--prefix-cache", o.prefix_cache,
+                  "Finished requests whose caches are kept (LRU): a request that begins with one "
+                  "(a chat's next turn, a shared system prompt) computes only the rest; 0: off")
+      ->check(CLI::Range(int64_t{0}, int64_t{4096}))
       ->capture_default_str();
   app->add_option("--api-key", o.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: $SPECDEC_API_KEY)");
@@ -86,6 +92,8 @@ struct LogFields {
 };
 thread_local LogFields t_log;
 
+int signal_pipe[2] = {-1, -1};  // SIGINT/SIGTERM -> the thread that shuts the server down
+
 // Equal strings in time independent of where they differ (the API key).
 bool same_secret(const std::string& given, const std::string& key) {
   if (key.empty()) return false;
@@ -121,12 +129,17 @@ class Server {
   }
 
   int run(const std::function<ServeModels()>& load) {
-    // Signals go to one thread (sigwait); every other thread is created with them blocked.
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    // SIGINT/SIGTERM write a byte to a pipe that one thread waits on (a handler, not a signal mask:
+    // threads that libraries start before main, OpenBLAS's among them, would not block them).
+    if (::pipe(signal_pipe) != 0) throw Error("serve: cannot create the signal pipe");
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {
+      const char byte = 1;
+      [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
+    };
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
     ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
 
     routes();
@@ -138,8 +151,9 @@ class Server {
     std::thread listener([&] { http_.listen_after_bind(); });
     std::cerr << "specdec serve: listening on http://" << o_.host << ":" << port << " (loading the model)\n";
     std::thread waiter([&] {
-      int sig = 0;
-      sigwait(&signals, &sig);
+      char byte = 0;
+      while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+      }
       if (!ready_) std::_Exit(0);  // nothing is running yet
       std::lock_guard<std::mutex> lock(shutdown_mutex_);
       shutdown_requested_ = true;
@@ -179,6 +193,7 @@ class Server {
     eo.max_rows = o_.max_batch;
     eo.context = o_.ctx;
     eo.max_queue = o_.max_queue;
+    eo.prefix_cache = o_.prefix_cache;
     engine_ = std::make_unique<RequestEngine>(*generator_, eo);
     ctx_.tokenizer = models_.tokenizer.get();
     ctx_.chat = models_.chat ? &*models_.chat : nullptr;
@@ -226,7 +241,7 @@ class Server {
 
   void send_json(httplib::Response& res, int status, const json& body) {
     res.status = status;
-    res.set_content(body.dump(), "application/json");
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
   }
 
   void send_error(httplib::Response& res, const ApiError& e) {
@@ -236,22 +251,44 @@ class Server {
 
   // Runs a handler, answering its errors in OpenAI's shape.
   template <class F>
-  void guarded(httplib::Response& res, F&& f) {
+  void guarded(httplib::Response& res, bool generation, F&& f) {
     try {
-      f();
+      try {
+        f();
+      } catch (const QueueFull& e) {
+        throw ApiError(429, e.what(), "", "queue_full");
+      } catch (const ApiError&) {
+        throw;
+      } catch (const Error& e) {
+        throw ApiError(400, e.what(), "", "invalid_value");
+      } catch (const std::exception& e) {
+        throw ApiError(500, e.what());
+      }
     } catch (const ApiError& e) {
-      metrics_.refused();
+      if (generation) metrics_.refused();
       send_error(res, e);
-    } catch (const QueueFull& e) {
-      metrics_.refused();
-      send_error(res, ApiError(429, e.what(), "", "queue_full"));
-    } catch (const Error& e) {
-      metrics_.refused();
-      send_error(res, ApiError(400, e.what(), "", "invalid_value"));
-    } catch (const std::exception& e) {
-      metrics_.refused();
-      send_error(res, ApiError(500, e.what()));
     }
+  }
+
+  // An API route: the key checked (after the body is read, so that a refused request leaves no
+  // bytes on a kept-alive connection), refused while loading or shutting down, errors answered
+  // in OpenAI's shape (counted as refused requests for the generation routes).
+  template <class F>
+  void api_route(bool post, const char* path, bool generation, F f) {
+    const auto handler = [this, generation, f](const httplib::Request& req, httplib::Response& res) {
+      if (!o_.api_key.empty()) {
+        const std::string auth = req.get_header_value("Authorization");
+        const std::string prefix = "Bearer ";
+        if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), o_.api_key))
+          return send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
+                                          "invalid_api_key"));
+      }
+      if (!ready_ || draining_)
+        return send_error(res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
+      guarded(res, generation, [&] { f(req, res); });
+    };
+    if (post) http_.Post(path, handler);
+    else http_.Get(path, handler);
   }
 
   void routes() {
@@ -259,31 +296,16 @@ class Server {
     http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
     http_.set_keep_alive_timeout(o_.idle_timeout);
     http_.set_read_timeout(o_.idle_timeout);
-    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    http_.set_pre_routing_handler([this](const httplib::Request&, httplib::Response& res) {
       t_log = {Clock::now(), -1, -1};
       if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
-      if (req.method == "OPTIONS") return httplib::Server::HandlerResponse::Unhandled;
-      const bool api = req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
-      if (api && !o_.api_key.empty()) {
-        const std::string auth = req.get_header_value("Authorization");
-        const std::string prefix = "Bearer ";
-        if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), o_.api_key)) {
-          send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
-                                   "invalid_api_key"));
-          return httplib::Server::HandlerResponse::Handled;
-        }
-      }
-      if (req.path != "/health" && req.path != "/metrics" && req.path != "/" && (!ready_ || draining_)) {
-        send_error(res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       std::string message = status_text(res.status);
       if (res.status == 404) message = "no route " + req.method + " " + req.path;
-      res.set_content(error_json(res.status, message).dump(), "application/json");
+      res.set_content(error_json(res.status, message).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     });
     http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
     http_.Options(".*", [this](const httplib::Request&, httplib::Response& res) {
@@ -305,7 +327,7 @@ class Server {
       const RequestEngine::Load l = ready_ ? engine_->load() : RequestEngine::Load{};
       res.set_content(metrics_.render(l.waiting, l.running), "text/plain; version=0.0.4");
     });
-    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    api_route(false, "/v1/models", false, [this](const httplib::Request&, httplib::Response& res) {
       send_json(res, 200,
                 {{"object", "list"},
                  {"data", json::array({{{"id", ctx_.model_id},
@@ -314,14 +336,12 @@ class Server {
                                         {"owned_by", "specdec"},
                                         {"max_model_len", o_.ctx}}})}});
     });
-    http_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] {
-        const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
-        send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", o_.ctx}});
-      });
+    api_route(true, "/tokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
+      const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
+      send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", o_.ctx}});
     });
-    http_.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] {
+    api_route(true, "/detokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
+      {
         const json body = parse_body(req.body);
         const auto it = body.find("tokens");
         if (it == body.end() || !it->is_array())
@@ -333,14 +353,12 @@ class Server {
           ids.push_back(v.get<int64_t>());
         }
         send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, true)}});
-      });
+      }
     });
-    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] { generate(req, res, false); });
-    });
-    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] { generate(req, res, true); });
-    });
+    api_route(true, "/v1/completions", true,
+              [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
+    api_route(true, "/v1/chat/completions", true,
+              [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
   }
 
   void log(const httplib::Request& req, const httplib::Response& res) {
@@ -352,7 +370,7 @@ class Server {
         line["prompt_tokens"] = t_log.prompt_tokens;
         line["completion_tokens"] = t_log.completion_tokens;
       }
-      std::cerr << line.dump() << "\n";
+      std::cerr << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     } else {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.1f ms", ms);
@@ -505,7 +523,7 @@ class Server {
         "text/event-stream",
         [this, job, st, head, chat, logprobs, include_usage, id](size_t, httplib::DataSink& sink) {
           const auto event = [&](const json& j) {
-            const std::string line = "data: " + j.dump() + "\n\n";
+            const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
             return sink.write(line.data(), line.size());
           };
           if (chat && !st->sent_role) {
