@@ -30,10 +30,13 @@ void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepte
   } else if (kind_ == "dynamic" && adaptive_) {
     // Keep the accepted tokens and the first rejected one; later drafts were never judged.
     for (int64_t i = 0; i < drafted && i <= accepted; ++i) {
-      hist_probs_.push_back(probs[i]);
-      hist_accepted_.push_back(i < accepted);
+      const std::pair<double, bool> entry{probs[i], i < accepted};
+      history_.insert(std::upper_bound(history_.begin(), history_.end(), entry,
+                                       [](const auto& a, const auto& b) { return a.first > b.first; }),
+                      entry);
+      history_accepted_ += entry.second;
     }
-    threshold_ = fit_threshold(hist_probs_, hist_accepted_, threshold_);
+    threshold_ = fit_sorted(history_, static_cast<size_t>(history_accepted_), threshold_);
   }
 }
 
@@ -145,25 +148,31 @@ double PassCost::ceiling(int64_t rows) const {
 
 double LookaheadSchedule::fit_threshold(const std::vector<double>& probs,
                                         const std::vector<bool>& accepted, double current) {
-  const size_t n = probs.size();
-  const auto pos = static_cast<size_t>(std::count(accepted.begin(), accepted.end(), true));
+  std::vector<std::pair<double, bool>> sorted;
+  for (size_t i = 0; i < probs.size(); ++i) sorted.emplace_back(probs[i], accepted[i]);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  return fit_sorted(sorted, static_cast<size_t>(std::count(accepted.begin(), accepted.end(), true)),
+                    current);
+}
+
+double LookaheadSchedule::fit_sorted(const std::vector<std::pair<double, bool>>& sorted, size_t pos,
+                                     double current) {
+  const size_t n = sorted.size();
   const size_t neg = n - pos;
   if (n <= 5 || pos == 0 || neg == 0) return current;
   // ROC over distinct scores, highest first (as sklearn's roc_curve): predicting "accepted" for
   // p >= t. The first point (t = +inf) predicts nothing. Ties in cost keep the higher threshold.
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return probs[a] > probs[b]; });
   double best_cost = 3.0;  // fpr 0 + 3 * fnr 1 at t = +inf
   double best_t = std::numeric_limits<double>::infinity();
   size_t tp = 0, fp = 0;
   for (size_t i = 0; i < n; ++i) {
-    (accepted[order[i]] ? tp : fp) += 1;
-    if (i + 1 < n && probs[order[i + 1]] == probs[order[i]]) continue;  // same threshold
+    (sorted[i].second ? tp : fp) += 1;
+    if (i + 1 < n && sorted[i + 1].first == sorted[i].first) continue;  // same threshold
     const double cost = static_cast<double>(fp) / neg + 3.0 * (1.0 - static_cast<double>(tp) / pos);
     if (cost < best_cost) {
       best_cost = cost;
-      best_t = probs[order[i]];
+      best_t = sorted[i].first;
     }
   }
   return best_t;

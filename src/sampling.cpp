@@ -22,19 +22,22 @@ class RepetitionPenalty final : public LogitsProcessor {
     const int64_t rows = scores.size(0), vocab = scores.size(1);
     const int64_t base = static_cast<int64_t>(history.size()) - (rows - 1);
     SPECDEC_CHECK(base >= 0, "repetition penalty: history shorter than the rows");
-    // seen[r, v]: token v occurs in row r's history (a growing prefix, so build it cumulatively).
-    at::Tensor seen = at::zeros({rows, vocab}, at::kBool);  // [R, V] on CPU
-    auto acc = seen.accessor<bool, 2>();
-    for (int64_t i = 0; i < base; ++i)
-      if (history[i] >= 0 && history[i] < vocab) acc[0][history[i]] = true;
-    for (int64_t r = 1; r < rows; ++r) {
-      for (int64_t v = 0; v < vocab; ++v) acc[r][v] = acc[r - 1][v];
-      const int64_t tok = history[base + r - 1];
-      if (tok >= 0 && tok < vocab) acc[r][tok] = true;
+    // Only the tokens seen are touched: row 0's distinct history, then each row adds one token.
+    std::vector<int64_t> seen;
+    std::vector<bool> in(static_cast<size_t>(vocab), false);
+    const auto add = [&](int64_t tok) {
+      if (tok >= 0 && tok < vocab && !in[tok]) in[tok] = true, seen.push_back(tok);
+    };
+    for (int64_t i = 0; i < base; ++i) add(history[i]);
+    at::Tensor out = scores.clone();  // [R, V]
+    for (int64_t r = 0; r < rows; ++r) {
+      if (r > 0) add(history[base + r - 1]);
+      if (seen.empty()) continue;
+      const at::Tensor idx = detail::to_device(at::tensor(seen, at::kLong), scores.device());  // [S]
+      const at::Tensor v = out[r].index_select(0, idx);                                       // [S]
+      out[r].index_copy_(0, idx, at::where(v < 0, v * penalty_, v / penalty_));
     }
-    seen = detail::to_device(seen, scores.device());
-    const at::Tensor penalised = at::where(scores < 0, scores * penalty_, scores / penalty_);
-    return at::where(seen, penalised, scores);
+    return out;
   }
 
  private:

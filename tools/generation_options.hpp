@@ -39,6 +39,12 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
   app->add_option("--min-p", gen.min_p, "Drop tokens below min_p * max probability (0 = off)")
       ->capture_default_str();
   app->add_option("--repetition-penalty", gen.repetition_penalty, "1 = off")->capture_default_str();
+  app->add_option("--frequency-penalty", gen.frequency_penalty,
+                  "OpenAI's: lower a token's logit by this times its count in the answer so far, in [-2, 2]")
+      ->capture_default_str();
+  app->add_option("--presence-penalty", gen.presence_penalty,
+                  "OpenAI's: lower the logit of a token the answer already holds by this, in [-2, 2]")
+      ->capture_default_str();
   app->add_option("--seed", gen.seed, "Seed of the request's random generator")->capture_default_str();
 }
 

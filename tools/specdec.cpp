@@ -73,7 +73,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                       "Many requests: a JSON Lines file (- for stdin), one {\"prompt\": TEXT} or {\"prompt_ids\": [...]} "
                       "per line (with --chat, one user turn, after --system or the line's own \"system\"), "
                       "with optional per-request knobs (max_new_tokens, do_sample, temperature, top_k, top_p, "
-                      "min_p, repetition_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
+                      "min_p, repetition_penalty, frequency_penalty, presence_penalty, seed, num_assistant_tokens, num_assistant_tokens_schedule, "
                       "assistant_confidence_threshold, prompt_lookup_num_tokens, max_matching_ngram_size, id); "
                       "writes one JSON line per request, in order")
           ->excludes(text)
@@ -359,6 +359,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
         else if (key == "top_p") number(c.top_p);
         else if (key == "min_p") number(c.min_p);
         else if (key == "repetition_penalty") number(c.repetition_penalty);
+        else if (key == "frequency_penalty") number(c.frequency_penalty);
+        else if (key == "presence_penalty") number(c.presence_penalty);
         else if (key == "do_sample") {
           if (!value.is_boolean()) throw Error("\"do_sample\" must be true or false");
           c.do_sample = value.get<bool>();
@@ -725,9 +727,9 @@ int run_make_draft(const MakeDraftOptions& o) {
 
 }  // namespace
 
-int run_serve(RunOptions& o, const serve::ServeOptions& so) {
+int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given) {
   o.serve = true;
-  return serve::run_serve(so, [&o] {
+  return serve::run_serve(so, [&o, max_tokens_given] {
     Loaded l = load(o, false);
     serve::ServeModels m;
     m.target = l.target;
@@ -739,6 +741,7 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so) {
       if (eot.size() == 1 && !l.target->config().is_eos(eot[0])) m.chat_eos.push_back(eot[0]);
     }
     m.defaults = o.gen;
+    if (max_tokens_given) m.max_tokens = o.gen.max_new_tokens;
     std::string name = o.model;
     while (name.size() > 1 && name.back() == '/') name.pop_back();
     m.model_id = name.substr(name.find_last_of('/') + 1);
@@ -769,6 +772,12 @@ int main(int argc, char** argv) {
       "serve", "An OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, /metrics, a chat page at /)");
   add_run_options(srv, serve_opts, Mode::kServe);
   serve::add_serve_options(srv, serve_server);
+  // A request's own fields take the place of these (a request without a seed draws a random one).
+  for (const char* flag : {"--do-sample", "--seed"}) srv->remove_option(srv->get_option(flag));
+  srv->get_option("--max-new-tokens")
+      ->description("max_tokens of a request that sets none (unset: 16 for a completion, the rest of --ctx for a chat)")
+      ->default_str("");
+  srv->get_option("--temperature")->description("temperature of a request that sets none (0 = greedy)");
 
   TokenizeOptions tk, dtk;
   auto* tokc = app.add_subcommand("tokenize", "Text to token ids (the text from --text or stdin)");
@@ -903,7 +912,7 @@ int main(int argc, char** argv) {
     if (*gen) return run_generate(gen_opts);
     if (*cmp) return run_compare(cmp_opts);
     if (*chat) return run_chat(chat_opts);
-    if (*srv) return run_serve(serve_opts, serve_server);
+    if (*srv) return run_serve(serve_opts, serve_server, srv->get_option("--max-new-tokens")->count() > 0);
     if (*tokc) return run_tokenize(tk);
     if (*mtok) {
       if (mt_vocab < 8) throw Error("--vocab-size must be >= 8");

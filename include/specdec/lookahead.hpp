@@ -112,8 +112,13 @@ class LookaheadSchedule {
   double accepted_ = 0, rejected_ = 0;  // goodput: decayed counts
   double threshold_;
   bool adaptive_;
-  std::vector<double> hist_probs_;    // dynamic+adaptive: one per drafted token up to first reject
-  std::vector<bool> hist_accepted_;
+  // dynamic+adaptive: (draft probability, accepted) per drafted token up to the first rejection,
+  // kept sorted by probability, highest first (each update inserts; nothing is re-sorted).
+  std::vector<std::pair<double, bool>> history_;
+  int64_t history_accepted_ = 0;
+  // fit_threshold over history sorted highest first, `pos` of them accepted.
+  static double fit_sorted(const std::vector<std::pair<double, bool>>& sorted, size_t pos,
+                           double current);
 };
 
 // The measured cost (seconds) of a model pass as a function of the rows (tokens) in it: for each

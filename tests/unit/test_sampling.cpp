@@ -63,6 +63,25 @@ TEST(Processors, RepetitionPenaltyUsesEachRowsOwnPrefix) {
             (std::vector<float>{4, 4, 4, 2, 4, 4, 2, 2}));
 }
 
+// OpenAI's frequency and presence penalties count the generated tokens only (history from
+// prompt_length), each row its own prefix: logit - 0.5 x count - 0.25 x (count > 0).
+TEST(Processors, OccurrencePenaltyCountsGeneratedTokensOnly) {
+  // Prompt [1, 1] (not counted), generated [2, 2, 0]; row 0 sees [2, 2], row 1 also the 0.
+  const at::Tensor two = at::zeros({2, 4});
+  EXPECT_EQ(vec(make_occurrence_penalty(0.5, 0.25, 2)->apply(two, {1, 1, 2, 2, 0})),
+            (std::vector<float>{0, 0, -1.25, 0, -0.75, 0, -1.25, 0}));
+  // Negative penalties reward repetition; a prompt longer than the history counts nothing.
+  EXPECT_EQ(vec(make_occurrence_penalty(-1, 0, 0)->apply(row({1, 1, 1}), {2, 2})),
+            (std::vector<float>{1, 1, 3}));
+  EXPECT_EQ(vec(make_occurrence_penalty(1, 1, 9)->apply(row({1, 1, 1}), {2, 2})),
+            (std::vector<float>{1, 1, 1}));
+  GenerationConfig c;
+  c.presence_penalty = 0.5;
+  EXPECT_TRUE(LogitsProcessorChain(c).reads_history());  // greedy too
+  c.presence_penalty = 2.5;
+  EXPECT_THROW(c.validate(), Error);
+}
+
 TEST(Processors, ChainFollowsConfigAndHuggingFaceOrder) {
   GenerationConfig c;
   EXPECT_TRUE(LogitsProcessorChain(c).empty());  // greedy, no penalty

@@ -202,19 +202,13 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     if (const auto m = number(body, "max_completion_tokens", 1, 1e9, true)) max_tokens = m;
   // OpenAI's default is 16 tokens for a completion; a chat answer may fill the context.
   const auto fits = static_cast<int64_t>(std::max(1.0, room));
-  c.max_new_tokens = max_tokens ? static_cast<int64_t>(*max_tokens)
-                     : chat     ? fits
-                                : std::min<int64_t>(16, fits);
-  const bool sampled_by_default = c.do_sample;
-  if (const auto t = number(body, "temperature", 0, 2)) {
-    c.temperature = *t;
-    c.do_sample = *t > 0;
-  } else if (!sampled_by_default) {
-    // OpenAI samples at temperature 1 unless told otherwise; the server's --temperature (with
-    // --do-sample) sets its own default.
-    c.do_sample = true;
-    c.temperature = 1.0;
-  }
+  c.max_new_tokens = max_tokens      ? static_cast<int64_t>(*max_tokens)
+                     : ctx.max_tokens ? std::min(*ctx.max_tokens, fits)
+                     : chat           ? fits
+                                      : std::min<int64_t>(16, fits);
+  // A request without a temperature gets the server's --temperature (1 by default, as OpenAI's).
+  if (const auto t = number(body, "temperature", 0, 2)) c.temperature = *t;
+  c.do_sample = c.temperature > 0;
   if (const auto v = number(body, "top_p", 0, 1)) {
     if (*v <= 0) bad("top_p", "'top_p' must be in (0, 1]");
     c.top_p = *v;

@@ -31,6 +31,9 @@ struct Context {
   int64_t context = 0;              // positions per request
   GenerationConfig defaults;        // the server's flags (EOS ids filled in)
   std::vector<int64_t> chat_eos;    // a chat answer ends at these too (the template's end of turn)
+  // --max-new-tokens when given: the max_tokens of a request that sets none (else OpenAI's
+  // defaults: 16 for a completion, the rest of the context for a chat answer).
+  std::optional<int64_t> max_tokens;
 };
 
 // One OpenAI request, read and checked (ApiError 400/404 naming the field otherwise).

@@ -201,6 +201,7 @@ class Server {
     ctx_.context = o_.ctx;
     ctx_.defaults = models_.defaults;
     ctx_.chat_eos = models_.chat_eos;
+    ctx_.max_tokens = models_.max_tokens;
     const int threads = models_.threads;
     engine_thread_ = std::thread([this, threads] {
       if (threads > 0) set_num_threads(threads);  // libtorch's thread count is per calling thread

@@ -35,6 +35,7 @@ struct ServeModels {
   std::optional<ChatTemplate> chat;
   GenerationConfig defaults;  // the generation flags, EOS ids filled in
   std::vector<int64_t> chat_eos;
+  std::optional<int64_t> max_tokens;  // --max-new-tokens when given
   std::string model_id;
   int threads = 0;  // --threads (set again on the engine's thread)
 };
