@@ -2,9 +2,14 @@
 // request's output equals Generator::generate of that request alone (greedy: token for token;
 // sampled: the same seed's tokens), for target-only, a draft model and prompt lookup, whatever
 // else runs beside it; cancellation, queue limits and bad requests.
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "specdec/request_engine.hpp"
 #include "test_util.hpp"
@@ -316,6 +321,59 @@ TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   RequestEngine::Options zero;
   zero.max_rows = 0;
   EXPECT_THROW(RequestEngine(gen, zero), Error);
+}
+
+// The engine thread runs while four client threads submit, and cancel every third request: every
+// request finishes exactly once, the uncancelled ones with the tokens they get alone.
+TEST(RequestEngineThreads, ClientsSubmitAndCancelWhileTheEngineRuns) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  const int64_t kinds = 6;
+  std::vector<std::vector<int64_t>> expected;
+  for (int64_t i = 0; i < kinds; ++i) expected.push_back(gen.generate(prompt_of(i), config_of(i, false)).tokens);
+  RequestEngine::Options o;
+  o.max_rows = 3;
+  o.context = 64;
+  o.max_queue = 1000;
+  RequestEngine engine(gen, o);
+  std::thread runner([&] { engine.run(); });
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Output>> outputs(4 * 12);
+  std::vector<std::thread> clients;
+  for (int64_t c = 0; c < 4; ++c)
+    clients.emplace_back([&, c] {
+      for (int64_t j = 0; j < 12; ++j) {
+        const int64_t n = c * 12 + j;
+        auto out = std::make_unique<Output>();
+        Request r = request(prompt_of(n % kinds), config_of(n % kinds, false), *out);
+        std::condition_variable done;
+        bool finished = false;
+        r.on_finished = [&, inner = r.on_finished](const GenerationResult& g) {
+          inner(g);
+          std::lock_guard<std::mutex> lock(mutex);
+          finished = true;
+          done.notify_all();
+        };
+        const RequestEngine::Id id = engine.submit(std::move(r));
+        if (n % 3 == 0) engine.cancel(id);
+        std::unique_lock<std::mutex> lock(mutex);
+        done.wait(lock, [&] { return finished; });
+        outputs[n] = std::move(out);
+      }
+    });
+  for (std::thread& t : clients) t.join();
+  engine.stop();
+  runner.join();
+  for (int64_t n = 0; n < static_cast<int64_t>(outputs.size()); ++n) {
+    const Output& out = *outputs[n];
+    EXPECT_EQ(out.calls, 1) << "request " << n;
+    if (out.stop_reason == "cancelled") {
+      EXPECT_EQ(n % 3, 0) << "request " << n;
+      continue;
+    }
+    EXPECT_EQ(out.finished, expected[n % kinds]) << "request " << n;
+  }
+  EXPECT_EQ(engine.load().running, 0);
 }
 
 }  // namespace
