@@ -81,7 +81,8 @@ int64_t prepare_row(Row& row, const EngineModels& m, const std::vector<int64_t>&
 
 Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
                int64_t width, int64_t max_length, const BatchTokenCallback& on_tokens,
-               const BatchOptions& options, PromptCache* prompt_cache, int64_t max_prefixes)
+               const BatchOptions& options, PromptCache* prompt_cache, int64_t max_prefixes,
+               int64_t prefill_chunk)
     : m_(std::move(models)),
       tc_(m_.target->config()),
       state_(state),
@@ -92,7 +93,8 @@ Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bo
       options_(options),
       prompt_cache_(prompt_cache),
       use_draft_(use_draft),
-      max_prefixes_(static_cast<size_t>(std::max<int64_t>(0, max_prefixes))) {
+      max_prefixes_(static_cast<size_t>(std::max<int64_t>(0, max_prefixes))),
+      prefill_chunk_(std::max<int64_t>(1, prefill_chunk)) {
   start();
 }
 
@@ -235,7 +237,8 @@ int64_t Engine::uncached(int64_t slot) const {
 
 bool Engine::step() {
   admit();
-  if (slots_.empty()) return false;
+  const bool prefilled = advance_joining();
+  if (slots_.empty()) return prefilled;
   // goodput plans the first iteration too once the Generator has measured its costs: a request
   // after one whose draft the target rejected starts without speculation (and without the
   // draft's prefill).
@@ -542,7 +545,8 @@ void Engine::retire() {
 // Continuous batching: the next prompts take the freed slots, at the end, each prefilled on its
 // own (the draft's too when it drafts now); their last prompt token goes into the next pass.
 void Engine::admit() {
-  if (static_cast<int64_t>(slots_.size()) >= width_) return;
+  const auto taken = [&] { return static_cast<int64_t>(slots_.size() + joining_.size()); };
+  if (taken() >= width_) return;
   const auto t1 = Clock::now();
   std::vector<int64_t> joined;
   std::vector<const std::vector<int64_t>*> joined_tokens;
@@ -555,11 +559,18 @@ void Engine::admit() {
       if (uses_goodput(*row)) running.push_back(row->schedule.get());
     if (!running.empty()) evidence = LookaheadSchedule::carry_evidence(running);
   }
-  while (static_cast<int64_t>(slots_.size()) < width_) {
+  while (taken() < width_) {
     Row* next = source_.next();
     if (!next) break;
     Row& row = *next;
     set_up(row, evidence);
+    // A prompt longer than a chunk, while other rows decode, goes in a chunk per step beside them.
+    if (!slots_.empty() && !tc_.is_encoder_decoder &&
+        static_cast<int64_t>(row.tokens.size()) - 1 > prefill_chunk_ &&
+        !(max_prefixes_ > 0 && reuse_length(row.tokens) > 0)) {
+      joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
+      continue;
+    }
     const auto slot = static_cast<int64_t>(slots_.size());  // prefill_into overwrites its cache row
     slots_.push_back(&row);
     row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
@@ -597,10 +608,10 @@ void Engine::remember(int64_t slot) {
   while (prefixes_.size() > max_prefixes_) prefixes_.pop_back();
 }
 
-int64_t Engine::reuse(int64_t slot) {
-  const std::vector<int64_t>& tokens = slots_[slot]->tokens;
+std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int64_t>& tokens,
+                                                            int64_t& longest) {
   auto best = prefixes_.end();
-  int64_t longest = 0;
+  longest = 0;
   for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
     const int64_t common = std::min<int64_t>(
         std::mismatch(it->tokens.begin(), it->tokens.end(), tokens.begin(), tokens.end()).first -
@@ -608,8 +619,52 @@ int64_t Engine::reuse(int64_t slot) {
         static_cast<int64_t>(tokens.size()) - 1);  // the pass computes the last token
     if (common > longest) longest = common, best = it;
   }
-  if (best == prefixes_.end() || static_cast<int64_t>(tokens.size()) - 1 - longest > kPrefillChunk)
-    return 0;
+  // The rest goes into the row's first verification pass: at most a chunk.
+  if (static_cast<int64_t>(tokens.size()) - 1 - longest > kPrefillChunk) best = prefixes_.end();
+  if (best == prefixes_.end()) longest = 0;
+  return best;
+}
+
+int64_t Engine::reuse_length(const std::vector<int64_t>& tokens) {
+  int64_t longest = 0;
+  longest_prefix(tokens, longest);
+  return longest;
+}
+
+bool Engine::advance_joining() {
+  if (joining_.empty()) return false;
+  const auto t0 = Clock::now();
+  for (Joining& j : joining_) {
+    const std::vector<int64_t>& tokens = j.row->tokens;
+    const int64_t upto = std::min(static_cast<int64_t>(tokens.size()) - 1,
+                                  j.cache.length(0) + prefill_chunk_);
+    // prefill_rows puts in all but the last token of what it is given.
+    const std::vector<int64_t> part(tokens.begin(), tokens.begin() + upto + 1);
+    j.row->result.stats.prefill_passes += prefill_rows(*m_.target, j.cache, {&part});
+  }
+  const double s = seconds_since(t0);
+  bs_.prefill_seconds += s;
+  for (auto it = joining_.begin(); it != joining_.end();) {
+    Row& row = *it->row;
+    row.prefill_seconds += s / static_cast<double>(joining_.size());
+    if (it->cache.length(0) < static_cast<int64_t>(row.tokens.size()) - 1) {
+      ++it;
+      continue;
+    }
+    const auto slot = static_cast<int64_t>(slots_.size());
+    slots_.push_back(&row);
+    cache_.copy_row(it->cache, 0, slot);
+    if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
+    it = joining_.erase(it);
+  }
+  return true;
+}
+
+int64_t Engine::reuse(int64_t slot) {
+  const std::vector<int64_t>& tokens = slots_[slot]->tokens;
+  int64_t longest = 0;
+  const auto best = longest_prefix(tokens, longest);
+  if (best == prefixes_.end()) return 0;
   cache_.copy_row(best->cache, 0, slot);
   cache_.crop(slot, longest);
   prefixes_.splice(prefixes_.begin(), prefixes_, best);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "goodput.hpp"
+#include "prefill.hpp"
 #include "specdec/candidates.hpp"
 #include "specdec/generator.hpp"
 #include "specdec/request_engine.hpp"
@@ -113,7 +114,8 @@ class Engine {
  public:
   Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
          int64_t width, int64_t max_length, const BatchTokenCallback& on_tokens,
-         const BatchOptions& options, PromptCache* prompt_cache, int64_t max_prefixes = 0);
+         const BatchOptions& options, PromptCache* prompt_cache, int64_t max_prefixes = 0,
+         int64_t prefill_chunk = kPrefillChunk);
   // One iteration over the running rows, after admitting the waiting ones; false when no row is
   // running (nothing was done).
   bool step();
@@ -134,6 +136,9 @@ class Engine {
   void commit();
   void retire();
   void admit();
+  // One chunk of each joining row's prompt, each in its own 1-row cache; a row whose prompt is in
+  // (all but its last token) takes a slot. True when there was such a row.
+  bool advance_joining();
   // The row's stats when it leaves the batch, its on_finished, and what the Generator carries
   // from it to the next request.
   void finish_row(Row& row);
@@ -146,6 +151,7 @@ class Engine {
   // positions reused.
   void remember(int64_t slot);
   int64_t reuse(int64_t slot);
+  int64_t reuse_length(const std::vector<int64_t>& tokens);
   // Tokens of the slot's sequence before its last that the target's cache does not hold.
   int64_t uncached(int64_t slot) const;
 
@@ -174,6 +180,17 @@ class Engine {
   };
   std::list<Prefix> prefixes_;  // most recently used first
   const size_t max_prefixes_;
+  // The entry holding the longest prefix of `tokens` (all but its last) that reuse() would take,
+  // and its length; end() when none.
+  std::list<Prefix>::iterator longest_prefix(const std::vector<int64_t>& tokens, int64_t& longest);
+  // Rows whose prompts go in prefill_chunk_ tokens per step while the running rows decode (a long
+  // prompt does not stall them); each holds a slot's place in the width.
+  struct Joining {
+    Row* row;
+    KVCache cache;  // one row, max_length_ positions
+  };
+  std::vector<Joining> joining_;
+  const int64_t prefill_chunk_;
   KVCache cache_;
   std::unique_ptr<DraftModelGenerator> drafter_;
   BatchStats bs_;

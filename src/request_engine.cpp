@@ -66,6 +66,8 @@ RequestEngine::RequestEngine(const Generator& generator, Options options)
                 options_.max_rows);
   SPECDEC_CHECK(options_.context >= 2, "RequestEngine: context must be >= 2 positions, got ",
                 options_.context);
+  SPECDEC_CHECK(options_.prefill_chunk >= 1, "RequestEngine: prefill_chunk must be >= 1, got ",
+                options_.prefill_chunk);
   SPECDEC_CHECK(options_.prefix_cache >= 0, "RequestEngine: prefix_cache must be >= 0, got ",
                 options_.prefix_cache);
   SPECDEC_CHECK(options_.max_queue >= 0, "RequestEngine: max_queue must be >= 0, got ",
@@ -141,7 +143,8 @@ bool RequestEngine::step() {
     if (!s.engine)
       s.engine = std::make_unique<detail::Engine>(
           s.models, *s.generator.state_, s, static_cast<bool>(s.models.draft), options_.max_rows,
-          options_.context, s.no_callback, s.no_options, nullptr, options_.prefix_cache);
+          options_.context, s.no_callback, s.no_options, nullptr, options_.prefix_cache,
+          options_.prefill_chunk);
     worked = s.engine->step();
   } catch (const std::exception& e) {
     s.fail_running(std::string("generation failed: ") + e.what());

@@ -289,6 +289,39 @@ TEST(RequestEngine, ARequestContinuingAnEarlierOneReusesItsCache) {
   }
 }
 
+// A long prompt that joins while a request decodes goes in a chunk per step: the running request
+// gets tokens during that prefill, and both outputs are those they get alone.
+TEST(RequestEngine, ALongPromptJoinsInChunksWhileTheOthersDecode) {
+  const Models m = models();
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft ? "with a draft" : "target-only");
+    const Generator gen(m.target, draft ? m.draft : nullptr);
+    RequestEngine::Options o;
+    o.context = 160;
+    o.prefill_chunk = 16;
+    RequestEngine engine(gen, o);
+    GenerationConfig c = config_of(1, false);
+    c.max_new_tokens = 40;
+    std::vector<int64_t> longer;
+    for (int64_t i = 0; i < 100; ++i) longer.push_back((i * 13) % 60 + 2);
+    Output running, joining;
+    engine.submit(request(prompt_of(1), c, running));
+    engine.step();
+    const size_t before = running.streamed.size();
+    engine.submit(request(longer, c, joining));
+    // 99 prompt positions at 16 per step: the joining row has no token for 6 steps.
+    for (int s = 0; s < 6; ++s) {
+      engine.step();
+      EXPECT_TRUE(joining.streamed.empty()) << "step " << s;
+    }
+    EXPECT_GT(running.streamed.size(), before + 3) << "the running row waited for the prefill";
+    while (engine.step()) {
+    }
+    EXPECT_EQ(running.finished, gen.generate(prompt_of(1), c).tokens);
+    EXPECT_EQ(joining.finished, gen.generate(longer, c).tokens);
+  }
+}
+
 TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   const Models m = models();
   const Generator gen(m.target, m.draft);

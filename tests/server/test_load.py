@@ -275,7 +275,8 @@ def test_load_200_requests_16_clients():
                                            server=s)["text"], \
         f"the server's serial answer to {h_key} is not `specdec generate`'s"
 
-    m0 = settle(s, 0)
+    # The server counts a request in /metrics just after it hands the answer over: wait for all.
+    m0 = settle(s, len(serial))
     c0 = counts(m0)
     tokens0 = m0.value("specdec:generation_tokens", "specdec:generation_tokens_total")
     ttft0 = m0.value(*TTFT_FAMILY)

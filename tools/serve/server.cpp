@@ -44,6 +44,10 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
                   "(a chat's next turn, a shared system prompt) computes only the rest; 0: off")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}))
       ->capture_default_str();
+  app->add_option("--prefill-chunk", o.prefill_chunk,
+                  "Prompt tokens a joining request puts in per step while the others decode")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
   app->add_option("--api-key", o.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: $SPECDEC_API_KEY)");
   app->add_option("--cors", o.cors, "Allow this origin (Access-Control-Allow-Origin); none by default");
@@ -194,6 +198,7 @@ class Server {
     eo.context = o_.ctx;
     eo.max_queue = o_.max_queue;
     eo.prefix_cache = o_.prefix_cache;
+    eo.prefill_chunk = o_.prefill_chunk;
     engine_ = std::make_unique<RequestEngine>(*generator_, eo);
     ctx_.tokenizer = models_.tokenizer.get();
     ctx_.chat = models_.chat ? &*models_.chat : nullptr;

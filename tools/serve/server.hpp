@@ -19,6 +19,7 @@ struct ServeOptions {
   int64_t ctx = 2048;
   int64_t max_queue = 64;
   int64_t prefix_cache = 8;
+  int64_t prefill_chunk = 256;
   std::string api_key;  // also SPECDEC_API_KEY
   std::string cors;     // the origin allowed, "" = no CORS headers
   std::string log_format = "text";
