@@ -633,6 +633,16 @@ int64_t Engine::reuse_length(const std::vector<int64_t>& tokens) {
 
 bool Engine::advance_joining() {
   if (joining_.empty()) return false;
+  // A row cancelled while its prompt goes in leaves before the next chunk.
+  for (auto it = joining_.begin(); it != joining_.end();) {
+    if (!it->row->cancelled.load()) {
+      ++it;
+      continue;
+    }
+    it->row->result.stats.stop_reason = "cancelled";
+    finish_row(*it->row);
+    it = joining_.erase(it);
+  }
   const auto t0 = Clock::now();
   for (Joining& j : joining_) {
     const std::vector<int64_t>& tokens = j.row->tokens;

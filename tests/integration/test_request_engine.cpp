@@ -322,6 +322,32 @@ TEST(RequestEngine, ALongPromptJoinsInChunksWhileTheOthersDecode) {
   }
 }
 
+TEST(RequestEngine, ARequestCancelledWhileItsPromptGoesInLeavesAtTheNextStep) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  RequestEngine::Options o;
+  o.context = 160;
+  o.prefill_chunk = 16;
+  RequestEngine engine(gen, o);
+  GenerationConfig c = config_of(1, false);
+  c.max_new_tokens = 30;
+  Output running, joining;
+  engine.submit(request(prompt_of(1), c, running));
+  engine.step();
+  const RequestEngine::Id id = engine.submit(request(std::vector<int64_t>(100, 7), c, joining));
+  engine.step();
+  engine.step();
+  EXPECT_EQ(engine.load().running, 2) << "the joining request holds its place";
+  engine.cancel(id);
+  engine.step();
+  EXPECT_TRUE(joining.done);
+  EXPECT_EQ(joining.stop_reason, "cancelled");
+  EXPECT_TRUE(joining.streamed.empty());
+  while (engine.step()) {
+  }
+  EXPECT_EQ(running.finished, gen.generate(prompt_of(1), c).tokens);
+}
+
 TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   const Models m = models();
   const Generator gen(m.target, m.draft);

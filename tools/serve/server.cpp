@@ -93,6 +93,7 @@ struct Job {
 struct LogFields {
   Clock::time_point start;
   int64_t prompt_tokens = -1, completion_tokens = -1;
+  bool counted = false;  // in Server::in_flight_ (a request that reached routing)
 };
 thread_local LogFields t_log;
 
@@ -182,12 +183,15 @@ class Server {
     }
     waiter.join();
     drain();
-    http_.stop();
-    listener.join();
+    http_.stop();  // no new connections
+    // The responses still being written go out; a connection idle in keep-alive does not hold the
+    // exit up (its thread would wait out --idle-timeout).
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (in_flight_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     engine_->stop();
     engine_thread_.join();
-    std::cerr << "specdec serve: stopped\n";
-    return 0;
+    std::cerr << "specdec serve: stopped" << std::endl;
+    std::_Exit(0);  // the HTTP threads still waiting on idle connections end with the process
   }
 
  private:
@@ -303,7 +307,8 @@ class Server {
     http_.set_keep_alive_timeout(o_.idle_timeout);
     http_.set_read_timeout(o_.idle_timeout);
     http_.set_pre_routing_handler([this](const httplib::Request&, httplib::Response& res) {
-      t_log = {Clock::now(), -1, -1};
+      t_log = {Clock::now(), -1, -1, true};
+      ++in_flight_;  // until its log line, once the response is written
       if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
       return httplib::Server::HandlerResponse::Unhandled;
     });
@@ -368,6 +373,14 @@ class Server {
   }
 
   void log(const httplib::Request& req, const httplib::Response& res) {
+    struct Done {
+      std::atomic<int>& n;
+      bool counted;
+      ~Done() {
+        if (counted) --n;
+      }
+    } done{in_flight_, t_log.counted};
+    t_log.counted = false;
     const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
     if (o_.log_format == "json") {
       json line = {{"method", req.method}, {"path", req.path}, {"status", res.status},
@@ -437,6 +450,7 @@ class Server {
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     const ParsedRequest p = parse_request(parse_body(req.body), chat, ctx_);
     auto job = std::make_shared<Job>();
+    job->arrived = t_log.start;  // time to first token counts from the request's arrival
     auto text = std::make_shared<TextStream>(*ctx_.tokenizer, p.stop);
     Request r;
     r.prompt = p.prompt;
@@ -474,6 +488,9 @@ class Server {
     };
     r.on_finished = [this, job, text](const GenerationResult& g) {
       const std::string tail = text->finish();
+      // Counted before the client can see its answer (a scrape after it counts it).
+      const std::string& why = g.stats.stop_reason;
+      metrics_.finished(why == "error" ? "error" : why == "cancelled" && !text->stopped() ? "cancelled" : "ok", g.stats);
       {
         std::lock_guard<std::mutex> lock(job->mutex);
         job->text += tail;
@@ -481,8 +498,6 @@ class Server {
         job->finished = true;
       }
       job->ready.notify_all();
-      const std::string& why = g.stats.stop_reason;
-      metrics_.finished(why == "error" ? "error" : why == "cancelled" && !job->stopped ? "cancelled" : "ok", g.stats);
     };
     const RequestEngine::Id id = engine_->submit(std::move(r));
     {
@@ -595,6 +610,7 @@ class Server {
   std::thread engine_thread_;
   Metrics metrics_;
   std::atomic<bool> ready_{false}, draining_{false}, shutdown_requested_{false};
+  std::atomic<int> in_flight_{0};  // requests whose response is not written yet
   std::mutex shutdown_mutex_;
   std::condition_variable shutdown_;
   std::mutex ids_mutex_;

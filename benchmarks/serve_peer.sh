@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# `specdec serve` beside llama.cpp's llama-server on the same GGUF (SmolLM2-135M-Instruct Q4_1),
+# measured by benchmarks/serve_load.py (closed-loop streaming clients, greedy): measurement only,
+# not run in CI. llama-server is built for measurement from the source benchmarks/llama_cpp_peer.sh
+# uses (PyPI's llama-cpp-python sdist under bench-peers/, git-ignored, the same version; none of its
+# code enters specdec), into the same build directory, target llama-server only.
+#   bash benchmarks/serve_peer.sh [BUILD_DIR]
+# One server at a time, each on all cores (SERVE_THREADS, default nproc: specdec --threads N,
+# llama-server -t N -tb N); a server is stopped before the next starts. Parts (SERVE_PARTS, default
+# peer,lookup,goodput,http):
+#   peer     specdec serve --max-batch 8 --ctx 2048 and llama-server --parallel 8 -c 16384 (its
+#            context is shared among the slots: 2048 each; continuous batching is its default),
+#            concurrency SERVE_CONCURRENCY (default 1,4,8,16), chat prompts of
+#            benchmarks/prompts/serve_chat.jsonl (answers that run to max_tokens) -> results/serve_peer.jsonl
+#   lookup   specdec --prompt-lookup 10 against specdec target-only on the grounded prompts
+#            (benchmarks/prompts/grounded.txt: rewrite, extract, fix ...: answers that copy the
+#            prompt), concurrency SERVE_LOOKUP_CONCURRENCY (default 1), SERVE_LOOKUP_TOKENS (128)
+#            new tokens -> results/serve_lookup.jsonl
+#   goodput  specdec --draft D --schedule goodput against specdec target-only, chat prompts, all
+#            concurrencies -> results/serve_goodput.jsonl. D is SERVE_DRAFT, by default an early-exit
+#            draft cut from the model (4 layers, make-fixture --draft-of, as smollm2_speculation.sh):
+#            it rarely agrees with the target, so this measures what goodput costs when drafting
+#            does not pay; give a trained draft (benchmarks/make_draft_smollm2.sh) to see it pay.
+#   http     the HTTP layer's cost: the requests that 8 clients send (chat prompts) through
+#            `specdec generate --prompts-file FILE --batch-size 8 --json` (in one process, tokens/s
+#            of its own summary, after an 8-request warm-up run that is subtracted) against the
+#            same requests through specdec serve --prefix-cache 0 at concurrency 8 -> results/serve_http.jsonl
+# SERVE_REQUESTS (default 4) requests per client, SERVE_MAX_TOKENS (default 64) tokens each;
+# SERVE_RESULTS: the folder of the result files (default benchmarks/results, made if missing).
+# LLAMA_BUILD, LLAMA_FLAGS: as in llama_cpp_peer.sh. Both servers keep prompt caches (specdec's
+# --prefix-cache 8, llama-server's cache_prompt): the warm-up and the levels repeat prompts.
+# Greedy answers of the two engines can differ (llama.cpp quantizes activations to 8 bits; specdec
+# computes float32 by default), so lengths can too: compare tokens/s, not seconds.
+# Prints a table of ratios at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+bin=$build/specdec
+[ -x "$bin" ] || { echo "no $bin: build first" >&2; exit 1; }
+model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -e "$model" ] || bash scripts/get_models.sh
+threads=${SERVE_THREADS:-$(nproc)}
+per_client=${SERVE_REQUESTS:-4}
+max_tokens=${SERVE_MAX_TOKENS:-64}
+levels=${SERVE_CONCURRENCY:-1,4,8,16}
+lookup_levels=${SERVE_LOOKUP_CONCURRENCY:-1}
+lookup_tokens=${SERVE_LOOKUP_TOKENS:-128}
+parts=${SERVE_PARTS:-peer,lookup,goodput,http}
+has() { [[ ",$parts," == *",$1,"* ]]; }
+prompts=benchmarks/prompts/serve_chat.jsonl
+grounded=benchmarks/prompts/grounded.txt
+n_grounded=$(grep -c . "$grounded")
+results=${SERVE_RESULTS:-benchmarks/results}
+mkdir -p "$results"
+peers=bench-peers
+version=$(sed -n 's/^version=//p' benchmarks/llama_cpp_peer.sh | head -1)  # one llama.cpp for both scripts
+[ -n "$version" ] || { echo "no version= in benchmarks/llama_cpp_peer.sh" >&2; exit 1; }
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+load=(python3 benchmarks/serve_load.py)
+tmp=$(mktemp -d)
+server_pid=
+stop_server() {
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2> /dev/null || true
+    wait "$server_pid" 2> /dev/null || true
+    server_pid=
+  fi
+}
+trap 'stop_server; rm -rf "$tmp"' EXIT
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# start_server NAME COMMAND...: starts it in the background on $port (set by the caller), waits
+# for GET /health 200; its log is $tmp/NAME.log.
+start_server() {
+  local name=$1; shift
+  echo "== $name: $*" >&2
+  "$@" > "$tmp/$name.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1200); do
+    kill -0 "$server_pid" 2> /dev/null || { echo "$name exited:" >&2; tail -20 "$tmp/$name.log" >&2; exit 1; }
+    python3 -c "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:$port/health', timeout=2).status != 200)" \
+      2> /dev/null && return 0
+    sleep 0.5
+  done
+  echo "$name: /health was not 200 within 600 s" >&2; tail -20 "$tmp/$name.log" >&2; exit 1
+}
+meta() { # meta SERVER_COMMAND...: the fields every result line of this server gets
+  python3 -c 'import json, sys; print(json.dumps({"commit": sys.argv[1], "threads": int(sys.argv[2]), "server": " ".join(sys.argv[3:])}))' \
+    "$commit" "$threads" "$@"
+}
+# specdec_run OUT LABEL API PROMPTS LEVELS TOKENS PER_CLIENT [serve flags...]
+specdec_run() {
+  local out=$1 label=$2 api=$3 file=$4 lv=$5 tokens=$6 per=$7; shift 7
+  port=$(free_port)
+  local cmd=("$bin" serve --model "$model" --port "$port" --max-batch 8 --ctx 2048 --threads "$threads" "$@")
+  start_server "$label" "${cmd[@]}"
+  "${load[@]}" --url "http://127.0.0.1:$port" --api "$api" --prompts "$file" --concurrency "$lv" \
+    --requests-per-client "$per" --max-tokens "$tokens" --label "$label" --out "$out" \
+    --meta "$(meta "${cmd[@]}")" > /dev/null
+  stop_server
+}
+
+# --- llama-server, built once (measurement only) ---
+if has peer; then
+  src="$peers/llama_cpp_python-$version/vendor/llama.cpp"
+  mkdir -p "$peers"
+  if [ ! -d "$src" ]; then
+    [ -x .venv/bin/pip ] || python3 -m venv .venv
+    .venv/bin/pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$peers" -q
+    tar xzf "$peers/llama_cpp_python-$version.tar.gz" -C "$peers"
+  fi
+  [ -f "$src/tools/server/server.cpp" ] || [ -f "$src/examples/server/server.cpp" ] ||
+    { echo "$src has no llama-server source (tools/server or examples/server)" >&2; exit 1; }
+  lbuild=${LLAMA_BUILD:-$peers/llama.cpp-build}
+  if [ ! -x "$lbuild/bin/llama-server" ]; then
+    echo "building llama.cpp $version llama-server (several minutes)" >&2
+    # shellcheck disable=SC2086  # LLAMA_FLAGS is a list of flags
+    cmake -S "$src" -B "$lbuild" -DCMAKE_BUILD_TYPE=Release ${LLAMA_FLAGS:--DGGML_NATIVE=ON} -DLLAMA_CURL=OFF \
+      -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=ON > "$peers/cmake-server.log" 2>&1 ||
+      { tail -20 "$peers/cmake-server.log"; exit 1; }
+    cmake --build "$lbuild" -j"$(nproc)" --target llama-server > "$peers/build-server.log" 2>&1 ||
+      { tail -20 "$peers/build-server.log"; exit 1; }
+  fi
+fi
+
+# --- measurements ---
+if has peer; then
+  : > "$results/serve_peer.jsonl"
+  specdec_run "$results/serve_peer.jsonl" specdec chat "$prompts" "$levels" "$max_tokens" "$per_client"
+  port=$(free_port)
+  cmd=("$lbuild/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 -c $((2048 * 8))
+       -t "$threads" -tb "$threads")
+  start_server llama-server "${cmd[@]}"
+  "${load[@]}" --url "http://127.0.0.1:$port" --api chat --prompts "$prompts" --concurrency "$levels" \
+    --requests-per-client "$per_client" --max-tokens "$max_tokens" --label llama-server \
+    --out "$results/serve_peer.jsonl" --meta "$(meta "${cmd[@]}")" > /dev/null
+  stop_server
+fi
+if has lookup; then
+  : > "$results/serve_lookup.jsonl"
+  # every grounded prompt once per client
+  specdec_run "$results/serve_lookup.jsonl" specdec-target-only chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded"
+  specdec_run "$results/serve_lookup.jsonl" specdec-lookup10 chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded" \
+    --prompt-lookup 10
+fi
+if has goodput; then
+  : > "$results/serve_goodput.jsonl"
+  draft=${SERVE_DRAFT:-models/smollm2-draft4}
+  if [ -z "${SERVE_DRAFT:-}" ] && [ ! -f "$draft/config.json" ]; then
+    "$bin" make-fixture --draft-of "$model" --layers 4 --out "$draft" > /dev/null
+  fi
+  specdec_run "$results/serve_goodput.jsonl" specdec-target-only chat "$prompts" "$levels" "$max_tokens" "$per_client"
+  specdec_run "$results/serve_goodput.jsonl" specdec-goodput chat "$prompts" "$levels" "$max_tokens" "$per_client" \
+    --draft "$draft" --schedule goodput
+fi
+if has http; then
+  : > "$results/serve_http.jsonl"
+  "${load[@]}" --url http://127.0.0.1:1 --api chat --prompts "$prompts" --concurrency 8 \
+    --requests-per-client "$per_client" --max-tokens "$max_tokens" --dump-requests "$tmp/requests.jsonl"
+  # A warm-up run first: 8 requests with prompt lookup (requests with and without it form separate
+  # runs of the batch), whose tokens and seconds are subtracted from the summary.
+  python3 - "$prompts" "$tmp/warmup.jsonl" <<'PY'
+import json, sys
+prompts = [json.loads(l)["prompt"] for l in open(sys.argv[1]) if l.strip()]
+with open(sys.argv[2], "w") as f:
+    for p in prompts[:8]:
+        f.write(json.dumps({"prompt": p, "max_new_tokens": 8, "prompt_lookup_num_tokens": 1}) + "\n")
+PY
+  cat "$tmp/warmup.jsonl" "$tmp/requests.jsonl" > "$tmp/generate.jsonl"
+  gen=("$bin" generate --model "$model" --chat --prompts-file "$tmp/generate.jsonl" --batch-size 8 --json
+       --threads "$threads")
+  echo "== generate: ${gen[*]}" >&2
+  "${gen[@]}" > "$tmp/generate.out" 2> "$tmp/generate.err" || { tail -20 "$tmp/generate.err" >&2; exit 1; }
+  python3 - "$tmp/generate.out" "$tmp/generate.err" "$results/serve_http.jsonl" "$(meta "${gen[@]}")" <<'PY'
+import datetime, json, re, subprocess, sys
+out, err, dest, meta = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+lines = [json.loads(l) for l in open(out) if l.strip()]
+warm = [l for l in lines if l["line"] <= 8]
+m = re.search(r"(\d+) requests, (\d+) tokens in ([0-9.]+) s", open(err).read())
+if not m:
+    sys.exit(f"no summary line in {err}")
+tokens = int(m.group(2)) - sum(l["stats"]["new_tokens"] for l in warm)
+seconds = float(m.group(3)) - max(l["stats"]["total_seconds"] for l in warm)
+cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if l.startswith("Model name:")), "unknown")
+rec = {"label": "specdec-generate", "url": None, "api": "chat", "concurrency": 8, "requests": len(lines) - len(warm),
+       "errors": 0, "tokens": tokens, "seconds": round(seconds, 4),
+       "throughput_tokens_per_s": round(tokens / seconds, 3), "cpu": cpu,
+       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **meta}
+print(json.dumps(rec))
+with open(dest, "a") as f:
+    f.write(json.dumps(rec) + "\n")
+PY
+  # No prefix cache: generate's batch reuses no prompt either (serve_load's warm-up sends the same prompts).
+  specdec_run "$results/serve_http.jsonl" specdec-serve chat "$prompts" 8 "$max_tokens" "$per_client" --prefix-cache 0
+fi
+
+# --- the table ---
+python3 - "$results" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+def load(name):
+    p = os.path.join(d, name)
+    return [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
+def at(rows, label, c):
+    return next((r for r in rows if r["label"] == label and r["concurrency"] == c), None)
+def ratio(a, b, key):
+    x, y = (a or {}).get(key), (b or {}).get(key)
+    return f"{x / y:.2f}" if x and y else "-"
+def fmt(r, key, scale=1, digits=1):
+    v = (r or {}).get(key)
+    return f"{v * scale:.{digits}f}" if v is not None else "-"
+peer = load("serve_peer.jsonl")
+if peer:
+    print("\nspecdec serve vs llama-server (chat, greedy; tok/s, ttft/itl p50 in ms; ratios specdec/llama-server)")
+    print(f"{'clients':>7} {'specdec':>9} {'llama':>9} {'tput':>6} {'ttft sd':>8} {'ttft ll':>8} {'ttft':>6} "
+          f"{'itl sd':>7} {'itl ll':>7} {'itl':>6}")
+    for c in sorted({r["concurrency"] for r in peer}):
+        s, l = at(peer, "specdec", c), at(peer, "llama-server", c)
+        print(f"{c:>7} {fmt(s, 'throughput_tokens_per_s'):>9} {fmt(l, 'throughput_tokens_per_s'):>9} "
+              f"{ratio(s, l, 'throughput_tokens_per_s'):>6} {fmt(s, 'ttft_p50', 1e3):>8} {fmt(l, 'ttft_p50', 1e3):>8} "
+              f"{ratio(s, l, 'ttft_p50'):>6} {fmt(s, 'itl_p50', 1e3, 2):>7} {fmt(l, 'itl_p50', 1e3, 2):>7} {ratio(s, l, 'itl_p50'):>6}")
+    for label in ("specdec", "llama-server"):
+        print(f"scaling 8 vs 1 client, {label}: {ratio(at(peer, label, 8), at(peer, label, 1), 'throughput_tokens_per_s')}x")
+lookup = load("serve_lookup.jsonl")
+for c in sorted({r["concurrency"] for r in lookup}):
+    t, k = at(lookup, "specdec-target-only", c), at(lookup, "specdec-lookup10", c)
+    print(f"\nprompt lookup 10 vs target-only, grounded prompts, {c} client(s): throughput "
+          f"{ratio(k, t, 'throughput_tokens_per_s')}x ({fmt(k, 'throughput_tokens_per_s')} vs {fmt(t, 'throughput_tokens_per_s')} tok/s), "
+          f"itl p50 {ratio(k, t, 'itl_p50')}x, {fmt(k, 'tokens_per_target_pass', 1, 2)} tokens per target pass")
+good = load("serve_goodput.jsonl")
+if good:
+    print("\ngoodput (draft) vs target-only, specdec: throughput ratio per client count")
+    for c in sorted({r["concurrency"] for r in good}):
+        g, t = at(good, "specdec-goodput", c), at(good, "specdec-target-only", c)
+        print(f"{c:>7} clients: {ratio(g, t, 'throughput_tokens_per_s')}x ({fmt(g, 'throughput_tokens_per_s')} vs "
+              f"{fmt(t, 'throughput_tokens_per_s')} tok/s; {fmt(g, 'tokens_per_target_pass', 1, 2)} tokens per target pass)")
+http = load("serve_http.jsonl")
+if http:
+    s, g = at(http, "specdec-serve", 8), at(http, "specdec-generate", 8)
+    print(f"\nHTTP layer: specdec serve at 8 clients / `specdec generate --batch-size 8`, the same requests: "
+          f"{ratio(s, g, 'throughput_tokens_per_s')} ({fmt(s, 'throughput_tokens_per_s')} vs {fmt(g, 'throughput_tokens_per_s')} tok/s)")
+PY
