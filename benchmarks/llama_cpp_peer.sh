@@ -47,21 +47,13 @@ threads=("$@"); ((${#threads[@]})) || threads=(1 2)
 parts=${PEER_PARTS:-smollm2,synthetic,speculative}
 default_out=benchmarks/results_llama_cpp_peer.jsonl
 out=${PEER_OUT:-$default_out}
-peers=bench-peers
-version=0.3.36
 smollm2=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 tokenizer=../shared/fixtures/tokenizers/llama2_legacy
 has() { [[ ",$parts," == *",$1,"* ]]; }
 [ -x "$build/specdec" ] || { echo "no $build/specdec: build first" >&2; exit 1; }
 
 # --- llama.cpp, built once ---
-src="$peers/llama_cpp_python-$version/vendor/llama.cpp"
-mkdir -p "$peers"
-if [ ! -d "$src" ]; then
-  [ -x .venv/bin/pip ] || python3 -m venv .venv
-  .venv/bin/pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$peers" -q
-  tar xzf "$peers/llama_cpp_python-$version.tar.gz" -C "$peers"
-fi
+source benchmarks/llama_cpp_source.sh  # peers, version, src
 lbuild=${LLAMA_BUILD:-$peers/llama.cpp-build}
 tools=(llama-bench llama-quantize llama-speculative-simple)
 for t in "${tools[@]}"; do

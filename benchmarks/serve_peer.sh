@@ -52,9 +52,6 @@ grounded=benchmarks/prompts/grounded.txt
 n_grounded=$(grep -c . "$grounded")
 results=${SERVE_RESULTS:-benchmarks/results}
 mkdir -p "$results"
-peers=bench-peers
-version=$(sed -n 's/^version=//p' benchmarks/llama_cpp_peer.sh | head -1)  # one llama.cpp for both scripts
-[ -n "$version" ] || { echo "no version= in benchmarks/llama_cpp_peer.sh" >&2; exit 1; }
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 load=(python3 benchmarks/serve_load.py)
 tmp=$(mktemp -d)
@@ -101,13 +98,7 @@ specdec_run() {
 
 # --- llama-server, built once (measurement only) ---
 if has peer; then
-  src="$peers/llama_cpp_python-$version/vendor/llama.cpp"
-  mkdir -p "$peers"
-  if [ ! -d "$src" ]; then
-    [ -x .venv/bin/pip ] || python3 -m venv .venv
-    .venv/bin/pip download "llama-cpp-python==$version" --no-deps --no-binary :all: -d "$peers" -q
-    tar xzf "$peers/llama_cpp_python-$version.tar.gz" -C "$peers"
-  fi
+  source benchmarks/llama_cpp_source.sh  # peers, version, src (the same llama.cpp as llama_cpp_peer.sh)
   [ -f "$src/tools/server/server.cpp" ] || [ -f "$src/examples/server/server.cpp" ] ||
     { echo "$src has no llama-server source (tools/server or examples/server)" >&2; exit 1; }
   lbuild=${LLAMA_BUILD:-$peers/llama.cpp-build}
