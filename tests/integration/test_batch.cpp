@@ -443,6 +443,21 @@ TEST(Batch, ContinuousBatchingAdmitsTheNextRequestAsARowFinishes) {
   }
 }
 
+// Without a draft model, prompt-lookup and target-only rows share one batch, each as it is alone.
+TEST(Batch, PromptLookupAndTargetOnlyRowsShareABatch) {
+  const Pair p = pair_for("llama", 2);
+  const Generator g(p.target);
+  const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7, 5, 6, 7, 5}, {9, 3, 9, 3, 9}, {4, 4, 8}};
+  std::vector<GenerationConfig> configs(3);
+  for (GenerationConfig& c : configs) c.max_new_tokens = 10;
+  configs[0].prompt_lookup_num_tokens = 3;
+  configs[2].prompt_lookup_num_tokens = 2;
+  const BatchResult got = g.generate_batch(prompts, configs);
+  for (size_t r = 0; r < prompts.size(); ++r)
+    EXPECT_EQ(got.results[r].tokens, g.generate(prompts[r], configs[r]).tokens) << "row " << r;
+  EXPECT_EQ(got.results[1].stats.drafted_tokens, 0);
+}
+
 TEST(Batch, BadBatchesAreClearErrors) {
   const Pair p = pair_for("llama", 1);
   const Generator g(p.target, p.draft);
