@@ -91,3 +91,18 @@ def test_chat_page_shows_errors(server, browser):
     err = browser.find_element(By.CSS_SELECTOR, "#log .error").text
     assert str(CTX) in err, f"the error shown is not the server's message: {err!r}"
     assert not browser.find_elements(By.CSS_SELECTOR, "#log .assistant"), "an assistant bubble for a failed request"
+
+
+def test_chat_page_asks_for_the_api_key(key_server, browser):
+    from selenium.webdriver.support import expected_conditions
+    browser.get(key_server.url + "/")
+    browser.find_element(By.ID, "input").send_keys("Say hi.")
+    browser.find_element(By.ID, "send").click()
+    WebDriverWait(browser, WAIT_S).until(expected_conditions.alert_is_present())
+    alert = browser.switch_to.alert
+    assert "API key" in alert.text, alert.text
+    alert.send_keys("sekret")
+    alert.accept()
+    _wait_done(browser, 1)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#log .error")
+    assert browser.find_element(By.CSS_SELECTOR, "#log .assistant").text.strip()
