@@ -213,7 +213,8 @@ void Engine::start() {
     placeholder_.rng = std::make_unique<Rng>(0);
     placeholder_.schedule = std::make_unique<LookaheadSchedule>(placeholder_.config);
     while (static_cast<int64_t>(draft_rows.size()) < width_)
-      draft_rows.push_back({&placeholder_.config, placeholder_.schedule.get(), placeholder_.rng.get()});
+      draft_rows.push_back(
+          {&placeholder_.config, placeholder_.schedule.get(), placeholder_.rng.get()});
     drafter_ = std::make_unique<DraftModelGenerator>(
         m_.draft, std::move(draft_rows), max_length_, draft_states, encoder_lengths, tc_.vocab_size,
         std::move(draft_cache), features ? &cache_ : nullptr);
@@ -522,7 +523,8 @@ void Engine::finish_row(Row& row) {
     if (use_draft_ && row.config.num_assistant_tokens_schedule == "heuristic")
       state_.carried_lookahead = row.schedule->num_tokens();
     if (uses_goodput(row))
-      state_.carried_evidence[!use_draft_] = LookaheadSchedule::carry_evidence({row.schedule.get()});
+      state_.carried_evidence[!use_draft_] =
+          LookaheadSchedule::carry_evidence({row.schedule.get()});
   }
   row.done = true;
   if (row.on_finished) row.on_finished(row.result);
@@ -609,7 +611,7 @@ void Engine::remember(int64_t slot) {
 }
 
 std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int64_t>& tokens,
-                                                            int64_t& longest) {
+                                                           int64_t& longest) {
   auto best = prefixes_.end();
   longest = 0;
   for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
@@ -646,8 +648,8 @@ bool Engine::advance_joining() {
   const auto t0 = Clock::now();
   for (Joining& j : joining_) {
     const std::vector<int64_t>& tokens = j.row->tokens;
-    const int64_t upto = std::min(static_cast<int64_t>(tokens.size()) - 1,
-                                  j.cache.length(0) + prefill_chunk_);
+    const int64_t upto =
+        std::min(static_cast<int64_t>(tokens.size()) - 1, j.cache.length(0) + prefill_chunk_);
     // prefill_rows puts in all but the last token of what it is given.
     const std::vector<int64_t> part(tokens.begin(), tokens.begin() + upto + 1);
     j.row->result.stats.prefill_passes += prefill_rows(*m_.target, j.cache, {&part});

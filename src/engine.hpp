@@ -59,7 +59,7 @@ struct Row {
   std::function<void(const GenerationResult&)> on_finished;
   int64_t top_logprobs = -1;
   std::atomic<bool> cancelled{false};
-  bool done = false;  // it left the batch (finish_row)
+  bool done = false;            // it left the batch (finish_row)
   std::vector<int64_t> tokens;  // the sequence the target continues; the cache holds a prefix of it
   std::unique_ptr<Rng> rng;
   std::unique_ptr<LookaheadSchedule> schedule;
@@ -77,7 +77,6 @@ struct Row {
   std::chrono::steady_clock::time_point admitted;
   double prefill_seconds = 0;
 };
-
 
 // Checks a request and fills `row` from it (prompt, config with the model's EOS ids, tokens):
 // specdec::Error, prefixed with row.name, for a bad config, an empty prompt, an id outside the

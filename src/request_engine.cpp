@@ -87,9 +87,8 @@ RequestEngine::Id RequestEngine::submit(Request request) {
   auto row = std::make_unique<detail::Row>();
   const int64_t length = detail::prepare_row(*row, impl_->models, request.prompt, request.config);
   const auto prompt = static_cast<int64_t>(request.prompt.size());
-  SPECDEC_CHECK(prompt < options_.context, "the prompt is ", prompt,
-                " tokens, the context holds ", options_.context,
-                " positions (prompt and new tokens) per request");
+  SPECDEC_CHECK(prompt < options_.context, "the prompt is ", prompt, " tokens, the context holds ",
+                options_.context, " positions (prompt and new tokens) per request");
   SPECDEC_CHECK(length <= options_.context, "the prompt (", prompt,
                 " tokens) plus max_new_tokens (", request.config.max_new_tokens, ") is ", length,
                 " positions, more than the context of ", options_.context);

@@ -24,8 +24,8 @@ struct TokenLogprob {
 };
 
 struct Request {
-  using TokenSink =
-      std::function<void(const std::vector<int64_t>& tokens, const std::vector<TokenLogprob>& logprobs)>;
+  using TokenSink = std::function<void(const std::vector<int64_t>& tokens,
+                                       const std::vector<TokenLogprob>& logprobs)>;
   std::vector<int64_t> prompt;  // non-empty, ids < the target's vocabulary
   GenerationConfig config;
   int64_t top_logprobs = -1;  // -1: no log-probabilities; k in [0, 20]: each token's, and the top k
@@ -46,9 +46,9 @@ class QueueFull : public Error {
 class RequestEngine {
  public:
   struct Options {
-    int64_t max_rows = 8;     // requests generated at once; the others wait in the queue
-    int64_t context = 2048;   // positions per request (prompt + new tokens), the caches' capacity
-    int64_t max_queue = 64;   // requests waiting at most (submit throws QueueFull past it)
+    int64_t max_rows = 8;    // requests generated at once; the others wait in the queue
+    int64_t context = 2048;  // positions per request (prompt + new tokens), the caches' capacity
+    int64_t max_queue = 64;  // requests waiting at most (submit throws QueueFull past it)
     // Finished requests whose sequences (prompt and answer) and target caches are kept, least
     // recently used dropped first: a request that begins with one (the next turn of a chat, a
     // shared system prompt) computes only the rest (GenerationStats::cached_prompt_tokens). Each

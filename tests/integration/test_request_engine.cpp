@@ -155,7 +155,9 @@ TEST(RequestEngine, ACancelledRequestLeavesAtThatStep) {
     if (!a.done || a.stop_reason == "max_new_tokens") continue;  // it had finished already
     EXPECT_EQ(a.stop_reason, "cancelled");
     EXPECT_EQ(a.streamed.size(), before) << "tokens after the cancellation";
-    EXPECT_EQ(a.finished, std::vector<int64_t>(full.begin(), full.begin() + static_cast<int64_t>(a.finished.size())));
+    EXPECT_EQ(
+        a.finished,
+        std::vector<int64_t>(full.begin(), full.begin() + static_cast<int64_t>(a.finished.size())));
     EXPECT_EQ(b.finished, other);
   }
 }
@@ -227,7 +229,8 @@ TEST(RequestEngine, LogprobsAreTheTargetsOwn) {
   c10::InferenceMode guard;
   KVCache cache = m.target->make_cache(static_cast<int64_t>(seq.size()), 1);
   const at::Tensor ids = at::tensor(seq, at::kLong).view({1, -1});
-  const at::Tensor lp = at::log_softmax(m.target->forward(ids, cache, ids.size(1))[0].to(at::kFloat), -1);
+  const at::Tensor lp =
+      at::log_softmax(m.target->forward(ids, cache, ids.size(1))[0].to(at::kFloat), -1);
   for (size_t j = 0; j < tokens.size(); ++j) {
     const at::Tensor row = lp[p - 1 + static_cast<int64_t>(j)];  // [V]
     EXPECT_EQ(got[j].token, tokens[j]);
@@ -389,7 +392,8 @@ TEST(RequestEngineThreads, ClientsSubmitAndCancelWhileTheEngineRuns) {
   const Generator gen(m.target, m.draft);
   const int64_t kinds = 6;
   std::vector<std::vector<int64_t>> expected;
-  for (int64_t i = 0; i < kinds; ++i) expected.push_back(gen.generate(prompt_of(i), config_of(i, false)).tokens);
+  for (int64_t i = 0; i < kinds; ++i)
+    expected.push_back(gen.generate(prompt_of(i), config_of(i, false)).tokens);
   RequestEngine::Options o;
   o.max_rows = 3;
   o.context = 64;

@@ -5,13 +5,16 @@
 namespace specdec::serve {
 namespace {
 
-prometheus::Counter& counter(prometheus::Registry& r, const std::string& name, const std::string& help) {
+prometheus::Counter& counter(prometheus::Registry& r, const std::string& name,
+                             const std::string& help) {
   return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
 }
-prometheus::Gauge& gauge(prometheus::Registry& r, const std::string& name, const std::string& help) {
+prometheus::Gauge& gauge(prometheus::Registry& r, const std::string& name,
+                         const std::string& help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
 }
-prometheus::Histogram& histogram(prometheus::Registry& r, const std::string& name, const std::string& help,
+prometheus::Histogram& histogram(prometheus::Registry& r, const std::string& name,
+                                 const std::string& help,
                                  prometheus::Histogram::BucketBoundaries buckets) {
   return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, std::move(buckets));
 }
@@ -24,25 +27,30 @@ Metrics::Metrics()
                     .Name("specdec:requests_total")
                     .Help("Requests by how they ended: ok, error (refused or failed), cancelled")
                     .Register(*registry_)),
-      prompt_tokens_(counter(*registry_, "specdec:prompt_tokens_total", "Prompt tokens of finished requests")),
-      generation_tokens_(counter(*registry_, "specdec:generation_tokens_total", "Generated tokens")),
+      prompt_tokens_(
+          counter(*registry_, "specdec:prompt_tokens_total", "Prompt tokens of finished requests")),
+      generation_tokens_(
+          counter(*registry_, "specdec:generation_tokens_total", "Generated tokens")),
       drafts_(counter(*registry_, "specdec:spec_decode_num_drafts_total",
                       "Verification passes of a row with at least one drafted token")),
-      draft_tokens_(counter(*registry_, "specdec:spec_decode_num_draft_tokens_total", "Drafted tokens")),
+      draft_tokens_(
+          counter(*registry_, "specdec:spec_decode_num_draft_tokens_total", "Drafted tokens")),
       accepted_(counter(*registry_, "specdec:spec_decode_num_accepted_tokens_total",
                         "Drafted tokens the target accepted")),
-      accepted_per_pos_(prometheus::BuildCounter()
-                            .Name("specdec:spec_decode_num_accepted_tokens_per_pos_total")
-                            .Help("Accepted drafted tokens by their position in the draft (0: the first)")
-                            .Register(*registry_)),
+      accepted_per_pos_(
+          prometheus::BuildCounter()
+              .Name("specdec:spec_decode_num_accepted_tokens_per_pos_total")
+              .Help("Accepted drafted tokens by their position in the draft (0: the first)")
+              .Register(*registry_)),
       waiting_(gauge(*registry_, "specdec:num_requests_waiting", "Requests in the queue")),
       running_(gauge(*registry_, "specdec:num_requests_running", "Requests in the running batch")),
       ttft_(histogram(*registry_, "specdec:time_to_first_token_seconds",
                       "From the request's arrival to its first token",
                       {0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 60})),
-      itl_(histogram(*registry_, "specdec:inter_token_latency_seconds",
-                     "Between consecutive tokens of a request (a group verified together shares its interval)",
-                     {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2})) {
+      itl_(histogram(
+          *registry_, "specdec:inter_token_latency_seconds",
+          "Between consecutive tokens of a request (a group verified together shares its interval)",
+          {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2})) {
   for (const char* status : {"ok", "error", "cancelled"}) requests_.Add({{"status", status}});
   accepted_per_pos_.Add({{"position", "0"}});  // the family is listed before the first draft
 }

@@ -1,6 +1,6 @@
-// The /metrics of `specdec serve` (Prometheus text format, through prometheus-cpp): request and token
-// counters, queue and batch gauges, latency histograms, and the speculative counters under vLLM's
-// names (spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens, _per_pos).
+// The /metrics of `specdec serve` (Prometheus text format, through prometheus-cpp): request and
+// token counters, queue and batch gauges, latency histograms, and the speculative counters under
+// vLLM's names (spec_decode_num_drafts, _num_draft_tokens, _num_accepted_tokens, _per_pos).
 #pragma once
 
 #include <prometheus/counter.h>

@@ -10,11 +10,11 @@ namespace specdec::serve {
 
 json error_json(int status, const std::string& message, const std::string& param,
                 const std::string& code) {
-  const char* type = status >= 500                ? "server_error"
-                     : status == 401              ? "authentication_error"
+  const char* type = status >= 500                   ? "server_error"
+                     : status == 401                 ? "authentication_error"
                      : status == 404 && code.empty() ? "not_found_error"
-                     : status == 429              ? "rate_limit_error"
-                                                  : "invalid_request_error";
+                     : status == 429                 ? "rate_limit_error"
+                                                     : "invalid_request_error";
   return {{"error",
            {{"message", message},
             {"type", type},
@@ -51,7 +51,8 @@ std::optional<double> number(const json& body, const char* name, double lo, doub
 std::optional<bool> boolean(const json& body, const char* name) {
   const json* v = field(body, name);
   if (!v) return std::nullopt;
-  if (!v->is_boolean()) bad(name, std::string("'") + name + "' must be a boolean, got " + v->dump());
+  if (!v->is_boolean())
+    bad(name, std::string("'") + name + "' must be a boolean, got " + v->dump());
   return v->get<bool>();
 }
 
@@ -65,7 +66,8 @@ std::optional<std::string> string(const json& body, const char* name) {
 std::vector<int64_t> ids_of(const json& list, const char* param) {
   std::vector<int64_t> ids;
   for (const json& v : list) {
-    if (!v.is_number_integer()) bad(param, std::string("'") + param + "' holds a non-integer token id: " + v.dump());
+    if (!v.is_number_integer())
+      bad(param, std::string("'") + param + "' holds a non-integer token id: " + v.dump());
     ids.push_back(v.get<int64_t>());
   }
   return ids;
@@ -129,7 +131,8 @@ std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
   if (p->is_string()) return encode_text(p->get<std::string>(), ctx, "prompt");
   if (p->is_array() && !p->empty()) {
     if ((*p)[0].is_number_integer()) return ids_of(*p, "prompt");
-    if (p->size() > 1) bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
+    if (p->size() > 1)
+      bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
     if ((*p)[0].is_string()) return encode_text((*p)[0].get<std::string>(), ctx, "prompt");
     if ((*p)[0].is_array()) return ids_of((*p)[0], "prompt");
   }
@@ -151,7 +154,8 @@ bool valid_utf8(const std::string& s) {
       if ((d >> 6) != 0x2) return false;
       cp = (cp << 6) | (d & 0x3F);
     }
-    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
       return false;
     i += n;
   }
@@ -183,9 +187,9 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   ParsedRequest r;
   r.chat = chat;
   if (const auto model = string(body, "model"); model && *model != ctx.model_id)
-    throw ApiError(404, "the model '" + *model + "' does not exist (this server has '" +
-                            ctx.model_id + "')",
-                   "model", "model_not_found");
+    throw ApiError(
+        404, "the model '" + *model + "' does not exist (this server has '" + ctx.model_id + "')",
+        "model", "model_not_found");
   if (const auto n = number(body, "n", -1e18, 1e18, true); n && *n != 1)
     bad("n", "only n = 1 is supported (one choice per request)");
   r.prompt = chat ? encode_chat(body, ctx) : completion_prompt(body, ctx);
@@ -202,7 +206,7 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     if (const auto m = number(body, "max_completion_tokens", 1, 1e9, true)) max_tokens = m;
   // OpenAI's default is 16 tokens for a completion; a chat answer may fill the context.
   const auto fits = static_cast<int64_t>(std::max(1.0, room));
-  c.max_new_tokens = max_tokens      ? static_cast<int64_t>(*max_tokens)
+  c.max_new_tokens = max_tokens       ? static_cast<int64_t>(*max_tokens)
                      : ctx.max_tokens ? std::min(*ctx.max_tokens, fits)
                      : chat           ? fits
                                       : std::min<int64_t>(16, fits);
@@ -213,7 +217,8 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     if (*v <= 0) bad("top_p", "'top_p' must be in (0, 1]");
     c.top_p = *v;
   }
-  if (const auto v = number(body, "top_k", -1, 1e9, true)) c.top_k = *v < 0 ? 0 : static_cast<int64_t>(*v);
+  if (const auto v = number(body, "top_k", -1, 1e9, true))
+    c.top_k = *v < 0 ? 0 : static_cast<int64_t>(*v);
   if (const auto v = number(body, "min_p", 0, 1)) {
     if (*v >= 1) bad("min_p", "'min_p' must be in [0, 1)");
     c.min_p = *v;
@@ -233,8 +238,10 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     std::lock_guard<std::mutex> lock(mutex);
     c.seed = seeds();
   }
-  if (const auto v = number(body, "num_assistant_tokens", 0, 1e6, true)) c.num_assistant_tokens = *v;
-  if (const auto v = string(body, "num_assistant_tokens_schedule")) c.num_assistant_tokens_schedule = *v;
+  if (const auto v = number(body, "num_assistant_tokens", 0, 1e6, true))
+    c.num_assistant_tokens = *v;
+  if (const auto v = string(body, "num_assistant_tokens_schedule"))
+    c.num_assistant_tokens_schedule = *v;
   if (const auto v = number(body, "prompt_lookup_num_tokens", 0, 1e6, true))
     c.prompt_lookup_num_tokens = *v;
 
@@ -243,13 +250,15 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       r.stop.push_back(s->get<std::string>());
     } else if (s->is_array()) {
       for (const json& v : *s) {
-        if (!v.is_string()) bad("stop", "'stop' must be a string or a list of strings, got " + s->dump());
+        if (!v.is_string())
+          bad("stop", "'stop' must be a string or a list of strings, got " + s->dump());
         r.stop.push_back(v.get<std::string>());
       }
     } else {
       bad("stop", "'stop' must be a string or a list of strings, got " + s->dump());
     }
-    if (r.stop.size() > 4) bad("stop", "'stop' holds at most 4 strings, got " + std::to_string(r.stop.size()));
+    if (r.stop.size() > 4)
+      bad("stop", "'stop' holds at most 4 strings, got " + std::to_string(r.stop.size()));
     r.stop.erase(std::remove(r.stop.begin(), r.stop.end(), ""), r.stop.end());
   }
   if (chat) {
@@ -306,10 +315,14 @@ std::string TextStream::release(std::string text, bool last) {
   return out;
 }
 
-std::string TextStream::push(const std::vector<int64_t>& ids) { return release(decoder_.push(ids), false); }
+std::string TextStream::push(const std::vector<int64_t>& ids) {
+  return release(decoder_.push(ids), false);
+}
 
 std::string TextStream::finish() { return release(decoder_.finish(), true); }
 
-std::string token_text(const Tokenizer& tokenizer, int64_t id) { return tokenizer.decode({id}, false); }
+std::string token_text(const Tokenizer& tokenizer, int64_t id) {
+  return tokenizer.decode({id}, false);
+}
 
 }  // namespace specdec::serve

@@ -15,7 +15,10 @@ namespace specdec::serve {
 // An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError : std::runtime_error {
   ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
-      : std::runtime_error(message), status(status), param(std::move(param)), code(std::move(code)) {}
+      : std::runtime_error(message),
+        status(status),
+        param(std::move(param)),
+        code(std::move(code)) {}
   int status;
   std::string param, code;
 };
@@ -28,9 +31,9 @@ struct Context {
   const Tokenizer* tokenizer = nullptr;
   const ChatTemplate* chat = nullptr;  // null: the model ships none (chat requests are refused)
   std::string model_id;
-  int64_t context = 0;              // positions per request
-  GenerationConfig defaults;        // the server's flags (EOS ids filled in)
-  std::vector<int64_t> chat_eos;    // a chat answer ends at these too (the template's end of turn)
+  int64_t context = 0;            // positions per request
+  GenerationConfig defaults;      // the server's flags (EOS ids filled in)
+  std::vector<int64_t> chat_eos;  // a chat answer ends at these too (the template's end of turn)
   // --max-new-tokens when given: the max_tokens of a request that sets none (else OpenAI's
   // defaults: 16 for a completion, the rest of the context for a chat answer).
   std::optional<int64_t> max_tokens;

@@ -26,17 +26,21 @@ using nlohmann::json;
 namespace specdec::serve {
 
 void add_serve_options(CLI::App* app, ServeOptions& o) {
-  app->add_option("--host", o.host, "Address to bind (127.0.0.1: this machine only)")->capture_default_str();
+  app->add_option("--host", o.host, "Address to bind (127.0.0.1: this machine only)")
+      ->capture_default_str();
   app->add_option("--port", o.port, "TCP port (0: any free one, printed at start)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app->add_option("--max-batch", o.max_batch, "Requests generated at once (rows of the running batch)")
+  app->add_option("--max-batch", o.max_batch,
+                  "Requests generated at once (rows of the running batch)")
       ->check(CLI::Range(int64_t{1}, int64_t{256}))
       ->capture_default_str();
-  app->add_option("--ctx", o.ctx, "Positions per request (prompt and answer); each row's caches hold this many")
+  app->add_option("--ctx", o.ctx,
+                  "Positions per request (prompt and answer); each row's caches hold this many")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
       ->capture_default_str();
-  app->add_option("--max-queue", o.max_queue, "Requests waiting for a row at most (then 429 with Retry-After)")
+  app->add_option("--max-queue", o.max_queue,
+                  "Requests waiting for a row at most (then 429 with Retry-After)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
       ->capture_default_str();
   app->add_option("--prefix-cache", o.prefix_cache,
@@ -49,23 +53,27 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app->add_option("--api-key", o.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: $SPECDEC_API_KEY)");
-  app->add_option("--cors", o.cors, "Allow this origin (Access-Control-Allow-Origin); none by default");
+                  "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: "
+                  "$SPECDEC_API_KEY)");
+  app->add_option("--cors", o.cors,
+                  "Allow this origin (Access-Control-Allow-Origin); none by default");
   app->add_option("--log-format", o.log_format, "One line per request: text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   app->add_option("--max-body", o.max_body, "Largest request body in bytes (413 past it)")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 30))
       ->capture_default_str();
-  app->add_option("--shutdown-timeout", o.shutdown_timeout,
-                  "Seconds running requests get to finish after SIGINT/SIGTERM (then they are cancelled)")
+  app->add_option(
+         "--shutdown-timeout", o.shutdown_timeout,
+         "Seconds running requests get to finish after SIGINT/SIGTERM (then they are cancelled)")
       ->check(CLI::Range(0.0, 3600.0))
       ->capture_default_str();
   app->add_option("--http-threads", o.http_threads,
                   "Connections served at once (a streaming request holds one for its duration)")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
-  app->add_option("--idle-timeout", o.idle_timeout, "Seconds an idle keep-alive connection stays open")
+  app->add_option("--idle-timeout", o.idle_timeout,
+                  "Seconds an idle keep-alive connection stays open")
       ->check(CLI::Range(int64_t{1}, int64_t{3600}))
       ->capture_default_str();
 }
@@ -81,8 +89,8 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 struct Job {
   std::mutex mutex;
   std::condition_variable ready;
-  std::string text;         // produced and not yet taken
-  std::vector<json> logprobs;  // chat-style entries not yet taken
+  std::string text;                        // produced and not yet taken
+  std::vector<json> logprobs;              // chat-style entries not yet taken
   bool finished = false, stopped = false;  // stopped: by a stop string
   GenerationResult result;
   Clock::time_point arrived = Clock::now(), last;
@@ -110,13 +118,20 @@ bool same_secret(const std::string& given, const std::string& key) {
 
 const char* status_text(int status) {
   switch (status) {
-    case 400: return "bad request";
-    case 404: return "not found";
-    case 405: return "method not allowed";
-    case 413: return "the request body is over the server's limit (--max-body)";
-    case 414: return "the request URI is too long";
-    case 431: return "the request headers are too large";
-    default: return status >= 500 ? "internal server error" : "request refused";
+    case 400:
+      return "bad request";
+    case 404:
+      return "not found";
+    case 405:
+      return "method not allowed";
+    case 413:
+      return "the request body is over the server's limit (--max-body)";
+    case 414:
+      return "the request URI is too long";
+    case 431:
+      return "the request headers are too large";
+    default:
+      return status >= 500 ? "internal server error" : "request refused";
   }
 }
 
@@ -148,13 +163,15 @@ class Server {
     ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
 
     routes();
-    const int port = o_.port == 0 ? http_.bind_to_any_port(o_.host) : (http_.bind_to_port(o_.host, o_.port) ? o_.port : -1);
+    const int port = o_.port == 0 ? http_.bind_to_any_port(o_.host)
+                                  : (http_.bind_to_port(o_.host, o_.port) ? o_.port : -1);
     if (port < 0) {
       std::cerr << "specdec serve: error: cannot listen on " << o_.host << ":" << o_.port << "\n";
       return 1;
     }
     std::thread listener([&] { http_.listen_after_bind(); });
-    std::cerr << "specdec serve: listening on http://" << o_.host << ":" << port << " (loading the model)\n";
+    std::cerr << "specdec serve: listening on http://" << o_.host << ":" << port
+              << " (loading the model)\n";
     std::thread waiter([&] {
       char byte = 0;
       while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
@@ -171,10 +188,11 @@ class Server {
       std::cerr << "specdec serve: error: " << e.what() << "\n";
       http_.stop();
       listener.join();
-      std::_Exit(1);  // the signal thread waits in sigwait
+      std::_Exit(1);  // the signal thread still waits on its pipe
     }
     ready_ = true;
-    std::cerr << "specdec serve: ready: " << models_.model_id << (models_.draft ? " with a draft" : "")
+    std::cerr << "specdec serve: ready: " << models_.model_id
+              << (models_.draft ? " with a draft" : "")
               << (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") << ", "
               << o_.max_batch << " rows of " << o_.ctx << " positions\n";
     {
@@ -187,7 +205,8 @@ class Server {
     // The responses still being written go out; a connection idle in keep-alive does not hold the
     // exit up (its thread would wait out --idle-timeout).
     const auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (in_flight_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    while (in_flight_ > 0 && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     engine_->stop();
     engine_thread_.join();
     std::cerr << "specdec serve: stopped" << std::endl;
@@ -220,7 +239,7 @@ class Server {
     Request warm;
     warm.prompt = {0};
     warm.config = models_.defaults;
-    warm.config.max_new_tokens = 2;
+    warm.config.max_new_tokens = 1;
     warm.config.do_sample = false;
     std::mutex m;
     std::condition_variable cv;
@@ -238,7 +257,8 @@ class Server {
   // Running requests finish up to the deadline, then the rest are cancelled.
   void drain() {
     draining_ = true;
-    std::cerr << "specdec serve: shutting down (running requests get " << o_.shutdown_timeout << " s)\n";
+    std::cerr << "specdec serve: shutting down (running requests get " << o_.shutdown_timeout
+              << " s)\n";
     const auto deadline = Clock::now() + std::chrono::duration<double>(o_.shutdown_timeout);
     while (Clock::now() < deadline) {
       const RequestEngine::Load l = engine_->load();
@@ -285,24 +305,31 @@ class Server {
   // in OpenAI's shape (counted as refused requests for the generation routes).
   template <class F>
   void api_route(bool post, const char* path, bool generation, F f) {
-    const auto handler = [this, generation, f](const httplib::Request& req, httplib::Response& res) {
+    const auto handler = [this, generation, f](const httplib::Request& req,
+                                               httplib::Response& res) {
       if (!o_.api_key.empty()) {
         const std::string auth = req.get_header_value("Authorization");
         const std::string prefix = "Bearer ";
         if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), o_.api_key))
-          return send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
-                                          "invalid_api_key"));
+          return send_error(
+              res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
+                            "invalid_api_key"));
       }
       if (!ready_ || draining_)
-        return send_error(res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
+        return send_error(
+            res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
       guarded(res, generation, [&] { f(req, res); });
     };
-    if (post) http_.Post(path, handler);
-    else http_.Get(path, handler);
+    if (post)
+      http_.Post(path, handler);
+    else
+      http_.Get(path, handler);
   }
 
   void routes() {
-    http_.new_task_queue = [n = o_.http_threads] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    http_.new_task_queue = [n = o_.http_threads] {
+      return new httplib::ThreadPool(static_cast<size_t>(n));
+    };
     http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
     http_.set_keep_alive_timeout(o_.idle_timeout);
     http_.set_read_timeout(o_.idle_timeout);
@@ -316,9 +343,12 @@ class Server {
       if (!res.body.empty()) return;
       std::string message = status_text(res.status);
       if (res.status == 404) message = "no route " + req.method + " " + req.path;
-      res.set_content(error_json(res.status, message).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+      res.set_content(
+          error_json(res.status, message).dump(-1, ' ', false, json::error_handler_t::replace),
+          "application/json");
     });
-    http_.set_logger([this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
+    http_.set_logger(
+        [this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
     http_.Options(".*", [this](const httplib::Request&, httplib::Response& res) {
       res.status = 204;
       if (!o_.cors.empty()) {
@@ -331,8 +361,10 @@ class Server {
       res.set_content(kChatHtml, "text/html; charset=utf-8");
     });
     http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (ready_) send_json(res, 200, {{"status", "ok"}});
-      else send_json(res, 503, {{"status", "loading"}});
+      if (ready_)
+        send_json(res, 200, {{"status", "ok"}});
+      else
+        send_json(res, 503, {{"status", "loading"}});
     });
     http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       const RequestEngine::Load l = ready_ ? engine_->load() : RequestEngine::Load{};
@@ -347,29 +379,35 @@ class Server {
                                         {"owned_by", "specdec"},
                                         {"max_model_len", o_.ctx}}})}});
     });
-    api_route(true, "/tokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
-      const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
-      send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", o_.ctx}});
-    });
-    api_route(true, "/detokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
-      {
-        const json body = parse_body(req.body);
-        const auto it = body.find("tokens");
-        if (it == body.end() || !it->is_array())
-          throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
-        std::vector<int64_t> ids;
-        for (const json& v : *it) {
-          if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= ctx_.tokenizer->size())
-            throw ApiError(400, "'tokens' holds " + v.dump() + ", not a token id of this model", "tokens");
-          ids.push_back(v.get<int64_t>());
-        }
-        send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, true)}});
-      }
-    });
-    api_route(true, "/v1/completions", true,
-              [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
-    api_route(true, "/v1/chat/completions", true,
-              [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
+    api_route(
+        true, "/tokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
+          const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
+          send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", o_.ctx}});
+        });
+    api_route(
+        true, "/detokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
+          {
+            const json body = parse_body(req.body);
+            const auto it = body.find("tokens");
+            if (it == body.end() || !it->is_array())
+              throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens");
+            std::vector<int64_t> ids;
+            for (const json& v : *it) {
+              if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+                  v.get<int64_t>() >= ctx_.tokenizer->size())
+                throw ApiError(400, "'tokens' holds " + v.dump() + ", not a token id of this model",
+                               "tokens");
+              ids.push_back(v.get<int64_t>());
+            }
+            send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, true)}});
+          }
+        });
+    api_route(
+        true, "/v1/completions", true,
+        [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
+    api_route(
+        true, "/v1/chat/completions", true,
+        [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
   }
 
   void log(const httplib::Request& req, const httplib::Response& res) {
@@ -383,7 +421,9 @@ class Server {
     t_log.counted = false;
     const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
     if (o_.log_format == "json") {
-      json line = {{"method", req.method}, {"path", req.path}, {"status", res.status},
+      json line = {{"method", req.method},
+                   {"path", req.path},
+                   {"status", res.status},
                    {"ms", std::round(ms * 10) / 10}};
       if (t_log.prompt_tokens >= 0) {
         line["prompt_tokens"] = t_log.prompt_tokens;
@@ -439,11 +479,17 @@ class Server {
   json choice(bool chat, const std::string& text, const std::vector<json>* logprobs, bool delta,
               const json& finish, size_t offset) const {
     json c = {{"index", 0}, {"finish_reason", finish}};
-    if (chat) c[delta ? "delta" : "message"] = delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}};
-    else c["text"] = text;
-    if (!logprobs) c["logprobs"] = nullptr;
-    else if (chat) c["logprobs"] = {{"content", *logprobs}};
-    else c["logprobs"] = legacy_logprobs(*logprobs, offset);
+    if (chat)
+      c[delta ? "delta" : "message"] =
+          delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}};
+    else
+      c["text"] = text;
+    if (!logprobs)
+      c["logprobs"] = nullptr;
+    else if (chat)
+      c["logprobs"] = {{"content", *logprobs}};
+    else
+      c["logprobs"] = legacy_logprobs(*logprobs, offset);
     return c;
   }
 
@@ -458,7 +504,8 @@ class Server {
     r.top_logprobs = p.top_logprobs;
     const Tokenizer* tok = ctx_.tokenizer;
     // On the engine's thread: decode, hold back stop strings, hand over, never wait.
-    r.on_tokens = [this, job, text, tok](const std::vector<int64_t>& ids, const std::vector<TokenLogprob>& lps) {
+    r.on_tokens = [this, job, text, tok](const std::vector<int64_t>& ids,
+                                         const std::vector<TokenLogprob>& lps) {
       const std::string piece = text->push(ids);
       std::vector<json> entries;
       for (const TokenLogprob& t : lps) {
@@ -468,12 +515,14 @@ class Server {
           const std::string ts = token_text(*tok, id);
           top.push_back({{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(ts)}});
         }
-        entries.push_back({{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+        entries.push_back(
+            {{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
       }
       const auto now = Clock::now();
       {
         std::lock_guard<std::mutex> lock(job->mutex);
-        if (job->first) metrics_.first_token(seconds_between(job->arrived, now));
+        if (job->first)
+          metrics_.first_token(seconds_between(job->arrived, now));
         else
           for (size_t i = 0; i < ids.size(); ++i)
             metrics_.inter_token(seconds_between(job->last, now) / static_cast<double>(ids.size()));
@@ -490,7 +539,10 @@ class Server {
       const std::string tail = text->finish();
       // Counted before the client can see its answer (a scrape after it counts it).
       const std::string& why = g.stats.stop_reason;
-      metrics_.finished(why == "error" ? "error" : why == "cancelled" && !text->stopped() ? "cancelled" : "ok", g.stats);
+      metrics_.finished(why == "error"                           ? "error"
+                        : why == "cancelled" && !text->stopped() ? "cancelled"
+                                                                 : "ok",
+                        g.stats);
       {
         std::lock_guard<std::mutex> lock(job->mutex);
         job->text += tail;
@@ -509,7 +561,8 @@ class Server {
     const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
     const auto created = static_cast<int64_t>(std::time(nullptr));
     const json head = {{"id", rid},
-                       {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+                       {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion")
+                                       : "text_completion"},
                        {"created", created},
                        {"model", ctx_.model_id}};
     const auto forget = [this, id] {
@@ -524,8 +577,8 @@ class Server {
       t_log.completion_tokens = s.new_tokens;
       if (s.stop_reason == "error") throw ApiError(500, "generation failed: " + job->result.error);
       json out = head;
-      out["choices"] = json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr, false,
-                                           finish_reason(*job), 0)});
+      out["choices"] = json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr,
+                                           false, finish_reason(*job), 0)});
       out["usage"] = usage(s);
       out["speculative"] = speculative(s);
       send_json(res, 200, out);
@@ -544,13 +597,16 @@ class Server {
         "text/event-stream",
         [this, job, st, head, chat, logprobs, include_usage, id](size_t, httplib::DataSink& sink) {
           const auto event = [&](const json& j) {
-            const std::string line = "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+            const std::string line =
+                "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
             return sink.write(line.data(), line.size());
           };
           if (chat && !st->sent_role) {
             json c = head;
-            c["choices"] = json::array({{{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                         {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+            c["choices"] = json::array({{{"index", 0},
+                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}});
             st->sent_role = true;
             if (!event(c)) return engine_->cancel(id), false;
           }
@@ -568,7 +624,8 @@ class Server {
           }
           if (!piece.empty() || !entries.empty()) {
             json c = head;
-            c["choices"] = json::array({choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr, st->offset)});
+            c["choices"] = json::array(
+                {choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr, st->offset)});
             st->offset += piece.size();
             if (!event(c)) return engine_->cancel(id), false;
           }
@@ -579,7 +636,8 @@ class Server {
             event(error_json(500, "generation failed: " + job->result.error));
           } else {
             json c = head;
-            c["choices"] = json::array({choice(chat, "", nullptr, true, finish_reason(*job), st->offset)});
+            c["choices"] =
+                json::array({choice(chat, "", nullptr, true, finish_reason(*job), st->offset)});
             if (chat) c["choices"][0]["delta"] = json::object();
             event(c);
             if (include_usage) {
