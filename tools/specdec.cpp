@@ -745,7 +745,6 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_give
     std::string name = o.model;
     while (name.size() > 1 && name.back() == '/') name.pop_back();
     m.model_id = name.substr(name.find_last_of('/') + 1);
-    m.threads = o.threads;
     return m;
   });
 }

@@ -195,20 +195,26 @@ class Server {
               << (models_.draft ? " with a draft" : "")
               << (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") << ", "
               << o_.max_batch << " rows of " << o_.ctx << " positions\n";
-    {
-      std::unique_lock<std::mutex> lock(shutdown_mutex_);
-      shutdown_.wait(lock, [&] { return shutdown_requested_.load(); });
-    }
+    std::thread stopper([&] {
+      {
+        std::unique_lock<std::mutex> lock(shutdown_mutex_);
+        shutdown_.wait(lock, [&] { return shutdown_requested_.load(); });
+      }
+      drain();
+      http_.stop();  // no new connections
+      // The responses still being written go out; a connection idle in keep-alive does not hold
+      // the exit up (its thread would wait out --idle-timeout).
+      const auto deadline = Clock::now() + std::chrono::seconds(5);
+      while (in_flight_ > 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      engine_->stop();
+    });
+    // Every model call on this thread, the one that loaded the models: libgomp keeps a team of
+    // OpenMP threads per thread that starts parallel regions, and a second team beside the
+    // loader's left every pass waiting for sleeping workers (a batch of 8 took twice as long).
+    engine_->run();
+    stopper.join();
     waiter.join();
-    drain();
-    http_.stop();  // no new connections
-    // The responses still being written go out; a connection idle in keep-alive does not hold the
-    // exit up (its thread would wait out --idle-timeout).
-    const auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (in_flight_ > 0 && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    engine_->stop();
-    engine_thread_.join();
     std::cerr << "specdec serve: stopped" << std::endl;
     std::_Exit(0);  // the HTTP threads still waiting on idle connections end with the process
   }
@@ -230,28 +236,15 @@ class Server {
     ctx_.defaults = models_.defaults;
     ctx_.chat_eos = models_.chat_eos;
     ctx_.max_tokens = models_.max_tokens;
-    const int threads = models_.threads;
-    engine_thread_ = std::thread([this, threads] {
-      if (threads > 0) set_num_threads(threads);  // libtorch's thread count is per calling thread
-      engine_->run();
-    });
     // One short request first, so that the first client does not pay for lazy initialisation.
     Request warm;
     warm.prompt = {0};
     warm.config = models_.defaults;
     warm.config.max_new_tokens = 1;
     warm.config.do_sample = false;
-    std::mutex m;
-    std::condition_variable cv;
-    bool done = false;
-    warm.on_finished = [&](const GenerationResult&) {
-      std::lock_guard<std::mutex> lock(m);
-      done = true;
-      cv.notify_all();
-    };
     engine_->submit(std::move(warm));
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return done; });
+    while (engine_->step()) {
+    }
   }
 
   // Running requests finish up to the deadline, then the rest are cancelled.
@@ -331,6 +324,7 @@ class Server {
       return new httplib::ThreadPool(static_cast<size_t>(n));
     };
     http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
+    http_.set_tcp_nodelay(true);  // each streamed event goes out at once (no Nagle wait for an ACK)
     http_.set_keep_alive_timeout(o_.idle_timeout);
     http_.set_read_timeout(o_.idle_timeout);
     http_.set_pre_routing_handler([this](const httplib::Request&, httplib::Response& res) {
@@ -665,7 +659,6 @@ class Server {
   Context ctx_;
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<RequestEngine> engine_;
-  std::thread engine_thread_;
   Metrics metrics_;
   std::atomic<bool> ready_{false}, draining_{false}, shutdown_requested_{false};
   std::atomic<int> in_flight_{0};  // requests whose response is not written yet

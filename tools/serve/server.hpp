@@ -38,7 +38,6 @@ struct ServeModels {
   std::vector<int64_t> chat_eos;
   std::optional<int64_t> max_tokens;  // --max-new-tokens when given
   std::string model_id;
-  int threads = 0;  // --threads (set again on the engine's thread)
 };
 
 void add_serve_options(CLI::App* app, ServeOptions& o);
