@@ -12,7 +12,8 @@
 #            context is shared among the slots: 2048 each; continuous batching is its default),
 #            concurrency SERVE_CONCURRENCY (default 1,4,8,16), chat prompts of
 #            benchmarks/prompts/serve_chat.jsonl (answers that run to max_tokens) -> results/serve_peer.jsonl
-#   lookup   specdec --prompt-lookup 10 against specdec target-only on the grounded prompts
+#   lookup   specdec --prompt-lookup 10 (constant, and under goodput with the latest match) against
+#            specdec target-only on the grounded prompts
 #            (benchmarks/prompts/grounded.txt: rewrite, extract, fix ...: answers that copy the
 #            prompt), concurrency SERVE_LOOKUP_CONCURRENCY (default 1), SERVE_LOOKUP_TOKENS (128)
 #            new tokens -> results/serve_lookup.jsonl
@@ -132,6 +133,9 @@ if has lookup; then
   specdec_run "$results/serve_lookup.jsonl" specdec-target-only chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded"
   specdec_run "$results/serve_lookup.jsonl" specdec-lookup10 chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded" \
     --prompt-lookup 10
+  # goodput caps each pass's lookahead by the measured pass costs; "last" copies the latest match.
+  specdec_run "$results/serve_lookup.jsonl" specdec-lookup10-goodput chat "$grounded" "$lookup_levels" "$lookup_tokens" \
+    "$n_grounded" --prompt-lookup 10 --schedule goodput --prompt-lookup-match last
 fi
 if has goodput; then
   : > "$results/serve_goodput.jsonl"
@@ -214,10 +218,12 @@ if peer:
         print(f"scaling 8 vs 1 client, {label}: {ratio(at(peer, label, 8), at(peer, label, 1), 'throughput_tokens_per_s')}x")
 lookup = load("serve_lookup.jsonl")
 for c in sorted({r["concurrency"] for r in lookup}):
-    t, k = at(lookup, "specdec-target-only", c), at(lookup, "specdec-lookup10", c)
-    print(f"\nprompt lookup 10 vs target-only, grounded prompts, {c} client(s): throughput "
-          f"{ratio(k, t, 'throughput_tokens_per_s')}x ({fmt(k, 'throughput_tokens_per_s')} vs {fmt(t, 'throughput_tokens_per_s')} tok/s), "
-          f"itl p50 {ratio(k, t, 'itl_p50')}x, {fmt(k, 'tokens_per_target_pass', 1, 2)} tokens per target pass")
+    t = at(lookup, "specdec-target-only", c)
+    for label in ("specdec-lookup10", "specdec-lookup10-goodput"):
+        k = at(lookup, label, c)
+        print(f"\n{label} vs target-only, grounded prompts, {c} client(s): throughput "
+              f"{ratio(k, t, 'throughput_tokens_per_s')}x ({fmt(k, 'throughput_tokens_per_s')} vs {fmt(t, 'throughput_tokens_per_s')} tok/s), "
+              f"itl p50 {ratio(k, t, 'itl_p50')}x, {fmt(k, 'tokens_per_target_pass', 1, 2)} tokens per target pass")
 good = load("serve_goodput.jsonl")
 if good:
     print("\ngoodput (draft) vs target-only, specdec: throughput ratio per client count")
