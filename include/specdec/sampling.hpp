@@ -39,7 +39,8 @@ class LogitsProcessor {
 // (sampling only) temperature, top-k, top-p, min-p; OpenAI's frequency and presence penalties
 // before them. The same chain processes the draft's logits (giving q) and the target's (giving p).
 // `prompt_length`: where the generated tokens start in the history (the OpenAI penalties count
-// only those).
+// only those; a draft's chain, made without it, counts the prompt too: its q differs, which
+// lowers acceptance only).
 class LogitsProcessorChain {
  public:
   explicit LogitsProcessorChain(const GenerationConfig& config, int64_t prompt_length = 0);
