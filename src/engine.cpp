@@ -239,6 +239,7 @@ int64_t Engine::uncached(int64_t slot) const {
 bool Engine::step() {
   admit();
   const bool prefilled = advance_joining();
+  compact();
   if (slots_.empty()) return prefilled;
   // goodput plans the first iteration too once the Generator has measured its costs: a request
   // after one whose draft the target rejected starts without speculation (and without the
@@ -261,26 +262,29 @@ bool Engine::step() {
 // pass is padded to the probe's.
 void Engine::plan(bool may_calibrate) {
   if (!goodput_) return;
-  std::vector<LookaheadSchedule*> schedules;
-  const Row* shortest = nullptr;
-  for (Row* row : slots_) {
-    if (!uses_goodput(*row)) continue;
-    schedules.push_back(row->schedule.get());
-    const bool can_draft = row->config.max_new_tokens - row->result.stats.new_tokens > 1;
-    if (can_draft && (!shortest || row->tokens.size() < shortest->tokens.size())) shortest = row;
-  }
-  if (schedules.empty() ||
-      state_.goodput.plan(schedules, cache_, slots_[0]->tokens, static_cast<int64_t>(slots_.size()),
-                          !use_draft_, may_calibrate) ||
-      !use_draft_ || !shortest)
-    return;
-  probe_ = shortest->schedule.get();
-  if (width_ > 1) probe_->set_num_tokens(std::min<int64_t>(probe_->num_tokens(), 1));
-  for (LookaheadSchedule* s : schedules)
-    if (s != probe_ && s->num_tokens() > 0) {
-      s->set_num_tokens(0);
-      waiting_.push_back(s);
+  // The draft-model rows and the prompt-lookup rows are planned apart (lookup drafts cost nothing).
+  for (const bool lookup : {false, true}) {
+    std::vector<LookaheadSchedule*> schedules;
+    const Row* shortest = nullptr;
+    for (Row* row : slots_) {
+      if (!uses_goodput(*row) || by_model(*row) == lookup) continue;
+      schedules.push_back(row->schedule.get());
+      const bool can_draft = row->config.max_new_tokens - row->result.stats.new_tokens > 1;
+      if (can_draft && (!shortest || row->tokens.size() < shortest->tokens.size())) shortest = row;
     }
+    if (schedules.empty() ||
+        state_.goodput.plan(schedules, cache_, slots_[0]->tokens,
+                            static_cast<int64_t>(slots_.size()), lookup, may_calibrate) ||
+        lookup || !shortest)
+      continue;
+    probe_ = shortest->schedule.get();
+    if (width_ > 1) probe_->set_num_tokens(std::min<int64_t>(probe_->num_tokens(), 1));
+    for (LookaheadSchedule* s : schedules)
+      if (s != probe_ && s->num_tokens() > 0) {
+        s->set_num_tokens(0);
+        waiting_.push_back(s);
+      }
+  }
 }
 
 // Proposals: at most remaining - 1 tokens per row, the target always adds one of its own.
@@ -305,7 +309,7 @@ void Engine::draft() {
   std::vector<const std::vector<int64_t>*> cold_tokens;
   for (int64_t i = 0; drafter_ && !tc_.is_encoder_decoder && i < b; ++i) {
     const int64_t behind = static_cast<int64_t>(slots_[i]->tokens.size()) - 1 - drafter_->cached(i);
-    if (max_tokens_[i] > 0 && slots_[i]->schedule->num_tokens() > 0 &&
+    if (by_model(*slots_[i]) && max_tokens_[i] > 0 && slots_[i]->schedule->num_tokens() > 0 &&
         (width_ > 1 ? drafter_->cached(i) == 0 : behind > kPrefillChunk)) {
       cold.push_back(i);
       cold_tokens.push_back(&slots_[i]->tokens);
@@ -323,21 +327,27 @@ void Engine::draft() {
   }
   const auto t0 = Clock::now();
   if (drafter_) {
-    for (int64_t i = 0; i < b; ++i) row_passes_before_[i] = drafter_->row_passes(i);
-    std::vector<Candidates> proposals = drafter_->propose_batch(sequences, max_tokens_);
-    for (int64_t i = 0; i < b; ++i) slots_[i]->cand = std::move(proposals[i]);
+    // The draft model proposes for its rows; the others ride along in its passes, feeding nothing.
+    std::vector<int64_t> limits = max_tokens_;
+    for (int64_t i = 0; i < b; ++i) {
+      if (!by_model(*slots_[i])) limits[i] = 0;
+      row_passes_before_[i] = drafter_->row_passes(i);
+    }
+    std::vector<Candidates> proposals = drafter_->propose_batch(sequences, limits);
+    for (int64_t i = 0; i < b; ++i)
+      if (by_model(*slots_[i])) slots_[i]->cand = std::move(proposals[i]);
     // The draft's cost per drafted token, from its passes that drafted one token per row.
     const DraftModelGenerator::SteadyPasses steady = drafter_->last_steady();
     if (goodput_ && steady.passes > 0)
       state_.goodput.observe_draft(b, steady.seconds / static_cast<double>(steady.passes));
-  } else {
-    for (int64_t i = 0; i < b; ++i) {
-      Row& row = *slots_[i];
-      const int64_t k = row.schedule->kind() == "goodput"
-                            ? std::min(max_tokens_[i], row.schedule->num_tokens())
-                            : max_tokens_[i];
-      row.cand = row.lookup && k > 0 ? row.lookup->propose(row.tokens, k) : Candidates{};
-    }
+  }
+  for (int64_t i = 0; i < b; ++i) {
+    Row& row = *slots_[i];
+    if (by_model(row)) continue;
+    const int64_t k = row.schedule->kind() == "goodput"
+                          ? std::min(max_tokens_[i], row.schedule->num_tokens())
+                          : max_tokens_[i];
+    row.cand = row.lookup && k > 0 ? row.lookup->propose(row.tokens, k) : Candidates{};
   }
   draft_seconds_ = seconds_since(t0);
 }
@@ -441,7 +451,7 @@ void Engine::commit() {
       ++st.drafted_at_position[j];
       if (j < accepted) ++st.accepted_at_position[j];
     }
-    if (drafter_) drafter_->on_verified_row(i, cand, accepted, row.tokens);
+    if (drafter_ && by_model(row)) drafter_->on_verified_row(i, cand, accepted, row.tokens);
     if (row.lookup && row.schedule->kind() == "goodput")
       row.schedule->update(std::vector<double>(k, 1.0), accepted);
     bs_.new_tokens += static_cast<int64_t>(fresh.size());
@@ -520,26 +530,43 @@ void Engine::finish_row(Row& row) {
   // keeps it on the assistant model's generation config); "goodput": its acceptance evidence.
   {
     std::lock_guard<std::mutex> lock(state_.carried_mutex);
-    if (use_draft_ && row.config.num_assistant_tokens_schedule == "heuristic")
+    if (by_model(row) && row.config.num_assistant_tokens_schedule == "heuristic")
       state_.carried_lookahead = row.schedule->num_tokens();
     if (uses_goodput(row))
-      state_.carried_evidence[!use_draft_] =
+      state_.carried_evidence[!by_model(row)] =
           LookaheadSchedule::carry_evidence({row.schedule.get()});
   }
   row.done = true;
   if (row.on_finished) row.on_finished(row.result);
 }
 
-// Finished rows leave the batch: the last active row moves into each freed slot.
+// Finished rows leave the batch; their slots wait for the next rows (admit()).
 void Engine::retire() {
-  for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
-    if (max_prefixes_ > 0 && !slots_[*it]->error) remember(*it);
-    const int64_t last = static_cast<int64_t>(slots_.size()) - 1;
-    if (*it != last) {
-      cache_.copy_row(last, *it);
-      if (drafter_) drafter_->move_row(last, *it);
-      slots_[*it] = slots_[last];
-    }
+  for (const int64_t slot : finished_) {
+    if (max_prefixes_ > 0 && !slots_[slot]->error) remember(slot);
+    slots_[slot] = nullptr;
+  }
+}
+
+int64_t Engine::take_slot(Row& row) {
+  const auto freed = std::find(slots_.begin(), slots_.end(), nullptr);
+  const auto slot = static_cast<int64_t>(freed - slots_.begin());
+  if (freed == slots_.end())
+    slots_.push_back(&row);
+  else
+    *freed = &row;
+  return slot;
+}
+
+void Engine::compact() {
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    while (!slots_.empty() && !slots_.back()) slots_.pop_back();
+    if (s >= slots_.size()) break;
+    if (slots_[s]) continue;
+    const auto last = static_cast<int64_t>(slots_.size()) - 1;
+    cache_.copy_row(last, static_cast<int64_t>(s));
+    if (drafter_) drafter_->move_row(last, static_cast<int64_t>(s));
+    slots_[s] = slots_.back();
     slots_.pop_back();
   }
 }
@@ -547,34 +574,35 @@ void Engine::retire() {
 // Continuous batching: the next prompts take the freed slots, at the end, each prefilled on its
 // own (the draft's too when it drafts now); their last prompt token goes into the next pass.
 void Engine::admit() {
-  const auto taken = [&] { return static_cast<int64_t>(slots_.size() + joining_.size()); };
+  const auto taken = [&] { return running() + static_cast<int64_t>(joining_.size()); };
   if (taken() >= width_) return;
   const auto t1 = Clock::now();
   std::vector<int64_t> joined;
   std::vector<const std::vector<int64_t>*> joined_tokens;
-  // goodput: a joining row starts from the evidence of the goodput rows running beside it (else
-  // from what the last finished one left, as the next request would).
-  std::optional<std::pair<double, double>> evidence;
+  // goodput: a joining row starts from the evidence of the goodput rows of its kind (draft model
+  // [0], prompt lookup [1]) running beside it, else from what the last finished one left, as the
+  // next request would.
+  std::optional<std::pair<double, double>> evidence[2];
   if (goodput_) {
-    std::vector<const LookaheadSchedule*> running;
+    std::vector<const LookaheadSchedule*> running[2];
     for (const Row* row : slots_)
-      if (uses_goodput(*row)) running.push_back(row->schedule.get());
-    if (!running.empty()) evidence = LookaheadSchedule::carry_evidence(running);
+      if (row && uses_goodput(*row)) running[!by_model(*row)].push_back(row->schedule.get());
+    for (int kind = 0; kind < 2; ++kind)
+      if (!running[kind].empty()) evidence[kind] = LookaheadSchedule::carry_evidence(running[kind]);
   }
   while (taken() < width_) {
     Row* next = source_.next();
     if (!next) break;
     Row& row = *next;
-    set_up(row, evidence);
+    set_up(row, evidence[!by_model(row)]);
     // A prompt longer than a chunk, while other rows decode, goes in a chunk per step beside them.
-    if (!slots_.empty() && !tc_.is_encoder_decoder &&
+    if (running() > 0 && !tc_.is_encoder_decoder &&
         static_cast<int64_t>(row.tokens.size()) - 1 > prefill_chunk_ &&
         !(max_prefixes_ > 0 && reuse_length(row.tokens) > 0)) {
       joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
       continue;
     }
-    const auto slot = static_cast<int64_t>(slots_.size());  // prefill_into overwrites its cache row
-    slots_.push_back(&row);
+    const int64_t slot = take_slot(row);  // prefill_into and reuse overwrite its cache row
     row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
     if (row.result.stats.cached_prompt_tokens == 0) {
       joined.push_back(slot);
@@ -663,8 +691,7 @@ bool Engine::advance_joining() {
       ++it;
       continue;
     }
-    const auto slot = static_cast<int64_t>(slots_.size());
-    slots_.push_back(&row);
+    const int64_t slot = take_slot(row);
     cache_.copy_row(it->cache, 0, slot);
     if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
     it = joining_.erase(it);

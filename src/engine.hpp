@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -107,8 +108,9 @@ class VectorSource final : public RowSource {
 // batching) with caches of `max_length` positions per row. Each step admits rows, drafts for the
 // running rows, verifies them in one target pass, commits a different number of tokens per row
 // and streams them, and retires the rows that finished. Decoder-only models, or encoder-decoder
-// ones with every row at once (all in the source when the engine starts). `use_draft`: the rows
-// draft with the draft model (else by prompt lookup, or not at all, row by row).
+// ones with every row at once (all in the source when the engine starts). `use_draft`: the draft
+// model is loaded, and the rows that do not ask for prompt lookup draft with it (the others by
+// prompt lookup, or not at all, row by row).
 class Engine {
  public:
   Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
@@ -119,7 +121,9 @@ class Engine {
   // running (nothing was done).
   bool step();
   // Rows in the batch now.
-  int64_t running() const { return static_cast<int64_t>(slots_.size()); }
+  int64_t running() const {
+    return static_cast<int64_t>(slots_.size() - std::count(slots_.begin(), slots_.end(), nullptr));
+  }
   // A batch's results (the rows, in order), once step() returned false; fills the prompt cache.
   BatchResult finish(std::vector<Row>& rows);
 
@@ -135,6 +139,12 @@ class Engine {
   void commit();
   void retire();
   void admit();
+  // The slot a joining row takes: the first one a finished row freed (its cache row is
+  // overwritten), else a new one at the end.
+  int64_t take_slot(Row& row);
+  // The slots no joining row took (the batch shrank): the last rows move into them, so that every
+  // pass covers rows [0, B).
+  void compact();
   // One chunk of each joining row's prompt, each in its own 1-row cache; a row whose prompt is in
   // (all but its last token) takes a slot. True when there was such a row.
   bool advance_joining();
@@ -144,6 +154,10 @@ class Engine {
   // Row `slot`'s new tokens to its sink or the batch's callback (their log-probabilities first).
   void deliver(int64_t slot, const std::vector<int64_t>& fresh);
   bool uses_goodput(const Row& row) const;
+  // The row drafts with the draft model (else by prompt lookup or not at all).
+  bool by_model(const Row& row) const {
+    return use_draft_ && row.config.prompt_lookup_num_tokens == 0;
+  }
   // Prefix reuse (max_prefixes_ > 0): a finished row's sequence and target cache join the LRU; a
   // joining row starts from the longest prefix of its sequence held there (its new tokens then go
   // into its first verification pass, when there are at most kPrefillChunk). Returns the
@@ -166,9 +180,10 @@ class Engine {
   const RejectionSamplingVerifier rejection_;
   Clock::time_point start_ = Clock::now();
 
-  // slots_[i]: the row in cache row i (and the drafter's row i). A batch starts longest prompt
-  // first (chunked prefill); finished rows leave (compaction); the next rows join in the freed
-  // slots at the end.
+  // slots_[i]: the row in cache row i (and the drafter's row i), null for a slot a finished row
+  // freed in this step. A batch starts longest prompt first (chunked prefill); the next rows join
+  // in the freed slots, in place, and only slots that none took are compacted (so under load no
+  // row's cache is copied when another finishes).
   std::vector<Row*> slots_;
   const bool use_draft_;
   bool goodput_ = false, first_ = true;

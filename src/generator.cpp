@@ -102,14 +102,6 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
     row.name = batch == 1 ? "" : "row " + std::to_string(r) + ": ";
     const GenerationConfig& config = configs.size() == 1 ? configs[0] : configs[r];
     max_length = std::max(max_length, detail::prepare_row(row, models(), prompts[r], config));
-    // Without a draft model, prompt-lookup and target-only rows share a batch (each row drafts
-    // on its own); with one, every row drafts the same way.
-    SPECDEC_CHECK(
-        !draft_ ||
-            (config.prompt_lookup_num_tokens > 0) == (rows[0].config.prompt_lookup_num_tokens > 0),
-        "generate_batch: ", row.name, "prompt_lookup_num_tokens is ",
-        config.prompt_lookup_num_tokens, " but ", rows[0].config.prompt_lookup_num_tokens,
-        " for row 0: with a draft model, every request of a batch must use prompt lookup, or none");
   }
 
   c10::InferenceMode inference_guard;
@@ -146,9 +138,13 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   }
 
   detail::VectorSource source(rows);
-  const bool use_draft = draft_ && rows[0].config.prompt_lookup_num_tokens == 0;
-  detail::Engine engine(models(), *state_, source, use_draft, width, max_length, on_tokens,
-                        options, prompt_cache);
+  // Rows that ask for prompt lookup draft by it, the others with the draft model when one is set.
+  const bool use_draft =
+      draft_ && std::any_of(rows.begin(), rows.end(), [](const detail::Row& row) {
+        return row.config.prompt_lookup_num_tokens == 0;
+      });
+  detail::Engine engine(models(), *state_, source, use_draft, width, max_length, on_tokens, options,
+                        prompt_cache);
   while (engine.step()) {
   }
   BatchResult out = engine.finish(rows);

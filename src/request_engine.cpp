@@ -92,9 +92,6 @@ RequestEngine::Id RequestEngine::submit(Request request) {
   SPECDEC_CHECK(length <= options_.context, "the prompt (", prompt,
                 " tokens) plus max_new_tokens (", request.config.max_new_tokens, ") is ", length,
                 " positions, more than the context of ", options_.context);
-  SPECDEC_CHECK(!(impl_->models.draft && request.config.prompt_lookup_num_tokens > 0),
-                "prompt_lookup_num_tokens: this engine drafts with its draft model, not by prompt "
-                "lookup");
   SPECDEC_CHECK(request.top_logprobs >= -1 && request.top_logprobs <= 20,
                 "top_logprobs must be in [0, 20] (-1: none), got ", request.top_logprobs);
   row->sink = std::move(request.on_tokens);

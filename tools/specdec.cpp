@@ -392,8 +392,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
 // --prompts-file: every request validated first, then generated on one Generator: one after
 // another (--batch-size 1; with --prompt-cache each continuing the caches of the one before), or
 // at most --batch-size at once, each finished request making room for the next (continuous
-// batching; consecutive requests that use prompt lookup, and those that do not, form separate
-// runs). One JSON line per request on stdout, in order, each written as soon as it and those
+// batching; a request's own keys say whether it drafts by prompt lookup, with the draft model, or
+// not at all). One JSON line per request on stdout, in order, each written as soon as it and those
 // before it are done; progress on stderr.
 int run_prompts_file(RunOptions& o, const Loaded& l) {
   if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
@@ -418,9 +418,6 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
     std::cout << std::flush;
     std::cerr << "specdec: " << written << "/" << requests.size() << " requests\n";
   };
-  const auto uses_lookup = [&](size_t i) {
-    return requests[i].config.prompt_lookup_num_tokens > 0;
-  };
   const auto count = [&](const auto& stats) {  // a request's GenerationStats or a run's BatchStats
     tokens += stats.new_tokens;
     seconds += stats.total_seconds;
@@ -434,25 +431,20 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
       write_ready();
     }
   } else {
-    for (size_t i = 0; i < requests.size();) {
-      size_t end = i + 1;
-      if (o.batch_size > 1)
-        while (end < requests.size() && uses_lookup(end) == uses_lookup(i)) ++end;
-      std::vector<std::vector<int64_t>> prompts;
-      std::vector<GenerationConfig> configs;
-      for (size_t j = i; j < end; ++j) {
-        prompts.push_back(requests[j].prompt);
-        configs.push_back(requests[j].config);
-      }
-      BatchOptions options;
-      options.max_rows = o.batch_size;
-      options.on_finished = [&](size_t row, const GenerationResult& r) {
-        done[i + row] = r;
-        write_ready();
-      };
-      count(gen.generate_batch(prompts, configs, {}, options).stats);
-      i = end;
+    // One batch: each row drafts as its request asks (prompt lookup, the draft model, or not).
+    std::vector<std::vector<int64_t>> prompts;
+    std::vector<GenerationConfig> configs;
+    for (const auto& request : requests) {
+      prompts.push_back(request.prompt);
+      configs.push_back(request.config);
     }
+    BatchOptions options;
+    options.max_rows = o.batch_size;
+    options.on_finished = [&](size_t row, const GenerationResult& r) {
+      done[row] = r;
+      write_ready();
+    };
+    count(gen.generate_batch(prompts, configs, {}, options).stats);
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%lld tokens in %.3f s: %.2f tokens/s (%.2f after the prefill)",

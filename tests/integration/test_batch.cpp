@@ -19,7 +19,8 @@ struct Pair {
 };
 
 Pair pair_for(const std::string& arch, uint64_t seed) {
-  const std::string t = cached_fixture("batch_t" + arch + std::to_string(seed), small_fixture(seed, 3, arch));
+  const std::string t =
+      cached_fixture("batch_t" + arch + std::to_string(seed), small_fixture(seed, 3, arch));
   static std::map<std::string, std::string> drafts;
   const std::string key = arch + std::to_string(seed);
   if (!drafts.count(key)) {
@@ -76,7 +77,8 @@ std::vector<std::vector<int64_t>> prompts_for(size_t rows, uint64_t seed) {
   std::vector<std::vector<int64_t>> out;
   for (size_t r = 0; r < rows; ++r) {
     std::vector<int64_t> p;
-    for (size_t i = 0; i < 1 + 3 * r; ++i) p.push_back(static_cast<int64_t>((seed * 31 + r * 7 + i * 17 + 3) % 90) + 3);
+    for (size_t i = 0; i < 1 + 3 * r; ++i)
+      p.push_back(static_cast<int64_t>((seed * 31 + r * 7 + i * 17 + 3) % 90) + 3);
     out.push_back(p);
   }
   return out;
@@ -86,7 +88,8 @@ std::vector<std::vector<int64_t>> prompts_for(size_t rows, uint64_t seed) {
 
 TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
   int64_t rows_checked = 0;
-  const std::pair<const char*, uint64_t> runs[] = {{"llama", 1}, {"llama", 2}, {"gpt2", 3}, {"opt", 4}, {"gpt_neox", 5}, {"t5", 6}};
+  const std::pair<const char*, uint64_t> runs[] = {{"llama", 1}, {"llama", 2},    {"gpt2", 3},
+                                                   {"opt", 4},   {"gpt_neox", 5}, {"t5", 6}};
   for (const auto& [arch, seed] : runs) {
     const Pair p = pair_for(arch, seed);
     const Generator target_only(p.target);
@@ -95,8 +98,10 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
     const Generator assisted(p.target, p.draft);
     for (const size_t b : {1u, 3u, 8u}) {
       const auto prompts = prompts_for(b, seed);
-      for (const std::string schedule : {"constant", "heuristic", "dynamic", "goodput", "lookup", "lookup goodput"}) {
-        // Different limits per row (1 to 29 tokens), a lookahead per row, an EOS that some rows hit.
+      for (const std::string schedule :
+           {"constant", "heuristic", "dynamic", "goodput", "lookup", "lookup goodput"}) {
+        // Different limits per row (1 to 29 tokens), a lookahead per row, an EOS that some rows
+        // hit.
         std::vector<GenerationConfig> configs;
         for (size_t r = 0; r < b; ++r) {
           GenerationConfig c;
@@ -104,7 +109,8 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           c.num_assistant_tokens = 1 + static_cast<int64_t>(r % 6);
           c.eos_token_ids = {static_cast<int64_t>(40 + seed)};
           if (schedule.rfind("lookup", 0) == 0) c.prompt_lookup_num_tokens = c.num_assistant_tokens;
-          if (schedule != "lookup") c.num_assistant_tokens_schedule = schedule == "lookup goodput" ? "goodput" : schedule;
+          if (schedule != "lookup")
+            c.num_assistant_tokens_schedule = schedule == "lookup goodput" ? "goodput" : schedule;
           configs.push_back(c);
         }
         const BatchResult got = assisted.generate_batch(prompts, configs);
@@ -226,7 +232,8 @@ TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
   EXPECT_EQ(r.tokens, Generator(p.target).generate(prompt, c).tokens);
   EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens);
   ASSERT_GE(r.stats.trace.size(), 7u);
-  for (int64_t k = 1; k <= 6; ++k) EXPECT_EQ(r.stats.trace[static_cast<size_t>(k)][0], k) << "pass " << k;
+  for (int64_t k = 1; k <= 6; ++k)
+    EXPECT_EQ(r.stats.trace[static_cast<size_t>(k)][0], k) << "pass " << k;
 }
 
 // A model that runs another one, sleeping before each of its first `stalled` passes: a draft whose
@@ -234,7 +241,9 @@ TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
 class StalledModel final : public Model {
  public:
   StalledModel(std::shared_ptr<const Model> inner, int stalled)
-      : Model(inner->config(), inner->device(), inner->dtype()), inner_(std::move(inner)), stalled_(stalled) {}
+      : Model(inner->config(), inner->device(), inner->dtype()),
+        inner_(std::move(inner)),
+        stalled_(stalled) {}
   at::Tensor forward(const at::Tensor& ids, KVCache& cache, int64_t keep_last,
                      const std::vector<int64_t>& row_tokens) const override {
     if (calls_++ < stalled_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -267,7 +276,8 @@ TEST(Batch, GoodputTimesADraftAgainThatLookedTooSlow) {
   ASSERT_GE(r.stats.trace.size(), 2u);
   EXPECT_EQ(r.stats.trace[0][0], 2);  // the probe
   // then K = 0 for kRetimeFirst iterations (one token each), then the re-timing's 2 tokens
-  for (int64_t i = 1; i <= Generator::kRetimeFirst; ++i) ASSERT_EQ(r.stats.trace.at(static_cast<size_t>(i))[0], 0) << i;
+  for (int64_t i = 1; i <= Generator::kRetimeFirst; ++i)
+    ASSERT_EQ(r.stats.trace.at(static_cast<size_t>(i))[0], 0) << i;
   EXPECT_EQ(r.stats.trace.at(Generator::kRetimeFirst + 1)[0], 2);
   EXPECT_GE(r.stats.drafted_tokens, 4);
   EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens);
@@ -295,7 +305,8 @@ TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {
   for (size_t r = 0; r < prompts.size(); ++r)
     EXPECT_EQ(batch.results[r].tokens, g.generate(prompts[r], configs[r]).tokens) << "row " << r;
   // The same rows in another order and company.
-  const BatchResult reversed = g.generate_batch({prompts[4], prompts[0], prompts[3]}, {configs[4], configs[0], configs[3]});
+  const BatchResult reversed =
+      g.generate_batch({prompts[4], prompts[0], prompts[3]}, {configs[4], configs[0], configs[3]});
   EXPECT_EQ(reversed.results[0].tokens, batch.results[4].tokens);
   EXPECT_EQ(reversed.results[1].tokens, batch.results[0].tokens);
   EXPECT_EQ(reversed.results[2].tokens, batch.results[3].tokens);
@@ -315,10 +326,11 @@ TEST(Batch, StreamingPerRowAndCancellingOneRowLeavesTheOthers) {
   c.max_new_tokens = 20;
   c.eos_token_ids = {95};
   std::vector<std::vector<int64_t>> streamed(4);
-  const BatchResult r = g.generate_batch(prompts, {c}, [&](size_t row, const std::vector<int64_t>& fresh) {
-    streamed[row].insert(streamed[row].end(), fresh.begin(), fresh.end());
-    if (row == 1 && streamed[row].size() >= 3) throw Cancelled();
-  });
+  const BatchResult r =
+      g.generate_batch(prompts, {c}, [&](size_t row, const std::vector<int64_t>& fresh) {
+        streamed[row].insert(streamed[row].end(), fresh.begin(), fresh.end());
+        if (row == 1 && streamed[row].size() >= 3) throw Cancelled();
+      });
   for (size_t row = 0; row < 4; ++row) {
     EXPECT_EQ(streamed[row], r.results[row].tokens) << row;
     if (row == 1) continue;
@@ -359,15 +371,19 @@ TEST(Batch, AFailingCallbackFailsItsRowAlone) {
       ++finished[row];
       if (row == 2) throw std::runtime_error("sink of row 2 closed");
     };
-    const BatchResult r = g.generate_batch(prompts, {c}, [&](size_t row, const std::vector<int64_t>& fresh) {
-      streamed[row].insert(streamed[row].end(), fresh.begin(), fresh.end());
-      if (row == 1 && streamed[row].size() >= 3) throw std::runtime_error("client gone");
-      if (row == 3 && streamed[row].size() >= 12) throw Cancelled();  // after its last token
-    }, o);
+    const BatchResult r = g.generate_batch(
+        prompts, {c},
+        [&](size_t row, const std::vector<int64_t>& fresh) {
+          streamed[row].insert(streamed[row].end(), fresh.begin(), fresh.end());
+          if (row == 1 && streamed[row].size() >= 3) throw std::runtime_error("client gone");
+          if (row == 3 && streamed[row].size() >= 12) throw Cancelled();  // after its last token
+        },
+        o);
     ASSERT_EQ(r.results.size(), 4u);
     for (size_t row = 0; row < 4; ++row) {
       EXPECT_EQ(streamed[row], r.results[row].tokens) << row;
-      EXPECT_EQ(finished[row], row == 1 ? 0 : 1) << row;  // a row that failed in its callback is not finished
+      EXPECT_EQ(finished[row], row == 1 ? 0 : 1)
+          << row;  // a row that failed in its callback is not finished
       if (row == 1) continue;
       EXPECT_EQ(r.results[row].tokens, Generator(p.target).generate(prompts[row], c).tokens) << row;
     }
@@ -447,7 +463,8 @@ TEST(Batch, ContinuousBatchingAdmitsTheNextRequestAsARowFinishes) {
 TEST(Batch, PromptLookupAndTargetOnlyRowsShareABatch) {
   const Pair p = pair_for("llama", 2);
   const Generator g(p.target);
-  const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7, 5, 6, 7, 5}, {9, 3, 9, 3, 9}, {4, 4, 8}};
+  const std::vector<std::vector<int64_t>> prompts = {
+      {5, 6, 7, 5, 6, 7, 5}, {9, 3, 9, 3, 9}, {4, 4, 8}};
   std::vector<GenerationConfig> configs(3);
   for (GenerationConfig& c : configs) c.max_new_tokens = 10;
   configs[0].prompt_lookup_num_tokens = 3;
@@ -458,12 +475,56 @@ TEST(Batch, PromptLookupAndTargetOnlyRowsShareABatch) {
   EXPECT_EQ(got.results[1].stats.drafted_tokens, 0);
 }
 
+// With a draft model, rows that ask for prompt lookup draft by it and the others with the draft
+// (under different schedules), in one batch whose rows join and leave as others finish.
+TEST(Batch, DraftModelAndPromptLookupRowsShareABatch) {
+  const Pair p = pair_for("llama", 2);
+  const Generator g(p.target, p.draft), alone(p.target);
+  const std::vector<std::vector<int64_t>> prompts = {
+      {5, 6, 7, 5, 6, 7, 5}, {9, 3, 9, 3, 9}, {4, 4, 8}, {11, 12, 11, 12}, {7}, {20, 21, 20}};
+  std::vector<GenerationConfig> configs(prompts.size());
+  for (size_t r = 0; r < configs.size(); ++r) {
+    configs[r].max_new_tokens = 6 + 3 * static_cast<int64_t>(r % 3);
+    if (r % 3 == 0) configs[r].prompt_lookup_num_tokens = 3;
+    if (r % 3 == 2) {
+      configs[r].num_assistant_tokens = 2;
+      configs[r].num_assistant_tokens_schedule = "constant";
+    }
+  }
+  BatchOptions options;
+  options.max_rows = 3;
+  const BatchResult got = g.generate_batch(prompts, configs, {}, options);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    EXPECT_EQ(got.results[r].tokens, alone.generate(prompts[r], configs[r]).tokens) << "row " << r;
+    // The draft model never ran for a lookup row; it drafted for the others.
+    if (r % 3 == 0) EXPECT_EQ(got.results[r].stats.draft_passes, 0) << "row " << r;
+    if (r % 3 != 0) EXPECT_GT(got.results[r].stats.draft_passes, 0) << "row " << r;
+  }
+  EXPECT_GT(got.results[0].stats.drafted_tokens, 0);  // the repeated prompt gives lookup matches
+  // A seeded sampled lookup row beside sampled draft rows: the tokens it gets alone.
+  std::vector<GenerationConfig> sampled = configs;
+  for (size_t r = 0; r < sampled.size(); ++r) {
+    sampled[r].do_sample = true;
+    sampled[r].seed = 100 + r;
+  }
+  const BatchResult mixed = g.generate_batch(prompts, sampled, {}, options);
+  for (size_t r = 0; r < prompts.size(); ++r)
+    EXPECT_EQ(mixed.results[r].tokens, g.generate(prompts[r], sampled[r]).tokens) << "row " << r;
+  // goodput plans the lookup rows and the draft rows apart; greedy tokens stay the target's.
+  std::vector<GenerationConfig> goodput = configs;
+  for (GenerationConfig& c : goodput) c.num_assistant_tokens_schedule = "goodput";
+  const BatchResult planned = g.generate_batch(prompts, goodput, {}, options);
+  for (size_t r = 0; r < prompts.size(); ++r)
+    EXPECT_EQ(planned.results[r].tokens, got.results[r].tokens) << "row " << r;
+}
+
 TEST(Batch, BadBatchesAreClearErrors) {
   const Pair p = pair_for("llama", 1);
   const Generator g(p.target, p.draft);
   GenerationConfig c;
   c.max_new_tokens = 4;
-  const auto message = [&](const std::vector<std::vector<int64_t>>& prompts, const std::vector<GenerationConfig>& configs) {
+  const auto message = [&](const std::vector<std::vector<int64_t>>& prompts,
+                           const std::vector<GenerationConfig>& configs) {
     try {
       g.generate_batch(prompts, configs);
     } catch (const Error& e) {
@@ -473,14 +534,14 @@ TEST(Batch, BadBatchesAreClearErrors) {
   };
   EXPECT_NE(message({}, {c}).find("the batch is empty"), std::string::npos);
   EXPECT_NE(message({{3}, {4}, {}}, {c}).find("row 2: the prompt is empty"), std::string::npos);
-  EXPECT_NE(message({{3}, {4, 96}}, {c}).find("row 1: prompt token id 96 is outside the vocabulary"), std::string::npos);
+  EXPECT_NE(
+      message({{3}, {4, 96}}, {c}).find("row 1: prompt token id 96 is outside the vocabulary"),
+      std::string::npos);
   EXPECT_NE(message({{3}, {4}, {5}}, {c, c}).find("2 configs for 3 prompts"), std::string::npos);
-  GenerationConfig lookup = c;
-  lookup.prompt_lookup_num_tokens = 3;
-  EXPECT_NE(message({{3}, {4}}, {c, lookup}).find("row 1: prompt_lookup_num_tokens is 3"), std::string::npos);
   GenerationConfig bad = c;
   bad.max_new_tokens = 0;
-  EXPECT_NE(message({{3}, {4}}, {c, bad}).find("row 1: GenerationConfig.max_new_tokens"), std::string::npos);
+  EXPECT_NE(message({{3}, {4}}, {c, bad}).find("row 1: GenerationConfig.max_new_tokens"),
+            std::string::npos);
   GenerationConfig long_one = c;
   long_one.max_new_tokens = p.target->config().max_position_embeddings;
   EXPECT_NE(message({{3}, {4}}, {c, long_one}).find("row 1: the prompt"), std::string::npos);

@@ -77,25 +77,30 @@ GenerationConfig config_of(int64_t i, bool sampled) {
   return c;
 }
 
-enum class Kind { kTargetOnly, kDraft, kLookup };
+// kMixed: a draft model loaded; a third of the requests ask for prompt lookup, the others draft
+// with the model (a third under the constant schedule, the rest under the heuristic one).
+enum class Kind { kTargetOnly, kDraft, kLookup, kMixed };
 
 // A request joins the running batch at every step position: the first request runs alone for `s`
 // steps before the others arrive, one per step; each output equals generate() alone.
 void check_joins(Kind kind, bool sampled) {
   const Models m = models();
-  const Generator alone(m.target, kind == Kind::kDraft ? m.draft : nullptr);
+  const bool draft = kind == Kind::kDraft || kind == Kind::kMixed;
+  const Generator alone(m.target, draft ? m.draft : nullptr);
   const int64_t n = 7;
   std::vector<GenerationConfig> configs;
   std::vector<std::vector<int64_t>> expected;
   for (int64_t i = 0; i < n; ++i) {
     GenerationConfig c = config_of(i, sampled);
-    if (kind == Kind::kLookup) c.prompt_lookup_num_tokens = 1 + i % 4;
+    if (kind == Kind::kLookup || (kind == Kind::kMixed && i % 3 == 0))
+      c.prompt_lookup_num_tokens = 1 + i % 4;
+    if (kind == Kind::kMixed && i % 3 == 2) c.num_assistant_tokens_schedule = "constant";
     configs.push_back(c);
     expected.push_back(alone.generate(prompt_of(i), c).tokens);
   }
   for (int64_t first_steps = 0; first_steps < 8; ++first_steps) {
     SCOPED_TRACE("the others join after " + std::to_string(first_steps) + " steps");
-    const Generator gen(m.target, kind == Kind::kDraft ? m.draft : nullptr);
+    const Generator gen(m.target, draft ? m.draft : nullptr);
     RequestEngine::Options o;
     o.max_rows = 3;  // fewer rows than requests: some wait in the queue
     o.context = 64;
@@ -124,11 +129,13 @@ TEST(RequestEngine, GreedyRequestsJoiningAtEveryStepEqualGenerateAlone) {
   check_joins(Kind::kTargetOnly, false);
   check_joins(Kind::kDraft, false);
   check_joins(Kind::kLookup, false);
+  check_joins(Kind::kMixed, false);
 }
 
 TEST(RequestEngine, SeededSampledRequestsJoiningAtEveryStepEqualGenerateAlone) {
   check_joins(Kind::kTargetOnly, true);
   check_joins(Kind::kDraft, true);
+  check_joins(Kind::kMixed, true);
 }
 
 // Cancelled at every step: the row leaves at that step with the tokens it had, the others go on.
@@ -373,10 +380,9 @@ TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   EXPECT_NE(message({1, 2, 3}, c).find("more than the context of 32"), std::string::npos);
   c.max_new_tokens = 4;
   EXPECT_NE(message({}, c).find("empty"), std::string::npos);
-  c.prompt_lookup_num_tokens = 3;
-  EXPECT_NE(message({1, 2}, c).find("draft model"), std::string::npos);
-  c.prompt_lookup_num_tokens = 0;
+  c.prompt_lookup_num_tokens = 3;  // beside the draft model's rows
   EXPECT_EQ(message({1, 2}, c), "accepted");
+  c.prompt_lookup_num_tokens = 0;
   EXPECT_EQ(message({1, 2}, c), "accepted");
   EXPECT_THROW(engine.submit(request({1, 2}, c, out)), QueueFull);
   EXPECT_EQ(engine.load().waiting, 2);

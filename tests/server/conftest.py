@@ -215,6 +215,14 @@ def lookup_server():
 
 
 @pytest.fixture(scope="session")
+def draft_server():
+    """A server whose draft model is the target itself (every drafted token is accepted)."""
+    s = start_server("--draft", MODEL, "--num-assistant-tokens", "3")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
 def key_server():
     s = start_server("--api-key", "sekret")
     yield s

@@ -1,6 +1,7 @@
 """`specdec serve`: the OpenAI-compatible routes, answers equal to `specdec generate`, metrics, logs."""
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import time
 
@@ -403,6 +404,23 @@ def test_prompt_lookup_per_request(server):
     assert j["speculative"]["drafted_tokens"] > 0, f"prompt_lookup_num_tokens drafted nothing: {j['speculative']}"
     plain = chat(server, messages=NAMES, max_tokens=8, temperature=0)
     assert plain["speculative"]["drafted_tokens"] == 0, f"the next request still drafted: {plain['speculative']}"
+
+
+def test_draft_model_and_prompt_lookup_requests_share_the_batch(draft_server):
+    # Requests that ask for prompt lookup draft by it beside requests that draft with the model,
+    # in one running batch; every answer is the target's greedy one.
+    want = oracle_chat(NAMES, 40, draft_server)
+    bodies = [dict(messages=NAMES, max_tokens=40, temperature=0, prompt_lookup_num_tokens=4 if i % 2 else 0)
+              for i in range(4)]
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        answers = list(pool.map(lambda body: chat(draft_server, **body), bodies))
+    for i, j in enumerate(answers):
+        c = check_chat(j)
+        assert c["message"]["content"] == want["text"], f"request {i}: {c['message']['content']!r}\noracle {want['text']!r}"
+        s = j["speculative"]
+        assert s["drafted_tokens"] > 0, f"request {i} drafted nothing: {s}"
+        if i % 2 == 0:  # the draft is the target: all its tokens are accepted (an EOS ends it)
+            assert s["accepted_tokens"] >= s["drafted_tokens"] - 1, f"request {i}: {s}"
 
 
 def test_prompt_lookup_chat_and_metrics(lookup_server):
