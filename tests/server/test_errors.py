@@ -1,11 +1,12 @@
 """`specdec serve`: error answers (OpenAI's JSON shape), limits, API key, CORS, a full queue."""
 
+import subprocess
 import threading
 
 import openai
 import pytest
 
-from conftest import (CTX, MODEL_ID, make_client, read_sse, start_server, stream_post, tokenize)
+from conftest import (CTX, MODEL, MODEL_ID, SPECDEC, make_client, read_sse, start_server, stream_post, tokenize)
 
 UNSET = object()
 
@@ -126,6 +127,15 @@ def test_body_limit():
         assert small.status_code == 200, f"a small request after the 413: {small.status_code} {small.text[:300]}"
     finally:
         s.stop()
+
+
+def test_a_port_in_use_is_an_error(server):
+    # A second server on the first one's port exits with an error (it must not share the port).
+    r = subprocess.run([SPECDEC, "serve", "--model", MODEL, "--port", str(server.port), "--ctx", "256"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 1, f"status {r.returncode}; stderr {r.stderr[-2000:]}"
+    assert f"cannot listen on 127.0.0.1:{server.port}" in r.stderr, r.stderr[-2000:]
+    server.assert_healthy("after a second server tried its port")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -163,6 +163,12 @@ class Server {
     ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
 
     routes();
+    // httplib's default also sets SO_REUSEPORT, with which a second server on a port in use would
+    // start and take half of its connections: SO_REUSEADDR only, so that it fails to bind instead.
+    http_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     const int port = o_.port == 0 ? http_.bind_to_any_port(o_.host)
                                   : (http_.bind_to_port(o_.host, o_.port) ? o_.port : -1);
     if (port < 0) {
@@ -423,15 +429,21 @@ class Server {
         line["prompt_tokens"] = t_log.prompt_tokens;
         line["completion_tokens"] = t_log.completion_tokens;
       }
-      std::cerr << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+      log(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     } else {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.1f ms", ms);
-      std::cerr << req.method << " " << req.path << " " << res.status << " " << buf;
+      std::string text = req.method + " " + req.path + " " + std::to_string(res.status) + " " + buf;
       if (t_log.prompt_tokens >= 0)
-        std::cerr << " prompt " << t_log.prompt_tokens << " completion " << t_log.completion_tokens;
-      std::cerr << "\n";
+        text += " prompt " + std::to_string(t_log.prompt_tokens) + " completion " +
+                std::to_string(t_log.completion_tokens);
+      log(text + "\n");
     }
+  }
+
+  // One line to stderr in one write: the HTTP threads log at once, their lines never interleave.
+  static void log(const std::string& line) {
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
   }
 
   static std::string finish_reason(const Job& job) {
