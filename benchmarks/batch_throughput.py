@@ -4,7 +4,9 @@ target-only and assisted (constant K=5, dynamic, goodput, prompt lookup alone an
 `specdec generate --prompts-file FILE --batch-size B` (at most B requests at once, the next joining
 as one finishes; the figure excludes loading: it is the program's own tokens/s over the requests;
 "after the prefill" leaves the passes over the prompts out). Prints one JSON line per run, then a table with the
-speedup of each mode over target-only at the same B and the gain of batching over B = 1.
+speedup of each mode over target-only at the same B and the gain of batching over B = 1, and appends
+the runs to benchmarks/results/batch_throughput.jsonl (benchmarks/bench_record.py's schema; one record
+per mode and B, with "identical": whether greedy output was the same in every run).
 
 Usage: benchmarks/batch_throughput.py BUILD_DIR TARGET [DRAFT] [--requests N] [--new-tokens N]
        [--threads N] [--batch-sizes 1,2,4,8] [--extra 'flags for both models']
@@ -16,6 +18,8 @@ import re
 import subprocess
 import sys
 import tempfile
+
+import bench_record
 
 ap = argparse.ArgumentParser()
 ap.add_argument("build")
@@ -57,6 +61,10 @@ if a.modes:
     modes = [m for m in modes if m[0] in keep]
 sizes = [int(x) for x in a.batch_sizes.split(",")]
 results = {}
+base = bench_record.common("batch_throughput", bench_record.command_line(), a.threads)
+base.update(model=a.target, draft=a.draft, requests=a.requests, new_tokens=a.new_tokens, extra=a.extra,
+            prompts="grounded.txt (chat)" if a.text else "token ids")
+records = []
 try:
     for b in sizes:  # interleaved: every mode at one B before the next B
         for name, flags in modes:
@@ -70,15 +78,18 @@ try:
             outs = [json.loads(l) for l in p.stdout.splitlines()]
             tokens = [o["tokens"] for o in outs]
             results[(name, b)] = (rate, tokens, decode)
-            print(json.dumps({"mode": name, "batch": b, "tokens_per_second": rate, "after_prefill_tokens_per_second": round(decode, 2),
-                              "acceptance": round(sum(o["stats"]["accepted_tokens"] for o in outs) /
-                                                  max(1, sum(o["stats"]["drafted_tokens"] for o in outs)), 3)}), flush=True)
+            line = {"mode": name, "batch": b, "tokens_per_second": rate, "after_prefill_tokens_per_second": round(decode, 2),
+                    "acceptance": round(sum(o["stats"]["accepted_tokens"] for o in outs) /
+                                        max(1, sum(o["stats"]["drafted_tokens"] for o in outs)), 3)}
+            print(json.dumps(line), flush=True)
+            records.append(bench_record.complete(line, {**base, "date": bench_record.now()}))
 finally:
     os.unlink(path)
 
 # Greedy output must not depend on the mode or the batch size.
 ref = results[("target-only", sizes[0])][1]
 same = all(r[1] == ref for r in results.values())
+print("appended to " + bench_record.append("batch_throughput", [{**r, "identical": same} for r in records]), file=sys.stderr)
 print(f"\nidentical greedy output in every run: {same}")
 print("| mode | " + " | ".join(f"B={b} tok/s (vs target-only)" for b in sizes) + f" | B={sizes[-1]} / B={sizes[0]} |")
 print("|---|" + "---|" * (len(sizes) + 1))

@@ -1,12 +1,13 @@
 """Reads one `specdec compare --json` object on stdin; prints one JSON line of its key figures.
-Usage: specdec compare ... --json | python3 benchmarks/compare_summary.py LABEL"""
+Usage: specdec compare ... --json | python3 benchmarks/compare_summary.py LABEL [PROMPT]
+(PROMPT, when given: the prompt's number, a "prompt" field after "config")"""
 import json
 import sys
 
 j = json.load(sys.stdin)
 a, t = j["assisted"]["stats"], j["target_only"]["stats"]
 print(json.dumps({
-    "config": sys.argv[1], "identical": j["identical"],
+    "config": sys.argv[1], **({"prompt": int(sys.argv[2])} if len(sys.argv) > 2 else {}), "identical": j["identical"],
     "greedy_ms_per_token": round(1e3 * t["total_seconds"] / t["new_tokens"], 1),
     "assisted_ms_per_token": round(1e3 * a["total_seconds"] / a["new_tokens"], 1),
     "speedup": round(j["speedup"], 2), "predicted": round(j["predicted_speedup"], 2),

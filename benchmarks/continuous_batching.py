@@ -4,7 +4,8 @@ ragged lengths (request i asks for NEW * (1 + i % 4) / 4 tokens) through `specde
 --prompts-file FILE --batch-size B` in one run (at most B at once, the next joining as one
 finishes), against the same requests in consecutive groups of B (one run per group: a group
 ends with its longest request). Tokens/s are the program's own (loading left out); rounds
-interleave the two. Greedy output must be the same.
+interleave the two. Greedy output must be the same. The medians are appended as a record to
+benchmarks/results/continuous_batching.jsonl (benchmarks/bench_record.py's schema).
 
 Usage: benchmarks/continuous_batching.py BUILD_DIR MODEL [--requests 16] [--new-tokens 32]
        [--batch-size 4] [--threads 2] [--rounds 3]
@@ -17,6 +18,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import bench_record
 
 ap = argparse.ArgumentParser()
 ap.add_argument("build")
@@ -52,6 +55,7 @@ def run(lines):
         os.unlink(path)
 
 
+base = bench_record.common("continuous_batching", bench_record.command_line(), a.threads)
 rates = {"continuous": [], "groups": []}
 for _ in range(a.rounds):
     tokens, seconds, cont = run(requests)
@@ -68,3 +72,7 @@ for _ in range(a.rounds):
 c, g = statistics.median(rates["continuous"]), statistics.median(rates["groups"])
 print(f"B={a.batch_size}, {a.requests} requests: continuous {c:.1f} tokens/s, groups of {a.batch_size} {g:.1f} "
       f"tokens/s: {c / g:.2f}x (medians of {a.rounds}); identical greedy output")
+bench_record.append("continuous_batching", [bench_record.complete(
+    {"model": a.model, "batch_size": a.batch_size, "requests": a.requests, "new_tokens": a.new_tokens, "rounds": a.rounds,
+     "continuous_tokens_per_s": round(c, 1), "groups_tokens_per_s": round(g, 1), "ratio": round(c / g, 2),
+     "identical": True}, {**base, "date": bench_record.now()})])

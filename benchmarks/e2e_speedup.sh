@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end speedup of a synthetic pair with real costs (random weights; the target's output
 # projections above layer 1 scaled by 0.03 so that its early exit agrees with it often), float32,
-# 2 threads, 32 new tokens. Prints one JSON line per configuration.
+# 2 threads, 32 new tokens. Prints one JSON line per configuration and appends it as a record to
+# benchmarks/results/e2e_speedup.jsonl (benchmarks/bench_record.py's schema, with pair, device and dtype).
 # Usage: [SPECDEC_ARGS="--device cuda --dtype bfloat16"] benchmarks/e2e_speedup.sh [BUILD_DIR] [MODELS_DIR] [PAIR]
 #   SPECDEC_ARGS: more `specdec compare` options for every run (e.g. a GPU and its dtype).
 #   PAIR llama (default): the issue's pair: Llama target hidden 2048, 16 layers, 32/8 heads, MLP
@@ -10,7 +11,11 @@
 #     vocab 32000, tied head, and its early-exit draft: the same encoder (one encoder pass serves
 #     both) and 1 decoder layer; 64-token encoder input.
 set -euo pipefail
+command="bash benchmarks/e2e_speedup.sh$(printf ' %q' "$@")"
+run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 build=${1:-build} models=${2:-bench-models} pair=${3:-llama}
+device=$(sed -n 's/.*--device[= ]\([^ ]*\).*/\1/p' <<< "${SPECDEC_ARGS:-}")
+dtype=$(sed -n 's/.*--dtype[= ]\([^ ]*\).*/\1/p' <<< "${SPECDEC_ARGS:-}")
 bin=$build/specdec
 case $pair in
   llama)
@@ -31,7 +36,9 @@ run() { # run LABEL ARGS...
   local label=$1; shift
   "$bin" compare --model "$target" --draft "$draft" --prompt-ids "$prompt" \
     --max-new-tokens 32 --threads 2 --json ${SPECDEC_ARGS:-} "$@" |
-    python3 "$(dirname "$0")/compare_summary.py" "$label"
+    python3 "$(dirname "$0")/compare_summary.py" "$label" |
+    python3 "$(dirname "$0")/bench_record.py" e2e_speedup --run "$run" --command "$command" --env SPECDEC_ARGS --threads 2 \
+      --set "pair=$pair" --set "device=${device:-cpu}" --set "dtype=${dtype:-float32}" --tee
 }
 if [ "$pair" = t5 ]; then
   run "t5 constant K=5" --num-assistant-tokens 5 --schedule constant

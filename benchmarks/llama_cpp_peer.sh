@@ -35,17 +35,20 @@
 #   --int8-activations on both models, llama.cpp's arithmetic); llama-speculative-simple with K=5 (draft 5,
 #   minimum 0) and with draft up to 16 under p-min 0.75; llama.cpp's target-only time from
 #   llama-bench (prompt pass + 64 decode steps).
-# Every measurement is one JSON line in PEER_OUT; ROUNDS rounds (default 3) interleave the engines.
-# benchmarks/report.py turns the file into tables (stdout) and docs/benchmarks.md with plots (for another
-# PEER_OUT, bench-peers/docs-NAME/benchmarks.md).
+# Every measurement is one JSON line appended to PEER_OUT (default benchmarks/results/llama_cpp_peer.jsonl,
+# the common schema of benchmarks/bench_record.py: benchmark, run, date, commit, cpu, cpus, threads,
+# command, then the figures); ROUNDS rounds (default 3) interleave the engines. benchmarks/report.py
+# then writes docs/benchmarks.md with its plots from benchmarks/results/ (for another PEER_OUT,
+# bench-peers/docs-NAME/benchmarks.md from that file alone).
 set -euo pipefail
+command="bash benchmarks/llama_cpp_peer.sh$(printf ' %q' "$@")"
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rounds=${2:-3}
 shift 2 || true
 threads=("$@"); ((${#threads[@]})) || threads=(1 2)
 parts=${PEER_PARTS:-smollm2,synthetic,speculative}
-default_out=benchmarks/results_llama_cpp_peer.jsonl
+default_out=benchmarks/results/llama_cpp_peer.jsonl
 out=${PEER_OUT:-$default_out}
 smollm2=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 tokenizer=../shared/fixtures/tokenizers/llama2_legacy
@@ -117,22 +120,26 @@ fi
 # --- measurements ---
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-: > "$out"
-machine=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-python3 - "$out" "$machine" "$(git rev-parse --short HEAD)" "$version" "$rounds" <<'PY'
-import json, sys
-out, machine, commit, version, rounds = sys.argv[1:]
-with open(out, "a") as f:
-    f.write(json.dumps({"kind": "run", "machine": machine, "cpus": __import__("os").cpu_count(), "specdec": commit,
-                        "llama_cpp": version, "rounds": int(rounds)}) + "\n")
-PY
+mkdir -p "$(dirname "$out")"
 # specdec's resident memory before any model: the libtorch runtime
 /usr/bin/time -f %M -o "$tmp/rss" "$build/specdec" --help > /dev/null
-python3 -c "import json, sys; print(json.dumps({'kind': 'baseline', 'rss_mb': round(int(open(sys.argv[1]).read().split()[-1]) / 1024, 1)}))" \
-  "$tmp/rss" >> "$out"
+# The fields every record of this run shares (bench_record.common: run, commit, cpu, cpus, command; the
+# date is each record's own), with llama.cpp's version, the rounds and that runtime's RSS.
+meta=$(python3 - "$command" "$version" "$rounds" "$tmp/rss" <<'PY'
+import json, sys
+sys.path.insert(0, "benchmarks")
+import bench_record
+command, version, rounds, rss = sys.argv[1:]
+m = bench_record.common("llama_cpp_peer", bench_record.with_env(command, ["PEER_PARTS", "PEER_OUT", "LLAMA_BUILD", "LLAMA_FLAGS"]),
+                        None)
+del m["date"], m["threads"]
+m.update(llama_cpp=version, rounds=int(rounds), runtime_rss_mb=round(int(open(rss).read().split()[-1]) / 1024, 1))
+print(json.dumps(m))
+PY
+)
 passes=(1 2 4 6 8 16 128)
 ids() { python3 -c "print(','.join(str(1000 + 37 * i % 20000) for i in range($1)))"; }
-record() { python3 benchmarks/peer_record.py "$out" "$@"; }
+record() { python3 benchmarks/peer_record.py "$out" "$meta" "$@"; }
 declare -A read_mb  # file -> the MB a one-token pass reads (the floor's read), counted once
 prompt="Once upon a time, in a small village by the sea, there lived an old fisherman who"
 for r in $(seq "$rounds"); do
@@ -192,7 +199,10 @@ for r in $(seq "$rounds"); do
     done
   fi
 done
-echo "wrote $out" >&2
-# docs/ holds the report of the default output file; another one's goes under bench-peers/.
-docs=docs; [ "$out" = "$default_out" ] || docs="$peers/docs-$(basename "$out" .jsonl)"
-"$venv/bin/python" benchmarks/report.py "$out" --docs "$docs"
+echo "appended to $out" >&2
+# docs/ holds the report of benchmarks/results/; another output file's goes under bench-peers/.
+if [ "$out" = "$default_out" ]; then
+  "$venv/bin/python" benchmarks/report.py
+else
+  "$venv/bin/python" benchmarks/report.py --results "$out" --docs "$peers/docs-$(basename "$out" .jsonl)"
+fi

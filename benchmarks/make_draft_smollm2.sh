@@ -16,8 +16,12 @@
 # Usage: benchmarks/make_draft_smollm2.sh BUILD_DIR WORK_DIR NAME LAYERS VOCAB_SUBSET STEPS [DATA_FROM]
 #        (VOCAB_SUBSET 0 = full head; STEPS "-" evaluates WORK_DIR/NAME as it is). Output:
 #        WORK_DIR/NAME (the draft) and WORK_DIR/NAME.eval.jsonl (EVAL_TAG, when set, goes into the
-#        file name and the config labels).
+#        file name and the config labels). Every evaluation line, and make-draft's held-out lines when
+#        it trained, are appended as records to benchmarks/results/make_draft_smollm2.jsonl
+#        (benchmarks/bench_record.py's schema; kind "compare" and "held_out").
 set -euo pipefail
+command="bash benchmarks/make_draft_smollm2.sh$(printf ' %q' "$@")"
+run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 cd "$(dirname "$0")/.."
 build=$1 work=$2 name=$3 layers=$4 vocab=$5 steps=$6 from=${7:-}
 bin=$build/specdec
@@ -35,7 +39,11 @@ tag=${EVAL_TAG:+.$EVAL_TAG}
 [ "$vocab" -gt 0 ] && args+=(--vocab-subset "$vocab")
 if [ -n "$from" ]; then args+=(--data-from "$from"); else
   args+=(--prompts benchmarks/prompts/draft_train.txt --gen-tokens 128 --gen-temperature "${GEN_TEMPERATURE:-0,0.7}"); fi
-[ "$steps" = - ] || [ -d "$work/$name" ] || { time "$bin" make-draft "${args[@]}"; } 2>&1 | tee "$work/$name.train.log" | grep -v '^\s*$' | tail -5
+trained=0
+if [ "$steps" != - ] && [ ! -d "$work/$name" ]; then
+  { time "$bin" make-draft "${args[@]}"; } 2>&1 | tee "$work/$name.train.log" | grep -v '^\s*$' | tail -5
+  trained=1
+fi
 out=$work/$name$tag.eval.jsonl
 : > "$out"
 for i in 1 3 5 7 9 11 13 15 17 19 21 23; do
@@ -43,14 +51,31 @@ for i in 1 3 5 7 9 11 13 15 17 19 21 23; do
     # shellcheck disable=SC2086  # a schedule is a flag and its value
     sed -n "${i}p" benchmarks/prompts/draft_eval.txt |
       "$bin" compare --model "$model" --draft "$work/$name" --draft-weights "${DRAFT_WEIGHTS:-q8_0}" --chat --max-new-tokens 128 \
-        --threads 2 --json "${eval_args[@]}" $sched | python3 benchmarks/compare_summary.py "$name$tag ${sched##* } #$i" >> "$out"
+        --threads 2 --json "${eval_args[@]}" $sched | python3 benchmarks/compare_summary.py "$name$tag ${sched##* }" "$i" >> "$out"
   done
 done
-python3 - "$out" <<'PY'
-import json, sys, collections
+python3 - "$out" "$run" "$command" "$name" "${EVAL_TAG:-}" "$work/$name.train.log" "$trained" <<'PY'
+import json, re, sys, collections
+sys.path.insert(0, "benchmarks")
+import bench_record
+out, run, command, name, tag, train_log, trained = sys.argv[1:]
+env = ["MAKE_DRAFT_ARGS", "GEN_TEMPERATURE", "DRAFT_WEIGHTS", "EVAL_TAG", "EVAL_ARGS", "SCHEDULES"]
+base = bench_record.common("make_draft_smollm2", bench_record.with_env(command, env), 2, run)
+records = []
+if trained == "1":  # make-draft's own held-out figures, before and after training
+    for m in re.finditer(r"held-out, (before training|after (\d+) steps): kl ([\d.]+), acceptance >= ([\d.]+), "
+                         r"greedy agreement ([\d.]+) \((\d+) positions\)", open(train_log, errors="replace").read()):
+        records.append(bench_record.complete({"kind": "held_out", "draft": name, "steps": int(m.group(2) or 0),
+                                              "kl": float(m.group(3)), "acceptance_bound": float(m.group(4)),
+                                              "greedy_agreement": float(m.group(5)), "positions": int(m.group(6))}, base))
 rows = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    j = json.loads(line); rows[j["config"].rsplit(" #", 1)[0]].append(j)
+for line in open(out):
+    j = json.loads(line); rows[j["config"]].append(j)
+    sched = j["config"].rsplit(" ", 1)[1]
+    fig = {k: v for k, v in j.items() if k != "config"}
+    records.append(bench_record.complete({"kind": "compare", "draft": name, "tag": tag or None,
+                                          "schedule": f"K={sched}" if sched.isdigit() else sched, **fig}, base))
+bench_record.append("make_draft_smollm2", records)
 for cfg, rs in rows.items():
     mean = lambda k: sum(r[k] for r in rs) / len(rs)
     print(json.dumps({"config": cfg, "prompts": len(rs), "all_identical": all(r["identical"] for r in rs),

@@ -1,5 +1,6 @@
-"""Appends one measurement of benchmarks/llama_cpp_peer.sh to its JSON Lines file.
-Usage: peer_record.py OUT SOURCE FILE THREADS ROUND MODE RSS_FILE|- OUTPUT [EXTRA]
+"""Appends one measurement of benchmarks/llama_cpp_peer.sh to its JSON Lines file, as a record of
+benchmarks/bench_record.py's schema (META: the JSON object of the fields the run's records share).
+Usage: peer_record.py OUT META SOURCE FILE THREADS ROUND MODE RSS_FILE|- OUTPUT [EXTRA]
 SOURCE: specdec (generate --prompts-file output; EXTRA = the pass sizes, each requested twice), llama-bench (its -o json),
 specdec-compare (compare --json; EXTRA = the draft; MODE = the schedule, with "+int8" for 8-bit activations), llama-target-only (llama-bench -p N -n 64),
 llama-speculative (llama-speculative-simple's log; EXTRA = the draft), floor (specdec_micro_bench's JSON of
@@ -9,8 +10,10 @@ import os
 import re
 import sys
 
-out, source, path, threads, rnd, mode, rss_file, output = sys.argv[1:9]
-extra = sys.argv[9] if len(sys.argv) > 9 else ""
+import bench_record
+
+out, meta, source, path, threads, rnd, mode, rss_file, output = sys.argv[1:10]
+extra = sys.argv[10] if len(sys.argv) > 10 else ""
 rec = {"file": os.path.basename(path), "file_mb": round(os.path.getsize(path) / 2**20, 1), "threads": int(threads),
        "round": int(rnd)}
 if rss_file != "-":
@@ -65,5 +68,4 @@ elif source == "floor":
     rec.update(kind="floor", read_mb=int(extra), ms=median)
 else:
     sys.exit(f"peer_record: unknown source {source}")
-with open(out, "a") as f:
-    f.write(json.dumps(rec) + "\n")
+bench_record.append("llama_cpp_peer", [bench_record.complete(rec, {**json.loads(meta), "date": bench_record.now()})], out)

@@ -6,8 +6,11 @@
 # and costs what it costs, but the next token depends on the current token only. The passage is
 # that model's own greedy walk from a start token, so a prompt that contains it and ends on the
 # start token is continued by copying it, as a trained model copies a quoted span.
-# Usage: benchmarks/prompt_lookup.sh [BUILD_DIR] [MODELS_DIR]; prints one JSON line per setting.
+# Usage: benchmarks/prompt_lookup.sh [BUILD_DIR] [MODELS_DIR]; prints one JSON line per setting and
+# appends it as a record to benchmarks/results/prompt_lookup.jsonl (benchmarks/bench_record.py's schema).
 set -euo pipefail
+command="bash benchmarks/prompt_lookup.sh$(printf ' %q' "$@")"
+run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 build=${1:-build} models=${2:-bench-models}
 bin=$build/specdec
 if [ ! -f "$models/bigram/config.json" ]; then
@@ -21,5 +24,6 @@ prompt="1,450,1234,338,29871,$start,$passage,29889,450,1234,338,$start"
 for n in 5 10 20; do
   "$bin" compare --model "$models/bigram" --prompt-ids "$prompt" --prompt-lookup $n \
     --max-new-tokens 48 --threads 2 --json |
-    python3 "$(dirname "$0")/compare_summary.py" "prompt lookup $n"
+    python3 "$(dirname "$0")/compare_summary.py" "prompt lookup $n" |
+    python3 "$(dirname "$0")/bench_record.py" prompt_lookup --run "$run" --command "$command" --threads 2 --tee
 done

@@ -12,13 +12,16 @@ tokens an event holds: when the events are as many as the tokens (each event one
 servers send target-only) that is exact; otherwise (speculation sends a group of verified tokens
 per event) each event is given a share of the tokens proportional to its text.
 
-Per concurrency one JSON line, printed and appended to --out:
-  {label, url, api, concurrency, requests, errors, tokens, seconds, throughput_tokens_per_s,
-   ttft_p50, ttft_p99, itl_p50, itl_p99, mean_tokens, max_tokens, cpu, date, ...}
+Per concurrency one JSON line, printed and appended to --out, a record of benchmarks/bench_record.py's
+schema: {benchmark, run, date, commit, cpu, cpus, threads, command, label, url, api, concurrency,
+requests, errors, tokens, seconds, throughput_tokens_per_s, ttft_p50, ttft_p99, itl_p50, itl_p99,
+mean_tokens, max_tokens, ...}; benchmark is --benchmark (default: --out's name without .jsonl), run
+the time this process started, command this process's command line, threads --threads.
 seconds: from the first request sent to the last stream ended; throughput: tokens / seconds; ttft
 and itl in seconds (itl percentiles over tokens). With a specdec server also
 tokens_per_target_pass and acceptance_rate (means over the requests, from its `speculative`
-object). --meta '{...}' adds fields to every line (commit, threads, server command).
+object). --meta '{...}' adds fields to every line, or replaces them (serve_peer.sh: run, threads,
+command, server: the server's command).
 
 Prompts (--prompts FILE): JSON Lines with "prompt" (and optionally "system", for --api chat), as
 benchmarks/prompts/*.jsonl, or a text file with one prompt per line (benchmarks/prompts/grounded.txt).
@@ -34,12 +37,13 @@ a `specdec generate --prompts-file` file (in the order the clients send them) an
 
 import argparse
 import asyncio
-import datetime
 import json
-import subprocess
+import os
 import sys
 import time
 import urllib.parse
+
+import bench_record
 
 
 def read_prompts(path):
@@ -58,23 +62,6 @@ def read_prompts(path):
     if not out:
         sys.exit(f"{path}: no prompts")
     return out
-
-
-def cpu_model():
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def percentile(values, q):
@@ -263,7 +250,7 @@ async def wait_ready(target, seconds):
         await asyncio.sleep(0.5)
 
 
-def summarise(args, target, concurrency, results, seconds, cpu, meta):
+def summarise(args, target, concurrency, results, seconds, base, meta):
     ok = [r for r in results if "error" not in r]
     errors = [r["error"] for r in results if "error" in r]
     tokens = sum(r["tokens"] for r in ok)
@@ -278,7 +265,6 @@ def summarise(args, target, concurrency, results, seconds, cpu, meta):
         "itl_p50": rnd(percentile(itl, 50)), "itl_p99": rnd(percentile(itl, 99)),
         "mean_tokens": rnd(tokens / len(ok) if ok else None, 2), "max_tokens": args.max_tokens,
         "usage_reported": all(r["usage"] for r in ok) if ok else None,
-        "cpu": cpu, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     specs = [r["spec"] for r in ok if r.get("spec")]
     if specs:
@@ -289,7 +275,7 @@ def summarise(args, target, concurrency, results, seconds, cpu, meta):
     line.update(meta)
     if errors:
         line["first_error"] = errors[0]
-    return line
+    return bench_record.complete(line, {**base, "date": bench_record.now()})
 
 
 def dump_requests(args, prompts, concurrency):
@@ -320,7 +306,9 @@ async def main_async(args):
     target = Target(args.url, args.api, args.model, args.max_tokens, extra)
     if args.wait_ready:
         await wait_ready(target, args.wait_ready)
-    cpu = cpu_model()
+    name = args.benchmark or (os.path.basename(args.out)[:-len(".jsonl")] if args.out and args.out.endswith(".jsonl")
+                              else "serve_load")
+    base = bench_record.common(name, bench_record.command_line(), args.threads)
     if args.warmup:
         # Warm-up (not counted): a batch of concurrent requests, so that the server has run
         # several rows at once before the first measurement.
@@ -331,7 +319,7 @@ async def main_async(args):
             sys.exit(f"warm-up request failed: {bad[0]}")
     for c in levels:
         results, seconds = await run_level(target, prompts, c, args.requests_per_client, args.timeout)
-        line = summarise(args, target, c, results, seconds, cpu, meta)
+        line = summarise(args, target, c, results, seconds, base, meta)
         print(json.dumps(line), flush=True)
         if args.out:
             with open(args.out, "a", encoding="utf-8") as f:
@@ -355,6 +343,8 @@ def main():
     ap.add_argument("--extra-json", default=None, help="a JSON object merged into every request body")
     ap.add_argument("--label", default="server", help="the \"label\" of the result lines")
     ap.add_argument("--meta", default=None, help="a JSON object of fields added to every result line")
+    ap.add_argument("--benchmark", default=None, help="the records' benchmark (default: --out's name without .jsonl)")
+    ap.add_argument("--threads", type=int, default=None, help="the server's threads, for the records")
     ap.add_argument("--out", default=None, help="append the result lines to this file")
     ap.add_argument("--warmup", type=int, default=8, help="concurrent warm-up requests first, not counted (default 8)")
     ap.add_argument("--wait-ready", type=float, default=0, help="first wait up to this many seconds for GET /health 200")

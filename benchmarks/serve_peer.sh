@@ -27,13 +27,17 @@
 #            of its own summary, after an 8-request warm-up run that is subtracted) against the
 #            same requests through specdec serve --prefix-cache 0 at concurrency 8 -> results/serve_http.jsonl
 # SERVE_REQUESTS (default 4) requests per client, SERVE_MAX_TOKENS (default 64) tokens each;
-# SERVE_RESULTS: the folder of the result files (default benchmarks/results, made if missing).
+# SERVE_RESULTS: the folder of the result files (default benchmarks/results, made if missing); each part
+# appends its records (benchmarks/bench_record.py's schema; run = this invocation's start time, command
+# = this script's command line, server = the server's) to its file, and benchmarks/report.py writes
+# them into docs/benchmarks.md.
 # LLAMA_BUILD, LLAMA_FLAGS: as in llama_cpp_peer.sh. Both servers keep prompt caches (specdec's
 # --prefix-cache 8, llama-server's cache_prompt): the warm-up and the levels repeat prompts.
 # Greedy answers of the two engines can differ (llama.cpp quantizes activations to 8 bits; specdec
 # computes float32 by default), so lengths can too: compare tokens/s, not seconds.
 # Prints a table of ratios at the end.
 set -euo pipefail
+command="bash benchmarks/serve_peer.sh$(printf ' %q' "$@")"
 cd "$(dirname "$0")/.."
 build=${1:-build}
 bin=$build/specdec
@@ -53,7 +57,9 @@ grounded=benchmarks/prompts/grounded.txt
 n_grounded=$(grep -c . "$grounded")
 results=${SERVE_RESULTS:-benchmarks/results}
 mkdir -p "$results"
-commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
+command=$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import bench_record
+print(bench_record.with_env(sys.argv[1], "SERVE_THREADS SERVE_REQUESTS SERVE_MAX_TOKENS SERVE_CONCURRENCY SERVE_LOOKUP_CONCURRENCY SERVE_LOOKUP_TOKENS SERVE_PARTS SERVE_DRAFT SERVE_RESULTS LLAMA_BUILD LLAMA_FLAGS".split()))' "$command")
 load=(python3 benchmarks/serve_load.py)
 tmp=$(mktemp -d)
 server_pid=
@@ -82,8 +88,8 @@ start_server() {
   echo "$name: /health was not 200 within 600 s" >&2; tail -20 "$tmp/$name.log" >&2; exit 1
 }
 meta() { # meta SERVER_COMMAND...: the fields every result line of this server gets
-  python3 -c 'import json, sys; print(json.dumps({"commit": sys.argv[1], "threads": int(sys.argv[2]), "server": " ".join(sys.argv[3:])}))' \
-    "$commit" "$threads" "$@"
+  python3 -c 'import json, sys; print(json.dumps({"run": sys.argv[1], "command": sys.argv[2], "threads": int(sys.argv[3]),
+                                                  "server": " ".join(sys.argv[4:])}))' "$run" "$command" "$threads" "$@"
 }
 # specdec_run OUT LABEL API PROMPTS LEVELS TOKENS PER_CLIENT [serve flags...]
 specdec_run() {
@@ -116,7 +122,6 @@ fi
 
 # --- measurements ---
 if has peer; then
-  : > "$results/serve_peer.jsonl"
   specdec_run "$results/serve_peer.jsonl" specdec chat "$prompts" "$levels" "$max_tokens" "$per_client"
   port=$(free_port)
   cmd=("$lbuild/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 -c $((2048 * 8))
@@ -128,7 +133,6 @@ if has peer; then
   stop_server
 fi
 if has lookup; then
-  : > "$results/serve_lookup.jsonl"
   # every grounded prompt once per client
   specdec_run "$results/serve_lookup.jsonl" specdec-target-only chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded"
   specdec_run "$results/serve_lookup.jsonl" specdec-lookup10 chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded" \
@@ -138,7 +142,6 @@ if has lookup; then
     "$n_grounded" --prompt-lookup 10 --schedule goodput --prompt-lookup-match last
 fi
 if has goodput; then
-  : > "$results/serve_goodput.jsonl"
   draft=${SERVE_DRAFT:-models/smollm2-draft4}
   if [ -z "${SERVE_DRAFT:-}" ] && [ ! -f "$draft/config.json" ]; then
     "$bin" make-fixture --draft-of "$model" --layers 4 --out "$draft" > /dev/null
@@ -148,7 +151,6 @@ if has goodput; then
     --draft "$draft" --schedule goodput
 fi
 if has http; then
-  : > "$results/serve_http.jsonl"
   "${load[@]}" --url http://127.0.0.1:1 --api chat --prompts "$prompts" --concurrency 8 \
     --requests-per-client "$per_client" --max-tokens "$max_tokens" --dump-requests "$tmp/requests.jsonl"
   # A warm-up run first: 8 requests with prompt lookup (requests with and without it form separate
@@ -166,7 +168,9 @@ PY
   echo "== generate: ${gen[*]}" >&2
   "${gen[@]}" > "$tmp/generate.out" 2> "$tmp/generate.err" || { tail -20 "$tmp/generate.err" >&2; exit 1; }
   python3 - "$tmp/generate.out" "$tmp/generate.err" "$results/serve_http.jsonl" "$(meta "${gen[@]}")" <<'PY'
-import datetime, json, re, subprocess, sys
+import json, re, sys
+sys.path.insert(0, "benchmarks")
+import bench_record
 out, err, dest, meta = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 lines = [json.loads(l) for l in open(out) if l.strip()]
 warm = [l for l in lines if l["line"] <= 8]
@@ -175,27 +179,25 @@ if not m:
     sys.exit(f"no summary line in {err}")
 tokens = int(m.group(2)) - sum(l["stats"]["new_tokens"] for l in warm)
 seconds = float(m.group(3)) - max(l["stats"]["total_seconds"] for l in warm)
-cpu = next((l.split(":", 1)[1].strip() for l in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
-            if l.startswith("Model name:")), "unknown")
 rec = {"label": "specdec-generate", "url": None, "api": "chat", "concurrency": 8, "requests": len(lines) - len(warm),
-       "errors": 0, "tokens": tokens, "seconds": round(seconds, 4),
-       "throughput_tokens_per_s": round(tokens / seconds, 3), "cpu": cpu,
-       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **meta}
+       "errors": 0, "tokens": tokens, "seconds": round(seconds, 4), "throughput_tokens_per_s": round(tokens / seconds, 3),
+       **meta}
+rec = bench_record.complete(rec, bench_record.common("serve_http", meta["command"], meta["threads"], meta["run"]))
 print(json.dumps(rec))
-with open(dest, "a") as f:
-    f.write(json.dumps(rec) + "\n")
+bench_record.append("serve_http", [rec], dest)
 PY
   # No prefix cache: generate's batch reuses no prompt either (serve_load's warm-up sends the same prompts).
   specdec_run "$results/serve_http.jsonl" specdec-serve chat "$prompts" 8 "$max_tokens" "$per_client" --prefix-cache 0
 fi
 
-# --- the table ---
-python3 - "$results" <<'PY'
+# --- the table (this run's records) ---
+python3 - "$results" "$run" <<'PY'
 import json, os, sys
-d = sys.argv[1]
+d, run = sys.argv[1], sys.argv[2]
 def load(name):
     p = os.path.join(d, name)
-    return [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
+    rows = [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
+    return [r for r in rows if r.get("run") == run]
 def at(rows, label, c):
     return next((r for r in rows if r["label"] == label and r["concurrency"] == c), None)
 def ratio(a, b, key):

@@ -5,9 +5,12 @@
 # extract, summarise, fix code ...); (b) early-exit drafts cut from the model itself at a few depths
 # (make-fixture --draft-of), constant K; (c) the dynamic schedule with those drafts. Each line is
 # one `specdec compare --chat` run (target-only and assisted in one process, after a warm-up),
-# summarised by compare_summary.py with the prompt number added.
+# summarised by compare_summary.py with the prompt number added, and appended as a record to
+# benchmarks/results/smollm2_speculation.jsonl (benchmarks/bench_record.py's schema).
 # Usage: benchmarks/smollm2_speculation.sh [BUILD_DIR] [NEW_TOKENS] [THREADS]
 set -euo pipefail
+command="bash benchmarks/smollm2_speculation.sh$(printf ' %q' "$@")"
+run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 cd "$(dirname "$0")/.."
 build=${1:-build} n=${2:-128} threads=${3:-2}
 bin=$build/specdec
@@ -21,7 +24,9 @@ run() {  # label, prompt number, compare flags...
   local label=$1 i=$2; shift 2
   sed -n "${i}p" benchmarks/prompts/grounded.txt |
     "$bin" compare --model "$model" --chat --max-new-tokens "$n" --threads "$threads" --json "$@" |
-    python3 benchmarks/compare_summary.py "$label #$i"
+    python3 benchmarks/compare_summary.py "$label" "$i" |
+    python3 benchmarks/bench_record.py smollm2_speculation --run "$run" --command "$command" --env SPECDEC_KERNELS \
+      --threads "$threads" --set "new_tokens=$n" --tee
 }
 for i in 1 2 3 4 5 6 7 8; do run "prompt lookup 10" $i --prompt-lookup 10; done
 for layers in 2 4 8; do

@@ -6,7 +6,7 @@
 # Downloads about 4 GB the first time (torch and the NVIDIA runtime wheels that libtorch_cuda
 # links; scripts/wheels.sh keeps them in a wheelhouse for the next venv) and needs about 10 GB of disk with the
 # build; with less free, it says so loudly and stops without failing (CI runs it: see .ci/run and
-# the README, "Building against libtorch 2.x").
+# docs/build.md, "libtorch 2.x").
 # Usage: scripts/test_torch2.sh [TORCH_VERSION]   (default 2.9.1)
 set -euo pipefail
 cd "$(dirname "$0")/.."

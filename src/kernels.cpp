@@ -846,7 +846,7 @@ SPECDEC_UNROLL(16)
 // took 66-68 ms instead of 71-78 on the 1.1B F16 target and 2.57-2.76 instead of 2.79-2.85 on
 // SmolLM2 Q4_1, Q4_K_M the same within 3%; 12 and 16 KiB helped F16 a little more and Q4_K less.
 // On an earlier VM 7-10 KB ahead had made the Q4_K/Q6_K 8-bit kernels 1.1-1.3x slower at 1-2
-// tokens (README, "Weight formats and CPU kernels"); on Zen 5 they are 6-16% faster at 8 KiB.
+// tokens (docs/kernels.md); on Zen 5 they are 6-16% faster at 8 KiB.
 SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 64)
     _mm_prefetch(reinterpret_cast<const char*>(p + 8192 + i), _MM_HINT_T0);

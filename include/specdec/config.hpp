@@ -129,7 +129,7 @@ struct GenerationConfig {
   // Longest n-gram prompt lookup tries to match (it falls back to shorter ones down to 1).
   int64_t max_matching_ngram_size = 2;
   // Which earlier occurrence of the n-gram prompt lookup copies from: "first" (Hugging Face's rule)
-  // or "last" (the most recent one; specdec's option, measured in the README).
+  // or "last" (the most recent one; specdec's option, measured in docs/generation.md).
   std::string prompt_lookup_match = "first";
 
   // --- sampling ---

@@ -100,8 +100,10 @@ class PromptCache {
 class Generator {
  public:
   // `draft` may be null: generation is then target-only, or prompt lookup when the request sets
-  // prompt_lookup_num_tokens. Throws specdec::Error when draft and target are incompatible
-  // (vocabulary size, EOS ids, device, decoder-only with encoder-decoder, decoder start token).
+  // prompt_lookup_num_tokens. Throws specdec::Error when draft and target are incompatible (EOS
+  // ids, device, decoder-only with encoder-decoder, decoder start token, feature size); their
+  // vocabularies may differ in size (padded rows), their tokenizers must agree
+  // (require_same_tokenizer).
   // Encoder-decoder pairs share one encoder pass per request when Model::same_encoder says so.
   explicit Generator(std::shared_ptr<const Model> target,
                      std::shared_ptr<const Model> draft = nullptr);

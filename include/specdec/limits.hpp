@@ -23,8 +23,8 @@ struct Limits {
   // A configuration's vocab_size, and every token id a tokenizer file names (the largest real
   // vocabularies hold about 256 K tokens).
   int64_t max_vocab_size = int64_t{1} << 22;
-  // Positions of one request (prompt plus max_new_tokens), whatever the model's own limit; the
-  // precomputed rotary tables cover at most this many positions. 1 M (Qwen2.5-1M's context).
+  // Positions of one request (prompt plus max_new_tokens), whatever the model's own limit.
+  // 1 M (Qwen2.5-1M's context).
   int64_t max_sequence_length = int64_t{1} << 20;
   // T5Tokenizer's sentinel count (extra_ids: 100 in T5, 125 in ByT5).
   int64_t max_extra_ids = 4096;

@@ -47,7 +47,7 @@ class Tokenizer {
 
 // Picks the kind from the files in `dir`: tokenizer.model or spiece.model (SentencePiece), else
 // tokenizer.json, else vocab.json + merges.txt, else a GGUF file's metadata (`dir` may also be the
-// `.gguf` file itself; tokenizer.ggml.model "gpt2"). Reads tokenizer_config.json (and
+// `.gguf` file itself; tokenizer.ggml.model "gpt2" or "llama"). Reads tokenizer_config.json (and
 // special_tokens_map.json, added_tokens.json) when present. Throws specdec::Error naming the file on
 // anything missing, malformed or unsupported.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const TokenizerOptions& options = {});

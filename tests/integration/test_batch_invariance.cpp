@@ -1,7 +1,7 @@
 // Batch invariance of the float32 CPU forward pass, at the logits level: for every architecture,
 // after a context of up to 1024 tokens, one pass over K+1 = 6 tokens, six one-token passes, and the
 // last six rows of one prefill over the whole sequence give bitwise the same logits, at 1, 2, 3 and
-// 4 threads. Greedy exactness of speculation rests on this (README, "Correctness").
+// 4 threads. Greedy exactness of speculation rests on this (docs/correctness.md, "Exactness").
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/InferenceMode.h>
