@@ -595,12 +595,23 @@ void Engine::admit() {
     if (!next) break;
     Row& row = *next;
     set_up(row, evidence[!by_model(row)]);
-    // A prompt longer than a chunk, while other rows decode, goes in a chunk per step beside them.
-    if (running() > 0 && !tc_.is_encoder_decoder &&
-        static_cast<int64_t>(row.tokens.size()) - 1 > prefill_chunk_ &&
-        !(max_prefixes_ > 0 && reuse_length(row.tokens) > 0)) {
-      joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
-      continue;
+    // A prompt longer than a chunk goes in a chunk per step beside the decoding rows, after the
+    // longest cached prefix of it, unless what that prefix leaves fits the first verification pass.
+    const auto uncached_prompt = static_cast<int64_t>(row.tokens.size()) - 1;
+    if (!tc_.is_encoder_decoder && uncached_prompt > prefill_chunk_ &&
+        reuse_length(row.tokens) == 0) {
+      int64_t longest = 0;
+      const auto best = longest_prefix(row.tokens, longest, /*any_rest=*/true);
+      if (running() > 0 || best != prefixes_.end()) {
+        joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
+        if (best != prefixes_.end()) {
+          joining_.back().cache.copy_row(best->cache, 0, 0);
+          joining_.back().cache.crop(0, longest);
+          prefixes_.splice(prefixes_.begin(), prefixes_, best);
+          row.result.stats.cached_prompt_tokens = longest;
+        }
+        continue;
+      }
     }
     const int64_t slot = take_slot(row);  // prefill_into and reuse overwrite its cache row
     row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
@@ -639,7 +650,7 @@ void Engine::remember(int64_t slot) {
 }
 
 std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int64_t>& tokens,
-                                                           int64_t& longest) {
+                                                           int64_t& longest, bool any_rest) {
   auto best = prefixes_.end();
   longest = 0;
   for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
@@ -650,7 +661,8 @@ std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int
     if (common > longest) longest = common, best = it;
   }
   // The rest goes into the row's first verification pass: at most a chunk.
-  if (static_cast<int64_t>(tokens.size()) - 1 - longest > kPrefillChunk) best = prefixes_.end();
+  if (!any_rest && static_cast<int64_t>(tokens.size()) - 1 - longest > prefill_chunk_)
+    best = prefixes_.end();
   if (best == prefixes_.end()) longest = 0;
   return best;
 }

@@ -159,9 +159,9 @@ class Engine {
     return use_draft_ && row.config.prompt_lookup_num_tokens == 0;
   }
   // Prefix reuse (max_prefixes_ > 0): a finished row's sequence and target cache join the LRU; a
-  // joining row starts from the longest prefix of its sequence held there (its new tokens then go
-  // into its first verification pass, when there are at most kPrefillChunk). Returns the
-  // positions reused.
+  // joining row starts from the longest prefix of its sequence held there; its new tokens then go
+  // into its first verification pass when they fit a prefill chunk, else in chunks as a joining
+  // row's. reuse() returns the positions reused.
   void remember(int64_t slot);
   int64_t reuse(int64_t slot);
   int64_t reuse_length(const std::vector<int64_t>& tokens);
@@ -196,7 +196,9 @@ class Engine {
   const size_t max_prefixes_;
   // The entry holding the longest prefix of `tokens` (all but its last) that reuse() would take,
   // and its length; end() when none.
-  std::list<Prefix>::iterator longest_prefix(const std::vector<int64_t>& tokens, int64_t& longest);
+  // `any_rest`: whatever the rest (a joining row prefills it in chunks).
+  std::list<Prefix>::iterator longest_prefix(const std::vector<int64_t>& tokens, int64_t& longest,
+                                             bool any_rest = false);
   // Rows whose prompts go in prefill_chunk_ tokens per step while the running rows decode (a long
   // prompt does not stall them); each holds a slot's place in the width.
   struct Joining {

@@ -299,6 +299,53 @@ TEST(RequestEngine, ARequestContinuingAnEarlierOneReusesItsCache) {
   }
 }
 
+// A continuation longer than a prefill chunk goes in in chunks after the cached prefix, alone or
+// beside a decoding request; its tokens are those it gets alone.
+TEST(RequestEngine, ALongContinuationReusesItsPrefixAndGoesInInChunks) {
+  const Models m = models();
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft ? "with a draft" : "target-only");
+    const Generator gen(m.target, draft ? m.draft : nullptr);
+    RequestEngine::Options o;
+    o.context = 128;
+    o.prefill_chunk = 8;
+    RequestEngine engine(gen, o);
+    const GenerationConfig c = config_of(2, false);
+    Output first;
+    engine.submit(request(prompt_of(2), c, first));
+    while (engine.step()) {
+    }
+    std::vector<int64_t> turn = prompt_of(2);
+    turn.insert(turn.end(), first.finished.begin(), first.finished.end());
+    const int64_t held = static_cast<int64_t>(turn.size()) - 1;
+    for (const bool beside : {false, true}) {
+      SCOPED_TRACE(beside ? "beside a decoding request" : "alone");
+      // 31 uncached positions (4 chunks), different after the shared turn in each round.
+      std::vector<int64_t> next = turn;
+      for (int64_t i = 0; i < 30; ++i) next.push_back((i * 7) % 50 + 3 + beside);
+      Output second, other;
+      if (beside) {
+        engine.submit(request(prompt_of(4), c, other));
+        engine.step();
+      }
+      engine.submit(request(next, c, second));
+      // 31 positions at 8 per step: no token for 3 steps, while the other request decodes.
+      for (int s = 0; s < 3; ++s) {
+        const size_t before = other.streamed.size();
+        engine.step();
+        EXPECT_TRUE(second.streamed.empty()) << "step " << s;
+        if (beside) EXPECT_GT(other.streamed.size(), before) << "step " << s;
+      }
+      while (engine.step()) {
+      }
+      // (The first round computed the turn's last token too.)
+      EXPECT_EQ(second.cached, held + beside);
+      EXPECT_EQ(second.finished, gen.generate(next, c).tokens);
+      if (beside) EXPECT_EQ(other.finished, gen.generate(prompt_of(4), c).tokens);
+    }
+  }
+}
+
 // A long prompt that joins while a request decodes goes in a chunk per step: the running request
 // gets tokens during that prefill, and both outputs are those they get alone.
 TEST(RequestEngine, ALongPromptJoinsInChunksWhileTheOthersDecode) {
