@@ -1,0 +1,92 @@
+// `specdec chat`: an interactive conversation, streamed.
+#include <unistd.h>
+
+#include <iostream>
+#include <optional>
+
+#include "cli.hpp"
+
+namespace specdec::cli {
+
+// Interactive conversation: a line of stdin per user turn, the answer streamed as it is verified.
+// Each turn re-encodes the whole conversation; the prompt cache keeps the keys and values of the
+// conversation so far, so a turn computes only what follows the previous turn's tokens.
+int run_chat(RunOptions& o) {
+  Loaded l = load(o, true);
+  Generator gen(l.target, l.draft);
+  PromptCache cache;
+  std::vector<ChatMessage> messages;
+  const auto reset = [&] {
+    cache.clear();
+    messages.clear();
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+  };
+  reset();
+  const bool tty = isatty(STDIN_FILENO);
+  std::cerr << "specdec chat (" << l.chat->name() << (l.draft ? ", with a draft" : "")
+            << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
+            << "): type a message; /reset starts over, /stats shows the last answer's statistics, "
+               "/exit or "
+               "Ctrl-D ends\n";
+  std::optional<GenerationStats> last;
+  int64_t total_tokens = 0;
+  double total_seconds = 0;
+  std::string line;
+  while (true) {
+    if (tty) std::cerr << "> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      reset();
+      std::cerr << "(conversation reset)\n";
+      continue;
+    }
+    if (line == "/stats") {
+      if (last)
+        print_stats(*last, std::cerr);
+      else
+        std::cerr << "(no answer yet)\n";
+      char session[96];
+      std::snprintf(session, sizeof session, "session: %lld tokens in %.3f s (%.2f tok/s)\n",
+                    static_cast<long long>(total_tokens), total_seconds,
+                    total_seconds > 0 ? total_tokens / total_seconds : 0.0);
+      std::cerr << session;
+      continue;
+    }
+    if (line[0] == '/') {
+      std::cerr << "unknown command " << line << " (commands: /reset, /stats, /exit)\n";
+      continue;
+    }
+    messages.push_back({"user", line});
+    StreamDecoder stream(*l.tokenizer, true);
+    GenerationResult r;
+    try {
+      const std::vector<int64_t> prompt = encode_chat(l, messages);
+      // --max-new-tokens is a cap per answer; a long conversation leaves less room in the context.
+      GenerationConfig turn = o.gen;
+      int64_t room = l.target->config().max_position_embeddings;
+      if (l.draft) room = std::min(room, l.draft->config().max_position_embeddings);
+      room -= static_cast<int64_t>(prompt.size());
+      if (room < 1) throw Error("the conversation fills the model's context");
+      turn.max_new_tokens = std::min(turn.max_new_tokens, room);
+      r = gen.generate(prompt, turn, cache, [&](const std::vector<int64_t>& t) {
+        if (!o.no_stream) std::cout << stream.push(t) << std::flush;
+      });
+    } catch (const Error& e) {  // e.g. the conversation outgrew the context: this turn is dropped
+      messages.pop_back();
+      std::cerr << "specdec: error: " << e.what()
+                << " (the conversation goes on without this turn; /reset starts over)\n";
+      continue;
+    }
+    const std::string answer = l.tokenizer->decode(r.tokens, true);
+    std::cout << (o.no_stream ? answer : stream.finish()) << "\n" << std::flush;
+    messages.push_back({"assistant", answer});
+    last = r.stats;
+    total_tokens += r.stats.new_tokens;
+    total_seconds += r.stats.total_seconds;
+  }
+  return 0;
+}
+
+}  // namespace specdec::cli

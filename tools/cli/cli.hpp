@@ -1,0 +1,83 @@
+// The `specdec` program's pieces: the options every generating subcommand shares, loading the
+// models and tokenizer they name, and one entry point per subcommand (tools/cli/*.cpp; main.cpp
+// parses).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "serve/server.hpp"
+#include "specdec/specdec.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace specdec::cli {
+
+enum class Mode { kGenerate, kCompare, kChat, kServe };
+
+struct RunOptions {
+  std::string model, draft, prompt, prompt_ids, tokenizer,
+      device = "cpu", dtype = "float32", weights = "as-stored", draft_weights = "as-stored";
+  std::string system, chat_template;
+  bool chat = false;
+  bool int8_activations = false, draft_int8_activations = false;
+  int threads = 0;
+  bool json_out = false;
+  bool no_stream = false;
+  bool no_adaptive = false;
+  int warmup = 1;
+  std::string prompts_file;  // generate: JSON Lines of requests
+  int batch_size = 1;
+  bool prompt_cache =
+      false;           // generate --prompts-file: each request continues the previous one's caches
+  bool serve = false;  // serve: no prompt; the chat template when the model has one
+  GenerationConfig gen;
+};
+
+// The flags of generate, compare, chat and serve (`mode` says which apply).
+void add_run_options(CLI::App* app, RunOptions& o, Mode mode);
+
+// Comma-separated ids; an empty list is an error unless `allow_empty` (detokenize: "" decodes to
+// "").
+std::vector<int64_t> parse_ids(const std::string& text, const char* flag = "--prompt-ids",
+                               bool allow_empty = false);
+// All of stdin (a note on stderr first when it is a terminal).
+std::string read_stdin();
+
+struct Loaded {
+  std::shared_ptr<const Model> target, draft;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when there is none and ids are used
+  std::optional<ChatTemplate> chat;      // --chat and the chat subcommand
+  std::vector<int64_t> prompt;
+};
+
+// The conversation through the chat template, as ids (the model must have a tokenizer).
+std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages);
+// One user turn (after `system`, when not empty): through the chat template when l.chat is set.
+std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
+                                 const std::string& user);
+// The models, tokenizer, chat template and prompt that `o` names; checks the flags first.
+Loaded load(RunOptions& o, bool chat);
+
+nlohmann::json result_json(const GenerationResult& r, const Tokenizer* tok);
+void print_stats(const GenerationStats& s, std::ostream& os);
+std::string join_ids(const std::vector<int64_t>& v);
+
+struct TokenizeOptions {
+  std::string dir, text, ids;
+  bool no_special = false, skip_special = false, json_out = false;
+};
+
+int run_generate(RunOptions& o);
+int run_compare(RunOptions& o);
+int run_chat(RunOptions& o);
+int run_tokenize(const TokenizeOptions& o);
+int run_detokenize(const TokenizeOptions& o);
+int run_make_draft(const MakeDraftOptions& o);
+int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given);
+
+}  // namespace specdec::cli

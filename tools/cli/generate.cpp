@@ -1,0 +1,286 @@
+// `specdec generate` (one prompt, or a prompts file) and `specdec compare`.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <optional>
+
+#include "cli.hpp"
+#include "generation_options.hpp"
+
+using nlohmann::json;
+
+namespace specdec::cli {
+
+namespace {
+
+// One request of a prompts file, validated.
+struct FileRequest {
+  size_t line = 0;
+  json id;  // echoed back when given
+  std::vector<int64_t> prompt;
+  GenerationConfig config;
+};
+
+// Parses and validates every line before anything is generated: a bad line is an error naming it.
+std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l) {
+  std::ifstream file;
+  if (o.prompts_file != "-") {
+    file.open(o.prompts_file);
+    if (!file) throw Error(o.prompts_file + ": cannot open: " + std::strerror(errno));
+  }
+  std::istream& in = o.prompts_file == "-" ? std::cin : file;
+  const int64_t vocab = l.target->config().vocab_size;
+  std::vector<FileRequest> out;
+  std::string text;
+  for (size_t n = 1; std::getline(in, text); ++n) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
+    const std::string where = o.prompts_file + ":" + std::to_string(n) + ": ";
+    FileRequest r;
+    r.line = n;
+    r.config = o.gen;
+    // "prompt", and with --chat the system message (--system unless the line gives its own)
+    std::string user, system = o.system;
+    try {
+      const json j = json::parse(text);
+      if (!j.is_object()) throw Error("expected a JSON object");
+      if (j.contains("prompt") == j.contains("prompt_ids"))
+        throw Error("give exactly one of \"prompt\" and \"prompt_ids\"");
+      GenerationConfig& c = r.config;
+      for (const auto& [key, value] : j.items()) {
+        const auto integer = [&](auto& field) {
+          if (!value.is_number_integer()) throw Error("\"" + key + "\" must be an integer");
+          field = value.get<std::remove_reference_t<decltype(field)>>();
+        };
+        const auto number = [&](double& field) {
+          if (!value.is_number()) throw Error("\"" + key + "\" must be a number");
+          field = value.get<double>();
+        };
+        if (key == "prompt") {
+          if (!value.is_string()) throw Error("\"prompt\" must be a string");
+          if (!l.tokenizer)
+            throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
+          user = value.get<std::string>();
+        } else if (key == "system") {
+          if (!o.chat) throw Error("\"system\" needs --chat");
+          if (!value.is_string()) throw Error("\"system\" must be a string");
+          system = value.get<std::string>();
+        } else if (key == "prompt_ids") {
+          if (!value.is_array()) throw Error("\"prompt_ids\" must be an array of integers");
+          for (const json& id : value) {
+            if (!id.is_number_integer()) throw Error("\"prompt_ids\" must be an array of integers");
+            r.prompt.push_back(id.get<int64_t>());
+          }
+        } else if (key == "id") {
+          r.id = value;
+        } else if (key == "max_new_tokens")
+          integer(c.max_new_tokens);
+        else if (key == "top_k")
+          integer(c.top_k);
+        else if (key == "seed") {
+          if (!value.is_number_unsigned()) throw Error("\"seed\" must be a non-negative integer");
+          c.seed = value.get<uint64_t>();
+        } else if (key == "num_assistant_tokens")
+          integer(c.num_assistant_tokens);
+        else if (key == "prompt_lookup_num_tokens")
+          integer(c.prompt_lookup_num_tokens);
+        else if (key == "max_matching_ngram_size")
+          integer(c.max_matching_ngram_size);
+        else if (key == "assistant_confidence_threshold")
+          number(c.assistant_confidence_threshold);
+        else if (key == "temperature")
+          number(c.temperature);
+        else if (key == "top_p")
+          number(c.top_p);
+        else if (key == "min_p")
+          number(c.min_p);
+        else if (key == "repetition_penalty")
+          number(c.repetition_penalty);
+        else if (key == "frequency_penalty")
+          number(c.frequency_penalty);
+        else if (key == "presence_penalty")
+          number(c.presence_penalty);
+        else if (key == "do_sample") {
+          if (!value.is_boolean()) throw Error("\"do_sample\" must be true or false");
+          c.do_sample = value.get<bool>();
+        } else if (key == "num_assistant_tokens_schedule") {
+          if (!value.is_string()) throw Error("\"num_assistant_tokens_schedule\" must be a string");
+          c.num_assistant_tokens_schedule = value.get<std::string>();
+        } else {
+          throw Error("unknown key \"" + key + "\"");
+        }
+      }
+      if (j.contains("system") && !j.contains("prompt"))
+        throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
+      if (j.contains("prompt"))
+        r.prompt = o.chat ? encode_turn(l, system, user) : l.tokenizer->encode(user, true);
+      if (r.prompt.empty()) throw Error("the prompt is empty");
+      for (int64_t id : r.prompt)
+        if (id < 0 || id >= vocab)
+          throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                      std::to_string(vocab) + ")");
+      c.validate();
+    } catch (const std::exception& e) {  // json's parse and type errors included
+      throw Error(where + e.what());
+    }
+    out.push_back(std::move(r));
+  }
+  if (out.empty()) throw Error(o.prompts_file + ": no requests (one JSON object per line)");
+  return out;
+}
+
+// --prompts-file: every request validated first, then generated on one Generator: one after
+// another (--batch-size 1; with --prompt-cache each continuing the caches of the one before), or
+// at most --batch-size at once, each finished request making room for the next (continuous
+// batching; a request's own keys say whether it drafts by prompt lookup, with the draft model, or
+// not at all). One JSON line per request on stdout, in order, each written as soon as it and those
+// before it are done; progress on stderr.
+int run_prompts_file(RunOptions& o, const Loaded& l) {
+  if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
+  if (o.prompt_cache && o.batch_size > 1)
+    throw Error("--prompt-cache runs the requests one after another: it needs --batch-size 1");
+  const std::vector<FileRequest> requests = read_prompts_file(o, l);
+  const Generator gen(l.target, l.draft);
+  int64_t tokens = 0;
+  double seconds = 0, prefill = 0;
+  size_t written = 0;
+  std::vector<std::optional<GenerationResult>> done(requests.size());
+  const auto write_ready = [&] {
+    const size_t before = written;
+    for (; written < requests.size() && done[written]; ++written) {
+      json line = {{"line", requests[written].line}};
+      if (!requests[written].id.is_null()) line["id"] = requests[written].id;
+      line.update(result_json(*done[written], l.tokenizer.get()));
+      std::cout << line.dump() << "\n";
+      done[written].reset();
+    }
+    if (written == before) return;
+    std::cout << std::flush;
+    std::cerr << "specdec: " << written << "/" << requests.size() << " requests\n";
+  };
+  const auto count = [&](const auto& stats) {  // a request's GenerationStats or a run's BatchStats
+    tokens += stats.new_tokens;
+    seconds += stats.total_seconds;
+    prefill += stats.prefill_seconds;
+  };
+  if (o.prompt_cache) {
+    PromptCache cache;  // one conversation: each request continues the caches of the one before
+    for (size_t i = 0; i < requests.size(); ++i) {
+      done[i] = gen.generate(requests[i].prompt, requests[i].config, cache);
+      count(done[i]->stats);
+      write_ready();
+    }
+  } else {
+    // One batch: each row drafts as its request asks (prompt lookup, the draft model, or not).
+    std::vector<std::vector<int64_t>> prompts;
+    std::vector<GenerationConfig> configs;
+    for (const auto& request : requests) {
+      prompts.push_back(request.prompt);
+      configs.push_back(request.config);
+    }
+    BatchOptions options;
+    options.max_rows = o.batch_size;
+    options.on_finished = [&](size_t row, const GenerationResult& r) {
+      done[row] = r;
+      write_ready();
+    };
+    count(gen.generate_batch(prompts, configs, {}, options).stats);
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%lld tokens in %.3f s: %.2f tokens/s (%.2f after the prefill)",
+                static_cast<long long>(tokens), seconds,
+                seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0,
+                seconds > prefill ? static_cast<double>(tokens) / (seconds - prefill) : 0.0);
+  std::cerr << "specdec: " << requests.size() << " requests, " << buf << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int run_generate(RunOptions& o) {
+  Loaded l = load(o, o.chat);
+  if (!o.prompts_file.empty()) return run_prompts_file(o, l);
+  Generator gen(l.target, l.draft);
+  bool first = true;
+  std::optional<StreamDecoder> text_stream;
+  if (l.tokenizer) text_stream.emplace(*l.tokenizer, true);
+  TokenCallback stream;
+  if (!o.json_out && !o.no_stream)
+    stream = [&](const std::vector<int64_t>& toks) {
+      if (text_stream) {
+        std::cout << text_stream->push(toks);
+      } else {
+        for (int64_t t : toks) std::cout << (first ? "" : " ") << t, first = false;
+      }
+      std::cout << std::flush;
+    };
+  const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
+  if (o.json_out) {
+    std::cout << result_json(r, l.tokenizer.get()).dump() << "\n";
+    return 0;
+  }
+  if (o.no_stream)
+    std::cout << (l.tokenizer ? l.tokenizer->decode(r.tokens, true) : join_ids(r.tokens));
+  else if (text_stream)
+    std::cout << text_stream->finish();
+  std::cout << "\n";
+  print_stats(r.stats, std::cerr);
+  return 0;
+}
+
+int run_compare(RunOptions& o) {
+  Loaded l = load(o, o.chat);
+  if (!l.draft && o.gen.prompt_lookup_num_tokens == 0)
+    throw Error("compare needs --draft DIR or --prompt-lookup N");
+  Generator plain(l.target);
+  Generator assisted(l.target, l.draft);
+  GenerationConfig base = o.gen;
+  base.prompt_lookup_num_tokens = 0;
+  if (o.warmup < 0) throw Error("--warmup must be >= 0");
+  GenerationConfig warm = o.gen, warm_base = base;
+  warm.max_new_tokens = warm_base.max_new_tokens = std::min<int64_t>(4, o.gen.max_new_tokens);
+  for (int i = 0; i < o.warmup; ++i) {
+    plain.generate(l.prompt, warm_base);
+    // A throw-away generator: the timed one must not inherit a heuristic lookahead from warm-up.
+    Generator(l.target, l.draft).generate(l.prompt, warm);
+  }
+  if (!o.json_out) std::cerr << "target only ...\n";
+  const GenerationResult a = plain.generate(l.prompt, base);
+  if (!o.json_out) std::cerr << "assisted ...\n";
+  const GenerationResult b = assisted.generate(l.prompt, o.gen);
+  const bool identical = a.tokens == b.tokens;
+  const SpeedupEstimate e = estimate_speedup(a.stats, b.stats);
+  if (o.json_out) {
+    std::cout << json{{"target_only", result_json(a, l.tokenizer.get())},
+                      {"assisted", result_json(b, l.tokenizer.get())},
+                      {"identical", identical},
+                      {"speedup", e.measured},
+                      {"alpha", e.alpha},
+                      {"gamma", e.gamma},
+                      {"cost_ratio", e.cost_ratio},
+                      {"predicted_speedup", e.predicted}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  const auto shown = [&](const std::vector<int64_t>& t) {
+    return l.tokenizer ? json(l.tokenizer->decode(t, true)).dump() : join_ids(t);
+  };
+  std::printf("target only: %s\n", shown(a.tokens).c_str());
+  std::printf("assisted:    %s\n", shown(b.tokens).c_str());
+  std::printf(
+      "identical:   %s%s\n", identical ? "yes" : "no",
+      o.gen.sampling() ? " (sampling: outputs are independent draws, not expected equal)" : "");
+  std::printf("target only: %.3f s, %.1f ms/token\n", a.stats.total_seconds,
+              1e3 * a.stats.total_seconds / std::max<int64_t>(1, a.stats.new_tokens));
+  std::printf(
+      "assisted:    %.3f s, %.1f ms/token; acceptance %.1f%%, %.2f tokens per target pass, "
+      "%lld target passes\n",
+      b.stats.total_seconds, 1e3 * b.stats.total_seconds / std::max<int64_t>(1, b.stats.new_tokens),
+      100 * b.stats.acceptance_rate(), b.stats.tokens_per_target_pass(),
+      static_cast<long long>(b.stats.target_passes));
+  std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n",
+              e.measured, e.predicted, e.alpha, e.gamma, e.cost_ratio);
+  return 0;
+}
+
+}  // namespace specdec::cli

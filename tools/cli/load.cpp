@@ -1,0 +1,160 @@
+// Loading what the flags name: models, tokenizer, chat template, prompt; printing results.
+#include <ATen/Parallel.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "generation_options.hpp"
+
+using nlohmann::json;
+
+namespace specdec::cli {
+
+namespace {
+
+// The chat format: --chat-template, else recognised from the template the model ships.
+ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
+  if (!o.chat_template.empty()) return ChatTemplate::by_name(o.chat_template);
+  for (const std::string& where : {tok_source, o.model}) {
+    if (auto text = read_chat_template(where)) return ChatTemplate::recognise(*text, where);
+  }
+  throw Error(
+      o.model +
+      " ships no chat template: choose one with --chat-template chatml|llama3|llama2|mistral");
+}
+
+}  // namespace
+
+std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages) {
+  const std::vector<int64_t> ids = l.tokenizer->encode(l.chat->render(messages, true), false);
+  if (ids.empty()) throw Error("the prompt is empty");
+  return ids;
+}
+
+// One user turn after the system message `system` (none when empty: the template's own, if any).
+std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
+                                 const std::string& user) {
+  std::vector<ChatMessage> messages;
+  if (!system.empty()) messages.push_back({"system", system});
+  messages.push_back({"user", user});
+  return encode_chat(l, messages);
+}
+
+Loaded load(RunOptions& o, bool chat) {
+  if (o.threads < 0) throw Error("--threads must be >= 0");
+  try {
+    if (o.threads > 0) set_num_threads(o.threads);
+  } catch (const Error& e) {
+    throw Error(std::string("--threads: ") + e.what());
+  }
+  finish_generation_options(o.gen, o.no_adaptive);
+  if (!chat && !o.serve && (!o.system.empty() || !o.chat_template.empty()))
+    throw Error("--system and --chat-template need --chat");
+  // Hugging Face runs prompt lookup when given both and leaves the assistant model unused.
+  if (!o.draft.empty() && o.gen.prompt_lookup_num_tokens > 0)
+    throw Error(
+        "--prompt-lookup and --draft: give one of them (prompt lookup copies from the text and "
+        "runs no draft)");
+  std::string prompts_file = o.prompts_file == "-" ? "" : o.prompts_file;
+  for (const std::string* path : {&o.model, &o.draft, &o.tokenizer, &prompts_file}) {
+    struct stat st {};
+    if (!path->empty() && ::stat(path->c_str(), &st) != 0)
+      throw Error(*path + ": no such file or folder");
+  }
+  // A path that is no checkpoint is named as such before any message about its tokenizer.
+  for (const std::string* path : {&o.model, &o.draft})
+    if (!path->empty()) ModelConfig::from_path(*path);
+  Loaded l;
+  const std::string tok_dir = !o.tokenizer.empty()     ? o.tokenizer
+                              : has_tokenizer(o.model) ? o.model
+                                                       : "";
+  if (!tok_dir.empty()) l.tokenizer = load_tokenizer(tok_dir);
+  // A draft with tokenizer files of its own must tokenize exactly like the target.
+  if (l.tokenizer && !o.draft.empty() && has_tokenizer(o.draft))
+    require_same_tokenizer(*l.tokenizer, *load_tokenizer(o.draft));
+  if (o.serve) {
+    if (!l.tokenizer)
+      throw Error(o.model + " has no tokenizer: give --tokenizer, which serve needs");
+    // Chat requests need a template; without one they are refused (completions still work).
+    try {
+      l.chat = chat_template(o, tok_dir);
+    } catch (const Error& e) {
+      if (!o.chat_template.empty()) throw;
+      std::cerr << "specdec serve: " << e.what() << " (/v1/chat/completions is refused)\n";
+    }
+  } else if (chat) {
+    if (!o.prompt_ids.empty())
+      throw Error("--chat needs a text prompt (--prompt or stdin), not --prompt-ids");
+    if (!l.tokenizer)
+      throw Error(o.model + " has no tokenizer: give --tokenizer, which chat needs");
+    l.chat = chat_template(o, tok_dir);
+  }
+  if (o.serve || !o.prompts_file.empty()) {
+    // Requests come later (serve), or are read and checked by run_prompts_file.
+  } else if (!o.prompt_ids.empty()) {
+    l.prompt = parse_ids(o.prompt_ids);
+  } else if (o.chat) {
+    l.prompt = encode_turn(l, o.system, o.prompt.empty() ? read_stdin() : o.prompt);
+  } else if (!chat) {
+    if (!l.tokenizer)
+      throw Error(o.model +
+                  " has no tokenizer files: give --tokenizer DIR, or the prompt as --prompt-ids");
+    const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
+    l.prompt = l.tokenizer->encode(text, true);
+    if (l.prompt.empty()) throw Error("the prompt is empty");
+  }
+  LoadOptions lo;
+  lo.device = parse_device(o.device);
+  lo.dtype = parse_dtype(o.dtype);
+  lo.weights = parse_weight_format(o.weights);
+  lo.int8_activations = o.int8_activations;
+  LoadOptions draft_lo = lo;
+  draft_lo.weights = parse_weight_format(o.draft_weights);
+  draft_lo.int8_activations = o.draft_int8_activations;
+  l.target = load_model(o.model, lo);
+  if (!o.draft.empty()) l.draft = load_model(o.draft, draft_lo);
+  if (o.gen.eos_token_ids.empty()) {
+    o.gen.eos_token_ids = l.target->config().eos_token_ids;
+    if (o.gen.eos_token_ids.empty() && l.tokenizer && l.tokenizer->eos_token_id())
+      o.gen.eos_token_ids = {*l.tokenizer->eos_token_id()};
+    // A chat answer ends at the template's end-of-turn token too.
+    if (l.chat) {
+      const std::vector<int64_t> eot = l.tokenizer->encode(l.chat->end_of_turn(), false);
+      if (eot.size() == 1 && !l.target->config().is_eos(eot[0]))
+        o.gen.eos_token_ids.push_back(eot[0]);
+    }
+  }
+  return l;
+}
+
+json result_json(const GenerationResult& r, const Tokenizer* tok) {
+  json j = {{"tokens", r.tokens}, {"stats", json::parse(r.stats.to_json())}};
+  if (tok) j["text"] = tok->decode(r.tokens, true);
+  return j;
+}
+
+void print_stats(const GenerationStats& s, std::ostream& os) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%lld new tokens in %.3f s (%.2f tok/s); %lld target passes (%.2f tokens/pass), "
+                "%lld draft passes, acceptance %.1f%% (%lld/%lld); stop: %s\n",
+                static_cast<long long>(s.new_tokens), s.total_seconds, s.tokens_per_second(),
+                static_cast<long long>(s.target_passes), s.tokens_per_target_pass(),
+                static_cast<long long>(s.draft_passes), 100.0 * s.acceptance_rate(),
+                static_cast<long long>(s.accepted_tokens), static_cast<long long>(s.drafted_tokens),
+                s.stop_reason.c_str());
+  os << buf;
+  if (s.cached_prompt_tokens > 0)
+    os << "(" << s.cached_prompt_tokens << " of the " << s.prompt_tokens
+       << " prompt tokens came from the conversation's cache)\n";
+}
+
+std::string join_ids(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? " " : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace specdec::cli

@@ -1,0 +1,245 @@
+// The `specdec` command-line program: generate, compare, chat, serve, tokenize, detokenize,
+// make-tokenizer, make-fixture, make-draft (each in tools/cli/; this file parses the flags).
+#include <sys/stat.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "cli.hpp"
+#include "generation_options.hpp"
+
+using namespace specdec;
+using namespace specdec::cli;
+
+int main(int argc, char** argv) {
+  CLI::App app{"specdec: speculative decoding (assisted generation) on libtorch"};
+  app.require_subcommand(1);
+  RunOptions gen_opts, cmp_opts;
+  auto* gen = app.add_subcommand("generate", "Generate tokens (assisted when --draft is given)");
+  add_run_options(gen, gen_opts, Mode::kGenerate);
+  auto* cmp = app.add_subcommand(
+      "compare", "Target-only and assisted generation on the same prompt: outputs, times, speedup");
+  add_run_options(cmp, cmp_opts, Mode::kCompare);
+  RunOptions chat_opts;
+  chat_opts.gen.max_new_tokens = 256;
+  auto* chat = app.add_subcommand("chat",
+                                  "Interactive multi-turn conversation with the model's chat "
+                                  "template, streamed; /reset, /stats");
+  add_run_options(chat, chat_opts, Mode::kChat);
+
+  RunOptions serve_opts;
+  serve_opts.gen.top_k =
+      0;  // OpenAI's requests know no top_k: off unless a request or --top-k sets it
+  serve::ServeOptions serve_server;
+  auto* srv = app.add_subcommand("serve",
+                                 "An OpenAI-compatible HTTP server (/v1/chat/completions, "
+                                 "/v1/completions, /metrics, a chat page at /)");
+  add_run_options(srv, serve_opts, Mode::kServe);
+  serve::add_serve_options(srv, serve_server);
+  // A request's own fields take the place of these (a request without a seed draws a random one).
+  for (const char* flag : {"--do-sample", "--seed"}) srv->remove_option(srv->get_option(flag));
+  srv->get_option("--max-new-tokens")
+      ->description(
+          "max_tokens of a request that sets none (unset: 16 for a completion, the rest of --ctx "
+          "for a chat)")
+      ->default_str("");
+  srv->get_option("--temperature")
+      ->description("temperature of a request that sets none (0 = greedy)");
+
+  TokenizeOptions tk, dtk;
+  auto* tokc = app.add_subcommand("tokenize", "Text to token ids (the text from --text or stdin)");
+  tokc->add_option("--tokenizer", tk.dir, "Folder with the tokenizer files")->required();
+  tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read");
+  tokc->add_flag("--no-special", tk.no_special,
+                 "Do not add BOS/EOS (special-token text is still recognised)");
+  tokc->add_flag("--json", tk.json_out, "Print {\"ids\": [...]}");
+  auto* detok = app.add_subcommand("detokenize", "Token ids to text");
+  detok->add_option("--tokenizer", dtk.dir, "Folder with the tokenizer files")->required();
+  detok->add_option("--ids", dtk.ids, "Token ids, comma-separated (\"\" for none)")->required();
+  detok->add_flag("--skip-special", dtk.skip_special, "Leave special tokens (BOS, EOS, ...) out");
+  detok->add_flag("--json", dtk.json_out, "Print {\"text\": \"...\"}");
+
+  std::string mt_input, mt_out, mt_type = "bpe";
+  int64_t mt_vocab = 4096;
+  auto* mtok = app.add_subcommand(
+      "make-tokenizer",
+      "Train a SentencePiece tokenizer (tokenizer.model) on text files, for generated checkpoints");
+  mtok->add_option("--input", mt_input, "Text files, comma-separated")->required();
+  mtok->add_option("--out", mt_out, "Output folder (receives tokenizer.model)")->required();
+  mtok->add_option(
+          "--vocab-size", mt_vocab,
+          "Number of pieces, including the 256 byte pieces of byte fallback and <unk>, <s>, </s>")
+      ->capture_default_str();
+  mtok->add_option("--model-type", mt_type, "SentencePiece model type")
+      ->check(CLI::IsMember({"bpe", "unigram"}))
+      ->capture_default_str();
+
+  FixtureOptions fx;
+  std::string out, draft_of;
+  int64_t draft_layers = 1;
+  double noise = 0.0;
+  auto* mk = app.add_subcommand(
+      "make-fixture", "Write a deterministic random-weight checkpoint in Hugging Face layout");
+  mk->add_option("--out", out, "Output folder")->required();
+  mk->add_option("--arch", fx.arch, "Architecture (t5: encoder-decoder T5ForConditionalGeneration)")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}))
+      ->capture_default_str();
+  mk->add_option(
+        "--layers", fx.layers,
+        "Decoder layers (t5: encoder and decoder layers each; with --draft-of: decoder layers "
+        "kept, a t5 draft keeps the whole encoder)")
+      ->capture_default_str();
+  mk->add_option("--hidden", fx.hidden, "Hidden size")->capture_default_str();
+  mk->add_option("--heads", fx.heads, "Attention heads")->capture_default_str();
+  mk->add_option("--kv-heads", fx.kv_heads, "Key/value heads (0 = --heads)")->capture_default_str();
+  mk->add_option("--intermediate", fx.intermediate, "MLP size (0 = 4 x hidden)")
+      ->capture_default_str();
+  mk->add_option("--vocab", fx.vocab, "Vocabulary size")->capture_default_str();
+  mk->add_option("--max-pos", fx.max_pos, "max_position_embeddings")->capture_default_str();
+  mk->add_option("--seed", fx.seed, "Seed of the weights")->capture_default_str();
+  mk->add_option("--dtype", fx.dtype, "Saved dtype")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
+      ->capture_default_str();
+  mk->add_option("--init-std", fx.init_std, "Standard deviation of the weights")
+      ->capture_default_str();
+  mk->add_option(
+        "--exit-layers", fx.exit_layers,
+        "Scale o_proj/down_proj of layers >= N by --exit-scale (synthetic early-exit pair; "
+        "0 with --exit-scale 0: a bigram model that still runs every layer)")
+      ->capture_default_str();
+  mk->add_option("--exit-scale", fx.exit_scale, "See --exit-layers")->capture_default_str();
+  mk->add_flag("--gated", fx.gated_act,
+               "t5: gated-GELU feed-forward as in t5-v1_1 / flan-t5 (default: ReLU as in t5)");
+  mk->add_flag("--tie-word-embeddings", fx.tie_word_embeddings,
+               "Tie the head to the input embeddings (t5: then scaled by d_model^-0.5)");
+  mk->add_option("--tokenizer", fx.tokenizer_dir,
+                 "Copy this folder's tokenizer files in; --vocab becomes the tokenizer's size");
+  mk->add_option("--draft-of", draft_of,
+                 "Derive an early-exit draft from this target: its embeddings, first --layers "
+                 "layers, final norm and head");
+  mk->add_option("--noise", noise, "--draft-of: add Gaussian noise of this standard deviation")
+      ->capture_default_str();
+
+  MakeDraftOptions md;
+  auto* mkd = app.add_subcommand(
+      "make-draft",
+      "Distil a small draft from a llama-family target: its first layers, a head over the most "
+      "frequent "
+      "tokens, trained with libtorch to match the target's next-token distributions");
+  mkd->add_option("--target", md.target,
+                  "Target checkpoint: folder, or GGUF file / folder holding one")
+      ->required();
+  mkd->add_option("--out", md.out, "Output folder (must not exist unless --resume)")->required();
+  mkd->add_option("--layers", md.layers, "Keep the target's first N layers")->capture_default_str();
+  mkd->add_option("--layer-ids", md.layer_ids,
+                  "Keep exactly these target layers (comma-separated), instead of --layers")
+      ->delimiter(',');
+  auto* vs = mkd->add_option(
+      "--vocab-subset", md.vocab_subset,
+      "Head over the V' most frequent tokens of the training text (plus EOS); default: "
+      "the whole vocabulary");
+  mkd->add_flag(
+      "--features", md.features,
+      "A feature-fed (EAGLE-style) draft: it also reads the target's last hidden state of the "
+      "position before (kept by the target's cache as it verifies); --data-from needs data made "
+      "with it");
+  mkd->add_flag(
+      "--int8-activations", md.int8_activations,
+      "The target computes with 8-bit activations wherever make-draft runs it (as it serves "
+      "with --int8-activations; data made faster)");
+  mkd->add_option("--data", md.data_files, "Plain-text training files (off-policy)");
+  mkd->add_option(
+      "--prompts", md.prompts_file,
+      "Prompts, one per line, that the target answers itself (on-policy training text; its chat "
+      "template is applied when it has one)");
+  mkd->add_option("--self-prompts", md.self_prompts,
+                  "The target writes N user messages itself (sampled from the start of a user turn "
+                  "of its chat "
+                  "template) and answers them: on-policy training text without a prompt list")
+      ->capture_default_str();
+  mkd->add_option("--data-from", md.data_from,
+                  "Reuse the training text and target labels of an earlier make-draft output "
+                  "folder (same target "
+                  "and --seq-len) instead of --data/--prompts/--self-prompts");
+  mkd->add_option("--eval-prompts", md.eval_prompts,
+                  "Prompts, one per line (keep them out of the training text), that the target "
+                  "answers greedily "
+                  "after training: the draft is measured on those answers (their greedy agreement "
+                  "is the share of "
+                  "first proposals generation keeps on such prompts)");
+  mkd->add_option("--gen-tokens", md.gen_tokens,
+                  "--prompts, --self-prompts, --eval-prompts: new tokens per answer")
+      ->capture_default_str();
+  mkd->add_option("--gen-temperature", md.gen_temperatures,
+                  "--prompts, --self-prompts: answers' sampling temperature(s), comma-separated; "
+                  "each prompt is answered once per "
+                  "temperature (0 = the greedy answer)")
+      ->delimiter(',')
+      ->capture_default_str();
+  mkd->add_option(
+         "--steps", md.steps,
+         "Optimizer steps in all (with --resume: the total to reach; 0: write the untrained draft)")
+      ->capture_default_str();
+  mkd->add_option("--seq-len", md.seq_len, "Tokens per training sequence")->capture_default_str();
+  mkd->add_option("--batch", md.batch, "Sequences per step")->capture_default_str();
+  mkd->add_option(
+         "--lr", md.lr,
+         "AdamW peak learning rate (warm-up over the first 5% of steps, cosine decay to 10%)")
+      ->capture_default_str();
+  mkd->add_option("--threads", md.threads, "CPU threads (0 = libtorch's default)")
+      ->capture_default_str();
+  mkd->add_option("--seed", md.seed, "Seed of the data order and of the sampled answers")
+      ->capture_default_str();
+  mkd->add_option("--checkpoint-every", md.checkpoint_every,
+                  "Steps between checkpoints (one is also written at the end)")
+      ->capture_default_str();
+  mkd->add_flag("--resume", md.resume,
+                "Continue the run saved in --out (its layers, head and data are kept; --steps is "
+                "the new total)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*gen) return run_generate(gen_opts);
+    if (*cmp) return run_compare(cmp_opts);
+    if (*chat) return run_chat(chat_opts);
+    if (*srv)
+      return run_serve(serve_opts, serve_server, srv->get_option("--max-new-tokens")->count() > 0);
+    if (*tokc) return run_tokenize(tk);
+    if (*mtok) {
+      if (mt_vocab < 8) throw Error("--vocab-size must be >= 8");
+      if (::mkdir(mt_out.c_str(), 0755) != 0 && errno != EEXIST)
+        throw Error(mt_out + ": cannot create folder: " + std::strerror(errno));
+      std::cerr << "training a " << mt_vocab << "-piece SentencePiece " << mt_type
+                << " model ...\n";
+      train_sentencepiece("--input=" + mt_input + " --model_prefix=" + mt_out +
+                          "/tokenizer --vocab_size=" + std::to_string(mt_vocab) + " --model_type=" +
+                          mt_type + " --byte_fallback=true --character_coverage=1.0");
+      std::remove((mt_out + "/tokenizer.vocab").c_str());
+      std::cerr << "wrote " << mt_out << "/tokenizer.model\n";
+      return 0;
+    }
+    if (*detok) return run_detokenize(dtk);
+    if (*mkd) {
+      if (vs->count() > 0 && md.vocab_subset < 1)
+        throw Error("make-draft: --vocab-subset must be >= 1");
+      return run_make_draft(md);
+    }
+    if (*mk) {
+      if (!draft_of.empty()) {
+        make_draft_of(draft_of, out, fx.layers, noise, fx.seed);
+      } else {
+        make_fixture(out, fx);
+      }
+      std::cerr << "wrote " << out << "\n";
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "specdec: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

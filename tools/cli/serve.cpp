@@ -1,0 +1,28 @@
+// `specdec serve`: the models loaded as the server needs them (tools/serve runs it).
+#include "cli.hpp"
+
+namespace specdec::cli {
+
+int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given) {
+  o.serve = true;
+  return serve::run_serve(so, [&o, max_tokens_given] {
+    Loaded l = load(o, false);
+    serve::ServeModels m;
+    m.target = l.target;
+    m.draft = l.draft;
+    m.tokenizer = std::move(l.tokenizer);
+    m.chat = l.chat;
+    if (m.chat) {
+      const std::vector<int64_t> eot = m.tokenizer->encode(m.chat->end_of_turn(), false);
+      if (eot.size() == 1 && !l.target->config().is_eos(eot[0])) m.chat_eos.push_back(eot[0]);
+    }
+    m.defaults = o.gen;
+    if (max_tokens_given) m.max_tokens = o.gen.max_new_tokens;
+    std::string name = o.model;
+    while (name.size() > 1 && name.back() == '/') name.pop_back();
+    m.model_id = name.substr(name.find_last_of('/') + 1);
+    return m;
+  });
+}
+
+}  // namespace specdec::cli
