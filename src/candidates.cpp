@@ -19,38 +19,46 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 
 DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows,
                                          int64_t max_length, const at::Tensor& encoder_states,
-                                         const std::vector<int64_t>& encoder_lengths, int64_t target_vocab,
-                                         KVCache cache, const KVCache* target_cache)
-    : draft_(std::move(draft)), vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size) {
+                                         const std::vector<int64_t>& encoder_lengths,
+                                         int64_t target_vocab, KVCache cache,
+                                         const KVCache* target_cache)
+    : draft_(std::move(draft)),
+      vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size) {
   SPECDEC_CHECK(!rows.empty(), "DraftModelGenerator: no rows");
-  for (const Row& r : rows) rows_.push_back({r, std::make_shared<const LogitsProcessorChain>(*r.config)});
+  for (const Row& r : rows)
+    rows_.push_back({r, std::make_shared<const LogitsProcessorChain>(*r.config)});
   const auto b = static_cast<int64_t>(rows_.size());
   if (cache.num_layers() > 0) {
-    SPECDEC_CHECK(!draft_->config().is_encoder_decoder && cache.batch() == b && cache.capacity() >= max_length &&
+    SPECDEC_CHECK(!draft_->config().is_encoder_decoder && cache.batch() == b &&
+                      cache.capacity() >= max_length &&
                       cache.num_layers() == draft_->config().num_hidden_layers,
                   "DraftModelGenerator: the cache to continue does not fit this draft and request");
     cache_ = std::move(cache);
   } else {
     cache_ = draft_->make_cache(max_length, b);
   }
-  if (draft_->config().is_encoder_decoder) draft_->attach_encoder(encoder_states, cache_, encoder_lengths);
+  if (draft_->config().is_encoder_decoder)
+    draft_->attach_encoder(encoder_states, cache_, encoder_lengths);
   if (draft_->config().feature_size > 0) {
     SPECDEC_CHECK(target_cache && target_cache->keeps_hidden() && target_cache->batch() >= b &&
                       target_cache->hidden().size(2) == draft_->config().feature_size,
-                  "DraftModelGenerator: a feature-fed draft (specdec_feature_size ", draft_->config().feature_size,
+                  "DraftModelGenerator: a feature-fed draft (specdec_feature_size ",
+                  draft_->config().feature_size,
                   ") needs the target's cache keeping hidden states of that size");
     cache_.set_feature_source(target_cache);
   }
 }
 
-DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
+DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft,
+                                         const GenerationConfig& config,
                                          LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
                                          const at::Tensor& encoder_states, int64_t target_vocab)
-    : DraftModelGenerator(std::move(draft), {Row{&config, &schedule, &rng}}, max_length, encoder_states, {},
-                          target_vocab) {}
+    : DraftModelGenerator(std::move(draft), {Row{&config, &schedule, &rng}}, max_length,
+                          encoder_states, {}, target_vocab) {}
 
-std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<const std::vector<int64_t>*>& tokens,
-                                                           const std::vector<int64_t>& max_tokens) {
+std::vector<Candidates> DraftModelGenerator::propose_batch(
+    const std::vector<const std::vector<int64_t>*>& tokens,
+    const std::vector<int64_t>& max_tokens) {
   const auto b = static_cast<int64_t>(tokens.size());
   SPECDEC_CHECK(b <= static_cast<int64_t>(rows_.size()) && max_tokens.size() == tokens.size(),
                 "DraftModelGenerator: ", b, " rows proposed for, ", rows_.size(), " held");
@@ -101,12 +109,14 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
       State& st = rows_[r];
       ++st.passes;
       at::Tensor scores = logits[r];  // [1, V_draft]
-      if (own > vocab_) scores = scores.narrow(-1, 0, vocab_);  // [1, V]: the draft's padding rows go
+      if (own > vocab_)
+        scores = scores.narrow(-1, 0, vocab_);  // [1, V]: the draft's padding rows go
       if (own < vocab_)
-        scores = at::constant_pad_nd(scores, {0, vocab_ - own}, -std::numeric_limits<double>::infinity());
+        scores = at::constant_pad_nd(scores, {0, vocab_ - own},
+                                     -std::numeric_limits<double>::infinity());
       if (!st.processors->empty()) scores = st.processors->apply(scores, history[r]);
       const bool sampling = st.row.config->sampling();
-      const bool need_probs = sampling || st.row.schedule->kind() == "dynamic";
+      const bool need_probs = sampling || st.row.schedule->kind() == Schedule::kDynamic;
       at::Tensor idx, prob;  // [1] each
       if (sampling) {
         const at::Tensor q = scores.softmax(-1)[0];  // [V]
@@ -117,7 +127,8 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
         idx = scores[0].argmax().view({1});
         if (need_probs) prob = scores[0].softmax(-1).gather(0, idx);
       }
-      const at::Tensor p = prob.defined() ? prob.to(at::kDouble) : at::ones({1}, idx.options().dtype(at::kDouble));
+      const at::Tensor p =
+          prob.defined() ? prob.to(at::kDouble) : at::ones({1}, idx.options().dtype(at::kDouble));
       picks.push_back(at::cat({idx.to(at::kDouble), p}));
       picked.push_back(r);
     }
@@ -132,8 +143,8 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(const std::vector<con
       c.tokens.push_back(tok);
       c.probs.push_back(p);
       if (st.processors->reads_history()) history[r].push_back(tok);
-      if (static_cast<int64_t>(c.size()) == todo[r] || contains(st.row.config->eos_token_ids, tok) ||
-          st.row.schedule->stop_after(p)) {
+      if (static_cast<int64_t>(c.size()) == todo[r] ||
+          contains(st.row.config->eos_token_ids, tok) || st.row.schedule->stop_after(p)) {
         todo[r] = 0;
         --drafting;
       }
@@ -193,13 +204,17 @@ Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int6
   return propose_batch({&tokens}, {max_tokens})[0];
 }
 
-void DraftModelGenerator::on_verified(const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens) {
+void DraftModelGenerator::on_verified(const Candidates& proposed, int64_t accepted,
+                                      const std::vector<int64_t>& tokens) {
   on_verified_row(0, proposed, accepted, tokens);
 }
 
 PromptLookupGenerator::PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram,
                                              std::vector<int64_t> eos_ids, bool most_recent)
-    : num_tokens_(num_tokens), max_ngram_(max_ngram), eos_ids_(std::move(eos_ids)), most_recent_(most_recent) {
+    : num_tokens_(num_tokens),
+      max_ngram_(max_ngram),
+      eos_ids_(std::move(eos_ids)),
+      most_recent_(most_recent) {
   SPECDEC_CHECK(num_tokens_ >= 1, "prompt lookup: prompt_lookup_num_tokens must be >= 1");
   SPECDEC_CHECK(max_ngram_ >= 1, "prompt lookup: max_matching_ngram_size must be >= 1");
 }
@@ -218,7 +233,8 @@ Candidates PromptLookupGenerator::propose(const std::vector<int64_t>& tokens, in
       const int64_t s = most_recent_ ? tail - 1 - i : i;
       if (!std::equal(tokens.begin() + s, tokens.begin() + s + n, tokens.begin() + tail)) continue;
       const int64_t end = std::min(s + n + k, len);
-      for (int64_t j = s + n; j < end && !contains(eos_ids_, tokens[j]); ++j) out.tokens.push_back(tokens[j]);
+      for (int64_t j = s + n; j < end && !contains(eos_ids_, tokens[j]); ++j)
+        out.tokens.push_back(tokens[j]);
       return out;
     }
   }

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
@@ -16,7 +16,8 @@ namespace specdec {
 using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"};
+  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gpt_neox",
+                                                  "gpt2",  "opt",     "t5"};
   return kTypes;
 }
 
@@ -39,8 +40,8 @@ void read_field(const json& j, const char* key, T& out, const std::string& sourc
     // converting an out-of-range float (1e43) to an integer would be undefined behaviour.
     if (it->is_number_float()) {
       const double d = it->get<double>();
-      SPECDEC_CHECK(std::isfinite(d) && d == std::floor(d) && d >= -9.2e18 && d <= 9.2e18, source, ": field '",
-                    key, "' must be an integer, got ", it->dump());
+      SPECDEC_CHECK(std::isfinite(d) && d == std::floor(d) && d >= -9.2e18 && d <= 9.2e18, source,
+                    ": field '", key, "' must be an integer, got ", it->dump());
       out = static_cast<T>(d);
       return;
     }
@@ -48,8 +49,8 @@ void read_field(const json& j, const char* key, T& out, const std::string& sourc
   try {
     out = it->get<T>();
   } catch (const json::exception&) {
-    throw Error(detail::concat(source, ": field '", key, "' has the wrong type (", it->type_name(),
-                               ")"));
+    throw Error(
+        detail::concat(source, ": field '", key, "' has the wrong type (", it->type_name(), ")"));
   }
 }
 
@@ -64,7 +65,8 @@ std::vector<int64_t> read_token_list(const json& v, const char* key, const std::
       ids.push_back(e.get<int64_t>());
     }
   } else {
-    throw Error(detail::concat(source, ": field '", key, "' must be an integer or a list of integers"));
+    throw Error(
+        detail::concat(source, ": field '", key, "' must be an integer or a list of integers"));
   }
   return ids;
 }
@@ -126,17 +128,22 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
       j["architectures"][0].is_string())
     c.architecture = j["architectures"][0].get<std::string>();
   const auto& types = supported_model_types();
-  SPECDEC_CHECK(!c.model_type.empty(), source, ": missing field 'model_type' (supported: ",
-                join(types), ")");
+  SPECDEC_CHECK(!c.model_type.empty(), source,
+                ": missing field 'model_type' (supported: ", join(types), ")");
   SPECDEC_CHECK(std::find(types.begin(), types.end(), c.model_type) != types.end(), source,
                 ": unsupported model_type '", c.model_type, "' (supported: ", join(types), ")");
-  const bool gpt2 = c.model_type == "gpt2", opt = c.model_type == "opt", neox = c.model_type == "gpt_neox";
+  const bool gpt2 = c.model_type == "gpt2", opt = c.model_type == "opt",
+             neox = c.model_type == "gpt_neox";
   read_field(j, "vocab_size", c.vocab_size, source);
   if (c.model_type == "t5") {
     read_t5_fields(j, c, source);
   } else {
     read_field(j, gpt2 ? "n_embd" : "hidden_size", c.hidden_size, source);
-    read_field(j, gpt2 ? "n_inner" : opt ? "ffn_dim" : "intermediate_size", c.intermediate_size, source);
+    read_field(j,
+               gpt2  ? "n_inner"
+               : opt ? "ffn_dim"
+                     : "intermediate_size",
+               c.intermediate_size, source);
     if (gpt2 && c.intermediate_size == 0) c.intermediate_size = 4 * c.hidden_size;  // n_inner: null
     read_field(j, gpt2 ? "n_layer" : "num_hidden_layers", c.num_hidden_layers, source);
     read_field(j, gpt2 ? "n_head" : "num_attention_heads", c.num_attention_heads, source);
@@ -144,12 +151,13 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
     read_field(j, "head_dim", c.head_dim, source);
     if (c.head_dim == 0 && c.num_attention_heads > 0) {
-      SPECDEC_CHECK(c.hidden_size % c.num_attention_heads == 0, source, ": hidden_size ", c.hidden_size,
-                    " is not a multiple of num_attention_heads ", c.num_attention_heads,
-                    " (and there is no head_dim)");
+      SPECDEC_CHECK(c.hidden_size % c.num_attention_heads == 0, source, ": hidden_size ",
+                    c.hidden_size, " is not a multiple of num_attention_heads ",
+                    c.num_attention_heads, " (and there is no head_dim)");
       c.head_dim = c.hidden_size / c.num_attention_heads;
     }
-    read_field(j, gpt2 ? "n_positions" : "max_position_embeddings", c.max_position_embeddings, source);
+    read_field(j, gpt2 ? "n_positions" : "max_position_embeddings", c.max_position_embeddings,
+               source);
   }
   if (neox || gpt2 || opt) c.rms_norm_eps = 1e-5;
   read_field(j, "rms_norm_eps", c.rms_norm_eps, source);
@@ -175,16 +183,19 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     // Qwen2 applies its window only with use_sliding_window, and then only from max_window_layers.
     bool use = false;
     read_field(j, "use_sliding_window", use, source);
-    SPECDEC_CHECK(!use, source, ": use_sliding_window is not supported for qwen2 (the window applies "
+    SPECDEC_CHECK(!use, source,
+                  ": use_sliding_window is not supported for qwen2 (the window applies "
                   "from max_window_layers on); only Mistral's sliding_window is");
   }
-  SPECDEC_CHECK(!c.mlp_bias || c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2",
+  SPECDEC_CHECK(!c.mlp_bias || c.model_type == "llama" || c.model_type == "mistral" ||
+                    c.model_type == "qwen2",
                 source, ": mlp_bias is only supported for the llama family");
   // GPT-2, OPT and T5 tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
   c.tie_word_embeddings = gpt2 || opt || c.is_encoder_decoder;
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
   if (j.contains("head_token_ids") && !j["head_token_ids"].is_null()) {
-    SPECDEC_CHECK(j["head_token_ids"].is_array(), source, ": field 'head_token_ids' must be a list of token ids");
+    SPECDEC_CHECK(j["head_token_ids"].is_array(), source,
+                  ": field 'head_token_ids' must be a list of token ids");
     c.head_token_ids = read_token_list(j["head_token_ids"], "head_token_ids", source);
     SPECDEC_CHECK(!c.head_token_ids.empty(), source, ": field 'head_token_ids' is empty");
   }
@@ -250,9 +261,9 @@ void ModelConfig::validate(const std::string& source) const {
   positive(num_key_value_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
   positive(max_position_embeddings, "max_position_embeddings");
-  SPECDEC_CHECK(num_attention_heads % num_key_value_heads == 0, source,
-                ": num_attention_heads (", num_attention_heads,
-                ") must be a multiple of num_key_value_heads (", num_key_value_heads, ")");
+  SPECDEC_CHECK(num_attention_heads % num_key_value_heads == 0, source, ": num_attention_heads (",
+                num_attention_heads, ") must be a multiple of num_key_value_heads (",
+                num_key_value_heads, ")");
   if (!is_encoder_decoder)
     SPECDEC_CHECK(head_dim % 2 == 0, source, ": head_dim must be even for rotary embeddings, got ",
                   head_dim);
@@ -261,20 +272,27 @@ void ModelConfig::validate(const std::string& source) const {
   for (size_t i = 0; i < head_token_ids.size(); ++i)
     SPECDEC_CHECK(head_token_ids[i] >= 0 && head_token_ids[i] < vocab_size &&
                       (i == 0 || head_token_ids[i] > head_token_ids[i - 1]),
-                  source, ": head_token_ids must be strictly increasing ids below vocab_size ", vocab_size,
-                  " (entry ", i, " is ", head_token_ids[i], ")");
-  SPECDEC_CHECK(feature_size == 0 || feature_size == hidden_size, source, ": specdec_feature_size must be 0 or ",
-                "hidden_size (", hidden_size, "): a feature-fed draft reads its own outputs as features too; got ",
-                feature_size);
-  SPECDEC_CHECK(feature_size == 0 || model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
-                source, ": specdec_feature_size (a feature-fed draft) is supported for the llama family only");
-  SPECDEC_CHECK(head_token_ids.empty() || model_type == "llama" || model_type == "mistral" || model_type == "qwen2",
-                source, ": head_token_ids (a reduced-vocabulary head) is supported for the llama family only");
+                  source, ": head_token_ids must be strictly increasing ids below vocab_size ",
+                  vocab_size, " (entry ", i, " is ", head_token_ids[i], ")");
+  SPECDEC_CHECK(feature_size == 0 || feature_size == hidden_size, source,
+                ": specdec_feature_size must be 0 or ", "hidden_size (", hidden_size,
+                "): a feature-fed draft reads its own outputs as features too; got ", feature_size);
+  SPECDEC_CHECK(
+      feature_size == 0 || model_type == "llama" || model_type == "mistral" ||
+          model_type == "qwen2",
+      source,
+      ": specdec_feature_size (a feature-fed draft) is supported for the llama family only");
+  SPECDEC_CHECK(
+      head_token_ids.empty() || model_type == "llama" || model_type == "mistral" ||
+          model_type == "qwen2",
+      source,
+      ": head_token_ids (a reduced-vocabulary head) is supported for the llama family only");
   if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
     SPECDEC_CHECK(hidden_act == "silu", source, ": unsupported hidden_act '", hidden_act,
                   "' (supported: silu)");
   } else {
-    const std::vector<std::string> acts = {"relu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "silu"};
+    const std::vector<std::string> acts = {"relu",      "gelu", "gelu_new", "gelu_pytorch_tanh",
+                                           "gelu_fast", "silu"};
     SPECDEC_CHECK(std::find(acts.begin(), acts.end(), hidden_act) != acts.end(), source,
                   ": unsupported activation '", hidden_act, "' (supported: ", join(acts), ")");
   }
@@ -285,26 +303,47 @@ void ModelConfig::validate(const std::string& source) const {
     SPECDEC_CHECK(decoder_start_token_id.has_value(), source,
                   ": encoder-decoder model without decoder_start_token_id");
     SPECDEC_CHECK(*decoder_start_token_id >= 0 && *decoder_start_token_id < vocab_size, source,
-                  ": decoder_start_token_id ", *decoder_start_token_id, " is outside the vocabulary [0, ",
-                  vocab_size, ")");
+                  ": decoder_start_token_id ", *decoder_start_token_id,
+                  " is outside the vocabulary [0, ", vocab_size, ")");
   }
   for (int64_t id : eos_token_ids)
     SPECDEC_CHECK(id >= 0 && id < vocab_size, source, ": eos_token_id ", id,
                   " is outside the vocabulary [0, ", vocab_size, ")");
-  SPECDEC_CHECK(!bos_token_id || (*bos_token_id >= 0 && *bos_token_id < vocab_size), source, ": bos_token_id ",
-                bos_token_id.value_or(0), " is outside the vocabulary [0, ", vocab_size, ")");
+  SPECDEC_CHECK(!bos_token_id || (*bos_token_id >= 0 && *bos_token_id < vocab_size), source,
+                ": bos_token_id ", bos_token_id.value_or(0), " is outside the vocabulary [0, ",
+                vocab_size, ")");
   // A negative pad_token_id (original LLaMA configs say -1) means none.
-  SPECDEC_CHECK(!pad_token_id || *pad_token_id < vocab_size, source, ": pad_token_id ", pad_token_id.value_or(0),
-                " is outside the vocabulary [0, ", vocab_size, ")");
+  SPECDEC_CHECK(!pad_token_id || *pad_token_id < vocab_size, source, ": pad_token_id ",
+                pad_token_id.value_or(0), " is outside the vocabulary [0, ", vocab_size, ")");
   if (!rope_scaling.type.empty())
     SPECDEC_CHECK(rope_scaling.factor > 0, source, ": rope_scaling.factor must be > 0");
+}
+
+namespace {
+
+constexpr std::pair<const char*, Schedule> kSchedules[] = {
+    {"constant", Schedule::kConstant},
+    {"heuristic", Schedule::kHeuristic},
+    {"heuristic_transient", Schedule::kHeuristicTransient},
+    {"dynamic", Schedule::kDynamic},
+    {"goodput", Schedule::kGoodput}};
+
+}  // namespace
+
+Schedule GenerationConfig::schedule() const {
+  for (const auto& [name, value] : kSchedules)
+    if (num_assistant_tokens_schedule == name) return value;
+  throw Error(
+      "GenerationConfig.num_assistant_tokens_schedule must be constant, heuristic, "
+      "heuristic_transient, dynamic or goodput, got '" +
+      num_assistant_tokens_schedule + "'");
 }
 
 int64_t GenerationConfig::resolved_num_assistant_tokens() const {
   if (prompt_lookup_num_tokens > 0) return prompt_lookup_num_tokens;
   if (num_assistant_tokens > 0) return num_assistant_tokens;
-  if (num_assistant_tokens_schedule == "dynamic") return 20;
-  return num_assistant_tokens_schedule == "goodput" ? 12 : 5;
+  const Schedule s = schedule();
+  return s == Schedule::kDynamic ? 20 : s == Schedule::kGoodput ? 12 : 5;
 }
 
 void GenerationConfig::validate() const {
@@ -316,10 +355,7 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(num_assistant_tokens >= 0,
                 "GenerationConfig.num_assistant_tokens must be >= 0 (0 = default), got ",
                 num_assistant_tokens);
-  const auto& s = num_assistant_tokens_schedule;
-  SPECDEC_CHECK(s == "constant" || s == "heuristic" || s == "heuristic_transient" || s == "dynamic" || s == "goodput",
-                "GenerationConfig.num_assistant_tokens_schedule must be constant, heuristic, "
-                "heuristic_transient, dynamic or goodput, got '", s, "'");
+  (void)schedule();  // a known name
   SPECDEC_CHECK(assistant_confidence_threshold >= 0 && assistant_confidence_threshold <= 1,
                 "GenerationConfig.assistant_confidence_threshold must be in [0, 1], got ",
                 assistant_confidence_threshold);
@@ -327,7 +363,8 @@ void GenerationConfig::validate() const {
                 "GenerationConfig.prompt_lookup_num_tokens must be >= 0, got ",
                 prompt_lookup_num_tokens);
   SPECDEC_CHECK(prompt_lookup_match == "first" || prompt_lookup_match == "last",
-                "GenerationConfig.prompt_lookup_match must be \"first\" or \"last\", got \"", prompt_lookup_match, "\"");
+                "GenerationConfig.prompt_lookup_match must be \"first\" or \"last\", got \"",
+                prompt_lookup_match, "\"");
   SPECDEC_CHECK(max_matching_ngram_size >= 1,
                 "GenerationConfig.max_matching_ngram_size must be >= 1, got ",
                 max_matching_ngram_size);

@@ -101,27 +101,27 @@ Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bo
 // goodput: for a draft model and for prompt lookup alike.
 bool Engine::uses_goodput(const Row& row) const {
   return (use_draft_ || row.config.prompt_lookup_num_tokens > 0) &&
-         row.config.num_assistant_tokens_schedule == "goodput";
+         row.schedule->kind() == Schedule::kGoodput;
 }
 
 void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence) {
   GenerationConfig& config = row.config;
-  goodput_ = goodput_ || uses_goodput(row);
   row.admitted = Clock::now();
   row.result.stats.prompt_tokens = static_cast<int64_t>(row.prompt.size());
   row.result.stats.stop_reason = "max_new_tokens";
   row.rng = std::make_unique<Rng>(config.seed);
   row.schedule = std::make_unique<LookaheadSchedule>(config);
+  goodput_ = goodput_ || uses_goodput(row);
   // A sampled request starts from num_assistant_tokens, not from the carried value: the lookahead
   // decides how many random draws each step takes, so carrying it would make a seed's tokens depend
   // on earlier or concurrent requests. (Greedy output never depends on the lookahead.)
-  if (config.num_assistant_tokens_schedule == "heuristic" && !config.sampling()) {
+  if (config.schedule() == Schedule::kHeuristic && !config.sampling()) {
     std::lock_guard<std::mutex> lock(state_.carried_mutex);
     if (state_.carried_lookahead) row.schedule->set_num_tokens(*state_.carried_lookahead);
   }
   // goodput starts from the acceptance the last goodput request ended with (its tokens already
   // depend on timings, sampled or not).
-  if (config.num_assistant_tokens_schedule == "goodput") {
+  if (config.schedule() == Schedule::kGoodput) {
     if (!evidence) {
       std::lock_guard<std::mutex> lock(state_.carried_mutex);
       evidence = state_.carried_evidence[config.prompt_lookup_num_tokens > 0];
@@ -344,7 +344,7 @@ void Engine::draft() {
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
     if (by_model(row)) continue;
-    const int64_t k = row.schedule->kind() == "goodput"
+    const int64_t k = row.schedule->kind() == Schedule::kGoodput
                           ? std::min(max_tokens_[i], row.schedule->num_tokens())
                           : max_tokens_[i];
     row.cand = row.lookup && k > 0 ? row.lookup->propose(row.tokens, k) : Candidates{};
@@ -452,7 +452,7 @@ void Engine::commit() {
       if (j < accepted) ++st.accepted_at_position[j];
     }
     if (drafter_ && by_model(row)) drafter_->on_verified_row(i, cand, accepted, row.tokens);
-    if (row.lookup && row.schedule->kind() == "goodput")
+    if (row.lookup && row.schedule->kind() == Schedule::kGoodput)
       row.schedule->update(std::vector<double>(k, 1.0), accepted);
     bs_.new_tokens += static_cast<int64_t>(fresh.size());
     if (stop_eos) st.stop_reason = "eos";
@@ -530,7 +530,7 @@ void Engine::finish_row(Row& row) {
   // keeps it on the assistant model's generation config); "goodput": its acceptance evidence.
   {
     std::lock_guard<std::mutex> lock(state_.carried_mutex);
-    if (by_model(row) && row.config.num_assistant_tokens_schedule == "heuristic")
+    if (by_model(row) && row.config.schedule() == Schedule::kHeuristic)
       state_.carried_lookahead = row.schedule->num_tokens();
     if (uses_goodput(row))
       state_.carried_evidence[!by_model(row)] =

@@ -153,7 +153,7 @@ class Engine {
   void finish_row(Row& row);
   // Row `slot`'s new tokens to its sink or the batch's callback (their log-probabilities first).
   void deliver(int64_t slot, const std::vector<int64_t>& fresh);
-  bool uses_goodput(const Row& row) const;
+  bool uses_goodput(const Row& row) const;  // (once set_up made its schedule)
   // The row drafts with the draft model (else by prompt lookup or not at all).
   bool by_model(const Row& row) const {
     return use_draft_ && row.config.prompt_lookup_num_tokens == 0;

@@ -8,32 +8,32 @@
 namespace specdec {
 
 LookaheadSchedule::LookaheadSchedule(const GenerationConfig& c)
-    : kind_(c.num_assistant_tokens_schedule),
+    : kind_(c.schedule()),
       // Until costs have been measured, goodput probes a draft model with 2 tokens (enough to time
       // it and to see whether the target accepts it, cheap when it does not) and prompt lookup,
       // whose proposals cost nothing to make, with 5; the cap, if smaller.
-      k_(c.num_assistant_tokens_schedule == "goodput"
-             ? std::min<int64_t>(c.prompt_lookup_num_tokens > 0 ? 5 : 2,
-                                 c.resolved_num_assistant_tokens())
-             : c.resolved_num_assistant_tokens()),
+      k_(kind_ == Schedule::kGoodput ? std::min<int64_t>(c.prompt_lookup_num_tokens > 0 ? 5 : 2,
+                                                         c.resolved_num_assistant_tokens())
+                                     : c.resolved_num_assistant_tokens()),
       cap_(c.resolved_num_assistant_tokens()),
       threshold_(c.assistant_confidence_threshold),
       adaptive_(c.adaptive_threshold) {}
 
 void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepted) {
   const auto drafted = static_cast<int64_t>(probs.size());
-  if (kind_ == "heuristic" || kind_ == "heuristic_transient") {
+  if (kind_ == Schedule::kHeuristic || kind_ == Schedule::kHeuristicTransient) {
     k_ = accepted == drafted ? k_ + 2 : std::max<int64_t>(1, k_ - 1);
-  } else if (kind_ == "goodput") {
+  } else if (kind_ == Schedule::kGoodput) {
     accepted_ = 0.95 * accepted_ + static_cast<double>(accepted);
     rejected_ = 0.95 * rejected_ + (accepted < drafted ? 1.0 : 0.0);
-  } else if (kind_ == "dynamic" && adaptive_) {
+  } else if (kind_ == Schedule::kDynamic && adaptive_) {
     // Keep the accepted tokens and the first rejected one; later drafts were never judged.
     for (int64_t i = 0; i < drafted && i <= accepted; ++i) {
       const std::pair<double, bool> entry{probs[i], i < accepted};
-      history_.insert(std::upper_bound(history_.begin(), history_.end(), entry,
-                                       [](const auto& a, const auto& b) { return a.first > b.first; }),
-                      entry);
+      history_.insert(
+          std::upper_bound(history_.begin(), history_.end(), entry,
+                           [](const auto& a, const auto& b) { return a.first > b.first; }),
+          entry);
       history_accepted_ += entry.second;
     }
     threshold_ = fit_sorted(history_, static_cast<size_t>(history_accepted_), threshold_);
@@ -41,7 +41,8 @@ void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepte
 }
 
 void LookaheadSchedule::plan(const std::function<double(int64_t)>& target_cost, double draft_cost) {
-  if (kind_ == "goodput") k_ = plan_lookahead(target_cost, draft_cost, {acceptance()}, {acceptance_bound()}, cap_);
+  if (kind_ == Schedule::kGoodput)
+    k_ = plan_lookahead(target_cost, draft_cost, {acceptance()}, {acceptance_bound()}, cap_);
 }
 
 double LookaheadSchedule::acceptance_bound() const {
@@ -49,16 +50,17 @@ double LookaheadSchedule::acceptance_bound() const {
   return mean + std::sqrt(mean * (1.0 - mean) / (accepted_ + rejected_ + 3.0));
 }
 
-int64_t LookaheadSchedule::plan_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                          const std::vector<double>& alphas, const std::vector<double>& bounds,
-                                          int64_t max_k, int64_t rows) {
+int64_t LookaheadSchedule::plan_lookahead(const std::function<double(int64_t)>& target_cost,
+                                          double draft_cost, const std::vector<double>& alphas,
+                                          const std::vector<double>& bounds, int64_t max_k,
+                                          int64_t rows) {
   const int64_t k = best_lookahead(target_cost, draft_cost, alphas, max_k, rows);
   if (k > 0 || max_k == 0) return k;
   return best_lookahead(target_cost, draft_cost, bounds, max_k, rows) > 0 ? 1 : 0;
 }
 
-std::pair<double, double> LookaheadSchedule::carry_evidence(const std::vector<const LookaheadSchedule*>& schedules,
-                                                            double weight) {
+std::pair<double, double> LookaheadSchedule::carry_evidence(
+    const std::vector<const LookaheadSchedule*>& schedules, double weight) {
   double accepted = 0, rejected = 0;
   for (const LookaheadSchedule* s : schedules) accepted += s->accepted_, rejected += s->rejected_;
   const double total = accepted + rejected;
@@ -73,13 +75,14 @@ double LookaheadSchedule::expected_tokens(double alpha, int64_t k) {
   return sum;
 }
 
-int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                          double alpha, int64_t max_k) {
+int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost,
+                                          double draft_cost, double alpha, int64_t max_k) {
   return best_lookahead(target_cost, draft_cost, std::vector<double>{alpha}, max_k);
 }
 
-int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                          const std::vector<double>& alphas, int64_t max_k, int64_t rows) {
+int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& target_cost,
+                                          double draft_cost, const std::vector<double>& alphas,
+                                          int64_t max_k, int64_t rows) {
   if (rows == 0) rows = static_cast<int64_t>(alphas.size());
   int64_t best = 0;
   double best_rate = -1;
@@ -94,13 +97,14 @@ int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& 
 }
 
 int64_t LookaheadSchedule::exploration(const PassCost& target, double flat, double draft_cost,
-                                       const std::vector<double>& bounds, int64_t cap, int64_t rows) {
+                                       const std::vector<double>& bounds, int64_t cap,
+                                       int64_t rows) {
   const int64_t batch = rows > 0 ? rows : static_cast<int64_t>(bounds.size());
   const int64_t mid = timed_pass_tokens(cap);
   int64_t reach = std::max<int64_t>(1, (mid + batch - 1) / batch - 1);
   if (flat > 0)
-    reach = std::min(reach, std::max<int64_t>(1, best_lookahead([flat](int64_t) { return flat; }, draft_cost,
-                                                                bounds, cap, batch)));
+    reach = std::min(reach, std::max<int64_t>(1, best_lookahead([flat](int64_t) { return flat; },
+                                                                draft_cost, bounds, cap, batch)));
   return target.first_unobserved(batch, reach);
 }
 
@@ -125,7 +129,8 @@ double PassCost::operator()(int64_t rows) const {
     return at(last) + std::max(0.0, slope) * static_cast<double>(rows - last->first);
   }
   auto lo = std::prev(hi);
-  const double t = static_cast<double>(rows - lo->first) / static_cast<double>(hi->first - lo->first);
+  const double t =
+      static_cast<double>(rows - lo->first) / static_cast<double>(hi->first - lo->first);
   return at(lo) + t * (at(hi) - at(lo));
 }
 

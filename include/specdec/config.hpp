@@ -12,61 +12,62 @@ class GgufFile;
 
 // `rope_scaling` of config.json. Only the types that change the rotary frequencies are modelled.
 struct RopeScaling {
-  std::string type;                        // "" (none), "linear" or "llama3"
-  double factor = 1.0;                     // linear and llama3
-  double low_freq_factor = 1.0;            // llama3
-  double high_freq_factor = 4.0;           // llama3
+  std::string type;                                 // "" (none), "linear" or "llama3"
+  double factor = 1.0;                              // linear and llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
 // The architecture of a checkpoint, read from config.json. Field names follow Hugging Face.
 struct ModelConfig {
-  std::string model_type;            // "llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"
-  std::string architecture;          // first entry of `architectures`, e.g. "LlamaForCausalLM"
+  std::string model_type;    // "llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"
+  std::string architecture;  // first entry of `architectures`, e.g. "LlamaForCausalLM"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
-  int64_t num_hidden_layers = 0;     // decoder layers (T5: num_decoder_layers)
+  int64_t num_hidden_layers = 0;  // decoder layers (T5: num_decoder_layers)
   int64_t num_attention_heads = 0;
-  int64_t num_key_value_heads = 0;   // defaults to num_attention_heads (multi-head attention)
-  int64_t head_dim = 0;              // defaults to hidden_size / num_attention_heads
+  int64_t num_key_value_heads = 0;  // defaults to num_attention_heads (multi-head attention)
+  int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
   int64_t max_position_embeddings = 2048;
-  double rms_norm_eps = 1e-6;        // the norms' epsilon (also from layer_norm_eps / layer_norm_epsilon)
+  double rms_norm_eps = 1e-6;  // the norms' epsilon (also from layer_norm_eps / layer_norm_epsilon)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
-  bool attention_bias = false;       // q/k/v biases (always true for qwen2)
-  bool mlp_bias = false;             // llama: gate/up/down projections have biases
-  int64_t sliding_window = 0;        // mistral: attend to the last sliding_window positions only (0 = all)
+  bool attention_bias = false;  // q/k/v biases (always true for qwen2)
+  bool mlp_bias = false;        // llama: gate/up/down projections have biases
+  int64_t sliding_window =
+      0;  // mistral: attend to the last sliding_window positions only (0 = all)
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
   // A reduced-vocabulary head (drafts written by `specdec make-draft --vocab-subset`; llama family
   // only): lm_head.weight has one row per id listed here (strictly increasing, < vocab_size), and
   // the logits of every other id are -inf. Empty = the head covers the whole vocabulary.
   std::vector<int64_t> head_token_ids;
-  // A feature-fed (EAGLE-style) draft (`specdec make-draft --features`; llama family only), when > 0:
-  // its input at position p is fc([embed(x_p); h_{p-1}]) ("fc.weight" [hidden_size, hidden_size +
-  // feature_size]), where h_{p-1} is the target's last-layer hidden state (before its final norm)
+  // A feature-fed (EAGLE-style) draft (`specdec make-draft --features`; llama family only), when >
+  // 0: its input at position p is fc([embed(x_p); h_{p-1}]) ("fc.weight" [hidden_size, hidden_size
+  // + feature_size]), where h_{p-1} is the target's last-layer hidden state (before its final norm)
   // at position p - 1 (zeros at p = 0), or, past what the target has verified, the draft's own
   // last-layer output there (its prediction of that state). 0 = an ordinary model. Config key:
   // "specdec_feature_size".
   int64_t feature_size = 0;
-  std::string hidden_act = "silu";   // also from activation_function (gpt2, opt)
+  std::string hidden_act = "silu";  // also from activation_function (gpt2, opt)
   // GPT-NeoX
-  double rotary_pct = 1.0;             // fraction of each head that is rotated (partial_rotary_factor)
-  bool use_parallel_residual = true;   // x + attn(ln1 x) + mlp(ln2 x) instead of one after the other
+  double rotary_pct = 1.0;  // fraction of each head that is rotated (partial_rotary_factor)
+  bool use_parallel_residual = true;  // x + attn(ln1 x) + mlp(ln2 x) instead of one after the other
   // GPT-2
   bool scale_attn_weights = true;
   bool scale_attn_by_inverse_layer_idx = false;
   // OPT
-  bool do_layer_norm_before = true;    // pre-norm (false: post-norm, opt-350m)
-  int64_t word_embed_proj_dim = 0;     // embedding width when it differs from hidden_size
+  bool do_layer_norm_before = true;  // pre-norm (false: post-norm, opt-350m)
+  int64_t word_embed_proj_dim = 0;   // embedding width when it differs from hidden_size
   bool enable_bias = true;
   bool remove_final_layer_norm = false;
   // T5 (encoder-decoder). The fields above describe the decoder: d_model is hidden_size, d_ff
   // intermediate_size, d_kv head_dim, num_heads num_attention_heads, num_decoder_layers
   // num_hidden_layers, the activation of feed_forward_proj hidden_act.
   bool is_encoder_decoder = false;
-  int64_t num_encoder_layers = 0;              // num_layers
-  bool is_gated_act = false;                   // feed_forward_proj "gated-*": act(wi_0 x) * wi_1 x
+  int64_t num_encoder_layers = 0;  // num_layers
+  bool is_gated_act = false;       // feed_forward_proj "gated-*": act(wi_0 x) * wi_1 x
   int64_t relative_attention_num_buckets = 32;
   int64_t relative_attention_max_distance = 128;
   std::string torch_dtype = "float32";  // dtype the checkpoint was saved in (informational)
@@ -84,8 +85,9 @@ struct ModelConfig {
   static ModelConfig from_json_text(const std::string& text, const std::string& source);
   // Reads a GGUF file's metadata (architectures `llama` and `qwen2`): `<arch>.context_length`,
   // `embedding_length`, `block_count`, `feed_forward_length`, `attention.head_count[_kv]`,
-  // `rope.freq_base`, `attention.layer_norm_rms_epsilon`, `rope.scaling.*`, the vocabulary size from
-  // the token list, a tied head when `output.weight` is absent, BOS/EOS/PAD from `tokenizer.ggml.*`.
+  // `rope.freq_base`, `attention.layer_norm_rms_epsilon`, `rope.scaling.*`, the vocabulary size
+  // from the token list, a tied head when `output.weight` is absent, BOS/EOS/PAD from
+  // `tokenizer.ggml.*`.
   static ModelConfig from_gguf(const GgufFile& file);
   // A checkpoint folder (config.json), or a `.gguf` file or a folder holding one.
   static ModelConfig from_path(const std::string& path);
@@ -98,6 +100,9 @@ struct ModelConfig {
 
 // The model types this build can run.
 const std::vector<std::string>& supported_model_types();
+
+// GenerationConfig::num_assistant_tokens_schedule, parsed (its strings stay Hugging Face's).
+enum class Schedule { kConstant, kHeuristic, kHeuristicTransient, kDynamic, kGoodput };
 
 // Per-request generation knobs. Names and meanings follow Hugging Face's GenerationConfig so that
 // results can be compared 1:1 with `model.generate(assistant_model=...)`.
@@ -133,21 +138,23 @@ struct GenerationConfig {
   std::string prompt_lookup_match = "first";
 
   // --- sampling ---
-  bool do_sample = false;          // false: greedy (argmax). temperature == 0 also means greedy.
-  double temperature = 1.0;        // > 0 when sampling
-  int64_t top_k = 50;              // 0 = off; 50 is Hugging Face's default
-  double top_p = 1.0;              // (0, 1]; 1 = off
-  double min_p = 0.0;              // [0, 1); 0 = off
-  double repetition_penalty = 1.0; // > 0; 1 = off
+  bool do_sample = false;           // false: greedy (argmax). temperature == 0 also means greedy.
+  double temperature = 1.0;         // > 0 when sampling
+  int64_t top_k = 50;               // 0 = off; 50 is Hugging Face's default
+  double top_p = 1.0;               // (0, 1]; 1 = off
+  double min_p = 0.0;               // [0, 1); 0 = off
+  double repetition_penalty = 1.0;  // > 0; 1 = off
   // OpenAI's penalties, over the generated tokens only (the prompt excluded), in [-2, 2] (0 = off):
   // a token's logit drops by frequency_penalty x its count so far, and by presence_penalty once it
   // occurred. Applied before the repetition penalty, greedy or sampled.
   double frequency_penalty = 0.0;
   double presence_penalty = 0.0;
-  uint64_t seed = 0;               // seed of the request's random generator (sampling only)
+  uint64_t seed = 0;  // seed of the request's random generator (sampling only)
 
   // Effective number of draft tokens after resolving the default (see num_assistant_tokens).
   int64_t resolved_num_assistant_tokens() const;
+  // num_assistant_tokens_schedule as an enum; throws specdec::Error for a name it does not know.
+  Schedule schedule() const;
   // True when tokens are chosen by sampling (do_sample and temperature > 0).
   bool sampling() const { return do_sample && temperature > 0.0; }
   // Throws specdec::Error naming the first invalid field.

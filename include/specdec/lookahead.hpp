@@ -21,7 +21,8 @@ class PassCost;
 // dynamic:   up to K, but the draft stops right after a token it drafted with probability below
 //   the confidence threshold; with adaptive_threshold the threshold is re-fit from the request's
 //   acceptance history (Hugging Face's rule: minimise FPR + 3 FNR over the observed probabilities).
-// goodput:   specdec's own. Before each iteration, the K in [0, num_assistant_tokens] that maximises
+// goodput:   specdec's own. Before each iteration, the K in [0, num_assistant_tokens] that
+// maximises
 //   the expected tokens per second of the iteration (best_lookahead), from the measured cost of a
 //   target pass as a function of its rows, the measured draft cost per token (none for prompt
 //   lookup), and the acceptance rate estimated from the request's history. K = 0 means no
@@ -30,12 +31,12 @@ class LookaheadSchedule {
  public:
   explicit LookaheadSchedule(const GenerationConfig& config);
 
-  const std::string& kind() const { return kind_; }
-  int64_t cap() const { return cap_; }              // the largest K (dynamic, goodput)
+  Schedule kind() const { return kind_; }
+  int64_t cap() const { return cap_; }             // the largest K (dynamic, goodput)
   int64_t num_tokens() const { return k_; }        // tokens to draft next (before length clamps)
   double threshold() const { return threshold_; }  // dynamic only
   // True when drafting must stop after a token drafted with probability `p` (dynamic only).
-  bool stop_after(double p) const { return kind_ == "dynamic" && p < threshold_; }
+  bool stop_after(double p) const { return kind_ == Schedule::kDynamic && p < threshold_; }
   // Record one verification: `probs` are the draft probabilities of the drafted tokens
   // (probs.size() == drafted tokens), `accepted` how many of them the target kept.
   void update(const std::vector<double>& probs, int64_t accepted);
@@ -60,32 +61,33 @@ class LookaheadSchedule {
   // The mean evidence of `schedules`, scaled down to at most `weight` counts in all: what the next
   // request starts from, so that it begins near the last ones' acceptance and adapts within a few
   // iterations of its own.
-  static std::pair<double, double> carry_evidence(const std::vector<const LookaheadSchedule*>& schedules,
-                                                  double weight = 4.0);
+  static std::pair<double, double> carry_evidence(
+      const std::vector<const LookaheadSchedule*>& schedules, double weight = 4.0);
 
   // Expected tokens of one iteration that drafts k tokens, each accepted with probability `alpha`
   // once the ones before it were: 1 + alpha + ... + alpha^k (the target always adds one).
   static double expected_tokens(double alpha, int64_t k);
-  // The k in [0, max_k] maximising expected_tokens(alpha, k) / (target_cost(k + 1) + k * draft_cost):
-  // tokens per second of the iteration. Ties keep the smaller k.
-  static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                double alpha, int64_t max_k);
+  // The k in [0, max_k] maximising expected_tokens(alpha, k) / (target_cost(k + 1) + k *
+  // draft_cost): tokens per second of the iteration. Ties keep the smaller k.
+  static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost,
+                                double draft_cost, double alpha, int64_t max_k);
   // The same for a batch whose rows have acceptance rates `alphas`: a target pass computes every
   // row padded to the longest, and each drafted position is one draft pass over the batch, so an
   // iteration drafting k tokens costs target_cost(B * (k + 1)) + k * draft_cost whatever the
   // rows' own k <= k, and every row gains from drafting the full k. The k in [0, max_k] maximising
   // sum_r expected_tokens(alphas[r], k) / that cost; one row: best_lookahead. B: `rows`, the rows
   // of the pass (0: alphas.size()), which may hold rows that goodput does not plan.
-  static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                const std::vector<double>& alphas, int64_t max_k, int64_t rows = 0);
+  static int64_t best_lookahead(const std::function<double(int64_t)>& target_cost,
+                                double draft_cost, const std::vector<double>& alphas, int64_t max_k,
+                                int64_t rows = 0);
   // What goodput drafts: best_lookahead at the estimates `alphas`, except that K = 0 becomes 1 when
   // drafting would pay at the rows' acceptance bounds `bounds`. At K = 0 no evidence comes in and
   // the counts only decay, so a row the estimate turned away (after a hard stretch, or on little
   // evidence) keeps drafting one token until the evidence says no with confidence. (The Generator
   // gives bounds for a single row only; a batch passes its estimates, i.e. best_lookahead.)
-  static int64_t plan_lookahead(const std::function<double(int64_t)>& target_cost, double draft_cost,
-                                const std::vector<double>& alphas, const std::vector<double>& bounds,
-                                int64_t max_k, int64_t rows = 0);
+  static int64_t plan_lookahead(const std::function<double(int64_t)>& target_cost,
+                                double draft_cost, const std::vector<double>& alphas,
+                                const std::vector<double>& bounds, int64_t max_k, int64_t rows = 0);
 
   // The tokens of the longest pass goodput times before it plans on the curve: cap / 2 + 1 (a
   // pass drafting half the cap; longer passes are timed when a plan goes there).
@@ -106,9 +108,9 @@ class LookaheadSchedule {
                               double current);
 
  private:
-  std::string kind_;
+  Schedule kind_;
   int64_t k_;
-  int64_t cap_;  // goodput: the largest K considered
+  int64_t cap_;                         // goodput: the largest K considered
   double accepted_ = 0, rejected_ = 0;  // goodput: decayed counts
   double threshold_;
   bool adaptive_;
@@ -141,7 +143,9 @@ class PassCost {
   double ceiling(int64_t rows) const;
   bool empty() const { return points_.empty(); }
   size_t size() const { return points_.size(); }
-  int64_t largest() const { return points_.empty() ? 0 : points_.rbegin()->first; }  // most rows observed
+  int64_t largest() const {
+    return points_.empty() ? 0 : points_.rbegin()->first;
+  }  // most rows observed
   // The smallest k in [1, max_k] for which no pass over batch * (k + 1) rows (a batch of `batch`
   // rows drafting k tokens each) was observed; 0 when all were.
   int64_t first_unobserved(int64_t batch, int64_t max_k) const;
