@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <type_traits>
@@ -333,10 +334,12 @@ constexpr std::pair<const char*, Schedule> kSchedules[] = {
 Schedule GenerationConfig::schedule() const {
   for (const auto& [name, value] : kSchedules)
     if (num_assistant_tokens_schedule == name) return value;
-  throw Error(
-      "GenerationConfig.num_assistant_tokens_schedule must be constant, heuristic, "
-      "heuristic_transient, dynamic or goodput, got '" +
-      num_assistant_tokens_schedule + "'");
+  std::string names;
+  const size_t n = std::size(kSchedules);
+  for (size_t i = 0; i < n; ++i)
+    names += std::string(i == 0 ? "" : i + 1 == n ? " or " : ", ") + kSchedules[i].first;
+  throw Error("GenerationConfig.num_assistant_tokens_schedule must be " + names + ", got '" +
+              num_assistant_tokens_schedule + "'");
 }
 
 int64_t GenerationConfig::resolved_num_assistant_tokens() const {

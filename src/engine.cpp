@@ -124,7 +124,7 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
   if (config.schedule() == Schedule::kGoodput) {
     if (!evidence) {
       std::lock_guard<std::mutex> lock(state_.carried_mutex);
-      evidence = state_.carried_evidence[config.prompt_lookup_num_tokens > 0];
+      evidence = state_.carried_evidence[!by_model(row)];
     }
     if (evidence) row.schedule->set_evidence(*evidence);
   }
@@ -540,7 +540,8 @@ void Engine::finish_row(Row& row) {
   if (row.on_finished) row.on_finished(row.result);
 }
 
-// Finished rows leave the batch; their slots wait for the next rows (admit()).
+// Finished rows leave the batch; the next step's joining rows take their slots (admit(),
+// advance_joining()) and compact() fills the rest.
 void Engine::retire() {
   for (const int64_t slot : finished_) {
     if (max_prefixes_ > 0 && !slots_[slot]->error) remember(slot);
@@ -571,8 +572,9 @@ void Engine::compact() {
   }
 }
 
-// Continuous batching: the next prompts take the freed slots, at the end, each prefilled on its
-// own (the draft's too when it drafts now); their last prompt token goes into the next pass.
+// Continuous batching: the next prompts take the slots finished rows freed (in place), else new
+// ones at the end, each prefilled on its own (the draft's too when it drafts now); their last
+// prompt token goes into the next pass.
 void Engine::admit() {
   const auto taken = [&] { return running() + static_cast<int64_t>(joining_.size()); };
   if (taken() >= width_) return;
@@ -660,8 +662,10 @@ std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int
         static_cast<int64_t>(tokens.size()) - 1);  // the pass computes the last token
     if (common > longest) longest = common, best = it;
   }
-  // The rest goes into the row's first verification pass: at most a chunk.
-  if (!any_rest && static_cast<int64_t>(tokens.size()) - 1 - longest > prefill_chunk_)
+  // Unless `any_rest`, the rest goes into the row's first verification pass, which every row of
+  // the batch is padded to: at most a chunk.
+  if (!any_rest &&
+      static_cast<int64_t>(tokens.size()) - 1 - longest > std::min(prefill_chunk_, kPrefillChunk))
     best = prefixes_.end();
   if (best == prefixes_.end()) longest = 0;
   return best;

@@ -181,9 +181,9 @@ class Engine {
   Clock::time_point start_ = Clock::now();
 
   // slots_[i]: the row in cache row i (and the drafter's row i), null for a slot a finished row
-  // freed in this step. A batch starts longest prompt first (chunked prefill); the next rows join
-  // in the freed slots, in place, and only slots that none took are compacted (so under load no
-  // row's cache is copied when another finishes).
+  // freed, until the next step's admission or compact(). A batch starts longest prompt first
+  // (chunked prefill); the next rows join in the freed slots, in place, and only slots that none
+  // took are compacted (so under load no row's cache is copied when another finishes).
   std::vector<Row*> slots_;
   const bool use_draft_;
   bool goodput_ = false, first_ = true;
@@ -200,7 +200,7 @@ class Engine {
   std::list<Prefix>::iterator longest_prefix(const std::vector<int64_t>& tokens, int64_t& longest,
                                              bool any_rest = false);
   // Rows whose prompts go in prefill_chunk_ tokens per step while the running rows decode (a long
-  // prompt does not stall them); each holds a slot's place in the width.
+  // prompt does not stall them), or after a cached prefix; each holds a slot's place in the width.
   struct Joining {
     Row* row;
     KVCache cache;  // one row, max_length_ positions

@@ -151,7 +151,8 @@ struct GenerationConfig {
   double presence_penalty = 0.0;
   uint64_t seed = 0;  // seed of the request's random generator (sampling only)
 
-  // Effective number of draft tokens after resolving the default (see num_assistant_tokens).
+  // Effective number of draft tokens after resolving the default (see num_assistant_tokens);
+  // throws specdec::Error for an unknown schedule when the default depends on it.
   int64_t resolved_num_assistant_tokens() const;
   // num_assistant_tokens_schedule as an enum; throws specdec::Error for a name it does not know.
   Schedule schedule() const;

@@ -128,8 +128,8 @@ class Generator {
   // the others go on. Prompts may have different lengths. `configs`: one per prompt, or one for
   // all; each row has its own schedule state, Rng (its config's seed) and stats, and its output is
   // the one generate() gives for that prompt and config alone (greedy: token for token; sampling:
-  // the same tokens for the same seed). With a draft model, every row must agree on using prompt
-  // lookup or not (without one, prompt-lookup and target-only rows mix).
+  // the same tokens for the same seed). A row whose config sets prompt_lookup_num_tokens drafts by
+  // prompt lookup, the others with the draft model (target-only without one), all in one batch.
   // generate() is the batch of one.
   // `options`: at most max_rows rows at once (continuous batching), and a callback per finished
   // row. A row's stats time it from its admission: prefill_seconds its own prefill and first

@@ -60,10 +60,10 @@ class RequestEngine {
   };
   using Id = uint64_t;
 
-  // Decoder-only models (an encoder-decoder pair is refused with specdec::Error). A Generator
-  // with a draft model drafts for every request with it (each request's num_assistant_tokens and
-  // schedule); without one, a request drafts by prompt lookup when it sets
-  // prompt_lookup_num_tokens, and runs target-only otherwise. The Generator must outlive this.
+  // Decoder-only models (an encoder-decoder pair is refused with specdec::Error). A request that
+  // sets prompt_lookup_num_tokens drafts by prompt lookup; the others draft with the Generator's
+  // draft model (its num_assistant_tokens and schedule), or run target-only without one; all share
+  // the running batch. The Generator must outlive this.
   RequestEngine(const Generator& generator, Options options);
   ~RequestEngine();
   RequestEngine(const RequestEngine&) = delete;

@@ -1,11 +1,12 @@
 // `specdec generate` (one prompt, or a prompts file) and `specdec compare`.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <optional>
 
 #include "cli.hpp"
-#include "generation_options.hpp"
 
 using nlohmann::json;
 

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "cli.hpp"
-#include "generation_options.hpp"
 
 using namespace specdec;
 using namespace specdec::cli;

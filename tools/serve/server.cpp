@@ -176,8 +176,8 @@ class Server {
       return 1;
     }
     std::thread listener([&] { http_.listen_after_bind(); });
-    std::cerr << "specdec serve: listening on http://" << o_.host << ":" << port
-              << " (loading the model)\n";
+    log("specdec serve: listening on http://" + o_.host + ":" + std::to_string(port) +
+        " (loading the model)\n");
     std::thread waiter([&] {
       char byte = 0;
       while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
@@ -197,10 +197,9 @@ class Server {
       std::_Exit(1);  // the signal thread still waits on its pipe
     }
     ready_ = true;
-    std::cerr << "specdec serve: ready: " << models_.model_id
-              << (models_.draft ? " with a draft" : "")
-              << (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") << ", "
-              << o_.max_batch << " rows of " << o_.ctx << " positions\n";
+    log("specdec serve: ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
+        (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") + ", " +
+        std::to_string(o_.max_batch) + " rows of " + std::to_string(o_.ctx) + " positions\n");
     std::thread stopper([&] {
       {
         std::unique_lock<std::mutex> lock(shutdown_mutex_);
@@ -443,7 +442,12 @@ class Server {
 
   // One line to stderr in one write: the HTTP threads log at once, their lines never interleave.
   static void log(const std::string& line) {
-    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, line.data(), line.size());
+    for (size_t done = 0; done < line.size();) {
+      const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
   }
 
   static std::string finish_reason(const Job& job) {
