@@ -115,13 +115,13 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
   // A sampled request starts from num_assistant_tokens, not from the carried value: the lookahead
   // decides how many random draws each step takes, so carrying it would make a seed's tokens depend
   // on earlier or concurrent requests. (Greedy output never depends on the lookahead.)
-  if (config.schedule() == Schedule::kHeuristic && !config.sampling()) {
+  if (row.schedule->kind() == Schedule::kHeuristic && !config.sampling()) {
     std::lock_guard<std::mutex> lock(state_.carried_mutex);
     if (state_.carried_lookahead) row.schedule->set_num_tokens(*state_.carried_lookahead);
   }
   // goodput starts from the acceptance the last goodput request ended with (its tokens already
   // depend on timings, sampled or not).
-  if (config.schedule() == Schedule::kGoodput) {
+  if (row.schedule->kind() == Schedule::kGoodput) {
     if (!evidence) {
       std::lock_guard<std::mutex> lock(state_.carried_mutex);
       evidence = state_.carried_evidence[!by_model(row)];
@@ -530,7 +530,7 @@ void Engine::finish_row(Row& row) {
   // keeps it on the assistant model's generation config); "goodput": its acceptance evidence.
   {
     std::lock_guard<std::mutex> lock(state_.carried_mutex);
-    if (by_model(row) && row.config.schedule() == Schedule::kHeuristic)
+    if (by_model(row) && row.schedule->kind() == Schedule::kHeuristic)
       state_.carried_lookahead = row.schedule->num_tokens();
     if (uses_goodput(row))
       state_.carried_evidence[!by_model(row)] =
@@ -600,18 +600,14 @@ void Engine::admit() {
     // A prompt longer than a chunk goes in a chunk per step beside the decoding rows, after the
     // longest cached prefix of it, unless what that prefix leaves fits the first verification pass.
     const auto uncached_prompt = static_cast<int64_t>(row.tokens.size()) - 1;
-    if (!tc_.is_encoder_decoder && uncached_prompt > prefill_chunk_ &&
-        reuse_length(row.tokens) == 0) {
+    if (!tc_.is_encoder_decoder && uncached_prompt > prefill_chunk_) {
       int64_t longest = 0;
-      const auto best = longest_prefix(row.tokens, longest, /*any_rest=*/true);
-      if (running() > 0 || best != prefixes_.end()) {
+      const auto best = longest_prefix(row.tokens, longest);
+      if ((running() > 0 || best != prefixes_.end()) &&
+          uncached_prompt - longest > first_pass_limit()) {
         joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
-        if (best != prefixes_.end()) {
-          joining_.back().cache.copy_row(best->cache, 0, 0);
-          joining_.back().cache.crop(0, longest);
-          prefixes_.splice(prefixes_.begin(), prefixes_, best);
-          row.result.stats.cached_prompt_tokens = longest;
-        }
+        row.result.stats.cached_prompt_tokens =
+            take_prefix(best, longest, joining_.back().cache, 0);
         continue;
       }
     }
@@ -652,7 +648,7 @@ void Engine::remember(int64_t slot) {
 }
 
 std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int64_t>& tokens,
-                                                           int64_t& longest, bool any_rest) {
+                                                           int64_t& longest) {
   auto best = prefixes_.end();
   longest = 0;
   for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
@@ -662,19 +658,16 @@ std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int
         static_cast<int64_t>(tokens.size()) - 1);  // the pass computes the last token
     if (common > longest) longest = common, best = it;
   }
-  // Unless `any_rest`, the rest goes into the row's first verification pass, which every row of
-  // the batch is padded to: at most a chunk.
-  if (!any_rest &&
-      static_cast<int64_t>(tokens.size()) - 1 - longest > std::min(prefill_chunk_, kPrefillChunk))
-    best = prefixes_.end();
-  if (best == prefixes_.end()) longest = 0;
   return best;
 }
 
-int64_t Engine::reuse_length(const std::vector<int64_t>& tokens) {
-  int64_t longest = 0;
-  longest_prefix(tokens, longest);
-  return longest;
+int64_t Engine::take_prefix(std::list<Prefix>::iterator entry, int64_t length, KVCache& cache,
+                            int64_t row) {
+  if (entry == prefixes_.end()) return 0;
+  cache.copy_row(entry->cache, 0, row);
+  cache.crop(row, length);
+  prefixes_.splice(prefixes_.begin(), prefixes_, entry);
+  return length;
 }
 
 bool Engine::advance_joining() {
@@ -719,11 +712,8 @@ int64_t Engine::reuse(int64_t slot) {
   const std::vector<int64_t>& tokens = slots_[slot]->tokens;
   int64_t longest = 0;
   const auto best = longest_prefix(tokens, longest);
-  if (best == prefixes_.end()) return 0;
-  cache_.copy_row(best->cache, 0, slot);
-  cache_.crop(slot, longest);
-  prefixes_.splice(prefixes_.begin(), prefixes_, best);
-  return longest;
+  if (static_cast<int64_t>(tokens.size()) - 1 - longest > first_pass_limit()) return 0;
+  return take_prefix(best, longest, cache_, slot);
 }
 
 BatchResult Engine::finish(std::vector<Row>& rows) {

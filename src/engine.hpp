@@ -159,12 +159,14 @@ class Engine {
     return use_draft_ && row.config.prompt_lookup_num_tokens == 0;
   }
   // Prefix reuse (max_prefixes_ > 0): a finished row's sequence and target cache join the LRU; a
-  // joining row starts from the longest prefix of its sequence held there; its new tokens then go
-  // into its first verification pass when they fit a prefill chunk, else in chunks as a joining
-  // row's. reuse() returns the positions reused.
+  // joining row starts from the longest prefix of its sequence held there. Its new tokens then go
+  // into its first verification pass when they fit first_pass_limit() (reuse(), which returns the
+  // positions reused, 0 when they do not fit), else in chunks as a joining row's.
   void remember(int64_t slot);
   int64_t reuse(int64_t slot);
-  int64_t reuse_length(const std::vector<int64_t>& tokens);
+  // The most a row's first verification pass takes of its prompt: every row of the pass is
+  // padded to it.
+  int64_t first_pass_limit() const { return std::min(prefill_chunk_, kPrefillChunk); }
   // Tokens of the slot's sequence before its last that the target's cache does not hold.
   int64_t uncached(int64_t slot) const;
 
@@ -194,11 +196,13 @@ class Engine {
   };
   std::list<Prefix> prefixes_;  // most recently used first
   const size_t max_prefixes_;
-  // The entry holding the longest prefix of `tokens` (all but its last) that reuse() would take,
-  // and its length; end() when none.
-  // `any_rest`: whatever the rest (a joining row prefills it in chunks).
-  std::list<Prefix>::iterator longest_prefix(const std::vector<int64_t>& tokens, int64_t& longest,
-                                             bool any_rest = false);
+  // The entry holding the longest prefix of `tokens` (all but its last), and its length; end()
+  // and 0 when none.
+  std::list<Prefix>::iterator longest_prefix(const std::vector<int64_t>& tokens, int64_t& longest);
+  // Copies `entry`'s first `length` positions into row `row` of `cache` (its most recent use);
+  // returns `length`, or 0 for end().
+  int64_t take_prefix(std::list<Prefix>::iterator entry, int64_t length, KVCache& cache,
+                      int64_t row);
   // Rows whose prompts go in prefill_chunk_ tokens per step while the running rows decode (a long
   // prompt does not stall them), or after a cached prefix; each holds a slot's place in the width.
   struct Joining {
