@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "linear.hpp"
 #include "specdec/specdec.hpp"
 

@@ -1,10 +1,48 @@
 // ggml block layouts shared by the reference dequantizers (gguf.cpp) and the kernels (private).
 #pragma once
 
+#include <c10/util/Half.h>
+
 #include <cstdint>
 #include <cstring>
 
+#include "specdec/gguf.hpp"
+
 namespace specdec {
+
+// The one table of ggml's formats this reader knows (ggml-common.h): values and bytes per block.
+struct GgmlFormat {
+  GgmlType type;
+  const char* name;
+  int64_t block_values, block_bytes;
+};
+inline constexpr GgmlFormat kGgmlFormats[] = {
+    {GgmlType::kF32, "F32", 1, 4},        {GgmlType::kF16, "F16", 1, 2},
+    {GgmlType::kBF16, "BF16", 1, 2},      {GgmlType::kQ4_0, "Q4_0", 32, 18},
+    {GgmlType::kQ4_1, "Q4_1", 32, 20},    {GgmlType::kQ5_0, "Q5_0", 32, 22},
+    {GgmlType::kQ5_1, "Q5_1", 32, 24},    {GgmlType::kQ8_0, "Q8_0", 32, 34},
+    {GgmlType::kQ4_K, "Q4_K", 256, 144},  {GgmlType::kQ5_K, "Q5_K", 256, 176},
+    {GgmlType::kQ6_K, "Q6_K", 256, 210},
+};
+// The row for ggml type id `id`, or null.
+constexpr const GgmlFormat* find_ggml_format(uint32_t id) {
+  for (const GgmlFormat& f : kGgmlFormats)
+    if (static_cast<uint32_t>(f.type) == id) return &f;
+  return nullptr;
+}
+// The row of a format known at compile time (kernels: block sizes as constants).
+template <GgmlType T>
+constexpr const GgmlFormat& ggml_format() {
+  static_assert(find_ggml_format(static_cast<uint32_t>(T)) != nullptr);
+  return *find_ggml_format(static_cast<uint32_t>(T));
+}
+
+// A float16 (IEEE half) stored little-endian at p, as float.
+inline float ggml_half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
 
 // K-quants (Q4_K, Q5_K): the 6-bit scale and min of sub-block j (0-7) of a block, packed into
 // 12 bytes (ggml's get_scale_min_k4).

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 #include "ggml_blocks.hpp"
@@ -30,11 +31,7 @@ constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
 // Limits::max_metadata_values bounds the metadata values of all arrays together, so that a file
 // packing a billion one-byte values is refused rather than walked (and, read, turned into 100 GB).
 
-float f16(const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
-}
+constexpr auto f16 = ggml_half;
 
 // --- dequantizers: one block of `src` into `dst` ---
 void deq_q4_0(const uint8_t* b, float* y) {  // d, qs[16]: 32 x 4-bit, offset 8
@@ -129,14 +126,18 @@ struct TypeEntry {
   int64_t block_elements, block_bytes;
   void (*dequantize)(const uint8_t*, float*);
 };
+// A format's row of kGgmlFormats with its dequantizer.
+constexpr TypeEntry entry(GgmlType type, void (*dequantize)(const uint8_t*, float*)) {
+  const GgmlFormat* f = find_ggml_format(static_cast<uint32_t>(type));
+  return {type, f->name, f->block_values, f->block_bytes, dequantize};
+}
 const TypeEntry kTypes[] = {
-    {GgmlType::kF32, "F32", 1, 4, deq_f32},          {GgmlType::kF16, "F16", 1, 2, deq_f16},
-    {GgmlType::kBF16, "BF16", 1, 2, deq_bf16},       {GgmlType::kQ4_0, "Q4_0", 32, 18, deq_q4_0},
-    {GgmlType::kQ4_1, "Q4_1", 32, 20, deq_q4_1},     {GgmlType::kQ5_0, "Q5_0", 32, 22, deq_q5_0},
-    {GgmlType::kQ5_1, "Q5_1", 32, 24, deq_q5_1},     {GgmlType::kQ8_0, "Q8_0", 32, 34, deq_q8_0},
-    {GgmlType::kQ4_K, "Q4_K", 256, 144, deq_q4_k},   {GgmlType::kQ5_K, "Q5_K", 256, 176, deq_q5_k},
-    {GgmlType::kQ6_K, "Q6_K", 256, 210, deq_q6_k},
+    entry(GgmlType::kF32, deq_f32),   entry(GgmlType::kF16, deq_f16),   entry(GgmlType::kBF16, deq_bf16),
+    entry(GgmlType::kQ4_0, deq_q4_0), entry(GgmlType::kQ4_1, deq_q4_1), entry(GgmlType::kQ5_0, deq_q5_0),
+    entry(GgmlType::kQ5_1, deq_q5_1), entry(GgmlType::kQ8_0, deq_q8_0), entry(GgmlType::kQ4_K, deq_q4_k),
+    entry(GgmlType::kQ5_K, deq_q5_k), entry(GgmlType::kQ6_K, deq_q6_k),
 };
+static_assert(std::size(kTypes) == std::size(kGgmlFormats), "a dequantizer for every format");
 const TypeEntry* find_type(uint32_t id) {
   for (const TypeEntry& e : kTypes)
     if (static_cast<uint32_t>(e.type) == id) return &e;

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "device.hpp"
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "specdec/gguf.hpp"
 #include "specdec/model.hpp"
 #include "specdec/weights.hpp"

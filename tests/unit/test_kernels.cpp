@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "specdec/kv_cache.hpp"
 #include "linear.hpp"
 #include "specdec/error.hpp"
@@ -318,7 +318,7 @@ float half_bits(const uint8_t* p) {
   return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
 }
 
-// The 8-bit-activation kernels' order, as documented in kernels.cpp, written out here from the
+// The 8-bit-activation kernels' order, as documented in kernels/int8.hpp, written out here from the
 // plain blocks: per block (K-quants: sub-block) of 32 the integer sum of q_w * q_x (Q6_K: scale_a
 // times the sum over the first 16 plus scale_b times the sum over the others), then in order
 // acc = fma(sum, d_w * d_x, acc) (Q4_K: d_w = d * scale), and for Q4_1, Q5_1 and Q4_K then

@@ -73,7 +73,8 @@ struct ActRows {
   std::vector<float> d, s;
   std::vector<int32_t> sum, sum16;
 };
-// True for the formats that have an 8-bit-activation kernel (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K).
+// True for the formats that have an 8-bit-activation kernel: every block format (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 bool has_int8_kernel(GgmlType type);
 // The kernel for `type` in family `isa` (one of available_isas()). `int8_activations` applies
 // where has_int8_kernel(type), and is ignored elsewhere.

@@ -1,0 +1,136 @@
+// Norms, rotary embedding and activations: each row on one thread, in a fixed order.
+#include <string>
+
+#include "kernels/exp.hpp"
+
+namespace specdec::kernels {
+
+at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps) {
+  if (!cpu_f32(x) || !cpu_f32(w)) return {};
+  const int64_t h = x.size(-1);
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  at::Tensor y = at::empty(xc.sizes(), xc.options());  // (empty_like: two dispatches)
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel() / h, rows_per_task(h), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = xp + r * h;
+      const float inv = 1.0f / std::sqrt(dot(xr, xr, h) / static_cast<float>(h) + static_cast<float>(eps));
+      for (int64_t i = 0; i < h; ++i) yp[r * h + i] = wp[i] * (xr[i] * inv);
+    }
+  });
+  return y;
+}
+
+at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  if (!cpu_f32(x) || !cpu_f32(w) || (b.defined() && !cpu_f32(b))) return {};
+  const int64_t h = x.size(-1);
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  const at::Tensor bc = b.defined() ? b.contiguous() : at::Tensor();
+  at::Tensor y = at::empty(xc.sizes(), xc.options());
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel() / h, rows_per_task(h), [&](int64_t r0, int64_t r1) {
+    std::vector<float> c(h);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = xp + r * h;
+      const float mean = sum(xr, h) / static_cast<float>(h);
+      for (int64_t i = 0; i < h; ++i) c[i] = xr[i] - mean;
+      const float inv = 1.0f / std::sqrt(dot(c.data(), c.data(), h) / static_cast<float>(h) + static_cast<float>(eps));
+      for (int64_t i = 0; i < h; ++i) yp[r * h + i] = c[i] * inv * wp[i] + (bp ? bp[i] : 0.0f);
+    }
+  });
+  return y;
+}
+
+at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (!cpu_f32(x) || !cpu_f32(cos) || !cpu_f32(sin) || x.dim() != 4 || x.stride(3) != 1) return {};
+  const int64_t b = x.size(0), h = x.size(1), t = x.size(2), d = x.size(3), rot = cos.size(-1);
+  const bool per_row = cos.dim() == 4;
+  if (per_row && (cos.size(0) != b || cos.size(2) != t)) return {};
+  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();  // [T, rot] or [B, 1, T, rot]
+  at::Tensor out = at::empty({b, h, t, d}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* cp = cc.data_ptr<float>();
+  const float* sp = sc.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, b * h * t, rows_per_task(d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t bi = r / (h * t), hi = (r / t) % h, ti = r % t;
+      const float* xr = xp + bi * x.stride(0) + hi * x.stride(1) + ti * x.stride(2);
+      const int64_t row = per_row ? bi * t + ti : ti;  // cos/sin [B, 1, T, rot] or [T, rot]
+      const float* c = cp + row * rot;
+      const float* s = sp + row * rot;
+      rotate_row(xr, c, s, rot, d, op + r * d);
+    }
+  });
+  return out;
+}
+
+namespace {
+
+inline float silu(float v) { return v / (1.0f + exp_clamped(-v)); }
+
+#ifdef SPECDEC_X86
+// silu() in 8 lanes: the same operations in the same order (AVX2 without FMA).
+__attribute__((target("avx2"))) inline __m256 silu8(__m256 v) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f)))));
+}
+
+// silu (times up, when given) of a row's first n - n mod 8 values; returns how many.
+__attribute__((target("avx2"))) int64_t silu_row_avx2(const float* x, const float* up, float* y,
+                                                      int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = silu8(_mm256_loadu_ps(x + i));
+    if (up) a = _mm256_mul_ps(a, _mm256_loadu_ps(up + i));
+    _mm256_storeu_ps(y + i, a);
+  }
+  return i;
+}
+#endif
+
+}  // namespace
+
+at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gated, Isa isa) {
+  if (!cpu_f32(x) || x.dim() == 0) return {};
+  float (*f)(float) = nullptr;
+  if (name == "silu")
+    f = silu;
+  else if (name == "gelu") f = [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); };
+  else if (name == "gelu_tanh")
+    f = [](float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v))); };
+  else if (name == "relu") f = [](float v) { return v > 0.0f ? v : 0.0f; };
+  else return {};
+  const at::Tensor xc = x.contiguous();
+  const int64_t in_width = xc.size(-1), width = gated ? in_width / 2 : in_width;
+  SPECDEC_CHECK(!gated || in_width % 2 == 0, "gated activation: odd last dimension ", in_width);
+  std::vector<int64_t> shape = xc.sizes().vec();
+  shape.back() = width;
+  at::Tensor y = at::empty(shape, xc.options());
+  if (y.numel() == 0) return y;
+  const float* xp = xc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const bool vector_silu = f == silu && isa != Isa::kPortable;
+  at::parallel_for(0, y.numel() / width, rows_per_task(in_width), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* in = xp + r * in_width;
+      const float* up = gated ? in + width : nullptr;
+      float* out = yp + r * width;
+      int64_t i = 0;
+#ifdef SPECDEC_X86
+      if (vector_silu) i = silu_row_avx2(in, up, out, width);
+#else
+      (void)vector_silu;
+#endif
+      for (; i < width; ++i) out[i] = up ? f(in[i]) * up[i] : f(in[i]);
+    }
+  });
+  return y;
+}
+
+}  // namespace specdec::kernels
