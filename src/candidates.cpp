@@ -3,11 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 
 #include "prefill.hpp"
 #include "specdec/error.hpp"
+#include "util.hpp"
 
 namespace specdec {
 
@@ -18,16 +18,14 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
 }  // namespace
 
 DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows,
-                                         int64_t max_length, const at::Tensor& encoder_states,
-                                         const std::vector<int64_t>& encoder_lengths,
-                                         int64_t target_vocab, KVCache cache,
-                                         const KVCache* target_cache)
+                                         int64_t max_length, Options options)
     : draft_(std::move(draft)),
-      vocab_(target_vocab > 0 ? target_vocab : draft_->config().vocab_size) {
+      vocab_(options.target_vocab > 0 ? options.target_vocab : draft_->config().vocab_size) {
   SPECDEC_CHECK(!rows.empty(), "DraftModelGenerator: no rows");
   for (const Row& r : rows)
     rows_.push_back({r, std::make_shared<const LogitsProcessorChain>(*r.config)});
   const auto b = static_cast<int64_t>(rows_.size());
+  KVCache& cache = options.cache;
   if (cache.num_layers() > 0) {
     SPECDEC_CHECK(!draft_->config().is_encoder_decoder && cache.batch() == b &&
                       cache.capacity() >= max_length &&
@@ -38,8 +36,9 @@ DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std
     cache_ = draft_->make_cache(max_length, b);
   }
   if (draft_->config().is_encoder_decoder)
-    draft_->attach_encoder(encoder_states, cache_, encoder_lengths);
+    draft_->attach_encoder(options.encoder_states, cache_, options.encoder_lengths);
   if (draft_->config().feature_size > 0) {
+    const KVCache* target_cache = options.target_cache;
     SPECDEC_CHECK(target_cache && target_cache->keeps_hidden() && target_cache->batch() >= b &&
                       target_cache->hidden().size(2) == draft_->config().feature_size,
                   "DraftModelGenerator: a feature-fed draft (specdec_feature_size ",
@@ -48,13 +47,6 @@ DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std
     cache_.set_feature_source(target_cache);
   }
 }
-
-DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft,
-                                         const GenerationConfig& config,
-                                         LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
-                                         const at::Tensor& encoder_states, int64_t target_vocab)
-    : DraftModelGenerator(std::move(draft), {Row{&config, &schedule, &rng}}, max_length,
-                          encoder_states, {}, target_vocab) {}
 
 std::vector<Candidates> DraftModelGenerator::propose_batch(
     const std::vector<const std::vector<int64_t>*>& tokens,
@@ -91,7 +83,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
   while (drafting > 0) {
     bool steady = true;  // every drafting row feeds at most 2 tokens in this pass
     for (int64_t r = 0; r < b; ++r) steady = steady && (todo[r] == 0 || pending[r].size() <= 2);
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
     // One pass: row r feeds pending[r] while it drafts, nothing (padding) otherwise.
     std::vector<std::vector<int64_t>> feed(b);
     for (int64_t r = 0; r < b; ++r)
@@ -152,8 +144,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
     }
     if (steady) {
       ++last_steady_.passes;
-      last_steady_.seconds +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      last_steady_.seconds += seconds_since(start);
     }
   }
   for (int64_t r = 0; r < b; ++r)
@@ -198,15 +189,6 @@ void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& propose
 void DraftModelGenerator::move_row(int64_t from, int64_t to) {
   cache_.copy_row(from, to);
   rows_[to] = rows_[from];
-}
-
-Candidates DraftModelGenerator::propose(const std::vector<int64_t>& tokens, int64_t max_tokens) {
-  return propose_batch({&tokens}, {max_tokens})[0];
-}
-
-void DraftModelGenerator::on_verified(const Candidates& proposed, int64_t accepted,
-                                      const std::vector<int64_t>& tokens) {
-  on_verified_row(0, proposed, accepted, tokens);
 }
 
 PromptLookupGenerator::PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram,

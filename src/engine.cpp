@@ -215,9 +215,14 @@ void Engine::start() {
     while (static_cast<int64_t>(draft_rows.size()) < width_)
       draft_rows.push_back(
           {&placeholder_.config, placeholder_.schedule.get(), placeholder_.rng.get()});
-    drafter_ = std::make_unique<DraftModelGenerator>(
-        m_.draft, std::move(draft_rows), max_length_, draft_states, encoder_lengths, tc_.vocab_size,
-        std::move(draft_cache), features ? &cache_ : nullptr);
+    DraftModelGenerator::Options options;
+    options.encoder_states = draft_states;
+    options.encoder_lengths = encoder_lengths;
+    options.target_vocab = tc_.vocab_size;
+    options.cache = std::move(draft_cache);
+    options.target_cache = features ? &cache_ : nullptr;
+    drafter_ = std::make_unique<DraftModelGenerator>(m_.draft, std::move(draft_rows), max_length_,
+                                                     std::move(options));
   }
   if (first_ && (width_ > 1 || uncached(0) > kPrefillChunk)) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks

@@ -156,7 +156,7 @@ at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10:
 }
 
 bool GgufWeights::load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape,
-                              at::Tensor* bytes, uint32_t* type) const {
+                              at::Tensor* bytes, GgmlType* type) const {
   const GgufTensorInfo& t = checked(name, expected_shape);
   if (t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16 || t.shape.size() != 2)
     return false;
@@ -164,7 +164,7 @@ bool GgufWeights::load_blocks(const std::string& name, const std::vector<int64_t
   at::Tensor b = at::empty({rows, row_bytes}, at::kByte);
   file_.read(t, b.data_ptr<uint8_t>());
   *bytes = unpermute(t, b);
-  *type = static_cast<uint32_t>(t.type);
+  *type = t.type;
   return true;
 }
 

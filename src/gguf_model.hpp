@@ -28,8 +28,8 @@ class GgufWeights final : public WeightSource {
   }
   at::Tensor load(const std::string& name, at::ScalarType dtype, c10::Device device,
                   const std::vector<int64_t>& expected_shape = {}) const override;
-  bool load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape, at::Tensor* bytes,
-                   uint32_t* type) const override;
+  bool load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape,
+                   at::Tensor* bytes, GgmlType* type) const override;
   std::vector<std::string> names() const override;
   at::ScalarType stored_dtype(const std::string& name) const override;
   const std::string& dir() const override { return file_.path(); }

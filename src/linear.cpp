@@ -264,10 +264,10 @@ Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>&
   SPECDEC_CHECK(shape.size() == 2, "WeightLoader::linear: '", name, "' needs its [N, K] shape");
   release_free_heap();  // what the layers loaded so far freed (fused parts, conversions)
   at::Tensor bytes;
-  uint32_t type = 0;
+  GgmlType type = GgmlType::kF32;
   Linear out;
   if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))
-    out = Linear(static_cast<GgmlType>(type), std::move(bytes), shape[1], std::move(bias), options_.int8_activations);
+    out = Linear(type, std::move(bytes), shape[1], std::move(bias), options_.int8_activations);
   else
     out = convert(name, stored(name, shape), std::move(bias));
   out.move_to(*arena_);

@@ -15,24 +15,15 @@ void check_shapes(const at::Tensor& scores, const Candidates& c) {
 }
 }  // namespace
 
-at::Tensor Verifier::decide(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
-  const Verdict v = verify(scores, c, rng);
-  return at::tensor(std::vector<int64_t>{v.accepted, v.next_token}, at::kLong);
-}
-
 void Verifier::settle(const Verdict&, const Candidates&, Rng&) const {}
 
-Verdict Verifier::decide_and_settle(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
+Verdict Verifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
   const at::Tensor host = decide(scores, c, rng).to(at::kCPU);  // the one sync of the iteration
   Verdict v;
   v.accepted = host.data_ptr<int64_t>()[0];
   v.next_token = host.data_ptr<int64_t>()[1];
   settle(v, c, rng);
   return v;
-}
-
-Verdict GreedyVerifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
-  return decide_and_settle(scores, c, rng);
 }
 
 at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c, Rng&) const {
@@ -45,10 +36,6 @@ at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c,
     accepted = best.narrow(0, 0, k).eq(tokens).to(at::kLong).cumprod(0).sum().view({1});  // matching prefix
   }
   return at::cat({accepted, best.index_select(0, accepted)});
-}
-
-Verdict RejectionSamplingVerifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
-  return decide_and_settle(scores, c, rng);
 }
 
 at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Candidates& c,

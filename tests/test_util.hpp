@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "specdec/fixture.hpp"
+#include "specdec/make_draft.hpp"
 #include "specdec/specdec.hpp"
 
 namespace specdec::test {

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include <specdec/fixture.hpp>  // the demo checkpoints (specdec::tools)
 #include <specdec/specdec.hpp>
 
 namespace {

@@ -1,4 +1,5 @@
-// CandidateGenerator: proposes the tokens the target verifies in one pass.
+// Candidate sources: propose the tokens the target verifies in one pass (a draft model, prompt
+// lookup). The engine holds each by its concrete type.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,50 +24,41 @@ struct Candidates {
   size_t size() const { return tokens.size(); }
 };
 
-// Per-request state of a candidate source. Created by the Generator for each request.
-class CandidateGenerator {
- public:
-  virtual ~CandidateGenerator() = default;
-  // Up to `max_tokens` (>= 1) candidates to follow `tokens` (prompt + generated so far).
-  virtual Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) = 0;
-  // The target kept `accepted` of `proposed`; `tokens` now holds the verified sequence.
-  virtual void on_verified(const Candidates& proposed, int64_t accepted,
-                           const std::vector<int64_t>& tokens) = 0;
-  // Draft forward passes made so far (0 for sources without a model).
-  virtual int64_t passes() const { return 0; }
-};
-
 // Runs a draft model with its own KV cache for a batch of sequences (rows), each under its own
 // request config, LookaheadSchedule and Rng. Greedy rows draft the argmax; sampling rows sample
 // from q = processed draft distribution (same processor chain as the target). A row stops drafting
 // at EOS. Each drafted position is one draft pass over every row still drafting (rows of different
-// lengths share it; see Model::forward). An encoder-decoder draft attends to `encoder_states`
-// ([B, S, H]: the output of its own encoder, or of the target's when they have the same encoder;
-// `encoder_lengths` as for Model::attach_encoder).
-class DraftModelGenerator final : public CandidateGenerator {
+// lengths share it; see Model::forward).
+class DraftModelGenerator final {
  public:
   struct Row {  // the request's state, owned by the caller, alive as long as this generator
     const GenerationConfig* config;
     LookaheadSchedule* schedule;
     Rng* rng;
   };
-  // `target_vocab`: the width of the target's logits (0 = the draft's own). A draft whose
-  // vocabulary differs only by padding rows proposes over the target's ids: its scores are cut to,
-  // or padded with -inf up to, that width (q = 0 for ids the draft cannot produce). `cache`: one
-  // to continue (decoder-only; one row per row, capacity >= max_length, each row holding a prefix of
-  // its sequence, as PromptCache keeps it) instead of a new one. `target_cache`: the target's cache
-  // of these rows, keeping hidden states (Model::make_cache), which a feature-fed draft
-  // (ModelConfig::feature_size) reads; it must outlive this generator's proposals. Such a draft
-  // proposes for a row only once the target holds every position but the sequence's last (so a
-  // request's first target pass runs without proposals), and keeps in its cache only the positions
-  // it computed from the target's own hidden states.
+  // What only some drafts need. (No default argument: Options' member initializers cannot be used
+  // within this class's definition.)
+  struct Options {
+    // What an encoder-decoder draft attends to: [B, S, H], the output of its own encoder, or of the
+    // target's when they have the same encoder; lengths as for Model::attach_encoder.
+    at::Tensor encoder_states;
+    std::vector<int64_t> encoder_lengths;
+    // The width of the target's logits (0 = the draft's own). A draft whose vocabulary differs only
+    // by padding rows proposes over the target's ids: its scores are cut to, or padded with -inf up
+    // to, that width (q = 0 for ids the draft cannot produce).
+    int64_t target_vocab = 0;
+    // A cache to continue (decoder-only; one row per row, capacity >= max_length, each row holding
+    // a prefix of its sequence, as PromptCache keeps it) instead of a new one.
+    KVCache cache;
+    // The target's cache of these rows, keeping hidden states (Model::make_cache), which a
+    // feature-fed draft (ModelConfig::feature_size) reads; it must outlive this generator's
+    // proposals. Such a draft proposes for a row only once the target holds every position but the
+    // sequence's last (so a request's first target pass runs without proposals), and keeps in its
+    // cache only the positions it computed from the target's own hidden states.
+    const KVCache* target_cache = nullptr;
+  };
   DraftModelGenerator(std::shared_ptr<const Model> draft, std::vector<Row> rows, int64_t max_length,
-                      const at::Tensor& encoder_states = {}, const std::vector<int64_t>& encoder_lengths = {},
-                      int64_t target_vocab = 0, KVCache cache = {}, const KVCache* target_cache = nullptr);
-  // One row (a single request).
-  DraftModelGenerator(std::shared_ptr<const Model> draft, const GenerationConfig& config,
-                      LookaheadSchedule& schedule, Rng& rng, int64_t max_length,
-                      const at::Tensor& encoder_states = {}, int64_t target_vocab = 0);
+                      Options options);
 
   // Proposals for rows [0, tokens.size()): row b continues *tokens[b] with up to max_tokens[b]
   // candidates (0: none).
@@ -107,9 +99,8 @@ class DraftModelGenerator final : public CandidateGenerator {
   };
   SteadyPasses last_steady() const { return last_steady_; }
 
-  Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
-  void on_verified(const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens) override;
-  int64_t passes() const override { return passes_; }
+  // Draft forward passes made so far, over all rows.
+  int64_t passes() const { return passes_; }
 
  private:
   struct State {
@@ -132,12 +123,13 @@ class DraftModelGenerator final : public CandidateGenerator {
 // occurrence of the last n tokens (n = max_matching_ngram_size down to 1) in prompt + output, cut
 // before its first EOS. With `most_recent`, the rightmost earlier occurrence instead (specdec's
 // option, GenerationConfig::prompt_lookup_match = "last").
-class PromptLookupGenerator final : public CandidateGenerator {
+class PromptLookupGenerator final {
  public:
   PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram, std::vector<int64_t> eos_ids,
                         bool most_recent = false);
-  Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
-  void on_verified(const Candidates&, int64_t, const std::vector<int64_t>&) override {}
+  // Up to `max_tokens` candidates to follow `tokens` (prompt + generated so far); none when
+  // max_tokens <= 0.
+  Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens);
 
  private:
   int64_t num_tokens_;

@@ -1,12 +1,11 @@
-// Umbrella header: everything a user of specdec needs.
+// Umbrella header: the runtime (the library specdec::specdec). The tooling, fixture.hpp and
+// make_draft.hpp, comes with the library specdec::tools.
 #pragma once
 
 #include "specdec/candidates.hpp"
 #include "specdec/chat.hpp"
 #include "specdec/config.hpp"
 #include "specdec/error.hpp"
-#include "specdec/fixture.hpp"
-#include "specdec/make_draft.hpp"
 #include "specdec/generator.hpp"
 #include "specdec/request_engine.hpp"
 #include "specdec/gguf.hpp"

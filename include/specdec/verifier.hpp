@@ -15,30 +15,29 @@ struct Verdict {
   int64_t next_token = 0;  // the target's token after them (correction or bonus)
 };
 
+// The override points are decide() and settle(), the two halves of one decision, so that a batch
+// brings every row's verdict to the host in one copy (one synchronisation per pass on a GPU):
+// the engine calls decide() per row, copies, then settle() per row. verify() is one row's run.
 class Verifier {
  public:
   virtual ~Verifier() = default;
   // `scores` [K+1, V]: processed target scores; row i is the target's distribution for the
-  // position of candidate i (row K: the position after the last candidate).
-  virtual Verdict verify(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const = 0;
-
-  // The same decision in two halves, so that a batch brings every row's verdict to the host in one
-  // copy (one synchronisation per pass on a GPU): decide() leaves {accepted, next_token} on the
-  // device as an int64 tensor [2]; settle() gets the values back and advances `rng` past the draws
-  // the decision used, where decide() drew them ahead from a copy. The defaults run verify() in
-  // decide() (a copy per row) and do nothing in settle().
-  virtual at::Tensor decide(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const;
+  // position of candidate i (row K: the position after the last candidate). Returns {accepted,
+  // next_token} as an int64 tensor [2] on any device. Draws from `rng` are taken either here or,
+  // when drawn ahead from a copy (to stay on the device), by settle().
+  virtual at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,
+                            Rng& rng) const = 0;
+  // Gets decide()'s values on the host and advances `rng` past the draws it took from a copy.
+  // The default does nothing.
   virtual void settle(const Verdict& verdict, const Candidates& candidates, Rng& rng) const;
 
- protected:
-  // verify() through decide() and settle(), for verifiers that implement those.
-  Verdict decide_and_settle(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const;
+  // decide(), one copy to the host, settle().
+  Verdict verify(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const;
 };
 
 // Keeps the longest prefix equal to the target's argmax, then the target's argmax after it.
 class GreedyVerifier final : public Verifier {
  public:
-  Verdict verify(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const override;
   at::Tensor decide(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const override;
 };
 
@@ -48,7 +47,6 @@ class GreedyVerifier final : public Verifier {
 // deterministic proposal (undefined q) is treated as one-hot q.
 class RejectionSamplingVerifier final : public Verifier {
  public:
-  Verdict verify(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const override;
   at::Tensor decide(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const override;
   void settle(const Verdict& verdict, const Candidates& candidates, Rng& rng) const override;
 };

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "specdec/gguf.hpp"
+
 namespace specdec {
 
 // One tensor's entry in a safetensors header.
@@ -60,11 +62,11 @@ class WeightSource {
                           const std::vector<int64_t>& expected_shape = {}) const = 0;
   virtual std::vector<std::string> names() const = 0;
   // A block-quantized matrix as stored (GGUF Q8_0, Q4_1, Q4_K, ...), for weight formats that keep
-  // it so: its bytes as a CPU uint8 tensor [rows, row_bytes] and its ggml type id (GgmlType) in
-  // `type`, after the same checks and row reordering as load(). False for tensors stored as floats
-  // (the default), which load() hands out in their stored_dtype without loss.
+  // it so: its bytes as a CPU uint8 tensor [rows, row_bytes] and its format in `type`, after the
+  // same checks and row reordering as load(). False for tensors stored as floats (the default),
+  // which load() hands out in their stored_dtype without loss.
   virtual bool load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape,
-                           at::Tensor* bytes, uint32_t* type) const {
+                           at::Tensor* bytes, GgmlType* type) const {
     (void)name, (void)expected_shape, (void)bytes, (void)type;
     return false;
   }

@@ -9,6 +9,7 @@
 
 #include "fuzz_util.hpp"
 #include "generation_options.hpp"
+#include "specdec/fixture.hpp"
 #include "specdec/specdec.hpp"
 
 namespace {

@@ -56,6 +56,13 @@ std::vector<int64_t> ids(uint64_t seed, size_t n) {
 
 at::Tensor row_ids(const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); }
 
+// Options for a feature-fed draft reading `target`'s hidden states.
+DraftModelGenerator::Options fed_by(const KVCache& target) {
+  DraftModelGenerator::Options o;
+  o.target_cache = &target;
+  return o;
+}
+
 template <class F>
 void expect_error(F&& f, const std::string& part) {
   try {
@@ -130,7 +137,7 @@ TEST(FeatureDraft, ProposalsFollowTheTargetsHiddenStatesThenTheDraftsOwn) {
   Rng rng(0);
   std::vector<int64_t> seq = ids(5, 7);
   KVCache cache = target->make_cache(64, 1, true);
-  DraftModelGenerator gen(draft, {{&cfg, &schedule, &rng}}, 64, {}, {}, 0, {}, &cache);
+  DraftModelGenerator gen(draft, {{&cfg, &schedule, &rng}}, 64, fed_by(cache));
   int64_t compared = 0, rounds_with_proposals = 0, rejections = 0;
   for (int round = 0; round < 12; ++round) {
     const Candidates c = gen.propose_batch({&seq}, {4})[0];
@@ -185,14 +192,14 @@ TEST(FeatureDraft, ProposalsEqualAFreshRunOnTheVerifiedSequence) {
   Rng rng(0);
   std::vector<int64_t> seq = ids(9, 6);
   KVCache cache = target->make_cache(64, 1, true);
-  DraftModelGenerator gen(draft, {{&cfg, &schedule, &rng}}, 64, {}, {}, 0, {}, &cache);
+  DraftModelGenerator gen(draft, {{&cfg, &schedule, &rng}}, 64, fed_by(cache));
   int64_t checked = 0;
   for (int round = 0; round < 10; ++round) {
     const Candidates c = gen.propose_batch({&seq}, {3})[0];
     if (c.size() > 0) {
       KVCache fresh_cache = target->make_cache(64, 1, true);
       (void)target->forward(row_ids(std::vector<int64_t>(seq.begin(), seq.end() - 1)), fresh_cache, Model::kCacheOnly);
-      DraftModelGenerator fresh(draft, {{&cfg, &fresh_schedule, &rng}}, 64, {}, {}, 0, {}, &fresh_cache);
+      DraftModelGenerator fresh(draft, {{&cfg, &fresh_schedule, &rng}}, 64, fed_by(fresh_cache));
       EXPECT_EQ(fresh.propose_batch({&seq}, {3})[0].tokens, c.tokens) << "round " << round;
       ++checked;
     }
@@ -279,7 +286,7 @@ TEST(FeatureDraft, BadPairsAndMissingFeaturesAreClearErrors) {
     GenerationConfig cfg;
     LookaheadSchedule s(cfg);
     Rng rng(0);
-    expect_error([&] { DraftModelGenerator g(draft, {{&cfg, &s, &rng}}, 8, {}, {}, 0, {}, &plain); },
+    expect_error([&] { DraftModelGenerator g(draft, {{&cfg, &s, &rng}}, 8, fed_by(plain)); },
                  "keeping hidden states");
   }
   const std::string dir = temp_dir("ff_bad_size");

@@ -328,11 +328,10 @@ TEST(Statistical, PromptLookupOneHotProposalsKeepDistribution) {
 // Accepts every draft token and adds a bonus from p: the output then follows the draft.
 class AlwaysAccept final : public Verifier {
  public:
-  Verdict verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const override {
-    Verdict v;
-    v.accepted = static_cast<int64_t>(c.size());
-    v.next_token = sample_index(scores[v.accepted].softmax(-1), rng.uniform());
-    return v;
+  at::Tensor decide(const at::Tensor& scores, const Candidates& c, Rng& rng) const override {
+    const auto accepted = static_cast<int64_t>(c.size());
+    const int64_t next = sample_index(scores[accepted].softmax(-1), rng.uniform());
+    return at::tensor(std::vector<int64_t>{accepted, next}, at::kLong);
   }
 };
 

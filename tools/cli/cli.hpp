@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "serve/server.hpp"
+#include "specdec/fixture.hpp"
+#include "specdec/make_draft.hpp"
 #include "specdec/specdec.hpp"
 
 namespace CLI {

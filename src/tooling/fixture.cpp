@@ -112,8 +112,9 @@ SourceCheckpoint open_checkpoint(const std::string& path) {
 
 namespace {
 
-using detail::make_dir;
 using detail::copy_tokenizer_files;
+using detail::llama_family;
+using detail::make_dir;
 using detail::write_checkpoint;
 
 const char* architecture_of(const std::string& arch) {
@@ -125,8 +126,6 @@ const char* architecture_of(const std::string& arch) {
   if (arch == "t5") return "T5ForConditionalGeneration";
   return "Qwen2ForCausalLM";
 }
-
-bool llama_family(const std::string& arch) { return arch == "llama" || arch == "mistral" || arch == "qwen2"; }
 
 // The decoder layer a tensor belongs to ("model.layers.3.", "transformer.h.3.", "decoder.block.3."
 // ...), or -1 (T5's encoder blocks included: a draft keeps the whole encoder).

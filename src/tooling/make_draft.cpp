@@ -35,7 +35,7 @@ namespace {
 
 constexpr int64_t kTopK = 32;  // target probabilities kept per position
 
-bool llama_family(const std::string& t) { return t == "llama" || t == "mistral" || t == "qwen2"; }
+using detail::llama_family;
 
 // A llama-family decoder as plain differentiable ATen ops (float32, CPU). `layers` holds the chosen
 // target layers; the head is [V, H] or, reduced, [V', H].
