@@ -30,7 +30,8 @@ void set_bench_threads() {
 
 void BM_KVCacheCrop(benchmark::State& state) {
   specdec::KVCache c(16, 1, 8, 4096, 128, at::TensorOptions().dtype(at::kFloat));
-  for (int64_t l = 0; l < 16; ++l) c.append(l, at::zeros({1, 8, 64, 128}), at::zeros({1, 8, 64, 128}));
+  for (int64_t l = 0; l < 16; ++l)
+    c.append(l, at::zeros({1, 8, 64, 128}), at::zeros({1, 8, 64, 128}));
   c.advance(64);
   for (auto _ : state) {
     c.crop(32);
@@ -77,11 +78,11 @@ int64_t last_level_cache_bytes() {
 
 // One 8192 x 2048 projection for T tokens: libtorch's at::linear on float32 against specdec's
 // Linear in each weight format (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1,
-// 5 Q4_K, 6 Q6_K, 7 float16; the K-quants hold random bytes with a float16 scale of 0.01, as specdec
-// has no quantizer for them); BM_Linear8192x2048Int8 runs the 8-bit-activation kernels of the
-// formats that have one. Copies of the matrix rotate, at least 8 and together at least twice the
-// last-level cache (a Xeon with 300 MiB of L3 held eight Q4_K matrices), so each call streams its
-// weights from memory; bytes/s counts the weight bytes read. BM_Linear1024x2048Int8Cached calls
+// 5 Q4_K, 6 Q6_K, 7 float16; the K-quants hold random bytes with a float16 scale of 0.01, as
+// specdec has no quantizer for them); BM_Linear8192x2048Int8 runs the 8-bit-activation kernels of
+// the formats that have one. Copies of the matrix rotate, at least 8 and together at least twice
+// the last-level cache (a Xeon with 300 MiB of L3 held eight Q4_K matrices), so each call streams
+// its weights from memory; bytes/s counts the weight bytes read. BM_Linear1024x2048Int8Cached calls
 // one 1024 x 2048 matrix (at most 1.7 MB, in the caches) again and again: the kernel's arithmetic
 // rate, with memory out of the way. The copies live in a WeightArena (transparent huge pages), as
 // a loaded model's matrices do: on small pages streams side by side measured up to 2.5x slower
@@ -98,27 +99,32 @@ void linear_bench(benchmark::State& state, bool int8, int64_t n, bool stream) {
   if (dense) {
     stored = type == GgmlType::kF32 ? f : f.to(type == GgmlType::kF16 ? at::kHalf : at::kBFloat16);
   } else {
-    const int64_t block = specdec::ggml_block_elements(type), bytes_per_block = specdec::ggml_block_bytes(type);
+    const int64_t block = specdec::ggml_block_elements(type),
+                  bytes_per_block = specdec::ggml_block_bytes(type);
     stored = at::empty({n, 2048 / block * bytes_per_block}, at::kByte);
     if (block == 256) {  // K-quants: random bytes, the d (and dmin) fields 0.01
       stored.random_(0, 256);
       const uint16_t h = c10::Half(0.01f).x;
       uint8_t* p = stored.data_ptr<uint8_t>();
       for (int64_t b = 0; b < stored.numel() / bytes_per_block; ++b)
-        for (int64_t off : type == GgmlType::kQ6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2})
+        for (int64_t off :
+             type == GgmlType::kQ6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2})
           std::memcpy(p + b * bytes_per_block + off, &h, 2);
     } else {
       specdec::ggml_quantize(type, f.data_ptr<float>(), stored.data_ptr<uint8_t>(), f.numel());
     }
   }
   const int64_t bytes = stored.numel() * stored.element_size();
-  const int64_t copies = stream ? std::max<int64_t>(8, (2 * last_level_cache_bytes() + bytes - 1) / bytes) : 1;
+  const int64_t copies =
+      stream ? std::max<int64_t>(8, (2 * last_level_cache_bytes() + bytes - 1) / bytes) : 1;
   std::vector<specdec::Linear> w;
   specdec::WeightArena arena;  // huge pages, as a loaded model holds its matrices
   for (int64_t i = 0; i < copies; ++i) {
     at::Tensor copy = arena.copy(stored, false).first;
-    if (dense) w.emplace_back(std::move(copy));
-    else w.emplace_back(type, std::move(copy), 2048, at::Tensor(), int8);
+    if (dense)
+      w.emplace_back(std::move(copy));
+    else
+      w.emplace_back(type, std::move(copy), 2048, at::Tensor(), int8);
   }
   const at::Tensor x = at::randn({1, state.range(0), 2048});
   size_t i = 0;
@@ -129,10 +135,18 @@ void linear_bench(benchmark::State& state, bool int8, int64_t n, bool stream) {
 }
 void BM_Linear8192x2048(benchmark::State& state) { linear_bench(state, false, 8192, true); }
 void BM_Linear8192x2048Int8(benchmark::State& state) { linear_bench(state, true, 8192, true); }
-void BM_Linear1024x2048Int8Cached(benchmark::State& state) { linear_bench(state, true, 1024, false); }
-BENCHMARK(BM_Linear8192x2048)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Linear8192x2048Int8)->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {2, 3, 4, 5, 6}})->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Linear1024x2048Int8Cached)->ArgsProduct({{1, 2}, {2, 3, 4, 5, 6}})->Unit(benchmark::kMicrosecond);
+void BM_Linear1024x2048Int8Cached(benchmark::State& state) {
+  linear_bench(state, true, 1024, false);
+}
+BENCHMARK(BM_Linear8192x2048)
+    ->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Linear8192x2048Int8)
+    ->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {2, 3, 4, 5, 6}})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Linear1024x2048Int8Cached)
+    ->ArgsProduct({{1, 2}, {2, 3, 4, 5, 6}})
+    ->Unit(benchmark::kMicrosecond);
 
 // One forward pass of a whole model over T new tokens after a 64-token context: the cost curve a
 // verification pass pays (T = K + 1) and prefill (T = 128). The model is SPECDEC_BENCH_MODEL,
@@ -166,26 +180,39 @@ void BM_ModelPass(benchmark::State& state) {
   }
   state.SetLabel(path.substr(path.find_last_of('/') + 1));
 }
-BENCHMARK(BM_ModelPass)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(6)->Arg(8)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ModelPass)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->Arg(4)
+    ->Arg(6)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(128)
+    ->Unit(benchmark::kMillisecond);
 
 // The memory-bandwidth floor beside BM_ModelPass: a read of state.range(0) MB (96: SmolLM2 Q4_1's
 // 96.5 MB of weight matrices, each read once by a one-token pass; SPECDEC_BENCH_READ_MB=N adds
 // BM_ReadBandwidth/N, as benchmarks/llama_cpp_peer.sh does with each file's bytes) from huge pages
 // as the weights are held (WeightArena), each thread summing its contiguous share, as the linear
-// kernels split a matrix, prefetching 8 KiB ahead as they do (on Zen 5, 2026-11-29, a 4 GB read at 1
-// thread 34 GB/s without, 41 with). bytes_per_second is the rate; a pass's floor is its bytes at
+// kernels split a matrix, prefetching 8 KiB ahead as they do (on Zen 5, 2026-11-29, a 4 GB read at
+// 1 thread 34 GB/s without, 41 with). bytes_per_second is the rate; a pass's floor is its bytes at
 // that rate.
 #if defined(__x86_64__)
 __attribute__((target("avx2"))) uint64_t read_words(const uint64_t* p, int64_t n) {
-  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+  __m256i a[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                  _mm256_setzero_si256()};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    for (int j = 0; j < 2; ++j) _mm_prefetch(reinterpret_cast<const char*>(p + i + 8 * j) + 8192, _MM_HINT_T0);
+    for (int j = 0; j < 2; ++j)
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8 * j) + 8192, _MM_HINT_T0);
     for (int j = 0; j < 4; ++j)
-      a[j] = _mm256_add_epi64(a[j], _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4 * j)));
+      a[j] = _mm256_add_epi64(a[j],
+                              _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 4 * j)));
   }
   alignas(32) uint64_t out[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_add_epi64(_mm256_add_epi64(a[0], a[1]), _mm256_add_epi64(a[2], a[3])));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(out),
+                     _mm256_add_epi64(_mm256_add_epi64(a[0], a[1]), _mm256_add_epi64(a[2], a[3])));
   uint64_t sum = out[0] + out[1] + out[2] + out[3];
   for (; i < n; ++i) sum += p[i];
   return sum;
@@ -207,7 +234,8 @@ void BM_ReadBandwidth(benchmark::State& state) {
   const int64_t n = state.range(0) * 1000 * 1000 / 8;  // 64-bit words
   static specdec::WeightArena arena;
   static std::map<int64_t, at::Tensor> buffers;
-  if (!buffers.count(n)) buffers[n] = arena.copy(at::ones({n}, at::kLong), /*release_source=*/true).first;
+  if (!buffers.count(n))
+    buffers[n] = arena.copy(at::ones({n}, at::kLong), /*release_source=*/true).first;
   const auto* p = static_cast<const uint64_t*>(buffers[n].data_ptr());
   for (auto _ : state) {
     std::vector<uint64_t> sums(static_cast<size_t>(at::get_num_threads()), 0);
@@ -228,12 +256,17 @@ void BM_AttentionDecode(benchmark::State& state) {
   c10::InferenceMode guard;
   set_bench_threads();
   const int64_t len = state.range(0);
-  const at::Tensor q = at::randn({1, 9, 1, 64}), k = at::randn({1, 3, len, 64}), v = at::randn({1, 3, len, 64});
-  const auto isa = state.range(1) ? specdec::kernels::Isa::kPortable : specdec::kernels::default_isa();
-  for (auto _ : state) benchmark::DoNotOptimize(specdec::kernels::attention_f32(q, k, v, {}, 0.125, isa));
+  const at::Tensor q = at::randn({1, 9, 1, 64}), k = at::randn({1, 3, len, 64}),
+                   v = at::randn({1, 3, len, 64});
+  const auto isa =
+      state.range(1) ? specdec::kernels::Isa::kPortable : specdec::kernels::default_isa();
+  for (auto _ : state)
+    benchmark::DoNotOptimize(specdec::kernels::attention_f32(q, k, v, {}, 0.125, isa));
   state.SetLabel(specdec::kernels::isa_name(isa));
 }
-BENCHMARK(BM_AttentionDecode)->ArgsProduct({{256, 1024, 4096}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{256, 1024, 4096}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_LibtorchLinear8192x2048(benchmark::State& state) {
   c10::InferenceMode guard;
@@ -252,7 +285,8 @@ void BM_BpeLongWord(benchmark::State& state) {
   const auto tok = specdec::load_tokenizer(SPECDEC_TEST_DATA "/tiny_bpe");
   std::string word;
   for (int64_t i = 0; i < state.range(0); ++i) word += "Hello"[i % 5];
-  for (auto _ : state) benchmark::DoNotOptimize(tok->encode(word, false));  // long words are not cached
+  for (auto _ : state)
+    benchmark::DoNotOptimize(tok->encode(word, false));  // long words are not cached
   state.SetBytesProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_BpeLongWord)->Arg(1 << 16)->Arg(1 << 20)->Unit(benchmark::kMillisecond);
@@ -261,7 +295,9 @@ BENCHMARK(BM_BpeLongWord)->Arg(1 << 16)->Arg(1 << 20)->Unit(benchmark::kMillisec
 
 int main(int argc, char** argv) {
   if (const char* mb = std::getenv("SPECDEC_BENCH_READ_MB"))
-    benchmark::RegisterBenchmark("BM_ReadBandwidth", BM_ReadBandwidth)->Arg(std::atoll(mb))->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("BM_ReadBandwidth", BM_ReadBandwidth)
+        ->Arg(std::atoll(mb))
+        ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

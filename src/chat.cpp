@@ -27,8 +27,8 @@ std::string strip(const std::string& s) {
 }
 
 void check_role(const ChatMessage& m) {
-  SPECDEC_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant", "chat: unknown role '", m.role,
-                "' (expected system, user or assistant)");
+  SPECDEC_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",
+                "chat: unknown role '", m.role, "' (expected system, user or assistant)");
 }
 
 // A ChatML template's built-in system prompt: the literal text of a
@@ -40,11 +40,14 @@ std::string chatml_default_system(const std::string& t) {
       const size_t end = t.find("<|im_end|>", begin);
       if (end == std::string::npos) continue;
       const std::string text = t.substr(begin, end - begin);
-      if (text.find_first_of("'\"{}+") != std::string::npos) continue;  // an expression, not a literal
+      if (text.find_first_of("'\"{}+") != std::string::npos)
+        continue;  // an expression, not a literal
       std::string out;
       for (size_t i = 0; i < text.size(); ++i) {
-        if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == 'n') out += '\n', ++i;
-        else out += text[i];
+        if (text[i] == '\\' && i + 1 < text.size() && text[i + 1] == 'n')
+          out += '\n', ++i;
+        else
+          out += text[i];
       }
       return out;
     }
@@ -87,8 +90,9 @@ ChatTemplate ChatTemplate::recognise(const std::string& text, const std::string&
     std::string head = text.substr(0, 120);
     for (char& c : head)
       if (c == '\n') c = ' ';
-    throw Error(source + ": unrecognised chat template (not ChatML, Llama 3, Llama 2 or Mistral): \"" + head +
-                (text.size() > 120 ? "..." : "") +
+    throw Error(source +
+                ": unrecognised chat template (not ChatML, Llama 3, Llama 2 or Mistral): \"" +
+                head + (text.size() > 120 ? "..." : "") +
                 "\"; choose one with --chat-template chatml|llama3|llama2|mistral");
   }
   return t;
@@ -102,27 +106,33 @@ std::string ChatTemplate::name() const {
 
 std::string ChatTemplate::end_of_turn() const {
   switch (kind_) {
-    case Kind::kChatML: return "<|im_end|>";
-    case Kind::kLlama3: return "<|eot_id|>";
-    default: return "</s>";
+    case Kind::kChatML:
+      return "<|im_end|>";
+    case Kind::kLlama3:
+      return "<|eot_id|>";
+    default:
+      return "</s>";
   }
 }
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt) const {
   for (const ChatMessage& m : messages) check_role(m);
   std::string out;
   switch (kind_) {
     case Kind::kChatML: {
       if (!default_system_.empty() && (messages.empty() || messages[0].role != "system"))
         out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-      for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      for (const ChatMessage& m : messages)
+        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
     }
     case Kind::kLlama3: {
       for (size_t i = 0; i < messages.size(); ++i)
-        out += std::string(i == 0 ? "<|begin_of_text|>" : "") + "<|start_header_id|>" + messages[i].role +
-               "<|end_header_id|>\n\n" + strip(messages[i].content) + "<|eot_id|>";
+        out += std::string(i == 0 ? "<|begin_of_text|>" : "") + "<|start_header_id|>" +
+               messages[i].role + "<|end_header_id|>\n\n" + strip(messages[i].content) +
+               "<|eot_id|>";
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
     }
@@ -132,18 +142,23 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool 
       // user turn: Llama 2 in a <<SYS>> block, Mistral as a first paragraph.
       size_t first = 0;
       std::string system;
-      if (!messages.empty() && messages[0].role == "system") system = messages[0].content, first = 1;
+      if (!messages.empty() && messages[0].role == "system")
+        system = messages[0].content, first = 1;
       const bool llama2 = kind_ == Kind::kLlama2;
       if (!llama2) out += "<s>";
       for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         SPECDEC_CHECK((m.role == "user") == ((i - first) % 2 == 0), "chat: the ", name(),
-                      " format needs roles alternating user/assistant/user/... after an optional system message");
+                      " format needs roles alternating user/assistant/user/... after an optional "
+                      "system message");
         std::string content = m.content;
         if (i == first && first == 1)
-          content = llama2 ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content : system + "\n\n" + content;
-        if (m.role == "user") out += (llama2 ? "<s>[INST] " + strip(content) : "[INST] " + content) + " [/INST]";
-        else out += llama2 ? " " + strip(content) + " </s>" : content + "</s>";
+          content = llama2 ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
+                           : system + "\n\n" + content;
+        if (m.role == "user")
+          out += (llama2 ? "<s>[INST] " + strip(content) : "[INST] " + content) + " [/INST]";
+        else
+          out += llama2 ? " " + strip(content) + " </s>" : content + "</s>";
       }
       return out;
     }
@@ -163,13 +178,15 @@ std::optional<std::string> read_chat_template(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(cfg + ": invalid JSON: " + e.what());
   }
-  if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null()) return std::nullopt;
+  if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null())
+    return std::nullopt;
   const auto& t = j["chat_template"];
   if (t.is_string()) return t.get<std::string>();
   // A list of named templates: the one named "default".
   if (t.is_array())
     for (const auto& e : t)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+          e["template"].is_string())
         return e["template"].get<std::string>();
   throw Error(cfg + ": chat_template must be a string or a list with a 'default' entry");
 }

@@ -7,8 +7,8 @@
 namespace specdec::detail {
 
 // On CUDA: staged in pinned memory and copied with non_blocking (a plain copy from pageable memory
-// synchronises the stream; libtorch's caching host allocator keeps the pinned buffer alive until the
-// copy has run). Elsewhere, or already there: an ordinary copy, or the tensor itself.
+// synchronises the stream; libtorch's caching host allocator keeps the pinned buffer alive until
+// the copy has run). Elsewhere, or already there: an ordinary copy, or the tensor itself.
 inline at::Tensor to_device(const at::Tensor& t, c10::Device device) {
   if (t.device() == device) return t;
   if (device.is_cuda() && t.is_cpu()) return t.pin_memory().to(device, /*non_blocking=*/true);

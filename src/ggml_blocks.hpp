@@ -17,11 +17,11 @@ struct GgmlFormat {
   int64_t block_values, block_bytes;
 };
 inline constexpr GgmlFormat kGgmlFormats[] = {
-    {GgmlType::kF32, "F32", 1, 4},        {GgmlType::kF16, "F16", 1, 2},
-    {GgmlType::kBF16, "BF16", 1, 2},      {GgmlType::kQ4_0, "Q4_0", 32, 18},
-    {GgmlType::kQ4_1, "Q4_1", 32, 20},    {GgmlType::kQ5_0, "Q5_0", 32, 22},
-    {GgmlType::kQ5_1, "Q5_1", 32, 24},    {GgmlType::kQ8_0, "Q8_0", 32, 34},
-    {GgmlType::kQ4_K, "Q4_K", 256, 144},  {GgmlType::kQ5_K, "Q5_K", 256, 176},
+    {GgmlType::kF32, "F32", 1, 4},       {GgmlType::kF16, "F16", 1, 2},
+    {GgmlType::kBF16, "BF16", 1, 2},     {GgmlType::kQ4_0, "Q4_0", 32, 18},
+    {GgmlType::kQ4_1, "Q4_1", 32, 20},   {GgmlType::kQ5_0, "Q5_0", 32, 22},
+    {GgmlType::kQ5_1, "Q5_1", 32, 24},   {GgmlType::kQ8_0, "Q8_0", 32, 34},
+    {GgmlType::kQ4_K, "Q4_K", 256, 144}, {GgmlType::kQ5_K, "Q5_K", 256, 176},
     {GgmlType::kQ6_K, "Q6_K", 256, 210},
 };
 // The row for ggml type id `id`, or null.

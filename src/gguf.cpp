@@ -27,7 +27,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr int kMaxArrayDepth = 4;
-constexpr uint32_t kMaxDims = 4;         // GGML_MAX_DIMS
+constexpr uint32_t kMaxDims = 4;  // GGML_MAX_DIMS
 // Limits::max_metadata_values bounds the metadata values of all arrays together, so that a file
 // packing a billion one-byte values is refused rather than walked (and, read, turned into 100 GB).
 
@@ -89,8 +89,10 @@ void deq_q5_k(const uint8_t* b, float* y) {  // d, dmin, scales[12], qh[32], qs[
     const float d1 = d * sc, m1 = dmin * mn;
     ggml_scale_min_k4(is + 1, scales, &sc, &mn);
     const float d2 = d * sc, m2 = dmin * mn;
-    for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
-    for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    for (int l = 0; l < 32; ++l)
+      *y++ = d1 * static_cast<float>((ql[l] & 0x0F) + (qh[l] & u1 ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l)
+      *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
   }
 }
 void deq_q6_k(const uint8_t* b, float* y) {  // ql[128], qh[64], scales[16] int8, d
@@ -132,10 +134,12 @@ constexpr TypeEntry entry(GgmlType type, void (*dequantize)(const uint8_t*, floa
   return {type, f->name, f->block_values, f->block_bytes, dequantize};
 }
 const TypeEntry kTypes[] = {
-    entry(GgmlType::kF32, deq_f32),   entry(GgmlType::kF16, deq_f16),   entry(GgmlType::kBF16, deq_bf16),
-    entry(GgmlType::kQ4_0, deq_q4_0), entry(GgmlType::kQ4_1, deq_q4_1), entry(GgmlType::kQ5_0, deq_q5_0),
-    entry(GgmlType::kQ5_1, deq_q5_1), entry(GgmlType::kQ8_0, deq_q8_0), entry(GgmlType::kQ4_K, deq_q4_k),
-    entry(GgmlType::kQ5_K, deq_q5_k), entry(GgmlType::kQ6_K, deq_q6_k),
+    entry(GgmlType::kF32, deq_f32),   entry(GgmlType::kF16, deq_f16),
+    entry(GgmlType::kBF16, deq_bf16), entry(GgmlType::kQ4_0, deq_q4_0),
+    entry(GgmlType::kQ4_1, deq_q4_1), entry(GgmlType::kQ5_0, deq_q5_0),
+    entry(GgmlType::kQ5_1, deq_q5_1), entry(GgmlType::kQ8_0, deq_q8_0),
+    entry(GgmlType::kQ4_K, deq_q4_k), entry(GgmlType::kQ5_K, deq_q5_k),
+    entry(GgmlType::kQ6_K, deq_q6_k),
 };
 static_assert(std::size(kTypes) == std::size(kGgmlFormats), "a dequantizer for every format");
 const TypeEntry* find_type(uint32_t id) {
@@ -168,9 +172,9 @@ class Cursor {
     const uint64_t n = read<uint64_t>(what + " (string length)");
     SPECDEC_CHECK(n <= static_cast<uint64_t>(max_string_), path_, ": ", what, ": string length ", n,
                   " exceeds the limit of ", max_string_, " bytes (Limits::max_header_bytes)");
-    SPECDEC_CHECK(n <= remaining(), path_, ": truncated file or bad length: ", what, ": string length ", n,
-                  " runs past the end of the file (",
-                  remaining(), " bytes left at offset ", offset(), ")");
+    SPECDEC_CHECK(n <= remaining(), path_, ": truncated file or bad length: ", what,
+                  ": string length ", n, " runs past the end of the file (", remaining(),
+                  " bytes left at offset ", offset(), ")");
     std::string s(reinterpret_cast<const char*>(p_), static_cast<size_t>(n));
     p_ += n;
     return s;
@@ -180,8 +184,8 @@ class Cursor {
     p_ += n;
   }
   void need(size_t n, const std::string& what) const {
-    SPECDEC_CHECK(n <= remaining(), path_, ": truncated file: ", what, " needs ", n, " bytes at offset ",
-                  offset(), " but only ", remaining(), " remain");
+    SPECDEC_CHECK(n <= remaining(), path_, ": truncated file: ", what, " needs ", n,
+                  " bytes at offset ", offset(), " but only ", remaining(), " remain");
   }
 
  private:
@@ -195,53 +199,85 @@ class Cursor {
 // Smallest encoded size of one value of `type` (for bounding array counts by the bytes left).
 uint64_t min_value_bytes(GgufValue::Type type) {
   switch (type) {
-    case GgufValue::Type::kUint8: case GgufValue::Type::kInt8: case GgufValue::Type::kBool: return 1;
-    case GgufValue::Type::kUint16: case GgufValue::Type::kInt16: return 2;
-    case GgufValue::Type::kUint32: case GgufValue::Type::kInt32: case GgufValue::Type::kFloat32: return 4;
-    case GgufValue::Type::kString: return 8;   // the length
-    case GgufValue::Type::kArray: return 12;   // element type + count
-    default: return 8;
+    case GgufValue::Type::kUint8:
+    case GgufValue::Type::kInt8:
+    case GgufValue::Type::kBool:
+      return 1;
+    case GgufValue::Type::kUint16:
+    case GgufValue::Type::kInt16:
+      return 2;
+    case GgufValue::Type::kUint32:
+    case GgufValue::Type::kInt32:
+    case GgufValue::Type::kFloat32:
+      return 4;
+    case GgufValue::Type::kString:
+      return 8;  // the length
+    case GgufValue::Type::kArray:
+      return 12;  // element type + count
+    default:
+      return 8;
   }
 }
 
-GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const std::string& path, int depth,
-                     int64_t& budget) {
+GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const std::string& path,
+                     int depth, int64_t& budget) {
   SPECDEC_CHECK(raw_type <= 12, path, ": metadata '", key, "' has unknown value type ", raw_type);
   GgufValue v;
   v.type = static_cast<GgufValue::Type>(raw_type);
   const std::string what = "metadata '" + key + "'";
   switch (v.type) {
-    case GgufValue::Type::kUint8: v.i = c.read<uint8_t>(what); break;
-    case GgufValue::Type::kInt8: v.i = c.read<int8_t>(what); break;
-    case GgufValue::Type::kUint16: v.i = c.read<uint16_t>(what); break;
-    case GgufValue::Type::kInt16: v.i = c.read<int16_t>(what); break;
-    case GgufValue::Type::kUint32: v.i = c.read<uint32_t>(what); break;
-    case GgufValue::Type::kInt32: v.i = c.read<int32_t>(what); break;
-    case GgufValue::Type::kInt64: v.i = c.read<int64_t>(what); break;
+    case GgufValue::Type::kUint8:
+      v.i = c.read<uint8_t>(what);
+      break;
+    case GgufValue::Type::kInt8:
+      v.i = c.read<int8_t>(what);
+      break;
+    case GgufValue::Type::kUint16:
+      v.i = c.read<uint16_t>(what);
+      break;
+    case GgufValue::Type::kInt16:
+      v.i = c.read<int16_t>(what);
+      break;
+    case GgufValue::Type::kUint32:
+      v.i = c.read<uint32_t>(what);
+      break;
+    case GgufValue::Type::kInt32:
+      v.i = c.read<int32_t>(what);
+      break;
+    case GgufValue::Type::kInt64:
+      v.i = c.read<int64_t>(what);
+      break;
     case GgufValue::Type::kUint64: {
       const uint64_t u = c.read<uint64_t>(what);
-      SPECDEC_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), path, ": ", what,
-                    ": unsigned value ", u, " is too large");
+      SPECDEC_CHECK(u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), path, ": ",
+                    what, ": unsigned value ", u, " is too large");
       v.i = static_cast<int64_t>(u);
       break;
     }
-    case GgufValue::Type::kFloat32: v.f = c.read<float>(what); break;
-    case GgufValue::Type::kFloat64: v.f = c.read<double>(what); break;
+    case GgufValue::Type::kFloat32:
+      v.f = c.read<float>(what);
+      break;
+    case GgufValue::Type::kFloat64:
+      v.f = c.read<double>(what);
+      break;
     case GgufValue::Type::kBool: {
       const uint8_t b = c.read<uint8_t>(what);
       SPECDEC_CHECK(b <= 1, path, ": ", what, ": bool value ", int(b), " is neither 0 nor 1");
       v.b = b != 0;
       break;
     }
-    case GgufValue::Type::kString: v.s = c.read_string(what); break;
+    case GgufValue::Type::kString:
+      v.s = c.read_string(what);
+      break;
     case GgufValue::Type::kArray: {
-      SPECDEC_CHECK(depth < kMaxArrayDepth, path, ": ", what, ": arrays nested deeper than ", kMaxArrayDepth);
+      SPECDEC_CHECK(depth < kMaxArrayDepth, path, ": ", what, ": arrays nested deeper than ",
+                    kMaxArrayDepth);
       const uint32_t et = c.read<uint32_t>(what + " (array type)");
       SPECDEC_CHECK(et <= 12, path, ": ", what, ": unknown array element type ", et);
       const uint64_t n = c.read<uint64_t>(what + " (array length)");
       v.array_type = static_cast<GgufValue::Type>(et);
-      SPECDEC_CHECK(n <= c.remaining() / min_value_bytes(v.array_type), path, ": ", what, ": array length ", n,
-                    " cannot fit in the ", c.remaining(), " bytes left");
+      SPECDEC_CHECK(n <= c.remaining() / min_value_bytes(v.array_type), path, ": ", what,
+                    ": array length ", n, " cannot fit in the ", c.remaining(), " bytes left");
       SPECDEC_CHECK(static_cast<int64_t>(n) <= budget, path, ": ", what, ": array length ", n,
                     " exceeds the limit of ", limits().max_metadata_values,
                     " metadata values in a file (Limits::max_metadata_values)");
@@ -253,7 +289,8 @@ GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const
       const GgufValue::Type t = v.array_type;
       const bool any_bits = t != GgufValue::Type::kString && t != GgufValue::Type::kArray &&
                             t != GgufValue::Type::kBool && t != GgufValue::Type::kUint64;
-      if (any_bits) c.skip(n * min_value_bytes(t), what);  // fits: n <= remaining() / that size
+      if (any_bits)
+        c.skip(n * min_value_bytes(t), what);  // fits: n <= remaining() / that size
       else
         for (uint64_t k = 0; k < n; ++k) read_value(c, et, key, path, depth + 1, budget);
       break;
@@ -263,16 +300,17 @@ GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const
 }
 
 const char* type_word(GgufValue::Type t) {
-  static const char* const kNames[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
-                                       "bool",  "string", "array", "uint64", "int64", "float64"};
+  static const char* const kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                       "int32",  "float32", "bool",   "string", "array",
+                                       "uint64", "int64",   "float64"};
   return kNames[static_cast<uint32_t>(t)];
 }
 
 }  // namespace
 
 bool GgufValue::is_integer() const {
-  return type != Type::kFloat32 && type != Type::kFloat64 && type != Type::kBool && type != Type::kString &&
-         type != Type::kArray;
+  return type != Type::kFloat32 && type != Type::kFloat64 && type != Type::kBool &&
+         type != Type::kString && type != Type::kArray;
 }
 
 std::string ggml_type_name(uint32_t type) {
@@ -287,18 +325,20 @@ at::ScalarType ggml_dtype(GgmlType type) {
 
 void ggml_dequantize(GgmlType type, const uint8_t* src, float* dst, int64_t n) {
   const TypeEntry& e = type_entry(type);
-  SPECDEC_CHECK(n % e.block_elements == 0, "ggml_dequantize: ", n, " elements is not a whole number of ",
-                e.name, " blocks of ", e.block_elements);
+  SPECDEC_CHECK(n % e.block_elements == 0, "ggml_dequantize: ", n,
+                " elements is not a whole number of ", e.name, " blocks of ", e.block_elements);
   const int64_t blocks = n / e.block_elements;
   const int64_t grain = std::max<int64_t>(1, 16384 / e.block_elements);
   at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) e.dequantize(src + k * e.block_bytes, dst + k * e.block_elements);
+    for (int64_t k = begin; k < end; ++k)
+      e.dequantize(src + k * e.block_bytes, dst + k * e.block_elements);
   });
 }
 
 namespace {
 
-// ggml's quantize_row_*_ref, one block of 32 at a time; scales stored as float16 (round to nearest even).
+// ggml's quantize_row_*_ref, one block of 32 at a time; scales stored as float16 (round to nearest
+// even).
 void put_f16(uint8_t* p, float v) {
   const uint16_t bits = c10::Half(v).x;
   std::memcpy(p, &bits, 2);
@@ -310,7 +350,8 @@ void quant_q8_0(const float* x, uint8_t* b) {
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   put_f16(b, d);
-  for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+  for (int j = 0; j < 32; ++j)
+    b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
 }
 
 void quant_q4_0(const float* x, uint8_t* b) {
@@ -342,7 +383,8 @@ void quant_q4_1(const float* x, uint8_t* b) {
   put_f16(b + 2, min);
   for (int j = 0; j < 16; ++j) {
     const int lo = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - min) * id + 0.5f)));
-    const int hi = std::min(15, static_cast<int>(static_cast<int8_t>((x[j + 16] - min) * id + 0.5f)));
+    const int hi =
+        std::min(15, static_cast<int>(static_cast<int8_t>((x[j + 16] - min) * id + 0.5f)));
     b[4 + j] = static_cast<uint8_t>(lo | (hi << 4));
   }
 }
@@ -354,9 +396,10 @@ void ggml_quantize(GgmlType type, const float* src, uint8_t* dst, int64_t n) {
                                           : type == GgmlType::kQ4_0 ? quant_q4_0
                                           : type == GgmlType::kQ4_1 ? quant_q4_1
                                                                     : nullptr;
-  SPECDEC_CHECK(quant, "ggml_quantize: cannot quantize to ", ggml_type_name(static_cast<uint32_t>(type)),
-                " (supported: Q8_0, Q4_0, Q4_1)");
-  SPECDEC_CHECK(n % 32 == 0, "ggml_quantize: ", n, " elements is not a whole number of blocks of 32");
+  SPECDEC_CHECK(quant, "ggml_quantize: cannot quantize to ",
+                ggml_type_name(static_cast<uint32_t>(type)), " (supported: Q8_0, Q4_0, Q4_1)");
+  SPECDEC_CHECK(n % 32 == 0, "ggml_quantize: ", n,
+                " elements is not a whole number of blocks of 32");
   const int64_t bytes = ggml_block_bytes(type);
   at::parallel_for(0, n / 32, 512, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) quant(src + k * 32, dst + k * bytes);
@@ -381,16 +424,17 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     const uint64_t n_kv = c.read<uint64_t>("metadata_kv_count");
     // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least
     // 8 (name length) + 4 (dims) + 4 (type) + 8 (offset).
-    SPECDEC_CHECK(n_kv <= c.remaining() / 13, path, ": metadata_kv_count ", n_kv, " cannot fit in a file of ",
-                  map_size_, " bytes");
+    SPECDEC_CHECK(n_kv <= c.remaining() / 13, path, ": metadata_kv_count ", n_kv,
+                  " cannot fit in a file of ", map_size_, " bytes");
     SPECDEC_CHECK(n_tensors <= c.remaining() / 24, path, ": tensor_count ", n_tensors,
                   " cannot fit in a file of ", map_size_, " bytes");
     // Limits that bound memory whatever the file's size (real files: under 100 keys, a few
     // thousand tensors).
-    SPECDEC_CHECK(n_kv <= static_cast<uint64_t>(lim.max_metadata_values), path, ": metadata_kv_count ", n_kv,
-                  " exceeds the limit of ", lim.max_metadata_values, " (Limits::max_metadata_values)");
-    SPECDEC_CHECK(n_tensors <= static_cast<uint64_t>(lim.max_tensors), path, ": tensor_count ", n_tensors,
-                  " exceeds the limit of ", lim.max_tensors, " (Limits::max_tensors)");
+    SPECDEC_CHECK(n_kv <= static_cast<uint64_t>(lim.max_metadata_values), path,
+                  ": metadata_kv_count ", n_kv, " exceeds the limit of ", lim.max_metadata_values,
+                  " (Limits::max_metadata_values)");
+    SPECDEC_CHECK(n_tensors <= static_cast<uint64_t>(lim.max_tensors), path, ": tensor_count ",
+                  n_tensors, " exceeds the limit of ", lim.max_tensors, " (Limits::max_tensors)");
     int64_t budget = lim.max_metadata_values;
     for (uint64_t k = 0; k < n_kv; ++k) {
       std::string key = c.read_string("metadata key " + std::to_string(k));
@@ -418,24 +462,28 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       std::vector<int64_t> ne;
       for (uint32_t d = 0; d < n_dims; ++d) {
         const uint64_t dim = c.read<uint64_t>(what + " dimension");
-        SPECDEC_CHECK(dim >= 1 && dim <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), path, ": ",
-                      what, ": dimension ", d, " is ", dim);
-        SPECDEC_CHECK(static_cast<uint64_t>(t.numel) <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dim,
+        SPECDEC_CHECK(dim >= 1 && dim <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                      path, ": ", what, ": dimension ", d, " is ", dim);
+        SPECDEC_CHECK(static_cast<uint64_t>(t.numel) <=
+                          static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / dim,
                       path, ": ", what, ": the product of its dimensions overflows");
         t.numel *= static_cast<int64_t>(dim);
         ne.push_back(static_cast<int64_t>(dim));
       }
       SPECDEC_CHECK(t.numel <= lim.max_tensor_elements, path, ": ", what, ": ", t.numel,
-                    " elements, more than the limit of ", lim.max_tensor_elements, " (Limits::max_tensor_elements)");
+                    " elements, more than the limit of ", lim.max_tensor_elements,
+                    " (Limits::max_tensor_elements)");
       t.shape.assign(ne.rbegin(), ne.rend());
       const uint32_t type = c.read<uint32_t>(what + " type");
       const TypeEntry* e = find_type(type);
-      SPECDEC_CHECK(e != nullptr, path, ": ", what, " has unsupported tensor type ", ggml_type_name(type),
+      SPECDEC_CHECK(e != nullptr, path, ": ", what, " has unsupported tensor type ",
+                    ggml_type_name(type),
                     " (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
       t.type = e->type;
       SPECDEC_CHECK(ne[0] % e->block_elements == 0, path, ": ", what, ": its rows of ", ne[0],
                     " elements do not divide into ", e->name, " blocks of ", e->block_elements);
-      t.bytes = static_cast<uint64_t>(t.numel / e->block_elements) * static_cast<uint64_t>(e->block_bytes);
+      t.bytes = static_cast<uint64_t>(t.numel / e->block_elements) *
+                static_cast<uint64_t>(e->block_bytes);
       SPECDEC_CHECK(t.bytes / static_cast<uint64_t>(e->block_bytes) ==
                         static_cast<uint64_t>(t.numel / e->block_elements),
                     path, ": ", what, ": byte size overflows");
@@ -445,21 +493,24 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       infos.push_back(std::move(t));
     }
     const uint64_t data_start = (c.offset() + alignment_ - 1) / alignment_ * alignment_;
-    SPECDEC_CHECK(data_start <= map_size_, path, ": the data section starts past the end of the file");
+    SPECDEC_CHECK(data_start <= map_size_, path,
+                  ": the data section starts past the end of the file");
     const uint64_t data_size = map_size_ - data_start;
     data_ = base + data_start;
     std::vector<std::pair<uint64_t, uint64_t>> spans;
     for (GgufTensorInfo& t : infos) {
-      SPECDEC_CHECK(t.offset <= data_size && t.bytes <= data_size - t.offset, path, ": tensor '", t.name,
-                    "': data [", t.offset, ", +", t.bytes, ") runs past the end of the file (data section of ",
-                    data_size, " bytes)");
+      SPECDEC_CHECK(t.offset <= data_size && t.bytes <= data_size - t.offset, path, ": tensor '",
+                    t.name, "': data [", t.offset, ", +", t.bytes,
+                    ") runs past the end of the file (data section of ", data_size, " bytes)");
       spans.emplace_back(t.offset, t.offset + t.bytes);
       const std::string name = t.name;
-      SPECDEC_CHECK(tensors_.emplace(name, std::move(t)).second, path, ": duplicate tensor name '", name, "'");
+      SPECDEC_CHECK(tensors_.emplace(name, std::move(t)).second, path, ": duplicate tensor name '",
+                    name, "'");
     }
     std::sort(spans.begin(), spans.end());
     for (size_t k = 1; k < spans.size(); ++k)
-      SPECDEC_CHECK(spans[k].first >= spans[k - 1].second, path, ": tensor data overlap at offset ", spans[k].first);
+      SPECDEC_CHECK(spans[k].first >= spans[k - 1].second, path, ": tensor data overlap at offset ",
+                    spans[k].first);
   } catch (...) {
     unmap_file(file);
     throw;
@@ -476,25 +527,26 @@ const GgufValue& GgufFile::value(const std::string& key) const {
 
 std::string GgufFile::get_string(const std::string& key) const {
   const GgufValue& v = value(key);
-  SPECDEC_CHECK(v.type == GgufValue::Type::kString, path_, ": metadata '", key, "' is ", type_word(v.type),
-                ", expected string");
+  SPECDEC_CHECK(v.type == GgufValue::Type::kString, path_, ": metadata '", key, "' is ",
+                type_word(v.type), ", expected string");
   return v.s;
 }
 int64_t GgufFile::get_int(const std::string& key) const {
   const GgufValue& v = value(key);
-  SPECDEC_CHECK(v.is_integer(), path_, ": metadata '", key, "' is ", type_word(v.type), ", expected an integer");
+  SPECDEC_CHECK(v.is_integer(), path_, ": metadata '", key, "' is ", type_word(v.type),
+                ", expected an integer");
   return v.i;
 }
 double GgufFile::get_float(const std::string& key) const {
   const GgufValue& v = value(key);
-  SPECDEC_CHECK(v.is_float() || v.is_integer(), path_, ": metadata '", key, "' is ", type_word(v.type),
-                ", expected a number");
+  SPECDEC_CHECK(v.is_float() || v.is_integer(), path_, ": metadata '", key, "' is ",
+                type_word(v.type), ", expected a number");
   return v.is_float() ? v.f : static_cast<double>(v.i);
 }
 bool GgufFile::get_bool(const std::string& key) const {
   const GgufValue& v = value(key);
-  SPECDEC_CHECK(v.type == GgufValue::Type::kBool, path_, ": metadata '", key, "' is ", type_word(v.type),
-                ", expected bool");
+  SPECDEC_CHECK(v.type == GgufValue::Type::kBool, path_, ": metadata '", key, "' is ",
+                type_word(v.type), ", expected bool");
   return v.b;
 }
 template <typename F>
@@ -509,8 +561,8 @@ void GgufFile::for_each_element(const GgufValue& v, const std::string& key, F&& 
 
 std::vector<std::string> GgufFile::get_strings(const std::string& key) const {
   const GgufValue& v = value(key);
-  SPECDEC_CHECK(v.type == GgufValue::Type::kArray && v.array_type == GgufValue::Type::kString, path_,
-                ": metadata '", key, "' must be an array of strings");
+  SPECDEC_CHECK(v.type == GgufValue::Type::kArray && v.array_type == GgufValue::Type::kString,
+                path_, ": metadata '", key, "' must be an array of strings");
   std::vector<std::string> out;
   out.reserve(v.array_size);
   for_each_element(v, key, [&](GgufValue x) { out.push_back(std::move(x.s)); });
@@ -529,8 +581,8 @@ std::vector<int64_t> GgufFile::get_ints(const std::string& key) const {
 }
 std::vector<double> GgufFile::get_floats(const std::string& key) const {
   const GgufValue& v = value(key);
-  SPECDEC_CHECK(v.type == GgufValue::Type::kArray &&
-                    (v.array_type == GgufValue::Type::kFloat32 || v.array_type == GgufValue::Type::kFloat64),
+  SPECDEC_CHECK(v.type == GgufValue::Type::kArray && (v.array_type == GgufValue::Type::kFloat32 ||
+                                                      v.array_type == GgufValue::Type::kFloat64),
                 path_, ": metadata '", key, "' must be an array of floats");
   std::vector<double> out;
   out.reserve(v.array_size);
@@ -586,7 +638,9 @@ void GgufFile::read(const GgufTensorInfo& info, void* dst) const {
 bool find_gguf(const std::string& path, std::string* resolved) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return false;
-  auto is_gguf = [](const std::string& p) { return p.size() > 5 && p.compare(p.size() - 5, 5, ".gguf") == 0; };
+  auto is_gguf = [](const std::string& p) {
+    return p.size() > 5 && p.compare(p.size() - 5, 5, ".gguf") == 0;
+  };
   if (S_ISREG(st.st_mode)) {
     if (!is_gguf(path)) return false;
     if (resolved) *resolved = path;

@@ -59,13 +59,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.num_hidden_layers = f.get_int(p + "block_count");
   c.num_attention_heads = f.get_int(p + "attention.head_count");
   c.num_key_value_heads = f.find_int(p + "attention.head_count_kv").value_or(c.num_attention_heads);
-  SPECDEC_CHECK(c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, src, ": ", p,
-                "embedding_length ", c.hidden_size, " is not a multiple of ", p, "attention.head_count ",
-                c.num_attention_heads);
-  c.head_dim = f.find_int(p + "attention.key_length").value_or(c.hidden_size / c.num_attention_heads);
+  SPECDEC_CHECK(c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, src, ": ",
+                p, "embedding_length ", c.hidden_size, " is not a multiple of ", p,
+                "attention.head_count ", c.num_attention_heads);
+  c.head_dim =
+      f.find_int(p + "attention.key_length").value_or(c.hidden_size / c.num_attention_heads);
   if (auto rot = f.find_int(p + "rope.dimension_count"))
     SPECDEC_CHECK(*rot == c.head_dim, src, ": ", p, "rope.dimension_count ", *rot,
-                  " differs from the head size ", c.head_dim, " (partial rotary is not supported for ", arch, ")");
+                  " differs from the head size ", c.head_dim,
+                  " (partial rotary is not supported for ", arch, ")");
   c.max_position_embeddings = f.find_int(p + "context_length").value_or(c.max_position_embeddings);
   c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
   c.rope_theta = f.find_float(p + "rope.freq_base").value_or(10000.0);
@@ -81,7 +83,8 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                   "' (supported: none, linear)");
   }
   SPECDEC_CHECK(!f.tensors().count("rope_freqs.weight"), src,
-                ": per-frequency rope factors (tensor 'rope_freqs.weight', Llama 3.1 style) are not supported");
+                ": per-frequency rope factors (tensor 'rope_freqs.weight', Llama 3.1 style) are "
+                "not supported");
   c.vocab_size = f.has("tokenizer.ggml.tokens")
                      ? static_cast<int64_t>(f.value("tokenizer.ggml.tokens").array_size)
                      : f.get_int(p + "vocab_size");
@@ -124,24 +127,26 @@ GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
 const GgufTensorInfo& GgufWeights::info(const std::string& name) const {
   auto it = to_gguf_.find(name);
   SPECDEC_CHECK(it != to_gguf_.end(), file_.path(), ": checkpoint has no tensor for '", name, "'");
-  SPECDEC_CHECK(file_.tensors().count(it->second), file_.path(), ": missing tensor '", it->second, "' (", name,
-                ")");
+  SPECDEC_CHECK(file_.tensors().count(it->second), file_.path(), ": missing tensor '", it->second,
+                "' (", name, ")");
   return file_.tensors().at(it->second);
 }
 
-const GgufTensorInfo& GgufWeights::checked(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+const GgufTensorInfo& GgufWeights::checked(const std::string& name,
+                                           const std::vector<int64_t>& expected_shape) const {
   const GgufTensorInfo& t = info(name);
   check_shape(file_.path(), t.name, t.shape, expected_shape, "the GGUF metadata");
   return t;
 }
 
 at::Tensor GgufWeights::unpermute(const GgufTensorInfo& t, at::Tensor x) const {
-  const bool q = t.name.find(".attn_q.") != std::string::npos, k = t.name.find(".attn_k.") != std::string::npos;
+  const bool q = t.name.find(".attn_q.") != std::string::npos,
+             k = t.name.find(".attn_k.") != std::string::npos;
   if (!unpermute_qk_ || !(q || k)) return x;
   const int64_t heads = q ? heads_ : kv_heads_;
   const int64_t d = x.size(0) / heads;
-  SPECDEC_CHECK(x.size(0) % heads == 0 && d % 2 == 0, file_.path(), ": tensor '", t.name, "' has ", x.size(0),
-                " rows, not a whole number of heads of even size");
+  SPECDEC_CHECK(x.size(0) % heads == 0 && d % 2 == 0, file_.path(), ": tensor '", t.name, "' has ",
+                x.size(0), " rows, not a whole number of heads of even size");
   std::vector<int64_t> split = {heads, d / 2, 2};
   for (int64_t i = 1; i < x.dim(); ++i) split.push_back(x.size(i));
   return x.view(split).transpose(1, 2).reshape(x.sizes()).contiguous();
@@ -158,7 +163,8 @@ at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10:
 bool GgufWeights::load_blocks(const std::string& name, const std::vector<int64_t>& expected_shape,
                               at::Tensor* bytes, GgmlType* type) const {
   const GgufTensorInfo& t = checked(name, expected_shape);
-  if (t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16 || t.shape.size() != 2)
+  if (t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16 ||
+      t.shape.size() != 2)
     return false;
   const int64_t rows = t.shape[0], row_bytes = static_cast<int64_t>(t.bytes) / rows;
   at::Tensor b = at::empty({rows, row_bytes}, at::kByte);

@@ -41,7 +41,8 @@ class GgufWeights final : public WeightSource {
   // holds Hugging Face's row h * d/2 + i): puts rows of x [rows, ...] of tensor `t` back.
   at::Tensor unpermute(const GgufTensorInfo& t, at::Tensor x) const;
   // info(name) with its shape checked against a non-empty `expected_shape`.
-  const GgufTensorInfo& checked(const std::string& name, const std::vector<int64_t>& expected_shape) const;
+  const GgufTensorInfo& checked(const std::string& name,
+                                const std::vector<int64_t>& expected_shape) const;
 
   const GgufFile& file_;
   int64_t heads_ = 0, kv_heads_ = 0;

@@ -22,14 +22,16 @@ KVCache::KVCache(int64_t num_layers, int64_t batch, int64_t kv_heads, int64_t ca
 }
 
 int64_t KVCache::length(int64_t row) const {
-  SPECDEC_CHECK(row >= 0 && row < batch(), "KVCache: row ", row, " out of range (", batch(), " rows)");
+  SPECDEC_CHECK(row >= 0 && row < batch(), "KVCache: row ", row, " out of range (", batch(),
+                " rows)");
   return lengths_[row];
 }
 
 int64_t KVCache::length() const {
   if (lengths_.empty()) return 0;
-  SPECDEC_CHECK(std::all_of(lengths_.begin(), lengths_.end(), [&](int64_t n) { return n == lengths_[0]; }),
-                "KVCache: rows hold different lengths; ask for one row's length");
+  SPECDEC_CHECK(
+      std::all_of(lengths_.begin(), lengths_.end(), [&](int64_t n) { return n == lengths_[0]; }),
+      "KVCache: rows hold different lengths; ask for one row's length");
   return lengths_[0];
 }
 
@@ -38,7 +40,8 @@ std::pair<at::Tensor, at::Tensor> KVCache::buffers(int64_t layer) const {
   return {keys_[layer], values_[layer]};
 }
 
-std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tensor& k,
+                                                  const at::Tensor& v) {
   SPECDEC_CHECK(layer >= 0 && layer < num_layers(), "KVCache: layer ", layer, " out of range");
   const int64_t b = k.size(0), t = k.size(2);
   SPECDEC_CHECK(b <= batch(), "KVCache: a pass of ", b, " rows on a cache of ", batch());
@@ -56,15 +59,16 @@ std::pair<at::Tensor, at::Tensor> KVCache::append(int64_t layer, const at::Tenso
     }
   }
   const int64_t len = std::min(capacity_, longest + t);
-  return {keys_[layer].narrow(0, 0, b).narrow(2, 0, len), values_[layer].narrow(0, 0, b).narrow(2, 0, len)};
+  return {keys_[layer].narrow(0, 0, b).narrow(2, 0, len),
+          values_[layer].narrow(0, 0, b).narrow(2, 0, len)};
 }
 
 void KVCache::advance(const std::vector<int64_t>& counts) {
-  SPECDEC_CHECK(static_cast<int64_t>(counts.size()) <= batch(), "KVCache: advancing ", counts.size(),
-                " rows of ", batch());
+  SPECDEC_CHECK(static_cast<int64_t>(counts.size()) <= batch(), "KVCache: advancing ",
+                counts.size(), " rows of ", batch());
   for (size_t r = 0; r < counts.size(); ++r)
-    SPECDEC_CHECK(counts[r] >= 0 && lengths_[r] + counts[r] <= capacity_, "KVCache: cannot advance row ", r,
-                  " by ", counts[r]);
+    SPECDEC_CHECK(counts[r] >= 0 && lengths_[r] + counts[r] <= capacity_,
+                  "KVCache: cannot advance row ", r, " by ", counts[r]);
   for (size_t r = 0; r < counts.size(); ++r) lengths_[r] += counts[r];
 }
 
@@ -109,7 +113,8 @@ void KVCache::copy_row(const KVCache& source, int64_t from, int64_t to) {
 }
 
 void KVCache::keep_hidden(int64_t size, at::TensorOptions options) {
-  SPECDEC_CHECK(size > 0 && batch() > 0, "KVCache: keep_hidden needs a positive size and an allocated cache");
+  SPECDEC_CHECK(size > 0 && batch() > 0,
+                "KVCache: keep_hidden needs a positive size and an allocated cache");
   hidden_ = at::zeros({batch(), capacity_, size}, options);
 }
 
@@ -122,7 +127,8 @@ void KVCache::store_hidden(const at::Tensor& x, const std::vector<int64_t>& coun
   if (!hidden_.defined()) return;
   SPECDEC_CHECK(x.dim() == 3 && x.size(0) <= batch() && x.size(2) == hidden_.size(2) &&
                     static_cast<int64_t>(counts.size()) <= x.size(0),
-                "KVCache: hidden states of shape ", x.sizes(), " for a cache keeping ", hidden_.sizes());
+                "KVCache: hidden states of shape ", x.sizes(), " for a cache keeping ",
+                hidden_.sizes());
   for (size_t r = 0; r < counts.size(); ++r) {
     const int64_t n = std::min(counts[r], capacity_ - lengths_[r]);
     if (n > 0) hidden_[r].narrow(0, lengths_[r], n).copy_(x[r].narrow(0, 0, n));
@@ -136,9 +142,10 @@ void KVCache::set_cross(int64_t layer, at::Tensor k, at::Tensor v) {
 }
 
 const std::pair<at::Tensor, at::Tensor>& KVCache::cross(int64_t layer) const {
-  SPECDEC_CHECK(layer >= 0 && layer < static_cast<int64_t>(cross_.size()) && cross_[layer].first.defined(),
-                "KVCache: no encoder output attached for layer ", layer,
-                " (call Model::attach_encoder before the decoder's forward)");
+  SPECDEC_CHECK(
+      layer >= 0 && layer < static_cast<int64_t>(cross_.size()) && cross_[layer].first.defined(),
+      "KVCache: no encoder output attached for layer ", layer,
+      " (call Model::attach_encoder before the decoder's forward)");
   return cross_[layer];
 }
 

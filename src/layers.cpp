@@ -13,27 +13,29 @@ namespace specdec::layers {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   if (at::Tensor y = kernels::rms_norm_f32(x, w, eps); y.defined()) return y;
-  const at::Tensor xf = x.to(at::kFloat);                          // [..., H]
-  const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);     // [..., 1]
+  const at::Tensor xf = x.to(at::kFloat);                       // [..., H]
+  const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);  // [..., 1]
   return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
 }
 
-Pass::Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<int64_t>& row_tokens,
-           c10::Device device)
+Pass::Pass(const at::Tensor& input_ids, const KVCache& cache,
+           const std::vector<int64_t>& row_tokens, c10::Device device)
     : device_(device) {
-  SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1, "forward: expected input ids [B, T], got ",
-                input_ids.sizes());
+  SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1,
+                "forward: expected input ids [B, T], got ", input_ids.sizes());
   const int64_t b = input_ids.size(0);
   t_ = input_ids.size(1);
-  SPECDEC_CHECK(b <= cache.batch(), "forward: a pass of ", b, " rows on a cache of ", cache.batch(), " rows");
-  SPECDEC_CHECK(row_tokens.empty() || static_cast<int64_t>(row_tokens.size()) == b, "forward: ",
-                row_tokens.size(), " row token counts for ", b, " rows");
+  SPECDEC_CHECK(b <= cache.batch(), "forward: a pass of ", b, " rows on a cache of ", cache.batch(),
+                " rows");
+  SPECDEC_CHECK(row_tokens.empty() || static_cast<int64_t>(row_tokens.size()) == b,
+                "forward: ", row_tokens.size(), " row token counts for ", b, " rows");
   for (int64_t r = 0; r < b; ++r) {
     const int64_t n = row_tokens.empty() ? t_ : row_tokens[r];
     SPECDEC_CHECK(n >= 0 && n <= t_, "forward: row ", r, " has ", n, " tokens in a pass of ", t_);
     const int64_t start = cache.length(r);
-    SPECDEC_CHECK(start + n <= cache.capacity(), "KVCache: capacity ", cache.capacity(), " exceeded (row ", r,
-                  " holds ", start, " positions, appending ", n, "); create the cache with a larger max length");
+    SPECDEC_CHECK(start + n <= cache.capacity(), "KVCache: capacity ", cache.capacity(),
+                  " exceeded (row ", r, " holds ", start, " positions, appending ", n,
+                  "); create the cache with a larger max length");
     starts_.push_back(start);
     counts_.push_back(n);
     same_start_ = same_start_ && start == starts_[0];
@@ -48,15 +50,16 @@ Pass::Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<
 }
 
 at::Tensor Pass::positions(int64_t limit) const {
-  SPECDEC_CHECK(positions_.defined(), "Pass::positions: every row starts at ", past(), ": use past()");
+  SPECDEC_CHECK(positions_.defined(), "Pass::positions: every row starts at ", past(),
+                ": use past()");
   return positions_.clamp_max(limit - 1);
 }
 
 at::Tensor Pass::causal_mask(at::ScalarType dtype, int64_t window) const {
   if (same_start_) return layers::causal_mask(past(), t_, dtype, device_, window);
-  const at::Tensor pos = positions(keys_).unsqueeze(-1);                     // [B, T, 1]
+  const at::Tensor pos = positions(keys_).unsqueeze(-1);  // [B, T, 1]
   const at::Tensor key = at::arange(keys_, at::TensorOptions().dtype(at::kLong).device(device_));
-  at::Tensor hidden = key.view({1, 1, keys_}) > pos;                         // [B, T, L]
+  at::Tensor hidden = key.view({1, 1, keys_}) > pos;  // [B, T, L]
   if (window > 0) hidden = hidden.logical_or(key.view({1, 1, keys_}) <= pos - window);
   return at::zeros(hidden.sizes(), at::TensorOptions().dtype(dtype).device(device_))
       .masked_fill_(hidden, -std::numeric_limits<float>::infinity())
@@ -69,13 +72,15 @@ at::Tensor Pass::last(const at::Tensor& x, int64_t keep) const {
   std::vector<int64_t> idx;
   for (const int64_t n : counts_)
     for (int64_t j = 0; j < keep; ++j) idx.push_back(std::max<int64_t>(0, n - keep + j));
-  const at::Tensor index = detail::to_device(at::tensor(idx, at::kLong), x.device()).view({rows(), keep, 1});
+  const at::Tensor index =
+      detail::to_device(at::tensor(idx, at::kLong), x.device()).view({rows(), keep, 1});
   return x.gather(1, index.expand({rows(), keep, x.size(2)}));
 }
 
 Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_t max_positions,
                at::ScalarType dtype, c10::Device device) {
-  at::Tensor exponent = at::arange(0, rot_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot_dim);
+  at::Tensor exponent =
+      at::arange(0, rot_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(rot_dim);
   at::Tensor inv = 1.0 / at::pow(at::scalar_tensor(theta, at::kFloat), exponent);  // [rot_dim/2]
   if (scaling.type == "linear") {
     inv = inv / scaling.factor;
@@ -100,12 +105,13 @@ Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& starts, int64_t t,
-                                                   int64_t end) const {
-  SPECDEC_CHECK(end <= max_positions_, "positions up to ", end, " exceed max_position_embeddings (", max_positions_,
-                ")");
+                                                  int64_t end) const {
+  SPECDEC_CHECK(end <= max_positions_, "positions up to ", end, " exceed max_position_embeddings (",
+                max_positions_, ")");
   const auto half = static_cast<int64_t>(inv_.size()), rot = 2 * half;
   const auto rows = static_cast<int64_t>(starts.size());
-  at::Tensor cos = at::empty({rows, t, rot}, at::kFloat), sin = at::empty({rows, t, rot}, at::kFloat);
+  at::Tensor cos = at::empty({rows, t, rot}, at::kFloat),
+             sin = at::empty({rows, t, rot}, at::kFloat);
   float* c = cos.data_ptr<float>();
   float* s = sin.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r)
@@ -146,13 +152,15 @@ at::Tensor Rotary::apply(const at::Tensor& x, const at::Tensor& cos, const at::T
   return rot == d ? out : at::cat({out, x.narrow(-1, rot, d - rot)}, -1);
 }
 
-at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device, int64_t window) {
+at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device,
+                       int64_t window) {
   const bool windowed = window > 0 && past + t > window;
   if (t == 1 && !windowed) return {};
   at::Tensor m = at::full({t, past + t}, -std::numeric_limits<float>::infinity(),
                           at::TensorOptions().dtype(dtype).device(device));
   at::Tensor mask = at::triu(m, past + 1);  // query i (position past+i) sees keys 0..past+i
-  if (windowed) mask = mask + at::tril(m, past - window);  // ... and none at or before past+i-window
+  if (windowed)
+    mask = mask + at::tril(m, past - window);  // ... and none at or before past+i-window
   return mask;
 }
 
@@ -162,12 +170,13 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& keys, const at::Tensor&
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
   const int64_t hkv = keys.size(1), groups = hq / hkv, len = keys.size(2);
   // Fold the query heads that share a KV head into the row dimension: no copy of the cache.
-  const at::Tensor qg = q.reshape({b, hkv, groups * t, d});             // [B, Hkv, g*T, D]
-  at::Tensor scores = at::matmul(qg, keys.transpose(-1, -2));           // [B, Hkv, g*T, L]
+  const at::Tensor qg = q.reshape({b, hkv, groups * t, d});    // [B, Hkv, g*T, D]
+  at::Tensor scores = at::matmul(qg, keys.transpose(-1, -2));  // [B, Hkv, g*T, L]
   if (scale != 1.0) scores = scores * scale;
-  if (mask.defined()) scores = (scores.view({b, hkv, groups, t, len}) + mask).view({b, hkv, groups * t, len});
+  if (mask.defined())
+    scores = (scores.view({b, hkv, groups, t, len}) + mask).view({b, hkv, groups * t, len});
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  const at::Tensor out = at::matmul(probs, values);                     // [B, Hkv, g*T, D]
+  const at::Tensor out = at::matmul(probs, values);  // [B, Hkv, g*T, D]
   return out.view({b, hq, t, d}).transpose(1, 2).reshape({b, t, hq * d});
 }
 
@@ -201,12 +210,14 @@ at::Tensor activation(const at::Tensor& x, const std::string& name) {
   if (at::Tensor y = kernels::activation_f32(x, kernel_activation(name)); y.defined()) return y;
   if (name == "relu") return at::relu(x);
   if (name == "gelu") return at::gelu(x);
-  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast") return at::gelu(x, "tanh");
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh" || name == "gelu_fast")
+    return at::gelu(x, "tanh");
   if (name == "silu") return at::silu(x);
   throw Error("unsupported activation '" + name + "'");
 }
 
-std::array<at::Tensor, 3> Attention::split(const at::Tensor& y, const at::Tensor& cos, const at::Tensor& sin) const {
+std::array<at::Tensor, 3> Attention::split(const at::Tensor& y, const at::Tensor& cos,
+                                           const at::Tensor& sin) const {
   const int64_t b = y.size(0), t = y.size(1), d = head_dim;
   const auto parts = y.split({heads * d, kv_heads * d, kv_heads * d}, -1);
   at::Tensor q = parts[0].view({b, t, heads, d}).transpose(1, 2);  // [B, Hq, T, D]
@@ -219,15 +230,15 @@ std::array<at::Tensor, 3> Attention::split(const at::Tensor& y, const at::Tensor
   return {q, k, v};
 }
 
-at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
-                                 double scale, const at::Tensor& cos, const at::Tensor& sin,
-                                 const at::Tensor& residual) const {
+at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer,
+                                 const at::Tensor& mask, double scale, const at::Tensor& cos,
+                                 const at::Tensor& sin, const at::Tensor& residual) const {
   const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
   std::vector<int64_t> past(static_cast<size_t>(y.size(0)));
   for (size_t r = 0; r < past.size(); ++r) past[r] = cache.length(static_cast<int64_t>(r));
   const auto [keys, values] = cache.buffers(layer);
-  if (at::Tensor a = kernels::cached_attention_f32(y, heads, kv_heads, head_dim, cos, sin, keys, values, past, mask,
-                                                   scale);
+  if (at::Tensor a = kernels::cached_attention_f32(y, heads, kv_heads, head_dim, cos, sin, keys,
+                                                   values, past, mask, scale);
       a.defined())
     return o(a, residual);
   const auto [q, k, v] = split(y, cos, sin);
@@ -253,9 +264,10 @@ at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, i
     dist = -at::minimum(rel, at::zeros_like(rel));
   }
   const int64_t max_exact = n / 2;
-  at::Tensor large = max_exact + (at::log(dist.to(at::kFloat) / max_exact) /
-                                  std::log(static_cast<double>(max_distance) / max_exact) * (n - max_exact))
-                                     .to(at::kLong);
+  at::Tensor large =
+      max_exact + (at::log(dist.to(at::kFloat) / max_exact) /
+                   std::log(static_cast<double>(max_distance) / max_exact) * (n - max_exact))
+                      .to(at::kLong);
   large = at::minimum(large, at::full_like(large, n - 1));
   return out + at::where(dist < max_exact, dist, large);
 }
@@ -267,14 +279,16 @@ at::Tensor last_positions(const at::Tensor& x, int64_t keep) {
 
 at::Tensor learned_positions(const at::Tensor& table, int64_t past, int64_t t, int64_t offset) {
   SPECDEC_CHECK(offset + past + t <= table.size(0), "sequence of ", past + t,
-                " tokens is longer than the model's learned positions (", table.size(0) - offset, ")");
+                " tokens is longer than the model's learned positions (", table.size(0) - offset,
+                ")");
   return table.narrow(0, offset + past, t);
 }
 
 at::Tensor learned_positions(const at::Tensor& table, const Pass& pass, int64_t offset) {
   if (pass.same_start()) return learned_positions(table, pass.past(), pass.tokens(), offset);
   SPECDEC_CHECK(offset + pass.end() <= table.size(0), "sequence of ", pass.end(),
-                " tokens is longer than the model's learned positions (", table.size(0) - offset, ")");
+                " tokens is longer than the model's learned positions (", table.size(0) - offset,
+                ")");
   const at::Tensor idx = pass.positions(table.size(0) - offset).reshape(-1) + offset;
   return table.index_select(0, idx).view({pass.rows(), pass.tokens(), table.size(1)});
 }

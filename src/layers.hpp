@@ -7,9 +7,9 @@
 #include <array>
 #include <vector>
 
+#include "linear.hpp"
 #include "specdec/config.hpp"
 #include "specdec/kv_cache.hpp"
-#include "linear.hpp"
 
 namespace specdec::layers {
 
@@ -28,14 +28,18 @@ class Pass {
   int64_t rows() const { return static_cast<int64_t>(starts_.size()); }
   int64_t tokens() const { return t_; }
   bool same_start() const { return same_start_; }
-  int64_t past() const { return starts_[0]; }      // same_start(): where every row starts
-  int64_t keys() const { return keys_; }           // L: the key positions attention runs over
-  int64_t end() const { return end_; }             // 1 + the last real position of any row
+  int64_t past() const { return starts_[0]; }  // same_start(): where every row starts
+  int64_t keys() const { return keys_; }       // L: the key positions attention runs over
+  int64_t end() const { return end_; }         // 1 + the last real position of any row
   // [B, T] int64 positions on the device, padding clamped below `limit` (tables' sizes); only
   // when !same_start().
   at::Tensor positions(int64_t limit) const;
-  int64_t start(int64_t row) const { return starts_[static_cast<size_t>(row)]; }  // row's first position
-  int64_t count(int64_t row) const { return counts_[static_cast<size_t>(row)]; }  // row's real tokens
+  int64_t start(int64_t row) const {
+    return starts_[static_cast<size_t>(row)];
+  }  // row's first position
+  int64_t count(int64_t row) const {
+    return counts_[static_cast<size_t>(row)];
+  }  // row's real tokens
   // Additive causal mask over the pass's L keys: [T, L] (undefined when T == 1 and no window
   // applies) when same_start(), else [B, 1, 1, T, L]. `window` > 0: Mistral's sliding window.
   at::Tensor causal_mask(at::ScalarType dtype, int64_t window = 0) const;
@@ -80,7 +84,8 @@ class Rotary {
  private:
   // [rows, T, rot] cos and sin of positions starts[r] + j, in the model's dtype on its device;
   // throws specdec::Error when `end` (1 + the last real position) passes the last position.
-  std::pair<at::Tensor, at::Tensor> compute(const std::vector<int64_t>& starts, int64_t t, int64_t end) const;
+  std::pair<at::Tensor, at::Tensor> compute(const std::vector<int64_t>& starts, int64_t t,
+                                            int64_t end) const;
 
   std::vector<float> inv_;  // [rot_dim / 2] inverse frequencies
   int64_t max_positions_ = 0;
@@ -92,7 +97,8 @@ class Rotary {
 // With `window` > 0 (Mistral's sliding_window), query i also sees only the last `window` keys up to
 // its own position (key j is visible when i - window < j <= i); the mask is then defined for T == 1
 // too once the sequence is longer than the window.
-at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device, int64_t window = 0);
+at::Tensor causal_mask(int64_t past, int64_t t, at::ScalarType dtype, c10::Device device,
+                       int64_t window = 0);
 
 // Grouped-query attention: q [B, Hq, T, D] against keys, values [B, Hkv, L, D]. mask: additive,
 // broadcastable to [B, Hkv, Hq / Hkv, T, L] (e.g. [T, L], or [H, 1, T, L] with a per-head bias),
@@ -117,8 +123,8 @@ at::Tensor gated_activation(const at::Tensor& gate_up, const std::string& name);
 struct Attention {
   Linear qkv, o;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
-  // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary. `residual` defined: residual + that, added
-  // by the output projection (Linear::operator()).
+  // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary. `residual` defined: residual + that,
+  // added by the output projection (Linear::operator()).
   at::Tensor operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
                         double scale, const at::Tensor& cos = {}, const at::Tensor& sin = {},
                         const at::Tensor& residual = {}) const;
@@ -129,7 +135,8 @@ struct Attention {
  private:
   // q [B, Hq, T, D], k and v [B, Hkv, T, D] of the projection y = qkv(x), rotated when cos/sin are
   // defined.
-  std::array<at::Tensor, 3> split(const at::Tensor& y, const at::Tensor& cos, const at::Tensor& sin) const;
+  std::array<at::Tensor, 3> split(const at::Tensor& y, const at::Tensor& cos,
+                                  const at::Tensor& sin) const;
 };
 
 // Two-layer MLP: down(act(up(x))), plus `residual` when defined (added by down).
@@ -159,8 +166,9 @@ struct Norm {
 
 // T5's bucket of each relative position (key - query; int64): offsets below half the buckets (per
 // direction when bidirectional) get a bucket each, larger ones share logarithmically wider buckets
-// up to max_distance, and the rest the last one. Hugging Face's T5Attention._relative_position_bucket
-// op for op: its float32 logarithm decides the bucket at the boundaries.
+// up to max_distance, and the rest the last one. Hugging Face's
+// T5Attention._relative_position_bucket op for op: its float32 logarithm decides the bucket at the
+// boundaries.
 at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, int64_t num_buckets,
                                     int64_t max_distance);
 

@@ -13,16 +13,21 @@ namespace {
 
 GgmlType dense_type(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return GgmlType::kF32;
-    case at::kBFloat16: return GgmlType::kBF16;
-    case at::kHalf: return GgmlType::kF16;
-    default: throw Error("linear layer: unsupported weight dtype " + dtype_name(dtype));
+    case at::kFloat:
+      return GgmlType::kF32;
+    case at::kBFloat16:
+      return GgmlType::kBF16;
+    case at::kHalf:
+      return GgmlType::kF16;
+    default:
+      throw Error("linear layer: unsupported weight dtype " + dtype_name(dtype));
   }
 }
 
 const std::pair<WeightFormat, const char*> kFormatNames[] = {
-    {WeightFormat::kAsStored, "as-stored"}, {WeightFormat::kFloat32, "float32"}, {WeightFormat::kBFloat16, "bfloat16"},
-    {WeightFormat::kFloat16, "float16"},    {WeightFormat::kQ8_0, "q8_0"},        {WeightFormat::kQ4_0, "q4_0"},
+    {WeightFormat::kAsStored, "as-stored"}, {WeightFormat::kFloat32, "float32"},
+    {WeightFormat::kBFloat16, "bfloat16"},  {WeightFormat::kFloat16, "float16"},
+    {WeightFormat::kQ8_0, "q8_0"},          {WeightFormat::kQ4_0, "q4_0"},
     {WeightFormat::kQ4_1, "q4_1"},
 };
 
@@ -37,7 +42,8 @@ std::vector<std::string> weight_format_names() {
 WeightFormat parse_weight_format(const std::string& name) {
   for (const auto& [f, n] : kFormatNames)
     if (name == n) return f;
-  throw Error("unknown weight format '" + name + "' (expected one of: " + join(weight_format_names()) + ")");
+  throw Error("unknown weight format '" + name +
+              "' (expected one of: " + join(weight_format_names()) + ")");
 }
 
 std::string weight_format_name(WeightFormat format) {
@@ -75,17 +81,19 @@ WeightArena::~WeightArena() {
 }
 
 std::pair<at::Tensor, std::shared_ptr<WeightArena::Chunk>> WeightArena::copy(const at::Tensor& t,
-                                                                               bool release_source) {
+                                                                             bool release_source) {
   const size_t bytes = t.nbytes();
   if (!current_ || current_->used + bytes > current_->size) {
     auto c = std::make_shared<Chunk>();
     c->size = std::max(kChunk, round_up(bytes, kHugePage));
     c->map_size = c->size + kHugePage;
-    c->map = ::mmap(nullptr, c->map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    c->map = ::mmap(nullptr, c->map_size, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (c->map == MAP_FAILED) return {t, nullptr};
     c->base = reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(c->map), kHugePage));
 #ifdef MADV_HUGEPAGE
-    ::madvise(c->base, c->size, MADV_HUGEPAGE);  // no huge pages (THP "never", not Linux): small ones
+    ::madvise(c->base, c->size,
+              MADV_HUGEPAGE);  // no huge pages (THP "never", not Linux): small ones
 #endif
     if (current_) hand_back_tail(*current_);
     current_ = std::move(c);
@@ -106,11 +114,17 @@ std::pair<at::Tensor, std::shared_ptr<WeightArena::Chunk>> WeightArena::copy(con
   }
   current_->used = round_up(current_->used + bytes, 64);
   std::shared_ptr<Chunk> chunk = current_;
-  return {at::from_blob(p, t.sizes(), [chunk](void*) {}, t.options()), current_};
+  return {at::from_blob(
+              p, t.sizes(), [chunk](void*) {}, t.options()),
+          current_};
 }
 
 Linear::Linear(at::Tensor w, at::Tensor b)
-    : w_(w.contiguous()), b_(std::move(b)), type_(dense_type(w.scalar_type())), n_(w.size(0)), k_(w.size(1)) {
+    : w_(w.contiguous()),
+      b_(std::move(b)),
+      type_(dense_type(w.scalar_type())),
+      n_(w.size(0)),
+      k_(w.size(1)) {
   row_bytes_ = k_ * static_cast<int64_t>(w_.element_size());
   if (w_.device().is_cpu()) kernel_ = kernels::linear_kernel(type_);
 }
@@ -122,7 +136,8 @@ Linear::Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b, bool in
       n_(w_.size(0)),
       k_(k),
       row_bytes_(w_.size(1)) {
-  SPECDEC_CHECK(k % ggml_block_elements(type) == 0 && k / ggml_block_elements(type) * ggml_block_bytes(type) == row_bytes_,
+  SPECDEC_CHECK(k % ggml_block_elements(type) == 0 &&
+                    k / ggml_block_elements(type) * ggml_block_bytes(type) == row_bytes_,
                 "linear layer: ", row_bytes_, " bytes per row do not hold ", k, " ",
                 ggml_type_name(static_cast<uint32_t>(type)), " values");
   kernel_ = kernels::linear_kernel(type_, int8_activations);
@@ -169,7 +184,8 @@ Linear Linear::cat(const std::vector<Linear>& parts) {
     shape[0] = 0;
     for (const Linear& p : parts) shape[0] += p.w_.size(0);
     std::shared_ptr<WeightArena::Chunk> chunk = parts[0].chunk_;
-    out.w_ = at::from_blob(parts[0].w_.data_ptr(), shape, [chunk](void*) {}, parts[0].w_.options());
+    out.w_ = at::from_blob(
+        parts[0].w_.data_ptr(), shape, [chunk](void*) {}, parts[0].w_.options());
     out.chunk_ = chunk;
   } else {
     out.w_ = at::cat(w);  // the parts' tensors are released by the caller
@@ -182,7 +198,8 @@ Linear Linear::cat(const std::vector<Linear>& parts) {
 
 void Linear::move_to(WeightArena& arena) {
   for (Linear& p : parts_) p.move_to(arena);
-  if (!w_.defined() || !w_.device().is_cpu() || chunk_ || w_.use_count() > 1 || w_.storage().use_count() > 1)
+  if (!w_.defined() || !w_.device().is_cpu() || chunk_ || w_.use_count() > 1 ||
+      w_.storage().use_count() > 1)
     return;
   // This layer holds the only reference: the source's pages go back as they are copied.
   std::tie(w_, chunk_) = arena.copy(w_.contiguous(), true);
@@ -207,15 +224,16 @@ std::vector<at::Tensor> Linear::tensors() const {
 
 at::Tensor Linear::operator()(const at::Tensor& x, const at::Tensor& residual) const {
   if (parts_.empty() && kernel_ && x.device().is_cpu() && x.scalar_type() == at::kFloat)
-    return kernels::linear_packed(x, kernel_, static_cast<const uint8_t*>(w_.data_ptr()), row_bytes_, n_, k_, b_,
-                                  residual);
+    return kernels::linear_packed(x, kernel_, static_cast<const uint8_t*>(w_.data_ptr()),
+                                  row_bytes_, n_, k_, b_, residual);
   at::Tensor y;
   if (!parts_.empty()) {
     std::vector<at::Tensor> ys;
     for (const Linear& p : parts_) ys.push_back(p(x));
     y = at::cat(ys, -1);
   } else {
-    SPECDEC_CHECK(w_.scalar_type() != at::kByte, "linear layer: ", ggml_type_name(static_cast<uint32_t>(type_)),
+    SPECDEC_CHECK(w_.scalar_type() != at::kByte,
+                  "linear layer: ", ggml_type_name(static_cast<uint32_t>(type_)),
                   " weights need float32 activations on the CPU");
     y = at::linear(x, w_, b_);
   }
@@ -227,9 +245,12 @@ at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {
   const at::Tensor flat = ids.reshape(-1).to(at::kCPU, at::kLong).contiguous();
   const int64_t* id = flat.data_ptr<int64_t>();
   for (int64_t i = 0; i < flat.numel(); ++i)
-    SPECDEC_CHECK(id[i] >= 0 && id[i] < n_, "token id ", id[i], " is outside the vocabulary [0, ", n_, ")");
+    SPECDEC_CHECK(id[i] >= 0 && id[i] < n_, "token id ", id[i], " is outside the vocabulary [0, ",
+                  n_, ")");
   if (w_.scalar_type() != at::kByte && (w_.scalar_type() == dtype || !w_.device().is_cpu()))
-    return w_.index_select(0, detail::to_device(flat, w_.device())).to(dtype).view({ids.size(0), ids.size(1), k_});
+    return w_.index_select(0, detail::to_device(flat, w_.device()))
+        .to(dtype)
+        .view({ids.size(0), ids.size(1), k_});
   at::Tensor out = at::empty({flat.numel(), k_}, at::kFloat);
   const uint8_t* w = static_cast<const uint8_t*>(w_.data_ptr());
   std::vector<uint8_t> row(row_bytes_);
@@ -241,11 +262,14 @@ at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {
 }
 
 WeightLoader::WeightLoader(const WeightSource& source, const LoadOptions& options)
-    : source_(source), options_(options), packed_(options.device.is_cpu() && options.dtype == at::kFloat) {
+    : source_(source),
+      options_(options),
+      packed_(options.device.is_cpu() && options.dtype == at::kFloat) {
   if (packed_ || options.weights == WeightFormat::kAsStored) return;
-  const bool own_dtype = (options.weights == WeightFormat::kFloat32 && options.dtype == at::kFloat) ||
-                         (options.weights == WeightFormat::kBFloat16 && options.dtype == at::kBFloat16) ||
-                         (options.weights == WeightFormat::kFloat16 && options.dtype == at::kHalf);
+  const bool own_dtype =
+      (options.weights == WeightFormat::kFloat32 && options.dtype == at::kFloat) ||
+      (options.weights == WeightFormat::kBFloat16 && options.dtype == at::kBFloat16) ||
+      (options.weights == WeightFormat::kFloat16 && options.dtype == at::kHalf);
   SPECDEC_CHECK(own_dtype, "weight format ", weight_format_name(options.weights),
                 " needs float32 compute on the CPU (here: ", dtype_name(options.dtype), " on ",
                 options.device.str(), "); use as-stored or the compute dtype");
@@ -260,13 +284,15 @@ at::Tensor WeightLoader::stored(const std::string& name, const std::vector<int64
   return source_.load(name, source_.stored_dtype(name), c10::Device(c10::kCPU), shape);
 }
 
-Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>& shape, at::Tensor bias) const {
+Linear WeightLoader::linear(const std::string& name, const std::vector<int64_t>& shape,
+                            at::Tensor bias) const {
   SPECDEC_CHECK(shape.size() == 2, "WeightLoader::linear: '", name, "' needs its [N, K] shape");
   release_free_heap();  // what the layers loaded so far freed (fused parts, conversions)
   at::Tensor bytes;
   GgmlType type = GgmlType::kF32;
   Linear out;
-  if (packed_ && options_.weights == WeightFormat::kAsStored && source_.load_blocks(name, shape, &bytes, &type))
+  if (packed_ && options_.weights == WeightFormat::kAsStored &&
+      source_.load_blocks(name, shape, &bytes, &type))
     out = Linear(type, std::move(bytes), shape[1], std::move(bias), options_.int8_activations);
   else
     out = convert(name, stored(name, shape), std::move(bias));
@@ -283,10 +309,14 @@ Linear WeightLoader::make(const std::string& name, const at::Tensor& w, at::Tens
 Linear WeightLoader::convert(const std::string& name, const at::Tensor& w, at::Tensor bias) const {
   if (!packed_) return Linear(w.to(options_.device, options_.dtype), std::move(bias));
   switch (options_.weights) {
-    case WeightFormat::kAsStored: return Linear(w, std::move(bias));
-    case WeightFormat::kFloat32: return Linear(w.to(at::kFloat), std::move(bias));
-    case WeightFormat::kBFloat16: return Linear(w.to(at::kBFloat16), std::move(bias));
-    case WeightFormat::kFloat16: return Linear(w.to(at::kHalf), std::move(bias));
+    case WeightFormat::kAsStored:
+      return Linear(w, std::move(bias));
+    case WeightFormat::kFloat32:
+      return Linear(w.to(at::kFloat), std::move(bias));
+    case WeightFormat::kBFloat16:
+      return Linear(w.to(at::kBFloat16), std::move(bias));
+    case WeightFormat::kFloat16:
+      return Linear(w.to(at::kHalf), std::move(bias));
     case WeightFormat::kQ8_0:
     case WeightFormat::kQ4_0:
     case WeightFormat::kQ4_1: {
@@ -295,7 +325,8 @@ Linear WeightLoader::convert(const std::string& name, const at::Tensor& w, at::T
                                                                       : GgmlType::kQ4_1;
       const int64_t n = w.size(0), k = w.size(1);
       SPECDEC_CHECK(k % 32 == 0, source_.dir(), ": cannot hold '", name, "' [", n, ", ", k, "] as ",
-                    weight_format_name(options_.weights), ": its ", k, " columns are not a whole number of blocks of 32");
+                    weight_format_name(options_.weights), ": its ", k,
+                    " columns are not a whole number of blocks of 32");
       const at::Tensor f = w.to(at::kFloat).contiguous();
       at::Tensor bytes = at::empty({n, k / 32 * ggml_block_bytes(type)}, at::kByte);
       ggml_quantize(type, f.data_ptr<float>(), bytes.data_ptr<uint8_t>(), n * k);

@@ -51,7 +51,8 @@ class Linear {
   // `int8_activations`, Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/Q5_K/Q6_K run the 8-bit-activation kernel
   // (kernels::LinearKernel), which reorders the rows (kernels::prepare_weights): in place when
   // `bytes` is the only reference to its storage (pass it with std::move), else in a copy.
-  Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {}, bool int8_activations = false);
+  Linear(GgmlType type, at::Tensor bytes, int64_t k, at::Tensor b = {},
+         bool int8_activations = false);
   // One layer whose output is the concatenation of the parts' outputs (fused q|k|v, gate|up): the
   // rows are concatenated into one matrix when the parts share a format (one pass over x), else
   // the parts run one after the other (GGUF files that mix formats, e.g. Q4_K_M). Parts in a
@@ -86,7 +87,7 @@ class Linear {
   GgmlType type_ = GgmlType::kF32;
   int64_t n_ = 0, k_ = 0, row_bytes_ = 0;
   kernels::LinearKernel kernel_;  // the packed CPU kernel, or none (dense at::linear only)
-  std::vector<Linear> parts_;               // set instead of w_ when fused parts differ in format
+  std::vector<Linear> parts_;     // set instead of w_ when fused parts differ in format
   std::shared_ptr<WeightArena::Chunk> chunk_;  // the arena chunk holding w_, or null
 };
 
@@ -101,7 +102,8 @@ class WeightLoader {
   at::Tensor tensor(const std::string& name, const std::vector<int64_t>& shape) const;
   // Matrix `name` [N, K] as a Linear in the weight format (block-quantized tensors stay as stored
   // under WeightFormat::kAsStored).
-  Linear linear(const std::string& name, const std::vector<int64_t>& shape, at::Tensor bias = {}) const;
+  Linear linear(const std::string& name, const std::vector<int64_t>& shape,
+                at::Tensor bias = {}) const;
   // Matrix `name` in its stored float dtype on the CPU (in the compute dtype on the device when
   // packed formats do not apply), for models that reorder or transpose it before make().
   at::Tensor stored(const std::string& name, const std::vector<int64_t>& shape) const;
@@ -109,7 +111,8 @@ class WeightLoader {
   Linear make(const std::string& name, const at::Tensor& w, at::Tensor bias = {}) const;
 
  private:
-  Linear convert(const std::string& name, const at::Tensor& w, at::Tensor bias) const;  // make() before move_to
+  Linear convert(const std::string& name, const at::Tensor& w,
+                 at::Tensor bias) const;  // make() before move_to
 
   const WeightSource& source_;
   LoadOptions options_;

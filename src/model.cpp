@@ -21,7 +21,8 @@ namespace specdec {
 
 KVCache Model::make_cache(int64_t max_length, int64_t batch, bool keep_hidden) const {
   const auto options = at::TensorOptions().dtype(dtype_).device(device_);
-  KVCache cache(config_.num_hidden_layers, batch, config_.num_key_value_heads, max_length, config_.head_dim, options);
+  KVCache cache(config_.num_hidden_layers, batch, config_.num_key_value_heads, max_length,
+                config_.head_dim, options);
   if (keep_hidden || config_.feature_size > 0) cache.keep_hidden(config_.hidden_size, options);
   return cache;
 }
@@ -46,7 +47,8 @@ void set_num_threads(int n) {
   at::set_num_threads(n);
   // OpenBLAS keeps its own pool (OPENBLAS_NUM_THREADS, else every core): found when loaded.
   using SetThreads = void (*)(int);
-  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(n);
+  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set(n);
 }
 
 c10::Device parse_device(const std::string& name) {
@@ -62,8 +64,8 @@ c10::Device parse_device(const std::string& name) {
     SPECDEC_CHECK(at::hasCUDA(), "device '", name,
                   "' requested but this libtorch build or machine has no CUDA");
     const auto count = static_cast<int64_t>(torch::cuda::device_count());
-    SPECDEC_CHECK(device.index() < count, "device '", name, "' requested but this machine has ", count,
-                  " CUDA device(s): use cuda:0 to cuda:", count - 1);
+    SPECDEC_CHECK(device.index() < count, "device '", name, "' requested but this machine has ",
+                  count, " CUDA device(s): use cuda:0 to cuda:", count - 1);
   }
   return device;
 }
@@ -81,13 +83,14 @@ at::Tensor padded_ids(const std::vector<std::vector<int64_t>>& rows, std::vector
   return ids;
 }
 
-int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const std::vector<int64_t>*>& seqs,
-                     int64_t chunk) {
+int64_t prefill_rows(const Model& model, KVCache& cache,
+                     const std::vector<const std::vector<int64_t>*>& seqs, int64_t chunk) {
   const auto b = static_cast<int64_t>(seqs.size());
   std::vector<int64_t> todo(b);  // tokens each row still has to prefill
   for (int64_t r = 0; r < b; ++r) {
     todo[r] = std::max<int64_t>(0, static_cast<int64_t>(seqs[r]->size()) - 1 - cache.length(r));
-    SPECDEC_CHECK(r == 0 || todo[r] <= todo[r - 1], "prefill_rows: rows must be sorted longest first");
+    SPECDEC_CHECK(r == 0 || todo[r] <= todo[r - 1],
+                  "prefill_rows: rows must be sorted longest first");
   }
   int64_t passes = 0;
   for (int64_t done = 0, step = 0; b > 0 && done < todo[0]; done += step, ++passes) {
@@ -138,14 +141,16 @@ std::shared_ptr<const Model> build(const ModelConfig& config, const WeightSource
 }
 
 std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& options) {
-  SPECDEC_CHECK(options.dtype == at::kFloat || options.dtype == at::kBFloat16 || options.dtype == at::kHalf,
-                "load_model: unsupported compute dtype ", c10::toString(options.dtype),
-                " (supported: float32, bfloat16, float16)");
+  SPECDEC_CHECK(
+      options.dtype == at::kFloat || options.dtype == at::kBFloat16 || options.dtype == at::kHalf,
+      "load_model: unsupported compute dtype ", c10::toString(options.dtype),
+      " (supported: float32, bfloat16, float16)");
   if (options.device.is_cuda())
     SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
   SPECDEC_CHECK(compat::kCpuHalfMatmul || !(options.device.is_cpu() && options.dtype == at::kHalf),
-                "load_model: float16 compute is not supported on the CPU by libtorch ", compat::kMajor, ".",
-                compat::kMinor, " (use float32 or bfloat16 there, or float16 on cuda)");
+                "load_model: float16 compute is not supported on the CPU by libtorch ",
+                compat::kMajor, ".", compat::kMinor,
+                " (use float32 or bfloat16 there, or float16 on cuda)");
   std::string gguf;
   if (gguf_checkpoint(path, &gguf)) {
     // The mapping lives only while loading: the model keeps its own converted copy.
@@ -160,7 +165,8 @@ std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& op
 }  // namespace
 
 std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options) {
-  return torch_errors_as_specdec(("load_model(" + path + ")").c_str(), [&] { return load(path, options); });
+  return torch_errors_as_specdec(("load_model(" + path + ")").c_str(),
+                                 [&] { return load(path, options); });
 }
 
 }  // namespace specdec

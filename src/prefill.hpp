@@ -23,8 +23,8 @@ constexpr int64_t kPrefillChunk = 256;
 // left (nothing is padded then). The sequences must be sorted by their uncached length, longest
 // first: each pass then runs on the rows [0, b') that still have tokens, so no row is padded by
 // more than chunk - 1 positions. Returns the number of passes.
-int64_t prefill_rows(const Model& model, KVCache& cache, const std::vector<const std::vector<int64_t>*>& seqs,
-                     int64_t chunk = 16);
+int64_t prefill_rows(const Model& model, KVCache& cache,
+                     const std::vector<const std::vector<int64_t>*>& seqs, int64_t chunk = 16);
 
 // Admits sequences into rows `slots` of a running batch's `cache` (decoder-only): all but the last
 // token of each *seqs[i] goes into a scratch cache of seqs.size() rows (prefill_rows, longest

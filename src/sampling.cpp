@@ -33,8 +33,9 @@ class RepetitionPenalty final : public LogitsProcessor {
     for (int64_t r = 0; r < rows; ++r) {
       if (r > 0) add(history[base + r - 1]);
       if (seen.empty()) continue;
-      const at::Tensor idx = detail::to_device(at::tensor(seen, at::kLong), scores.device());  // [S]
-      const at::Tensor v = out[r].index_select(0, idx);                                       // [S]
+      const at::Tensor idx =
+          detail::to_device(at::tensor(seen, at::kLong), scores.device());  // [S]
+      const at::Tensor v = out[r].index_select(0, idx);                     // [S]
       out[r].index_copy_(0, idx, at::where(v < 0, v * penalty_, v / penalty_));
     }
     return out;
@@ -169,8 +170,10 @@ std::unique_ptr<LogitsProcessor> make_min_p(double p) {
 
 LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c, int64_t prompt_length) {
   if (c.frequency_penalty != 0.0 || c.presence_penalty != 0.0)
-    processors_.push_back(make_occurrence_penalty(c.frequency_penalty, c.presence_penalty, prompt_length));
-  if (c.repetition_penalty != 1.0) processors_.push_back(make_repetition_penalty(c.repetition_penalty));
+    processors_.push_back(
+        make_occurrence_penalty(c.frequency_penalty, c.presence_penalty, prompt_length));
+  if (c.repetition_penalty != 1.0)
+    processors_.push_back(make_repetition_penalty(c.repetition_penalty));
   if (!c.sampling()) return;
   if (c.temperature != 1.0) processors_.push_back(make_temperature(c.temperature));
   if (c.top_k > 0) processors_.push_back(make_top_k(c.top_k));
@@ -179,7 +182,8 @@ LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c, int64_t pr
 }
 
 bool LogitsProcessorChain::reads_history() const {
-  return std::any_of(processors_.begin(), processors_.end(), [](const auto& p) { return p->reads_history(); });
+  return std::any_of(processors_.begin(), processors_.end(),
+                     [](const auto& p) { return p->reads_history(); });
 }
 
 at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,
@@ -195,13 +199,18 @@ template <class U>
 at::Tensor inverse_cdf(const at::Tensor& probs, const U& u) {
   const at::Tensor cdf = probs.to(at::kDouble).cumsum(0);  // [V]
   const at::Tensor target = cdf.narrow(0, cdf.size(0) - 1, 1) * u;
-  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(probs.size(0) - 1);  // [1]
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true)
+      .clamp_max(probs.size(0) - 1);  // [1]
 }
 }  // namespace
 
 at::Tensor sample_index_tensor(const at::Tensor& probs, double u) { return inverse_cdf(probs, u); }
-at::Tensor sample_index_tensor(const at::Tensor& probs, const at::Tensor& u) { return inverse_cdf(probs, u); }
+at::Tensor sample_index_tensor(const at::Tensor& probs, const at::Tensor& u) {
+  return inverse_cdf(probs, u);
+}
 
-int64_t sample_index(const at::Tensor& probs, double u) { return sample_index_tensor(probs, u).item<int64_t>(); }
+int64_t sample_index(const at::Tensor& probs, double u) {
+  return sample_index_tensor(probs, u).item<int64_t>();
+}
 
 }  // namespace specdec

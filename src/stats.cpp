@@ -45,9 +45,9 @@ std::string GenerationStats::to_json() const {
   j["trace"] = trace;
   j["accepted_at_position"] = accepted_at_position;
   j["drafted_at_position"] = drafted_at_position;
-  j["final_confidence_threshold"] =
-      std::isfinite(final_confidence_threshold) ? nlohmann::json(final_confidence_threshold)
-                                                : nlohmann::json("inf");
+  j["final_confidence_threshold"] = std::isfinite(final_confidence_threshold)
+                                        ? nlohmann::json(final_confidence_threshold)
+                                        : nlohmann::json("inf");
   j["stop_reason"] = stop_reason;
   j["prefill_seconds"] = prefill_seconds;
   j["drafting_seconds"] = drafting_seconds;

@@ -4,8 +4,9 @@
 
 #include <torch/version.h>
 
-// c10's synchronisation hook (torch.cuda.set_sync_debug_mode, reported through c10::WarningHandler):
-// a libtorch 2.x built with CUDA (the build defines SPECDEC_TORCH_CUDA when its c10_cuda is found).
+// c10's synchronisation hook (torch.cuda.set_sync_debug_mode, reported through
+// c10::WarningHandler): a libtorch 2.x built with CUDA (the build defines SPECDEC_TORCH_CUDA when
+// its c10_cuda is found).
 #if defined(SPECDEC_TORCH_CUDA) && TORCH_VERSION_MAJOR >= 2
 #define SPECDEC_CUDA_SYNC_HOOK 1
 #else

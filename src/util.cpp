@@ -48,18 +48,21 @@ bool path_exists(const std::string& path) {
 void remove_tree(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return;
-  const auto remove = [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); };
-  SPECDEC_CHECK(::nftw(path.c_str(), remove, 16, FTW_DEPTH | FTW_PHYS) == 0, path, ": cannot remove: ",
-                std::strerror(errno));
+  const auto remove = [](const char* p, const struct stat*, int, struct FTW*) {
+    return ::remove(p);
+  };
+  SPECDEC_CHECK(::nftw(path.c_str(), remove, 16, FTW_DEPTH | FTW_PHYS) == 0, path,
+                ": cannot remove: ", std::strerror(errno));
 }
 
 void rename_path(const std::string& from, const std::string& to) {
-  SPECDEC_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename ", from, " to ", to, ": ",
-                std::strerror(errno));
+  SPECDEC_CHECK(std::rename(from.c_str(), to.c_str()) == 0, "cannot rename ", from, " to ", to,
+                ": ", std::strerror(errno));
 }
 
 void hard_link(const std::string& from, const std::string& to) {
-  SPECDEC_CHECK(::link(from.c_str(), to.c_str()) == 0, "cannot link ", from, " to ", to, ": ", std::strerror(errno));
+  SPECDEC_CHECK(::link(from.c_str(), to.c_str()) == 0, "cannot link ", from, " to ", to, ": ",
+                std::strerror(errno));
 }
 
 void write_file_atomic(const std::string& path, const std::string& data) {
@@ -89,8 +92,8 @@ void write_file_atomic(const std::string& path, const std::function<void(std::os
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    throw Error(detail::concat(path, ": cannot rename temporary file into place: ",
-                               std::strerror(errno)));
+    throw Error(
+        detail::concat(path, ": cannot rename temporary file into place: ", std::strerror(errno)));
   }
 }
 

@@ -37,8 +37,8 @@ std::string read_text_file(const std::string& path);
 bool file_exists(const std::string& path);
 // Folders, through POSIX calls rather than std::filesystem: PyPI's libtorch 2.x exports its own
 // std::filesystem symbols, which then replace the C++ library's and crash (remove_all).
-bool path_exists(const std::string& path);    // a file or folder
-void remove_tree(const std::string& path);    // rm -rf; nothing when absent; throws specdec::Error
+bool path_exists(const std::string& path);  // a file or folder
+void remove_tree(const std::string& path);  // rm -rf; nothing when absent; throws specdec::Error
 void rename_path(const std::string& from, const std::string& to);  // throws specdec::Error
 void hard_link(const std::string& from, const std::string& to);    // throws specdec::Error
 // "a, b, c".

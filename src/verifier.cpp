@@ -32,8 +32,10 @@ at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c,
   const at::Tensor best = scores.argmax(-1);  // [K+1]
   at::Tensor accepted = at::zeros({1}, best.options());
   if (k > 0) {
-    const at::Tensor tokens = detail::to_device(at::tensor(c.tokens, at::kLong), best.device());  // [K]
-    accepted = best.narrow(0, 0, k).eq(tokens).to(at::kLong).cumprod(0).sum().view({1});  // matching prefix
+    const at::Tensor tokens =
+        detail::to_device(at::tensor(c.tokens, at::kLong), best.device());  // [K]
+    accepted = best.narrow(0, 0, k).eq(tokens).to(at::kLong).cumprod(0).sum().view(
+        {1});  // matching prefix
   }
   return at::cat({accepted, best.index_select(0, accepted)});
 }
@@ -61,10 +63,12 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
     const at::Tensor q_tok = q.defined() ? q.gather(1, idx).view({k}).to(at::kDouble)
                                          : at::ones({k}, p_tok.options());  // one-hot q
     // Accept with probability min(1, p/q). q == 0 cannot be drafted; treat it as a rejection.
-    const at::Tensor reject = (q_tok > 0).logical_not().logical_or(u.narrow(0, 0, k) * q_tok >= p_tok);
-    accepted = reject.logical_not().to(at::kLong).cumprod(0).sum().view({1});  // leading acceptances
-    const at::Tensor p_a = p.index_select(0, accepted).view({-1});          // [V]
-    const at::Tensor row = accepted.clamp_max(k - 1);                       // the rejected candidate
+    const at::Tensor reject =
+        (q_tok > 0).logical_not().logical_or(u.narrow(0, 0, k) * q_tok >= p_tok);
+    accepted =
+        reject.logical_not().to(at::kLong).cumprod(0).sum().view({1});  // leading acceptances
+    const at::Tensor p_a = p.index_select(0, accepted).view({-1});      // [V]
+    const at::Tensor row = accepted.clamp_max(k - 1);                   // the rejected candidate
     // max(0, p - q); with a one-hot q that is p without the candidate's own token.
     at::Tensor residual = q.defined() ? (p_a - q.index_select(0, row).view({-1})).clamp_min(0)
                                       : p_a.index_fill(0, idx.view({k}).index_select(0, row), 0.0);
@@ -72,7 +76,8 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
     residual = at::where(residual.sum() > 0, residual, p_a);
     dist = at::where(accepted == k, p_a, residual);
   }
-  const at::Tensor token = sample_index_tensor(dist, u.index_select(0, (accepted + 1).clamp_max(k)));
+  const at::Tensor token =
+      sample_index_tensor(dist, u.index_select(0, (accepted + 1).clamp_max(k)));
   return at::cat({accepted, token.view({1})});
 }
 

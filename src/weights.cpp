@@ -49,8 +49,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian
     const Limits lim = limits();
-    SPECDEC_CHECK(header_len <= static_cast<uint64_t>(lim.max_header_bytes), path, ": header length ", header_len,
-                  " exceeds the limit of ", lim.max_header_bytes, " bytes (Limits::max_header_bytes)");
+    SPECDEC_CHECK(header_len <= static_cast<uint64_t>(lim.max_header_bytes), path,
+                  ": header length ", header_len, " exceeds the limit of ", lim.max_header_bytes,
+                  " bytes (Limits::max_header_bytes)");
     SPECDEC_CHECK(header_len <= map_size_ - 8, path, ": header length ", header_len,
                   " runs past the end of the file (", map_size_, " bytes)");
     const uint64_t data_size = map_size_ - 8 - header_len;
@@ -62,8 +63,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw Error(detail::concat(path, ": invalid safetensors header JSON: ", e.what()));
     }
     SPECDEC_CHECK(header.is_object(), path, ": safetensors header must be a JSON object");
-    SPECDEC_CHECK(static_cast<int64_t>(header.size()) <= lim.max_tensors + 1, path, ": ", header.size(),
-                  " header entries exceed the limit of ", lim.max_tensors, " tensors (Limits::max_tensors)");
+    SPECDEC_CHECK(static_cast<int64_t>(header.size()) <= lim.max_tensors + 1, path, ": ",
+                  header.size(), " header entries exceed the limit of ", lim.max_tensors,
+                  " tensors (Limits::max_tensors)");
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     std::vector<std::string> range_names;
     for (auto it = header.begin(); it != header.end(); ++it) {
@@ -75,24 +77,26 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       }
       const std::string& name = it.key();
       const json& e = *it;
-      SPECDEC_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") &&
-                        e.contains("data_offsets"),
-                    path, ": tensor '", name, "' needs dtype, shape and data_offsets");
+      SPECDEC_CHECK(
+          e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"),
+          path, ": tensor '", name, "' needs dtype, shape and data_offsets");
       TensorInfo info;
       // Non-negative integers only: a number like 1e43 must not reach an integer conversion.
       const auto naturals = [&](const json& a, const char* field) {
         SPECDEC_CHECK(a.is_array(), path, ": tensor '", name, "': ", field, " must be an array");
         std::vector<uint64_t> v;
         for (const json& x : a) {
-          SPECDEC_CHECK(x.is_number_unsigned() && x.get<uint64_t>() <= uint64_t{1} << 62, path, ": tensor '", name,
-                        "': ", field, " must hold non-negative integers below 2^62, got ", x.dump());
+          SPECDEC_CHECK(x.is_number_unsigned() && x.get<uint64_t>() <= uint64_t{1} << 62, path,
+                        ": tensor '", name, "': ", field,
+                        " must hold non-negative integers below 2^62, got ", x.dump());
           v.push_back(x.get<uint64_t>());
         }
         return v;
       };
       try {
         info.dtype = e["dtype"].get<std::string>();
-        for (uint64_t d : naturals(e["shape"], "shape")) info.shape.push_back(static_cast<int64_t>(d));
+        for (uint64_t d : naturals(e["shape"], "shape"))
+          info.shape.push_back(static_cast<int64_t>(d));
         const auto off = naturals(e["data_offsets"], "data_offsets");
         SPECDEC_CHECK(off.size() == 2, path, ": tensor '", name, "': data_offsets needs 2 numbers");
         info.begin = off[0];
@@ -103,8 +107,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       const DtypeEntry* dt = find_dtype(info.dtype);
       SPECDEC_CHECK(dt != nullptr, path, ": tensor '", name, "' has unsupported dtype '",
                     info.dtype, "' (supported: F32, F16, BF16)");
-      SPECDEC_CHECK(static_cast<int64_t>(info.shape.size()) <= lim.max_rank, path, ": tensor '", name, "' has ",
-                    info.shape.size(), " dimensions, more than the limit of ", lim.max_rank, " (Limits::max_rank)");
+      SPECDEC_CHECK(static_cast<int64_t>(info.shape.size()) <= lim.max_rank, path, ": tensor '",
+                    name, "' has ", info.shape.size(), " dimensions, more than the limit of ",
+                    lim.max_rank, " (Limits::max_rank)");
       uint64_t numel = 1;
       for (int64_t d : info.shape) {
         const auto u = static_cast<uint64_t>(d);
@@ -112,9 +117,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                       "': the product of its dimensions overflows");
         numel *= u;
       }
-      SPECDEC_CHECK(numel <= static_cast<uint64_t>(lim.max_tensor_elements), path, ": tensor '", name, "' has ",
-                    numel, " elements, more than the limit of ", lim.max_tensor_elements,
-                    " (Limits::max_tensor_elements)");
+      SPECDEC_CHECK(numel <= static_cast<uint64_t>(lim.max_tensor_elements), path, ": tensor '",
+                    name, "' has ", numel, " elements, more than the limit of ",
+                    lim.max_tensor_elements, " (Limits::max_tensor_elements)");
       SPECDEC_CHECK(info.begin <= info.end && info.end <= data_size, path, ": tensor '", name,
                     "' data_offsets [", info.begin, ", ", info.end,
                     ") lie outside the data section (", data_size, " bytes)");
@@ -126,14 +131,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     }
     std::vector<size_t> order(ranges.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
     for (size_t i = 1; i < order.size(); ++i) {
       const auto& prev = ranges[order[i - 1]];
       const auto& cur = ranges[order[i]];
-      SPECDEC_CHECK(cur.first >= prev.second || cur.first == cur.second ||
-                        prev.first == prev.second,
-                    path, ": tensors overlap in the data section (bytes [", cur.first, ", ",
-                    prev.second, ") are claimed twice)");
+      SPECDEC_CHECK(
+          cur.first >= prev.second || cur.first == cur.second || prev.first == prev.second, path,
+          ": tensors overlap in the data section (bytes [", cur.first, ", ", prev.second,
+          ") are claimed twice)");
     }
   } catch (...) {
     unmap_file(file);
@@ -210,16 +216,17 @@ at::ScalarType WeightStore::stored_dtype(const std::string& name) const {
   return dt == "BF16" ? at::kBFloat16 : dt == "F16" ? at::kHalf : at::kFloat;
 }
 
-void check_shape(const std::string& source, const std::string& name, const std::vector<int64_t>& actual,
-                 const std::vector<int64_t>& expected, const std::string& implied_by) {
+void check_shape(const std::string& source, const std::string& name,
+                 const std::vector<int64_t>& actual, const std::vector<int64_t>& expected,
+                 const std::string& implied_by) {
   if (expected.empty() || actual == expected) return;
   auto fmt = [](const std::vector<int64_t>& s) {
     std::string r = "[";
     for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
     return r + "]";
   };
-  throw Error(detail::concat(source, ": tensor '", name, "' has shape ", fmt(actual), " but ", implied_by,
-                             " implies ", fmt(expected)));
+  throw Error(detail::concat(source, ": tensor '", name, "' has shape ", fmt(actual), " but ",
+                             implied_by, " implies ", fmt(expected)));
 }
 
 std::vector<std::string> WeightStore::names() const {
@@ -269,10 +276,14 @@ at::ScalarType parse_dtype(const std::string& name) {
 
 std::string dtype_name(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    default: return std::string(c10::toString(dtype));
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return std::string(c10::toString(dtype));
   }
 }
 

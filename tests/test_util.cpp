@@ -74,7 +74,9 @@ std::shared_ptr<const Model> cached_model_on(const std::string& dir, const LoadO
 }
 }  // namespace
 
-std::shared_ptr<const Model> cached_model(const std::string& dir) { return cached_model_on(dir, {}); }
+std::shared_ptr<const Model> cached_model(const std::string& dir) {
+  return cached_model_on(dir, {});
+}
 std::shared_ptr<const Model> test_model(const std::string& dir) {
   return cached_model_on(dir, test_load_options());
 }
@@ -108,11 +110,13 @@ std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t
   const bool enc_dec = model.config().is_encoder_decoder;
   // Encoder-decoder: the prompt is re-encoded every step too, and the decoder starts from its
   // start token.
-  std::vector<int64_t> seq = enc_dec ? std::vector<int64_t>{*model.config().decoder_start_token_id} : prompt;
+  std::vector<int64_t> seq =
+      enc_dec ? std::vector<int64_t>{*model.config().decoder_start_token_id} : prompt;
   std::vector<int64_t> out;
   for (int64_t i = 0; i < max_new_tokens; ++i) {
     KVCache cache = model.make_cache(static_cast<int64_t>(seq.size()));
-    if (enc_dec) model.attach_encoder(model.encode(at::tensor(prompt, at::kLong).view({1, -1})), cache);
+    if (enc_dec)
+      model.attach_encoder(model.encode(at::tensor(prompt, at::kLong).view({1, -1})), cache);
     const at::Tensor logits = model.forward(at::tensor(seq, at::kLong).view({1, -1}), cache, 1);
     const int64_t tok = logits[0][0].argmax().item<int64_t>();
     seq.push_back(tok);
@@ -123,7 +127,8 @@ std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t
 }
 
 std::string smollm2_path() {
-  const std::string path = std::string(SPECDEC_MODELS_DIR) + "/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path =
+      std::string(SPECDEC_MODELS_DIR) + "/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
   return file_exists(path) ? path : "";
 }
 

@@ -14,8 +14,8 @@
 
 namespace specdec::test {
 
-// libtorch's intra-op thread count: set for a scope (or only saved) and restored at its end, also when
-// an assertion leaves the test early.
+// libtorch's intra-op thread count: set for a scope (or only saved) and restored at its end, also
+// when an assertion leaves the test early.
 class ThreadsGuard {
  public:
   ThreadsGuard() = default;
@@ -48,7 +48,8 @@ FixtureOptions small_fixture(uint64_t seed, int64_t layers, const std::string& a
 std::string test_data(const std::string& rel);
 // ../shared/fixtures, or "" when absent.
 std::string fixtures_dir();
-// The real SmolLM2-135M-Instruct GGUF under models/smollm2 (scripts/get_models.sh), or "" when absent.
+// The real SmolLM2-135M-Instruct GGUF under models/smollm2 (scripts/get_models.sh), or "" when
+// absent.
 std::string smollm2_path();
 nlohmann::json read_json(const std::string& path);
 std::string read_file(const std::string& path);

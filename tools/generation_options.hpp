@@ -11,41 +11,53 @@ namespace specdec::cli {
 // Adds the flags that fill `gen`; `no_adaptive` receives --no-adaptive-threshold (apply it with
 // finish_generation_options once parsed).
 inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& no_adaptive) {
-  app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")->capture_default_str();
+  app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")
+      ->capture_default_str();
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
-                  "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 20 for dynamic, 12 for goodput)")
+                  "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 20 for "
+                  "dynamic, 12 for goodput)")
       ->capture_default_str();
   app->add_option("--schedule,--num-assistant-tokens-schedule", gen.num_assistant_tokens_schedule,
                   "Lookahead schedule (prompt lookup follows goodput and ignores the others)")
       ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}))
       ->capture_default_str();
-  app->add_option("--confidence-threshold,--assistant-confidence-threshold", gen.assistant_confidence_threshold,
+  app->add_option("--confidence-threshold,--assistant-confidence-threshold",
+                  gen.assistant_confidence_threshold,
                   "dynamic: stop drafting below this draft probability")
       ->capture_default_str();
-  app->add_flag("--no-adaptive-threshold", no_adaptive, "dynamic: keep the confidence threshold fixed");
+  app->add_flag("--no-adaptive-threshold", no_adaptive,
+                "dynamic: keep the confidence threshold fixed");
   app->add_option("--prompt-lookup,--prompt-lookup-num-tokens", gen.prompt_lookup_num_tokens,
-                  "Prompt lookup decoding with up to N tokens per iteration, as in Hugging Face (no draft model: not with --draft)")
+                  "Prompt lookup decoding with up to N tokens per iteration, as in Hugging Face "
+                  "(no draft model: not with --draft)")
       ->capture_default_str();
-  app->add_option("--max-matching-ngram,--max-matching-ngram-size", gen.max_matching_ngram_size, "Prompt lookup: longest n-gram to match")
+  app->add_option("--max-matching-ngram,--max-matching-ngram-size", gen.max_matching_ngram_size,
+                  "Prompt lookup: longest n-gram to match")
       ->capture_default_str();
-  app->add_option("--prompt-lookup-match", gen.prompt_lookup_match,
-                  "Prompt lookup: copy after the first (Hugging Face) or the last earlier occurrence")
+  app->add_option(
+         "--prompt-lookup-match", gen.prompt_lookup_match,
+         "Prompt lookup: copy after the first (Hugging Face) or the last earlier occurrence")
       ->check(CLI::IsMember({"first", "last"}))
       ->capture_default_str();
   app->add_flag("--do-sample", gen.do_sample, "Sample instead of greedy decoding");
-  app->add_option("--temperature", gen.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  app->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (0 = off)")->capture_default_str();
+  app->add_option("--temperature", gen.temperature, "Sampling temperature (0 = greedy)")
+      ->capture_default_str();
+  app->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (0 = off)")
+      ->capture_default_str();
   app->add_option("--top-p", gen.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
   app->add_option("--min-p", gen.min_p, "Drop tokens below min_p * max probability (0 = off)")
       ->capture_default_str();
   app->add_option("--repetition-penalty", gen.repetition_penalty, "1 = off")->capture_default_str();
-  app->add_option("--frequency-penalty", gen.frequency_penalty,
-                  "OpenAI's: lower a token's logit by this times its count in the answer so far, in [-2, 2]")
+  app->add_option(
+         "--frequency-penalty", gen.frequency_penalty,
+         "OpenAI's: lower a token's logit by this times its count in the answer so far, in [-2, 2]")
       ->capture_default_str();
-  app->add_option("--presence-penalty", gen.presence_penalty,
-                  "OpenAI's: lower the logit of a token the answer already holds by this, in [-2, 2]")
+  app->add_option(
+         "--presence-penalty", gen.presence_penalty,
+         "OpenAI's: lower the logit of a token the answer already holds by this, in [-2, 2]")
       ->capture_default_str();
-  app->add_option("--seed", gen.seed, "Seed of the request's random generator")->capture_default_str();
+  app->add_option("--seed", gen.seed, "Seed of the request's random generator")
+      ->capture_default_str();
 }
 
 // Applies --no-adaptive-threshold and validates (throws specdec::Error).

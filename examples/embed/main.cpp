@@ -19,14 +19,16 @@ int main(int argc, char** argv) {
     config.eos_token_ids = {-1};  // never stop early: always 8 tokens
     std::unique_ptr<specdec::Tokenizer> tok;
     if (specdec::has_tokenizer(argv[1])) tok = specdec::load_tokenizer(argv[1]);
-    const std::vector<int64_t> prompt = tok ? tok->encode("Hello", true) : std::vector<int64_t>{1, 2, 3};
+    const std::vector<int64_t> prompt =
+        tok ? tok->encode("Hello", true) : std::vector<int64_t>{1, 2, 3};
     std::cout << "prompt ids:";
     for (int64_t id : prompt) std::cout << ' ' << id;
     std::cout << "\n";
     std::unique_ptr<specdec::StreamDecoder> text;
     if (tok) text = std::make_unique<specdec::StreamDecoder>(*tok, true);
     const auto result = generator.generate(prompt, config, [&](const std::vector<int64_t>& t) {
-      if (text) std::cout << text->push(t);
+      if (text)
+        std::cout << text->push(t);
       else
         for (int64_t id : t) std::cout << id << ' ';
       std::cout << std::flush;

@@ -33,9 +33,11 @@ void ensure_pair(const std::string& dir) {
   std::cerr << "training a SentencePiece tokenizer in " << dir << "/tokenizer (once) ...\n";
   const std::string corpus = "/usr/share/common-licenses";
   std::string inputs;
-  for (const char* f : {"GPL-3", "GPL-2", "LGPL-3", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"})
+  for (const char* f :
+       {"GPL-3", "GPL-2", "LGPL-3", "Apache-2.0", "MPL-2.0", "GFDL-1.3", "Artistic"})
     if (exists(corpus + "/" + f)) inputs += (inputs.empty() ? "" : ",") + corpus + "/" + f;
-  if (inputs.empty()) throw specdec::Error(corpus + " is empty: no text to train the demo tokenizer on");
+  if (inputs.empty())
+    throw specdec::Error(corpus + " is empty: no text to train the demo tokenizer on");
   ::mkdir((dir + "/tokenizer").c_str(), 0755);
   specdec::train_sentencepiece("--input=" + inputs + " --model_prefix=" + dir +
                                "/tokenizer/tokenizer --vocab_size=4096 --model_type=bpe "
@@ -57,9 +59,12 @@ void ensure_pair(const std::string& dir) {
 
 // Streams the text of a generation to stdout as tokens are accepted.
 specdec::GenerationResult run(const specdec::Generator& g, const specdec::Tokenizer& tok,
-                              const std::vector<int64_t>& prompt, const specdec::GenerationConfig& cfg) {
+                              const std::vector<int64_t>& prompt,
+                              const specdec::GenerationConfig& cfg) {
   specdec::StreamDecoder stream(tok, /*skip_special_tokens=*/true);
-  auto r = g.generate(prompt, cfg, [&](const std::vector<int64_t>& t) { std::cout << stream.push(t) << std::flush; });
+  auto r = g.generate(prompt, cfg, [&](const std::vector<int64_t>& t) {
+    std::cout << stream.push(t) << std::flush;
+  });
   std::cout << stream.finish() << std::flush;
   return r;
 }
@@ -77,7 +82,8 @@ int main(int argc, char** argv) {
     const auto draft = specdec::load_model(dir + "/draft");
     const auto tok = specdec::load_tokenizer(dir + "/target");
     specdec::require_same_tokenizer(*tok, *specdec::load_tokenizer(dir + "/draft"));
-    const std::string text = argc > 3 ? argv[3] : "This License applies to any program or other work which";
+    const std::string text =
+        argc > 3 ? argv[3] : "This License applies to any program or other work which";
     const std::vector<int64_t> in_vocab = tok->encode(text, /*add_special_tokens=*/true);
     std::cout << "prompt (" << in_vocab.size() << " tokens): " << text << "\n";
 

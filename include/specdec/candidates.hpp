@@ -76,7 +76,8 @@ class DraftModelGenerator final {
   // batching; the next proposal, or prefill, fills it).
   void reset_row(int64_t slot, Row row);
   // Row `row` kept `accepted` of `proposed`; `tokens` is its verified sequence.
-  void on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted, const std::vector<int64_t>& tokens);
+  void on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted,
+                       const std::vector<int64_t>& tokens);
   // Moves row `from` (cache, state) into row `to`'s slot (compaction when a row finishes).
   void move_row(int64_t from, int64_t to);
   // Positions row `row` holds in the draft's cache (0: the draft has not seen its sequence yet).
@@ -107,7 +108,7 @@ class DraftModelGenerator final {
     Row row;
     std::shared_ptr<const LogitsProcessorChain> processors;
     bool out_of_vocab = false;  // the sequence holds an id the draft has no row for
-    bool unable = false;        // the last proposal had room to draft but could not (see on_verified_row)
+    bool unable = false;  // the last proposal had room to draft but could not (see on_verified_row)
     int64_t proposed_from = 0;  // the sequence's length at the last proposal
     int64_t passes = 0;
   };

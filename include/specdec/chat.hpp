@@ -8,7 +8,7 @@
 namespace specdec {
 
 struct ChatMessage {
-  std::string role;     // "system", "user" or "assistant"
+  std::string role;  // "system", "user" or "assistant"
   std::string content;
 };
 
@@ -50,8 +50,8 @@ class ChatTemplate {
 };
 
 // The chat template a model ships: `tokenizer.chat_template` of a GGUF file (the path, or a folder
-// holding one), else `chat_template` of tokenizer_config.json in the folder. nullopt when neither has
-// one.
+// holding one), else `chat_template` of tokenizer_config.json in the folder. nullopt when neither
+// has one.
 std::optional<std::string> read_chat_template(const std::string& path);
 
 }  // namespace specdec

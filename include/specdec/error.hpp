@@ -34,8 +34,9 @@ std::string concat(const Args&... args) {
 
 }  // namespace specdec
 
-// SPECDEC_CHECK(cond, "field x: expected ", a, ", got ", b) throws specdec::Error when cond is false.
-#define SPECDEC_CHECK(cond, ...)                                                  \
-  do {                                                                            \
+// SPECDEC_CHECK(cond, "field x: expected ", a, ", got ", b) throws specdec::Error when cond is
+// false.
+#define SPECDEC_CHECK(cond, ...)                                                         \
+  do {                                                                                   \
     if (!(cond)) ::specdec::detail::throw_error(::specdec::detail::concat(__VA_ARGS__)); \
   } while (0)

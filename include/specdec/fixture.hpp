@@ -11,8 +11,8 @@ struct FixtureOptions {
   int64_t layers = 2;          // t5: encoder layers and decoder layers each
   int64_t hidden = 64;
   int64_t heads = 4;
-  int64_t kv_heads = 0;        // 0 = heads
-  int64_t intermediate = 0;    // 0 = 4 * hidden
+  int64_t kv_heads = 0;      // 0 = heads
+  int64_t intermediate = 0;  // 0 = 4 * hidden
   int64_t vocab = 512;
   int64_t max_pos = 2048;
   uint64_t seed = 0;
@@ -22,16 +22,16 @@ struct FixtureOptions {
   // exit_scale, so the first exit_layers layers alone predict what the full model does.
   // exit_layers 0 with exit_scale 0 gives a bigram model at full cost: every layer runs, none
   // changes the residual stream, so the next token depends on the current one only.
-  int64_t exit_layers = -1;       // -1 = off
+  int64_t exit_layers = -1;  // -1 = off
   double exit_scale = 1.0;
   bool tie_word_embeddings = false;
   // Llama family: a feature-fed draft (ModelConfig::feature_size = hidden, "fc.weight" [hidden,
   // 2 * hidden]), to run beside a target of the same hidden size.
   bool feature_fed = false;
-  bool gated_act = false;         // t5: feed_forward_proj "gated-gelu" (t5-v1_1, flan-t5), else "relu"
+  bool gated_act = false;  // t5: feed_forward_proj "gated-gelu" (t5-v1_1, flan-t5), else "relu"
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
-  int64_t pad_token_id = 0;       // t5: also the decoder_start_token_id
+  int64_t pad_token_id = 0;  // t5: also the decoder_start_token_id
   // Copy the tokenizer files of this folder into the checkpoint (empty = none). The vocabulary
   // becomes the tokenizer's size and bos/eos its tokens, so generated ids always decode.
   std::string tokenizer_dir;

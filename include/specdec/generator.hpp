@@ -46,7 +46,9 @@ struct BatchStats {
   double total_seconds = 0;
   // Of total_seconds: the passes over prompts (the first iteration, and each admission's prefill).
   double prefill_seconds = 0;
-  double tokens_per_second() const { return total_seconds > 0 ? static_cast<double>(new_tokens) / total_seconds : 0.0; }
+  double tokens_per_second() const {
+    return total_seconds > 0 ? static_cast<double>(new_tokens) / total_seconds : 0.0;
+  }
 };
 struct BatchResult {
   std::vector<GenerationResult> results;
@@ -82,7 +84,8 @@ struct BatchOptions {
 class PromptCache {
  public:
   PromptCache() = default;
-  PromptCache(PromptCache&&) = default;  // movable, not copyable: a copy would share the caches' memory
+  PromptCache(PromptCache&&) =
+      default;  // movable, not copyable: a copy would share the caches' memory
   PromptCache& operator=(PromptCache&&) = default;
   PromptCache(const PromptCache&) = delete;
   PromptCache& operator=(const PromptCache&) = delete;
@@ -94,7 +97,8 @@ class PromptCache {
   friend class detail::Engine;
   std::shared_ptr<const Model> target_, draft_;  // the models the caches belong to
   std::vector<int64_t> tokens_;  // the last request's sequence: prompt and new tokens
-  KVCache target_cache_, draft_cache_;  // each holds a prefix of tokens_ (the draft's: empty if unused)
+  KVCache target_cache_,
+      draft_cache_;  // each holds a prefix of tokens_ (the draft's: empty if unused)
 };
 
 class Generator {
@@ -142,7 +146,9 @@ class Generator {
   // Replaces the verifier chosen from the request (greedy or rejection sampling). For research and
   // tests, e.g. a deliberately wrong verifier that a statistical test must catch. Not thread-safe
   // with concurrent generate() calls.
-  void set_verifier(std::shared_ptr<const Verifier> verifier) { custom_verifier_ = std::move(verifier); }
+  void set_verifier(std::shared_ptr<const Verifier> verifier) {
+    custom_verifier_ = std::move(verifier);
+  }
 
   // goodput at B = 1 re-times a draft whose measured cost keeps drafting off (src/goodput.hpp):
   // after kRetimeFirst iterations without drafting, then after twice as many, up to kRetimeLast.

@@ -18,8 +18,19 @@ namespace specdec {
 // vocabulary and its merges cost nothing to a reader that does not ask for them (the model loader).
 struct GgufValue {
   enum class Type : uint32_t {
-    kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
-    kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12
+    kUint8 = 0,
+    kInt8 = 1,
+    kUint16 = 2,
+    kInt16 = 3,
+    kUint32 = 4,
+    kInt32 = 5,
+    kFloat32 = 6,
+    kBool = 7,
+    kString = 8,
+    kArray = 9,
+    kUint64 = 10,
+    kInt64 = 11,
+    kFloat64 = 12
   };
   Type type = Type::kUint8;
   int64_t i = 0;
@@ -35,8 +46,17 @@ struct GgufValue {
 
 // ggml's tensor types that this reader dequantizes.
 enum class GgmlType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
-  kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30
 };
 // "F32", "Q4_1", ...; "type N" for an id this reader does not know.
 std::string ggml_type_name(uint32_t type);
@@ -56,19 +76,19 @@ struct GgufTensorInfo {
   std::string name;
   std::vector<int64_t> shape;  // PyTorch order (outermost first): GGUF's ne[] reversed
   GgmlType type = GgmlType::kF32;
-  uint64_t offset = 0;         // from the start of the data section
+  uint64_t offset = 0;  // from the start of the data section
   uint64_t bytes = 0;
   int64_t numel = 1;
 };
 
 // A memory-mapped GGUF file (versions 2 and 3, little-endian) with validated metadata and tensor
 // infos. Every count, length, dimension product and offset is checked against the file size with
-// overflow-safe arithmetic before it is used. Construction throws specdec::Error naming the file and
-// the field or tensor for: a missing, short or truncated file, wrong magic, an unsupported version,
-// absurd counts (limits that bound memory: 2^23 metadata keys and array values in all, 2^20
-// tensors), a string or array past the end, an unknown value or tensor type, a dimension product
-// that overflows, a shape that does not divide into blocks, a misaligned offset, tensor data past the
-// end, overlapping tensor data, duplicate keys or tensor names.
+// overflow-safe arithmetic before it is used. Construction throws specdec::Error naming the file
+// and the field or tensor for: a missing, short or truncated file, wrong magic, an unsupported
+// version, absurd counts (limits that bound memory: 2^23 metadata keys and array values in all,
+// 2^20 tensors), a string or array past the end, an unknown value or tensor type, a dimension
+// product that overflows, a shape that does not divide into blocks, a misaligned offset, tensor
+// data past the end, overlapping tensor data, duplicate keys or tensor names.
 class GgufFile {
  public:
   explicit GgufFile(const std::string& path);

@@ -76,8 +76,8 @@ class KVCache {
   const KVCache* feature_source() const { return feature_source_; }
 
  private:
-  std::vector<at::Tensor> keys_;    // per layer [B, H_kv, capacity, D]
-  std::vector<at::Tensor> values_;  // per layer [B, H_kv, capacity, D]
+  std::vector<at::Tensor> keys_;                          // per layer [B, H_kv, capacity, D]
+  std::vector<at::Tensor> values_;                        // per layer [B, H_kv, capacity, D]
   std::vector<std::pair<at::Tensor, at::Tensor>> cross_;  // per layer, empty for decoder-only
   at::Tensor cross_mask_;
   at::Tensor hidden_;  // [B, capacity, size] or undefined

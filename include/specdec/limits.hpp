@@ -1,7 +1,7 @@
 // Upper bounds on what a file or a request may ask for. Every parser checks them before it
 // allocates, so a corrupt or hostile file (or request) costs at most these amounts and gets a
-// specdec::Error naming the file and the limit. The defaults admit every real checkpoint we know of;
-// raise them with set_limits() before loading when yours needs more.
+// specdec::Error naming the file and the limit. The defaults admit every real checkpoint we know
+// of; raise them with set_limits() before loading when yours needs more.
 #pragma once
 
 #include <cstdint>

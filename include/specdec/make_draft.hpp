@@ -1,5 +1,5 @@
-// make-draft: a small draft distilled from the target itself (first layers, reduced-vocabulary head,
-// KL distillation with libtorch autograd).
+// make-draft: a small draft distilled from the target itself (first layers, reduced-vocabulary
+// head, KL distillation with libtorch autograd).
 #pragma once
 
 #include <atomic>
@@ -22,12 +22,12 @@ struct MakeDraftOptions {
   // Head restricted to the `vocab_subset` most frequent tokens of the training data (plus the EOS
   // ids); 0 = the whole vocabulary.
   int64_t vocab_subset = 0;
-  // A feature-fed (EAGLE-style) draft: its input is fc([embed(x_p); n(h_{p-1})]) with h the target's
-  // last-layer hidden states (ModelConfig::feature_size), n an RMS norm whose weight (fc_norm)
-  // starts as the target's final norm, fc starting as [I, 0]; it learns the
-  // target's next-token distribution and, so that it can draft on from its own output, the target's
-  // hidden state at p (smooth-L1 term). The labelling pass keeps the target's hidden states
-  // (float16, hidden_size x 2 bytes per token).
+  // A feature-fed (EAGLE-style) draft: its input is fc([embed(x_p); n(h_{p-1})]) with h the
+  // target's last-layer hidden states (ModelConfig::feature_size), n an RMS norm whose weight
+  // (fc_norm) starts as the target's final norm, fc starting as [I, 0]; it learns the target's
+  // next-token distribution and, so that it can draft on from its own output, the target's hidden
+  // state at p (smooth-L1 term). The labelling pass keeps the target's hidden states (float16,
+  // hidden_size x 2 bytes per token).
   bool features = false;
   // The target computes with 8-bit activations (LoadOptions::int8_activations) wherever make-draft
   // runs it: writing, answering, labelling, eval_prompts. The draft then learns the target as it
@@ -48,15 +48,15 @@ struct MakeDraftOptions {
   // after training; the draft is then measured on the answers' positions (MakeDraftResult::eval):
   // how often it agrees there is what generation on such prompts accepts of its first proposal.
   std::string eval_prompts;
-  int64_t gen_tokens = 128;      // new tokens per prompt (training and eval_prompts answers)
+  int64_t gen_tokens = 128;  // new tokens per prompt (training and eval_prompts answers)
   // Each prompt is answered once per temperature listed (0 = the greedy answer).
   std::vector<double> gen_temperatures = {0.7};
-  int64_t steps = 200;           // optimizer steps in all (a resumed run goes on to this count);
-                                 // 0 writes the untrained draft
-  int64_t seq_len = 128;         // tokens per training sequence
-  int64_t batch = 8;             // sequences per step
-  double lr = 3e-4;              // AdamW peak learning rate (linear warm-up, cosine decay to 10%)
-  int threads = 0;               // 0 = leave the thread count as it is
+  int64_t steps = 200;    // optimizer steps in all (a resumed run goes on to this count);
+                          // 0 writes the untrained draft
+  int64_t seq_len = 128;  // tokens per training sequence
+  int64_t batch = 8;      // sequences per step
+  double lr = 3e-4;       // AdamW peak learning rate (linear warm-up, cosine decay to 10%)
+  int threads = 0;        // 0 = leave the thread count as it is
   uint64_t seed = 0;
   int64_t checkpoint_every = 50;  // steps between checkpoints (and one at the end)
   bool resume = false;            // continue the run saved in `out`
@@ -69,8 +69,8 @@ struct MakeDraftOptions {
 struct MakeDraftProgress {
   std::string phase;
   int64_t done = 0, total = 0;
-  double loss = 0;           // train: the last step's distillation loss (cross-entropy to the target)
-  double tokens_per_s = 0;   // tokens through the draft (train) or the target (data) per second
+  double loss = 0;  // train: the last step's distillation loss (cross-entropy to the target)
+  double tokens_per_s = 0;  // tokens through the draft (train) or the target (data) per second
   double eta_s = 0;
 };
 
@@ -85,7 +85,7 @@ struct DraftQuality {
 
 struct MakeDraftResult {
   int64_t steps_done = 0;
-  bool interrupted = false;  // stopped by `stop`; `out` holds the last checkpoint
+  bool interrupted = false;    // stopped by `stop`; `out` holds the last checkpoint
   DraftQuality before, after;  // on the held-out 5% of the training chunks (prompts included)
   DraftQuality eval;           // on the answers to options.eval_prompts (positions 0 when none)
 };
@@ -102,9 +102,9 @@ MakeDraftResult make_draft(const MakeDraftOptions& options,
                            const std::function<void(const MakeDraftProgress&)>& on_progress = {},
                            const std::atomic<bool>* stop = nullptr);
 
-// Measures `draft` against `target` on `sequences` (token-id lists), through the models' own forward
-// passes: the predictions of tokens first[i].. of sequence i (default: of every token but the
-// first), e.g. first[i] = the prompt's length to score an answer only.
+// Measures `draft` against `target` on `sequences` (token-id lists), through the models' own
+// forward passes: the predictions of tokens first[i].. of sequence i (default: of every token but
+// the first), e.g. first[i] = the prompt's length to score an answer only.
 DraftQuality evaluate_draft(const Model& target, const Model& draft,
                             const std::vector<std::vector<int64_t>>& sequences,
                             const std::vector<int64_t>& first = {});

@@ -46,8 +46,8 @@ class Model {
   // --- encoder-decoder models (config().is_encoder_decoder); the others throw specdec::Error ---
   // Runs the encoder over `input_ids` ([B, S], int64): hidden states [B, S, H].
   virtual at::Tensor encode(const at::Tensor& input_ids) const;
-  // Computes every decoder layer's cross-attention keys/values over `encoder_states` ([B, S, H] with
-  // B = cache.batch(), from encode() of this model or of one with the same_encoder()) once and
+  // Computes every decoder layer's cross-attention keys/values over `encoder_states` ([B, S, H]
+  // with B = cache.batch(), from encode() of this model or of one with the same_encoder()) once and
   // stores them in `cache`. `lengths` (optional, one per row): row b's encoder output is its first
   // lengths[b] positions, the rest padding that its decoder never attends to.
   virtual void attach_encoder(const at::Tensor& encoder_states, KVCache& cache,
@@ -67,12 +67,13 @@ class Model {
 
 // How the weight matrices of the linear layers (and the token embeddings) are held in memory.
 // kAsStored keeps the checkpoint's format: a Q4_1 GGUF stays Q4_1, a bf16 safetensors stays bf16.
-// The others convert at load: to a float format, or quantized to Q8_0 / Q4_0 / Q4_1 with ggml's reference
-// quantizers (safetensors checkpoints too). Packed formats need float32 compute on the CPU; with
-// another device or compute dtype, only kAsStored (dequantized into the compute dtype, as before)
-// and the compute dtype's own format are accepted.
+// The others convert at load: to a float format, or quantized to Q8_0 / Q4_0 / Q4_1 with ggml's
+// reference quantizers (safetensors checkpoints too). Packed formats need float32 compute on the
+// CPU; with another device or compute dtype, only kAsStored (dequantized into the compute dtype, as
+// before) and the compute dtype's own format are accepted.
 enum class WeightFormat { kAsStored, kFloat32, kBFloat16, kFloat16, kQ8_0, kQ4_0, kQ4_1 };
-// "as-stored", "float32", "bfloat16", "float16", "q8_0", "q4_0", "q4_1"; throws specdec::Error otherwise.
+// "as-stored", "float32", "bfloat16", "float16", "q8_0", "q4_0", "q4_1"; throws specdec::Error
+// otherwise.
 WeightFormat parse_weight_format(const std::string& name);
 std::string weight_format_name(WeightFormat format);
 // Every format's name, in enum order.

@@ -48,14 +48,16 @@ class Tokenizer {
 // Picks the kind from the files in `dir`: tokenizer.model or spiece.model (SentencePiece), else
 // tokenizer.json, else vocab.json + merges.txt, else a GGUF file's metadata (`dir` may also be the
 // `.gguf` file itself; tokenizer.ggml.model "gpt2" or "llama"). Reads tokenizer_config.json (and
-// special_tokens_map.json, added_tokens.json) when present. Throws specdec::Error naming the file on
-// anything missing, malformed or unsupported.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const TokenizerOptions& options = {});
+// special_tokens_map.json, added_tokens.json) when present. Throws specdec::Error naming the file
+// on anything missing, malformed or unsupported.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir,
+                                          const TokenizerOptions& options = {});
 // One specific file: *.model (SentencePiece) or *.json (tokenizer.json layout); settings still come
 // from tokenizer_config.json beside it.
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path,
                                                const TokenizerOptions& options = {});
-// True when `dir` holds tokenizer files load_tokenizer can pick from (or is, or holds, a GGUF file).
+// True when `dir` holds tokenizer files load_tokenizer can pick from (or is, or holds, a GGUF
+// file).
 bool has_tokenizer(const std::string& dir);
 
 // Throws specdec::Error unless draft and target tokenize identically (same fingerprint); the
@@ -76,7 +78,7 @@ class StreamDecoder {
   std::string finish();
 
  private:
-  std::string window_text() const;           // the text of ids_[settled_:]
+  std::string window_text() const;             // the text of ids_[settled_:]
   std::string emit(const std::string& ready);  // the part of `ready` not shown yet
 
   const Tokenizer& tok_;

@@ -38,7 +38,8 @@ class Verifier {
 // Keeps the longest prefix equal to the target's argmax, then the target's argmax after it.
 class GreedyVerifier final : public Verifier {
  public:
-  at::Tensor decide(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const override;
+  at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,
+                    Rng& rng) const override;
 };
 
 // Leviathan et al. (2211.17192) / Chen et al. (2302.01318): accept candidate i with probability
@@ -47,7 +48,8 @@ class GreedyVerifier final : public Verifier {
 // deterministic proposal (undefined q) is treated as one-hot q.
 class RejectionSamplingVerifier final : public Verifier {
  public:
-  at::Tensor decide(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const override;
+  at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,
+                    Rng& rng) const override;
   void settle(const Verdict& verdict, const Candidates& candidates, Rng& rng) const override;
 };
 

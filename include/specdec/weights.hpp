@@ -15,7 +15,7 @@ namespace specdec {
 
 // One tensor's entry in a safetensors header.
 struct TensorInfo {
-  std::string dtype;           // "F32", "F16", "BF16" (others are rejected when read)
+  std::string dtype;  // "F32", "F16", "BF16" (others are rejected when read)
   std::vector<int64_t> shape;
   uint64_t begin = 0, end = 0;  // byte offsets into the data section
 };
@@ -102,8 +102,9 @@ void save_safetensors(const std::string& path, const std::map<std::string, at::T
 
 // Throws specdec::Error naming the tensor and `source` when `actual` differs from a non-empty
 // `expected` shape (`implied_by` names where the expectation comes from).
-void check_shape(const std::string& source, const std::string& name, const std::vector<int64_t>& actual,
-                 const std::vector<int64_t>& expected, const std::string& implied_by);
+void check_shape(const std::string& source, const std::string& name,
+                 const std::vector<int64_t>& actual, const std::vector<int64_t>& expected,
+                 const std::string& implied_by);
 
 // "float32" | "bfloat16" | "float16" -> ScalarType; throws specdec::Error for anything else.
 at::ScalarType parse_dtype(const std::string& name);

@@ -16,14 +16,14 @@ namespace {
 // does what the scalar code does (a multiply, then an add, in the same order), so all give the
 // same bits (LayerKernels.AttentionIsTheSameOnEveryIsa).
 struct AttentionRow {
-  const float* q;           // [D]
-  const float* k;           // key j at k + j * k_stride, [D]
-  const float* v;           // value j at v + j * v_stride, [D]
-  const float* mask;        // additive, entry j at mask + j * mask_stride; null: none
+  const float* q;     // [D]
+  const float* k;     // key j at k + j * k_stride, [D]
+  const float* v;     // value j at v + j * v_stride, [D]
+  const float* mask;  // additive, entry j at mask + j * mask_stride; null: none
   int64_t k_stride, v_stride, mask_stride, len, d;
   float scale;
-  float* p;                 // [len] scratch
-  float* out;               // [D]
+  float* p;    // [len] scratch
+  float* out;  // [D]
 };
 
 // Key j's score: q . k_j * scale, plus the mask (-inf stays -inf).
@@ -73,8 +73,8 @@ inline void weigh_plain(const AttentionRow& a, int64_t from = 0) {
   }
 }
 
-// The sum of the exponentials: key j's into partial sum j mod 8 (the last len mod 8 keys too), the 8
-// combined in a fixed tree. A masked key's 0 changes no partial sum, so a query row gets the same
+// The sum of the exponentials: key j's into partial sum j mod 8 (the last len mod 8 keys too), the
+// 8 combined in a fixed tree. A masked key's 0 changes no partial sum, so a query row gets the same
 // total whether the keys after its own (a later query's in a pass of several, or the padding of a
 // shorter row in a batch) are in the pass or not; any vector width gives the same bits.
 inline float exps_total(const float* p, int64_t len) {
@@ -89,7 +89,8 @@ inline float exps_total(const float* p, int64_t len) {
 // Scores, their exponentials, the weights e_j / exps_total (each division rounds once, so any
 // vector width gives the same bits), the weighted sum of the values.
 template <class Scores, class Exps, class Weigh>
-__attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores, Exps exps, Weigh weigh) {
+__attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores scores, Exps exps,
+                                                  Weigh weigh) {
   const float mx = scores(a);
   exps(a, mx);
   const float total = exps_total(a.p, a.len);
@@ -98,9 +99,10 @@ __attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores 
 }
 
 void attend_default(const AttentionRow& a) {
-  attend(a, [](const AttentionRow& r) { return scores_plain(r); },
-         [](const AttentionRow& r, float mx) { exps_plain(r, mx); },
-         [](const AttentionRow& r) { weigh_plain(r); });
+  attend(
+      a, [](const AttentionRow& r) { return scores_plain(r); },
+      [](const AttentionRow& r, float mx) { exps_plain(r, mx); },
+      [](const AttentionRow& r) { weigh_plain(r); });
 }
 
 #ifdef SPECDEC_X86
@@ -123,21 +125,29 @@ __attribute__((target("avx2"))) inline float scores_avx2(const AttentionRow& a) 
     for (int i = 0; i < 8; ++i) kr[i] = a.k + (j + i) * a.k_stride, r[i] = _mm256_setzero_ps();
     for (int64_t c = 0; c < d8; c += 8) {
       const __m256 qv = _mm256_loadu_ps(a.q + c);
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_add_ps(r[i], _mm256_mul_ps(qv, _mm256_loadu_ps(kr[i] + c)));
+      for (int i = 0; i < 8; ++i)
+        r[i] = _mm256_add_ps(r[i], _mm256_mul_ps(qv, _mm256_loadu_ps(kr[i] + c)));
     }
-    // Transpose: lane l of every key into one vector, then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)).
+    // Transpose: lane l of every key into one vector, then ((l0 + l1) + (l2 + l3)) + ((l4 + l5) +
+    // (l6 + l7)).
     const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
     const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
     const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
     const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);  // lanes 0|4, 1|5
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);  // lanes 2|6, 3|7
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44),
+                 u1 = _mm256_shuffle_ps(t0, t2, 0xEE);  // lanes 0|4, 1|5
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44),
+                 u3 = _mm256_shuffle_ps(t1, t3, 0xEE);  // lanes 2|6, 3|7
     const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
     const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    const __m256 l0 = _mm256_permute2f128_ps(u0, u4, 0x20), l4 = _mm256_permute2f128_ps(u0, u4, 0x31);
-    const __m256 l1 = _mm256_permute2f128_ps(u1, u5, 0x20), l5 = _mm256_permute2f128_ps(u1, u5, 0x31);
-    const __m256 l2 = _mm256_permute2f128_ps(u2, u6, 0x20), l6 = _mm256_permute2f128_ps(u2, u6, 0x31);
-    const __m256 l3 = _mm256_permute2f128_ps(u3, u7, 0x20), l7 = _mm256_permute2f128_ps(u3, u7, 0x31);
+    const __m256 l0 = _mm256_permute2f128_ps(u0, u4, 0x20),
+                 l4 = _mm256_permute2f128_ps(u0, u4, 0x31);
+    const __m256 l1 = _mm256_permute2f128_ps(u1, u5, 0x20),
+                 l5 = _mm256_permute2f128_ps(u1, u5, 0x31);
+    const __m256 l2 = _mm256_permute2f128_ps(u2, u6, 0x20),
+                 l6 = _mm256_permute2f128_ps(u2, u6, 0x31);
+    const __m256 l3 = _mm256_permute2f128_ps(u3, u7, 0x20),
+                 l7 = _mm256_permute2f128_ps(u3, u7, 0x31);
     const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)),
                                      _mm256_add_ps(_mm256_add_ps(l4, l5), _mm256_add_ps(l6, l7)));
     float sv[8];
@@ -154,12 +164,14 @@ __attribute__((target("avx2"))) inline float scores_avx2(const AttentionRow& a) 
 
 // exps_plain() 8 keys at a time (exp8), then the last len mod 8.
 __attribute__((target("avx2"))) inline void exps_avx2(const AttentionRow& a, float mx) {
-  const __m256 m = _mm256_set1_ps(mx), masked = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  const __m256 m = _mm256_set1_ps(mx),
+               masked = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   int64_t j = 0;
   for (; j + 8 <= a.len; j += 8) {
     const __m256 s = _mm256_loadu_ps(a.p + j);
     const __m256 off = _mm256_cmp_ps(s, masked, _CMP_EQ_OQ);  // the masked keys' lanes
-    if (_mm256_movemask_ps(off) == 0xFF) {  // all 8 masked (a prefill's later keys): no exponentials
+    if (_mm256_movemask_ps(off) ==
+        0xFF) {  // all 8 masked (a prefill's later keys): no exponentials
       _mm256_storeu_ps(a.p + j, _mm256_setzero_ps());
       continue;
     }
@@ -178,7 +190,8 @@ __attribute__((target("avx2"))) inline void weigh_lanes(const AttentionRow& a, i
     if (a.p[j] == 0.0f) continue;
     const __m256 w = _mm256_set1_ps(a.p[j]);
     const float* v = a.v + j * a.v_stride + c0;
-    for (int i = 0; i < NV; ++i) acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, _mm256_loadu_ps(v + 8 * i)));
+    for (int i = 0; i < NV; ++i)
+      acc[i] = _mm256_add_ps(acc[i], _mm256_mul_ps(w, _mm256_loadu_ps(v + 8 * i)));
   }
   for (int i = 0; i < NV; ++i) _mm256_storeu_ps(a.out + c0 + 8 * i, acc[i]);
 }
@@ -204,7 +217,8 @@ SPECDEC_AVX512 inline void weigh_lanes16(const AttentionRow& a, int64_t c0) {
     if (a.p[j] == 0.0f) continue;
     const __m512 w = _mm512_set1_ps(a.p[j]);
     const float* v = a.v + j * a.v_stride + c0;
-    for (int i = 0; i < NV; ++i) acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(w, _mm512_loadu_ps(v + 16 * i)));
+    for (int i = 0; i < NV; ++i)
+      acc[i] = _mm512_add_ps(acc[i], _mm512_mul_ps(w, _mm512_loadu_ps(v + 16 * i)));
   }
   for (int i = 0; i < NV; ++i) _mm512_storeu_ps(a.out + c0 + 16 * i, acc[i]);
 }
@@ -242,8 +256,10 @@ struct AttentionPass {
 void attend_rows(const AttentionPass& a, Isa isa) {
   void (*row_fn)(const AttentionRow&) = attend_default;
 #ifdef SPECDEC_X86
-  if (isa == Isa::kAvx512 || isa == Isa::kAmx) row_fn = attend_avx512;
-  else if (isa != Isa::kPortable) row_fn = attend_avx2;
+  if (isa == Isa::kAvx512 || isa == Isa::kAmx)
+    row_fn = attend_avx512;
+  else if (isa != Isa::kPortable)
+    row_fn = attend_avx2;
 #else
   (void)isa;
 #endif
@@ -256,7 +272,8 @@ void attend_rows(const AttentionPass& a, Isa isa) {
       row.q = a.q + r * a.d;
       row.k = a.k + bi * a.k_b + kh * a.k_h;
       row.v = a.v + bi * a.v_b + kh * a.v_h;
-      row.mask = a.mask ? a.mask + bi * a.m_b + kh * a.m_h + (h % groups) * a.m_g + ti * a.m_t : nullptr;
+      row.mask =
+          a.mask ? a.mask + bi * a.m_b + kh * a.m_h + (h % groups) * a.m_g + ti * a.m_t : nullptr;
       row.k_stride = a.k_j, row.v_stride = a.v_j, row.mask_stride = a.m_j;
       row.len = a.len, row.d = a.d, row.scale = a.scale;
       row.p = p.data();
@@ -275,45 +292,65 @@ at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::
     return {};
   const int64_t b = q.size(0), hq = q.size(1), t = q.size(2), d = q.size(3);
   const int64_t hkv = keys.size(1), len = keys.size(2), groups = hq / hkv;
-  const at::Tensor qc = q.contiguous();                                       // [B, Hq, T, D]
-  at::Tensor out = at::empty({b, t, hq * d}, q.options());                    // [B, T, Hq * D]
-  AttentionPass a{qc.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(), out.data_ptr<float>(),
-                  b, hq, hkv, t, d, len, static_cast<float>(scale),
-                  keys.stride(0), keys.stride(1), keys.stride(2), values.stride(0), values.stride(1), values.stride(2)};
+  const at::Tensor qc = q.contiguous();                     // [B, Hq, T, D]
+  at::Tensor out = at::empty({b, t, hq * d}, q.options());  // [B, T, Hq * D]
+  AttentionPass a{qc.data_ptr<float>(),
+                  keys.data_ptr<float>(),
+                  values.data_ptr<float>(),
+                  out.data_ptr<float>(),
+                  b,
+                  hq,
+                  hkv,
+                  t,
+                  d,
+                  len,
+                  static_cast<float>(scale),
+                  keys.stride(0),
+                  keys.stride(1),
+                  keys.stride(2),
+                  values.stride(0),
+                  values.stride(1),
+                  values.stride(2)};
   if (mask.defined()) {
-    const at::Tensor m = mask.expand({b, hkv, groups, t, len});               // [B, Hkv, g, T, L] view
+    const at::Tensor m = mask.expand({b, hkv, groups, t, len});  // [B, Hkv, g, T, L] view
     a.mask = m.data_ptr<float>();
-    a.m_b = m.stride(0), a.m_h = m.stride(1), a.m_g = m.stride(2), a.m_t = m.stride(3), a.m_j = m.stride(4);
+    a.m_b = m.stride(0), a.m_h = m.stride(1), a.m_g = m.stride(2), a.m_t = m.stride(3),
+    a.m_j = m.stride(4);
   }
   attend_rows(a, isa);
   return out;
 }
 
 at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, int64_t d,
-                                const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
-                                const at::Tensor& values, const std::vector<int64_t>& past, const at::Tensor& mask,
+                                const at::Tensor& cos, const at::Tensor& sin,
+                                const at::Tensor& keys, const at::Tensor& values,
+                                const std::vector<int64_t>& past, const at::Tensor& mask,
                                 double scale, Isa isa) {
-  if (!cpu_f32(qkv) || !cpu_f32(keys) || !cpu_f32(values) || qkv.dim() != 3 || !qkv.is_contiguous() ||
-      qkv.size(2) != (hq + 2 * hkv) * d || !keys.is_contiguous() || !values.is_contiguous() ||
-      keys.dim() != 4 || keys.sizes() != values.sizes() || keys.size(0) < qkv.size(0) || keys.size(1) != hkv ||
-      keys.size(3) != d || hq % hkv != 0 || past.empty() || static_cast<int64_t>(past.size()) != qkv.size(0))
+  if (!cpu_f32(qkv) || !cpu_f32(keys) || !cpu_f32(values) || qkv.dim() != 3 ||
+      !qkv.is_contiguous() || qkv.size(2) != (hq + 2 * hkv) * d || !keys.is_contiguous() ||
+      !values.is_contiguous() || keys.dim() != 4 || keys.sizes() != values.sizes() ||
+      keys.size(0) < qkv.size(0) || keys.size(1) != hkv || keys.size(3) != d || hq % hkv != 0 ||
+      past.empty() || static_cast<int64_t>(past.size()) != qkv.size(0))
     return {};
   const int64_t b = qkv.size(0), t = qkv.size(1), cap = keys.size(2);
   const int64_t longest = *std::max_element(past.begin(), past.end());
   if (*std::min_element(past.begin(), past.end()) < 0 || longest >= cap) return {};
   // The keys attended over: as KVCache::append's views, up to the longest row's end.
   const int64_t len = std::min(cap, longest + t);
-  const auto shaped = [](const at::Tensor& m, std::initializer_list<int64_t> one, std::initializer_list<int64_t> per_row) {
-    return cpu_f32(m) && m.is_contiguous() && (m.sizes() == at::IntArrayRef(one) || m.sizes() == at::IntArrayRef(per_row));
+  const auto shaped = [](const at::Tensor& m, std::initializer_list<int64_t> one,
+                         std::initializer_list<int64_t> per_row) {
+    return cpu_f32(m) && m.is_contiguous() &&
+           (m.sizes() == at::IntArrayRef(one) || m.sizes() == at::IntArrayRef(per_row));
   };
   if (mask.defined() && !shaped(mask, {t, len}, {b, 1, 1, t, len})) return {};
   const bool rotary = cos.defined();
   const int64_t rot = rotary ? cos.size(-1) : 0;
-  if (rotary && (rot > d || !shaped(cos, {t, rot}, {b, 1, t, rot}) || !sin.defined() || sin.sizes() != cos.sizes() ||
-                 !shaped(sin, {t, rot}, {b, 1, t, rot})))
+  if (rotary && (rot > d || !shaped(cos, {t, rot}, {b, 1, t, rot}) || !sin.defined() ||
+                 sin.sizes() != cos.sizes() || !shaped(sin, {t, rot}, {b, 1, t, rot})))
     return {};
   const int64_t width = (hq + 2 * hkv) * d, heads = hq + 2 * hkv;
-  const int64_t table_row = rotary && cos.dim() == 4 ? t : 0;  // batch row b's tables start b * t rows on
+  const int64_t table_row =
+      rotary && cos.dim() == 4 ? t : 0;  // batch row b's tables start b * t rows on
   at::Tensor q = at::empty({b, hq, t, d}, qkv.options());  // rotated queries
   at::Tensor out = at::empty({b, t, hq * d}, qkv.options());
   const float* x = qkv.data_ptr<float>();
@@ -344,8 +381,9 @@ at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, 
     }
   });
   const int64_t row = hkv * cap * d;  // the buffers' strides: row, head, position
-  AttentionPass a{qp, kp, vp, out.data_ptr<float>(), b, hq, hkv, t, d, len, static_cast<float>(scale),
-                  row, cap * d, d, row, cap * d, d};
+  AttentionPass a{qp,  kp,      vp,  out.data_ptr<float>(),     b,   hq,      hkv,
+                  t,   d,       len, static_cast<float>(scale), row, cap * d, d,
+                  row, cap * d, d};
   if (mask.defined()) {
     a.mask = mask.data_ptr<float>(), a.m_t = len, a.m_j = 1;
     if (mask.dim() == 5) a.m_b = t * len;

@@ -18,8 +18,9 @@
 #endif
 
 // The tiles' loops are unrolled for speed, which never changes the order of the operations. Builds
-// under AddressSanitizer or ThreadSanitizer leave them rolled: the same operations in the same order,
-// in a quarter of the compile time (the unrolled kernels took 11 minutes under clang's ASan).
+// under AddressSanitizer or ThreadSanitizer leave them rolled: the same operations in the same
+// order, in a quarter of the compile time (the unrolled kernels took 11 minutes under clang's
+// ASan).
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SPECDEC_SANITIZED 1
 #elif defined(__has_feature)
@@ -58,16 +59,18 @@ inline float sum(const float* a, int64_t n) {
   return s;
 }
 
-inline bool cpu_f32(const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; }
+inline bool cpu_f32(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat;
+}
 
 // The first `rot` features of a head's row x rotated (x * cos + rotate_half(x) * sin), the rest
 // copied, into o.
-inline void rotate_row(const float* x, const float* c, const float* s, int64_t rot, int64_t d, float* o) {
+inline void rotate_row(const float* x, const float* c, const float* s, int64_t rot, int64_t d,
+                       float* o) {
   const int64_t half = rot / 2;
   for (int64_t i = 0; i < half; ++i) o[i] = x[i] * c[i] + (-x[i + half]) * s[i];
   for (int64_t i = half; i < rot; ++i) o[i] = x[i] * c[i] + x[i - half] * s[i];
   for (int64_t i = rot; i < d; ++i) o[i] = x[i];
 }
-
 
 }  // namespace specdec::kernels

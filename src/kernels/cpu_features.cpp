@@ -27,7 +27,6 @@ bool amd_family_26() {
   return yes;
 }
 
-
 bool has_avx512_vnni() { return __builtin_cpu_supports("avx512vnni"); }
 
 namespace {
@@ -39,7 +38,8 @@ namespace {
 constexpr int kXtileData = 18;
 bool amx_supported() {
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+    return false;
 #ifdef __linux__
   uint64_t features = 0;
   return syscall(SYS_arch_prctl, 0x1021, &features) == 0 && (features >> kXtileData & 1);
@@ -60,10 +60,14 @@ bool amx_permitted() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kAmx: return "amx";
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kPortable: return "portable";
+    case Isa::kAmx:
+      return "amx";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kPortable:
+      return "portable";
   }
   return "?";
 }
@@ -96,7 +100,8 @@ Isa default_isa() {
       if (env == std::string(isa_name(i))) return i;
     std::string names;
     for (Isa i : have) names += std::string(names.empty() ? "" : ", ") + isa_name(i);
-    throw Error("SPECDEC_KERNELS=" + std::string(env) + ": not a kernel this build and CPU can run (" + names + ")");
+    throw Error("SPECDEC_KERNELS=" + std::string(env) +
+                ": not a kernel this build and CPU can run (" + names + ")");
   }();
   return isa;
 }

@@ -13,12 +13,16 @@ namespace specdec::kernels::avx2 {
 struct F32Dec {
   static constexpr int kElems = 16, kVecs = 2;
   const float* p;
-  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { p = reinterpret_cast<const float*>(row) + b * 16; }
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    p = reinterpret_cast<const float*>(row) + b * 16;
+  }
   SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_loadu_ps(p + 8 * v); }
   SPECDEC_AVX2 static __m256 vec8(const uint8_t* row, int64_t c) {
     return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + c);
   }
-  static float scalar(const uint8_t* row, int64_t c) { return reinterpret_cast<const float*>(row)[c]; }
+  static float scalar(const uint8_t* row, int64_t c) {
+    return reinterpret_cast<const float*>(row)[c];
+  }
 };
 
 struct BF16Dec {
@@ -48,7 +52,9 @@ struct F16Dec {
   SPECDEC_AVX2 static __m256 vec8(const uint8_t* row, int64_t c) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * c)));
   }
-  SPECDEC_AVX2 static float scalar(const uint8_t* row, int64_t c) { return half_to_float(row + 2 * c); }
+  SPECDEC_AVX2 static float scalar(const uint8_t* row, int64_t c) {
+    return half_to_float(row + 2 * c);
+  }
 };
 
 struct Q8_0Dec {  // d (f16), qs[32] int8: x = q * d
@@ -106,7 +112,9 @@ struct Q4_1Dec {  // d (f16), m (f16), qs[16]: x = q * d + m
     m = _mm256_set1_ps(half_to_float(blk + 2));
     n.load(blk + 4);
   }
-  SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(n.get(v)), d, m); }
+  SPECDEC_AVX2 __m256 vec(int v) const {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(n.get(v)), d, m);
+  }
 };
 
 // Q4_K: d, dmin (f16), 8 packed 6-bit scale/min pairs, qs[128]. Element e is in sub-block
@@ -114,7 +122,7 @@ struct Q4_1Dec {  // d (f16), m (f16), qs[16]: x = q * d + m
 // to sub-block 2 * chunk and its high nibbles to the next. (d * sc_s) * q is exact, so a fused
 // multiply-subtract rounds as ggml's multiply then subtract.
 struct Q4_KScales {
-    float d[8], m[8];
+  float d[8], m[8];
   const uint8_t* qs;
   // ggml_scale_min_k4 for the 8 sub-blocks at once, on 32-bit words of the 12 bytes u0, u1, u2:
   // sub-blocks 0-3 take the low 6 bits of u0 (scales) and u1 (mins); 4-7 take their low 4 bits
@@ -126,7 +134,8 @@ struct Q4_KScales {
     const uint32_t lo6 = 0x3F3F3F3F, lo4 = 0x0F0F0F0F, lo2 = 0x03030303;
     const uint32_t sc47 = (u[2] & lo4) | ((u[0] >> 6) & lo2) << 4;
     const uint32_t mn47 = ((u[2] >> 4) & lo4) | ((u[1] >> 6) & lo2) << 4;
-    const uint64_t sc = (u[0] & lo6) | uint64_t(sc47) << 32, mn = (u[1] & lo6) | uint64_t(mn47) << 32;
+    const uint64_t sc = (u[0] & lo6) | uint64_t(sc47) << 32, mn = (u[1] & lo6) | uint64_t(mn47)
+                                                                                     << 32;
     const __m256 scf =
         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(sc))));
     const __m256 mnf =
@@ -143,7 +152,8 @@ struct Q4_KDec {
   SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { k.load(row, b); }
   SPECDEC_AVX2 __m256 vec(int v) const {  // sub-block v / 4; bytes 8 * (v % 4) of its chunk
     const int s = v / 4;
-    const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(k.qs + 32 * (s / 2) + 8 * (v % 4)));
+    const __m128i b8 =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(k.qs + 32 * (s / 2) + 8 * (v % 4)));
     __m256i q = _mm256_cvtepu8_epi32(b8);
     if (s % 2) q = _mm256_srli_epi32(q, 4);
     q = _mm256_and_si256(q, _mm256_set1_epi32(0x0F));
@@ -162,7 +172,8 @@ template <Then op>
 SPECDEC_AVX2 inline void put16(__m128i q, float s, float m, float* y) {
   const __m256 sv = _mm256_set1_ps(s), mv = _mm256_set1_ps(m);
   for (int h = 0; h < 2; ++h) {
-    __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h ? _mm_srli_si128(q, 8) : q)), sv);
+    __m256 v =
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h ? _mm_srli_si128(q, 8) : q)), sv);
     if constexpr (op == Then::kAdd) v = _mm256_add_ps(v, mv);
     if constexpr (op == Then::kSub) v = _mm256_sub_ps(v, mv);
     _mm256_storeu_ps(y + 8 * h, v);
@@ -174,9 +185,13 @@ SPECDEC_AVX2 inline void put32(__m256i q, float s0, float m0, float s1, float m1
   put16<op>(_mm256_castsi256_si128(q), s0, m0, y);
   put16<op>(_mm256_extracti128_si256(q, 1), s1, m1, y + 16);
 }
-SPECDEC_AVX2 inline __m256i low_nibbles(__m256i q) { return _mm256_and_si256(q, _mm256_set1_epi8(0x0F)); }
+SPECDEC_AVX2 inline __m256i low_nibbles(__m256i q) {
+  return _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+}
 SPECDEC_AVX2 inline __m256i high_nibbles(__m256i q) { return low_nibbles(_mm256_srli_epi16(q, 4)); }
-SPECDEC_AVX2 inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+SPECDEC_AVX2 inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 // Bytes that are 0x10 where `q & bit` equals `bit`, else 0.
 SPECDEC_AVX2 inline __m256i bit16(__m256i q, __m256i bit) {
   return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(q, bit), bit), _mm256_set1_epi8(0x10));
@@ -185,18 +200,22 @@ SPECDEC_AVX2 inline __m256i bit16(__m256i q, __m256i bit) {
 template <GgmlType T>
 SPECDEC_AVX2 void dequantize_block(const uint8_t* b, float* y) {
   if constexpr (T == GgmlType::kQ5_0 || T == GgmlType::kQ5_1) {
-    // d, [m], qh (bit j: the fifth bit of element j), qs[16]: element j < 16 the low nibble of qs[j]
+    // d, [m], qh (bit j: the fifth bit of element j), qs[16]: element j < 16 the low nibble of
+    // qs[j]
     constexpr bool q5_1 = T == GgmlType::kQ5_1;
     const float d = half_to_float(b), m = q5_1 ? half_to_float(b + 2) : 0.0f;
     const uint8_t* qh = b + (q5_1 ? 4 : 2);
     uint32_t bits;
     std::memcpy(&bits, qh, 4);
     // byte j of `h` holds byte j / 8 of qh, tested against bit j mod 8
-    const __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
-                                          _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    const __m256i h = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(bits)),
+        _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
     Nibbles nib;
     nib.load(qh + 4);
-    __m256i q = _mm256_or_si256(_mm256_set_m128i(nib.hi, nib.lo), bit16(h, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201))));
+    __m256i q =
+        _mm256_or_si256(_mm256_set_m128i(nib.hi, nib.lo),
+                        bit16(h, _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201))));
     if constexpr (!q5_1) q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
     put32<Then::kAdd>(q, d, m, d, m, y);
   } else if constexpr (T == GgmlType::kQ5_K) {
@@ -208,8 +227,10 @@ SPECDEC_AVX2 void dequantize_block(const uint8_t* b, float* y) {
     const uint8_t* qs = b + 48;
     for (int chunk = 0; chunk < 4; ++chunk, qs += 32, y += 64) {
       const __m256i q = load32(qs);
-      const __m256i lo = _mm256_or_si256(low_nibbles(q), bit16(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * chunk)))));
-      const __m256i hi = _mm256_or_si256(high_nibbles(q), bit16(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * chunk)))));
+      const __m256i lo = _mm256_or_si256(
+          low_nibbles(q), bit16(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * chunk)))));
+      const __m256i hi = _mm256_or_si256(
+          high_nibbles(q), bit16(qh, _mm256_set1_epi8(static_cast<char>(2 << (2 * chunk)))));
       int sc, mn;
       ggml_scale_min_k4(2 * chunk, scales, &sc, &mn);
       const float d1 = d * sc, m1 = dmin * mn;
@@ -223,13 +244,16 @@ SPECDEC_AVX2 void dequantize_block(const uint8_t* b, float* y) {
     // ql[128], qh[64], scales[16] (int8), d; two halves of 128, each 4 runs of 32 with two scales
     const float d = half_to_float(b + 208);
     for (int n = 0; n < 2; ++n, y += 128) {
-      const __m256i ql0 = load32(b + 64 * n), ql1 = load32(b + 64 * n + 32), qh = load32(b + 128 + 32 * n);
+      const __m256i ql0 = load32(b + 64 * n), ql1 = load32(b + 64 * n + 32),
+                    qh = load32(b + 128 + 32 * n);
       const auto* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * n);
       const __m256i three = _mm256_set1_epi8(3), offset = _mm256_set1_epi8(32);
-      const __m256i lows[4] = {low_nibbles(ql0), low_nibbles(ql1), high_nibbles(ql0), high_nibbles(ql1)};
+      const __m256i lows[4] = {low_nibbles(ql0), low_nibbles(ql1), high_nibbles(ql0),
+                               high_nibbles(ql1)};
       for (int r = 0; r < 4; ++r) {
         const __m256i h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), three);
-        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lows[r], _mm256_slli_epi16(h, 4)), offset);
+        const __m256i q =
+            _mm256_sub_epi8(_mm256_or_si256(lows[r], _mm256_slli_epi16(h, 4)), offset);
         put32<Then::kNothing>(q, d * sc[2 * r], 0.0f, d * sc[2 * r + 1], 0.0f, y + 32 * r);
       }
     }
@@ -240,7 +264,9 @@ template <GgmlType T>
 struct BufferDec {
   static constexpr int kElems = static_cast<int>(kBlockValues<T>), kVecs = kElems / 8;
   float buf[kElems];
-  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) { dequantize_block<T>(row + b * kBlockBytes<T>, buf); }
+  SPECDEC_AVX2 void start(const uint8_t* row, int64_t b) {
+    dequantize_block<T>(row + b * kBlockBytes<T>, buf);
+  }
   SPECDEC_AVX2 __m256 vec(int v) const { return _mm256_loadu_ps(buf + 8 * v); }
 };
 

@@ -16,14 +16,16 @@ at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::parallel_for(0, xc.numel() / h, rows_per_task(h), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = xp + r * h;
-      const float inv = 1.0f / std::sqrt(dot(xr, xr, h) / static_cast<float>(h) + static_cast<float>(eps));
+      const float inv =
+          1.0f / std::sqrt(dot(xr, xr, h) / static_cast<float>(h) + static_cast<float>(eps));
       for (int64_t i = 0; i < h; ++i) yp[r * h + i] = wp[i] * (xr[i] * inv);
     }
   });
   return y;
 }
 
-at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                          double eps) {
   if (!cpu_f32(x) || !cpu_f32(w) || (b.defined() && !cpu_f32(b))) return {};
   const int64_t h = x.size(-1);
   const at::Tensor xc = x.contiguous(), wc = w.contiguous();
@@ -39,7 +41,8 @@ at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Te
       const float* xr = xp + r * h;
       const float mean = sum(xr, h) / static_cast<float>(h);
       for (int64_t i = 0; i < h; ++i) c[i] = xr[i] - mean;
-      const float inv = 1.0f / std::sqrt(dot(c.data(), c.data(), h) / static_cast<float>(h) + static_cast<float>(eps));
+      const float inv = 1.0f / std::sqrt(dot(c.data(), c.data(), h) / static_cast<float>(h) +
+                                         static_cast<float>(eps));
       for (int64_t i = 0; i < h; ++i) yp[r * h + i] = c[i] * inv * wp[i] + (bp ? bp[i] : 0.0f);
     }
   });
@@ -101,11 +104,16 @@ at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gat
   float (*f)(float) = nullptr;
   if (name == "silu")
     f = silu;
-  else if (name == "gelu") f = [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); };
+  else if (name == "gelu")
+    f = [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); };
   else if (name == "gelu_tanh")
-    f = [](float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v))); };
-  else if (name == "relu") f = [](float v) { return v > 0.0f ? v : 0.0f; };
-  else return {};
+    f = [](float v) {
+      return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    };
+  else if (name == "relu")
+    f = [](float v) { return v > 0.0f ? v : 0.0f; };
+  else
+    return {};
   const at::Tensor xc = x.contiguous();
   const int64_t in_width = xc.size(-1), width = gated ? in_width / 2 : in_width;
   SPECDEC_CHECK(!gated || in_width % 2 == 0, "gated activation: odd last dimension ", in_width);

@@ -15,7 +15,7 @@ RowsFn rows(GgmlType type, bool int8_activations);
 namespace avx512 {
 // int8_activations: the VNNI kernels (the CPU must have AVX-512 VNNI).
 RowsFn rows(GgmlType type, bool int8_activations);
-}
+}  // namespace avx512
 namespace amx {
 RowsFn rows_q8_0();  // Q8_0 with 8-bit activations
 }

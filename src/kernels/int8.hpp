@@ -51,7 +51,6 @@ constexpr int64_t piece(int64_t j) {
   return in_fields<I>(j) ? 2 : 4;
 }
 
-
 template <GgmlType T>
 struct Interleaved;
 template <GgmlType T>
@@ -136,7 +135,8 @@ struct KNibbles : Block<T> {
         if (kQ5) v |= ((blk[16 + j] >> s) & 1) << 4;
         isum += v * q[j];
       }
-      acc = std::fma(static_cast<float>(isum), ggml_half(blk) * static_cast<float>(sc) * x.d[e], acc);
+      acc =
+          std::fma(static_cast<float>(isum), ggml_half(blk) * static_cast<float>(sc) * x.d[e], acc);
       acc = std::fma(-(ggml_half(blk + 2) * static_cast<float>(mn)), x.s[e], acc);
     }
   }
@@ -147,7 +147,8 @@ template <>
 struct Interleaved<GgmlType::kQ5_K> : KNibbles<GgmlType::kQ5_K> {};
 
 template <>
-struct Interleaved<GgmlType::kQ6_K> : Block<GgmlType::kQ6_K> {  // ql[128], qh[64], 16 int8 scales, d
+struct Interleaved<GgmlType::kQ6_K>
+    : Block<GgmlType::kQ6_K> {  // ql[128], qh[64], 16 int8 scales, d
   static constexpr int64_t kFieldsAt = 208, kFields = 2;
   static void block(const uint8_t* blk, const ActView& x, int64_t t, int64_t k, int64_t sb,
                     float& acc) {

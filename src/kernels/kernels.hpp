@@ -17,8 +17,8 @@ namespace specdec::kernels {
 // threads: results are bitwise independent of how many tokens share a pass. The weights are
 // dequantized in registers with ggml_dequantize's roundings, so a packed matrix gives bitwise the
 // results of the float32 kernel on its dequantized values (activations stay float32).
-using RowsFn = void (*)(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
-                       int64_t n0, int64_t n1, int64_t n_total, float* y);
+using RowsFn = void (*)(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                        int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total, float* y);
 struct LinearKernel {
   RowsFn rows = nullptr;
   // x reaches `rows` as an ActView (ActRows) instead of floats: an exact integer dot product per
@@ -83,8 +83,9 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations = false, Isa isa
 // residual (float32, the shape of y: the layer's input to a residual connection) may be
 // undefined. Each output element gets (x W^T + b) + residual, the two additions libtorch's
 // `residual + (y + b)` makes, on the thread that computed it.
-at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
-                         int64_t n, int64_t k, const at::Tensor& b, const at::Tensor& residual = {});
+at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w,
+                         int64_t row_bytes, int64_t n, int64_t k, const at::Tensor& b,
+                         const at::Tensor& residual = {});
 
 // Elementwise and per-row kernels split their rows over threads only in tasks of at least this
 // many floats (rows_per_task rows of row_floats each): a parallel region costs its threads a fork
@@ -102,8 +103,9 @@ int64_t rows_per_task(int64_t row_floats);
 // softmax(q k^T * scale + mask) v per head. q [B, Hq, T, D]; keys, values [B, Hkv, L, D] (any
 // strides with a contiguous last dimension, e.g. views of the KV cache); Hq a multiple of Hkv
 // (grouped-query attention); mask undefined or broadcastable to [B, Hkv, Hq / Hkv, T, L] (additive:
-// a causal -inf triangle [T, L], a per-head bias [Hq, 1, T, L]). Keys whose mask is -inf are skipped. Returns [B, T, Hq * D].
-// `isa`: any x86 family runs an AVX2-vectorized copy of the same scalar code (the same bits).
+// a causal -inf triangle [T, L], a per-head bias [Hq, 1, T, L]). Keys whose mask is -inf are
+// skipped. Returns [B, T, Hq * D]. `isa`: any x86 family runs an AVX2-vectorized copy of the same
+// scalar code (the same bits).
 at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                          const at::Tensor& mask, double scale, Isa isa = default_isa());
 // One attention step against a KV cache, fused: what Attention's projection split, rotary_f32,
@@ -118,16 +120,19 @@ at::Tensor attention_f32(const at::Tensor& q, const at::Tensor& keys, const at::
 // or undefined). Returns [B, T, Hq * D], or an undefined tensor for inputs of another kind (nothing
 // written; the caller takes the unfused path).
 at::Tensor cached_attention_f32(const at::Tensor& qkv, int64_t hq, int64_t hkv, int64_t d,
-                                const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& keys,
-                                const at::Tensor& values, const std::vector<int64_t>& past, const at::Tensor& mask,
+                                const at::Tensor& cos, const at::Tensor& sin,
+                                const at::Tensor& keys, const at::Tensor& values,
+                                const std::vector<int64_t>& past, const at::Tensor& mask,
                                 double scale, Isa isa = default_isa());
 // w * (x / sqrt(mean(x^2) + eps)) over the last dimension.
 at::Tensor rms_norm_f32(const at::Tensor& x, const at::Tensor& w, double eps);
 // (x - mean) / sqrt(var + eps) * w + b over the last dimension (b may be undefined).
-at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps);
+at::Tensor layer_norm_f32(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
+                          double eps);
 // Rotary embedding of x [B, H, T, D] (any strides, contiguous last dimension) with cos, sin
-// [T, rot] (or [B, 1, T, rot]: a position per row and token): the first rot features rotated (x * cos + rotate_half(x) * sin), the rest kept; one
-// fused pass with the same roundings as the composite. Returns a contiguous [B, H, T, D].
+// [T, rot] (or [B, 1, T, rot]: a position per row and token): the first rot features rotated (x *
+// cos + rotate_half(x) * sin), the rest kept; one fused pass with the same roundings as the
+// composite. Returns a contiguous [B, H, T, D].
 at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // "silu", "gelu" (erf), "gelu_tanh", "relu", element by element. `gated`: x is a gated MLP's
 // fused gate|up [..., 2 I] and the result act(gate) * up [..., I] (the bits of the two steps,

@@ -22,8 +22,8 @@ SPECDEC_LANE_SCALES(SPECDEC_AVX512_VNNI, __m512i, _mm512, si512)
 struct Q8_0Lanes {  // d; 8 chunks of signed values
   static constexpr GgmlType kType = GgmlType::kQ8_0;
   template <int TB>
-  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k,
-                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
+  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k, int64_t b,
+                                        int64_t t, __m512 (&acc)[TB]) {
     const __m512 dw = field(blk, 0);
     __m512i u[8];  // q + 128, unsigned
     for (int c = 0; c < 8; ++c)
@@ -51,8 +51,9 @@ struct NibbleLanes : NibbleLayout<T> {
   // bit i + 4 (c % 2) in byte i), and the 8-lane vector of 0x10 in those bytes.
   SPECDEC_AVX512_VNNI static __mmask64 fifth(__m512i qh, int at, int c) {
     const __m512i lanes = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0);
-    return _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, _mm512_add_epi8(lanes, _mm512_set1_epi32(spread(at)))),
-                                 _mm512_set1_epi32(bits(c)));
+    return _mm512_test_epi8_mask(
+        _mm512_shuffle_epi8(qh, _mm512_add_epi8(lanes, _mm512_set1_epi32(spread(at)))),
+        _mm512_set1_epi32(bits(c)));
   }
   // The block's values: 4c..4c+3 in v[c], 16+4c.. in v[4 + c], for the 16 lanes or for half h.
   SPECDEC_AVX512_VNNI static void values(const uint8_t* blk, __m512i (&v)[8]) {
@@ -69,8 +70,8 @@ struct NibbleLanes : NibbleLayout<T> {
     }
   }
   template <int TB>
-  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k,
-                                           int64_t b, int64_t t, __m512 (&acc)[TB]) {
+  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k, int64_t b,
+                                        int64_t t, __m512 (&acc)[TB]) {
     const __m512 dw = field(blk, 0);
     __m512i v[8];
     values(blk, v);
@@ -94,13 +95,13 @@ struct KLanes : KLayout<T> {  // Q4_K, Q5_K
   using KLayout<T>::kQ5, KLayout<T>::kNibbles;
   static constexpr GgmlType kType = T;
   template <int TB>
-  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k,
-                                           int64_t sb, int64_t t, __m512 (&acc)[TB]) {
+  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k, int64_t sb,
+                                        int64_t t, __m512 (&acc)[TB]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512 d = field(blk, 0), dmin = field(blk, 1);
     __m512i words[3];
     for (int i = 0; i < 3; ++i) words[i] = chunk<kType>(blk, i);
-SPECDEC_UNROLL(8)
+    SPECDEC_UNROLL(8)
     for (int s = 0; s < 8; ++s) {
       __m512i scale, min;
       q4_k_scale_min(words, s, &scale, &min);
@@ -155,14 +156,14 @@ struct Q6_KLanes {
     u[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(qa, m4), _mm512_slli_epi16(qh, 4), m30, 0xF8);
     u[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(qb, m4), _mm512_slli_epi16(qh, 2), m30, 0xF8);
     u[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qa, 4), m4), qh, m30, 0xF8);
-    u[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), _mm512_srli_epi16(qh, 2),
-                                     m30, 0xF8);
+    u[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4),
+                                     _mm512_srli_epi16(qh, 2), m30, 0xF8);
   }
   // acc += sub-block 4 h + r of activation row `row`, from its integer sums ia (values 0-15) and
   // ib (16-31) of q + 32; d: the block's d in every lane.
-  SPECDEC_AVX512_VNNI static void finish(__m512 d, const __m512i (&sc)[4], const ActView& x, int64_t k,
-                                         int64_t sb, int64_t row, int h, int r, __m512i ia, __m512i ib,
-                                         __m512& acc) {
+  SPECDEC_AVX512_VNNI static void finish(__m512 d, const __m512i (&sc)[4], const ActView& x,
+                                         int64_t k, int64_t sb, int64_t row, int h, int r,
+                                         __m512i ia, __m512i ib, __m512& acc) {
     const int64_t e = row * (k / 32) + sb * 8 + 4 * h + r;
     ia = _mm512_sub_epi32(ia, _mm512_set1_epi32(32 * x.sum16[2 * e]));
     ib = _mm512_sub_epi32(ib, _mm512_set1_epi32(32 * x.sum16[2 * e + 1]));
@@ -171,33 +172,37 @@ struct Q6_KLanes {
     acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_set1_ps(x.d[e])), acc);
   }
   template <int TB>
-  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k,
-                                           int64_t sb, int64_t t, __m512 (&acc)[TB]) {
+  SPECDEC_AVX512_VNNI static void block(const uint8_t* blk, const ActView& x, int64_t k, int64_t sb,
+                                        int64_t t, __m512 (&acc)[TB]) {
     const __m512 d = field(blk, 0);
     __m512i sc[4];
     for (int i = 0; i < 4; ++i) sc[i] = chunk<kType>(blk, 48 + i);
     const int8_t* q = x.q + t * k + sb * 256;
     // the 4 activations of row t + j against chunk i of sub-block 4 h + r (a macro: a lambda would
     // not carry the function's target attributes)
-#define SPECDEC_Q6_ACT(j, h, r, i) _mm512_set1_epi32(bytes4(q + (j) * k + 32 * (4 * (h) + (r)) + 4 * (i)))
+#define SPECDEC_Q6_ACT(j, h, r, i) \
+  _mm512_set1_epi32(bytes4(q + (j)*k + 32 * (4 * (h) + (r)) + 4 * (i)))
     for (int h = 0; h < 2; ++h) {
       if constexpr (TB <= 2) {
         __m512i is[TB][4][2];
         for (int j = 0; j < TB; ++j)
           for (int r = 0; r < 4; ++r) is[j][r][0] = is[j][r][1] = _mm512_setzero_si512();
-SPECDEC_UNROLL(8)
+        SPECDEC_UNROLL(8)
         for (int i = 0; i < 8; ++i) {
           __m512i u[4];
           decode4(blk, h, i, u);
           for (int j = 0; j < TB; ++j)
-            for (int r = 0; r < 4; ++r) is[j][r][i / 4] = _mm512_dpbusd_epi32(is[j][r][i / 4], u[r], SPECDEC_Q6_ACT(j, h, r, i));
+            for (int r = 0; r < 4; ++r)
+              is[j][r][i / 4] =
+                  _mm512_dpbusd_epi32(is[j][r][i / 4], u[r], SPECDEC_Q6_ACT(j, h, r, i));
         }
         for (int r = 0; r < 4; ++r)
-          for (int j = 0; j < TB; ++j) finish(d, sc, x, k, sb, t + j, h, r, is[j][r][0], is[j][r][1], acc[j]);
+          for (int j = 0; j < TB; ++j)
+            finish(d, sc, x, k, sb, t + j, h, r, is[j][r][0], is[j][r][1], acc[j]);
       } else {
         __m512i u[8][4];  // chunk i of sub-block 4 h + r
         for (int i = 0; i < 8; ++i) decode4(blk, h, i, u[i]);
-SPECDEC_UNROLL(4)
+        SPECDEC_UNROLL(4)
         for (int r = 0; r < 4; ++r)
           for (int j = 0; j < TB; ++j) {
             __m512i ia = _mm512_setzero_si512(), ib = _mm512_setzero_si512();
@@ -234,10 +239,14 @@ struct Lanes16 {  // AVX-512 VNNI
 // The Lanes struct of each block format.
 template <GgmlType T>
 auto lanes_of() {  // Tag<the struct>
-  if constexpr (T == GgmlType::kQ8_0) return Tag<Q8_0Lanes>{};
-  else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) return Tag<KLanes<T>>{};
-  else if constexpr (T == GgmlType::kQ6_K) return Tag<Q6_KLanes>{};
-  else return Tag<NibbleLanes<T>>{};  // Q4_0, Q4_1, Q5_0, Q5_1
+  if constexpr (T == GgmlType::kQ8_0)
+    return Tag<Q8_0Lanes>{};
+  else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K)
+    return Tag<KLanes<T>>{};
+  else if constexpr (T == GgmlType::kQ6_K)
+    return Tag<Q6_KLanes>{};
+  else
+    return Tag<NibbleLanes<T>>{};  // Q4_0, Q4_1, Q5_0, Q5_1
 }
 
 }  // namespace specdec::kernels::avx512

@@ -19,7 +19,8 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
   const bool int8 = kernel.int8_activations;
 #ifdef SPECDEC_X86
   if (isa == Isa::kAmx && int8 && type == GgmlType::kQ8_0) {
-    SPECDEC_CHECK(amx_permitted(), "AMX kernels: Linux refused this process the tile state (arch_prctl)");
+    SPECDEC_CHECK(amx_permitted(),
+                  "AMX kernels: Linux refused this process the tile state (arch_prctl)");
     kernel.rows = amx::rows_q8_0();
     return kernel;
   }
@@ -105,9 +106,11 @@ SPECDEC_AVX2 float quantize_block_avx2(const float* v, int8_t* q, int32_t& lo, i
   const float d = round_block_avx2(v, qi);
   // packs work within 128-bit lanes: groups of 4 values come out as qi0[0:4] qi1[0:4] qi2[0:4]
   // qi3[0:4] qi0[4:8] ...; the permutation puts them back in order.
-  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
-                      _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i packed =
+      _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(q),
+      _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   lo = sum_lanes(_mm256_add_epi32(qi[0], qi[1]));
   hi = sum_lanes(_mm256_add_epi32(qi[2], qi[3]));
   return d;
@@ -177,8 +180,10 @@ template <class F>
 void with_interleaved(GgmlType type, F&& f) {
   with_format(type, [&](auto format) {
     constexpr GgmlType T = decltype(format)::value;
-    if constexpr (kHasInt8<T>) f.template operator()<T>();
-    else throw Error("no interleaved layout for this format");
+    if constexpr (kHasInt8<T>)
+      f.template operator()<T>();
+    else
+      throw Error("no interleaved layout for this format");
   });
 }
 
@@ -195,15 +200,16 @@ void stored_row(const LinearKernel& kernel, GgmlType type, const uint8_t* w, int
     std::memcpy(out, w + r * row_bytes, row_bytes);
   else
     with_interleaved(type, StoredRow{w + r / kInterleave * kInterleave * row_bytes, r % kInterleave,
-                                row_bytes, out});
+                                     row_bytes, out});
 }
 
-at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w, int64_t row_bytes,
-                         int64_t n, int64_t k, const at::Tensor& b, const at::Tensor& residual) {
+at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const uint8_t* w,
+                         int64_t row_bytes, int64_t n, int64_t k, const at::Tensor& b,
+                         const at::Tensor& residual) {
   // x [..., K] read as [R, K] and y allocated as [..., N] directly: a decode step runs ~120 of
   // these, and each reshape or view is a libtorch dispatch.
-  SPECDEC_CHECK(x.dim() >= 1 && x.size(-1) == k, "linear layer: input of ", x.sizes(), ", expected ", k,
-                " features");
+  SPECDEC_CHECK(x.dim() >= 1 && x.size(-1) == k, "linear layer: input of ", x.sizes(),
+                ", expected ", k, " features");
   const at::Tensor xc = x.contiguous();
   const int64_t rows = xc.numel() / k;
   std::vector<int64_t> shape = x.sizes().vec();
@@ -211,15 +217,17 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
   at::Tensor y = at::empty(shape, x.options());  // [R, N] in memory
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  SPECDEC_CHECK(!b.defined() || (b.numel() == n && b.scalar_type() == at::kFloat), "linear layer: bias of ",
-                b.sizes(), " for ", n, " outputs");
-  SPECDEC_CHECK(!residual.defined() || (residual.sizes() == y.sizes() && residual.scalar_type() == at::kFloat),
+  SPECDEC_CHECK(!b.defined() || (b.numel() == n && b.scalar_type() == at::kFloat),
+                "linear layer: bias of ", b.sizes(), " for ", n, " outputs");
+  SPECDEC_CHECK(!residual.defined() ||
+                    (residual.sizes() == y.sizes() && residual.scalar_type() == at::kFloat),
                 "linear layer: residual of ", residual.sizes(), " for an output of ", y.sizes());
-  const at::Tensor bc = b.defined() ? b.contiguous() : b, rc = residual.defined() ? residual.contiguous() : residual;
+  const at::Tensor bc = b.defined() ? b.contiguous() : b,
+                   rc = residual.defined() ? residual.contiguous() : residual;
   const float* bp = bc.defined() ? bc.data_ptr<float>() : nullptr;
   const float* resp = rc.defined() ? rc.data_ptr<float>() : nullptr;
-  // The 8-bit activations of tuning::kRowTile rows, reused by this thread's passes (a name, so that the
-  // lambdas below, run by other threads, see this thread's).
+  // The 8-bit activations of tuning::kRowTile rows, reused by this thread's passes (a name, so that
+  // the lambdas below, run by other threads, see this thread's).
   thread_local ActRows reused;
   ActRows& act = reused;
   for (int64_t r0 = 0; r0 < rows; r0 += tuning::kRowTile) {

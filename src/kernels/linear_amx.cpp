@@ -8,16 +8,17 @@ namespace specdec::kernels::amx {
 namespace {
 
 // AMX (Intel's tile unit; AMX-INT8) for Q8_0: the same integers, the same float operations, so the
-// bits of avx512::Lanes16. For a tile of TB >= tuning::kAmxFrom activation rows, per block of a group of 16 weight
-// rows: tile A = the TB rows' 32 quantized activations, tile B = the block's 8 value chunks as
-// stored (exactly the layout TDPBSSD reads: 4 values of each of 16 columns per row), so one tile
-// multiply gives the TB x 16 exact integer sums; they go through memory into the lanes, where the
-// documented float operations run as in Lanes16. Fewer rows take Lanes16 (one tile multiply costs
-// about what 4 rows' vpdpbusd do). The nibble formats are not sent here: unpacking their values
-// into memory for the tile load, once per block and tile of rows, made a 128-token prefill no
-// faster than the VNNI kernel, often slower, on an Intel Xeon (Emerald Rapids).
+// bits of avx512::Lanes16. For a tile of TB >= tuning::kAmxFrom activation rows, per block of a
+// group of 16 weight rows: tile A = the TB rows' 32 quantized activations, tile B = the block's 8
+// value chunks as stored (exactly the layout TDPBSSD reads: 4 values of each of 16 columns per
+// row), so one tile multiply gives the TB x 16 exact integer sums; they go through memory into the
+// lanes, where the documented float operations run as in Lanes16. Fewer rows take Lanes16 (one tile
+// multiply costs about what 4 rows' vpdpbusd do). The nibble formats are not sent here: unpacking
+// their values into memory for the tile load, once per block and tile of rows, made a 128-token
+// prefill no faster than the VNNI kernel, often slower, on an Intel Xeon (Emerald Rapids).
 #define SPECDEC_AMX \
-  __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+  __attribute__((   \
+      target("amx-tile,amx-int8,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
 struct alignas(64) TileConfig {  // the 64-byte operand of LDTILECFG, palette 1
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -54,7 +55,8 @@ struct Q8_0Amx {
         const __m512 dw = avx512::field(blk, 0);
         for (int j = 0; j < TB; ++j) {
           const __m512 dx = _mm512_set1_ps(x.d[(t + j) * (k / 32) + b]);
-          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[j])), _mm512_mul_ps(dw, dx), acc[j]);
+          acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(isum[j])),
+                                   _mm512_mul_ps(dw, dx), acc[j]);
         }
       }
       _tile_release();

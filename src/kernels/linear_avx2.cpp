@@ -12,20 +12,22 @@ template <class Dec>
 struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks of 8)
   static constexpr int kMaxRows = 6, kWideRows = 2, kWideMaxRows = 6;
   static int64_t wide_long_from() { return tuning::kNever; }  // not measured without AVX-512
-  static constexpr bool kPacks = !kAnyK<Dec>;  // see avx512::FloatTiles::pack
+  static constexpr bool kPacks = !kAnyK<Dec>;                 // see avx512::FloatTiles::pack
   using Packed = FloatTiles<F32Dec>;
   template <int NB>
-  SPECDEC_AVX2 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* buf) {
+  SPECDEC_AVX2 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                                float* buf) {
     for (int i = 0; i < NB; ++i)
       for (int64_t b = 0; b < k / Dec::kElems; ++b) {
         Dec dec;
         dec.start(w + (n + i) * row_bytes, b);
-        for (int v = 0; v < Dec::kVecs; ++v) _mm256_storeu_ps(buf + i * k + b * Dec::kElems + 8 * v, dec.vec(v));
+        for (int v = 0; v < Dec::kVecs; ++v)
+          _mm256_storeu_ps(buf + i * k + b * Dec::kElems + 8 * v, dec.vec(v));
       }
   }
   template <int NB, int TB>
-  SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
-                                int64_t t, int64_t n_total, float* y) {
+  SPECDEC_AVX2 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes,
+                                int64_t n, int64_t t, int64_t n_total, float* y) {
     const float* x = static_cast<const float*>(xv);
     const int64_t blocks = k / Dec::kElems, c_end = blocks * Dec::kElems;
     const bool chunk8 = kAnyK<Dec> && k - c_end >= 8;
@@ -34,10 +36,11 @@ struct FloatTiles {  // AVX2: two 8-lane halves per output (even and odd chunks 
     for (int i = 0; i < NB; ++i) wr[i] = w + (n + i) * row_bytes;
     for (int j = 0; j < TB; ++j) xr[j] = x + (t + j) * k;
     // Up to 6 outputs: both halves in one sweep (two chains per output: half the latency a decode
-    // waits on); more: one half per sweep over the block, so that the accumulators fit 16 registers.
+    // waits on); more: one half per sweep over the block, so that the accumulators fit 16
+    // registers.
     constexpr int kHalves = NB * TB <= 6 ? 2 : 1;
     __m256 sums[NB][TB][2];
-SPECDEC_UNROLL(2)
+    SPECDEC_UNROLL(2)
     for (int sweep = 0; sweep < 2 / kHalves; ++sweep) {
       __m256 acc[NB][TB][kHalves];
       for (int i = 0; i < NB; ++i)
@@ -47,21 +50,23 @@ SPECDEC_UNROLL(2)
         for (int i = 0; i < NB; ++i) {  // one weight row's block at a time: one decoder state live
           Dec dec;
           dec.start(wr[i], b);
-SPECDEC_UNROLL(32)
+          SPECDEC_UNROLL(32)
           for (int v = 0; v < Dec::kVecs; ++v) {
             if (kHalves == 1 && (v & 1) != sweep) continue;
             const int h = kHalves == 2 ? (v & 1) : 0;
             const __m256 wv = dec.vec(v);
             const int64_t c = b * Dec::kElems + 8 * v;
-SPECDEC_UNROLL(16)
-            for (int j = 0; j < TB; ++j) acc[i][j][h] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c), acc[i][j][h]);
+            SPECDEC_UNROLL(16)
+            for (int j = 0; j < TB; ++j)
+              acc[i][j][h] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c), acc[i][j][h]);
           }
         }
       if constexpr (kAnyK<Dec>)
         if (chunk8 && sweep == 0)
           for (int i = 0; i < NB; ++i) {
             const __m256 wv = Dec::vec8(wr[i], c_end);
-            for (int j = 0; j < TB; ++j) acc[i][j][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c_end), acc[i][j][0]);
+            for (int j = 0; j < TB; ++j)
+              acc[i][j][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xr[j] + c_end), acc[i][j][0]);
           }
       for (int i = 0; i < NB; ++i)
         for (int j = 0; j < TB; ++j)
@@ -93,8 +98,8 @@ SPECDEC_LANE_SCALES(SPECDEC_AVX2, __m256i, _mm256, si256)
 struct Q8_0Lanes {  // d; 8 chunks of signed values
   static constexpr GgmlType kType = GgmlType::kQ8_0;
   template <int TB>
-  SPECDEC_AVX2 static void block(const uint8_t* blk, int h, const ActView& x, int64_t k,
-                                    int64_t b, int64_t t, __m256 (&acc)[TB]) {
+  SPECDEC_AVX2 static void block(const uint8_t* blk, int h, const ActView& x, int64_t k, int64_t b,
+                                 int64_t t, __m256 (&acc)[TB]) {
     const __m256 dw = field(blk, 0, h);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i w[8];
@@ -125,8 +130,10 @@ struct NibbleLanes : NibbleLayout<T> {
     const __m256i lanes = _mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0, 0x04040404,
                                             0x08080808, 0x0C0C0C0C);
     const __m256i bit = _mm256_set1_epi32(bits(c));
-    const __m256i v = _mm256_shuffle_epi8(qh, _mm256_add_epi8(lanes, _mm256_set1_epi32(spread(at))));
-    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+    const __m256i v =
+        _mm256_shuffle_epi8(qh, _mm256_add_epi8(lanes, _mm256_set1_epi32(spread(at))));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit),
+                            _mm256_set1_epi8(0x10));
   }
   // The block's values: 4c..4c+3 in v[c], 16+4c.. in v[4 + c], for the 16 lanes or for half h.
   SPECDEC_AVX2 static void values(const uint8_t* blk, int h, __m256i (&v)[8]) {
@@ -143,8 +150,8 @@ struct NibbleLanes : NibbleLayout<T> {
     }
   }
   template <int TB>
-  SPECDEC_AVX2 static void block(const uint8_t* blk, int h, const ActView& x, int64_t k,
-                                    int64_t b, int64_t t, __m256 (&acc)[TB]) {
+  SPECDEC_AVX2 static void block(const uint8_t* blk, int h, const ActView& x, int64_t k, int64_t b,
+                                 int64_t t, __m256 (&acc)[TB]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = field(blk, 0, h);
     __m256i v[8];
@@ -157,15 +164,18 @@ struct NibbleLanes : NibbleLayout<T> {
       const int8_t* q = x.q + (t + j) * k + b * 32;
       __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
       for (int c = 0; c < 4; ++c) {
-        s16[0] = _mm256_add_epi16(s16[0], _mm256_maddubs_epi16(v[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
+        s16[0] = _mm256_add_epi16(s16[0],
+                                  _mm256_maddubs_epi16(v[c], _mm256_set1_epi32(bytes4(q + 4 * c))));
         s16[kHigh] = _mm256_add_epi16(
             s16[kHigh], _mm256_maddubs_epi16(v[4 + c], _mm256_set1_epi32(bytes4(q + 16 + 4 * c))));
       }
-      __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones), _mm256_set1_epi32(-kOffset * x.sum[e]));
+      __m256i isum =
+          _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones), _mm256_set1_epi32(-kOffset * x.sum[e]));
       if constexpr (kFive) isum = _mm256_add_epi32(isum, _mm256_madd_epi16(s16[1], ones));
       acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(x.d[e])),
                                acc[j]);
-      if constexpr (kMin) acc[j] = _mm256_fmadd_ps(field(blk, 1, h), _mm256_set1_ps(x.s[e]), acc[j]);
+      if constexpr (kMin)
+        acc[j] = _mm256_fmadd_ps(field(blk, 1, h), _mm256_set1_ps(x.s[e]), acc[j]);
     }
   }
 };
@@ -175,13 +185,13 @@ struct KLanes : KLayout<T> {  // Q4_K, Q5_K
   using KLayout<T>::kQ5, KLayout<T>::kNibbles;
   static constexpr GgmlType kType = T;
   template <int TB>
-  SPECDEC_AVX2 static void block(const uint8_t* blk, int h, const ActView& x, int64_t k,
-                                    int64_t sb, int64_t t, __m256 (&acc)[TB]) {
+  SPECDEC_AVX2 static void block(const uint8_t* blk, int h, const ActView& x, int64_t k, int64_t sb,
+                                 int64_t t, __m256 (&acc)[TB]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const __m256 d = field(blk, 0, h), dmin = field(blk, 1, h);
     __m256i words[3];
     for (int i = 0; i < 3; ++i) words[i] = chunk<kType>(blk, i, h);
-SPECDEC_UNROLL(8)
+    SPECDEC_UNROLL(8)
     for (int s = 0; s < 8; ++s) {
       __m256i scale, min;
       q4_k_scale_min(words, s, &scale, &min);
@@ -194,10 +204,10 @@ SPECDEC_UNROLL(8)
         wq[i] = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
         if constexpr (kQ5)
           wq[i] = _mm256_or_si256(
-              wq[i], _mm256_slli_epi16(
-                         _mm256_and_si256(_mm256_srli_epi16(chunk<kType>(blk, 3 + i, h), s),
-                                          _mm256_set1_epi8(1)),
-                         4));
+              wq[i],
+              _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(chunk<kType>(blk, 3 + i, h), s),
+                                                 _mm256_set1_epi8(1)),
+                                4));
       }
       for (int j = 0; j < TB; ++j) {
         const int64_t e = (t + j) * (k / 32) + sb * 8 + s;
@@ -226,12 +236,12 @@ struct Q6_KLanes {
   static constexpr GgmlType kType = GgmlType::kQ6_K;
   template <int TB>
   SPECDEC_AVX2 static void block(const uint8_t* blk, int hh, const ActView& x, int64_t k,
-                                    int64_t sb, int64_t t, __m256 (&acc)[TB]) {
+                                 int64_t sb, int64_t t, __m256 (&acc)[TB]) {
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 d = field(blk, 0, hh);
     __m256i sc[4];
     for (int i = 0; i < 4; ++i) sc[i] = chunk<kType>(blk, 48 + i, hh);
-SPECDEC_UNROLL(8)
+    SPECDEC_UNROLL(8)
     for (int s = 0; s < 8; ++s) {
       const int h = s / 4, r = s % 4;
       __m256i u[8];  // q + 32
@@ -284,28 +294,40 @@ struct Lanes8x2 {  // AVX2: rows 0-7, then rows 8-15
 // The Lanes struct of each block format.
 template <GgmlType T>
 auto lanes_of() {  // Tag<the struct>
-  if constexpr (T == GgmlType::kQ8_0) return Tag<Q8_0Lanes>{};
-  else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K) return Tag<KLanes<T>>{};
-  else if constexpr (T == GgmlType::kQ6_K) return Tag<Q6_KLanes>{};
-  else return Tag<NibbleLanes<T>>{};  // Q4_0, Q4_1, Q5_0, Q5_1
+  if constexpr (T == GgmlType::kQ8_0)
+    return Tag<Q8_0Lanes>{};
+  else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K)
+    return Tag<KLanes<T>>{};
+  else if constexpr (T == GgmlType::kQ6_K)
+    return Tag<Q6_KLanes>{};
+  else
+    return Tag<NibbleLanes<T>>{};  // Q4_0, Q4_1, Q5_0, Q5_1
 }
 
 // The float decoder of each format: its own, or the block dequantized into a buffer.
 template <GgmlType T>
 auto decoder_of() {  // Tag<the decoder>
-  if constexpr (T == GgmlType::kF32) return Tag<F32Dec>{};
-  else if constexpr (T == GgmlType::kBF16) return Tag<BF16Dec>{};
-  else if constexpr (T == GgmlType::kF16) return Tag<F16Dec>{};
-  else if constexpr (T == GgmlType::kQ8_0) return Tag<Q8_0Dec>{};
-  else if constexpr (T == GgmlType::kQ4_0) return Tag<Q4_0Dec>{};
-  else if constexpr (T == GgmlType::kQ4_1) return Tag<Q4_1Dec>{};
-  else if constexpr (T == GgmlType::kQ4_K) return Tag<Q4_KDec>{};
-  else return Tag<BufferDec<T>>{};  // Q5_0, Q5_1, Q5_K, Q6_K
+  if constexpr (T == GgmlType::kF32)
+    return Tag<F32Dec>{};
+  else if constexpr (T == GgmlType::kBF16)
+    return Tag<BF16Dec>{};
+  else if constexpr (T == GgmlType::kF16)
+    return Tag<F16Dec>{};
+  else if constexpr (T == GgmlType::kQ8_0)
+    return Tag<Q8_0Dec>{};
+  else if constexpr (T == GgmlType::kQ4_0)
+    return Tag<Q4_0Dec>{};
+  else if constexpr (T == GgmlType::kQ4_1)
+    return Tag<Q4_1Dec>{};
+  else if constexpr (T == GgmlType::kQ4_K)
+    return Tag<Q4_KDec>{};
+  else
+    return Tag<BufferDec<T>>{};  // Q5_0, Q5_1, Q5_K, Q6_K
 }
 
 template <class Tiles>
-SPECDEC_AVX2 void rows_avx2(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
-                            int64_t n0, int64_t n1, int64_t n_total, float* y) {
+SPECDEC_AVX2 void rows_avx2(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                            int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total, float* y) {
   rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
 }
 

@@ -11,7 +11,6 @@
 namespace specdec::kernels::avx512 {
 namespace {
 
-
 // The float16 fields at p and p + 2 converted in every even and odd lane: a 32-bit broadcast load
 // (a load, no shuffle) and one conversion. half_to_float's insert, convert and broadcast took three
 // shuffle-port operations per field; on a Skylake-SP Xeon, where that port also does the table
@@ -36,7 +35,9 @@ struct F32Dec {
   using Ymm = avx2::F32Dec;
   static constexpr int kElems = 16, kVecs = 1, kBytes = 64;
   const float* p;
-  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) { p = reinterpret_cast<const float*>(row) + b * 16; }
+  SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) {
+    p = reinterpret_cast<const float*>(row) + b * 16;
+  }
   SPECDEC_AVX512 __m512 vec(int) const { return _mm512_loadu_ps(p); }
 };
 
@@ -100,7 +101,8 @@ struct Nibble4Table {
       const __m512 dm = fields2(blk);
       table = _mm512_fmadd_ps(iota, even_lanes(dm), odd_lanes(dm));
     }
-    bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q4_0 ? 2 : 4))));
+    bytes = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (q4_0 ? 2 : 4))));
   }
   // v = 0: the low nibbles (elements 0-15), v = 1: the high ones (16-31)
   SPECDEC_AVX512 __m512 vec(int v) const {
@@ -115,13 +117,16 @@ struct Q4_KDec {
   avx2::Q4_KScales k;
   SPECDEC_AVX512 void start(const uint8_t* row, int64_t b) { k.load(row, b); }
   // Sub-block v / 2, bytes 16 * (v % 2) of its chunk; through a table of its 16 values as
-  // Nibble4Table (q * d - m, the bits avx2::Q4_KDec computes), shared by the sub-block's two vectors.
+  // Nibble4Table (q * d - m, the bits avx2::Q4_KDec computes), shared by the sub-block's two
+  // vectors.
   SPECDEC_AVX512 __m512 vec(int v) const {
     const int s = v / 2;
-    const __m128i b16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs + 32 * (s / 2) + 16 * (v % 2)));
+    const __m128i b16 =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(k.qs + 32 * (s / 2) + 16 * (v % 2)));
     __m512i q = _mm512_cvtepu8_epi32(b16);
     if (s % 2) q = _mm512_srli_epi32(q, 4);
-    return _mm512_permutexvar_ps(q, _mm512_fmsub_ps(nibble_values(), _mm512_set1_ps(k.d[s]), _mm512_set1_ps(k.m[s])));
+    return _mm512_permutexvar_ps(
+        q, _mm512_fmsub_ps(nibble_values(), _mm512_set1_ps(k.d[s]), _mm512_set1_ps(k.m[s])));
   }
 };
 
@@ -139,11 +144,14 @@ struct Q6_KDec {
   }
   SPECDEC_AVX512 __m512 vec(int v) const {
     const int h = v / 8, r = (v / 2) % 4, part = 16 * (v % 2);
-    __m128i ql = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 * h + 32 * (r % 2) + part));
+    __m128i ql =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 64 * h + 32 * (r % 2) + part));
     if (r >= 2) ql = _mm_srli_epi16(ql, 4);
     const __m128i qh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 128 + 32 * h + part));
-    const __m128i hi = _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 2 * r), _mm_set1_epi8(3)), 4);
-    const __m128i q = _mm_sub_epi8(_mm_or_si128(_mm_and_si128(ql, _mm_set1_epi8(0x0F)), hi), _mm_set1_epi8(32));
+    const __m128i hi =
+        _mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 2 * r), _mm_set1_epi8(3)), 4);
+    const __m128i q =
+        _mm_sub_epi8(_mm_or_si128(_mm_and_si128(ql, _mm_set1_epi8(0x0F)), hi), _mm_set1_epi8(32));
     const auto sc = static_cast<int8_t>(blk[192 + 8 * h + 2 * r + v % 2]);
     return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(d * sc));
   }
@@ -155,15 +163,15 @@ struct BufferDec : avx2::BufferDec<T> {  // the same buffer, read 16 at a time
   SPECDEC_AVX512 __m512 vec(int v) const { return _mm512_loadu_ps(this->buf + 16 * v); }
 };
 
-
 // hsum of a 16-lane accumulator: lanes l and l + 8 added first.
 SPECDEC_AVX512 inline float hsum(__m512 a) {
   return kernels::hsum(_mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)));
 }
 
 // hsum of 16 accumulators at once, transposing as it adds: lanes l and l + 8 (shuffle_f32x4), then
-// l and l + 4, l and l + 2 (shuffle_ps), l and l + 1, the additions of hsum, so the same bits, in 15
-// additions and 30 shuffles instead of 64 and 64. Lane 4c + q of the result holds a[c + 4q]'s sum.
+// l and l + 4, l and l + 2 (shuffle_ps), l and l + 1, the additions of hsum, so the same bits, in
+// 15 additions and 30 shuffles instead of 64 and 64. Lane 4c + q of the result holds a[c + 4q]'s
+// sum.
 SPECDEC_AVX512 inline __m512 hsum16(const __m512 (&a)[16]) {
   __m512 p[8], r[4], t[2];
   for (int i = 0; i < 8; ++i)  // [a8 of a[2i], a8 of a[2i + 1]]
@@ -178,8 +186,8 @@ SPECDEC_AVX512 inline __m512 hsum16(const __m512 (&a)[16]) {
   return _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x88), _mm512_shuffle_ps(t[0], t[1], 0xDD));
 }
 
-// The sums of the N accumulators a[0..N) into s: 16 at a time (a last group of 8 or more padded with
-// zeros), the rest one by one.
+// The sums of the N accumulators a[0..N) into s: 16 at a time (a last group of 8 or more padded
+// with zeros), the rest one by one.
 template <int N>
 SPECDEC_AVX512 inline void hsums(const __m512* a, float* s) {
   int g = 0;
@@ -206,27 +214,33 @@ struct FloatTiles {
                    q8_q4 = std::is_same_v<Dec, Q8_0Dec> || std::is_same_v<Dec, Q4_0Dec>,
                    q4_k = std::is_same_v<Dec, Q4_KDec>;
     const tuning::WideFrom& from = amd_family_26() ? tuning::kWideFromZen5 : tuning::kWideFrom;
-    return f16 ? from.f16 : f32 ? from.f32 : q8_q4 ? from.q8_0_q4_0 : q4_k ? from.q4_k : from.others;
+    return f16     ? from.f16
+           : f32   ? from.f32
+           : q8_q4 ? from.q8_0_q4_0
+           : q4_k  ? from.q4_k
+                   : from.others;
   }
   // Prefill (more than kStreamRows input rows): the NB weight rows decoded once into float32 rows
   // (buf, NB x k), which the tiles of FloatTiles<F32Dec> then read for every input row of the pass,
-  // instead of each tile of kWideMaxRows input rows decoding them again: the same values in the same
-  // FMAs, so the same bits. The block formats only (F16 would re-read twice its bytes to save a
-  // conversion).
+  // instead of each tile of kWideMaxRows input rows decoding them again: the same values in the
+  // same FMAs, so the same bits. The block formats only (F16 would re-read twice its bytes to save
+  // a conversion).
   static constexpr bool kPacks = !kAnyK<Dec>;  // so K is whole blocks
   using Packed = FloatTiles<F32Dec>;
   template <int NB>
-  SPECDEC_AVX512 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k, float* buf) {
+  SPECDEC_AVX512 static void pack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t k,
+                                  float* buf) {
     for (int i = 0; i < NB; ++i)
       for (int64_t b = 0; b < k / Dec::kElems; ++b) {
         Dec dec;
         dec.start(w + (n + i) * row_bytes, b);
-        for (int v = 0; v < Dec::kVecs; ++v) _mm512_storeu_ps(buf + i * k + b * Dec::kElems + 16 * v, dec.vec(v));
+        for (int v = 0; v < Dec::kVecs; ++v)
+          _mm512_storeu_ps(buf + i * k + b * Dec::kElems + 16 * v, dec.vec(v));
       }
   }
   template <int NB, int TB>
-  SPECDEC_AVX512 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n,
-                                  int64_t t, int64_t n_total, float* y) {
+  SPECDEC_AVX512 static void tile(const void* xv, int64_t k, const uint8_t* w, int64_t row_bytes,
+                                  int64_t n, int64_t t, int64_t n_total, float* y) {
     const float* x = static_cast<const float*>(xv);
     const int64_t blocks = k / Dec::kElems;
     __m512 acc[NB][TB];
@@ -258,12 +272,12 @@ struct FloatTiles {
           if constexpr (prefetched) prefetch_ahead(wr[i] + b * block_bytes, block_bytes);
           dec[i].start(wr[i], b);
         }
-SPECDEC_UNROLL(16)
+        SPECDEC_UNROLL(16)
         for (int v = 0; v < Dec::kVecs; ++v) {
           __m512 wv[NB];
           for (int i = 0; i < NB; ++i) wv[i] = dec[i].vec(v);
           const int64_t c = b * Dec::kElems + 16 * v;
-SPECDEC_UNROLL(16)
+          SPECDEC_UNROLL(16)
           for (int j = 0; j < TB; ++j) {  // each load of x serves the NB weight rows
             const __m512 xv = _mm512_loadu_ps(xr[j] + c);
             for (int i = 0; i < NB; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], xv, acc[i][j]);
@@ -277,7 +291,8 @@ SPECDEC_UNROLL(16)
         for (int i = 0; i < NB; ++i) {
           const __m512 wv = _mm512_castps256_ps512(Dec::Ymm::vec8(wr[i], c));
           for (int j = 0; j < TB; ++j)
-            acc[i][j] = _mm512_mask3_fmadd_ps(wv, _mm512_castps256_ps512(_mm256_loadu_ps(xr[j] + c)), acc[i][j], 0x00FF);
+            acc[i][j] = _mm512_mask3_fmadd_ps(
+                wv, _mm512_castps256_ps512(_mm256_loadu_ps(xr[j] + c)), acc[i][j], 0x00FF);
         }
         c += 8;
       }
@@ -295,20 +310,30 @@ SPECDEC_UNROLL(16)
 // The float decoder of each format: its own, or the block dequantized into a buffer.
 template <GgmlType T>
 auto decoder_of() {  // Tag<the decoder>
-  if constexpr (T == GgmlType::kF32) return Tag<F32Dec>{};
-  else if constexpr (T == GgmlType::kBF16) return Tag<BF16Dec>{};
-  else if constexpr (T == GgmlType::kF16) return Tag<F16Dec>{};
-  else if constexpr (T == GgmlType::kQ8_0) return Tag<Q8_0Dec>{};
-  else if constexpr (T == GgmlType::kQ4_0) return Tag<Q4_0Dec>{};
-  else if constexpr (T == GgmlType::kQ4_1) return Tag<Q4_1Dec>{};
-  else if constexpr (T == GgmlType::kQ4_K) return Tag<Q4_KDec>{};
-  else if constexpr (T == GgmlType::kQ6_K) return Tag<Q6_KDec>{};
-  else return Tag<BufferDec<T>>{};  // Q5_0, Q5_1, Q5_K
+  if constexpr (T == GgmlType::kF32)
+    return Tag<F32Dec>{};
+  else if constexpr (T == GgmlType::kBF16)
+    return Tag<BF16Dec>{};
+  else if constexpr (T == GgmlType::kF16)
+    return Tag<F16Dec>{};
+  else if constexpr (T == GgmlType::kQ8_0)
+    return Tag<Q8_0Dec>{};
+  else if constexpr (T == GgmlType::kQ4_0)
+    return Tag<Q4_0Dec>{};
+  else if constexpr (T == GgmlType::kQ4_1)
+    return Tag<Q4_1Dec>{};
+  else if constexpr (T == GgmlType::kQ4_K)
+    return Tag<Q4_KDec>{};
+  else if constexpr (T == GgmlType::kQ6_K)
+    return Tag<Q6_KDec>{};
+  else
+    return Tag<BufferDec<T>>{};  // Q5_0, Q5_1, Q5_K
 }
 
 template <class Tiles>
-SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
-                                int64_t n0, int64_t n1, int64_t n_total, float* y) {
+SPECDEC_AVX512 void rows_avx512(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
+                                int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total,
+                                float* y) {
   rows_x86<Tiles>(x, t_rows, k, w, row_bytes, n0, n1, n_total, y);
 }
 

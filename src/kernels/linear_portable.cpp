@@ -22,8 +22,8 @@ struct GroupPortable {
 // buffer, each output element a fixed-order dot(): also independent of the number of rows in the
 // pass (its results differ from the AVX2 kernel's in the last bits).
 template <GgmlType T>
-void rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes, int64_t n0,
-                   int64_t n1, int64_t n_total, float* y) {
+void rows_portable(const void* xv, int64_t t_rows, int64_t k, const uint8_t* w, int64_t row_bytes,
+                   int64_t n0, int64_t n1, int64_t n_total, float* y) {
   const float* x = static_cast<const float*>(xv);
   thread_local std::vector<float> buf;
   if (T != GgmlType::kF32) buf.resize(k);

@@ -15,8 +15,8 @@ constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 struct WideFrom {
   int64_t f16, f32, q8_0_q4_0, q4_k, others;
 };
-constexpr WideFrom kWideFrom{1, 4, 6, 8, kNever};               // AMD Zen 4, and every CPU not measured apart
-constexpr WideFrom kWideFromZen5{3, 3, 8, kNever, kNever};      // AMD family 26
+constexpr WideFrom kWideFrom{1, 4, 6, 8, kNever};  // AMD Zen 4, and every CPU not measured apart
+constexpr WideFrom kWideFromZen5{3, 3, 8, kNever, kNever};  // AMD family 26
 // The AVX-512 and 8-bit kernels prefetch this many bytes of weights ahead of the row they read;
 // float32 rows only on Zen 5 (elsewhere the hardware prefetcher alone streams them faster).
 constexpr int64_t kPrefetchAhead = 8192;

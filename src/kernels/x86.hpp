@@ -63,7 +63,6 @@ SPECDEC_AVX2 inline float tail(float s, const uint8_t* w, const float* x, int64_
   return s;
 }
 
-
 // A type as a value (the families' format-to-kernel maps return one) and back.
 template <class T>
 struct Tag {
@@ -109,7 +108,9 @@ struct NibbleLayout {
   static constexpr int kNibbles = kFive ? 1 : 0;  // the first nibble chunk
   // Shuffle indices: byte `at` of each 32-bit lane into all 4 of its bytes; the bit byte i tests.
   static constexpr int32_t spread(int at) { return at * 0x01010101; }
-  static constexpr int32_t bits(int c) { return static_cast<int32_t>(0x08040201u << (4 * (c % 2))); }
+  static constexpr int32_t bits(int c) {
+    return static_cast<int32_t>(0x08040201u << (4 * (c % 2)));
+  }
 };
 
 // Q4_K (d, dmin; 3 chunks of scale bytes; 32 chunks of nibbles): sub-block s is the low (even s)
@@ -151,25 +152,28 @@ struct KLayout {
                       P##_slli_epi16(P##_and_##S(qh, P##_set1_epi8(3)), 4));                    \
   }
 
-
 // Tiles of Tiles::kMaxRows input rows for one weight row (Tiles::kWideMaxRows for more), then
 // one tile of exactly the rows that remain.
 template <class Tiles, int NB, int R>
-__attribute__((always_inline)) inline void rest_tile(int64_t rest, const void* x, int64_t k, const uint8_t* w,
-                                                     int64_t row_bytes, int64_t n, int64_t t, int64_t n_total,
-                                                     float* y) {
+__attribute__((always_inline)) inline void rest_tile(int64_t rest, const void* x, int64_t k,
+                                                     const uint8_t* w, int64_t row_bytes, int64_t n,
+                                                     int64_t t, int64_t n_total, float* y) {
   if constexpr (R > 0) {
-    if (rest == R) Tiles::template tile<NB, R>(x, k, w, row_bytes, n, t, n_total, y);
-    else rest_tile<Tiles, NB, R - 1>(rest, x, k, w, row_bytes, n, t, n_total, y);
+    if (rest == R)
+      Tiles::template tile<NB, R>(x, k, w, row_bytes, n, t, n_total, y);
+    else
+      rest_tile<Tiles, NB, R - 1>(rest, x, k, w, row_bytes, n, t, n_total, y);
   }
 }
 
 template <class Tiles, int NB>
-__attribute__((always_inline)) inline void row_block(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
-                                                     int64_t row_bytes, int64_t n, int64_t n_total, float* y) {
+__attribute__((always_inline)) inline void row_block(const void* x, int64_t t_rows, int64_t k,
+                                                     const uint8_t* w, int64_t row_bytes, int64_t n,
+                                                     int64_t n_total, float* y) {
   constexpr int TB = NB == 1 ? Tiles::kMaxRows : Tiles::kWideMaxRows;
   int64_t t = 0;
-  for (; t + TB <= t_rows; t += TB) Tiles::template tile<NB, TB>(x, k, w, row_bytes, n, t, n_total, y);
+  for (; t + TB <= t_rows; t += TB)
+    Tiles::template tile<NB, TB>(x, k, w, row_bytes, n, t, n_total, y);
   rest_tile<Tiles, NB, TB - 1>(t_rows - t, x, k, w, row_bytes, n, t, n_total, y);
 }
 
@@ -182,11 +186,12 @@ __attribute__((always_inline)) inline void row_block(const void* x, int64_t t_ro
 // side by side.
 
 template <class Tiles>
-__attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_rows, int64_t k, const uint8_t* w,
-                                                    int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total,
-                                                    float* y) {
+__attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_rows, int64_t k,
+                                                    const uint8_t* w, int64_t row_bytes, int64_t n0,
+                                                    int64_t n1, int64_t n_total, float* y) {
   int64_t n = n0;
-  if (t_rows > tuning::kStreamRows || (k >= tuning::kLongRow && t_rows >= Tiles::wide_long_from())) {
+  if (t_rows > tuning::kStreamRows ||
+      (k >= tuning::kLongRow && t_rows >= Tiles::wide_long_from())) {
     constexpr int NB = Tiles::kWideRows;
     if constexpr (Tiles::kPacks)
       if (t_rows > tuning::kStreamRows) {
@@ -194,8 +199,8 @@ __attribute__((always_inline)) inline void rows_x86(const void* x, int64_t t_row
         buf.resize(NB * k);
         for (; n + NB <= n1; n += NB) {
           Tiles::template pack<NB>(w, row_bytes, n, k, buf.data());
-          row_block<typename Tiles::Packed, NB>(x, t_rows, k, reinterpret_cast<const uint8_t*>(buf.data()),
-                                                k * 4, 0, n_total, y + n);
+          row_block<typename Tiles::Packed, NB>(
+              x, t_rows, k, reinterpret_cast<const uint8_t*>(buf.data()), k * 4, 0, n_total, y + n);
         }
       }
     for (; n + NB <= n1; n += NB) row_block<Tiles, NB>(x, t_rows, k, w, row_bytes, n, n_total, y);

@@ -18,14 +18,16 @@ struct Gpt2Layer {
 
 class Gpt2Model final : public Model {
  public:
-  Gpt2Model(const ModelConfig& c, const WeightSource& w, const LoadOptions& o) : Model(c, o.device, o.dtype) {
+  Gpt2Model(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
+      : Model(c, o.device, o.dtype) {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, in = c.intermediate_size, v = c.vocab_size;
     const std::string root = w.contains("transformer.wte.weight") ? "transformer." : "";
     const WeightLoader load(w, o);
     // Conv1D keeps weights as [in, out]; linear wants [out, in].
     auto conv = [&](const std::string& name, int64_t rows, int64_t cols, const std::string& bias) {
-      return load.make(name, load.stored(name, {rows, cols}).t().contiguous(), load.tensor(bias, {cols}));
+      return load.make(name, load.stored(name, {rows, cols}).t().contiguous(),
+                       load.tensor(bias, {cols}));
     };
     wte_ = load.linear(root + "wte.weight", {v, h});
     wpe_ = load.tensor(root + "wpe.weight", {c.max_position_embeddings, h});
@@ -44,19 +46,21 @@ class Gpt2Model final : public Model {
       layers_.push_back(std::move(l));
     }
     ln_f_ = {load.tensor(root + "ln_f.weight", {h}), load.tensor(root + "ln_f.bias", {h})};
-    head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight")) ? wte_ : load.linear("lm_head.weight", {v, h});
+    head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight"))
+                ? wte_
+                : load.linear("lm_head.weight", {v, h});
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
                      const std::vector<int64_t>& row_tokens) const override {
     const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const double eps = config_.rms_norm_eps;
-    at::Tensor x = wte_.rows(input_ids, dtype_) +
-                   layers::learned_positions(wpe_, pass, 0);
+    at::Tensor x = wte_.rows(input_ids, dtype_) + layers::learned_positions(wpe_, pass, 0);
     const at::Tensor mask = pass.causal_mask(dtype_);
     for (size_t i = 0; i < layers_.size(); ++i) {
       const Gpt2Layer& l = layers_[i];
-      x = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, l.scale, {}, {}, /*residual=*/x);
+      x = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, l.scale, {}, {},
+                 /*residual=*/x);
       x = l.mlp(l.ln2(x, eps), /*residual=*/x);
     }
     pass.commit(cache, x);

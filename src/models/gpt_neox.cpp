@@ -29,7 +29,8 @@ class GptNeoXModel final : public Model {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = root + "layers." + std::to_string(i) + ".";
       NeoXLayer l;
-      l.ln1 = {load.tensor(p + "input_layernorm.weight", {h}), load.tensor(p + "input_layernorm.bias", {h})};
+      l.ln1 = {load.tensor(p + "input_layernorm.weight", {h}),
+               load.tensor(p + "input_layernorm.bias", {h})};
       l.ln2 = {load.tensor(p + "post_attention_layernorm.weight", {h}),
                load.tensor(p + "post_attention_layernorm.bias", {h})};
       // Stored per head as [q_h | k_h | v_h]; regroup into [all q | all k | all v].
@@ -39,11 +40,13 @@ class GptNeoXModel final : public Model {
       };
       l.attn.heads = l.attn.kv_heads = n, l.attn.head_dim = d;
       const std::string qkv = p + "attention.query_key_value.weight";
-      l.attn.qkv = load.make(qkv, regroup(load.stored(qkv, {3 * h, h})),
-                             c.attention_bias ? regroup(load.tensor(p + "attention.query_key_value.bias", {3 * h}))
-                                              : at::Tensor());
-      l.attn.o = load.linear(p + "attention.dense.weight", {h, h},
-                             c.attention_bias ? load.tensor(p + "attention.dense.bias", {h}) : at::Tensor());
+      l.attn.qkv = load.make(
+          qkv, regroup(load.stored(qkv, {3 * h, h})),
+          c.attention_bias ? regroup(load.tensor(p + "attention.query_key_value.bias", {3 * h}))
+                           : at::Tensor());
+      l.attn.o = load.linear(
+          p + "attention.dense.weight", {h, h},
+          c.attention_bias ? load.tensor(p + "attention.dense.bias", {h}) : at::Tensor());
       l.mlp = {load.linear(p + "mlp.dense_h_to_4h.weight", {c.intermediate_size, h},
                            load.tensor(p + "mlp.dense_h_to_4h.bias", {c.intermediate_size})),
                load.linear(p + "mlp.dense_4h_to_h.weight", {h, c.intermediate_size},
@@ -51,7 +54,8 @@ class GptNeoXModel final : public Model {
                c.hidden_act};
       layers_.push_back(std::move(l));
     }
-    final_ = {load.tensor(root + "final_layer_norm.weight", {h}), load.tensor(root + "final_layer_norm.bias", {h})};
+    final_ = {load.tensor(root + "final_layer_norm.weight", {h}),
+              load.tensor(root + "final_layer_norm.bias", {h})};
     head_ = c.tie_word_embeddings ? embed_ : load.linear("embed_out.weight", {v, h});
   }
 
@@ -67,7 +71,8 @@ class GptNeoXModel final : public Model {
       const NeoXLayer& l = layers_[i];
       // (x + attention) + the MLP's output, of ln2(x) with the parallel residual, else of
       // ln2(x + attention); each addition made by the output projection before it.
-      const at::Tensor a = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, scale_, cos, sin, /*residual=*/x);
+      const at::Tensor a = l.attn(l.ln1(x, eps), cache, static_cast<int64_t>(i), mask, scale_, cos,
+                                  sin, /*residual=*/x);
       x = l.mlp(l.ln2(c.use_parallel_residual ? x : a, eps), /*residual=*/a);
     }
     pass.commit(cache, x);

@@ -14,17 +14,18 @@ namespace specdec::models {
 namespace {
 
 struct LlamaLayer {
-  at::Tensor input_norm;  // [H]
+  at::Tensor input_norm;   // [H]
   layers::Attention attn;  // q, k, v fused into one matmul; biases for Qwen2
-  at::Tensor post_norm;   // [H]
-  layers::GatedMlp mlp;   // SiLU-gated
+  at::Tensor post_norm;    // [H]
+  layers::GatedMlp mlp;    // SiLU-gated
 };
 
 class LlamaModel final : public Model {
  public:
   LlamaModel(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
       : Model(c, o.device, o.dtype),
-        rotary_(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings, o.dtype, o.device),
+        rotary_(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings, o.dtype,
+                o.device),
         scale_(1.0 / std::sqrt(static_cast<double>(c.head_dim))) {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
@@ -45,15 +46,21 @@ class LlamaModel final : public Model {
       l.input_norm = load.tensor(p + "input_layernorm.weight", {h});
       l.attn.heads = hq, l.attn.kv_heads = hkv, l.attn.head_dim = d;
       const std::string a = p + "self_attn.";
-      l.attn.qkv = Linear::cat({load.linear(a + "q_proj.weight", {hq * d, h}, bias(a + "q_proj.bias", hq * d, c.attention_bias)),
-                                load.linear(a + "k_proj.weight", {hkv * d, h}, bias(a + "k_proj.bias", hkv * d, c.attention_bias)),
-                                load.linear(a + "v_proj.weight", {hkv * d, h}, bias(a + "v_proj.bias", hkv * d, c.attention_bias))});
+      l.attn.qkv = Linear::cat({load.linear(a + "q_proj.weight", {hq * d, h},
+                                            bias(a + "q_proj.bias", hq * d, c.attention_bias)),
+                                load.linear(a + "k_proj.weight", {hkv * d, h},
+                                            bias(a + "k_proj.bias", hkv * d, c.attention_bias)),
+                                load.linear(a + "v_proj.weight", {hkv * d, h},
+                                            bias(a + "v_proj.bias", hkv * d, c.attention_bias))});
       l.attn.o = load.linear(a + "o_proj.weight", {h, hq * d});
       l.post_norm = load.tensor(p + "post_attention_layernorm.weight", {h});
       const std::string m = p + "mlp.";
-      l.mlp.gate_up = Linear::cat({load.linear(m + "gate_proj.weight", {inter, h}, bias(m + "gate_proj.bias", inter, c.mlp_bias)),
-                                   load.linear(m + "up_proj.weight", {inter, h}, bias(m + "up_proj.bias", inter, c.mlp_bias))});
-      l.mlp.down = load.linear(m + "down_proj.weight", {h, inter}, bias(m + "down_proj.bias", h, c.mlp_bias));
+      l.mlp.gate_up = Linear::cat({load.linear(m + "gate_proj.weight", {inter, h},
+                                               bias(m + "gate_proj.bias", inter, c.mlp_bias)),
+                                   load.linear(m + "up_proj.weight", {inter, h},
+                                               bias(m + "up_proj.bias", inter, c.mlp_bias))});
+      l.mlp.down = load.linear(m + "down_proj.weight", {h, inter},
+                               bias(m + "down_proj.bias", h, c.mlp_bias));
       l.mlp.act = "silu";
       layers_.push_back(std::move(l));
     }
@@ -66,9 +73,11 @@ class LlamaModel final : public Model {
       head_ids_ = at::tensor(c.head_token_ids, at::kLong).to(o.device);
       return;
     }
-    SPECDEC_CHECK(has_head || c.tie_word_embeddings, w.dir(),
-                  ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
-    lm_head_ = (c.tie_word_embeddings || !has_head) ? embed_ : load.linear("lm_head.weight", {v, h});
+    SPECDEC_CHECK(
+        has_head || c.tie_word_embeddings, w.dir(),
+        ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
+    lm_head_ =
+        (c.tie_word_embeddings || !has_head) ? embed_ : load.linear("lm_head.weight", {v, h});
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
@@ -78,7 +87,7 @@ class LlamaModel final : public Model {
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
     if (c.feature_size > 0)
       x = fc_(at::cat({x, layers::rms_norm(features(pass, cache), fc_norm_, c.rms_norm_eps)}, 2));
-    auto [cos, sin] = rotary_.tables(pass);                // [T, D]
+    auto [cos, sin] = rotary_.tables(pass);                              // [T, D]
     const at::Tensor mask = pass.causal_mask(dtype_, c.sliding_window);  // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
       const LlamaLayer& l = layers_[i];
@@ -89,35 +98,45 @@ class LlamaModel final : public Model {
     pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};
     x = pass.last(x, keep_last);
-    at::Tensor logits = lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);  // [B, T', V or V']
+    at::Tensor logits =
+        lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);  // [B, T', V or V']
     if (!head_ids_.defined()) return logits;
     // Reduced head: its V' logits go to their ids, every other id gets -inf (probability 0).
-    at::Tensor full = at::full({logits.size(0), logits.size(1), c.vocab_size},
-                               -std::numeric_limits<float>::infinity(), logits.options());  // [B, T', V]
+    at::Tensor full =
+        at::full({logits.size(0), logits.size(1), c.vocab_size},
+                 -std::numeric_limits<float>::infinity(), logits.options());  // [B, T', V]
     return full.index_copy_(2, head_ids_, logits);
   }
 
  private:
   // A feature-fed draft's features for the pass: [B, T, F], row b's token at position p getting the
-  // hidden state of position p - 1 from the target's cache (cache.feature_source()) where the target
-  // holds it, else from this model's own cache (its prediction), zeros at p = 0 and for padding.
+  // hidden state of position p - 1 from the target's cache (cache.feature_source()) where the
+  // target holds it, else from this model's own cache (its prediction), zeros at p = 0 and for
+  // padding.
   at::Tensor features(const layers::Pass& pass, const KVCache& cache) const {
     const KVCache* target = cache.feature_source();
-    SPECDEC_CHECK(target != nullptr, "forward: a feature-fed draft (specdec_feature_size) runs beside its target: ",
-                  "its cache needs the target's cache as feature source (KVCache::set_feature_source)");
+    SPECDEC_CHECK(
+        target != nullptr,
+        "forward: a feature-fed draft (specdec_feature_size) runs beside its target: ",
+        "its cache needs the target's cache as feature source (KVCache::set_feature_source)");
     const at::Tensor& theirs = target->hidden();  // [B', capacity', F]
     const at::Tensor& own = cache.hidden();       // [B, capacity, F]
-    SPECDEC_CHECK(theirs.size(2) == config_.feature_size, "forward: the target's hidden states have ", theirs.size(2),
+    SPECDEC_CHECK(theirs.size(2) == config_.feature_size,
+                  "forward: the target's hidden states have ", theirs.size(2),
                   " features, the draft expects ", config_.feature_size);
-    at::Tensor out = at::zeros({pass.rows(), pass.tokens(), config_.feature_size}, own.options());  // [B, T, F]
+    at::Tensor out =
+        at::zeros({pass.rows(), pass.tokens(), config_.feature_size}, own.options());  // [B, T, F]
     for (int64_t b = 0; b < pass.rows(); ++b) {
-      const int64_t first = pass.start(b) - 1, end = first + pass.count(b);  // feature positions [first, end)
+      const int64_t first = pass.start(b) - 1,
+                    end = first + pass.count(b);  // feature positions [first, end)
       const int64_t verified = b < target->batch() ? target->length(b) : 0;
       const int64_t from = std::max<int64_t>(first, 0), split = std::clamp(verified, from, end);
-      if (split > from) out[b].narrow(0, from - first, split - from).copy_(theirs[b].narrow(0, from, split - from));
+      if (split > from)
+        out[b].narrow(0, from - first, split - from).copy_(theirs[b].narrow(0, from, split - from));
       if (end > split) {
-        SPECDEC_CHECK(end <= cache.length(b), "forward: feature-fed draft row ", b, " has no hidden state for position ",
-                      end - 1, " (the target holds ", verified, " positions, the draft ", cache.length(b), ")");
+        SPECDEC_CHECK(end <= cache.length(b), "forward: feature-fed draft row ", b,
+                      " has no hidden state for position ", end - 1, " (the target holds ",
+                      verified, " positions, the draft ", cache.length(b), ")");
         out[b].narrow(0, split - first, end - split).copy_(own[b].narrow(0, split, end - split));
       }
     }
@@ -130,8 +149,8 @@ class LlamaModel final : public Model {
   at::Tensor fc_norm_;  // [F]: feature-fed drafts only: the features' RMS norm before fc
   Linear fc_;           // [H, H + F]: feature-fed drafts only
   std::vector<LlamaLayer> layers_;
-  at::Tensor norm_;     // [H]
-  Linear lm_head_;      // [V, H]: embed_ itself when tied; [V', H] for a reduced head
+  at::Tensor norm_;      // [H]
+  Linear lm_head_;       // [V, H]: embed_ itself when tied; [V', H] for a reduced head
   at::Tensor head_ids_;  // [V'] int64: the ids a reduced head covers (undefined: full head)
 };
 

@@ -24,14 +24,18 @@ class OptModel final : public Model {
     c10::InferenceMode guard;
     const int64_t h = c.hidden_size, f = c.intermediate_size, v = c.vocab_size;
     const int64_t e = c.word_embed_proj_dim > 0 ? c.word_embed_proj_dim : h;
-    const std::string root = w.contains("model.decoder.embed_tokens.weight") ? "model.decoder." : "decoder.";
+    const std::string root =
+        w.contains("model.decoder.embed_tokens.weight") ? "model.decoder." : "decoder.";
     const WeightLoader load(w, o);
-    auto bias = [&](const std::string& name, int64_t n) { return c.enable_bias ? load.tensor(name, {n}) : at::Tensor(); };
+    auto bias = [&](const std::string& name, int64_t n) {
+      return c.enable_bias ? load.tensor(name, {n}) : at::Tensor();
+    };
     auto norm = [&](const std::string& p) {
       return layers::Norm{load.tensor(p + ".weight", {h}), load.tensor(p + ".bias", {h})};
     };
     embed_ = load.linear(root + "embed_tokens.weight", {v, e});
-    positions_ = load.tensor(root + "embed_positions.weight", {c.max_position_embeddings + kPositionOffset, h});
+    positions_ = load.tensor(root + "embed_positions.weight",
+                             {c.max_position_embeddings + kPositionOffset, h});
     if (e != h) {
       project_in_ = load.linear(root + "project_in.weight", {h, e});
       project_out_ = load.linear(root + "project_out.weight", {e, h});
@@ -43,16 +47,20 @@ class OptModel final : public Model {
       l.mlp_ln = norm(p + "final_layer_norm");
       l.attn.heads = l.attn.kv_heads = c.num_attention_heads, l.attn.head_dim = c.head_dim;
       const std::string a = p + "self_attn.";
-      l.attn.qkv = Linear::cat({load.linear(a + "q_proj.weight", {h, h}, bias(a + "q_proj.bias", h)),
-                                load.linear(a + "k_proj.weight", {h, h}, bias(a + "k_proj.bias", h)),
-                                load.linear(a + "v_proj.weight", {h, h}, bias(a + "v_proj.bias", h))});
+      l.attn.qkv =
+          Linear::cat({load.linear(a + "q_proj.weight", {h, h}, bias(a + "q_proj.bias", h)),
+                       load.linear(a + "k_proj.weight", {h, h}, bias(a + "k_proj.bias", h)),
+                       load.linear(a + "v_proj.weight", {h, h}, bias(a + "v_proj.bias", h))});
       l.attn.o = load.linear(a + "out_proj.weight", {h, h}, bias(a + "out_proj.bias", h));
       l.mlp = {load.linear(p + "fc1.weight", {f, h}, bias(p + "fc1.bias", f)),
                load.linear(p + "fc2.weight", {h, f}, bias(p + "fc2.bias", h)), c.hidden_act};
       layers_.push_back(std::move(l));
     }
-    if (c.do_layer_norm_before && !c.remove_final_layer_norm) final_ = norm(root + "final_layer_norm");
-    head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight")) ? embed_ : load.linear("lm_head.weight", {v, e});
+    if (c.do_layer_norm_before && !c.remove_final_layer_norm)
+      final_ = norm(root + "final_layer_norm");
+    head_ = (c.tie_word_embeddings || !w.contains("lm_head.weight"))
+                ? embed_
+                : load.linear("lm_head.weight", {v, e});
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
@@ -67,7 +75,8 @@ class OptModel final : public Model {
     for (size_t i = 0; i < layers_.size(); ++i) {
       const OptLayer& l = layers_[i];
       const bool pre = c.do_layer_norm_before;
-      x = l.attn(pre ? l.attn_ln(x, eps) : x, cache, static_cast<int64_t>(i), mask, scale_, {}, {}, /*residual=*/x);
+      x = l.attn(pre ? l.attn_ln(x, eps) : x, cache, static_cast<int64_t>(i), mask, scale_, {}, {},
+                 /*residual=*/x);
       if (!pre) x = l.attn_ln(x, eps);
       x = l.mlp(pre ? l.mlp_ln(x, eps) : x, /*residual=*/x);
       if (!pre) x = l.mlp_ln(x, eps);

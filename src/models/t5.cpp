@@ -1,7 +1,7 @@
-// T5ForConditionalGeneration (t5, t5-v1_1, flan-t5): an encoder and a decoder of pre-norm blocks with
-// T5's RMS LayerNorm, unscaled attention with a relative position bias (bucketed, learnt by the
-// first block of each stack and shared by the others), ReLU or gated-GELU feed-forward, and a head
-// tied to the shared embedding (then scaled by d_model^-0.5) or separate (lm_head).
+// T5ForConditionalGeneration (t5, t5-v1_1, flan-t5): an encoder and a decoder of pre-norm blocks
+// with T5's RMS LayerNorm, unscaled attention with a relative position bias (bucketed, learnt by
+// the first block of each stack and shared by the others), ReLU or gated-GELU feed-forward, and a
+// head tied to the shared embedding (then scaled by d_model^-0.5) or separate (lm_head).
 //
 // The encoder runs once per request (encode); attach_encoder computes every decoder layer's
 // cross-attention keys/values from its output once; the decoder's self-attention goes through the
@@ -25,19 +25,24 @@ class RelativeBias {
  public:
   RelativeBias() = default;
   RelativeBias(at::Tensor table, bool bidirectional, int64_t buckets, int64_t max_distance)
-      : table_(std::move(table)), bidirectional_(bidirectional), buckets_(buckets), max_distance_(max_distance) {}
+      : table_(std::move(table)),
+        bidirectional_(bidirectional),
+        buckets_(buckets),
+        max_distance_(max_distance) {}
 
   // Additive bias [H, 1, T, L] for queries at positions [past, past + T) against keys [0, L).
   at::Tensor operator()(int64_t past, int64_t t, int64_t len) const {
     const auto opts = at::TensorOptions().dtype(at::kLong).device(table_.device());
-    return bias(at::arange(len, opts).view({1, len}) - at::arange(past, past + t, opts).view({t, 1}));
+    return bias(at::arange(len, opts).view({1, len}) -
+                at::arange(past, past + t, opts).view({t, 1}));
   }
   // The same for a pass: [H, 1, T, L] when its rows start at the same position, else
   // [B, H, 1, T, L] (each row's queries at its own positions).
   at::Tensor operator()(const layers::Pass& pass) const {
     if (pass.same_start()) return (*this)(pass.past(), pass.tokens(), pass.keys());
     const int64_t len = pass.keys();
-    const at::Tensor pos = pass.positions(std::numeric_limits<int64_t>::max());  // [B, T] on the device
+    const at::Tensor pos =
+        pass.positions(std::numeric_limits<int64_t>::max());  // [B, T] on the device
     return bias(at::arange(len, pos.options()).view({1, 1, len}) - pos.unsqueeze(-1));
   }
 
@@ -46,7 +51,8 @@ class RelativeBias {
  private:
   // rel [..., T, L] (key - query) -> bias [..., H, 1, T, L].
   at::Tensor bias(const at::Tensor& rel) const {
-    const at::Tensor b = layers::relative_position_bucket(rel, bidirectional_, buckets_, max_distance_);
+    const at::Tensor b =
+        layers::relative_position_bucket(rel, bidirectional_, buckets_, max_distance_);
     std::vector<int64_t> shape = rel.sizes().vec();
     shape.push_back(-1);
     const int64_t n = rel.dim();
@@ -64,18 +70,19 @@ at::Tensor clamp_half(const at::Tensor& x) {
   if (x.scalar_type() != at::kHalf) return x;
   const double max = 65504.0;  // torch.finfo(torch.float16).max
   // Hugging Face's rule, decided on the device (no host sync): max - 1000 once anything overflowed.
-  const at::Tensor c = at::where(x.isinf().any(), at::Scalar(max - 1000), at::Scalar(max)).to(x.scalar_type());
+  const at::Tensor c =
+      at::where(x.isinf().any(), at::Scalar(max - 1000), at::Scalar(max)).to(x.scalar_type());
   return at::maximum(at::minimum(x, c), -c);
 }
 
 struct T5Block {
   at::Tensor attn_norm;
-  layers::Attention attn;      // self-attention, unscaled
-  at::Tensor cross_norm;       // decoder only
-  Linear cross_q, cross_o;     // decoder only; keys/values come from attach_encoder
+  layers::Attention attn;   // self-attention, unscaled
+  at::Tensor cross_norm;    // decoder only
+  Linear cross_q, cross_o;  // decoder only; keys/values come from attach_encoder
   at::Tensor ff_norm;
-  layers::Mlp mlp;             // ReLU (t5): wo(act(wi x))
-  layers::GatedMlp gated;      // gated-GELU (t5-v1_1, flan-t5): wo(act(wi_0 x) * wi_1 x)
+  layers::Mlp mlp;         // ReLU (t5): wo(act(wi x))
+  layers::GatedMlp gated;  // gated-GELU (t5-v1_1, flan-t5): wo(act(wi_0 x) * wi_1 x)
   bool is_gated = false;
   // The feed-forward block on x, plus `residual`.
   at::Tensor ff(const at::Tensor& x, const at::Tensor& residual) const {
@@ -85,18 +92,21 @@ struct T5Block {
 
 class T5Model final : public Model {
  public:
-  T5Model(const ModelConfig& c, const WeightSource& w, const LoadOptions& o) : Model(c, o.device, o.dtype) {
+  T5Model(const ModelConfig& c, const WeightSource& w, const LoadOptions& o)
+      : Model(c, o.device, o.dtype) {
     c10::InferenceMode guard;
-    const int64_t h = c.hidden_size, inner = c.num_attention_heads * c.head_dim, f = c.intermediate_size,
-                  v = c.vocab_size;
+    const int64_t h = c.hidden_size, inner = c.num_attention_heads * c.head_dim,
+                  f = c.intermediate_size, v = c.vocab_size;
     const WeightLoader load(w, o);
-    embed_ = load.linear(w.contains("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight", {v, h});
+    embed_ = load.linear(
+        w.contains("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight", {v, h});
     auto block = [&](const std::string& p, bool decoder) {
       T5Block b;
       const std::string sa = p + "layer.0.SelfAttention.";
       b.attn_norm = load.tensor(p + "layer.0.layer_norm.weight", {h});
       b.attn.heads = b.attn.kv_heads = c.num_attention_heads, b.attn.head_dim = c.head_dim;
-      b.attn.qkv = Linear::cat({load.linear(sa + "q.weight", {inner, h}), load.linear(sa + "k.weight", {inner, h}),
+      b.attn.qkv = Linear::cat({load.linear(sa + "q.weight", {inner, h}),
+                                load.linear(sa + "k.weight", {inner, h}),
                                 load.linear(sa + "v.weight", {inner, h})});
       b.attn.o = load.linear(sa + "o.weight", {h, inner});
       if (decoder) {
@@ -109,7 +119,8 @@ class T5Model final : public Model {
       b.ff_norm = load.tensor(p + "layer." + (decoder ? "2" : "1") + ".layer_norm.weight", {h});
       b.is_gated = c.is_gated_act;
       if (c.is_gated_act) {
-        b.gated.gate_up = Linear::cat({load.linear(ffp + "wi_0.weight", {f, h}), load.linear(ffp + "wi_1.weight", {f, h})});
+        b.gated.gate_up = Linear::cat(
+            {load.linear(ffp + "wi_0.weight", {f, h}), load.linear(ffp + "wi_1.weight", {f, h})});
         b.gated.down = load.linear(ffp + "wo.weight", {h, f});
         b.gated.act = c.hidden_act;
       } else {
@@ -120,11 +131,14 @@ class T5Model final : public Model {
       return b;
     };
     const std::string bias_name = "block.0.layer.0.SelfAttention.relative_attention_bias.weight";
-    const std::vector<int64_t> bias_shape = {c.relative_attention_num_buckets, c.num_attention_heads};
-    encoder_bias_ = RelativeBias(load.tensor("encoder." + bias_name, bias_shape), true,
-                                 c.relative_attention_num_buckets, c.relative_attention_max_distance);
-    decoder_bias_ = RelativeBias(load.tensor("decoder." + bias_name, bias_shape), false,
-                                 c.relative_attention_num_buckets, c.relative_attention_max_distance);
+    const std::vector<int64_t> bias_shape = {c.relative_attention_num_buckets,
+                                             c.num_attention_heads};
+    encoder_bias_ =
+        RelativeBias(load.tensor("encoder." + bias_name, bias_shape), true,
+                     c.relative_attention_num_buckets, c.relative_attention_max_distance);
+    decoder_bias_ =
+        RelativeBias(load.tensor("decoder." + bias_name, bias_shape), false,
+                     c.relative_attention_num_buckets, c.relative_attention_max_distance);
     for (int64_t i = 0; i < c.num_encoder_layers; ++i)
       encoder_.push_back(block("encoder.block." + std::to_string(i) + ".", false));
     std::vector<Linear> cross_kv;
@@ -138,16 +152,17 @@ class T5Model final : public Model {
     encoder_norm_ = load.tensor("encoder.final_layer_norm.weight", {h});
     decoder_norm_ = load.tensor("decoder.final_layer_norm.weight", {h});
     const bool has_head = w.contains("lm_head.weight");
-    SPECDEC_CHECK(has_head || c.tie_word_embeddings, w.dir(),
-                  ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
+    SPECDEC_CHECK(
+        has_head || c.tie_word_embeddings, w.dir(),
+        ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
     lm_head_ = c.tie_word_embeddings ? embed_ : load.linear("lm_head.weight", {v, h});
   }
 
   at::Tensor encode(const at::Tensor& input_ids) const override {
     const double eps = config_.rms_norm_eps;
     const int64_t s = input_ids.size(1);
-    at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, S, H]
-    const at::Tensor bias = encoder_bias_(0, s, s);   // [H, 1, S, S]
+    at::Tensor x = embed_.rows(input_ids, dtype_);   // [B, S, H]
+    const at::Tensor bias = encoder_bias_(0, s, s);  // [H, 1, S, S]
     for (const T5Block& b : encoder_) {
       x = clamp_half(b.attn(layers::rms_norm(x, b.attn_norm, eps), bias, 1.0, /*residual=*/x));
       x = clamp_half(b.ff(layers::rms_norm(x, b.ff_norm, eps), /*residual=*/x));
@@ -155,20 +170,26 @@ class T5Model final : public Model {
     return layers::rms_norm(x, encoder_norm_, eps);
   }
 
-  void attach_encoder(const at::Tensor& states, KVCache& cache, const std::vector<int64_t>& lengths) const override {
-    SPECDEC_CHECK(states.dim() == 3 && states.size(2) == config_.hidden_size && states.size(0) == cache.batch(),
-                  "attach_encoder: expected encoder states [", cache.batch(), ", S, ", config_.hidden_size,
-                  "], got ", states.sizes());
+  void attach_encoder(const at::Tensor& states, KVCache& cache,
+                      const std::vector<int64_t>& lengths) const override {
+    SPECDEC_CHECK(states.dim() == 3 && states.size(2) == config_.hidden_size &&
+                      states.size(0) == cache.batch(),
+                  "attach_encoder: expected encoder states [", cache.batch(), ", S, ",
+                  config_.hidden_size, "], got ", states.sizes());
     const int64_t b = states.size(0), s = states.size(1), heads = config_.num_attention_heads,
                   d = config_.head_dim;
-    SPECDEC_CHECK(lengths.empty() || static_cast<int64_t>(lengths.size()) == b, "attach_encoder: ",
-                  lengths.size(), " lengths for ", b, " rows");
+    SPECDEC_CHECK(lengths.empty() || static_cast<int64_t>(lengths.size()) == b,
+                  "attach_encoder: ", lengths.size(), " lengths for ", b, " rows");
     at::Tensor mask;  // [B, 1, 1, 1, S]: -inf over each row's padding
     if (std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n != s; })) {
-      for (const int64_t n : lengths) SPECDEC_CHECK(n >= 1 && n <= s, "attach_encoder: row length ", n, " outside [1, ", s, "]");
-      const at::Tensor pad = at::arange(s, at::kLong).view({1, s}) >= at::tensor(lengths, at::kLong).view({b, 1});
-      mask = at::zeros({b, s}, at::kFloat).masked_fill_(pad, -std::numeric_limits<float>::infinity())
-                 .to(device_, dtype_).view({b, 1, 1, 1, s});
+      for (const int64_t n : lengths)
+        SPECDEC_CHECK(n >= 1 && n <= s, "attach_encoder: row length ", n, " outside [1, ", s, "]");
+      const at::Tensor pad =
+          at::arange(s, at::kLong).view({1, s}) >= at::tensor(lengths, at::kLong).view({b, 1});
+      mask = at::zeros({b, s}, at::kFloat)
+                 .masked_fill_(pad, -std::numeric_limits<float>::infinity())
+                 .to(device_, dtype_)
+                 .view({b, 1, 1, 1, s});
     }
     cache.set_cross_mask(mask);
     // [B, S, layers * 2 * H * D] -> [layers * 2, B, H, S, D]
@@ -194,8 +215,8 @@ class T5Model final : public Model {
       return false;
     const auto mine = encoder_tensors(), theirs = o->encoder_tensors();
     for (size_t i = 0; i < mine.size(); ++i)
-      if (mine[i].sizes() != theirs[i].sizes() || mine[i].scalar_type() != theirs[i].scalar_type() ||
-          !at::equal(mine[i], theirs[i]))
+      if (mine[i].sizes() != theirs[i].sizes() ||
+          mine[i].scalar_type() != theirs[i].scalar_type() || !at::equal(mine[i], theirs[i]))
         return false;
     return true;
   }
@@ -206,27 +227,31 @@ class T5Model final : public Model {
     const double eps = config_.rms_norm_eps;
     const int64_t t = input_ids.size(1);
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
-    at::Tensor bias = decoder_bias_(pass);  // [H, 1, T, L] or [B, H, 1, T, L]
+    at::Tensor bias = decoder_bias_(pass);          // [H, 1, T, L] or [B, H, 1, T, L]
     const at::Tensor causal = pass.causal_mask(dtype_);
     if (causal.defined()) bias = bias + causal;
     const int64_t b = x.size(0), heads = config_.num_attention_heads, d = config_.head_dim;
     for (size_t i = 0; i < decoder_.size(); ++i) {
       const T5Block& l = decoder_[i];
       const auto layer = static_cast<int64_t>(i);
-      x = clamp_half(l.attn(layers::rms_norm(x, l.attn_norm, eps), cache, layer, bias, 1.0, {}, {}, /*residual=*/x));
+      x = clamp_half(l.attn(layers::rms_norm(x, l.attn_norm, eps), cache, layer, bias, 1.0, {}, {},
+                            /*residual=*/x));
       const at::Tensor q = l.cross_q(layers::rms_norm(x, l.cross_norm, eps))
                                .view({b, t, heads, d})
-                               .transpose(1, 2);  // [B, H, T, D]
+                               .transpose(1, 2);        // [B, H, T, D]
       const auto& [keys, values] = cache.cross(layer);  // [cache rows, H, S, D]
-      const at::Tensor cross_mask = cache.cross_mask().defined() ? cache.cross_mask().narrow(0, 0, b) : at::Tensor();
-      x = clamp_half(l.cross_o(layers::attend(q, keys.narrow(0, 0, b), values.narrow(0, 0, b), cross_mask, 1.0),
-                               /*residual=*/x));
+      const at::Tensor cross_mask =
+          cache.cross_mask().defined() ? cache.cross_mask().narrow(0, 0, b) : at::Tensor();
+      x = clamp_half(l.cross_o(
+          layers::attend(q, keys.narrow(0, 0, b), values.narrow(0, 0, b), cross_mask, 1.0),
+          /*residual=*/x));
       x = clamp_half(l.ff(layers::rms_norm(x, l.ff_norm, eps), /*residual=*/x));
     }
     pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};
     x = layers::rms_norm(pass.last(x, keep_last), decoder_norm_, eps);
-    if (config_.tie_word_embeddings) x = x * std::pow(static_cast<double>(config_.hidden_size), -0.5);
+    if (config_.tie_word_embeddings)
+      x = x * std::pow(static_cast<double>(config_.hidden_size), -0.5);
     return lm_head_(x).to(at::kFloat);
   }
 
@@ -237,8 +262,9 @@ class T5Model final : public Model {
     std::vector<const Linear*> linears = {&embed_};
     for (const T5Block& b : encoder_) {
       t.insert(t.end(), {b.attn_norm, b.ff_norm});
-      linears.insert(linears.end(), {&b.attn.qkv, &b.attn.o, b.is_gated ? &b.gated.gate_up : &b.mlp.up,
-                                     b.is_gated ? &b.gated.down : &b.mlp.down});
+      linears.insert(linears.end(),
+                     {&b.attn.qkv, &b.attn.o, b.is_gated ? &b.gated.gate_up : &b.mlp.up,
+                      b.is_gated ? &b.gated.down : &b.mlp.down});
     }
     for (const Linear* l : linears) {
       const auto w = l->tensors();

@@ -1,6 +1,6 @@
-// Byte-level BPE: tokenizer.json (GPT-2, GPT-NeoX/Pythia, Llama 3, Qwen2 layouts) with Hugging Face's
-// fast-tokenizer semantics, and vocab.json + merges.txt folders with the slow GPT2Tokenizer /
-// Qwen2Tokenizer semantics. Regexes run on PCRE2 (Unicode classes), normalization on ICU.
+// Byte-level BPE: tokenizer.json (GPT-2, GPT-NeoX/Pythia, Llama 3, Qwen2 layouts) with Hugging
+// Face's fast-tokenizer semantics, and vocab.json + merges.txt folders with the slow GPT2Tokenizer
+// / Qwen2Tokenizer semantics. Regexes run on PCRE2 (Unicode classes), normalization on ICU.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -12,8 +12,8 @@
 #include <unordered_map>
 
 #include "specdec/error.hpp"
-#include "specdec/limits.hpp"
 #include "specdec/gguf.hpp"
+#include "specdec/limits.hpp"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
 
@@ -58,13 +58,14 @@ class Regex {
   Regex(const std::string& pattern, bool literal, const std::string& where) {
     int err = 0;
     PCRE2_SIZE off = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &err, &off, nullptr);
+    code_ =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                      PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &err, &off, nullptr);
     if (!code_) {
       PCRE2_UCHAR buf[256];
       pcre2_get_error_message(err, buf, sizeof buf);
-      throw Error(where + ": cannot compile the pre-tokenizer regex at offset " + std::to_string(off) +
-                  ": " + reinterpret_cast<char*>(buf));
+      throw Error(where + ": cannot compile the pre-tokenizer regex at offset " +
+                  std::to_string(off) + ": " + reinterpret_cast<char*>(buf));
     }
     pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter when unavailable
   }
@@ -129,21 +130,29 @@ std::vector<std::string> split(const std::string& s, const PreStep& step) {
   for (size_t k = 0; k < spans.size(); ++k) {
     auto& [text, delim] = spans[k];
     switch (step.behavior) {
-      case Behavior::Isolated: out.push_back(text); break;
+      case Behavior::Isolated:
+        out.push_back(text);
+        break;
       case Behavior::Removed:
         if (!delim) out.push_back(text);
         break;
       case Behavior::MergedWithPrevious:
-        if (delim && !out.empty() && !prev_delim) out.back() += text;
-        else out.push_back(text);
+        if (delim && !out.empty() && !prev_delim)
+          out.back() += text;
+        else
+          out.push_back(text);
         break;
       case Behavior::MergedWithNext:
-        if (delim && k + 1 < spans.size()) spans[k + 1].first = text + spans[k + 1].first;
-        else out.push_back(text);
+        if (delim && k + 1 < spans.size())
+          spans[k + 1].first = text + spans[k + 1].first;
+        else
+          out.push_back(text);
         break;
       case Behavior::Contiguous:
-        if (delim && prev_delim && !out.empty()) out.back() += text;
-        else out.push_back(text);
+        if (delim && prev_delim && !out.empty())
+          out.back() += text;
+        else
+          out.push_back(text);
         break;
     }
     prev_delim = delim;
@@ -156,7 +165,8 @@ std::vector<std::string> split(const std::string& s, const PreStep& step) {
 int64_t json_id(const json& v, const std::string& where) {
   const int64_t max = limits().max_vocab_size;
   SPECDEC_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < max, where,
-                ": token id ", v.dump(), " is not an integer in [0, ", max, ") (Limits::max_vocab_size)");
+                ": token id ", v.dump(), " is not an integer in [0, ", max,
+                ") (Limits::max_vocab_size)");
   return v.get<int64_t>();
 }
 
@@ -170,16 +180,19 @@ class VocabIndex {
   void add(std::string_view text, int64_t id, const std::string& where) {
     SPECDEC_CHECK(pool_.size() + text.size() <= UINT32_MAX && id <= INT32_MAX, where,
                   ": the vocabulary exceeds 4 GB of text or 2^31 ids");
-    if (2 * (entries_.size() + 1) > slots_.size()) rehash(std::max<size_t>(1024, 2 * slots_.size()));
+    if (2 * (entries_.size() + 1) > slots_.size())
+      rehash(std::max<size_t>(1024, 2 * slots_.size()));
     size_t slot = probe(text);
     if (slots_[slot] < 0) {
       slots_[slot] = static_cast<int32_t>(entries_.size());
-      entries_.push_back({static_cast<uint32_t>(pool_.size()), static_cast<uint32_t>(text.size()), -1});
+      entries_.push_back(
+          {static_cast<uint32_t>(pool_.size()), static_cast<uint32_t>(text.size()), -1});
       pool_.append(text);
     }
     Entry& e = entries_[static_cast<size_t>(slots_[slot])];
     e.id = static_cast<int32_t>(id);
-    if (static_cast<int64_t>(spans_.size()) <= id) spans_.resize(static_cast<size_t>(id) + 1, {0, 0});
+    if (static_cast<int64_t>(spans_.size()) <= id)
+      spans_.resize(static_cast<size_t>(id) + 1, {0, 0});
     spans_[static_cast<size_t>(id)] = {e.begin, e.size};
   }
   // The id of `text`, or -1.
@@ -201,11 +214,13 @@ class VocabIndex {
     uint32_t begin, size;
     int32_t id;
   };
-  std::string_view view(uint32_t begin, uint32_t size) const { return {pool_.data() + begin, size}; }
+  std::string_view view(uint32_t begin, uint32_t size) const {
+    return {pool_.data() + begin, size};
+  }
   // The slot holding `text`, or the empty slot where it would go.
   size_t probe(std::string_view text) const {
     const size_t mask = slots_.size() - 1;
-    for (size_t i = std::hash<std::string_view>{}(text) & mask;; i = (i + 1) & mask) {
+    for (size_t i = std::hash<std::string_view>{}(text)&mask;; i = (i + 1) & mask) {
       const int32_t e = slots_[i];
       if (e < 0) return i;
       const Entry& x = entries_[static_cast<size_t>(e)];
@@ -226,7 +241,7 @@ class VocabIndex {
   std::string pool_;
   std::vector<Entry> entries_;
   std::vector<std::pair<uint32_t, uint32_t>> spans_;  // by id: (begin, size) in pool_
-  std::vector<int32_t> slots_;                        // index into entries_, -1 empty; a power of two
+  std::vector<int32_t> slots_;  // index into entries_, -1 empty; a power of two
 };
 
 // Merge ranks keyed by the ids of the two parts: open addressing over (left << 32 | right).
@@ -278,24 +293,29 @@ class ByteLevelBpe final : public TokenizerBase {
   std::string kind() const override { return "bpe"; }
 
   void set_vocab(const json& vocab) {
-    SPECDEC_CHECK(vocab.is_object() && !vocab.empty(), source_, ": the vocabulary must be a non-empty object");
+    SPECDEC_CHECK(vocab.is_object() && !vocab.empty(), source_,
+                  ": the vocabulary must be a non-empty object");
     for (const auto& [tok, id] : vocab.items())
       vocab_.add(tok, json_id(id, source_ + ": vocabulary entry '" + tok + "'"), source_);
     base_size_ = size_ = vocab_.ids();
   }
 
   void set_vocab(const std::vector<std::string>& tokens) {
-    for (size_t i = 0; i < tokens.size(); ++i) vocab_.add(tokens[i], static_cast<int64_t>(i), source_);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      vocab_.add(tokens[i], static_cast<int64_t>(i), source_);
     base_size_ = size_ = vocab_.ids();
   }
 
   // Merges in rank order. A merge whose parts are both tokens is kept by their ids; any other
   // (rare: a part outside the vocabulary) by its text.
   void add_merge(const std::string& a, const std::string& b) {
-    SPECDEC_CHECK(!a.empty() && !b.empty(), source_, ": empty merge part (merge ", merges_ + 1, ")");
+    SPECDEC_CHECK(!a.empty() && !b.empty(), source_, ": empty merge part (merge ", merges_ + 1,
+                  ")");
     const int32_t ia = vocab_.find(a), ib = vocab_.find(b);
-    if (ia >= 0 && ib >= 0) pair_ranks_.add(ia, ib, merges_);
-    else text_ranks_.emplace(a + ' ' + b, merges_);
+    if (ia >= 0 && ib >= 0)
+      pair_ranks_.add(ia, ib, merges_);
+    else
+      text_ranks_.emplace(a + ' ' + b, merges_);
     ++merges_;
     merges_digest_ = fnv1a(a + ' ' + b + '\n', merges_digest_);
   }
@@ -304,16 +324,20 @@ class ByteLevelBpe final : public TokenizerBase {
     apply_config(cfg);
     bool has_byte_level = false;
     for (const PreStep& s : pre_) has_byte_level |= s.byte_level;
-    SPECDEC_CHECK(has_byte_level, source_, ": no ByteLevel pre-tokenizer; only byte-level BPE is supported");
+    SPECDEC_CHECK(has_byte_level, source_,
+                  ": no ByteLevel pre-tokenizer; only byte-level BPE is supported");
   }
 
-  bool has_token(const std::string& text) const { return vocab_.find(text) >= 0 || find_added(text); }
+  bool has_token(const std::string& text) const {
+    return vocab_.find(text) >= 0 || find_added(text);
+  }
   std::optional<int64_t> unk_id() const { return unk_; }
 
   friend std::unique_ptr<Tokenizer> tok::load_bpe_json(const std::string&, const TokenizerConfig&,
                                                        const TokenizerOptions&);
   friend std::unique_ptr<Tokenizer> tok::load_bpe_gguf(const GgufFile&, const TokenizerOptions&);
-  friend std::unique_ptr<Tokenizer> tok::load_bpe_vocab_merges(const std::string&, const TokenizerConfig&,
+  friend std::unique_ptr<Tokenizer> tok::load_bpe_vocab_merges(const std::string&,
+                                                               const TokenizerConfig&,
                                                                const TokenizerOptions&);
 
   // Configuration, filled by the loaders.
@@ -360,8 +384,10 @@ class ByteLevelBpe final : public TokenizerBase {
       bool mapped = true;
       for (size_t i = 0; i < t.size() && mapped;) {
         const auto it = m.to_byte.find(next_code_point(t, i));
-        if (it == m.to_byte.end()) mapped = false;
-        else b += static_cast<char>(it->second);
+        if (it == m.to_byte.end())
+          mapped = false;
+        else
+          b += static_cast<char>(it->second);
       }
       bytes += mapped ? b : t;  // e.g. added tokens: their text as it is
     }
@@ -378,8 +404,10 @@ class ByteLevelBpe final : public TokenizerBase {
     if (!has_template_) return TokenizerBase::add_special(std::move(ids));
     std::vector<int64_t> out;
     for (int64_t t : template_) {
-      if (t >= 0) out.push_back(t);
-      else out.insert(out.end(), ids.begin(), ids.end());
+      if (t >= 0)
+        out.push_back(t);
+      else
+        out.insert(out.end(), ids.begin(), ids.end());
     }
     return out;
   }
@@ -387,8 +415,9 @@ class ByteLevelBpe final : public TokenizerBase {
   std::string model_fingerprint() const override {
     std::string s;
     for (int64_t i = 0; i < vocab_.ids(); ++i) s.append(vocab_.text(i)) += '\x1f';
-    s += '|' + std::to_string(merges_digest_) + '|' + config_digest_ + std::to_string(prefix_space_whole_text_) +
-         std::to_string(ignore_merges_) + std::to_string(model_unk_.value_or(-1));
+    s += '|' + std::to_string(merges_digest_) + '|' + config_digest_ +
+         std::to_string(prefix_space_whole_text_) + std::to_string(ignore_merges_) +
+         std::to_string(model_unk_.value_or(-1));
     for (const std::string& n : normalizers_) s += "|n" + n;
     for (const PreStep& p : pre_) s += "|p" + p.description;
     for (int64_t t : template_) s += "|t" + std::to_string(t);
@@ -418,9 +447,13 @@ class ByteLevelBpe final : public TokenizerBase {
       ids.push_back(whole);
     } else {
       for (const auto& [text, id] : merge(word)) {
-        if (id >= 0) ids.push_back(id);
-        else if (model_unk_) ids.push_back(*model_unk_);
-        else throw Error(source_ + ": token '" + text + "' is not in the vocabulary and there is no unk_token");
+        if (id >= 0)
+          ids.push_back(id);
+        else if (model_unk_)
+          ids.push_back(*model_unk_);
+        else
+          throw Error(source_ + ": token '" + text +
+                      "' is not in the vocabulary and there is no unk_token");
       }
     }
     out.insert(out.end(), ids.begin(), ids.end());
@@ -483,7 +516,8 @@ class ByteLevelBpe final : public TokenizerBase {
       push(l, sym[l].next);
     }
     std::vector<std::pair<std::string, int32_t>> out;
-    for (int64_t i = 0; i >= 0; i = sym[i].next) out.emplace_back(std::move(sym[i].text), sym[i].id);
+    for (int64_t i = 0; i >= 0; i = sym[i].next)
+      out.emplace_back(std::move(sym[i].text), sym[i].id);
     return out;
   }
 
@@ -531,17 +565,21 @@ void parse_pre_tokenizer(const json& p, const std::string& where, std::vector<Pr
   if (type == "Sequence") {
     for (const json& x : p.at("pretokenizers")) parse_pre_tokenizer(x, where, out);
   } else if (type == "ByteLevel") {
-    out.push_back(byte_level_step(p.value("add_prefix_space", false), p.value("use_regex", true), where));
+    out.push_back(
+        byte_level_step(p.value("add_prefix_space", false), p.value("use_regex", true), where));
   } else if (type == "Split") {
     PreStep s;
     const json& pat = p.at("pattern");
     const bool literal = pat.contains("String");
-    const std::string text = literal ? pat.at("String").get<std::string>() : pat.at("Regex").get<std::string>();
+    const std::string text =
+        literal ? pat.at("String").get<std::string>() : pat.at("Regex").get<std::string>();
     s.regex = std::make_shared<Regex>(text, literal, where);
     const std::string b = p.value("behavior", "Isolated");
     static const std::pair<const char*, Behavior> kBehaviors[] = {
-        {"Removed", Behavior::Removed}, {"Isolated", Behavior::Isolated},
-        {"MergedWithPrevious", Behavior::MergedWithPrevious}, {"MergedWithNext", Behavior::MergedWithNext},
+        {"Removed", Behavior::Removed},
+        {"Isolated", Behavior::Isolated},
+        {"MergedWithPrevious", Behavior::MergedWithPrevious},
+        {"MergedWithNext", Behavior::MergedWithNext},
         {"Contiguous", Behavior::Contiguous}};
     bool known = false;
     for (const auto& [name, value] : kBehaviors)
@@ -596,11 +634,14 @@ std::unique_ptr<Tokenizer> load_bpe_json(const std::string& path, const Tokenize
   const json& m = j["model"];
   const std::string type = m.value("type", "");
   SPECDEC_CHECK(type == "BPE", path, ": unsupported model type '", type, "' (only BPE)");
-  SPECDEC_CHECK(m.contains("vocab") && m.contains("merges"), path, ": the BPE model has no vocab or merges");
+  SPECDEC_CHECK(m.contains("vocab") && m.contains("merges"), path,
+                ": the BPE model has no vocab or merges");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    SPECDEC_CHECK(!m.contains(key) || m[key].is_null() || m[key] == "", path, ": unsupported BPE option ", key);
+    SPECDEC_CHECK(!m.contains(key) || m[key].is_null() || m[key] == "", path,
+                  ": unsupported BPE option ", key);
   SPECDEC_CHECK(!m.value("byte_fallback", false), path, ": unsupported BPE option byte_fallback");
-  SPECDEC_CHECK(!m.contains("dropout") || m["dropout"].is_null(), path, ": BPE dropout is not supported");
+  SPECDEC_CHECK(!m.contains("dropout") || m["dropout"].is_null(), path,
+                ": BPE dropout is not supported");
 
   auto t = std::make_unique<ByteLevelBpe>(path);
   try {
@@ -612,7 +653,8 @@ std::unique_ptr<Tokenizer> load_bpe_json(const std::string& path, const Tokenize
         SPECDEC_CHECK(cut != std::string::npos, path, ": merge '", s, "' is not 'a b'");
         t->add_merge(s.substr(0, cut), s.substr(cut + 1));
       } else {
-        SPECDEC_CHECK(merge.is_array() && merge.size() == 2, path, ": a merge must be 'a b' or [a, b]");
+        SPECDEC_CHECK(merge.is_array() && merge.size() == 2, path,
+                      ": a merge must be 'a b' or [a, b]");
         t->add_merge(merge[0].get<std::string>(), merge[1].get<std::string>());
       }
     }
@@ -629,8 +671,9 @@ std::unique_ptr<Tokenizer> load_bpe_json(const std::string& path, const Tokenize
     check_decoder(j.value("decoder", json()), path);
     parse_post_processor(j.value("post_processor", json()), path, *t);
     for (const json& a : j.value("added_tokens", json::array()))
-      t->add_token({a.at("content").get<std::string>(), json_id(a.at("id"), path), a.value("special", false),
-                    a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false)});
+      t->add_token({a.at("content").get<std::string>(), json_id(a.at("id"), path),
+                    a.value("special", false), a.value("lstrip", false), a.value("rstrip", false),
+                    a.value("single_word", false)});
   } catch (const json::exception& e) {
     throw Error(path + ": malformed tokenizer.json: " + e.what());
   }
@@ -664,8 +707,8 @@ std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const T
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || line.rfind("#version", 0) == 0) continue;
     const size_t cut = line.find(' ');
-    SPECDEC_CHECK(cut != std::string::npos && line.find(' ', cut + 1) == std::string::npos, merges_path,
-                  ":", line_no, ": expected two tokens separated by one space");
+    SPECDEC_CHECK(cut != std::string::npos && line.find(' ', cut + 1) == std::string::npos,
+                  merges_path, ":", line_no, ": expected two tokens separated by one space");
     t->add_merge(line.substr(0, cut), line.substr(cut + 1));
   }
   // Qwen2Tokenizer: NFC, its own regex, no spaces around added tokens in decode; GPT2Tokenizer
@@ -677,7 +720,8 @@ std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const T
   if (qwen2) step.regex = std::make_shared<Regex>(kQwen2Pattern, false, vocab_path);
   step.description += qwen2 ? "qwen2" : "gpt2";
   t->pre_.push_back(std::move(step));
-  t->prefix_space_whole_text_ = options.add_prefix_space.value_or(cfg.get_bool("add_prefix_space").value_or(false));
+  t->prefix_space_whole_text_ =
+      options.add_prefix_space.value_or(cfg.get_bool("add_prefix_space").value_or(false));
   t->add_bos_ = options.add_bos_token.value_or(cfg.get_bool("add_bos_token").value_or(false));
   t->add_eos_ = options.add_eos_token.value_or(cfg.get_bool("add_eos_token").value_or(false));
   t->spaces_between_special_ = !qwen2;
@@ -690,7 +734,8 @@ std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const T
       if (!c.json.contains(key)) c.json[key] = "<|endoftext|>";
   // Drop defaults the vocabulary cannot honour (e.g. a GPT-2-style folder without <|endoftext|>).
   for (const char* key : {"bos_token", "eos_token", "unk_token"})
-    if (!cfg.json.contains(key) && c.json.contains(key) && !t->has_token(c.json[key].get<std::string>()))
+    if (!cfg.json.contains(key) && c.json.contains(key) &&
+        !t->has_token(c.json[key].get<std::string>()))
       c.json.erase(key);
   t->finish(c);
   t->model_unk_ = t->unk_id();  // GPT2Tokenizer maps unknown symbols to unk_token
@@ -709,7 +754,8 @@ std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& f, const TokenizerOptio
   t->set_vocab(tokens);
   for (const std::string& m : f.get_strings("tokenizer.ggml.merges")) {
     const size_t cut = m.find(' ');
-    SPECDEC_CHECK(cut != std::string::npos, path, ": tokenizer.ggml.merges entry '", m, "' is not 'a b'");
+    SPECDEC_CHECK(cut != std::string::npos, path, ": tokenizer.ggml.merges entry '", m,
+                  "' is not 'a b'");
     t->add_merge(m.substr(0, cut), m.substr(cut + 1));
   }
   // llama.cpp's pre-tokenizer names (tokenizer.ggml.pre) -> the pre-tokenizers of the original
@@ -741,27 +787,30 @@ std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& f, const TokenizerOptio
   // Token types (llama.cpp): 3 = control (special added token), 4 = user-defined (added token).
   if (f.has("tokenizer.ggml.token_type")) {
     const std::vector<int64_t> types = f.get_ints("tokenizer.ggml.token_type");
-    SPECDEC_CHECK(types.size() == tokens.size(), path, ": tokenizer.ggml.token_type has ", types.size(),
-                  " entries for ", tokens.size(), " tokens");
+    SPECDEC_CHECK(types.size() == tokens.size(), path, ": tokenizer.ggml.token_type has ",
+                  types.size(), " entries for ", tokens.size(), " tokens");
     for (size_t i = 0; i < types.size(); ++i)
       if (types[i] == 3 || types[i] == 4)
         t->add_token({tokens[i], static_cast<int64_t>(i), types[i] == 3});
   }
   TokenizerConfig cfg;
-  const std::pair<const char*, const char*> kNamed[] = {{"tokenizer.ggml.bos_token_id", "bos_token"},
-                                                        {"tokenizer.ggml.eos_token_id", "eos_token"},
-                                                        {"tokenizer.ggml.unknown_token_id", "unk_token"},
-                                                        {"tokenizer.ggml.padding_token_id", "pad_token"}};
+  const std::pair<const char*, const char*> kNamed[] = {
+      {"tokenizer.ggml.bos_token_id", "bos_token"},
+      {"tokenizer.ggml.eos_token_id", "eos_token"},
+      {"tokenizer.ggml.unknown_token_id", "unk_token"},
+      {"tokenizer.ggml.padding_token_id", "pad_token"}};
   for (const auto& [key, name] : kNamed) {
     if (auto id = f.find_int(key)) {
-      SPECDEC_CHECK(*id >= 0 && *id < static_cast<int64_t>(tokens.size()), path, ": ", key, " ", *id,
-                    " is outside the vocabulary of ", tokens.size());
+      SPECDEC_CHECK(*id >= 0 && *id < static_cast<int64_t>(tokens.size()), path, ": ", key, " ",
+                    *id, " is outside the vocabulary of ", tokens.size());
       cfg.json[name] = tokens[static_cast<size_t>(*id)];
     }
   }
   t->spaces_between_special_ = false;  // as the fast tokenizers join tokens
-  t->add_bos_ = options.add_bos_token.value_or(f.find_bool("tokenizer.ggml.add_bos_token").value_or(false));
-  t->add_eos_ = options.add_eos_token.value_or(f.find_bool("tokenizer.ggml.add_eos_token").value_or(false));
+  t->add_bos_ =
+      options.add_bos_token.value_or(f.find_bool("tokenizer.ggml.add_bos_token").value_or(false));
+  t->add_eos_ =
+      options.add_eos_token.value_or(f.find_bool("tokenizer.ggml.add_eos_token").value_or(false));
   if (options.add_prefix_space)
     for (PreStep& s : t->pre_)
       if (s.byte_level) s.add_prefix_space = *options.add_prefix_space;

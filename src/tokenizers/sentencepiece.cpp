@@ -8,8 +8,8 @@
 #include <mutex>
 
 #include "specdec/error.hpp"
-#include "specdec/limits.hpp"
 #include "specdec/gguf.hpp"
+#include "specdec/limits.hpp"
 #include "tokenizers/spm_shim.h"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
@@ -58,7 +58,8 @@ const Shim& shim() {
   static std::string failure;
   std::call_once(once, [] {
     std::vector<std::string> candidates;
-    if (const char* env = std::getenv("SPECDEC_SPM_LIBRARY"); env && *env) candidates.push_back(env);
+    if (const char* env = std::getenv("SPECDEC_SPM_LIBRARY"); env && *env)
+      candidates.push_back(env);
     const std::string exe = exe_dir();
     if (!exe.empty()) {
       candidates.push_back(exe + "/" + kShimName);
@@ -117,9 +118,11 @@ class SentencePieceTokenizer final : public TokenizerBase {
                          const TokenizerOptions& o) {
     source_ = path;
     const std::string file = path.substr(path.find_last_of('/') + 1);
-    t5_ = cfg.tokenizer_class.rfind("T5", 0) == 0 || (cfg.tokenizer_class.empty() && file == "spiece.model");
+    t5_ = cfg.tokenizer_class.rfind("T5", 0) == 0 ||
+          (cfg.tokenizer_class.empty() && file == "spiece.model");
     legacy_ = o.legacy.value_or(cfg.get_bool("legacy").value_or(true));
-    add_prefix_space_ = o.add_prefix_space.value_or(cfg.get_bool("add_prefix_space").value_or(true));
+    add_prefix_space_ =
+        o.add_prefix_space.value_or(cfg.get_bool("add_prefix_space").value_or(true));
     add_bos_ = o.add_bos_token.value_or(cfg.get_bool("add_bos_token").value_or(!t5_));
     add_eos_ = o.add_eos_token.value_or(cfg.get_bool("add_eos_token").value_or(t5_));
 
@@ -146,12 +149,16 @@ class SentencePieceTokenizer final : public TokenizerBase {
     if (t5_) {
       // T5Tokenizer's sentinels: <extra_id_0> is the last id.
       const auto it = cfg.json.find("extra_ids");
-      const int64_t extra = it == cfg.json.end() ? 100 : it->is_number_integer() ? it->get<int64_t>() : -1;
+      const int64_t extra = it == cfg.json.end()      ? 100
+                            : it->is_number_integer() ? it->get<int64_t>()
+                                                      : -1;
       const int64_t max_extra = limits().max_extra_ids;
-      SPECDEC_CHECK(extra >= 0 && extra <= max_extra, path, ": tokenizer_config.json: extra_ids must be an integer in [0, ",
-                    max_extra, "] (Limits::max_extra_ids)");
+      SPECDEC_CHECK(extra >= 0 && extra <= max_extra, path,
+                    ": tokenizer_config.json: extra_ids must be an integer in [0, ", max_extra,
+                    "] (Limits::max_extra_ids)");
       for (int64_t i = 0; i < extra; ++i) {
-        AddedToken t{"<extra_id_" + std::to_string(i) + ">", base_size_ + extra - 1 - i, true, true, true};
+        AddedToken t{"<extra_id_" + std::to_string(i) + ">", base_size_ + extra - 1 - i, true, true,
+                     true};
         add_token(t);
         additional_special_.insert(t.id);
       }
@@ -190,7 +197,8 @@ class SentencePieceTokenizer final : public TokenizerBase {
   }
 
   void tokenize_segment(const std::string& text, std::vector<int64_t>& out) const override {
-    if (legacy_ || !(starts_with(text, kSpace) || starts_with(text, " "))) return sp_encode(text, out);
+    if (legacy_ || !(starts_with(text, kSpace) || starts_with(text, " ")))
+      return sp_encode(text, out);
     // Non-legacy: encode "<unk>" + text and drop the <unk> pieces, so that SentencePiece does not
     // treat the leading space as the start of the text.
     std::vector<int64_t> ids;
@@ -202,7 +210,8 @@ class SentencePieceTokenizer final : public TokenizerBase {
     // LlamaTokenizer / T5Tokenizer.convert_tokens_to_string.
     std::vector<std::string> tokens;
     for (int64_t id : ids) tokens.push_back(token(id));
-    if (!tokens.empty() && starts_with(tokens[0], kSpace) && add_prefix_space_) tokens[0].erase(0, kSpace.size());
+    if (!tokens.empty() && starts_with(tokens[0], kSpace) && add_prefix_space_)
+      tokens[0].erase(0, kSpace.size());
     std::string out;
     std::vector<std::string> run;
     bool prev_special = false;
@@ -213,7 +222,8 @@ class SentencePieceTokenizer final : public TokenizerBase {
         prev_special = true;
         run.clear();
       } else {
-        if (!t5_ && prev_special && i == 1 && add_prefix_space_ && !starts_with(tokens[i], kSpace)) out += " ";
+        if (!t5_ && prev_special && i == 1 && add_prefix_space_ && !starts_with(tokens[i], kSpace))
+          out += " ";
         run.push_back(tokens[i]);
         prev_special = false;
       }
@@ -238,7 +248,8 @@ class SentencePieceTokenizer final : public TokenizerBase {
   }
 
   std::string model_fingerprint() const override {
-    return fnv1a_hex(bytes_) + (t5_ ? "t5" : "llama") + std::to_string(legacy_) + std::to_string(add_prefix_space_);
+    return fnv1a_hex(bytes_) + (t5_ ? "t5" : "llama") + std::to_string(legacy_) +
+           std::to_string(add_prefix_space_);
   }
 
  private:
@@ -280,9 +291,11 @@ class SentencePieceTokenizer final : public TokenizerBase {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path, const TokenizerConfig& cfg,
+std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path,
+                                              const TokenizerConfig& cfg,
                                               const TokenizerOptions& options) {
-  return std::make_unique<SentencePieceTokenizer>(model_path, read_text_file(model_path), cfg, options);
+  return std::make_unique<SentencePieceTokenizer>(model_path, read_text_file(model_path), cfg,
+                                                  options);
 }
 
 namespace {
@@ -292,8 +305,11 @@ void put_varint(std::string& out, uint64_t v) {
   while (v >= 0x80) out += static_cast<char>((v & 0x7F) | 0x80), v >>= 7;
   out += static_cast<char>(v);
 }
-void put_key(std::string& out, int field, int wire) { put_varint(out, (static_cast<uint64_t>(field) << 3) | wire); }
-void put_int(std::string& out, int field, int64_t v) {  // int32 / enum / bool (negatives sign-extended)
+void put_key(std::string& out, int field, int wire) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | wire);
+}
+void put_int(std::string& out, int field,
+             int64_t v) {  // int32 / enum / bool (negatives sign-extended)
   put_key(out, field, 0);
   put_varint(out, static_cast<uint64_t>(v));
 }
@@ -309,25 +325,30 @@ void put_float(std::string& out, int field, float v) {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f, const TokenizerOptions& options) {
+std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f,
+                                                   const TokenizerOptions& options) {
   // tokenizer.ggml.model "llama": a SentencePiece BPE vocabulary with scores and piece types (the
-  // types are SentencePiece's own: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte).
-  // Rebuilt here as the ModelProto that llama.cpp's converter read it from: identity normalizer,
-  // dummy prefix from tokenizer.ggml.add_space_prefix, byte fallback when byte pieces exist.
+  // types are SentencePiece's own: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6
+  // byte). Rebuilt here as the ModelProto that llama.cpp's converter read it from: identity
+  // normalizer, dummy prefix from tokenizer.ggml.add_space_prefix, byte fallback when byte pieces
+  // exist.
   const std::string& path = f.path();
   const std::vector<std::string> tokens = f.get_strings("tokenizer.ggml.tokens");
   SPECDEC_CHECK(!tokens.empty(), path, ": tokenizer.ggml.tokens is empty");
-  const std::vector<double> scores =
-      f.has("tokenizer.ggml.scores") ? f.get_floats("tokenizer.ggml.scores") : std::vector<double>(tokens.size(), 0.0);
-  const std::vector<int64_t> types = f.has("tokenizer.ggml.token_type") ? f.get_ints("tokenizer.ggml.token_type")
-                                                                        : std::vector<int64_t>(tokens.size(), 1);
+  const std::vector<double> scores = f.has("tokenizer.ggml.scores")
+                                         ? f.get_floats("tokenizer.ggml.scores")
+                                         : std::vector<double>(tokens.size(), 0.0);
+  const std::vector<int64_t> types = f.has("tokenizer.ggml.token_type")
+                                         ? f.get_ints("tokenizer.ggml.token_type")
+                                         : std::vector<int64_t>(tokens.size(), 1);
   SPECDEC_CHECK(scores.size() == tokens.size() && types.size() == tokens.size(), path,
-                ": tokenizer.ggml.scores / token_type do not have one entry per token (", tokens.size(), ")");
+                ": tokenizer.ggml.scores / token_type do not have one entry per token (",
+                tokens.size(), ")");
   std::string proto;
   bool has_bytes = false;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    SPECDEC_CHECK(types[i] >= 1 && types[i] <= 6, path, ": tokenizer.ggml.token_type[", i, "] is ", types[i],
-                  " (expected 1 to 6)");
+    SPECDEC_CHECK(types[i] >= 1 && types[i] <= 6, path, ": tokenizer.ggml.token_type[", i, "] is ",
+                  types[i], " (expected 1 to 6)");
     has_bytes |= types[i] == 6;
     std::string piece;
     put_bytes(piece, 1, tokens[i]);
@@ -358,8 +379,10 @@ std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f, const Toke
   put_bytes(proto, 3, normalizer);
   TokenizerConfig cfg;
   TokenizerOptions o = options;
-  if (!o.add_bos_token) o.add_bos_token = f.find_bool("tokenizer.ggml.add_bos_token").value_or(true);
-  if (!o.add_eos_token) o.add_eos_token = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  if (!o.add_bos_token)
+    o.add_bos_token = f.find_bool("tokenizer.ggml.add_bos_token").value_or(true);
+  if (!o.add_eos_token)
+    o.add_eos_token = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
   return std::make_unique<SentencePieceTokenizer>(path, std::move(proto), cfg, o);
 }
 

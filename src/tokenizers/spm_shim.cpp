@@ -95,12 +95,17 @@ bool for_each_field(std::string_view b, F&& f) {
       case 0:
         if (!read_varint(b, pos, len)) return false;
         break;
-      case 1: len = 8; break;
-      case 5: len = 4; break;
+      case 1:
+        len = 8;
+        break;
+      case 5:
+        len = 4;
+        break;
       case 2:
         if (!read_varint(b, pos, len)) return false;
         break;
-      default: return false;
+      default:
+        return false;
     }
     if (field.wire_type != 0) {
       if (len > b.size() - pos) return false;
@@ -122,7 +127,8 @@ constexpr uint64_t kPrecompiledCharsmap = 2, kAddDummyPrefix = 3;
 // occurrences of a message field and keeps the last value of a scalar: an occurrence appended
 // to the first normalizer_spec overrides its add_dummy_prefix.
 bool set_add_dummy_prefix(std::string_view b, bool value, std::string& out) {
-  const std::string extra{static_cast<char>(kAddDummyPrefix << 3), static_cast<char>(value ? 1 : 0)};
+  const std::string extra{static_cast<char>(kAddDummyPrefix << 3),
+                          static_cast<char>(value ? 1 : 0)};
   bool done = false;
   out.clear();
   const bool ok = for_each_field(b, [&](const Field& f) {
@@ -171,7 +177,11 @@ bool charsmap_is_safe(std::string_view blob) {
   // array can chain thousands of states. most[p] = the most rules matched on a path from p.
   constexpr int kMaxRules = 32, kUnseen = -1, kOpen = -2;
   std::vector<int> most(n, kUnseen);
-  struct Frame { size_t state; int next_byte; int best; };
+  struct Frame {
+    size_t state;
+    int next_byte;
+    int best;
+  };
   std::vector<Frame> stack;
   const auto enter = [&](size_t p) {
     if (p >= n) return false;  // byte 0 reads unit[p]

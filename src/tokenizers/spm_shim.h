@@ -35,7 +35,8 @@ int specdec_spm_encode(const specdec_spm* sp, const char* text, size_t len, int*
 // Decodes pieces (strings, as Hugging Face's slow tokenizers pass them), not ids.
 int specdec_spm_decode_pieces(const specdec_spm* sp, const char* const* pieces, const size_t* lens,
                               size_t n, char** out, size_t* out_len, char** err);
-// Trains a model: `args` is SentencePiece's trainer command line ("--input=... --model_prefix=...").
+// Trains a model: `args` is SentencePiece's trainer command line ("--input=...
+// --model_prefix=...").
 int specdec_spm_train(const char* args, char** err);
 
 void specdec_spm_free_buffer(void* p);

@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "specdec/error.hpp"
-#include "specdec/limits.hpp"
 #include "specdec/gguf.hpp"
+#include "specdec/limits.hpp"
 #include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
 
@@ -32,10 +32,14 @@ int utf8_sequence(const std::string& s, size_t i, uint32_t& cp, size_t& consumed
   }
   int len = 0;
   uint8_t lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-  else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF)
+    len = 3, cp = c & 0x0F, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4)
+    len = 4, cp = c & 0x07, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else
+    return 0;
   for (int k = 1; k < len; ++k) {
     if (i + k >= s.size()) return 0;
     const uint8_t d = b(i + k);
@@ -74,14 +78,18 @@ std::vector<std::pair<size_t, uint32_t>> code_points(const std::string& s) {
 }
 }  // namespace
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size()) s.replace(p, from.size(), to);
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size())
+    s.replace(p, from.size(), to);
   return s;
 }
 
@@ -132,7 +140,8 @@ std::string utf8_lossy(const std::string& bytes) {
 }
 
 std::string normalize_unicode(const std::string& text, const std::string& form) {
-  if (std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
+  if (std::all_of(text.begin(), text.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
     return text;  // ASCII is invariant under every form
   UErrorCode st = U_ZERO_ERROR;
   const UNormalizer2* n = form == "NFC"    ? unorm2_getNFCInstance(&st)
@@ -146,14 +155,17 @@ std::string normalize_unicode(const std::string& text, const std::string& form) 
   u_strFromUTF8(nullptr, 0, &len16, text.data(), static_cast<int32_t>(text.size()), &st);
   st = U_ZERO_ERROR;
   std::vector<UChar> src(len16 + 1), dst;
-  u_strFromUTF8(src.data(), len16 + 1, nullptr, text.data(), static_cast<int32_t>(text.size()), &st);
+  u_strFromUTF8(src.data(), len16 + 1, nullptr, text.data(), static_cast<int32_t>(text.size()),
+                &st);
   SPECDEC_CHECK(U_SUCCESS(st), "ICU: invalid UTF-8 text: ", u_errorName(st));
   dst.resize(2 * len16 + 16);
-  int32_t out16 = unorm2_normalize(n, src.data(), len16, dst.data(), static_cast<int32_t>(dst.size()), &st);
+  int32_t out16 =
+      unorm2_normalize(n, src.data(), len16, dst.data(), static_cast<int32_t>(dst.size()), &st);
   if (st == U_BUFFER_OVERFLOW_ERROR) {
     st = U_ZERO_ERROR;
     dst.resize(out16 + 1);
-    out16 = unorm2_normalize(n, src.data(), len16, dst.data(), static_cast<int32_t>(dst.size()), &st);
+    out16 =
+        unorm2_normalize(n, src.data(), len16, dst.data(), static_cast<int32_t>(dst.size()), &st);
   }
   SPECDEC_CHECK(U_SUCCESS(st), "ICU: normalization failed: ", u_errorName(st));
   int32_t len8 = 0;
@@ -182,8 +194,8 @@ std::string rstrip_ws(const std::string& s) {
 
 std::string clean_up_tokenization(std::string s) {
   static const std::pair<const char*, const char*> kRules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"},
-      {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kRules) s = replace_all(std::move(s), from, to);
   return s;
 }
@@ -215,7 +227,8 @@ std::optional<std::string> TokenizerConfig::token_text(const char* key) const {
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
     return (*it)["content"].get<std::string>();
-  throw Error(std::string("tokenizer_config.json: '") + key + "' must be a string or {\"content\": ...}");
+  throw Error(std::string("tokenizer_config.json: '") + key +
+              "' must be a string or {\"content\": ...}");
 }
 
 std::vector<AddedToken> TokenizerConfig::added_tokens() const {
@@ -233,7 +246,8 @@ std::vector<AddedToken> TokenizerConfig::added_tokens() const {
       t.rstrip = v.value("rstrip", false);
       t.single_word = v.value("single_word", false);
     } catch (const std::exception& e) {
-      throw Error("tokenizer_config.json: bad added_tokens_decoder entry '" + key + "': " + e.what());
+      throw Error("tokenizer_config.json: bad added_tokens_decoder entry '" + key +
+                  "': " + e.what());
     }
     out.push_back(t);
   }
@@ -245,8 +259,10 @@ std::vector<std::string> TokenizerConfig::additional_special_tokens() const {
   const auto it = json.find("additional_special_tokens");
   if (it == json.end() || !it->is_array()) return out;
   for (const auto& v : *it) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-    else if (v.is_object() && v.contains("content")) out.push_back(v["content"].get<std::string>());
+    if (v.is_string())
+      out.push_back(v.get<std::string>());
+    else if (v.is_object() && v.contains("content"))
+      out.push_back(v["content"].get<std::string>());
   }
   return out;
 }
@@ -274,7 +290,8 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
     json& dec = cfg.json["added_tokens_decoder"];
     if (!dec.is_object()) dec = json::object();
     for (const auto& [content, id] : extra.items()) {
-      SPECDEC_CHECK(id.is_number_integer(), dir, "/added_tokens.json: id of '", content, "' is not an integer");
+      SPECDEC_CHECK(id.is_number_integer(), dir, "/added_tokens.json: id of '", content,
+                    "' is not an integer");
       const std::string key = std::to_string(id.get<int64_t>());
       if (!dec.contains(key)) dec[key] = {{"content", content}, {"special", false}};
     }
@@ -286,8 +303,9 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
 // ---- TokenizerBase ----
 
 void TokenizerBase::add_token(const AddedToken& t) {
-  SPECDEC_CHECK(t.id >= 0 && t.id < limits().max_vocab_size, source_, ": added token '", t.content, "' has id ", t.id,
-                ", outside [0, ", limits().max_vocab_size, ") (Limits::max_vocab_size)");
+  SPECDEC_CHECK(t.id >= 0 && t.id < limits().max_vocab_size, source_, ": added token '", t.content,
+                "' has id ", t.id, ", outside [0, ", limits().max_vocab_size,
+                ") (Limits::max_vocab_size)");
   SPECDEC_CHECK(!t.content.empty(), source_, ": added token ", t.id, " is empty");
   added_[t.id] = t;
   if (t.special) special_ids_.insert(t.id);
@@ -355,7 +373,8 @@ std::vector<Segment> TokenizerBase::split_added(const std::string& text) const {
   while (i < text.size()) {
     const AddedToken* best = nullptr;
     for (const auto& [id, t] : added_)
-      if (t.content.size() > (best ? best->content.size() : 0) && text.compare(i, t.content.size(), t.content) == 0)
+      if (t.content.size() > (best ? best->content.size() : 0) &&
+          text.compare(i, t.content.size(), t.content) == 0)
         best = &t;
     if (!best) {
       ++i;
@@ -391,8 +410,10 @@ std::vector<Segment> TokenizerBase::split_added(const std::string& text) const {
 
 void TokenizerBase::split_and_tokenize(const std::string& text, std::vector<int64_t>& out) const {
   for (const Segment& s : split_added(text)) {
-    if (s.added_id >= 0) out.push_back(s.added_id);
-    else tokenize_segment(s.text, out);
+    if (s.added_id >= 0)
+      out.push_back(s.added_id);
+    else
+      tokenize_segment(s.text, out);
   }
 }
 
@@ -422,7 +443,8 @@ std::string TokenizerBase::decode(const std::vector<int64_t>& ids, bool skip_spe
     check_id(id);
     if (skip_special_tokens && is_special(id)) continue;
     const AddedToken* t = added(id);
-    const bool verbatim = t && (!is_special(id) || (id >= base_size_ && additional_special_.count(id)));
+    const bool verbatim =
+        t && (!is_special(id) || (id >= base_size_ && additional_special_.count(id)));
     if (!verbatim) {
       run.push_back(id);
       continue;
@@ -436,7 +458,8 @@ std::string TokenizerBase::decode(const std::vector<int64_t>& ids, bool skip_spe
   }
   if (!run.empty()) parts.push_back(tokens_to_string(run));
   std::string text;
-  for (size_t i = 0; i < parts.size(); ++i) text += (i && spaces_between_special_ ? " " : "") + parts[i];
+  for (size_t i = 0; i < parts.size(); ++i)
+    text += (i && spaces_between_special_ ? " " : "") + parts[i];
   return clean_up_spaces_ ? clean_up_tokenization(std::move(text)) : text;
 }
 
@@ -447,9 +470,9 @@ std::string TokenizerBase::fingerprint() const {
          std::to_string(t.lstrip) + std::to_string(t.rstrip) + std::to_string(t.single_word);
   for (int64_t id : special_ids_) s += "|s" + std::to_string(id);
   for (int64_t id : additional_special_) s += "|a" + std::to_string(id);
-  s += "|" + std::to_string(add_bos_) + std::to_string(add_eos_) + std::to_string(spaces_between_special_) +
-       std::to_string(clean_up_spaces_) + "|" + std::to_string(bos_.value_or(-1)) + "," +
-       std::to_string(eos_.value_or(-1));
+  s += "|" + std::to_string(add_bos_) + std::to_string(add_eos_) +
+       std::to_string(spaces_between_special_) + std::to_string(clean_up_spaces_) + "|" +
+       std::to_string(bos_.value_or(-1)) + "," + std::to_string(eos_.value_or(-1));
   return fnv1a_hex(s);
 }
 
@@ -472,7 +495,8 @@ namespace {
 bool has_tokenizer_files(const std::string& dir) {
   for (const char* f : kSentencePieceFiles)
     if (file_exists(dir + "/" + f)) return true;
-  return file_exists(dir + "/tokenizer.json") || (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"));
+  return file_exists(dir + "/tokenizer.json") ||
+         (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"));
 }
 }  // namespace
 
@@ -490,14 +514,17 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const Tokenize
   }
   for (const char* f : kSentencePieceFiles)
     if (file_exists(dir + "/" + f)) return load_tokenizer_file(dir + "/" + f, options);
-  if (file_exists(dir + "/tokenizer.json")) return load_tokenizer_file(dir + "/tokenizer.json", options);
+  if (file_exists(dir + "/tokenizer.json"))
+    return load_tokenizer_file(dir + "/tokenizer.json", options);
   if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"))
     return load_tokenizer_file(dir + "/vocab.json", options);
-  throw Error(dir + ": no tokenizer files (tokenizer.model, spiece.model, tokenizer.json, or "
-                    "vocab.json + merges.txt)");
+  throw Error(dir +
+              ": no tokenizer files (tokenizer.model, spiece.model, tokenizer.json, or "
+              "vocab.json + merges.txt)");
 }
 
-std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, const TokenizerOptions& options) {
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path,
+                                               const TokenizerOptions& options) {
   SPECDEC_CHECK(file_exists(path), path, ": no such file");
   try {
     const tok::TokenizerConfig cfg = tok::read_tokenizer_config(parent_dir(path));
@@ -509,7 +536,8 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path, const To
   } catch (const nlohmann::json::exception& e) {  // a configuration value of the wrong JSON type
     throw Error(path + ": " + e.what());
   }
-  throw Error(path + ": unknown tokenizer file (expected a SentencePiece .model or a tokenizer.json)");
+  throw Error(path +
+              ": unknown tokenizer file (expected a SentencePiece .model or a tokenizer.json)");
 }
 
 void require_same_tokenizer(const Tokenizer& target, const Tokenizer& draft) {
@@ -531,7 +559,9 @@ void require_same_tokenizer(const Tokenizer& target, const Tokenizer& draft) {
         b = draft.token(id);
       } catch (const Error&) {
       }
-      if (a != b) why = "token " + std::to_string(id) + " is '" + a + "' in the target, '" + b + "' in the draft";
+      if (a != b)
+        why = "token " + std::to_string(id) + " is '" + a + "' in the target, '" + b +
+              "' in the draft";
     }
     if (why.empty()) why = "same vocabulary, but different merges, special tokens or settings";
   }
@@ -545,8 +575,8 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_token
 namespace {
 
 // What a later token can still change at the end of decoded text: an incomplete UTF-8 sequence
-// (decoded as U+FFFD), trailing whitespace (some decoders strip it, or a later token merges it), and
-// the start of one of Hugging Face's clean-up patterns (" '" + " b" becomes "'b" when
+// (decoded as U+FFFD), trailing whitespace (some decoders strip it, or a later token merges it),
+// and the start of one of Hugging Face's clean-up patterns (" '" + " b" becomes "'b" when
 // clean_up_tokenization_spaces is on).
 size_t settled_length(const std::string& text) {
   std::string t = text;
@@ -579,11 +609,13 @@ std::string StreamDecoder::window_text() const {
   }
   const std::vector<int64_t> head(ids_.begin() + anchor, ids_.begin() + settled_);
   const std::vector<int64_t> all(ids_.begin() + anchor, ids_.end());
-  const std::string head_text = tok_.decode(head, skip_special_), text = tok_.decode(all, skip_special_);
+  const std::string head_text = tok_.decode(head, skip_special_),
+                    text = tok_.decode(all, skip_special_);
   if (text.compare(0, head_text.size(), head_text) == 0) return text.substr(head_text.size());
   // The context decodes differently inside the longer text: fall back to the whole decode.
   const std::vector<int64_t> before(ids_.begin(), ids_.begin() + settled_);
-  const std::string full = tok_.decode(ids_, skip_special_), prior = tok_.decode(before, skip_special_);
+  const std::string full = tok_.decode(ids_, skip_special_),
+                    prior = tok_.decode(before, skip_special_);
   return full.substr(std::min(full.size(), common_prefix(full, prior)));
 }
 

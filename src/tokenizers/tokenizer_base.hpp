@@ -54,7 +54,8 @@ struct TokenizerConfig {
   nlohmann::json json = nlohmann::json::object();
   std::string tokenizer_class;
   std::optional<bool> get_bool(const char* key) const;
-  // The text of a named special token ("bos_token", ...), which may be a string or {"content": ...}.
+  // The text of a named special token ("bos_token", ...), which may be a string or {"content":
+  // ...}.
   std::optional<std::string> token_text(const char* key) const;
   // added_tokens_decoder entries.
   std::vector<AddedToken> added_tokens() const;
@@ -109,12 +110,14 @@ class TokenizerBase : public Tokenizer {
   bool clean_up_spaces_ = false;
 };
 
-std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path, const TokenizerConfig& cfg,
+std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path,
+                                              const TokenizerConfig& cfg,
                                               const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> load_bpe_json(const std::string& json_path, const TokenizerConfig& cfg,
                                          const TokenizerOptions& options);
 // tokenizer.ggml.model "llama": a SentencePiece model rebuilt from a GGUF file's metadata.
-std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& file, const TokenizerOptions& options);
+std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& file,
+                                                   const TokenizerOptions& options);
 // tokenizer.ggml.model "gpt2": byte-level BPE from a GGUF file's metadata.
 std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& file, const TokenizerOptions& options);
 std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const TokenizerConfig& cfg,

@@ -32,8 +32,8 @@ void write_checkpoint(const std::string& dir, const nlohmann::json& config,
 // A checkpoint opened for reading its weights by Hugging Face name.
 struct SourceCheckpoint {
   ModelConfig config;
-  nlohmann::json config_json;     // config.json (with generation_config.json's special tokens), or
-                                  // what Hugging Face would write for a GGUF's metadata
+  nlohmann::json config_json;      // config.json (with generation_config.json's special tokens), or
+                                   // what Hugging Face would write for a GGUF's metadata
   std::unique_ptr<GgufFile> gguf;  // set for a GGUF checkpoint; `weights` reads from it
   std::unique_ptr<WeightSource> weights;
 };

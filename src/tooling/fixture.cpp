@@ -12,12 +12,12 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint.hpp"
+#include "gguf_model.hpp"
 #include "specdec/config.hpp"
 #include "specdec/error.hpp"
 #include "specdec/tokenizer.hpp"
 #include "specdec/weights.hpp"
-#include "checkpoint.hpp"
-#include "gguf_model.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -35,7 +35,8 @@ void make_dir(const std::string& dir) {
   }
 }
 
-const char* const kSpecialTokenKeys[] = {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"};
+const char* const kSpecialTokenKeys[] = {"bos_token_id", "eos_token_id", "pad_token_id",
+                                         "decoder_start_token_id"};
 
 json generation_config_json(const json& config) {
   json g = json::object();
@@ -44,13 +45,14 @@ json generation_config_json(const json& config) {
   return g;
 }
 
-const char* const kTokenizerFiles[] = {"tokenizer.model", "spiece.model", "tokenizer.json", "vocab.json",
-                                       "merges.txt", "tokenizer_config.json", "special_tokens_map.json",
-                                       "added_tokens.json"};
+const char* const kTokenizerFiles[] = {
+    "tokenizer.model", "spiece.model",          "tokenizer.json",          "vocab.json",
+    "merges.txt",      "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"};
 
 void copy_tokenizer_files(const std::string& from, const std::string& to) {
   for (const char* f : kTokenizerFiles)
-    if (file_exists(from + "/" + f)) write_file_atomic(to + "/" + f, read_text_file(from + "/" + f));
+    if (file_exists(from + "/" + f))
+      write_file_atomic(to + "/" + f, read_text_file(from + "/" + f));
 }
 
 void write_checkpoint(const std::string& dir, const json& config,
@@ -80,9 +82,12 @@ json llama_family_config(const ModelConfig& c) {
             {"tie_word_embeddings", c.tie_word_embeddings},
             {"hidden_act", c.hidden_act},
             {"torch_dtype", "float32"}};
-  if (!c.rope_scaling.type.empty()) j["rope_scaling"] = {{"type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+  if (!c.rope_scaling.type.empty())
+    j["rope_scaling"] = {{"type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
-  if (!c.eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+  if (!c.eos_token_ids.empty())
+    j["eos_token_id"] =
+        c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
   if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
   return j;
 }
@@ -137,7 +142,8 @@ int64_t layer_of(const std::string& name) {
     const size_t digits = at + std::strlen(marker);
     size_t end = digits;
     while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
-    if (end > digits && end < name.size() && name[end] == '.') return std::stoll(name.substr(digits, end - digits));
+    if (end > digits && end < name.size() && name[end] == '.')
+      return std::stoll(name.substr(digits, end - digits));
   }
   return -1;
 }
@@ -145,11 +151,13 @@ int64_t layer_of(const std::string& name) {
 }  // namespace
 
 void FixtureOptions::validate() const {
-  SPECDEC_CHECK(llama_family(arch) || arch == "gpt_neox" || arch == "gpt2" || arch == "opt" || arch == "t5",
-                "make-fixture: --arch '", arch,
-                "' is not supported (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
+  SPECDEC_CHECK(
+      llama_family(arch) || arch == "gpt_neox" || arch == "gpt2" || arch == "opt" || arch == "t5",
+      "make-fixture: --arch '", arch,
+      "' is not supported (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
   SPECDEC_CHECK(arch == "t5" || !gated_act, "make-fixture: --gated is for --arch t5 only");
-  SPECDEC_CHECK(llama_family(arch) || !feature_fed, "make-fixture: a feature-fed draft is for the llama family only");
+  SPECDEC_CHECK(llama_family(arch) || !feature_fed,
+                "make-fixture: a feature-fed draft is for the llama family only");
   SPECDEC_CHECK(llama_family(arch) || kv_heads == 0 || kv_heads == heads, "make-fixture: ", arch,
                 " has no grouped-query attention (--kv-heads must equal --heads)");
   SPECDEC_CHECK(layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_pos > 0,
@@ -199,11 +207,17 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
   auto ones = [&](int64_t n) { return at::ones({n}, at::kFloat).to(dtype); };
   auto zeros = [&](int64_t n) { return at::zeros({n}, at::kFloat).to(dtype); };
   // Scale of the residual-branch outputs of layer i (the synthetic early exit).
-  auto exit_scale = [&](int64_t i) { return (o.exit_layers >= 0 && i >= o.exit_layers) ? o.exit_scale : 1.0; };
+  auto exit_scale = [&](int64_t i) {
+    return (o.exit_layers >= 0 && i >= o.exit_layers) ? o.exit_scale : 1.0;
+  };
   const int64_t h = o.hidden;
-  json c = {{"architectures", {architecture_of(o.arch)}}, {"model_type", o.arch}, {"vocab_size", o.vocab},
-            {"torch_dtype", dtype_name(dtype)}, {"bos_token_id", o.bos_token_id},
-            {"eos_token_id", o.eos_token_id}, {"pad_token_id", o.pad_token_id}};
+  json c = {{"architectures", {architecture_of(o.arch)}},
+            {"model_type", o.arch},
+            {"vocab_size", o.vocab},
+            {"torch_dtype", dtype_name(dtype)},
+            {"bos_token_id", o.bos_token_id},
+            {"eos_token_id", o.eos_token_id},
+            {"pad_token_id", o.pad_token_id}};
   if (llama_family(o.arch)) {
     t["model.embed_tokens.weight"] = randn({o.vocab, h});
     for (int64_t i = 0; i < o.layers; ++i) {
@@ -231,10 +245,17 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
       t["fc.weight"] = randn({h, 2 * h});
       c["specdec_feature_size"] = h;
     }
-    c.update({{"hidden_size", h}, {"intermediate_size", inter}, {"num_hidden_layers", o.layers},
-              {"num_attention_heads", o.heads}, {"num_key_value_heads", kv}, {"head_dim", d},
-              {"max_position_embeddings", o.max_pos}, {"rms_norm_eps", 1e-6}, {"rope_theta", 10000.0},
-              {"hidden_act", "silu"}, {"tie_word_embeddings", o.tie_word_embeddings}});
+    c.update({{"hidden_size", h},
+              {"intermediate_size", inter},
+              {"num_hidden_layers", o.layers},
+              {"num_attention_heads", o.heads},
+              {"num_key_value_heads", kv},
+              {"head_dim", d},
+              {"max_position_embeddings", o.max_pos},
+              {"rms_norm_eps", 1e-6},
+              {"rope_theta", 10000.0},
+              {"hidden_act", "silu"},
+              {"tie_word_embeddings", o.tie_word_embeddings}});
   } else if (o.arch == "gpt_neox") {
     t["gpt_neox.embed_in.weight"] = randn({o.vocab, h});
     for (int64_t i = 0; i < o.layers; ++i) {
@@ -253,10 +274,17 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     }
     t["gpt_neox.final_layer_norm.weight"] = ones(h), t["gpt_neox.final_layer_norm.bias"] = zeros(h);
     t["embed_out.weight"] = randn({o.vocab, h});
-    c.update({{"hidden_size", h}, {"intermediate_size", inter}, {"num_hidden_layers", o.layers},
-              {"num_attention_heads", o.heads}, {"max_position_embeddings", o.max_pos},
-              {"rotary_pct", 0.25}, {"rotary_emb_base", 10000}, {"use_parallel_residual", true},
-              {"layer_norm_eps", 1e-5}, {"hidden_act", "gelu"}, {"attention_bias", true},
+    c.update({{"hidden_size", h},
+              {"intermediate_size", inter},
+              {"num_hidden_layers", o.layers},
+              {"num_attention_heads", o.heads},
+              {"max_position_embeddings", o.max_pos},
+              {"rotary_pct", 0.25},
+              {"rotary_emb_base", 10000},
+              {"use_parallel_residual", true},
+              {"layer_norm_eps", 1e-5},
+              {"hidden_act", "gelu"},
+              {"attention_bias", true},
               {"tie_word_embeddings", false}});
   } else if (o.arch == "gpt2") {
     // Conv1D layout: weights are [in, out].
@@ -265,7 +293,8 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     for (int64_t i = 0; i < o.layers; ++i) {
       const std::string p = "transformer.h." + std::to_string(i) + ".";
       const double s = exit_scale(i);
-      for (const char* n : {"ln_1", "ln_2"}) t[p + n + ".weight"] = ones(h), t[p + n + ".bias"] = zeros(h);
+      for (const char* n : {"ln_1", "ln_2"})
+        t[p + n + ".weight"] = ones(h), t[p + n + ".bias"] = zeros(h);
       t[p + "attn.c_attn.weight"] = randn({h, 3 * h});
       t[p + "attn.c_attn.bias"] = randn({3 * h});
       t[p + "attn.c_proj.weight"] = randn({h, h}, s);
@@ -276,9 +305,14 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
       t[p + "mlp.c_proj.bias"] = randn({h}, s);
     }
     t["transformer.ln_f.weight"] = ones(h), t["transformer.ln_f.bias"] = zeros(h);
-    c.update({{"n_embd", h}, {"n_inner", inter}, {"n_layer", o.layers}, {"n_head", o.heads},
-              {"n_positions", o.max_pos}, {"activation_function", "gelu_new"},
-              {"layer_norm_epsilon", 1e-5}, {"scale_attn_weights", true}});
+    c.update({{"n_embd", h},
+              {"n_inner", inter},
+              {"n_layer", o.layers},
+              {"n_head", o.heads},
+              {"n_positions", o.max_pos},
+              {"activation_function", "gelu_new"},
+              {"layer_norm_epsilon", 1e-5},
+              {"scale_attn_weights", true}});
   } else if (o.arch == "t5") {
     const int64_t inner = o.heads * d;
     t["shared.weight"] = randn({o.vocab, h});
@@ -295,7 +329,8 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
       }
       const std::string f = p + "layer." + (decoder ? "2" : "1") + ".";
       t[f + "layer_norm.weight"] = ones(h);
-      for (const char* n : o.gated_act ? std::vector<const char*>{"wi_0", "wi_1"} : std::vector<const char*>{"wi"})
+      for (const char* n :
+           o.gated_act ? std::vector<const char*>{"wi_0", "wi_1"} : std::vector<const char*>{"wi"})
         t[f + "DenseReluDense." + n + ".weight"] = randn({inter, h});
       t[f + "DenseReluDense.wo.weight"] = randn({h, inter}, s);
     };
@@ -311,11 +346,18 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
     t["encoder.final_layer_norm.weight"] = ones(h);
     t["decoder.final_layer_norm.weight"] = ones(h);
     if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, h});
-    c.update({{"d_model", h}, {"d_kv", d}, {"d_ff", inter}, {"num_layers", o.layers},
-              {"num_decoder_layers", o.layers}, {"num_heads", o.heads},
-              {"relative_attention_num_buckets", 32}, {"relative_attention_max_distance", 128},
-              {"feed_forward_proj", o.gated_act ? "gated-gelu" : "relu"}, {"layer_norm_epsilon", 1e-6},
-              {"is_encoder_decoder", true}, {"decoder_start_token_id", o.pad_token_id},
+    c.update({{"d_model", h},
+              {"d_kv", d},
+              {"d_ff", inter},
+              {"num_layers", o.layers},
+              {"num_decoder_layers", o.layers},
+              {"num_heads", o.heads},
+              {"relative_attention_num_buckets", 32},
+              {"relative_attention_max_distance", 128},
+              {"feed_forward_proj", o.gated_act ? "gated-gelu" : "relu"},
+              {"layer_norm_epsilon", 1e-6},
+              {"is_encoder_decoder", true},
+              {"decoder_start_token_id", o.pad_token_id},
               {"tie_word_embeddings", o.tie_word_embeddings}});
   } else {  // opt
     const std::string r = "model.decoder.";
@@ -327,7 +369,8 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
       for (const char* n : {"self_attn_layer_norm", "final_layer_norm"})
         t[p + n + ".weight"] = ones(h), t[p + n + ".bias"] = zeros(h);
       for (const char* n : {"q_proj", "k_proj", "v_proj"})
-        t[p + "self_attn." + n + ".weight"] = randn({h, h}), t[p + "self_attn." + n + ".bias"] = randn({h});
+        t[p + "self_attn." + n + ".weight"] = randn({h, h}),
+                                 t[p + "self_attn." + n + ".bias"] = randn({h});
       t[p + "self_attn.out_proj.weight"] = randn({h, h}, s);
       t[p + "self_attn.out_proj.bias"] = randn({h}, s);
       t[p + "fc1.weight"] = randn({inter, h});
@@ -336,10 +379,16 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
       t[p + "fc2.bias"] = randn({h}, s);
     }
     t[r + "final_layer_norm.weight"] = ones(h), t[r + "final_layer_norm.bias"] = zeros(h);
-    c.update({{"hidden_size", h}, {"ffn_dim", inter}, {"num_hidden_layers", o.layers},
-              {"num_attention_heads", o.heads}, {"max_position_embeddings", o.max_pos},
-              {"do_layer_norm_before", true}, {"word_embed_proj_dim", h}, {"activation_function", "relu"},
-              {"enable_bias", true}, {"layer_norm_elementwise_affine", true}});
+    c.update({{"hidden_size", h},
+              {"ffn_dim", inter},
+              {"num_hidden_layers", o.layers},
+              {"num_attention_heads", o.heads},
+              {"max_position_embeddings", o.max_pos},
+              {"do_layer_norm_before", true},
+              {"word_embed_proj_dim", h},
+              {"activation_function", "relu"},
+              {"enable_bias", true},
+              {"layer_norm_elementwise_affine", true}});
   }
   make_dir(out_dir);
   if (!o.tokenizer_dir.empty()) copy_tokenizer_files(o.tokenizer_dir, out_dir);
@@ -356,7 +405,9 @@ void make_draft_of(const std::string& target, const std::string& out_dir, int64_
   const WeightSource* w = src.weights.get();
   SPECDEC_CHECK(layers >= 1 && layers <= tc.num_hidden_layers, "make-fixture: --layers ", layers,
                 " must be in [1, ", tc.num_hidden_layers, "] for a draft of ", target);
-  c[tc.model_type == "gpt2" ? "n_layer" : tc.model_type == "t5" ? "num_decoder_layers" : "num_hidden_layers"] = layers;
+  c[tc.model_type == "gpt2" ? "n_layer"
+    : tc.model_type == "t5" ? "num_decoder_layers"
+                            : "num_hidden_layers"] = layers;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   std::map<std::string, at::Tensor> t;
   for (const std::string& name : w->names()) {

@@ -2,8 +2,8 @@
 //
 // The target labels the training sequences once, as generation runs it (its top kTopK next-token
 // probabilities at every position). The draft trains as a plain, differentiable float32 decoder
-// (`Net`: ATen ops only, none of the inference kernels, which have no gradients) and minimises
-// KL(p || q) over those entries with AdamW.
+// (DraftNet, draft_net.hpp: ATen ops only, none of the inference kernels, which have no gradients)
+// and minimises KL(p || q) over those entries with AdamW.
 #include "specdec/make_draft.hpp"
 
 #include <torch/torch.h>
@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "checkpoint.hpp"
+#include "draft_net.hpp"
 #include "layers.hpp"
 #include "specdec/chat.hpp"
 #include "specdec/error.hpp"
@@ -37,134 +38,8 @@ constexpr int64_t kTopK = 32;  // target probabilities kept per position
 
 using detail::llama_family;
 
-// A llama-family decoder as plain differentiable ATen ops (float32, CPU). `layers` holds the chosen
-// target layers; the head is [V, H] or, reduced, [V', H].
-struct Net {
-  struct Layer {
-    at::Tensor in_norm, q, k, v, qb, kb, vb, o, post_norm, gate, up, down, gb, ub, db;  // HF shapes
-  };
-  ModelConfig c;
-  at::Tensor embed;  // [V, H], never trained
-  std::vector<Layer> layers;
-  at::Tensor norm;  // [H]
-  at::Tensor head;  // [V or V', H]
-  at::Tensor fc;    // [H, 2H]: feature-fed drafts only
-  at::Tensor fc_norm;  // [H]: feature-fed: the features' RMS norm weight (starts as the target's final norm)
-
-  // The tensors the optimizer trains, in a fixed order (the optimizer state's order).
-  std::vector<at::Tensor> trainable() const {
-    std::vector<at::Tensor> p;
-    for (const Layer& l : layers)
-      for (const at::Tensor& t : {l.in_norm, l.q, l.k, l.v, l.qb, l.kb, l.vb, l.o, l.post_norm, l.gate, l.up,
-                                  l.down, l.gb, l.ub, l.db})
-        if (t.defined()) p.push_back(t);
-    p.push_back(norm);
-    p.push_back(head);
-    if (fc.defined()) p.push_back(fc_norm), p.push_back(fc);
-    return p;
-  }
-
-  // Hugging Face names of the tensors, with layers renumbered 0..n-1.
-  std::map<std::string, at::Tensor> named() const {
-    std::map<std::string, at::Tensor> t{{"model.embed_tokens.weight", embed},
-                                        {"model.norm.weight", norm},
-                                        {"lm_head.weight", head}};
-    if (fc.defined()) t["fc.weight"] = fc, t["fc_norm.weight"] = fc_norm;
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const Layer& l = layers[i];
-      const std::string p = "model.layers." + std::to_string(i) + ".";
-      const std::pair<const char*, at::Tensor> parts[] = {
-          {"input_layernorm.weight", l.in_norm}, {"self_attn.q_proj.weight", l.q},
-          {"self_attn.k_proj.weight", l.k},      {"self_attn.v_proj.weight", l.v},
-          {"self_attn.q_proj.bias", l.qb},       {"self_attn.k_proj.bias", l.kb},
-          {"self_attn.v_proj.bias", l.vb},       {"self_attn.o_proj.weight", l.o},
-          {"post_attention_layernorm.weight", l.post_norm}, {"mlp.gate_proj.weight", l.gate},
-          {"mlp.up_proj.weight", l.up},          {"mlp.down_proj.weight", l.down},
-          {"mlp.gate_proj.bias", l.gb},          {"mlp.up_proj.bias", l.ub},
-          {"mlp.down_proj.bias", l.db}};
-      for (const auto& [name, x] : parts)
-        if (x.defined()) t[p + name] = x;
-    }
-    for (auto& [name, x] : t) x = x.detach().contiguous();
-    return t;
-  }
-
-  at::Tensor rms(const at::Tensor& x, const at::Tensor& w) const {
-    return w * (x * at::rsqrt(x.pow(2).mean(-1, true) + c.rms_norm_eps));
-  }
-
-  // ids [N, S] -> logits [N, S, V or V']. Feature-fed: `features` [N, S, H] are the target's
-  // hidden states at the same positions (each position gets its predecessor's), and `last`
-  // receives the draft's last-layer output [N, S, H] (its prediction of them).
-  at::Tensor forward(const at::Tensor& ids, const at::Tensor& features = {}, at::Tensor* last = nullptr) const {
-    const int64_t n = ids.size(0), s = ids.size(1), d = c.head_dim, hq = c.num_attention_heads,
-                  hkv = c.num_key_value_heads;
-    const layers::Rotary rotary(d, c.rope_theta, c.rope_scaling, std::max<int64_t>(s, 1), at::kFloat,
-                                c10::Device(c10::kCPU));
-    at::Tensor cos, sin;  // [S, D] (not a structured binding: lambdas cannot capture one in C++17)
-    std::tie(cos, sin) = rotary.tables(0, s);
-    auto rotate = [&](const at::Tensor& x) {  // [N, heads, S, D]
-      const int64_t half = d / 2;
-      return x * cos + at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1) * sin;
-    };
-    at::Tensor mask = at::triu(at::full({s, s}, -std::numeric_limits<float>::infinity()), 1);  // [S, S]
-    if (c.sliding_window > 0) mask = mask + at::tril(at::full({s, s}, -std::numeric_limits<float>::infinity()), -c.sliding_window);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    at::Tensor x = embed.index_select(0, ids.reshape(-1)).view({n, s, -1});  // [N, S, H]
-    if (fc.defined()) {
-      const at::Tensor before = at::constant_pad_nd(features.narrow(1, 0, s - 1).to(at::kFloat), {0, 0, 1, 0});  // h_{p-1}
-      x = at::linear(at::cat({x, rms(before, fc_norm)}, -1), fc);
-    }
-    for (const Layer& l : layers) {
-      const at::Tensor h = rms(x, l.in_norm);
-      const at::Tensor q = rotate(at::linear(h, l.q, l.qb).view({n, s, hq, d}).transpose(1, 2));   // [N, Hq, S, D]
-      at::Tensor k = rotate(at::linear(h, l.k, l.kb).view({n, s, hkv, d}).transpose(1, 2));        // [N, Hkv, S, D]
-      at::Tensor v = at::linear(h, l.v, l.vb).view({n, s, hkv, d}).transpose(1, 2);
-      if (hq != hkv) k = k.repeat_interleave(hq / hkv, 1), v = v.repeat_interleave(hq / hkv, 1);
-      const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-1, -2)) * scale + mask, -1);
-      const at::Tensor a = at::matmul(probs, v).transpose(1, 2).reshape({n, s, hq * d});  // [N, S, Hq*D]
-      x = x + at::linear(a, l.o);
-      const at::Tensor m = rms(x, l.post_norm);
-      x = x + at::linear(at::silu(at::linear(m, l.gate, l.gb)) * at::linear(m, l.up, l.ub), l.down, l.db);
-    }
-    if (last) *last = x;
-    return at::linear(rms(x, norm), head);
-  }
-};
-
-// Loads layers `ids` of the target (float32, CPU) into a Net whose head is `head_ids`' rows of the
-// target's head (all rows when empty).
-Net load_net(const detail::SourceCheckpoint& src, const std::vector<int64_t>& ids,
-             const std::vector<int64_t>& head_ids) {
-  const ModelConfig& c = src.config;
-  const WeightSource& w = *src.weights;
-  auto get = [&](const std::string& name) {
-    return w.contains(name) ? w.load(name, at::kFloat, c10::Device(c10::kCPU)).clone() : at::Tensor();
-  };
-  Net net;
-  net.c = c;
-  net.embed = get("model.embed_tokens.weight");
-  SPECDEC_CHECK(net.embed.defined(), w.dir(), ": no tensor 'model.embed_tokens.weight'");
-  for (int64_t i : ids) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    Net::Layer l{get(p + "input_layernorm.weight"), get(p + "self_attn.q_proj.weight"),
-                 get(p + "self_attn.k_proj.weight"), get(p + "self_attn.v_proj.weight"),
-                 get(p + "self_attn.q_proj.bias"),  get(p + "self_attn.k_proj.bias"),
-                 get(p + "self_attn.v_proj.bias"),  get(p + "self_attn.o_proj.weight"),
-                 get(p + "post_attention_layernorm.weight"), get(p + "mlp.gate_proj.weight"),
-                 get(p + "mlp.up_proj.weight"),     get(p + "mlp.down_proj.weight"),
-                 get(p + "mlp.gate_proj.bias"),     get(p + "mlp.up_proj.bias"),
-                 get(p + "mlp.down_proj.bias")};
-    for (const at::Tensor* t : {&l.in_norm, &l.q, &l.k, &l.v, &l.o, &l.post_norm, &l.gate, &l.up, &l.down})
-      SPECDEC_CHECK(t->defined(), w.dir(), ": layer ", i, " is missing a tensor");
-    net.layers.push_back(std::move(l));
-  }
-  net.norm = get("model.norm.weight");
-  at::Tensor head = get("lm_head.weight");
-  if (!head.defined() || c.tie_word_embeddings) head = net.embed;
-  net.head = head_ids.empty() ? head.clone() : head.index_select(0, at::tensor(head_ids, at::kLong));
-  return net;
-}
+using Net = detail::DraftNet;
+using detail::load_draft_net;
 
 // Identifies a target: its configuration and a checksum of some of its weights.
 std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& embed) {
@@ -172,12 +47,14 @@ std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& e
   s.precision(17);
   json c = src.config_json;
   c.erase("torch_dtype");
-  s << c.dump() << " embed:" << embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).sum().item<double>();
+  s << c.dump()
+    << " embed:" << embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).sum().item<double>();
   return s.str();
 }
 
 // A prompt's ids: as a user turn in the chat template when there is one, else the plain text.
-std::vector<int64_t> prompt_ids(const std::string& line, const Tokenizer& tok, const std::optional<ChatTemplate>& chat) {
+std::vector<int64_t> prompt_ids(const std::string& line, const Tokenizer& tok,
+                                const std::optional<ChatTemplate>& chat) {
   return chat ? tok.encode(chat->render({{"user", line}}, true), false) : tok.encode(line, true);
 }
 
@@ -199,21 +76,23 @@ std::vector<std::string> prompt_lines(const std::string& file, const std::string
 
 // The training data: fixed-length chunks with the target's top-k labels.
 struct Data {
-  at::Tensor ids;        // [N, S] int64 (padding: 0)
-  at::Tensor lengths;    // [N] int64: real tokens of each chunk
-  at::Tensor top_ids;    // [N, S, kTopK] int32
-  at::Tensor top_p;      // [N, S, kTopK] float32
-  at::Tensor head_ids;   // [V'] int64, or empty for a full head
-  int64_t train = 0;     // chunks [0, train) train, the rest are held out
-  at::Tensor features;   // [N, S, H] float16: the target's hidden states (--features), or undefined
+  at::Tensor ids;       // [N, S] int64 (padding: 0)
+  at::Tensor lengths;   // [N] int64: real tokens of each chunk
+  at::Tensor top_ids;   // [N, S, kTopK] int32
+  at::Tensor top_p;     // [N, S, kTopK] float32
+  at::Tensor head_ids;  // [V'] int64, or empty for a full head
+  int64_t train = 0;    // chunks [0, train) train, the rest are held out
+  at::Tensor features;  // [N, S, H] float16: the target's hidden states (--features), or undefined
   std::vector<at::Tensor> tensors() const {
     std::vector<at::Tensor> t = {ids, lengths, top_ids, top_p, head_ids, at::tensor(train)};
     if (features.defined()) t.push_back(features);
     return t;
   }
   static Data from(const std::vector<at::Tensor>& t) {
-    SPECDEC_CHECK(t.size() == 6 || t.size() == 7, "make-draft: training/data.pt is not a make-draft data file");
-    return {t[0], t[1], t[2], t[3], t[4], t[5].item<int64_t>(), t.size() == 7 ? t[6] : at::Tensor()};
+    SPECDEC_CHECK(t.size() == 6 || t.size() == 7,
+                  "make-draft: training/data.pt is not a make-draft data file");
+    return {
+        t[0], t[1], t[2], t[3], t[4], t[5].item<int64_t>(), t.size() == 7 ? t[6] : at::Tensor()};
   }
   // The feature-fed draft's inputs for chunks `rows` ([n] int64), or undefined.
   at::Tensor features_of(const at::Tensor& rows) const {
@@ -223,12 +102,14 @@ struct Data {
 
 // Splits sequences into chunks of `s` tokens (a last piece shorter than 2 tokens is dropped) and
 // shuffles them with `seed`.
-std::pair<at::Tensor, at::Tensor> chunk(const std::vector<std::vector<int64_t>>& seqs, int64_t s, uint64_t seed) {
+std::pair<at::Tensor, at::Tensor> chunk(const std::vector<std::vector<int64_t>>& seqs, int64_t s,
+                                        uint64_t seed) {
   std::vector<std::vector<int64_t>> pieces;
   for (const auto& q : seqs)
     for (size_t at = 0; at + 2 <= q.size(); at += static_cast<size_t>(s))
-      pieces.emplace_back(q.begin() + static_cast<std::ptrdiff_t>(at),
-                          q.begin() + static_cast<std::ptrdiff_t>(std::min(q.size(), at + static_cast<size_t>(s))));
+      pieces.emplace_back(
+          q.begin() + static_cast<std::ptrdiff_t>(at),
+          q.begin() + static_cast<std::ptrdiff_t>(std::min(q.size(), at + static_cast<size_t>(s))));
   at::Tensor ids = at::zeros({static_cast<int64_t>(pieces.size()), s}, at::kLong);
   at::Tensor lengths = at::empty({static_cast<int64_t>(pieces.size())}, at::kLong);
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -236,18 +117,22 @@ std::pair<at::Tensor, at::Tensor> chunk(const std::vector<std::vector<int64_t>>&
     ids[static_cast<int64_t>(i)].narrow(0, 0, n).copy_(at::tensor(pieces[i], at::kLong));
     lengths[static_cast<int64_t>(i)] = n;
   }
-  const at::Tensor order = at::randperm(ids.size(0), at::detail::createCPUGenerator(seed), at::kLong);
+  const at::Tensor order =
+      at::randperm(ids.size(0), at::detail::createCPUGenerator(seed), at::kLong);
   return {ids.index_select(0, order), lengths.index_select(0, order)};
 }
 
 // The `n` most frequent ids of the training chunks, plus the EOS ids, ascending.
 std::vector<int64_t> frequent_ids(const Data& d, int64_t n, const ModelConfig& c) {
-  const at::Tensor mask = at::arange(d.ids.size(1)).unsqueeze(0) < d.lengths.narrow(0, 0, d.train).unsqueeze(1);
-  const at::Tensor counts = at::bincount(d.ids.narrow(0, 0, d.train).masked_select(mask), {}, c.vocab_size);
+  const at::Tensor mask =
+      at::arange(d.ids.size(1)).unsqueeze(0) < d.lengths.narrow(0, 0, d.train).unsqueeze(1);
+  const at::Tensor counts =
+      at::bincount(d.ids.narrow(0, 0, d.train).masked_select(mask), {}, c.vocab_size);
   std::vector<int64_t> order(static_cast<size_t>(c.vocab_size));
   std::iota(order.begin(), order.end(), 0);
   const auto* cnt = counts.data_ptr<int64_t>();
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cnt[a] > cnt[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return cnt[a] > cnt[b]; });
   std::vector<int64_t> ids(order.begin(), order.begin() + n);
   for (int64_t e : c.eos_token_ids)
     if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
@@ -271,28 +156,37 @@ at::Tensor label_kl(const at::Tensor& top_p, const at::Tensor& pos, const at::Te
 
 // KL, acceptance and greedy agreement of a draft's logits against the stored top-k labels, over
 // the real positions of `rows` (the acceptance counts only the top-k entries: a lower bound).
-DraftQuality label_quality(const Net& net, const Data& d, const at::Tensor& head_pos, int64_t begin, int64_t end,
-                           int64_t batch) {
+DraftQuality label_quality(const Net& net, const Data& d, const at::Tensor& head_pos, int64_t begin,
+                           int64_t end, int64_t batch) {
   torch::NoGradGuard no_grad;
   DraftQuality q;
   double kl = 0, acc = 0, agree = 0;
   for (int64_t b = begin; b < end; b += batch) {
     const int64_t n = std::min(batch, end - b);
-    const at::Tensor logq =
-        at::log_softmax(net.forward(d.ids.narrow(0, b, n), d.features_of(at::arange(b, b + n))), -1);  // [n, S, Vh]
-    const at::Tensor mask = at::arange(d.ids.size(1)).unsqueeze(0) < d.lengths.narrow(0, b, n).unsqueeze(1);
-    const at::Tensor pos = head_pos.index_select(0, d.top_ids.narrow(0, b, n).reshape(-1).to(at::kLong))
-                               .view({n, d.ids.size(1), kTopK});  // [n, S, K]: -1 outside the head
+    const at::Tensor logq = at::log_softmax(
+        net.forward(d.ids.narrow(0, b, n), d.features_of(at::arange(b, b + n))), -1);  // [n, S, Vh]
+    const at::Tensor mask =
+        at::arange(d.ids.size(1)).unsqueeze(0) < d.lengths.narrow(0, b, n).unsqueeze(1);
+    const at::Tensor pos =
+        head_pos.index_select(0, d.top_ids.narrow(0, b, n).reshape(-1).to(at::kLong))
+            .view({n, d.ids.size(1), kTopK});  // [n, S, K]: -1 outside the head
     const at::Tensor valid = pos >= 0;
     const at::Tensor lq = logq.gather(-1, pos.clamp_min(0));
     kl += label_kl(d.top_p.narrow(0, b, n), pos, lq).masked_select(mask).sum().item<double>();
-    acc += at::minimum(d.top_p.narrow(0, b, n) * valid, lq.exp() * valid).sum(-1).masked_select(mask).sum().item<double>();
-    const at::Tensor top1 = head_pos.index_select(0, d.top_ids.narrow(0, b, n).select(-1, 0).reshape(-1).to(at::kLong))
-                                .view({n, d.ids.size(1)});
+    acc += at::minimum(d.top_p.narrow(0, b, n) * valid, lq.exp() * valid)
+               .sum(-1)
+               .masked_select(mask)
+               .sum()
+               .item<double>();
+    const at::Tensor top1 =
+        head_pos.index_select(0, d.top_ids.narrow(0, b, n).select(-1, 0).reshape(-1).to(at::kLong))
+            .view({n, d.ids.size(1)});
     agree += (logq.argmax(-1) == top1).masked_select(mask).sum().item<double>();
     q.positions += mask.sum().item<int64_t>();
   }
-  if (q.positions > 0) q.kl = kl / q.positions, q.acceptance = acc / q.positions, q.greedy_agreement = agree / q.positions;
+  if (q.positions > 0)
+    q.kl = kl / q.positions, q.acceptance = acc / q.positions,
+    q.greedy_agreement = agree / q.positions;
   return q;
 }
 
@@ -342,7 +236,8 @@ std::string user_turn_prefix(const ChatTemplate& chat) {
 
 // The training sequences: the --data files, then the prompts (--prompts, and --self-prompts written
 // by the target) with the target's own answers. nullopt when stopped.
-std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOptions& o, const Progress& progress,
+std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOptions& o,
+                                                               const Progress& progress,
                                                                const Stopped& stopped) {
   for (const std::string& f : o.data_files)
     SPECDEC_CHECK(std::ifstream(f).good(), "make-draft: --data ", f, ": cannot read the file");
@@ -408,7 +303,8 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
 
 // The draft in o.out against the target on the target's greedy answers (o.gen_tokens new tokens)
 // to `lines`, answer positions only; nullopt when stopped.
-std::optional<DraftQuality> measure_on_prompts(const MakeDraftOptions& o, const std::vector<std::string>& lines,
+std::optional<DraftQuality> measure_on_prompts(const MakeDraftOptions& o,
+                                               const std::vector<std::string>& lines,
                                                const Progress& progress, const Stopped& stopped) {
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.target);
   const std::optional<ChatTemplate> chat = target_chat(o.target);
@@ -417,8 +313,9 @@ std::optional<DraftQuality> measure_on_prompts(const MakeDraftOptions& o, const 
   for (const std::string& line : lines) seqs.push_back(prompt_ids(line, *tok, chat));
   GenerationConfig greedy;
   greedy.max_new_tokens = o.gen_tokens;
-  const auto answers = generate_all(Generator(target), seqs, std::vector<GenerationConfig>(seqs.size(), greedy),
-                                    "evaluate", progress, stopped);
+  const auto answers =
+      generate_all(Generator(target), seqs, std::vector<GenerationConfig>(seqs.size(), greedy),
+                   "evaluate", progress, stopped);
   if (!answers) return std::nullopt;
   std::vector<int64_t> first;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -451,7 +348,8 @@ bool label(Data& data, const Model& target, int64_t batch, bool features, const 
     data.top_p.narrow(0, b, m).copy_(p.exp());
     data.top_ids.narrow(0, b, m).copy_(i);
     const double dt = seconds_since(t0);
-    progress({"label", b + m, n, 0, static_cast<double>((b + m) * s) / dt, dt / static_cast<double>(b + m) * static_cast<double>(n - b - m)});
+    progress({"label", b + m, n, 0, static_cast<double>((b + m) * s) / dt,
+              dt / static_cast<double>(b + m) * static_cast<double>(n - b - m)});
   }
   return true;
 }
@@ -469,14 +367,16 @@ struct RunState {
   int64_t seq_len = 0, step = 0;
   bool features = false, int8_activations = false;  // how the data was labelled
   json to_json() const {
-    return {{"target", target_fingerprint}, {"layer_ids", layer_ids}, {"seq_len", seq_len}, {"step", step},
-            {"features", features}, {"int8_activations", int8_activations}};
+    return {{"target", target_fingerprint}, {"layer_ids", layer_ids},
+            {"seq_len", seq_len},           {"step", step},
+            {"features", features},         {"int8_activations", int8_activations}};
   }
 };
 
 // Writes the draft folder `out` as a whole: built beside it as `out`.next, then swapped in.
-void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& src, const std::string& target,
-                        const Net& net, const Data& data, torch::optim::Optimizer& opt, const RunState& state) {
+void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& src,
+                        const std::string& target, const Net& net, const Data& data,
+                        torch::optim::Optimizer& opt, const RunState& state) {
   const std::string next = out + ".next", prev = out + ".prev";
   remove_tree(next);
   json c = src.config_json;
@@ -487,8 +387,9 @@ void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& 
   c.erase("specdec_feature_size");
   if (net.fc.defined()) c["specdec_feature_size"] = src.config.hidden_size;
   if (data.head_ids.numel() > 0)
-    c["head_token_ids"] = std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
-                                               data.head_ids.data_ptr<int64_t>() + data.head_ids.numel());
+    c["head_token_ids"] =
+        std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
+                             data.head_ids.data_ptr<int64_t>() + data.head_ids.numel());
   detail::make_dir(next + "/training");
   if (!src.gguf) detail::copy_tokenizer_files(target, next);
   const std::string old_data = out + "/training/data.pt";
@@ -511,7 +412,8 @@ void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& 
 void MakeDraftOptions::validate() const {
   SPECDEC_CHECK(!target.empty(), "make-draft: --target is required");
   SPECDEC_CHECK(!out.empty(), "make-draft: --out is required");
-  SPECDEC_CHECK(layer_ids.empty() ? layers >= 1 : true, "make-draft: --layers must be >= 1, got ", layers);
+  SPECDEC_CHECK(layer_ids.empty() ? layers >= 1 : true, "make-draft: --layers must be >= 1, got ",
+                layers);
   for (size_t i = 0; i < layer_ids.size(); ++i) {
     SPECDEC_CHECK(layer_ids[i] >= 0, "make-draft: --layer-ids must be >= 0, got ", layer_ids[i]);
     SPECDEC_CHECK(std::count(layer_ids.begin(), layer_ids.end(), layer_ids[i]) == 1,
@@ -543,11 +445,13 @@ void MakeDraftOptions::validate() const {
   SPECDEC_CHECK(checkpoint_every >= 1, "make-draft: --checkpoint-every must be >= 1");
 }
 
-MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(const MakeDraftProgress&)>& on_progress,
+MakeDraftResult make_draft(const MakeDraftOptions& o,
+                           const std::function<void(const MakeDraftProgress&)>& on_progress,
                            const std::atomic<bool>* stop) {
   o.validate();
-  const std::vector<std::string> eval_lines =
-      o.eval_prompts.empty() ? std::vector<std::string>() : prompt_lines(o.eval_prompts, "--eval-prompts");
+  const std::vector<std::string> eval_lines = o.eval_prompts.empty()
+                                                  ? std::vector<std::string>()
+                                                  : prompt_lines(o.eval_prompts, "--eval-prompts");
   if (o.threads > 0) set_num_threads(o.threads);
   const Progress progress = [&](const MakeDraftProgress& p) {
     if (on_progress) on_progress(p);
@@ -560,12 +464,14 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     SPECDEC_CHECK(path_exists(out + "/training/state.json"), out,
                   ": nothing to resume (no training/state.json; was it written by make-draft?)");
   } else {
-    SPECDEC_CHECK(!path_exists(out), out, ": already exists; remove it, or pass --resume to continue its training");
+    SPECDEC_CHECK(!path_exists(out), out,
+                  ": already exists; remove it, or pass --resume to continue its training");
   }
   const detail::SourceCheckpoint src = detail::open_checkpoint(o.target);
   const ModelConfig& c = src.config;
-  SPECDEC_CHECK(llama_family(c.model_type) && c.head_token_ids.empty(), "make-draft: ", o.target, " is a ",
-                c.model_type, c.head_token_ids.empty() ? "" : " draft with a reduced head",
+  SPECDEC_CHECK(llama_family(c.model_type) && c.head_token_ids.empty(), "make-draft: ", o.target,
+                " is a ", c.model_type,
+                c.head_token_ids.empty() ? "" : " draft with a reduced head",
                 " model; make-draft supports llama-family targets (llama, mistral, qwen2)");
 
   RunState state;
@@ -578,10 +484,11 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     state.step = s.at("step").get<int64_t>();
     state.features = s.value("features", false);
     state.int8_activations = s.value("int8_activations", false);
-    SPECDEC_CHECK(state.features == o.features, out, ": was made ", state.features ? "with" : "without",
-                  " --features; resume it the same way");
+    SPECDEC_CHECK(state.features == o.features, out, ": was made ",
+                  state.features ? "with" : "without", " --features; resume it the same way");
     SPECDEC_CHECK(state.int8_activations == o.int8_activations, out, ": was labelled ",
-                  state.int8_activations ? "with" : "without", " --int8-activations; resume it the same way");
+                  state.int8_activations ? "with" : "without",
+                  " --int8-activations; resume it the same way");
     data = read_data(out);
   } else {
     state.layer_ids = o.layer_ids;
@@ -592,27 +499,33 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     state.int8_activations = o.int8_activations;
   }
   for (int64_t i : state.layer_ids)
-    SPECDEC_CHECK(i < c.num_hidden_layers, "make-draft: layer ", i, " asked for, but ", o.target, " has ",
-                  c.num_hidden_layers, " layers (0..", c.num_hidden_layers - 1, ")");
+    SPECDEC_CHECK(i < c.num_hidden_layers, "make-draft: layer ", i, " asked for, but ", o.target,
+                  " has ", c.num_hidden_layers, " layers (0..", c.num_hidden_layers - 1, ")");
   SPECDEC_CHECK(o.vocab_subset <= c.vocab_size, "make-draft: --vocab-subset ", o.vocab_subset,
                 " is larger than the vocabulary (", c.vocab_size, ")");
 
   if (!o.resume && !o.data_from.empty()) {
     // Another run's sequences and labels (same target, same --seq-len); the head is chosen anew.
     const std::string from = o.data_from + "/training/";
-    SPECDEC_CHECK(path_exists(from + "data.pt") && path_exists(from + "state.json"), "make-draft: --data-from ",
-                  o.data_from, ": no training/data.pt (not a make-draft output folder)");
+    SPECDEC_CHECK(path_exists(from + "data.pt") && path_exists(from + "state.json"),
+                  "make-draft: --data-from ", o.data_from,
+                  ": no training/data.pt (not a make-draft output folder)");
     const json s = json::parse(read_text_file(from + "state.json"));
-    SPECDEC_CHECK(s.at("seq_len").get<int64_t>() == state.seq_len, "make-draft: --data-from ", o.data_from,
-                  " has sequences of ", s.at("seq_len").get<int64_t>(), " tokens; --seq-len is ", state.seq_len);
-    const at::Tensor embed = src.weights->load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
+    SPECDEC_CHECK(s.at("seq_len").get<int64_t>() == state.seq_len, "make-draft: --data-from ",
+                  o.data_from, " has sequences of ", s.at("seq_len").get<int64_t>(),
+                  " tokens; --seq-len is ", state.seq_len);
+    const at::Tensor embed =
+        src.weights->load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
     SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, embed),
-                  "make-draft: --data-from ", o.data_from, " was labelled by a different target than ", o.target);
-    SPECDEC_CHECK(s.value("int8_activations", false) == o.int8_activations, "make-draft: --data-from ", o.data_from,
-                  " was labelled ", o.int8_activations ? "without" : "with", " --int8-activations; pass the same");
+                  "make-draft: --data-from ", o.data_from,
+                  " was labelled by a different target than ", o.target);
+    SPECDEC_CHECK(s.value("int8_activations", false) == o.int8_activations,
+                  "make-draft: --data-from ", o.data_from, " was labelled ",
+                  o.int8_activations ? "without" : "with", " --int8-activations; pass the same");
     data = read_data(o.data_from);
-    SPECDEC_CHECK(!o.features || data.features.defined(), "make-draft: --data-from ", o.data_from,
-                  " holds no target hidden states (it was made without --features); --features needs them");
+    SPECDEC_CHECK(
+        !o.features || data.features.defined(), "make-draft: --data-from ", o.data_from,
+        " holds no target hidden states (it was made without --features); --features needs them");
     if (!o.features) data.features = at::Tensor();
     data.head_ids = head_ids(data, o.vocab_subset, c);
   } else if (!o.resume) {
@@ -620,19 +533,23 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     if (!seqs) return {0, true, {}, {}, {}};
     auto [ids, lengths] = chunk(*seqs, state.seq_len, o.seed);
     const int64_t n = ids.size(0);
-    SPECDEC_CHECK(n >= 2, "make-draft: not enough training text: ", n, " sequence(s) of up to ", state.seq_len,
-                  " tokens; at least 2 are needed (one is held out)");
+    SPECDEC_CHECK(n >= 2, "make-draft: not enough training text: ", n, " sequence(s) of up to ",
+                  state.seq_len, " tokens; at least 2 are needed (one is held out)");
     data.ids = ids;
     data.lengths = lengths;
     data.train = n - std::max<int64_t>(1, n / 20);
     data.head_ids = head_ids(data, o.vocab_subset, c);
-    if (!label(data, *load_target(o), o.batch, o.features, progress, stopped)) return {0, true, {}, {}, {}};
+    if (!label(data, *load_target(o), o.batch, o.features, progress, stopped))
+      return {0, true, {}, {}, {}};
   }
 
   // 3. The draft, and the run state that must match on --resume.
-  Net net = load_net(src, state.layer_ids, std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
-                                                               data.head_ids.data_ptr<int64_t>() + data.head_ids.numel()));
-  const at::Tensor target_norm = net.norm.detach().clone();  // the feature loss's space (before a resume loads the draft's)
+  Net net = load_draft_net(
+      src, state.layer_ids,
+      std::vector<int64_t>(data.head_ids.data_ptr<int64_t>(),
+                           data.head_ids.data_ptr<int64_t>() + data.head_ids.numel()));
+  const at::Tensor target_norm =
+      net.norm.detach().clone();  // the feature loss's space (before a resume loads the draft's)
   if (state.features) {
     const int64_t h = c.hidden_size;
     net.fc = at::cat({at::eye(h), at::zeros({h, h})}, 1);  // [I, 0]: the plain draft, to start from
@@ -640,7 +557,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   }
   const std::string print = fingerprint(src, net.embed);
   if (o.resume) {
-    SPECDEC_CHECK(state.target_fingerprint == print, out, ": was made from a different target than ", o.target,
+    SPECDEC_CHECK(state.target_fingerprint == print, out,
+                  ": was made from a different target than ", o.target,
                   " (configuration or weights differ); resume with the target it was made from");
     const WeightStore saved(out);
     // named() hands out views of the Net's own tensors: copying into them restores the checkpoint.
@@ -653,7 +571,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   std::vector<at::Tensor> params = net.trainable();
   for (at::Tensor& p : params) p.set_requires_grad(true);
   // fc and its norm (feature-fed drafts) in a group of their own at a tenth of the rate: Adam moves
-  // every entry of fc by about the rate each step, which would soon drown the identity it starts from.
+  // every entry of fc by about the rate each step, which would soon drown the identity it starts
+  // from.
   const std::ptrdiff_t fed = net.fc.defined() ? 2 : 0;
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<at::Tensor>(params.begin(), params.end() - fed));
@@ -684,25 +603,34 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     }
     const int64_t step = state.step;
     const double progress_frac = static_cast<double>(step) / static_cast<double>(o.steps);
-    const double lr = step < warmup ? o.lr * static_cast<double>(step + 1) / static_cast<double>(warmup)
-                                    : o.lr * (0.1 + 0.45 * (1 + std::cos(M_PI * progress_frac)));
+    const double lr = step < warmup
+                          ? o.lr * static_cast<double>(step + 1) / static_cast<double>(warmup)
+                          : o.lr * (0.1 + 0.45 * (1 + std::cos(M_PI * progress_frac)));
     for (size_t g = 0; g < opt.param_groups().size(); ++g)
-      static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[g].options()).lr(g == 0 ? lr : kFcRate * lr);
-    const at::Tensor rows = at::randint(data.train, {o.batch}, at::detail::createCPUGenerator(o.seed * 1000003 + static_cast<uint64_t>(step)), at::kLong);
-    const at::Tensor ids = data.ids.index_select(0, rows);                                  // [B, S]
-    const at::Tensor mask = at::arange(s).unsqueeze(0) < data.lengths.index_select(0, rows).unsqueeze(1);  // [B, S]
-    const at::Tensor pos = head_pos.index_select(0, data.top_ids.index_select(0, rows).reshape(-1).to(at::kLong))
-                               .view({o.batch, s, kTopK});                                   // [B, S, K]
+      static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[g].options())
+          .lr(g == 0 ? lr : kFcRate * lr);
+    const at::Tensor rows = at::randint(
+        data.train, {o.batch},
+        at::detail::createCPUGenerator(o.seed * 1000003 + static_cast<uint64_t>(step)), at::kLong);
+    const at::Tensor ids = data.ids.index_select(0, rows);  // [B, S]
+    const at::Tensor mask =
+        at::arange(s).unsqueeze(0) < data.lengths.index_select(0, rows).unsqueeze(1);  // [B, S]
+    const at::Tensor pos =
+        head_pos.index_select(0, data.top_ids.index_select(0, rows).reshape(-1).to(at::kLong))
+            .view({o.batch, s, kTopK});                  // [B, S, K]
     const at::Tensor features = data.features_of(rows);  // [B, S, H] or undefined
     at::Tensor last;                                     // [B, S, H]
-    const at::Tensor logq = at::log_softmax(net.forward(ids, features, &last), -1).gather(-1, pos.clamp_min(0));  // [B, S, K]
-    at::Tensor loss = (label_kl(data.top_p.index_select(0, rows), pos, logq) * mask).sum() / mask.sum();
+    const at::Tensor logq = at::log_softmax(net.forward(ids, features, &last), -1)
+                                .gather(-1, pos.clamp_min(0));  // [B, S, K]
+    at::Tensor loss =
+        (label_kl(data.top_p.index_select(0, rows), pos, logq) * mask).sum() / mask.sum();
     // Feature-fed: the draft's output also learns the target's hidden state (what it reads back as
     // the next position's feature when it drafts on), smooth L1 as in EAGLE, both through the
     // target's final norm: the raw states have entries in the thousands, which would drown the KL.
     if (features.defined()) {
-      const at::Tensor gap = at::smooth_l1_loss(net.rms(last, target_norm), net.rms(features, target_norm),
-                                                at::Reduction::None);  // [B, S, H]
+      const at::Tensor gap =
+          at::smooth_l1_loss(net.rms(last, target_norm), net.rms(features, target_norm),
+                             at::Reduction::None);  // [B, S, H]
       loss = loss + 0.1 * (gap.mean(-1) * mask).sum() / mask.sum();
     }
     opt.zero_grad();
@@ -712,7 +640,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
     ++state.step;
     const double dt = seconds_since(t0);
     const double per_step = dt / static_cast<double>(state.step - first);
-    progress({"train", state.step, o.steps, loss.item<double>(), static_cast<double>(o.batch * s) / per_step,
+    progress({"train", state.step, o.steps, loss.item<double>(),
+              static_cast<double>(o.batch * s) / per_step,
               per_step * static_cast<double>(o.steps - state.step)});
     if (state.step % o.checkpoint_every == 0 && state.step < o.steps) checkpoint();
   }
@@ -727,19 +656,22 @@ MakeDraftResult make_draft(const MakeDraftOptions& o, const std::function<void(c
   return result;
 }
 
-DraftQuality evaluate_draft(const Model& target, const Model& draft, const std::vector<std::vector<int64_t>>& sequences,
+DraftQuality evaluate_draft(const Model& target, const Model& draft,
+                            const std::vector<std::vector<int64_t>>& sequences,
                             const std::vector<int64_t>& first) {
   SPECDEC_CHECK(first.empty() || first.size() == sequences.size(), "evaluate_draft: ", first.size(),
                 " first positions for ", sequences.size(), " sequences");
-  SPECDEC_CHECK(target.config().vocab_size == draft.config().vocab_size, "evaluate_draft: vocabulary sizes differ (",
-                target.config().vocab_size, " vs ", draft.config().vocab_size, ")");
+  SPECDEC_CHECK(target.config().vocab_size == draft.config().vocab_size,
+                "evaluate_draft: vocabulary sizes differ (", target.config().vocab_size, " vs ",
+                draft.config().vocab_size, ")");
   c10::InferenceMode guard;
   DraftQuality q;
   double kl = 0, acc = 0, agree = 0;
   for (size_t i = 0; i < sequences.size(); ++i) {
     const std::vector<int64_t>& seq = sequences[i];
     const auto n = static_cast<int64_t>(seq.size());
-    const int64_t from = first.empty() ? 1 : first[i];  // the first token whose prediction is scored
+    const int64_t from =
+        first.empty() ? 1 : first[i];  // the first token whose prediction is scored
     SPECDEC_CHECK(from >= 1, "evaluate_draft: first positions must be >= 1, got ", from);
     if (from >= n) continue;
     const at::Tensor ids = at::tensor(seq, at::kLong).view({1, n});
@@ -747,17 +679,24 @@ DraftQuality evaluate_draft(const Model& target, const Model& draft, const std::
     KVCache tc = target.make_cache(n, 1, fed), dc = draft.make_cache(n);
     if (fed) dc.set_feature_source(&tc);  // the target runs first
     // Positions from - 1 .. n - 2 predict tokens from .. n - 1.
-    const at::Tensor p = at::softmax(target.forward(ids.to(target.device()), tc).cpu()[0], -1).narrow(0, from - 1, n - from);  // [T', V]
-    const at::Tensor logq = at::log_softmax(draft.forward(ids.to(draft.device()), dc).cpu()[0], -1).narrow(0, from - 1, n - from);
+    const at::Tensor p = at::softmax(target.forward(ids.to(target.device()), tc).cpu()[0], -1)
+                             .narrow(0, from - 1, n - from);  // [T', V]
+    const at::Tensor logq = at::log_softmax(draft.forward(ids.to(draft.device()), dc).cpu()[0], -1)
+                                .narrow(0, from - 1, n - from);
     const at::Tensor q_ = logq.exp();
     const at::Tensor support = q_ > 0;
-    const at::Tensor pr = p * support / (p * support).sum(-1, true).clamp_min(1e-30);  // p restricted to q's support
-    kl += (at::xlogy(pr, pr) - at::where(support, pr * logq, at::zeros_like(pr))).sum().item<double>();
+    const at::Tensor pr =
+        p * support / (p * support).sum(-1, true).clamp_min(1e-30);  // p restricted to q's support
+    kl += (at::xlogy(pr, pr) - at::where(support, pr * logq, at::zeros_like(pr)))
+              .sum()
+              .item<double>();
     acc += at::minimum(p, q_).sum().item<double>();
     agree += (p.argmax(-1) == logq.argmax(-1)).sum().item<double>();
     q.positions += n - from;
   }
-  if (q.positions > 0) q.kl = kl / q.positions, q.acceptance = acc / q.positions, q.greedy_agreement = agree / q.positions;
+  if (q.positions > 0)
+    q.kl = kl / q.positions, q.acceptance = acc / q.positions,
+    q.greedy_agreement = agree / q.positions;
   return q;
 }
 

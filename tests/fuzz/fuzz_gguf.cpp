@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     // SentencePiece vocabularies go through the dlopen'd shim, which needs RTLD_DEEPBIND; the
     // sanitizer runtimes refuse that flag, so only byte-level BPE vocabularies are fuzzed here.
-    if (file.find_string("tokenizer.ggml.model").value_or("") != "llama") (void)specdec::load_tokenizer(path);
+    if (file.find_string("tokenizer.ggml.model").value_or("") != "llama")
+      (void)specdec::load_tokenizer(path);
   } catch (const specdec::Error&) {
   }
   return 0;

@@ -9,7 +9,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const specdec::SafetensorsFile f(path);
     for (const auto& [name, info] : f.tensors())
-      if (info.end - info.begin <= (1u << 22)) (void)f.load(name, at::kFloat, c10::Device(c10::kCPU));
+      if (info.end - info.begin <= (1u << 22))
+        (void)f.load(name, at::kFloat, c10::Device(c10::kCPU));
   } catch (const specdec::Error&) {
   }
   return 0;

@@ -1,6 +1,7 @@
 // libFuzzer target: model.safetensors.index.json (a sharded checkpoint's weight map) beside two
-// small valid shards, a.safetensors and b.safetensors (tests/fuzz/corpus/safetensors/small.safetensors).
-// Every input opens or throws specdec::Error; an opened store's tensors are listed and loaded.
+// small valid shards, a.safetensors and b.safetensors
+// (tests/fuzz/corpus/safetensors/small.safetensors). Every input opens or throws specdec::Error; an
+// opened store's tensors are listed and loaded.
 #include <fstream>
 #include <sstream>
 
@@ -9,8 +10,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool ready = [] {
-    std::ifstream in(std::string(SPECDEC_SOURCE_DIR) + "/tests/fuzz/corpus/safetensors/small.safetensors",
-                     std::ios::binary);
+    std::ifstream in(
+        std::string(SPECDEC_SOURCE_DIR) + "/tests/fuzz/corpus/safetensors/small.safetensors",
+        std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
     fuzz_put("a.safetensors", ss.str());
@@ -21,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz_input_file(data, size, "model.safetensors.index.json");
   try {
     const specdec::WeightStore store(fuzz_dir());
-    for (const std::string& name : store.names()) (void)store.load(name, at::kFloat, c10::Device(c10::kCPU));
+    for (const std::string& name : store.names())
+      (void)store.load(name, at::kFloat, c10::Device(c10::kCPU));
   } catch (const specdec::Error&) {
   }
   return 0;

@@ -14,7 +14,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int dummy_prefix : {-1, 0}) {
     char* err = nullptr;
-    specdec_spm* sp = specdec_spm_load(reinterpret_cast<const char*>(data), size, dummy_prefix, &err);
+    specdec_spm* sp =
+        specdec_spm_load(reinterpret_cast<const char*>(data), size, dummy_prefix, &err);
     specdec_spm_free_buffer(err);
     if (!sp) return 0;
     const int n = specdec_spm_size(sp);
@@ -29,7 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     int special[4];
     specdec_spm_special_ids(sp, special);
-    for (const std::string& text : {std::string("Hello world"), std::string(" the hell\n\t \xc3\xa9 12"), std::string("a\0b", 3)}) {
+    for (const std::string& text :
+         {std::string("Hello world"), std::string(" the hell\n\t \xc3\xa9 12"),
+          std::string("a\0b", 3)}) {
       int* ids = nullptr;
       size_t count = 0;
       err = nullptr;
@@ -46,7 +49,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     char* out = nullptr;
     size_t out_len = 0;
     err = nullptr;
-    (void)specdec_spm_decode_pieces(sp, ptrs.data(), lens.data(), ptrs.size(), &out, &out_len, &err);
+    (void)specdec_spm_decode_pieces(sp, ptrs.data(), lens.data(), ptrs.size(), &out, &out_len,
+                                    &err);
     specdec_spm_free_buffer(out);
     specdec_spm_free_buffer(err);
     specdec_spm_free(sp);

@@ -10,7 +10,8 @@
 
 namespace {
 std::string read_source(const std::string& name) {
-  std::ifstream in(std::string(SPECDEC_SOURCE_DIR) + "/tests/data/tiny_bpe/" + name, std::ios::binary);
+  std::ifstream in(std::string(SPECDEC_SOURCE_DIR) + "/tests/data/tiny_bpe/" + name,
+                   std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

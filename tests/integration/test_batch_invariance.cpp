@@ -35,21 +35,27 @@ TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
   for (const std::string arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
     FixtureOptions o;
     o.arch = arch;
-    o.layers = 2, o.hidden = 64, o.heads = 4, o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+    o.layers = 2, o.hidden = 64, o.heads = 4,
+    o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
     o.vocab = 128, o.max_pos = 1100, o.seed = 5, o.init_std = 0.1;
     const auto m = cached_model(cached_fixture("bi_" + arch, o));
     for (int64_t ctx : {1, 37, 1024}) {
-      const at::Tensor ids = at::randint(4, 128, {1, ctx + 6}, at::TensorOptions().dtype(at::kLong));
+      const at::Tensor ids =
+          at::randint(4, 128, {1, ctx + 6}, at::TensorOptions().dtype(at::kLong));
       at::Tensor reference;  // [6, V] at 1 thread
       for (int threads : {1, 2, 3, 4}) {
         at::set_num_threads(threads);
         const auto [verify, decode, prefill] = logits_three_ways(*m, ids, 6);
-        const std::string where = arch + ", context " + std::to_string(ctx) + ", " + std::to_string(threads) + " threads";
-        EXPECT_TRUE(at::equal(verify, decode)) << where << ": verification pass vs decode steps, max diff "
-                                               << (verify - decode).abs().max().item<float>();
+        const std::string where =
+            arch + ", context " + std::to_string(ctx) + ", " + std::to_string(threads) + " threads";
+        EXPECT_TRUE(at::equal(verify, decode))
+            << where << ": verification pass vs decode steps, max diff "
+            << (verify - decode).abs().max().item<float>();
         EXPECT_TRUE(at::equal(prefill, decode)) << where << ": prefill vs decode steps";
-        if (threads == 1) reference = decode;
-        else EXPECT_TRUE(at::equal(decode, reference)) << where << ": differs from 1 thread";
+        if (threads == 1)
+          reference = decode;
+        else
+          EXPECT_TRUE(at::equal(decode, reference)) << where << ": differs from 1 thread";
       }
     }
   }
@@ -65,7 +71,8 @@ TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
   for (const std::string arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
     FixtureOptions o;
     o.arch = arch;
-    o.layers = 2, o.hidden = 64, o.heads = 4, o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+    o.layers = 2, o.hidden = 64, o.heads = 4,
+    o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
     o.vocab = 128, o.max_pos = 256, o.seed = 7, o.init_std = 0.1;
     const auto m = cached_model(cached_fixture("bi_" + arch + "_ragged", o));
     const bool enc_dec = m->config().is_encoder_decoder;
@@ -76,10 +83,12 @@ TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
       for (auto& row : passes) {
         const int64_t prompt = at::randint(1, 41, {1}, opts).item<int64_t>();
         row.push_back(random_ids(prompt));
-        for (int step = 0; step < 3; ++step) row.push_back(random_ids(at::randint(0, 7, {1}, opts).item<int64_t>()));
+        for (int step = 0; step < 3; ++step)
+          row.push_back(random_ids(at::randint(0, 7, {1}, opts).item<int64_t>()));
       }
       std::vector<at::Tensor> encoder_ids;
-      for (int64_t r = 0; r < batch; ++r) encoder_ids.push_back(at::randint(4, 128, {1, 3 + 2 * r}, opts));
+      for (int64_t r = 0; r < batch; ++r)
+        encoder_ids.push_back(at::randint(4, 128, {1, 3 + 2 * r}, opts));
 
       // Each row alone: the logits of every token of every pass, [tokens, V].
       std::vector<std::vector<at::Tensor>> alone(batch);
@@ -87,7 +96,9 @@ TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
         KVCache cache = m->make_cache(128);
         if (enc_dec) m->attach_encoder(m->encode(encoder_ids[r]), cache);
         for (const auto& ids : passes[r])
-          alone[r].push_back(ids.empty() ? at::Tensor() : m->forward(at::tensor(ids, opts).view({1, -1}), cache)[0]);
+          alone[r].push_back(ids.empty()
+                                 ? at::Tensor()
+                                 : m->forward(at::tensor(ids, opts).view({1, -1}), cache)[0]);
       }
 
       // The batch: one ragged pass per step over every row (rows are padded with token 0).
@@ -119,8 +130,10 @@ TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
         }
         at::Tensor ids = at::zeros({b, t}, opts);
         for (int64_t i = 0; i < b; ++i)
-          if (counts[i] > 0) ids[i].narrow(0, 0, counts[i]).copy_(at::tensor(passes[rows[i]][step], opts));
-        const int64_t keep = step % 2 == 1 ? std::min<int64_t>(2, t) : 0;  // every token, or each row's last two
+          if (counts[i] > 0)
+            ids[i].narrow(0, 0, counts[i]).copy_(at::tensor(passes[rows[i]][step], opts));
+        const int64_t keep =
+            step % 2 == 1 ? std::min<int64_t>(2, t) : 0;  // every token, or each row's last two
         const at::Tensor logits = m->forward(ids, cache, keep, counts);  // [B, T or 2, V]
         for (int64_t i = 0; i < b; ++i) {
           EXPECT_EQ(cache.length(i), held(passes[rows[i]], step)) << arch << ", row " << rows[i];
@@ -128,8 +141,9 @@ TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
           if (n == 0) continue;
           const at::Tensor mine = logits[i].narrow(0, keep > 0 ? keep - n : 0, n);
           const at::Tensor ref = alone[rows[i]][step].narrow(0, counts[i] - n, n);
-          EXPECT_TRUE(at::equal(mine, ref)) << arch << ", batch " << batch << ", row " << rows[i] << ", pass "
-                                            << step << ": max diff " << (mine - ref).abs().max().item<float>();
+          EXPECT_TRUE(at::equal(mine, ref))
+              << arch << ", batch " << batch << ", row " << rows[i] << ", pass " << step
+              << ": max diff " << (mine - ref).abs().max().item<float>();
         }
       }
     }

@@ -38,8 +38,9 @@ TEST(Device, DraftAndTargetOnDifferentDevicesAreRefused) {
 }
 
 #if SPECDEC_CUDA_SYNC_HOOK
-// Counts libtorch's "called a synchronizing CUDA operation" warnings (torch.cuda.set_sync_debug_mode
-// in C++): every blocking copy in either direction, .item() and stream synchronisation of this thread.
+// Counts libtorch's "called a synchronizing CUDA operation" warnings
+// (torch.cuda.set_sync_debug_mode in C++): every blocking copy in either direction, .item() and
+// stream synchronisation of this thread.
 struct SyncCounter : c10::WarningHandler {
   int64_t syncs = 0;
   void process(const c10::Warning& w) override {
@@ -83,8 +84,9 @@ TEST_P(CudaSyncs, AtMostOnePerPassPlusSetUp) {
   LoadOptions o = test_load_options();
   o.dtype = c.dtype;
   const auto target = load_model(t, o);
-  std::unique_ptr<Generator> gen = c.assisted ? std::make_unique<Generator>(target, load_model(d, o))
-                                              : std::make_unique<Generator>(target);
+  std::unique_ptr<Generator> gen = c.assisted
+                                       ? std::make_unique<Generator>(target, load_model(d, o))
+                                       : std::make_unique<Generator>(target);
   GenerationConfig cfg;
   cfg.max_new_tokens = 40;
   cfg.do_sample = c.sample;
@@ -105,16 +107,17 @@ TEST_P(CudaSyncs, AtMostOnePerPassPlusSetUp) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, CudaSyncs,
-    ::testing::Values(SyncCase{"llama_greedy_target_only", "llama", at::kFloat, false, false, "constant"},
-                      SyncCase{"llama_greedy_constant", "llama", at::kFloat, true, false, "constant"},
-                      SyncCase{"llama_greedy_dynamic", "llama", at::kFloat, true, false, "dynamic"},
-                      SyncCase{"llama_sampling_heuristic", "llama", at::kFloat, true, true, "heuristic"},
-                      SyncCase{"gpt2_greedy_constant", "gpt2", at::kFloat, true, false, "constant"},
-                      SyncCase{"gpt_neox_sampling_constant", "gpt_neox", at::kFloat, true, true, "constant"},
-                      SyncCase{"opt_greedy_constant", "opt", at::kFloat, true, false, "constant"},
-                      SyncCase{"t5_float16_greedy_constant", "t5", at::kHalf, true, false, "constant"},
-                      SyncCase{"t5_float16_sampling_constant", "t5", at::kHalf, true, true, "constant"},
-                      SyncCase{"llama_bfloat16_sampling_dynamic", "llama", at::kBFloat16, true, true, "dynamic"}),
+    ::testing::Values(
+        SyncCase{"llama_greedy_target_only", "llama", at::kFloat, false, false, "constant"},
+        SyncCase{"llama_greedy_constant", "llama", at::kFloat, true, false, "constant"},
+        SyncCase{"llama_greedy_dynamic", "llama", at::kFloat, true, false, "dynamic"},
+        SyncCase{"llama_sampling_heuristic", "llama", at::kFloat, true, true, "heuristic"},
+        SyncCase{"gpt2_greedy_constant", "gpt2", at::kFloat, true, false, "constant"},
+        SyncCase{"gpt_neox_sampling_constant", "gpt_neox", at::kFloat, true, true, "constant"},
+        SyncCase{"opt_greedy_constant", "opt", at::kFloat, true, false, "constant"},
+        SyncCase{"t5_float16_greedy_constant", "t5", at::kHalf, true, false, "constant"},
+        SyncCase{"t5_float16_sampling_constant", "t5", at::kHalf, true, true, "constant"},
+        SyncCase{"llama_bfloat16_sampling_dynamic", "llama", at::kBFloat16, true, true, "dynamic"}),
     [](const auto& info) { return std::string(info.param.name); });
 // A batch of ragged rows: still one wait per pass of the whole batch (every row's verdict, or every
 // drafting row's token, in one copy), not one per row.
@@ -124,7 +127,8 @@ TEST(CudaBatchSyncs, RaggedRowsAtMostOnePerPassPlusSetUp) {
   const std::string d = temp_dir("sync_batch_d");
   make_draft_of(t, d, 1, 0.0, 5);
   const Generator gen(load_model(t, test_load_options()), load_model(d, test_load_options()));
-  const std::vector<std::vector<int64_t>> prompts = {{3, 17, 5, 42, 9, 11}, {8, 4}, {30, 31, 32, 33}};
+  const std::vector<std::vector<int64_t>> prompts = {
+      {3, 17, 5, 42, 9, 11}, {8, 4}, {30, 31, 32, 33}};
   for (const bool sample : {false, true}) {
     std::vector<GenerationConfig> cfgs(3);
     for (size_t i = 0; i < cfgs.size(); ++i) {
@@ -137,16 +141,18 @@ TEST(CudaBatchSyncs, RaggedRowsAtMostOnePerPassPlusSetUp) {
     (void)gen.generate_batch(prompts, cfgs);  // warm-up
     BatchResult r;
     const int64_t syncs = count_syncs([&] { r = gen.generate_batch(prompts, cfgs); });
-    std::cout << "[ syncs    ] batch of 3, " << (sample ? "sampling" : "greedy") << ": " << syncs << " for "
-              << r.stats.target_passes << " target and " << r.stats.draft_passes << " draft passes, "
-              << r.stats.new_tokens << " tokens\n";
+    std::cout << "[ syncs    ] batch of 3, " << (sample ? "sampling" : "greedy") << ": " << syncs
+              << " for " << r.stats.target_passes << " target and " << r.stats.draft_passes
+              << " draft passes, " << r.stats.new_tokens << " tokens\n";
     EXPECT_GT(syncs, 0);
-    EXPECT_LE(syncs, r.stats.target_passes + r.stats.draft_passes + 1) << (sample ? "sampling" : "greedy");
+    EXPECT_LE(syncs, r.stats.target_passes + r.stats.draft_passes + 1)
+        << (sample ? "sampling" : "greedy");
   }
 }
 #else
 TEST(CudaSyncs, NeedsALibtorchBuiltWithCuda) {
-  GTEST_SKIP() << "this libtorch has no CUDA: the synchronisation count runs with a CUDA libtorch 2.x";
+  GTEST_SKIP()
+      << "this libtorch has no CUDA: the synchronisation count runs with a CUDA libtorch 2.x";
 }
 #endif
 

@@ -15,7 +15,8 @@ struct Pair {
 };
 
 Pair pair_for(uint64_t seed, const std::string& arch = "llama") {
-  const std::string t = cached_fixture("t" + std::to_string(seed) + arch, small_fixture(seed, 3, arch));
+  const std::string t =
+      cached_fixture("t" + std::to_string(seed) + arch, small_fixture(seed, 3, arch));
   const std::string key = "d" + std::to_string(seed) + arch;
   static std::map<std::string, std::string> drafts;
   if (!drafts.count(key)) {
@@ -29,7 +30,8 @@ Pair pair_for(uint64_t seed, const std::string& arch = "llama") {
 
 std::vector<int64_t> prompt_for(uint64_t seed, size_t len) {
   std::vector<int64_t> p;
-  for (size_t i = 0; i < len; ++i) p.push_back(static_cast<int64_t>((seed * 31 + i * 17 + 3) % 90) + 3);
+  for (size_t i = 0; i < len; ++i)
+    p.push_back(static_cast<int64_t>((seed * 31 + i * 17 + 3) % 90) + 3);
   return p;
 }
 
@@ -49,11 +51,13 @@ TEST(Exactness, TargetOnlyGreedyEqualsUncachedOracle) {
 
 TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
   int64_t cases = 0;
-  const std::pair<const char*, uint64_t> runs[] = {{"llama", 1}, {"llama", 2}, {"llama", 3}, {"t5", 1}, {"t5", 2}};
+  const std::pair<const char*, uint64_t> runs[] = {
+      {"llama", 1}, {"llama", 2}, {"llama", 3}, {"t5", 1}, {"t5", 2}};
   for (const auto& [arch, seed] : runs) {
     const Pair p = pair_for(seed, arch);
     const auto prompt = prompt_for(seed, 5);
-    for (const char* schedule : {"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}) {
+    for (const char* schedule :
+         {"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}) {
       for (int64_t k : {1, 2, 5, 8}) {
         for (int64_t n : {int64_t{1}, int64_t{2}, k, k + 1, int64_t{37}}) {
           GenerationConfig cfg;
@@ -95,7 +99,8 @@ TEST(Exactness, OtherArchitecturesAndPromptLookup) {
         GenerationConfig a = cfg;
         a.num_assistant_tokens_schedule = schedule;
         a.max_new_tokens = n;
-        const std::vector<int64_t> prefix(want.begin(), want.begin() + std::min<size_t>(n, want.size()));
+        const std::vector<int64_t> prefix(want.begin(),
+                                          want.begin() + std::min<size_t>(n, want.size()));
         const auto r = Generator(p.target, p.early_exit).generate(prompt, a);
         EXPECT_EQ(r.tokens, prefix) << arch << " " << schedule << " " << n;
         if (n == 30) EXPECT_GT(r.stats.accepted_tokens, 0) << arch << " " << schedule;
@@ -124,7 +129,8 @@ TEST(Exactness, EncoderDecoderSharesTheEncoderOnlyWhenIdentical) {
   const auto plain = Generator(p.target).generate(prompt, cfg);
   EXPECT_EQ(plain.stats.encoder_passes, 1);
   EXPECT_EQ(plain.stats.prompt_tokens, 9);
-  const std::pair<std::shared_ptr<const Model>, int64_t> drafts[] = {{p.early_exit, 1}, {p.unrelated, 2}, {noisy_draft, 2}};
+  const std::pair<std::shared_ptr<const Model>, int64_t> drafts[] = {
+      {p.early_exit, 1}, {p.unrelated, 2}, {noisy_draft, 2}};
   for (const auto& [draft, passes] : drafts) {
     const auto r = Generator(p.target, draft).generate(prompt, cfg);
     EXPECT_EQ(r.tokens, plain.tokens);
@@ -132,7 +138,8 @@ TEST(Exactness, EncoderDecoderSharesTheEncoderOnlyWhenIdentical) {
   }
   GenerationConfig lookup = cfg;
   lookup.prompt_lookup_num_tokens = 3;
-  const auto r = Generator(p.target, p.unrelated).generate(prompt, lookup);  // the draft is not used
+  const auto r =
+      Generator(p.target, p.unrelated).generate(prompt, lookup);  // the draft is not used
   EXPECT_EQ(r.tokens, plain.tokens);
   EXPECT_EQ(r.stats.encoder_passes, 1);
   EXPECT_EQ(r.stats.draft_passes, 0);
@@ -243,8 +250,10 @@ TEST(Exactness, EosInsideAnAcceptedBlockEndsGenerationThere) {
         cfg.eos_token_ids = {eos};
         cfg.num_assistant_tokens = k;
         std::vector<int64_t> streamed;
-        const auto got = Generator(p.target, draft).generate(
-            prompt, cfg, [&](const std::vector<int64_t>& t) { streamed.insert(streamed.end(), t.begin(), t.end()); });
+        const auto got =
+            Generator(p.target, draft).generate(prompt, cfg, [&](const std::vector<int64_t>& t) {
+              streamed.insert(streamed.end(), t.begin(), t.end());
+            });
         EXPECT_EQ(got.tokens, expected) << arch << " K " << k;
         EXPECT_EQ(streamed, expected) << "nothing after EOS may be streamed";
         EXPECT_EQ(got.stats.stop_reason, "eos");
@@ -268,8 +277,9 @@ TEST(Exactness, StatsAreConsistent) {
   EXPECT_EQ(r.stats.draft_passes, r.stats.drafted_tokens);  // greedy draft: one pass per token
   EXPECT_GT(r.stats.accepted_tokens, 0);
   ASSERT_FALSE(r.stats.accepted_at_position.empty());
-  EXPECT_EQ(r.stats.accepted_at_position[0] + 0, std::count_if(r.stats.trace.begin(), r.stats.trace.end(),
-                                                               [](const auto& t) { return t[1] >= 1; }));
+  EXPECT_EQ(r.stats.accepted_at_position[0] + 0,
+            std::count_if(r.stats.trace.begin(), r.stats.trace.end(),
+                          [](const auto& t) { return t[1] >= 1; }));
 }
 
 TEST(Exactness, BadRequestsAreRejectedClearly) {
@@ -294,15 +304,16 @@ TEST(Exactness, BadRequestsAreRejectedClearly) {
   EXPECT_THROW(Generator(t5.target, test_model(cached_fixture("t5start3", start))), Error);
   EXPECT_THROW(p.target->encode(at::zeros({1, 2}, at::kLong)), Error);  // decoder-only: no encoder
   GenerationConfig ok;
-  EXPECT_THROW(Generator(t5.target).generate({}, ok), Error);   // empty encoder input
-  EXPECT_THROW(Generator(t5.target).generate({96}, ok), Error); // outside the vocabulary
+  EXPECT_THROW(Generator(t5.target).generate({}, ok), Error);    // empty encoder input
+  EXPECT_THROW(Generator(t5.target).generate({96}, ok), Error);  // outside the vocabulary
 }
 
 // A copy of the early-exit draft whose vocabulary is cut to `vocab` rows or padded to it with
 // random rows (as checkpoints padded to a multiple of 64 or 128 are).
 std::shared_ptr<const Model> resized_draft(uint64_t seed, int64_t vocab) {
   const std::string from = temp_dir("resize_from");
-  make_draft_of(cached_fixture("t" + std::to_string(seed) + "llama", small_fixture(seed, 3)), from, 1);
+  make_draft_of(cached_fixture("t" + std::to_string(seed) + "llama", small_fixture(seed, 3)), from,
+                1);
   const std::string dir = temp_dir("resized_" + std::to_string(vocab));
   WeightStore w(from);
   std::map<std::string, at::Tensor> t;
@@ -359,12 +370,14 @@ TEST(Exactness, ALongPromptIsPrefilledInChunks) {
   lookup.prompt_lookup_num_tokens = 4;
   for (const char* name : {"target only", "draft", "prompt lookup"}) {
     const bool draft = name[0] == 'd', prompt_lookup = name[0] == 'p';
-    const auto got = Generator(p.target, draft ? p.early_exit : nullptr).generate(prompt, prompt_lookup ? lookup : cfg);
+    const auto got = Generator(p.target, draft ? p.early_exit : nullptr)
+                         .generate(prompt, prompt_lookup ? lookup : cfg);
     EXPECT_EQ(got.tokens, want) << name;
     EXPECT_EQ(got.stats.prefill_passes, 3) << name;  // 599 tokens: 256 + 256 + 87
   }
   const std::vector<int64_t> short_prompt = {3, 10, 21};
-  const auto batch = Generator(p.target, p.early_exit).generate_batch({short_prompt, prompt}, {cfg});
+  const auto batch =
+      Generator(p.target, p.early_exit).generate_batch({short_prompt, prompt}, {cfg});
   EXPECT_EQ(batch.results[1].tokens, want);
   EXPECT_EQ(batch.results[0].tokens, oracle_greedy(*p.target, short_prompt, 12, {95}));
   // A prompt within one chunk keeps Hugging Face's first pass over all of it.

@@ -1,9 +1,10 @@
 // Feature-fed (EAGLE-style) drafts: the target's cache keeps each position's last-layer hidden
-// state, and the draft's input at position p is fc([embed(x_p); h_{p-1}]), with the target's h where
-// it has verified the sequence and the draft's own output past that, RMS-normed. Checked against oracles that
-// do not use the draft code: the hidden states against the target's logits and embeddings; the
-// proposals against the draft's math by hand (layers that add nothing) and against fresh runs on
-// the verified sequence; generation against the target-only greedy output and bad pairs.
+// state, and the draft's input at position p is fc([embed(x_p); h_{p-1}]), with the target's h
+// where it has verified the sequence and the draft's own output past that, RMS-normed. Checked
+// against oracles that do not use the draft code: the hidden states against the target's logits and
+// embeddings; the proposals against the draft's math by hand (layers that add nothing) and against
+// fresh runs on the verified sequence; generation against the target-only greedy output and bad
+// pairs.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
@@ -25,20 +26,23 @@ std::string bigram_target() {
 }
 
 // A 1-layer feature-fed draft of `target` whose layer adds nothing: the target's embeddings, final
-// norm and head, and fc = [I, mix * M] (M random): its output at p is embed(x_p) + mix * M n(h_{p-1}),
-// n the RMS norm with a random weight (fc_norm).
+// norm and head, and fc = [I, mix * M] (M random): its output at p is embed(x_p) + mix * M
+// n(h_{p-1}), n the RMS norm with a random weight (fc_norm).
 std::string passive_draft(const std::string& target, double mix, const std::string& name) {
   const std::string dir = temp_dir(name);
   const WeightStore w(target);
   std::map<std::string, at::Tensor> t;
   for (const std::string& n : w.names())
-    if (n.rfind("model.layers.", 0) != 0 || n.rfind("model.layers.0.", 0) == 0) t[n] = w.load(n, at::kFloat, kCpu);
+    if (n.rfind("model.layers.", 0) != 0 || n.rfind("model.layers.0.", 0) == 0)
+      t[n] = w.load(n, at::kFloat, kCpu);
   t["model.layers.0.self_attn.o_proj.weight"].zero_();
   t["model.layers.0.mlp.down_proj.weight"].zero_();
   const int64_t h = t["model.norm.weight"].size(0);
   at::manual_seed(7);
   t["fc_norm.weight"] = 0.5 + at::rand({h});
-  t["fc.weight"] = at::cat({at::eye(h), mix * at::randn({h, h}) / std::sqrt(static_cast<double>(h))}, 1).contiguous();
+  t["fc.weight"] =
+      at::cat({at::eye(h), mix * at::randn({h, h}) / std::sqrt(static_cast<double>(h))}, 1)
+          .contiguous();
   save_safetensors(dir + "/model.safetensors", t);
   nlohmann::json c = read_json(target + "/config.json");
   c["num_hidden_layers"] = 1;
@@ -50,7 +54,8 @@ std::string passive_draft(const std::string& target, double mix, const std::stri
 
 std::vector<int64_t> ids(uint64_t seed, size_t n) {
   std::vector<int64_t> out;
-  for (size_t i = 0; i < n; ++i) out.push_back(static_cast<int64_t>((seed * 31 + i * 17 + 7) % 90) + 3);
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(static_cast<int64_t>((seed * 31 + i * 17 + 7) % 90) + 3);
   return out;
 }
 
@@ -80,7 +85,8 @@ void expect_error(F&& f, const std::string& part) {
 // its embeddings bitwise. One prefill and one-token steps keep the same values.
 TEST(FeatureDraft, CacheKeepsTheLastLayersHiddenStates) {
   c10::InferenceMode guard;
-  for (const std::string& dir : {cached_fixture("ff_target", small_fixture(43, 2)), bigram_target()}) {
+  for (const std::string& dir :
+       {cached_fixture("ff_target", small_fixture(43, 2)), bigram_target()}) {
     const auto model = load_model(dir, test_load_options());
     const WeightStore w(dir);
     const std::vector<int64_t> seq = ids(3, 9);
@@ -96,10 +102,12 @@ TEST(FeatureDraft, CacheKeepsTheLastLayersHiddenStates) {
     const at::Tensor head = w.load("lm_head.weight", at::kDouble, kCpu);
     const double eps = model->config().rms_norm_eps;
     const at::Tensor normed = h * at::rsqrt(h.pow(2).mean(-1, true) + eps) * norm;
-    EXPECT_TRUE(at::allclose(normed.matmul(head.t()), logits[0].to(at::kDouble), 1e-4, 1e-4)) << dir;
+    EXPECT_TRUE(at::allclose(normed.matmul(head.t()), logits[0].to(at::kDouble), 1e-4, 1e-4))
+        << dir;
     if (dir == bigram_target()) {
       const at::Tensor embed = w.load("model.embed_tokens.weight", at::kFloat, kCpu);
-      EXPECT_TRUE(at::equal(whole.hidden()[0].narrow(0, 0, n).cpu(), embed.index_select(0, at::tensor(seq))));
+      EXPECT_TRUE(at::equal(whole.hidden()[0].narrow(0, 0, n).cpu(),
+                            embed.index_select(0, at::tensor(seq))));
     }
     whole.crop(0, 4);
     KVCache copy = model->make_cache(16, 2, true);
@@ -110,8 +118,8 @@ TEST(FeatureDraft, CacheKeepsTheLastLayersHiddenStates) {
 
 // Proposals through generation-like rounds (the target verifies, some candidates are rejected)
 // against the draft's math done by hand: with a passive layer and the bigram target, the first
-// token at position p comes from embed(x_p) + mix * M embed(x_{p-1}) and each later one from its own
-// predecessor's output. Tokens are compared where the oracle's best score leads by a margin.
+// token at position p comes from embed(x_p) + mix * M embed(x_{p-1}) and each later one from its
+// own predecessor's output. Tokens are compared where the oracle's best score leads by a margin.
 TEST(FeatureDraft, ProposalsFollowTheTargetsHiddenStatesThenTheDraftsOwn) {
   c10::InferenceMode guard;
   const std::string tdir = bigram_target();
@@ -144,7 +152,8 @@ TEST(FeatureDraft, ProposalsFollowTheTargetsHiddenStatesThenTheDraftsOwn) {
     if (round == 0) EXPECT_EQ(c.size(), 0u) << "no proposals before the target's first pass";
     if (c.size() > 0) {
       ++rounds_with_proposals;
-      at::Tensor feature = embed[seq[seq.size() - 2]];  // the target's h at the second-to-last position
+      at::Tensor feature =
+          embed[seq[seq.size() - 2]];  // the target's h at the second-to-last position
       int64_t token = seq.back();
       for (const int64_t proposed : c.tokens) {
         auto [out, scores] = step(token, feature);
@@ -162,9 +171,14 @@ TEST(FeatureDraft, ProposalsFollowTheTargetsHiddenStatesThenTheDraftsOwn) {
     std::vector<int64_t> input(seq.begin() + cache.length(0), seq.end());
     input.insert(input.end(), c.tokens.begin(), c.tokens.end());
     const int64_t before = static_cast<int64_t>(seq.size());
-    const at::Tensor best = target->forward(row_ids(input), cache, static_cast<int64_t>(c.size()) + 1)[0].argmax(-1).cpu();
+    const at::Tensor best =
+        target->forward(row_ids(input), cache, static_cast<int64_t>(c.size()) + 1)[0]
+            .argmax(-1)
+            .cpu();
     int64_t accepted = 0;
-    while (accepted < static_cast<int64_t>(c.size()) && best[accepted].item<int64_t>() == c.tokens[accepted]) ++accepted;
+    while (accepted < static_cast<int64_t>(c.size()) &&
+           best[accepted].item<int64_t>() == c.tokens[accepted])
+      ++accepted;
     rejections += accepted < static_cast<int64_t>(c.size());
     cache.crop(0, before + accepted);
     seq.insert(seq.end(), c.tokens.begin(), c.tokens.begin() + accepted);
@@ -198,7 +212,8 @@ TEST(FeatureDraft, ProposalsEqualAFreshRunOnTheVerifiedSequence) {
     const Candidates c = gen.propose_batch({&seq}, {3})[0];
     if (c.size() > 0) {
       KVCache fresh_cache = target->make_cache(64, 1, true);
-      (void)target->forward(row_ids(std::vector<int64_t>(seq.begin(), seq.end() - 1)), fresh_cache, Model::kCacheOnly);
+      (void)target->forward(row_ids(std::vector<int64_t>(seq.begin(), seq.end() - 1)), fresh_cache,
+                            Model::kCacheOnly);
       DraftModelGenerator fresh(draft, {{&cfg, &fresh_schedule, &rng}}, 64, fed_by(fresh_cache));
       EXPECT_EQ(fresh.propose_batch({&seq}, {3})[0].tokens, c.tokens) << "round " << round;
       ++checked;
@@ -206,9 +221,13 @@ TEST(FeatureDraft, ProposalsEqualAFreshRunOnTheVerifiedSequence) {
     std::vector<int64_t> input(seq.begin() + cache.length(0), seq.end());
     input.insert(input.end(), c.tokens.begin(), c.tokens.end());
     const int64_t before = static_cast<int64_t>(seq.size());
-    const at::Tensor best = target->forward(row_ids(input), cache, static_cast<int64_t>(c.size()) + 1)[0].argmax(-1).cpu();
+    const at::Tensor best =
+        target->forward(row_ids(input), cache, static_cast<int64_t>(c.size()) + 1)[0]
+            .argmax(-1)
+            .cpu();
     // Accept one candidate when there are several, whatever the target says: the draft must
-    // recompute what it drafted past the verified sequence (the target's tokens decide nothing here).
+    // recompute what it drafted past the verified sequence (the target's tokens decide nothing
+    // here).
     const int64_t accepted = std::min<int64_t>(1, static_cast<int64_t>(c.size()));
     cache.crop(0, before + accepted);
     seq.insert(seq.end(), c.tokens.begin(), c.tokens.begin() + accepted);
@@ -219,8 +238,8 @@ TEST(FeatureDraft, ProposalsEqualAFreshRunOnTheVerifiedSequence) {
 }
 
 // Greedy output with a feature-fed draft equals the target's own, for one request under every
-// schedule and K, for a batch of ragged prompts with continuous batching, and through a PromptCache;
-// a draft that copies the bigram target's prediction is accepted every time it drafts.
+// schedule and K, for a batch of ragged prompts with continuous batching, and through a
+// PromptCache; a draft that copies the bigram target's prediction is accepted every time it drafts.
 TEST(FeatureDraft, GreedyOutputEqualsTargetOnly) {
   const auto target = test_model(cached_fixture("ff_target", small_fixture(43, 2)));
   FixtureOptions d = small_fixture(44, 1);
@@ -238,7 +257,8 @@ TEST(FeatureDraft, GreedyOutputEqualsTargetOnly) {
       const GenerationResult r = gen.generate(prompt, cfg);
       EXPECT_EQ(r.tokens, oracle_greedy(*target, prompt, 24, eos)) << schedule << " K=" << k;
       // (goodput may stop drafting once it has seen this random draft's acceptance.)
-      if (std::string(schedule) != "goodput") EXPECT_GT(r.stats.drafted_tokens, 0) << schedule << " K=" << k;
+      if (std::string(schedule) != "goodput")
+        EXPECT_GT(r.stats.drafted_tokens, 0) << schedule << " K=" << k;
     }
   GenerationConfig cfg;
   cfg.max_new_tokens = 20;
@@ -286,15 +306,19 @@ TEST(FeatureDraft, BadPairsAndMissingFeaturesAreClearErrors) {
     GenerationConfig cfg;
     LookaheadSchedule s(cfg);
     Rng rng(0);
-    expect_error([&] { DraftModelGenerator g(draft, {{&cfg, &s, &rng}}, 8, fed_by(plain)); },
-                 "keeping hidden states");
+    expect_error(
+        [&] {
+          DraftModelGenerator g(draft, {{&cfg, &s, &rng}}, 8, fed_by(plain));
+        },
+        "keeping hidden states");
   }
   const std::string dir = temp_dir("ff_bad_size");
   const std::string from = cached_fixture("ff_draft", d);
   nlohmann::json c = read_json(from + "/config.json");
   c["specdec_feature_size"] = 32;
   write_file(dir + "/config.json", c.dump());
-  expect_error([&] { (void)load_model(dir, test_load_options()); }, "specdec_feature_size must be 0 or hidden_size");
+  expect_error([&] { (void)load_model(dir, test_load_options()); },
+               "specdec_feature_size must be 0 or hidden_size");
 }
 
 }  // namespace specdec::test

@@ -17,8 +17,9 @@ namespace {
 
 // Pseudo-English text from a fixed word list (seeded): repeated patterns a small draft can learn.
 std::string text(uint32_t seed, int words) {
-  static const char* kWords[] = {"the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to",
-                                 "big", "red", "house", "in", "small", "town", "we", "saw", "it", "."};
+  static const char* kWords[] = {"the",   "cat",  "sat", "on",  "a",   "mat",   "and",
+                                 "dog",   "ran",  "to",  "big", "red", "house", "in",
+                                 "small", "town", "we",  "saw", "it",  "."};
   std::mt19937 rng(seed);
   std::string s;
   int prev = 0;
@@ -51,7 +52,8 @@ const Setup& setup() {
     r.train_file = dir + "/train.txt";
     write_file(r.train_file, text(1, 3000));
     const auto tok = load_tokenizer(r.target);
-    for (uint32_t seed : {101u, 102u, 103u}) r.held_out.push_back(tok->encode(text(seed, 60), false));
+    for (uint32_t seed : {101u, 102u, 103u})
+      r.held_out.push_back(tok->encode(text(seed, 60), false));
     return r;
   }();
   return s;
@@ -84,8 +86,10 @@ TEST(MakeDraft, TrainingLowersTheHeldOutKLThroughTheInferencePath) {
   EXPECT_LT(r.after.kl, r.before.kl);
 
   const auto target = load_model(setup().target);
-  const DraftQuality before = evaluate_draft(*target, *load_model(root + "/untrained"), setup().held_out);
-  const DraftQuality after = evaluate_draft(*target, *load_model(root + "/trained"), setup().held_out);
+  const DraftQuality before =
+      evaluate_draft(*target, *load_model(root + "/untrained"), setup().held_out);
+  const DraftQuality after =
+      evaluate_draft(*target, *load_model(root + "/trained"), setup().held_out);
   EXPECT_GT(before.positions, 100);
   EXPECT_LT(after.kl, 0.85 * before.kl) << before.kl << " -> " << after.kl;
   EXPECT_GT(after.acceptance, before.acceptance);
@@ -96,8 +100,8 @@ TEST(MakeDraft, TrainingLowersTheHeldOutKLThroughTheInferencePath) {
 
 // Greedy output with `draft` at lookahead `k` on the held-out texts' first 8 tokens equals the
 // target's own (the slow step-by-step oracle's); returns the draft tokens accepted.
-int64_t accepted_if_exact(const std::shared_ptr<const Model>& target, const std::shared_ptr<const Model>& draft,
-                          int64_t k) {
+int64_t accepted_if_exact(const std::shared_ptr<const Model>& target,
+                          const std::shared_ptr<const Model>& draft, int64_t k) {
   const Generator assisted(target, draft);
   GenerationConfig g;
   g.max_new_tokens = 24;
@@ -106,7 +110,8 @@ int64_t accepted_if_exact(const std::shared_ptr<const Model>& target, const std:
   for (const auto& seq : setup().held_out) {
     const std::vector<int64_t> prompt(seq.begin(), seq.begin() + 8);
     const GenerationResult a = assisted.generate(prompt, g);
-    EXPECT_EQ(a.tokens, oracle_greedy(*target, prompt, g.max_new_tokens, target->config().eos_token_ids));
+    EXPECT_EQ(a.tokens,
+              oracle_greedy(*target, prompt, g.max_new_tokens, target->config().eos_token_ids));
     accepted += a.stats.accepted_tokens;
   }
   return accepted;
@@ -118,7 +123,8 @@ TEST(MakeDraft, AllLayersUntrainedIsTheTarget) {
   o.steps = 0;
   // The labels are the target's own distributions, so the whole target agrees with every one.
   EXPECT_EQ(make_draft(o).before.greedy_agreement, 1.0);
-  const DraftQuality q = evaluate_draft(*load_model(setup().target), *load_model(o.out), setup().held_out);
+  const DraftQuality q =
+      evaluate_draft(*load_model(setup().target), *load_model(o.out), setup().held_out);
   EXPECT_LT(q.kl, 1e-6);
   EXPECT_EQ(q.greedy_agreement, 1.0);
 }
@@ -139,7 +145,8 @@ TEST(MakeDraft, AReducedHeadKeepsGreedyOutputExact) {
 std::map<std::string, at::Tensor> tensors_of(const std::string& dir) {
   const WeightStore w(dir);
   std::map<std::string, at::Tensor> t;
-  for (const std::string& name : w.names()) t[name] = w.load(name, at::kFloat, c10::Device(c10::kCPU));
+  for (const std::string& name : w.names())
+    t[name] = w.load(name, at::kFloat, c10::Device(c10::kCPU));
   return t;
 }
 
@@ -170,8 +177,9 @@ TEST(MakeDraft, AnInterruptedRunResumesToTheSameDraft) {
 }
 
 // --features: the untrained draft (fc = [I, 0]) is the plain one through the inference path;
-// training lowers its held-out KL there (its features coming from the target's cache); greedy output
-// stays exact; the data keeps the target's hidden states, and runs without them refuse --features.
+// training lowers its held-out KL there (its features coming from the target's cache); greedy
+// output stays exact; the data keeps the target's hidden states, and runs without them refuse
+// --features.
 TEST(MakeDraft, AFeatureFedDraftTrainsAndKeepsGreedyOutputExact) {
   const std::string root = temp_dir("make_draft_features");
   MakeDraftOptions plain = options(root + "/plain");
@@ -277,7 +285,8 @@ TEST(MakeDraft, PromptsAreAnsweredOncePerTemperature) {
 // argmaxes of each model's logits over the whole sequence in one forward pass, compared by hand.
 TEST(MakeDraft, EvalPromptsScoreTheAnswersOnly) {
   const std::string root = temp_dir("make_draft_eval");
-  const std::vector<std::string> lines = {"the dog ran to", "a small town and", "it sat on the mat"};
+  const std::vector<std::string> lines = {"the dog ran to", "a small town and",
+                                          "it sat on the mat"};
   std::string file;
   for (const auto& l : lines) file += l + "\n";
   write_file(root + "/eval.txt", file);
@@ -300,12 +309,15 @@ TEST(MakeDraft, EvalPromptsScoreTheAnswersOnly) {
     const auto n = static_cast<int64_t>(seq.size());
     const at::Tensor ids = at::tensor(seq, at::kLong).view({1, n});
     KVCache tc = target->make_cache(n), dc = draft->make_cache(n);
-    const at::Tensor best_t = target->forward(ids, tc)[0].argmax(-1), best_d = draft->forward(ids, dc)[0].argmax(-1);
-    for (int64_t p = prompt - 1; p < n - 1; ++p) agree += best_t[p].item<int64_t>() == best_d[p].item<int64_t>();
+    const at::Tensor best_t = target->forward(ids, tc)[0].argmax(-1),
+                     best_d = draft->forward(ids, dc)[0].argmax(-1);
+    for (int64_t p = prompt - 1; p < n - 1; ++p)
+      agree += best_t[p].item<int64_t>() == best_d[p].item<int64_t>();
     positions += n - prompt;
   }
   EXPECT_EQ(r.eval.positions, positions);
-  EXPECT_DOUBLE_EQ(r.eval.greedy_agreement, static_cast<double>(agree) / static_cast<double>(positions));
+  EXPECT_DOUBLE_EQ(r.eval.greedy_agreement,
+                   static_cast<double>(agree) / static_cast<double>(positions));
   EXPECT_GT(r.eval.kl, 0);
   MakeDraftOptions plain = options(root + "/plain");
   plain.steps = 0;

@@ -69,11 +69,16 @@ TEST(Service, EightThreadsOnOneGeneratorGiveWhatEachRequestGivesAlone) {
         if (i % 4 == 3) {
           // Beside the others: a request whose client fails mid-way, and one it cancels.
           int64_t n = 0;
-          EXPECT_THROW(shared.generate(r.prompt, r.config, [&](const std::vector<int64_t>&) {
-            if (++n == 2) throw std::runtime_error("client gone");
-          }), std::runtime_error);
-          EXPECT_EQ(shared.generate(r.prompt, r.config, [](const std::vector<int64_t>&) { throw Cancelled(); })
-                        .stats.stop_reason, "cancelled");
+          EXPECT_THROW(shared.generate(r.prompt, r.config,
+                                       [&](const std::vector<int64_t>&) {
+                                         if (++n == 2) throw std::runtime_error("client gone");
+                                       }),
+                       std::runtime_error);
+          EXPECT_EQ(shared
+                        .generate(r.prompt, r.config,
+                                  [](const std::vector<int64_t>&) { throw Cancelled(); })
+                        .stats.stop_reason,
+                    "cancelled");
         }
         got[i] = shared.generate(r.prompt, r.config).tokens;
       }
@@ -101,8 +106,10 @@ TEST(Service, CallbackCancelsOrFailsAndTheGeneratorGoesOn) {
   EXPECT_GE(stopped.tokens.size(), 5u);
   EXPECT_LT(stopped.tokens.size(), full.size());
   EXPECT_TRUE(std::equal(stopped.tokens.begin(), stopped.tokens.end(), full.begin()));
-  EXPECT_THROW(g.generate(prompt, c, [](const std::vector<int64_t>&) { throw std::runtime_error("client gone"); }),
-               std::runtime_error);
+  EXPECT_THROW(
+      g.generate(prompt, c,
+                 [](const std::vector<int64_t>&) { throw std::runtime_error("client gone"); }),
+      std::runtime_error);
   EXPECT_EQ(g.generate(prompt, c).tokens, full);
 }
 
@@ -113,7 +120,8 @@ TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
   const auto blas = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   // Debian's libtorch (1.13) calls OpenBLAS (scripts/setup.sh installs libopenblas0-pthread);
   // PyPI's (2.x) links MKL into itself, whose threads at::set_num_threads sets.
-  if (compat::kMajor < 2) ASSERT_NE(blas, nullptr) << "Debian's libtorch does not use OpenBLAS here";
+  if (compat::kMajor < 2)
+    ASSERT_NE(blas, nullptr) << "Debian's libtorch does not use OpenBLAS here";
   const int saved = at::get_num_threads();
   for (int n : {1, 2, 1}) {
     set_num_threads(n);
@@ -122,7 +130,8 @@ TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
   }
   EXPECT_THROW(set_num_threads(0), Error);
   // A count no machine runs well is refused at once, not spun up (100000 took over a minute).
-  const int most = kMaxThreadsPerCpu * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int most =
+      kMaxThreadsPerCpu * static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   EXPECT_THROW(set_num_threads(most + 1), Error);
   EXPECT_THROW(set_num_threads(100000), Error);
   set_num_threads(most);

@@ -33,13 +33,16 @@ FixtureOptions tiny(uint64_t seed, int64_t layers) {
 
 // Exact marginal distributions of generated tokens 1..3 of the target alone under `cfg`.
 // Encoder-decoder models: the prompt is encoded once and the decoder starts from its start token.
-std::vector<std::vector<double>> exact_marginals(const Model& m, const std::vector<int64_t>& encoder_prompt,
+std::vector<std::vector<double>> exact_marginals(const Model& m,
+                                                 const std::vector<int64_t>& encoder_prompt,
                                                  const GenerationConfig& cfg) {
   c10::InferenceMode guard;
   const LogitsProcessorChain chain(cfg);
   const bool enc_dec = m.config().is_encoder_decoder;
-  const at::Tensor states = enc_dec ? m.encode(at::tensor(encoder_prompt, at::kLong).view({1, -1})) : at::Tensor();
-  const std::vector<int64_t> prompt = enc_dec ? std::vector<int64_t>{*m.config().decoder_start_token_id} : encoder_prompt;
+  const at::Tensor states =
+      enc_dec ? m.encode(at::tensor(encoder_prompt, at::kLong).view({1, -1})) : at::Tensor();
+  const std::vector<int64_t> prompt =
+      enc_dec ? std::vector<int64_t>{*m.config().decoder_start_token_id} : encoder_prompt;
   const auto next = [&](const std::vector<int64_t>& seq) {
     KVCache cache = m.make_cache(static_cast<int64_t>(seq.size()));
     if (enc_dec) m.attach_encoder(states, cache);
@@ -112,7 +115,8 @@ struct Outcome {
 // `batch` > 1: the samples run through generate_batch, batch - 1 of them per call beside a longer
 // distractor prompt (its own seed and lookahead), so rows of different lengths share every pass.
 Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<const Model>& draft,
-            const GenerationConfig& base, std::shared_ptr<const Verifier> verifier = nullptr, int batch = 1) {
+            const GenerationConfig& base, std::shared_ptr<const Verifier> verifier = nullptr,
+            int batch = 1) {
   const std::vector<int64_t> prompt = {3, 7, 1};
   const auto marg = exact_marginals(*target, prompt, base);
   Generator gen(target, draft);
@@ -157,7 +161,8 @@ Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<co
     std::string rep;
     const bool ok = chi_square_passes(counts[pos], marg[pos], &rep);
     o.all_pass = o.all_pass && ok;
-    o.report += "token " + std::to_string(pos + 1) + ": " + rep + (ok ? "" : "  <-- REJECTED") + "\n";
+    o.report +=
+        "token " + std::to_string(pos + 1) + ": " + rep + (ok ? "" : "  <-- REJECTED") + "\n";
   }
   return o;
 }
@@ -263,8 +268,10 @@ TEST(Statistical, DraftWithAReducedVocabularyHeadKeepsDistribution) {
   const std::vector<int64_t> ids = {0, 1, 3, 4, 6, 9, 10, 12, 15};
   std::map<std::string, at::Tensor> t;
   const WeightStore w(from);
-  for (const std::string& name : w.names()) t[name] = w.load(name, at::kFloat, c10::Device(c10::kCPU));
-  t["lm_head.weight"] = t["lm_head.weight"].index_select(0, at::tensor(ids, at::kLong)).contiguous();
+  for (const std::string& name : w.names())
+    t[name] = w.load(name, at::kFloat, c10::Device(c10::kCPU));
+  t["lm_head.weight"] =
+      t["lm_head.weight"].index_select(0, at::tensor(ids, at::kLong)).contiguous();
   save_safetensors(dir + "/model.safetensors", t);
   nlohmann::json c = read_json(from + "/config.json");
   c["head_token_ids"] = ids;
@@ -274,9 +281,11 @@ TEST(Statistical, DraftWithAReducedVocabularyHeadKeepsDistribution) {
   {
     c10::InferenceMode guard;
     KVCache cache = draft->make_cache(4);
-    const at::Tensor logits = draft->forward(at::tensor(std::vector<int64_t>{3, 7, 1}, at::kLong).view({1, 3}), cache);
+    const at::Tensor logits =
+        draft->forward(at::tensor(std::vector<int64_t>{3, 7, 1}, at::kLong).view({1, 3}), cache);
     EXPECT_EQ(logits.size(2), kVocab);
-    EXPECT_EQ(at::isinf(logits[0][0]).sum().item<int64_t>(), kVocab - static_cast<int64_t>(ids.size()));
+    EXPECT_EQ(at::isinf(logits[0][0]).sum().item<int64_t>(),
+              kVocab - static_cast<int64_t>(ids.size()));
   }
   for (const auto& c : {kCases[0], kCases[2]}) {
     const Outcome o = run(models().target, draft, c.cfg);
@@ -344,7 +353,8 @@ TEST(Statistical, NegativeControlAlwaysAcceptIsDetected) {
 TEST(Statistical, NegativeControlInABatchIsDetected) {
   const Models m = models();
   const Outcome o = run(m.target, m.unrelated, kCases[0].cfg, std::make_shared<AlwaysAccept>(), 4);
-  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong verifier in a batch:\n" << o.report;
+  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong verifier in a batch:\n"
+                           << o.report;
 }
 
 TEST(Statistical, SameSeedSameTokens) {
@@ -382,7 +392,9 @@ TEST(Statistical, SameSeedSameTokensWhateverRanBefore) {
   std::vector<std::thread> others;
   std::vector<std::vector<int64_t>> got(4);
   for (int i = 0; i < 4; ++i)
-    others.emplace_back([&, i] { got[i] = i % 2 ? g.generate(prompt, greedy).tokens : g.generate(prompt, c).tokens; });
+    others.emplace_back([&, i] {
+      got[i] = i % 2 ? g.generate(prompt, greedy).tokens : g.generate(prompt, c).tokens;
+    });
   for (auto& t : others) t.join();
   EXPECT_EQ(got[0], fresh);
   EXPECT_EQ(got[2], fresh);

@@ -18,22 +18,24 @@ namespace {
 FixtureOptions tiny(const std::string& arch, int64_t layers, uint64_t seed) {
   FixtureOptions o;
   o.arch = arch;
-  o.layers = layers, o.hidden = 64, o.heads = 4, o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+  o.layers = layers, o.hidden = 64, o.heads = 4,
+  o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
   o.vocab = 128, o.max_pos = 256, o.seed = seed, o.init_std = 0.1;
   return o;
 }
 
-std::shared_ptr<const Model> load(const std::string& dir, WeightFormat format, bool int8_activations = false) {
+std::shared_ptr<const Model> load(const std::string& dir, WeightFormat format,
+                                  bool int8_activations = false) {
   LoadOptions o;
   o.weights = format;
   o.int8_activations = int8_activations;
   return load_model(dir, o);
 }
 
-const std::pair<WeightFormat, bool> kCases[] = {{WeightFormat::kBFloat16, false}, {WeightFormat::kFloat16, false},
-                                                {WeightFormat::kQ8_0, false},     {WeightFormat::kQ4_0, false},
-                                                {WeightFormat::kQ8_0, true},      {WeightFormat::kQ4_0, true},
-                                                {WeightFormat::kQ4_1, false},     {WeightFormat::kQ4_1, true}};
+const std::pair<WeightFormat, bool> kCases[] = {
+    {WeightFormat::kBFloat16, false}, {WeightFormat::kFloat16, false}, {WeightFormat::kQ8_0, false},
+    {WeightFormat::kQ4_0, false},     {WeightFormat::kQ8_0, true},     {WeightFormat::kQ4_0, true},
+    {WeightFormat::kQ4_1, false},     {WeightFormat::kQ4_1, true}};
 
 }  // namespace
 
@@ -45,12 +47,15 @@ TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
     const auto f32 = load(dir, WeightFormat::kFloat32);
     for (const auto& [format, int8] : kCases) {
       const auto m = load(dir, format, int8);
-      const std::string where = arch + " " + weight_format_name(format) + (int8 ? " int8 activations" : "");
-      const at::Tensor ids = (at::arange(43, at::kLong) * 37 + 11).remainder(124).add(4).unsqueeze(0);  // [1, 43]
+      const std::string where =
+          arch + " " + weight_format_name(format) + (int8 ? " int8 activations" : "");
+      const at::Tensor ids =
+          (at::arange(43, at::kLong) * 37 + 11).remainder(124).add(4).unsqueeze(0);  // [1, 43]
       for (int threads : {1, 2}) {
         at::set_num_threads(threads);
         const auto [verify, decode, prefill] = logits_three_ways(*m, ids, 6);
-        EXPECT_TRUE(at::equal(verify, decode)) << where << ", " << threads << " threads: verification vs decode";
+        EXPECT_TRUE(at::equal(verify, decode))
+            << where << ", " << threads << " threads: verification vs decode";
         EXPECT_TRUE(at::equal(prefill, decode)) << where << ": prefill vs decode";
         // 16-bit and 8-bit weights change the logits a little (relative L2 error). (Q4_0 on these
         // tiny random models moves them by about their own size, Q4_1 too: not checked here; their
@@ -91,8 +96,8 @@ TEST(WeightFormats, AssistedEqualsTargetOnlyWithQuantizedTargetAndDraft) {
         const auto want = Generator(target).generate(prompt, cfg).tokens;
         EXPECT_EQ(oracle_greedy(*target, prompt, 40, {95}), want) << weight_format_name(tf);
         EXPECT_EQ(Generator(target, draft).generate(prompt, cfg).tokens, want)
-            << weight_format_name(tf) << " target, " << weight_format_name(df) << " draft, int8 " << int8 << ", "
-            << schedule << " K " << k;
+            << weight_format_name(tf) << " target, " << weight_format_name(df) << " draft, int8 "
+            << int8 << ", " << schedule << " K " << k;
       }
     }
   }

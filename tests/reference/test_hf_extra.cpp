@@ -22,9 +22,11 @@ TEST_P(HfExtra, LogitsGreedyAndAssistedMatchHuggingFace) {
   {
     c10::InferenceMode guard;
     KVCache cache = m->make_cache(static_cast<int64_t>(prompt.size()));
-    const at::Tensor logits = m->forward(at::tensor(prompt).unsqueeze(0), cache)[0].cpu();  // [T, V]
+    const at::Tensor logits =
+        m->forward(at::tensor(prompt).unsqueeze(0), cache)[0].cpu();  // [T, V]
     std::vector<float> flat;
-    for (const auto& row : ref["logits"]) for (float v : row) flat.push_back(v);
+    for (const auto& row : ref["logits"])
+      for (float v : row) flat.push_back(v);
     const at::Tensor want = at::tensor(flat).view(logits.sizes());
     const double rel = ((logits - want).abs() / want.abs().clamp_min(1.0)).max().item<double>();
     EXPECT_LT(rel, 1e-4) << GetParam();
@@ -38,7 +40,9 @@ TEST_P(HfExtra, LogitsGreedyAndAssistedMatchHuggingFace) {
             std::vector<int64_t>(expected.begin(), expected.begin() + greedy.size()));
   const std::string draft_dir = temp_dir("hf_extra_draft_" + GetParam());
   make_draft_of(dir, draft_dir, 1);
-  EXPECT_EQ(Generator(m, load_model(draft_dir, test_load_options())).generate(prompt, g).tokens, greedy);
+  EXPECT_EQ(Generator(m, load_model(draft_dir, test_load_options())).generate(prompt, g).tokens,
+            greedy);
 }
 
-INSTANTIATE_TEST_SUITE_P(Extra, HfExtra, ::testing::Values("mistral_sliding_window", "llama_mlp_bias"));
+INSTANTIATE_TEST_SUITE_P(Extra, HfExtra,
+                         ::testing::Values("mistral_sliding_window", "llama_mlp_bias"));

@@ -37,7 +37,8 @@ std::vector<std::string> reference_folders(bool assisted_only = false) {
 class HfReference : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (fixtures_dir().empty()) GTEST_SKIP() << "../shared/fixtures absent: reference tests skipped";
+    if (fixtures_dir().empty())
+      GTEST_SKIP() << "../shared/fixtures absent: reference tests skipped";
     dir_ = fixtures_dir() + "/hf/" + GetParam();
     ref_ = read_json(dir_ + "/reference.json");
   }
@@ -52,9 +53,12 @@ TEST_P(HfReference, LogitsMatch) {
   const auto model = load_model(dir_, test_load_options());
   c10::InferenceMode guard;
   const auto input = ids(ref_["logits"]["input_ids"]);
-  auto tensor = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong).view({1, -1}); };
+  auto tensor = [](const std::vector<int64_t>& v) {
+    return at::tensor(v, at::kLong).view({1, -1});
+  };
   at::Tensor got;
-  if (ref_["logits"].contains("decoder_input_ids")) {  // encoder-decoder: input_ids go to the encoder
+  if (ref_["logits"].contains(
+          "decoder_input_ids")) {  // encoder-decoder: input_ids go to the encoder
     ASSERT_TRUE(model->config().is_encoder_decoder);
     const auto decoder_input = ids(ref_["logits"]["decoder_input_ids"]);
     KVCache cache = model->make_cache(static_cast<int64_t>(decoder_input.size()));
@@ -90,7 +94,8 @@ class HfAssistedReference : public HfReference {};
 TEST_P(HfAssistedReference, AssistedTokensAndTraceMatch) {
   const auto& a = ref_["assisted"];
   const auto target = load_model(dir_, test_load_options());
-  const auto draft = load_model(fixtures_dir() + "/hf/" + a["draft"].get<std::string>(), test_load_options());
+  const auto draft =
+      load_model(fixtures_dir() + "/hf/" + a["draft"].get<std::string>(), test_load_options());
   // One generator for every run, in order: the heuristic lookahead carries over between
   // requests exactly as it does on a Hugging Face assistant model.
   Generator gen(target, draft);
@@ -98,19 +103,21 @@ TEST_P(HfAssistedReference, AssistedTokensAndTraceMatch) {
     GenerationConfig cfg;
     cfg.max_new_tokens = run["max_new_tokens"].get<int64_t>();
     cfg.num_assistant_tokens = a["settings"]["num_assistant_tokens"].get<int64_t>();
-    cfg.num_assistant_tokens_schedule = a["settings"]["num_assistant_tokens_schedule"].get<std::string>();
+    cfg.num_assistant_tokens_schedule =
+        a["settings"]["num_assistant_tokens_schedule"].get<std::string>();
     const auto prompt = ids(run["input_ids"]);
     const auto result = gen.generate(prompt, cfg);
     // output_ids: prompt + new tokens, or for encoder-decoder models decoder start + new tokens.
     auto expected = ids(run["output_ids"]);
-    expected.erase(expected.begin(),
-                   expected.begin() + (target->config().is_encoder_decoder ? 1 : static_cast<long>(prompt.size())));
-    EXPECT_EQ(result.tokens, expected) << "prompt " << run["input_ids"] << " max_new_tokens "
-                                       << cfg.max_new_tokens;
+    expected.erase(expected.begin(), expected.begin() + (target->config().is_encoder_decoder
+                                                             ? 1
+                                                             : static_cast<long>(prompt.size())));
+    EXPECT_EQ(result.tokens, expected)
+        << "prompt " << run["input_ids"] << " max_new_tokens " << cfg.max_new_tokens;
     std::vector<std::array<int64_t, 2>> trace;
     for (const auto& p : run["trace"]) trace.push_back({p[0].get<int64_t>(), p[1].get<int64_t>()});
-    EXPECT_EQ(result.stats.trace, trace) << "prompt " << run["input_ids"] << " max_new_tokens "
-                                         << cfg.max_new_tokens;
+    EXPECT_EQ(result.stats.trace, trace)
+        << "prompt " << run["input_ids"] << " max_new_tokens " << cfg.max_new_tokens;
     EXPECT_EQ(result.stats.target_passes, static_cast<int64_t>(trace.size()));
   }
 }

@@ -1,12 +1,12 @@
-// The real SmolLM2-135M-Instruct (Q4_1 GGUF) against Hugging Face transformers 4.47 loading the same
-// file (float32), recorded by scripts/hf_reference_smollm2.py in tests/data/smollm2/reference.json:
-// tokenizer ids, chat-formatted prompts, logits, and 64-token greedy chat answers; plus assisted
-// generation on them. Skipped with a message when the model file is absent (scripts/get_models.sh;
-// CI downloads it, so there they run).
+// The real SmolLM2-135M-Instruct (Q4_1 GGUF) against Hugging Face transformers 4.47 loading the
+// same file (float32), recorded by scripts/hf_reference_smollm2.py in
+// tests/data/smollm2/reference.json: tokenizer ids, chat-formatted prompts, logits, and 64-token
+// greedy chat answers; plus assisted generation on them. Skipped with a message when the model file
+// is absent (scripts/get_models.sh; CI downloads it, so there they run).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
-#include <torch/serialize.h>
 #include <gtest/gtest.h>
+#include <torch/serialize.h>
 
 #include <algorithm>
 
@@ -23,8 +23,8 @@ const nlohmann::json& reference() {
   return j;
 }
 
-#define REQUIRE_MODEL()                                                                          \
-  const std::string model_path = smollm2_path();                                                \
+#define REQUIRE_MODEL()                          \
+  const std::string model_path = smollm2_path(); \
   if (model_path.empty()) GTEST_SKIP() << "models/smollm2 absent: run scripts/get_models.sh"
 
 std::shared_ptr<const Model> model(const std::string& path) {
@@ -84,13 +84,15 @@ TEST(SmolLM2, ChatTemplateMatchesHuggingFace) {
   ASSERT_TRUE(text);
   const ChatTemplate t = ChatTemplate::recognise(*text, model_path);
   EXPECT_EQ(t.name(), "chatml");
-  EXPECT_EQ(t.default_system(), "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(t.default_system(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   for (const auto& c : reference()["chat"]) {
     std::vector<ChatMessage> messages;
     for (const auto& m : c["messages"]) messages.push_back({m["role"], m["content"]});
     const std::string rendered = t.render(messages, true);
     EXPECT_EQ(rendered, c["text"].get<std::string>());
-    EXPECT_EQ(tokenizer(model_path).encode(rendered, false), c["prompt_ids"].get<std::vector<int64_t>>());
+    EXPECT_EQ(tokenizer(model_path).encode(rendered, false),
+              c["prompt_ids"].get<std::vector<int64_t>>());
   }
 }
 
@@ -108,10 +110,12 @@ TEST(SmolLM2, LogitsMatchHuggingFace) {
     for (size_t t = 0; t < ids.size(); ++t) {
       const auto row = logits[static_cast<int64_t>(t)].contiguous();
       for (size_t k = 0; k < top_ids[t].size(); ++k) {
-        const double ref = top_values[t][k], ours = row[top_ids[t][k].get<int64_t>()].item<double>();
+        const double ref = top_values[t][k],
+                     ours = row[top_ids[t][k].get<int64_t>()].item<double>();
         worst = std::max(worst, std::fabs(ours - ref) / std::max(1.0, std::fabs(ref)));
       }
-      EXPECT_EQ(row.argmax().item<int64_t>(), top_ids[t][0].get<int64_t>()) << c["text"] << " position " << t;
+      EXPECT_EQ(row.argmax().item<int64_t>(), top_ids[t][0].get<int64_t>())
+          << c["text"] << " position " << t;
     }
     EXPECT_LT(worst, 1e-4) << c["text"];
   }
@@ -128,14 +132,16 @@ TEST(SmolLM2, AsStoredWeightsGiveBitwiseTheDequantizedModelsLogits) {
   const auto f32 = load_model(model_path, o);
   const auto packed = model(model_path);
   const auto ids = reference()["logits"][0]["ids"].get<std::vector<int64_t>>();
-  KVCache a = f32->make_cache(static_cast<int64_t>(ids.size())), b = packed->make_cache(static_cast<int64_t>(ids.size()));
+  KVCache a = f32->make_cache(static_cast<int64_t>(ids.size())),
+          b = packed->make_cache(static_cast<int64_t>(ids.size()));
   const at::Tensor x = at::tensor(ids).unsqueeze(0);
   EXPECT_TRUE(at::equal(f32->forward(x, a), packed->forward(x, b)));
 }
 
-// 14 chat prompts, 64 new tokens each: target-only greedy equals Hugging Face's greedy tokens (up to
-// and including the first <|im_end|>, where generation stops), and assisted greedy (prompt lookup;
-// on all; a 4-layer early-exit draft made from the model itself on three) equals target-only greedy.
+// 14 chat prompts, 64 new tokens each: target-only greedy equals Hugging Face's greedy tokens (up
+// to and including the first <|im_end|>, where generation stops), and assisted greedy (prompt
+// lookup; on all; a 4-layer early-exit draft made from the model itself on three) equals
+// target-only greedy.
 TEST(SmolLM2, GreedyChatAnswersMatchHuggingFaceAndAssistedIsIdentical) {
   REQUIRE_MODEL();
   const auto m = model(model_path);
@@ -152,7 +158,8 @@ TEST(SmolLM2, GreedyChatAnswersMatchHuggingFaceAndAssistedIsIdentical) {
   int64_t accepted = 0, n = 0;
   for (const auto& c : reference()["chat"]) {
     const auto prompt = c["prompt_ids"].get<std::vector<int64_t>>();
-    const auto expected = cut_at_eos(c["greedy"].get<std::vector<int64_t>>(), reference()["eos_token_id"]);
+    const auto expected =
+        cut_at_eos(c["greedy"].get<std::vector<int64_t>>(), reference()["eos_token_id"]);
     const auto r = plain.generate(prompt, g);
     EXPECT_EQ(r.tokens, expected) << c["text"];
     const auto a = lookup.generate(prompt, pl);
@@ -207,7 +214,8 @@ TEST(SmolLM2, PromptLookupTracesMatchHuggingFace) {
     int64_t generated = 0;
     for (const auto& t : c["trace"]) {
       const int64_t cap = g.max_new_tokens - generated - 1;
-      const int64_t drafted = std::min(t[0].get<int64_t>(), cap), accepted = std::min(t[1].get<int64_t>(), drafted);
+      const int64_t drafted = std::min(t[0].get<int64_t>(), cap),
+                    accepted = std::min(t[1].get<int64_t>(), drafted);
       expected.push_back({drafted, accepted});
       generated += accepted + 1;
     }
@@ -215,16 +223,17 @@ TEST(SmolLM2, PromptLookupTracesMatchHuggingFace) {
   }
 }
 
-// make-draft --int8-activations labels with the target as it serves with --int8-activations. Oracle:
-// the top-32 next-token probabilities of each training chunk computed here, one chunk at a time,
-// by the target loaded with 8-bit activations; they must equal the labels bitwise, and differ from
-// the float32-activation target's (so the option is not ignored). Data labelled one way is refused
-// by a run of the other.
+// make-draft --int8-activations labels with the target as it serves with --int8-activations.
+// Oracle: the top-32 next-token probabilities of each training chunk computed here, one chunk at a
+// time, by the target loaded with 8-bit activations; they must equal the labels bitwise, and differ
+// from the float32-activation target's (so the option is not ignored). Data labelled one way is
+// refused by a run of the other.
 TEST(SmolLM2, MakeDraftLabelsWithInt8ActivationsAsTheTargetServes) {
   REQUIRE_MODEL();
   const std::string root = temp_dir("smollm2_make_draft_int8");
   write_file(root + "/text.txt",
-             "The water cycle moves water between the oceans, the air and the land. The sun warms the sea, "
+             "The water cycle moves water between the oceans, the air and the land. The sun warms "
+             "the sea, "
              "water rises as vapour, cools into clouds and falls again as rain or snow.");
   MakeDraftOptions o;
   o.target = model_path;
@@ -253,7 +262,8 @@ TEST(SmolLM2, MakeDraftLabelsWithInt8ActivationsAsTheTargetServes) {
     const auto [p, id] = at::log_softmax(served->forward(chunk, c8)[0], -1).topk(32, -1);
     EXPECT_TRUE(at::equal(id.to(at::kInt), top_ids[i].narrow(0, 0, n))) << "chunk " << i;
     EXPECT_TRUE(at::equal(p.exp(), top_p[i].narrow(0, 0, n))) << "chunk " << i;
-    const at::Tensor p32 = std::get<0>(at::log_softmax(float32->forward(chunk, c32)[0], -1).topk(32, -1)).exp();
+    const at::Tensor p32 =
+        std::get<0>(at::log_softmax(float32->forward(chunk, c32)[0], -1).topk(32, -1)).exp();
     differs_from_float32 = differs_from_float32 || !at::equal(p32, top_p[i].narrow(0, 0, n));
   }
   EXPECT_TRUE(differs_from_float32) << "the labels are the float32-activation target's";

@@ -34,7 +34,8 @@ std::vector<int64_t> ids_of(const nlohmann::json& j) { return j.get<std::vector<
 class TokenizerReference : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    if (fixtures_dir().empty()) GTEST_SKIP() << "../shared/fixtures absent: tokenizer reference tests skipped";
+    if (fixtures_dir().empty())
+      GTEST_SKIP() << "../shared/fixtures absent: tokenizer reference tests skipped";
     const Case& c = GetParam();
     dir_ = fixtures_dir() + "/tokenizers/" + c.folder;
     ref_ = read_json(dir_ + "/reference.json");
@@ -49,14 +50,17 @@ TEST_P(TokenizerReference, EncodeAndDecodeMatchHuggingFace) {
   ASSERT_EQ(ref_["cases"].size(), 48u);
   EXPECT_EQ(tok_->size(), ref_["effective"]["len"].get<int64_t>());
   const auto& eff = ref_["effective"];
-  if (eff["eos_token_id"].is_number()) EXPECT_EQ(tok_->eos_token_id(), eff["eos_token_id"].get<int64_t>());
-  if (eff["bos_token_id"].is_number()) EXPECT_EQ(tok_->bos_token_id(), eff["bos_token_id"].get<int64_t>());
+  if (eff["eos_token_id"].is_number())
+    EXPECT_EQ(tok_->eos_token_id(), eff["eos_token_id"].get<int64_t>());
+  if (eff["bos_token_id"].is_number())
+    EXPECT_EQ(tok_->bos_token_id(), eff["bos_token_id"].get<int64_t>());
   int failures = 0;
   for (const auto& c : ref_["cases"]) {
     const std::string text = c["text"];
     const auto no_special = ids_of(c["ids_no_special"]);
     EXPECT_EQ(tok_->encode(text, false), no_special) << "text: " << nlohmann::json(text).dump();
-    EXPECT_EQ(tok_->encode(text, true), ids_of(c["ids_default"])) << "text: " << nlohmann::json(text).dump();
+    EXPECT_EQ(tok_->encode(text, true), ids_of(c["ids_default"]))
+        << "text: " << nlohmann::json(text).dump();
     EXPECT_EQ(tok_->decode(no_special, false), c["decoded"].get<std::string>())
         << "ids of " << nlohmann::json(text).dump();
     if (::testing::Test::HasFailure() && ++failures > 6) break;

@@ -8,12 +8,14 @@ namespace specdec {
 namespace {
 
 std::vector<int64_t> lookup(const std::vector<int64_t>& tokens, int64_t n, int64_t k = 10,
-                            int64_t max_tokens = 100, std::vector<int64_t> eos = {99}, bool last = false) {
+                            int64_t max_tokens = 100, std::vector<int64_t> eos = {99},
+                            bool last = false) {
   return PromptLookupGenerator(k, n, eos, last).propose(tokens, max_tokens).tokens;
 }
 
 TEST(PromptLookup, TheLastMatchOption) {
-  EXPECT_EQ(lookup({1, 2, 5, 1, 2, 6, 1, 2}, 2, 10, 100, {99}, true), (std::vector<int64_t>{6, 1, 2}));
+  EXPECT_EQ(lookup({1, 2, 5, 1, 2, 6, 1, 2}, 2, 10, 100, {99}, true),
+            (std::vector<int64_t>{6, 1, 2}));
   EXPECT_EQ(lookup({1, 2, 3, 99, 5, 1, 2}, 2, 10, 100, {99}, true), (std::vector<int64_t>{3}));
 }
 

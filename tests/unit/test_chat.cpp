@@ -16,18 +16,23 @@ TEST(Chat, ChatMLWithAndWithoutDefaultSystem) {
   // SmolLM2's template (real newlines) and Qwen2's (escaped \n inside a Jinja string).
   const std::string smol =
       "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
-      "'<|im_start|>system\nYou are SmolLM<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + "
+      "'<|im_start|>system\nYou are SmolLM<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + "
+      "message['role'] + "
       "'\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}";
-  const std::string qwen = "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}<|im_start|>";
-  const std::string plain = "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content']}}";
+  const std::string qwen =
+      "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}<|im_start|>";
+  const std::string plain =
+      "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content']}}";
   EXPECT_EQ(ChatTemplate::recognise(smol, "t").default_system(), "You are SmolLM");
   EXPECT_EQ(ChatTemplate::recognise(qwen, "t").default_system(), "You are a helpful assistant.");
   EXPECT_EQ(ChatTemplate::recognise(plain, "t").default_system(), "");
   const ChatTemplate t = ChatTemplate::recognise(smol, "t");
   EXPECT_EQ(t.render({{"user", "Hi!"}}, true),
-            "<|im_start|>system\nYou are SmolLM<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
+            "<|im_start|>system\nYou are "
+            "SmolLM<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(t.render(kConversation, false),
-            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
+            "<|im_start|>system\nBe "
+            "brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n"
             "Hello.<|im_end|>\n<|im_start|>user\n Why? <|im_end|>\n");
   EXPECT_EQ(t.end_of_turn(), "<|im_end|>");
 }
@@ -47,11 +52,13 @@ TEST(Chat, Llama3) {
 TEST(Chat, Llama2AndMistral) {
   const ChatTemplate l2 = ChatTemplate::recognise("... '[INST] ' ... '<<SYS>>\\n' ...", "t");
   EXPECT_EQ(l2.name(), "llama2");
-  EXPECT_EQ(l2.render(kConversation, true),
-            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi! [/INST] Hello. </s><s>[INST] Why? [/INST]");
+  EXPECT_EQ(
+      l2.render(kConversation, true),
+      "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi! [/INST] Hello. </s><s>[INST] Why? [/INST]");
   const ChatTemplate mi = ChatTemplate::recognise("{{ bos_token }}... '[INST] ' ...", "t");
   EXPECT_EQ(mi.name(), "mistral");
-  EXPECT_EQ(mi.render(kConversation, true), "<s>[INST] Be brief.\n\nHi! [/INST]Hello.</s>[INST]  Why?  [/INST]");
+  EXPECT_EQ(mi.render(kConversation, true),
+            "<s>[INST] Be brief.\n\nHi! [/INST]Hello.</s>[INST]  Why?  [/INST]");
   EXPECT_THROW(l2.render({{"assistant", "x"}}, true), Error);  // must start with the user
   EXPECT_EQ(l2.end_of_turn(), "</s>");
 }

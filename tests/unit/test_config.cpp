@@ -44,15 +44,19 @@ TEST(ModelConfig, Qwen2AlwaysHasAttentionBias) {
 
 TEST(ModelConfig, RejectsBadInput) {
   expect_error("{not json", "invalid JSON");
-  expect_error(R"({"model_type":"bert"})",
-               "unsupported model_type 'bert' (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
+  expect_error(
+      R"({"model_type":"bert"})",
+      "unsupported model_type 'bert' (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
   expect_error(R"({"vocab_size":3})", "missing field 'model_type'");
   std::string t = kGood;
-  expect_error(t.replace(t.find("\"hidden_size\":16"), 16, "\"hidden_size\":\"x\""), "'hidden_size' has the wrong type");
+  expect_error(t.replace(t.find("\"hidden_size\":16"), 16, "\"hidden_size\":\"x\""),
+               "'hidden_size' has the wrong type");
   t = kGood;
-  expect_error(t.replace(t.find("\"num_key_value_heads\":2"), 23, "\"num_key_value_heads\":3"), "multiple of num_key_value_heads");
+  expect_error(t.replace(t.find("\"num_key_value_heads\":2"), 23, "\"num_key_value_heads\":3"),
+               "multiple of num_key_value_heads");
   t = kGood;
-  expect_error(t.replace(t.find("[2,3]"), 5, "[2,99]"), "eos_token_id 99 is outside the vocabulary");
+  expect_error(t.replace(t.find("[2,3]"), 5, "[2,99]"),
+               "eos_token_id 99 is outside the vocabulary");
   t = kGood;
   expect_error(t.replace(t.find("llama3"), 6, "yarn"), "unsupported rope_scaling type 'yarn'");
 }
@@ -80,22 +84,30 @@ TEST(ModelConfig, T5FieldsMapOntoTheDecoderView) {
   EXPECT_EQ(c.decoder_start_token_id, 0);
   EXPECT_EQ(c.eos_token_ids, std::vector<int64_t>{1});
   // t5-small: ReLU, tied head (the default), decoder layers = encoder layers.
-  std::string t = R"({"model_type":"t5","vocab_size":32128,"num_layers":6,"decoder_start_token_id":0})";
+  std::string t =
+      R"({"model_type":"t5","vocab_size":32128,"num_layers":6,"decoder_start_token_id":0})";
   const ModelConfig small = ModelConfig::from_json_text(t, "cfg.json");
   EXPECT_EQ(small.num_hidden_layers, 6);
   EXPECT_EQ(small.hidden_size, 512);  // T5Config's defaults
   EXPECT_FALSE(small.is_gated_act);
   EXPECT_EQ(small.hidden_act, "relu");
   EXPECT_TRUE(small.tie_word_embeddings);
-  EXPECT_EQ(ModelConfig::from_json_text(R"({"model_type":"t5","vocab_size":9,"decoder_start_token_id":0,
-    "feed_forward_proj":"gated-silu"})", "cfg.json").hidden_act, "silu");
+  EXPECT_EQ(
+      ModelConfig::from_json_text(R"({"model_type":"t5","vocab_size":9,"decoder_start_token_id":0,
+    "feed_forward_proj":"gated-silu"})",
+                                  "cfg.json")
+          .hidden_act,
+      "silu");
   t = kFlanT5;
-  expect_error(t.replace(t.find("gated-gelu"), 10, "gated-gelu-x"), "feed_forward_proj 'gated-gelu-x' is not of the form");
+  expect_error(t.replace(t.find("gated-gelu"), 10, "gated-gelu-x"),
+               "feed_forward_proj 'gated-gelu-x' is not of the form");
   t = kFlanT5;
-  expect_error(t.replace(t.find("\"decoder_start_token_id\":0,"), 27, ""), "without decoder_start_token_id");
+  expect_error(t.replace(t.find("\"decoder_start_token_id\":0,"), 27, ""),
+               "without decoder_start_token_id");
   t = kFlanT5;
-  expect_error(t.replace(t.find("\"decoder_start_token_id\":0"), 26, "\"decoder_start_token_id\":40000"),
-               "decoder_start_token_id 40000 is outside the vocabulary");
+  expect_error(
+      t.replace(t.find("\"decoder_start_token_id\":0"), 26, "\"decoder_start_token_id\":40000"),
+      "decoder_start_token_id 40000 is outside the vocabulary");
 }
 
 TEST(ModelConfig, MissingFolderNamesTheFile) {
@@ -151,7 +163,8 @@ TEST(ModelConfig, ReviewGapsAreClearErrors) {
     ModelConfig::from_dir(dir);
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("generation_config.json: bos_token_id 40 is outside"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("generation_config.json: bos_token_id 40 is outside"),
+              std::string::npos)
         << e.what();
   }
   // Mistral's sliding_window and Llama's mlp_bias are read; Qwen2's use_sliding_window is refused.
@@ -174,7 +187,8 @@ TEST(LoadModel, BadOptionsAndLibtorchFailuresAreSpecdecErrors) {
   LoadOptions bad;
   bad.dtype = at::kInt;
   EXPECT_THROW(load_model(dir, bad), Error);
-  // libtorch's c10::Error comes out of the library's entry points as a specdec::Error naming the call.
+  // libtorch's c10::Error comes out of the library's entry points as a specdec::Error naming the
+  // call.
   try {
     torch_errors_as_specdec("load_model(x)", [] { return at::empty({-1}); });
     ADD_FAILURE() << "no error";
@@ -200,7 +214,8 @@ TEST(LoadModel, HugeMaxPositionEmbeddingsAllocatesNothing) {
   const auto target = load_model(huge), reference = load_model(dir);
   GenerationConfig g;
   g.max_new_tokens = 8;
-  EXPECT_EQ(Generator(target).generate({1, 2, 3}, g).tokens, Generator(reference).generate({1, 2, 3}, g).tokens);
+  EXPECT_EQ(Generator(target).generate({1, 2, 3}, g).tokens,
+            Generator(reference).generate({1, 2, 3}, g).tokens);
 }
 
 }  // namespace

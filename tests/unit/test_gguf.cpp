@@ -72,7 +72,8 @@ struct GgufWriter {
   void f32_tensor(const std::string& name, const at::Tensor& t) {
     const at::Tensor c = t.to(at::kFloat).contiguous();
     std::vector<uint64_t> ne(c.sizes().rbegin(), c.sizes().rend());
-    tensors.push_back({name, ne, 0, std::string(static_cast<const char*>(c.data_ptr()), c.numel() * 4)});
+    tensors.push_back(
+        {name, ne, 0, std::string(static_cast<const char*>(c.data_ptr()), c.numel() * 4)});
   }
   std::string bytes(uint32_t version = 3, uint64_t alignment = 32) const {
     std::string s;
@@ -114,13 +115,15 @@ std::string f16_bytes(float v) {
 }
 
 std::vector<float> dequantize(GgmlType type, const std::string& block) {
-  const int64_t n = ggml_block_elements(type) * static_cast<int64_t>(block.size()) / ggml_block_bytes(type);
+  const int64_t n =
+      ggml_block_elements(type) * static_cast<int64_t>(block.size()) / ggml_block_bytes(type);
   std::vector<float> out(n);
   ggml_dequantize(type, reinterpret_cast<const uint8_t*>(block.data()), out.data(), n);
   return out;
 }
 
-void expect_gguf_error(const std::string& name, const std::string& bytes, const std::string& needle) {
+void expect_gguf_error(const std::string& name, const std::string& bytes,
+                       const std::string& needle) {
   const std::string path = gguf_file(name, bytes);
   try {
     GgufFile f(path);
@@ -162,9 +165,10 @@ TEST(GgufDequant, Q5_0AndQ5_1ByHand) {
   uint32_t qh = 0;
   for (int j = 1; j < 32; j += 2) qh |= 1u << j;
   std::string h(reinterpret_cast<const char*>(&qh), 4), q;
-  for (int j = 0; j < 16; ++j) q += static_cast<char>(3 | (12 << 4));  // low nibble 3, high 12
+  for (int j = 0; j < 16; ++j) q += static_cast<char>(3 | (12 << 4));   // low nibble 3, high 12
   const auto a = dequantize(GgmlType::kQ5_0, f16_bytes(1.0f) + h + q);  // (q - 16) * d
-  const auto b = dequantize(GgmlType::kQ5_1, f16_bytes(0.5f) + f16_bytes(2.0f) + h + q);  // q * d + m
+  const auto b =
+      dequantize(GgmlType::kQ5_1, f16_bytes(0.5f) + f16_bytes(2.0f) + h + q);  // q * d + m
   for (int j = 0; j < 32; ++j) {
     const int v = (j < 16 ? 3 : 12) + (j % 2 ? 16 : 0);
     EXPECT_EQ(a[j], static_cast<float>(v - 16)) << j;
@@ -197,14 +201,15 @@ TEST(GgufDequant, Q5_KByHand) {
   uint8_t sc[12] = {1, 2, 3, 4, 10, 20, 30, 40, 0x21, 0x43, 0x65, 0x87};
   sc[0] |= 0x40;
   b.append(reinterpret_cast<const char*>(sc), 12);
-  b += std::string(32, '\x01');                                          // qh
+  b += std::string(32, '\x01');                                        // qh
   for (int j = 0; j < 128; ++j) b += static_cast<char>(5 | (9 << 4));  // ql
   const auto y = dequantize(GgmlType::kQ5_K, b);
   const int scale[8] = {1, 2, 3, 4, 1 + 16, 3, 5, 7};
   const int mins[8] = {10, 20, 30, 40, 2, 4, 6, 8};
   for (int s = 0; s < 8; ++s) {
     const int q = (s % 2 == 0 ? 5 : 9) + (s == 0 ? 16 : 0);
-    for (int l = 0; l < 32; ++l) EXPECT_EQ(y[s * 32 + l], 1.0f * scale[s] * q - 0.5f * mins[s]) << "sub-block " << s;
+    for (int l = 0; l < 32; ++l)
+      EXPECT_EQ(y[s * 32 + l], 1.0f * scale[s] * q - 0.5f * mins[s]) << "sub-block " << s;
   }
 }
 
@@ -256,8 +261,8 @@ TEST(GgufQuantize, HandBuiltBlocks) {
   auto q4 = quantize(GgmlType::kQ4_0, z);
   EXPECT_EQ(q4[0], 0x00);
   EXPECT_EQ(q4[1], 0x3C);
-  EXPECT_EQ(q4[2], 0x80);      // q[0] = 0, q[16] = 8
-  EXPECT_EQ(q4[3], 0xB8);      // q[1] = 8, q[17] = 11
+  EXPECT_EQ(q4[2], 0x80);  // q[0] = 0, q[16] = 8
+  EXPECT_EQ(q4[3], 0xB8);  // q[1] = 8, q[17] = 11
   for (int j = 2; j < 16; ++j) EXPECT_EQ(q4[2 + j], 0x88) << j;
   // Q4_1: values 0..15 twice: min 0 (m = 0), d = 15 / 15 = 1, q = x.
   std::vector<float> r(32);
@@ -277,12 +282,11 @@ TEST(GgufQuantize, HandBuiltBlocks) {
 // --- against the gguf Python package (scripts/gguf_reference_blocks.py) ---
 
 namespace {
-json gguf_reference() {
-  return json::parse(std::ifstream(test_data("gguf_reference.json")));
-}
+json gguf_reference() { return json::parse(std::ifstream(test_data("gguf_reference.json"))); }
 std::string unhex(const std::string& h) {
   std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
+  for (size_t i = 0; i + 1 < h.size(); i += 2)
+    out += static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16));
   return out;
 }
 }  // namespace
@@ -296,7 +300,8 @@ TEST(GgufDequant, EveryTypeMatchesTheGgufPackage) {
     const auto expected = b["values"].get<std::vector<float>>();
     ASSERT_EQ(y.size(), expected.size()) << b["type"];
     for (size_t i = 0; i < y.size(); ++i)
-      ASSERT_NEAR(y[i], expected[i], 1e-6 * std::max(1.0f, std::fabs(expected[i]))) << b["type"] << " element " << i;
+      ASSERT_NEAR(y[i], expected[i], 1e-6 * std::max(1.0f, std::fabs(expected[i])))
+          << b["type"] << " element " << i;
   }
 }
 
@@ -308,7 +313,8 @@ TEST(GgufQuantize, EveryTypeMatchesTheGgufPackage) {
     const auto x = q["values"].get<std::vector<float>>();
     const std::string expected = unhex(q["bytes"].get<std::string>());
     std::string bytes(expected.size(), '\0');
-    ggml_quantize(type, x.data(), reinterpret_cast<uint8_t*>(bytes.data()), static_cast<int64_t>(x.size()));
+    ggml_quantize(type, x.data(), reinterpret_cast<uint8_t*>(bytes.data()),
+                  static_cast<int64_t>(x.size()));
     EXPECT_EQ(bytes, expected) << q["type"];
   }
 }
@@ -323,13 +329,16 @@ TEST(GgufDequant, EveryTensorOfTheRealFileMatchesTheGgufPackage) {
     const std::string name = r["name"];
     ASSERT_TRUE(f.tensors().count(name)) << name;
     const GgufTensorInfo& info = f.tensors().at(name);
-    EXPECT_EQ(ggml_type_name(static_cast<uint32_t>(info.type)), r["type"].get<std::string>()) << name;
+    EXPECT_EQ(ggml_type_name(static_cast<uint32_t>(info.type)), r["type"].get<std::string>())
+        << name;
     EXPECT_EQ(info.shape, r["shape"].get<std::vector<int64_t>>()) << name;
-    const at::Tensor x = f.load(name, at::kFloat, c10::Device(c10::kCPU)).to(at::kDouble).reshape(-1);
+    const at::Tensor x =
+        f.load(name, at::kFloat, c10::Device(c10::kCPU)).to(at::kDouble).reshape(-1);
     const double sum = r["sum"], sum_sq = r["sum_sq"];
     EXPECT_NEAR(x.sum().item<double>(), sum, 1e-6 * std::max(1.0, std::sqrt(sum_sq))) << name;
     EXPECT_NEAR((x * x).sum().item<double>(), sum_sq, 1e-9 * std::max(1.0, sum_sq)) << name;
-    const auto head = r["head"].get<std::vector<double>>(), tail = r["tail"].get<std::vector<double>>();
+    const auto head = r["head"].get<std::vector<double>>(),
+               tail = r["tail"].get<std::vector<double>>();
     for (size_t i = 0; i < head.size(); ++i) {
       EXPECT_EQ(x[i].item<double>(), head[i]) << name;
       EXPECT_EQ(x[x.numel() - 8 + i].item<double>(), tail[i]) << name;
@@ -384,8 +393,9 @@ TEST(GgufReader, ArraysAreReadOnDemandAndCheckedAtOpen) {
     const GgufFile f(gguf_file("arrays.gguf", w.bytes()));
     EXPECT_EQ(f.value("vocab").array_size, 3u);
     EXPECT_EQ(f.get_floats("some.floats"), (std::vector<double>{0.5, -2.0}));
-    EXPECT_EQ(f.get_strings("vocab"),
-              (std::vector<std::string>{"<s>", "a much longer token than the short string buffer", "b"}));
+    EXPECT_EQ(
+        f.get_strings("vocab"),
+        (std::vector<std::string>{"<s>", "a much longer token than the short string buffer", "b"}));
     EXPECT_EQ(f.get_ints("types"), (std::vector<int64_t>{1, 2, 3}));
     EXPECT_EQ(f.get_strings("vocab"), f.get_strings("vocab"));  // read again, same result
     EXPECT_THROW(f.get_strings("types"), Error);
@@ -442,11 +452,12 @@ TEST(GgufReader, LimitsAreCheckedBeforeAllocating) {
       GgufFile f(p);
       ADD_FAILURE() << "array: loaded";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("Limits::max_metadata_values"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("Limits::max_metadata_values"), std::string::npos)
+          << e.what();
     }
   }
   l = {}, l.max_header_bytes = 4;
-  refused(l, "max_header_bytes");     // "llama" is 5 bytes
+  refused(l, "max_header_bytes");  // "llama" is 5 bytes
   l = {}, l.max_tensors = 1;
   refused(l, "max_tensors");
   l = {}, l.max_tensor_elements = 63;
@@ -457,10 +468,11 @@ TEST(GgufReader, LimitsAreCheckedBeforeAllocating) {
     GgufFile f(path);
     ADD_FAILURE() << "max_rank: loaded";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dimensions (expected 1 to 1)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("dimensions (expected 1 to 1)"), std::string::npos)
+        << e.what();
   }
-  l = {}, l.max_metadata_values = 12, l.max_header_bytes = 20, l.max_tensors = 2, l.max_tensor_elements = 64,
-  l.max_rank = 2;
+  l = {}, l.max_metadata_values = 12, l.max_header_bytes = 20, l.max_tensors = 2,
+  l.max_tensor_elements = 64, l.max_rank = 2;
   const ScopedLimits exact(l);
   EXPECT_NO_THROW(GgufFile{path});
 }
@@ -476,7 +488,8 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
   expect_gguf_error("short.gguf", good.substr(0, 10), "too short");
   expect_gguf_error("trunc.gguf", good.substr(0, 150), "truncated");
-  expect_gguf_error("trunc_data.gguf", good.substr(0, good.size() - 16), "runs past the end of the file");
+  expect_gguf_error("trunc_data.gguf", good.substr(0, good.size() - 16),
+                    "runs past the end of the file");
   expect_gguf_error("magic.gguf", patched(0, "GGUX"), "magic");
   expect_gguf_error("v1.gguf", patched(4, u32(1)), "version 1");
   expect_gguf_error("ntensors.gguf", patched(8, u64(1ull << 62)), "tensor_count");
@@ -486,7 +499,8 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
   // The first value's type (after the 20-byte key "general.architecture").
   expect_gguf_error("vtype.gguf", patched(24 + 8 + 20, u32(99)), "unknown value type");
   // Tensor infos: build files with one bad field each.
-  auto with_tensor = [&](const std::vector<uint64_t>& ne, uint32_t type, uint64_t offset, bool twice = false) {
+  auto with_tensor = [&](const std::vector<uint64_t>& ne, uint32_t type, uint64_t offset,
+                         bool twice = false) {
     GgufWriter w;
     w.str("general.architecture", "llama");
     std::string s;
@@ -558,10 +572,14 @@ GgufWriter llama_as_gguf(const std::string& dir, bool with_head) {
   GgufWriter g;
   put_llama_metadata(g, c);
   const std::pair<const char*, const char*> names[] = {
-      {"input_layernorm.weight", "attn_norm.weight"}, {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},   {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.o_proj.weight", "attn_output.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},    {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"}};
   const c10::Device cpu(c10::kCPU);
   g.f32_tensor("token_embd.weight", w.load("model.embed_tokens.weight", at::kFloat, cpu));
@@ -596,7 +614,8 @@ TEST(GgufModel, GeneratedLlamaGivesTheSafetensorsLogitsBitwise) {
   EXPECT_TRUE(tied->config().tie_word_embeddings);
   // Without the un-permutation the logits would differ: the permutation is not the identity here.
   WeightStore w(dir);
-  const at::Tensor q = w.load("model.layers.0.self_attn.q_proj.weight", at::kFloat, c10::Device(c10::kCPU));
+  const at::Tensor q =
+      w.load("model.layers.0.self_attn.q_proj.weight", at::kFloat, c10::Device(c10::kCPU));
   EXPECT_FALSE(at::equal(q, llama_cpp_permute(q, 4)));
 }
 
@@ -702,7 +721,9 @@ TEST(GgufModel, MissingTensorAndUnsupportedArchitecture) {
     load_model(gguf_file("missing.gguf", g.bytes()));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing tensor 'blk.0.attn_norm.weight'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("missing tensor 'blk.0.attn_norm.weight'"),
+              std::string::npos)
+        << e.what();
   }
   GgufWriter bad;
   bad.str("general.architecture", "mamba");
@@ -710,7 +731,8 @@ TEST(GgufModel, MissingTensorAndUnsupportedArchitecture) {
     load_model(gguf_file("mamba.gguf", bad.bytes()));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unsupported GGUF architecture 'mamba' (supported: llama, qwen2)"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "unsupported GGUF architecture 'mamba' (supported: llama, qwen2)"),
               std::string::npos)
         << e.what();
   }
@@ -739,9 +761,18 @@ std::vector<Piece> proto_pieces(const std::string& model) {
   for (size_t i = 0; i < model.size();) {
     const uint64_t key = varint(model, i);
     const int field = static_cast<int>(key >> 3), wire = static_cast<int>(key & 7);
-    if (wire == 0) { varint(model, i); continue; }
-    if (wire == 5) { i += 4; continue; }
-    if (wire == 1) { i += 8; continue; }
+    if (wire == 0) {
+      varint(model, i);
+      continue;
+    }
+    if (wire == 5) {
+      i += 4;
+      continue;
+    }
+    if (wire == 1) {
+      i += 8;
+      continue;
+    }
     const size_t len = varint(model, i);
     const std::string body = model.substr(i, len);
     i += len;
@@ -770,13 +801,16 @@ TEST(GgufTokenizer, SentencePieceVocabularyTokenizesLikeTheOriginalModel) {
   // A Llama-style model: BPE, byte fallback, identity normalizer, no whitespace squeezing.
   const std::string dir = temp_dir("gguf_spm");
   std::string corpus;
-  const char* lines[] = {"the quick brown fox jumps over the lazy dog", "speculative decoding drafts tokens",
+  const char* lines[] = {"the quick brown fox jumps over the lazy dog",
+                         "speculative decoding drafts tokens",
                          "the target verifies them in one pass", "café naïve Привет мир 12345"};
-  for (int k = 0; k < 300; ++k) corpus += std::string(lines[k % 4]) + (k % 7 ? " fast" : " slow") + "\n";
+  for (int k = 0; k < 300; ++k)
+    corpus += std::string(lines[k % 4]) + (k % 7 ? " fast" : " slow") + "\n";
   write_file(dir + "/corpus.txt", corpus);
-  train_sentencepiece("--input=" + dir + "/corpus.txt --model_prefix=" + dir +
-                      "/tokenizer --vocab_size=400 --model_type=bpe --byte_fallback=true --character_coverage=1.0 "
-                      "--normalization_rule_name=identity --remove_extra_whitespaces=false");
+  train_sentencepiece(
+      "--input=" + dir + "/corpus.txt --model_prefix=" + dir +
+      "/tokenizer --vocab_size=400 --model_type=bpe --byte_fallback=true --character_coverage=1.0 "
+      "--normalization_rule_name=identity --remove_extra_whitespaces=false");
   const auto original = load_tokenizer(dir);
   const std::vector<Piece> pieces = proto_pieces(read_file(dir + "/tokenizer.model"));
   ASSERT_EQ(static_cast<int64_t>(pieces.size()), original->size());
@@ -786,7 +820,8 @@ TEST(GgufTokenizer, SentencePieceVocabularyTokenizesLikeTheOriginalModel) {
   std::vector<std::string> texts;
   std::vector<float> scores;
   std::vector<int32_t> types;
-  for (const Piece& p : pieces) texts.push_back(p.text), scores.push_back(p.score), types.push_back(p.type);
+  for (const Piece& p : pieces)
+    texts.push_back(p.text), scores.push_back(p.score), types.push_back(p.type);
   g.strs("tokenizer.ggml.tokens", texts);
   g.f32s("tokenizer.ggml.scores", scores);
   g.i32s("tokenizer.ggml.token_type", types);
@@ -798,8 +833,8 @@ TEST(GgufTokenizer, SentencePieceVocabularyTokenizesLikeTheOriginalModel) {
   EXPECT_EQ(rebuilt->size(), original->size());
   EXPECT_EQ(rebuilt->bos_token_id(), 1);
   EXPECT_EQ(rebuilt->eos_token_id(), 2);
-  for (const std::string text : {"the quick brown fox", "  two  spaces  ", "café Привет", "unseen: Zebra ✓ 42",
-                                 "<s>the</s> fast", "line\nbreak", ""}) {
+  for (const std::string text : {"the quick brown fox", "  two  spaces  ", "café Привет",
+                                 "unseen: Zebra ✓ 42", "<s>the</s> fast", "line\nbreak", ""}) {
     for (bool special : {false, true}) {
       const auto ids = original->encode(text, special);
       EXPECT_EQ(rebuilt->encode(text, special), ids) << text;
@@ -814,6 +849,7 @@ TEST(GgufTokenizer, SentencePieceVocabularyTokenizesLikeTheOriginalModel) {
     load_tokenizer(gguf_file("bert.gguf", bad.bytes()));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.model 'bert' is not supported"),
+              std::string::npos);
   }
 }

@@ -12,9 +12,9 @@
 #include <limits>
 
 #include "kernels/kernels.hpp"
-#include "specdec/kv_cache.hpp"
 #include "linear.hpp"
 #include "specdec/error.hpp"
+#include "specdec/kv_cache.hpp"
 #include "test_util.hpp"
 
 namespace specdec {
@@ -49,15 +49,28 @@ at::Tensor random_blocks(GgmlType type, int64_t rows, int64_t k, int fill = -1) 
                             : at::full({rows, blocks * bytes}, fill, at::kByte);
   std::vector<int> scale_fields;
   switch (type) {
-    case GgmlType::kQ4_0: case GgmlType::kQ5_0: case GgmlType::kQ8_0: scale_fields = {0}; break;
-    case GgmlType::kQ4_1: case GgmlType::kQ5_1: case GgmlType::kQ4_K: case GgmlType::kQ5_K: scale_fields = {0, 2}; break;
-    case GgmlType::kQ6_K: scale_fields = {208}; break;
-    default: break;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ8_0:
+      scale_fields = {0};
+      break;
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      scale_fields = {0, 2};
+      break;
+    case GgmlType::kQ6_K:
+      scale_fields = {208};
+      break;
+    default:
+      break;
   }
   uint8_t* p = out.data_ptr<uint8_t>();
   for (int64_t blk = 0; blk < rows * blocks; ++blk)
     for (size_t f = 0; f < scale_fields.size(); ++f) {
-      const uint16_t h = c10::Half((0.001f + 0.05f * static_cast<float>(blk % 7)) * (f ? 0.37f : 1.0f)).x;
+      const uint16_t h =
+          c10::Half((0.001f + 0.05f * static_cast<float>(blk % 7)) * (f ? 0.37f : 1.0f)).x;
       std::memcpy(p + blk * bytes + scale_fields[f], &h, 2);
     }
   return out;
@@ -117,13 +130,14 @@ TEST(LinearKernel, X86KernelsFollowTheDocumentedOrder) {
       const at::Tensor w = at::randn({n, k}), x = at::randn({20, k});
       const kernels::LinearKernel kernel = kernels::linear_kernel(GgmlType::kF32, false, isa);
       for (int64_t t : {1, 3, 8, 9, 20}) {
-        const at::Tensor y = kernels::linear_packed(x.narrow(0, 0, t), kernel,
-                                                    static_cast<const uint8_t*>(w.data_ptr()), k * 4, n, k, {});
+        const at::Tensor y = kernels::linear_packed(
+            x.narrow(0, 0, t), kernel, static_cast<const uint8_t*>(w.data_ptr()), k * 4, n, k, {});
         for (int64_t r = 0; r < t; ++r)
           for (int64_t c = 0; c < n; ++c) {
             const float want = documented_order(w[c].data_ptr<float>(), x[r].data_ptr<float>(), k);
-            ASSERT_EQ(y[r][c].item<float>(), want) << kernels::isa_name(isa) << " K " << k << " rows " << t
-                                                   << " (" << r << ", " << c << ")";
+            ASSERT_EQ(y[r][c].item<float>(), want)
+                << kernels::isa_name(isa) << " K " << k << " rows " << t << " (" << r << ", " << c
+                << ")";
           }
       }
     }
@@ -145,7 +159,10 @@ TEST(LinearKernel, KernelFamiliesGiveTheSameBitsInEveryFormat) {
       for (bool long_rows : {false, true}) {
         if (int8 && !kernels::has_int8_kernel(type)) continue;
         const int64_t block = ggml_block_elements(type);
-        const int64_t k = long_rows ? (block == 1 ? 2056 : 2048) : block == 256 ? 512 : block == 1 ? 100 : 96;
+        const int64_t k = long_rows      ? (block == 1 ? 2056 : 2048)
+                          : block == 256 ? 512
+                          : block == 1   ? 100
+                                         : 96;
         const int64_t n = 21;
         at::Tensor bytes;
         if (block == 1) {  // the float formats: any K
@@ -155,20 +172,22 @@ TEST(LinearKernel, KernelFamiliesGiveTheSameBitsInEveryFormat) {
         } else {
           bytes = random_blocks(type, n, k);
         }
-        const std::string name = std::string(ggml_type_name(static_cast<uint32_t>(type))) + (int8 ? " int8" : "") +
-                                 " K " + std::to_string(k);
+        const std::string name = std::string(ggml_type_name(static_cast<uint32_t>(type))) +
+                                 (int8 ? " int8" : "") + " K " + std::to_string(k);
         const at::Tensor x = at::randn({20, k});
-        kernels::prepare_weights(kernels::linear_kernel(type, int8), type, bytes.data_ptr<uint8_t>(),
-                                 n,
+        kernels::prepare_weights(kernels::linear_kernel(type, int8), type,
+                                 bytes.data_ptr<uint8_t>(), n,
                                  bytes.size(1));  // the same layout for both families
         for (int64_t t : {1, 2, 3, 4, 6, 7, 8, 9, 20}) {
           std::vector<at::Tensor> y;
           for (kernels::Isa isa : families)
-            y.push_back(kernels::linear_packed(x.narrow(0, 0, t), kernels::linear_kernel(type, int8, isa),
+            y.push_back(kernels::linear_packed(x.narrow(0, 0, t),
+                                               kernels::linear_kernel(type, int8, isa),
                                                bytes.data_ptr<uint8_t>(), bytes.size(1), n, k, {}));
           for (size_t i = 1; i < y.size(); ++i)
-            EXPECT_TRUE(at::equal(y[0], y[i])) << name << " rows " << t << ": " << kernels::isa_name(families[0])
-                                               << " against " << kernels::isa_name(families[i]);
+            EXPECT_TRUE(at::equal(y[0], y[i]))
+                << name << " rows " << t << ": " << kernels::isa_name(families[0]) << " against "
+                << kernels::isa_name(families[i]);
         }
       }
 }
@@ -191,13 +210,14 @@ TEST(LinearKernel, SixteenBitFormatsEqualFloat32OnTheirValues) {
 // double precision from the dequantized weights and the same quantized activations (the kernels
 // split it into d_w d_x sum(q_w q_x) per block plus m_w s_x), and is bitwise batch-invariant.
 // The integer formula for output (t, r) of 8-bit activations `act` against weights `dense` [N, k]
-// (dequantized), in double: the sum over c of w[r][c] d_x q_x, and the sum of the terms' magnitudes,
-// which float32 rounding follows.
-std::pair<double, double> int8_formula(const at::Tensor& dense, const kernels::ActRows& act, int64_t t, int64_t r,
-                                       int64_t k) {
+// (dequantized), in double: the sum over c of w[r][c] d_x q_x, and the sum of the terms'
+// magnitudes, which float32 rounding follows.
+std::pair<double, double> int8_formula(const at::Tensor& dense, const kernels::ActRows& act,
+                                       int64_t t, int64_t r, int64_t k) {
   double want = 0, size = 0;
   for (int64_t c = 0; c < k; ++c) {
-    const double term = static_cast<double>(dense[r][c].item<float>()) * act.d[(t * k + c) / 32] * act.q[t * k + c];
+    const double term =
+        static_cast<double>(dense[r][c].item<float>()) * act.d[(t * k + c) / 32] * act.q[t * k + c];
     want += term, size += std::fabs(term);
   }
   return {want, size};
@@ -231,9 +251,9 @@ TEST(LinearKernel, Int8ActivationKernelsMatchTheIntegerFormula) {
 }
 
 // The integer sums at their extremes, in every kernel family: every value byte 0xFF (the largest
-// unsigned value of each format: 15, 31, 63 and the 6-bit scales) or, for Q8_0, 0x80 (-128), against
-// activations of +-127. 16-bit partial sums (AVX2's maddubs) that hold for random values can wrap
-// here; the result must still be the integer formula's.
+// unsigned value of each format: 15, 31, 63 and the 6-bit scales) or, for Q8_0, 0x80 (-128),
+// against activations of +-127. 16-bit partial sums (AVX2's maddubs) that hold for random values
+// can wrap here; the result must still be the integer formula's.
 TEST(LinearKernel, Int8ActivationKernelsHoldTheExtremeValues) {
   const int64_t n = 21;
   for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0,
@@ -248,8 +268,10 @@ TEST(LinearKernel, Int8ActivationKernelsHoldTheExtremeValues) {
       at::Tensor w = bytes.clone();
       kernels::prepare_weights(kernel, type, w.data_ptr<uint8_t>(), n, w.size(1));
       for (int64_t t : {1, 6, 20}) {
-        const at::Tensor x = at::ones({t, k}) * (at::arange(t).remainder(2) * 2 - 1).unsqueeze(1);  // +1, -1, ...
-        const at::Tensor y = kernels::linear_packed(x, kernel, w.data_ptr<uint8_t>(), w.size(1), n, k, {});
+        const at::Tensor x =
+            at::ones({t, k}) * (at::arange(t).remainder(2) * 2 - 1).unsqueeze(1);  // +1, -1, ...
+        const at::Tensor y =
+            kernels::linear_packed(x, kernel, w.data_ptr<uint8_t>(), w.size(1), n, k, {});
         kernels::ActRows act(t, k);
         act.quantize(x.data_ptr<float>(), 0, t);
         for (int64_t i = 0; i < t * k; ++i) ASSERT_EQ(std::abs(act.q[i]), 127);
@@ -257,7 +279,8 @@ TEST(LinearKernel, Int8ActivationKernelsHoldTheExtremeValues) {
           for (int64_t r = 0; r < n; ++r) {
             const auto [want, size] = int8_formula(dense, act, row, r, k);
             ASSERT_NEAR(y[row][r].item<double>(), want, 1e-5 * (1 + size))
-                << name << " " << kernels::isa_name(isa) << " " << t << " rows, row " << row << " col " << r;
+                << name << " " << kernels::isa_name(isa) << " " << t << " rows, row " << row
+                << " col " << r;
           }
       }
     }
@@ -301,8 +324,10 @@ TEST(LinearKernel, Q5_0WithInt8ActivationsEqualsQ8_0OnTheSameValues) {
     kernels::prepare_weights(k8, GgmlType::kQ8_0, w8.data_ptr<uint8_t>(), n, w8.size(1));
     for (int64_t t : {1, 6, 20}) {
       const at::Tensor x = at::randn({t, k});
-      const at::Tensor y5 = kernels::linear_packed(x, k5, w5.data_ptr<uint8_t>(), w5.size(1), n, k, {});
-      EXPECT_TRUE(at::equal(y5, kernels::linear_packed(x, k8, w8.data_ptr<uint8_t>(), w8.size(1), n, k, {})))
+      const at::Tensor y5 =
+          kernels::linear_packed(x, k5, w5.data_ptr<uint8_t>(), w5.size(1), n, k, {});
+      EXPECT_TRUE(at::equal(
+          y5, kernels::linear_packed(x, k8, w8.data_ptr<uint8_t>(), w8.size(1), n, k, {})))
           << kernels::isa_name(isa) << " " << t << " rows";
       if (isa == kernels::default_isa()) EXPECT_TRUE(at::equal(five(x), y5)) << t << " rows";
     }
@@ -363,7 +388,8 @@ float documented_int8_order(GgmlType type, const uint8_t* row, const kernels::Ac
         const int offset = q5_1 ? 0 : 16;
         auto bit = [&](int i) { return (qh[i / 8] >> (i % 8)) & 1; };
         for (int j = 0; j < 16; ++j)
-          isum += ((qs[j] & 15) + 16 * bit(j) - offset) * x[j] + ((qs[j] >> 4) + 16 * bit(j + 16) - offset) * x[j + 16];
+          isum += ((qs[j] & 15) + 16 * bit(j) - offset) * x[j] +
+                  ((qs[j] >> 4) + 16 * bit(j + 16) - offset) * x[j + 16];
         acc = std::fma(static_cast<float>(isum), half_bits(blk) * dx, acc);
         if (q5_1) acc = std::fma(half_bits(blk + 2), sx, acc);
         break;
@@ -571,7 +597,8 @@ TEST(LinearKernel, ResidualIsAddedAsLibtorchAddsIt) {
       {"f32 bias", Linear(w, bias)},
       {"q8_0 bias", Linear(GgmlType::kQ8_0, q8.clone(), k, bias)},
       {"q8_0 int8 bias", Linear(GgmlType::kQ8_0, q8.clone(), k, bias, /*int8_activations=*/true)},
-      {"parts", Linear::cat({Linear(w.narrow(0, 0, 8).clone()), Linear(GgmlType::kQ8_0, q8.narrow(0, 8, n - 8).clone(), k)})}};
+      {"parts", Linear::cat({Linear(w.narrow(0, 0, 8).clone()),
+                             Linear(GgmlType::kQ8_0, q8.narrow(0, 8, n - 8).clone(), k)})}};
   const at::Tensor x = at::randn({2, 40, k}), residual = at::randn({2, 40, n}) * 10;  // 80 rows
   for (const auto& [name, l] : layers) {
     EXPECT_TRUE(at::equal(l(x, residual), residual + l(x))) << name;
@@ -600,10 +627,13 @@ TEST(WeightArena, CopiesHandBackTheSourceAndFuseWithoutACopy) {
   EXPECT_NE(copy.data_ptr(), src.data_ptr());
   // The source's page-aligned interior reads zero; its partial first and last pages are kept.
   const auto* s = static_cast<const uint8_t*>(src.data_ptr());
-  const auto first = (reinterpret_cast<uintptr_t>(s) + 4095) / 4096 * 4096 - reinterpret_cast<uintptr_t>(s);
-  const auto last = (reinterpret_cast<uintptr_t>(s) + src.nbytes()) / 4096 * 4096 - reinterpret_cast<uintptr_t>(s);
+  const auto first =
+      (reinterpret_cast<uintptr_t>(s) + 4095) / 4096 * 4096 - reinterpret_cast<uintptr_t>(s);
+  const auto last = (reinterpret_cast<uintptr_t>(s) + src.nbytes()) / 4096 * 4096 -
+                    reinterpret_cast<uintptr_t>(s);
   EXPECT_TRUE(std::all_of(s + first, s + last, [](uint8_t v) { return v == 0; }));
-  EXPECT_TRUE(at::equal(src.flatten().narrow(0, 0, first / 4), a.flatten().narrow(0, 0, first / 4)));
+  EXPECT_TRUE(
+      at::equal(src.flatten().narrow(0, 0, first / 4), a.flatten().narrow(0, 0, first / 4)));
   // Kept (release_source = false): the source stays as it was.
   at::Tensor kept = b.clone();
   auto [copy_b, chunk_b] = arena.copy(kept, false);
@@ -616,7 +646,8 @@ TEST(WeightArena, CopiesHandBackTheSourceAndFuseWithoutACopy) {
   lb.move_to(arena);
   const at::Tensor x = at::randn({1, 5, k});
   const Linear fused = Linear::cat({la, lb});
-  EXPECT_EQ(fused.tensors().at(0).data_ptr(), la.tensors().at(0).data_ptr()) << "a view, not a copy";
+  EXPECT_EQ(fused.tensors().at(0).data_ptr(), la.tensors().at(0).data_ptr())
+      << "a view, not a copy";
   EXPECT_TRUE(at::equal(fused(x), Linear(at::cat({a, b}))(x)));
   lc.move_to(arena);
   const Linear apart = Linear::cat({la, lc});  // lb lies between them
@@ -646,7 +677,8 @@ TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
     const at::Tensor q = at::randn({2, hq, t, d});
     const at::Tensor cache_k = at::randn({2, hkv, 512, d}), cache_v = at::randn({2, hkv, 512, d});
     const at::Tensor k = cache_k.narrow(2, 0, len), v = cache_v.narrow(2, 0, len);  // strided views
-    const at::Tensor mask = at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
+    const at::Tensor mask =
+        at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
     const at::Tensor plain = kernels::attention_f32(q, k, v, mask, 0.125, kernels::Isa::kPortable);
     for (const kernels::Isa isa : have)
       EXPECT_TRUE(at::equal(kernels::attention_f32(q, k, v, mask, 0.125, isa), plain))
@@ -666,14 +698,18 @@ TEST(LayerKernels, AttentionRowIsTheSameWithoutTheKeysItMasks) {
   for (const kernels::Isa isa : kernels::available_isas())
     for (int64_t d : {64, 36}) {
       const int64_t t = 5, len = 19, hq = 4, hkv = 2;
-      const at::Tensor q = at::randn({1, hq, t, d}), k = at::randn({1, hkv, len, d}), v = at::randn({1, hkv, len, d});
-      const at::Tensor mask = at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
+      const at::Tensor q = at::randn({1, hq, t, d}), k = at::randn({1, hkv, len, d}),
+                       v = at::randn({1, hkv, len, d});
+      const at::Tensor mask =
+          at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
       const at::Tensor pass = kernels::attention_f32(q, k, v, mask, 0.125, isa);  // [1, t, hq * d]
       for (int64_t j = 0; j < t; ++j) {
         const int64_t seen = len - t + 1 + j;
-        const at::Tensor one = kernels::attention_f32(q.narrow(2, j, 1).contiguous(), k.narrow(2, 0, seen),
-                                                      v.narrow(2, 0, seen), {}, 0.125, isa);
-        EXPECT_TRUE(at::equal(pass.narrow(1, j, 1), one)) << kernels::isa_name(isa) << " d " << d << " query " << j;
+        const at::Tensor one =
+            kernels::attention_f32(q.narrow(2, j, 1).contiguous(), k.narrow(2, 0, seen),
+                                   v.narrow(2, 0, seen), {}, 0.125, isa);
+        EXPECT_TRUE(at::equal(pass.narrow(1, j, 1), one))
+            << kernels::isa_name(isa) << " d " << d << " query " << j;
       }
     }
 }
@@ -687,28 +723,38 @@ TEST(LayerKernels, AttentionRowIsTheSameWithoutTheKeysItMasks) {
 // not serve (a row past the capacity, a mask of another shape) give an undefined tensor and write
 // nothing.
 TEST(LayerKernels, FusedCachedAttentionIsTheUnfusedStepsBitwise) {
-  struct Case { int64_t t, hq, hkv, d, rot; std::vector<int64_t> past; bool mask; };
+  struct Case {
+    int64_t t, hq, hkv, d, rot;
+    std::vector<int64_t> past;
+    bool mask;
+  };
   const int64_t cap = 32;
-  for (const Case& c : {Case{3, 6, 2, 64, 64, {7, 7}, true}, Case{1, 3, 3, 36, 16, {20}, false},
-                        Case{4, 4, 1, 16, 0, {0, 0, 0}, true}, Case{5, 6, 2, 64, 32, {3, 29, 11}, true}}) {
+  for (const Case& c :
+       {Case{3, 6, 2, 64, 64, {7, 7}, true}, Case{1, 3, 3, 36, 16, {20}, false},
+        Case{4, 4, 1, 16, 0, {0, 0, 0}, true}, Case{5, 6, 2, 64, 32, {3, 29, 11}, true}}) {
     const auto b = static_cast<int64_t>(c.past.size());
-    const bool same = std::all_of(c.past.begin(), c.past.end(), [&](int64_t p) { return p == c.past[0]; });
+    const bool same =
+        std::all_of(c.past.begin(), c.past.end(), [&](int64_t p) { return p == c.past[0]; });
     const int64_t longest = *std::max_element(c.past.begin(), c.past.end());
     const int64_t len = std::min(cap, longest + c.t), width = (c.hq + 2 * c.hkv) * c.d;
     const at::Tensor y = at::randn({b, c.t, width});
-    const std::vector<int64_t> table = same ? std::vector<int64_t>{c.t, c.rot} : std::vector<int64_t>{b, 1, c.t, c.rot};
-    const at::Tensor cos = c.rot ? at::randn(table) : at::Tensor(), sin = c.rot ? at::randn(table) : at::Tensor();
+    const std::vector<int64_t> table =
+        same ? std::vector<int64_t>{c.t, c.rot} : std::vector<int64_t>{b, 1, c.t, c.rot};
+    const at::Tensor cos = c.rot ? at::randn(table) : at::Tensor(),
+                     sin = c.rot ? at::randn(table) : at::Tensor();
     at::Tensor mask;  // causal per row: query j of row r sees keys up to past[r] + j
     if (c.mask) {
       mask = at::zeros({b, 1, 1, c.t, len});
       for (int64_t r = 0; r < b; ++r)
         for (int64_t j = 0; j < c.t; ++j)
-          mask[r][0][0][j].narrow(0, std::min(len, c.past[r] + j + 1), len - std::min(len, c.past[r] + j + 1))
+          mask[r][0][0][j]
+              .narrow(0, std::min(len, c.past[r] + j + 1), len - std::min(len, c.past[r] + j + 1))
               .fill_(-std::numeric_limits<float>::infinity());
       if (same) mask = mask[0][0][0].contiguous();  // [T, L]
     }
     // A cache of one row more than the pass, random values everywhere.
-    const at::Tensor keys0 = at::randn({b + 1, c.hkv, cap, c.d}), values0 = at::randn({b + 1, c.hkv, cap, c.d});
+    const at::Tensor keys0 = at::randn({b + 1, c.hkv, cap, c.d}),
+                     values0 = at::randn({b + 1, c.hkv, cap, c.d});
     for (const kernels::Isa isa : kernels::available_isas()) {
       // Unfused: the steps Attention takes without the fused kernel.
       const auto parts = y.split({c.hq * c.d, c.hkv * c.d, c.hkv * c.d}, -1);
@@ -725,8 +771,8 @@ TEST(LayerKernels, FusedCachedAttentionIsTheUnfusedStepsBitwise) {
       const at::Tensor want = kernels::attention_f32(q, kv, vv, mask, 0.125, isa);
       // Fused.
       const at::Tensor keys = keys0.clone(), values = values0.clone();
-      const at::Tensor got =
-          kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, c.past, mask, 0.125, isa);
+      const at::Tensor got = kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys,
+                                                           values, c.past, mask, 0.125, isa);
       ASSERT_TRUE(got.defined()) << kernels::isa_name(isa);
       const std::string what = std::string(kernels::isa_name(isa)) + " rows " + std::to_string(b);
       EXPECT_TRUE(at::equal(got, want)) << what;
@@ -735,12 +781,14 @@ TEST(LayerKernels, FusedCachedAttentionIsTheUnfusedStepsBitwise) {
       // Refused: nothing written.
       std::vector<int64_t> full = c.past;
       full[0] = cap;
-      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, full, {}, 0.125, isa)
+      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, full,
+                                                 {}, 0.125, isa)
                        .defined());
-      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, c.past,
-                                                 at::zeros({c.t, len + 1}), 0.125, isa)
+      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values,
+                                                 c.past, at::zeros({c.t, len + 1}), 0.125, isa)
                        .defined());
-      EXPECT_TRUE(at::equal(keys, cache.buffers(0).first) && at::equal(values, cache.buffers(0).second));
+      EXPECT_TRUE(at::equal(keys, cache.buffers(0).first) &&
+                  at::equal(values, cache.buffers(0).second));
     }
   }
 }

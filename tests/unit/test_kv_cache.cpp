@@ -1,8 +1,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "specdec/kv_cache.hpp"
 #include "specdec/error.hpp"
+#include "specdec/kv_cache.hpp"
 
 namespace specdec {
 namespace {
@@ -45,14 +45,15 @@ TEST(KVCache, RowsKeepTheirOwnLengths) {
   EXPECT_EQ(c.length(2), 0);
   EXPECT_THROW(c.length(), Error);  // rows differ
   // Each row appends at its own length; the views span the longest row plus the new positions.
-  const at::Tensor k = at::arange(6, at::kFloat).view({3, 1, 2, 1}).expand({3, 1, 2, 2}).contiguous();
+  const at::Tensor k =
+      at::arange(6, at::kFloat).view({3, 1, 2, 1}).expand({3, 1, 2, 2}).contiguous();
   auto [ks, vs] = c.append(0, k, k);
   EXPECT_EQ(ks.size(2), 5);
   EXPECT_EQ(ks[0][0][1][0].item<float>(), 0.0f);  // row 0 at positions 1, 2
   EXPECT_EQ(ks[0][0][2][0].item<float>(), 1.0f);
   EXPECT_EQ(ks[1][0][3][0].item<float>(), 2.0f);  // row 1 at positions 3, 4
   EXPECT_EQ(ks[2][0][0][0].item<float>(), 4.0f);  // row 2 at positions 0, 1
-  c.advance(std::vector<int64_t>{2, 1, 2});  // row 1 keeps only one of them
+  c.advance(std::vector<int64_t>{2, 1, 2});       // row 1 keeps only one of them
   EXPECT_EQ(c.length(1), 4);
   c.crop(0, 1);
   EXPECT_EQ(c.length(0), 1);

@@ -10,7 +10,8 @@ namespace specdec {
 namespace {
 
 std::vector<int64_t> buckets(const std::vector<int64_t>& rel, bool bidirectional) {
-  const at::Tensor b = layers::relative_position_bucket(at::tensor(rel, at::kLong), bidirectional, 32, 128);
+  const at::Tensor b =
+      layers::relative_position_bucket(at::tensor(rel, at::kLong), bidirectional, 32, 128);
   return std::vector<int64_t>(b.data_ptr<int64_t>(), b.data_ptr<int64_t>() + b.numel());
 }
 
@@ -22,15 +23,18 @@ TEST(Layers, T5RelativePositionBuckets) {
             (std::vector<int64_t>{0, 3, 19, 8, 9, 10, 12, 15, 15, 31}));
   // Decoder (causal): keys after the query are bucket 0; exact below 16, then
   // 16 + floor(16 ln(d/16) / ln 8), at most 31.
-  EXPECT_EQ(buckets({5, -5, -20, -50, -127, -500}, false), (std::vector<int64_t>{0, 5, 17, 24, 31, 31}));
+  EXPECT_EQ(buckets({5, -5, -20, -50, -127, -500}, false),
+            (std::vector<int64_t>{0, 5, 17, 24, 31, 31}));
 }
 
 TEST(Layers, AttendWithAPerHeadBiasEqualsTheExplicitSoftmax) {
   at::manual_seed(3);
-  const at::Tensor q = at::randn({1, 2, 3, 4}), k = at::randn({1, 2, 5, 4}), v = at::randn({1, 2, 5, 4});
-  const at::Tensor bias = at::randn({2, 1, 3, 5});  // [H, 1, T, L] as T5 passes it
+  const at::Tensor q = at::randn({1, 2, 3, 4}), k = at::randn({1, 2, 5, 4}),
+                   v = at::randn({1, 2, 5, 4});
+  const at::Tensor bias = at::randn({2, 1, 3, 5});            // [H, 1, T, L] as T5 passes it
   const at::Tensor got = layers::attend(q, k, v, bias, 1.0);  // [1, 3, 2 * 4]
-  const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-1, -2)) + bias.squeeze(1).unsqueeze(0), -1);
+  const at::Tensor probs =
+      at::softmax(at::matmul(q, k.transpose(-1, -2)) + bias.squeeze(1).unsqueeze(0), -1);
   const at::Tensor want = at::matmul(probs, v).transpose(1, 2).reshape({1, 3, 8});
   EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6));
 }

@@ -41,13 +41,33 @@ TEST(Limits, SafetensorsHeaderTensorsRankAndElements) {
   EXPECT_NO_THROW(SafetensorsFile{file});
   Limits l;
   l.max_header_bytes = 64;
-  expect_limit_error([&] { ScopedLimits s(l); SafetensorsFile f(file); }, "max_header_bytes");
+  expect_limit_error(
+      [&] {
+        ScopedLimits s(l);
+        SafetensorsFile f(file);
+      },
+      "max_header_bytes");
   l = {}, l.max_tensors = 3;
-  expect_limit_error([&] { ScopedLimits s(l); SafetensorsFile f(file); }, "max_tensors");
+  expect_limit_error(
+      [&] {
+        ScopedLimits s(l);
+        SafetensorsFile f(file);
+      },
+      "max_tensors");
   l = {}, l.max_rank = 1;  // the matrices have 2 dimensions
-  expect_limit_error([&] { ScopedLimits s(l); SafetensorsFile f(file); }, "max_rank");
+  expect_limit_error(
+      [&] {
+        ScopedLimits s(l);
+        SafetensorsFile f(file);
+      },
+      "max_rank");
   l = {}, l.max_tensor_elements = 64 * 32 - 1;  // the embedding matrix
-  expect_limit_error([&] { ScopedLimits s(l); SafetensorsFile f(file); }, "max_tensor_elements");
+  expect_limit_error(
+      [&] {
+        ScopedLimits s(l);
+        SafetensorsFile f(file);
+      },
+      "max_tensor_elements");
 }
 
 TEST(Limits, VocabularySizeOfAConfigAndTokenIdsOfATokenizer) {
@@ -62,8 +82,13 @@ TEST(Limits, VocabularySizeOfAConfigAndTokenIdsOfATokenizer) {
   }
   // tokenizer.json: an added token whose id would size a 5-million-entry table.
   nlohmann::json tok = read_json(test_data("tiny_bpe/tokenizer.json"));
-  tok["added_tokens"].push_back({{"id", 4999999}, {"content", "<big>"}, {"special", true}, {"single_word", false},
-                                 {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
+  tok["added_tokens"].push_back({{"id", 4999999},
+                                 {"content", "<big>"},
+                                 {"special", true},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false}});
   const std::string dir = temp_dir("limits_tok");
   write_file(dir + "/tokenizer.json", tok.dump());
   expect_limit_error([&] { load_tokenizer(dir); }, "max_vocab_size");

@@ -28,7 +28,7 @@ TEST(Lookahead, HeuristicPlusTwoMinusOneFloorOne) {
   LookaheadSchedule s(with("heuristic", 3));
   s.update({.5, .5, .5}, 3);  // all accepted: +2
   EXPECT_EQ(s.num_tokens(), 5);
-  s.update({.5, .5}, 1);      // not all: -1
+  s.update({.5, .5}, 1);  // not all: -1
   EXPECT_EQ(s.num_tokens(), 4);
   for (int i = 0; i < 10; ++i) s.update({.5}, 0);
   EXPECT_EQ(s.num_tokens(), 1);  // floor
@@ -52,7 +52,9 @@ TEST(Lookahead, AdaptiveThresholdOnHandMadeHistory) {
                    0.3);
   // Too few samples, or one outcome only: unchanged.
   EXPECT_DOUBLE_EQ(LookaheadSchedule::fit_threshold({0.9, 0.1}, {true, false}, 0.4), 0.4);
-  EXPECT_DOUBLE_EQ(LookaheadSchedule::fit_threshold({.9, .8, .7, .6, .5, .4}, std::vector<bool>(6, true), 0.4), 0.4);
+  EXPECT_DOUBLE_EQ(
+      LookaheadSchedule::fit_threshold({.9, .8, .7, .6, .5, .4}, std::vector<bool>(6, true), 0.4),
+      0.4);
   // Perfect separation: the lowest accepted probability.
   EXPECT_DOUBLE_EQ(LookaheadSchedule::fit_threshold({.9, .8, .7, .3, .2, .1},
                                                     {true, true, true, false, false, false}, 0.4),
@@ -63,10 +65,10 @@ TEST(Lookahead, AdaptiveUpdateKeepsOnlyJudgedDrafts) {
   GenerationConfig c = with("dynamic", 8);
   LookaheadSchedule s(c);
   // Each iteration: drafts after the first rejection were never judged and are dropped.
-  s.update({0.9, 0.8, 0.05, 0.05}, 2);  // keeps (.9,1) (.8,1) (.05,0)
-  s.update({0.7, 0.3, 0.01}, 1);        // keeps (.7,1) (.3,0)
+  s.update({0.9, 0.8, 0.05, 0.05}, 2);   // keeps (.9,1) (.8,1) (.05,0)
+  s.update({0.7, 0.3, 0.01}, 1);         // keeps (.7,1) (.3,0)
   EXPECT_DOUBLE_EQ(s.threshold(), 0.4);  // 5 samples: not enough yet
-  s.update({0.6}, 1);                   // (.6,1): 6 samples
+  s.update({0.6}, 1);                    // (.6,1): 6 samples
   // Samples: .9+ .8+ .7+ .6+ / .3- .05-: perfect split at 0.6.
   EXPECT_DOUBLE_EQ(s.threshold(), 0.6);
   GenerationConfig fixed = c;
@@ -157,7 +159,8 @@ TEST(Lookahead, GoodputCarriesTheMeanEvidenceScaledDown) {
   LookaheadSchedule a(with("goodput", 0)), b(with("goodput", 0));
   a.update({1, 1, 1}, 1);  // accepted 1, rejected 1
   b.update({1, 1, 1}, 3);  // accepted 3, rejected 0
-  EXPECT_EQ(LookaheadSchedule::carry_evidence({&a, &b}), std::make_pair(2.0, 0.5));  // mean: 2.5 counts <= 4
+  EXPECT_EQ(LookaheadSchedule::carry_evidence({&a, &b}),
+            std::make_pair(2.0, 0.5));  // mean: 2.5 counts <= 4
   // Weight 1: the mean (2, 0.5) scaled by 1 / 2.5.
   const auto [acc, rej] = LookaheadSchedule::carry_evidence({&a, &b}, 1.0);
   EXPECT_DOUBLE_EQ(acc, 0.8);
@@ -216,8 +219,8 @@ TEST(Lookahead, PassCostFollowsTheMachineAtEveryRowCount) {
   c.observe(3, 1.2);
   c.observe(2, 2.0);  // speed 1 + 0.2 x (2.0 / 1.0 - 1) = 1.2, the least stays 1.0
   EXPECT_DOUBLE_EQ(c(2), 1.2);
-  EXPECT_DOUBLE_EQ(c(3), 1.44);  // 1.2 x 1.2: the 3-row pass, timed once, follows
-  EXPECT_DOUBLE_EQ(c(1), 1.2);   // below every row count: the smallest one's
+  EXPECT_DOUBLE_EQ(c(3), 1.44);                   // 1.2 x 1.2: the 3-row pass, timed once, follows
+  EXPECT_DOUBLE_EQ(c(1), 1.2);                    // below every row count: the smallest one's
   for (int i = 0; i < 9; ++i) c.observe(2, 2.0);  // the machine stays twice as slow
   // speed 2 - 0.8^10 after ten observations: every row count keeps its ratio to the others (an
   // average per row count would put the 2-row pass at 1.89 and the 3-row one at 1.2, cheaper)

@@ -25,7 +25,8 @@ TEST(Processors, Temperature) {
 }
 
 TEST(Processors, TopKKeepsTiesAndClampsToVocab) {
-  EXPECT_EQ(vec(make_top_k(2)->apply(row({1, 3, 2, 3}), {})), (std::vector<float>{-kInf, 3, -kInf, 3}));
+  EXPECT_EQ(vec(make_top_k(2)->apply(row({1, 3, 2, 3}), {})),
+            (std::vector<float>{-kInf, 3, -kInf, 3}));
   // Tie at the k-th value: both 2s reach it and are kept.
   EXPECT_EQ(vec(make_top_k(2)->apply(row({1, 2, 2, 3}), {})), (std::vector<float>{-kInf, 2, 2, 3}));
   EXPECT_EQ(vec(make_top_k(10)->apply(row({1, 2, 3}), {})), (std::vector<float>{1, 2, 3}));
@@ -37,7 +38,8 @@ TEST(Processors, TopPBoundaryAndMinimumOneToken) {
   auto kept = [&](double p) {
     std::vector<int> k;
     const auto v = vec(make_top_p(p)->apply(s, {}));
-    for (size_t i = 0; i < v.size(); ++i) if (std::isfinite(v[i])) k.push_back(static_cast<int>(i));
+    for (size_t i = 0; i < v.size(); ++i)
+      if (std::isfinite(v[i])) k.push_back(static_cast<int>(i));
     return k;
   };
   EXPECT_EQ(kept(0.9), (std::vector<int>{0, 1, 2}));
@@ -91,7 +93,8 @@ TEST(Processors, ChainFollowsConfigAndHuggingFaceOrder) {
   c.temperature = 0.5;
   c.top_k = 1;
   // temperature then top-k: [2, 4, 6] -> only the best survives.
-  EXPECT_EQ(vec(LogitsProcessorChain(c).apply(row({1, 2, 3}), {})), (std::vector<float>{-kInf, -kInf, 6}));
+  EXPECT_EQ(vec(LogitsProcessorChain(c).apply(row({1, 2, 3}), {})),
+            (std::vector<float>{-kInf, -kInf, 6}));
   EXPECT_FALSE(LogitsProcessorChain(c).reads_history());  // the callers copy no sequence for it
   c.repetition_penalty = 1.2;
   EXPECT_TRUE(LogitsProcessorChain(c).reads_history());

@@ -27,7 +27,8 @@ TEST(TinyBpe, IdsFollowTheMergesInBothLayouts) {
     if (file.empty()) {
       // load_tokenizer picks tokenizer.json; the GPT-2 layout is loaded from a copy without it.
       const std::string dir = temp_dir("tiny_bpe_vocab");
-      for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json", "added_tokens.json"})
+      for (const char* f :
+           {"vocab.json", "merges.txt", "tokenizer_config.json", "added_tokens.json"})
         write_file(dir + "/" + f, read_file(kTinyBpe + "/" + f));
       t = load_tokenizer(dir);
     } else {
@@ -43,7 +44,7 @@ TEST(TinyBpe, IdsFollowTheMergesInBothLayouts) {
     EXPECT_EQ(t->encode("\xC3\xA9", false), (std::vector<int64_t>{0xC3, 0xA9}));  // é as two bytes
     EXPECT_EQ(t->decode({262, 258, 263}, false), "Hello the<|endoftext|>");
     EXPECT_EQ(t->decode({262, 258, 263}, true), "Hello the");
-    EXPECT_EQ(t->token(258), "\xC4\xA0the");  // Ġthe
+    EXPECT_EQ(t->token(258), "\xC4\xA0the");              // Ġthe
     EXPECT_EQ(t->decode({0xC3}, false), "\xEF\xBF\xBD");  // a lone lead byte is U+FFFD
     EXPECT_THROW(t->decode({264}, false), Error);
     EXPECT_THROW(t->encode("bad \xC3", false), Error);
@@ -53,7 +54,8 @@ TEST(TinyBpe, IdsFollowTheMergesInBothLayouts) {
 TEST(TinyBpe, NormalizerOfTokenizerJsonAppliesNfc) {
   const std::string decomposed = "e\xCC\x81";  // e + U+0301
   // tokenizer.json says NFC: the same ids as precomposed é.
-  EXPECT_EQ(load_tokenizer(kTinyBpe)->encode(decomposed, false), (std::vector<int64_t>{0xC3, 0xA9}));
+  EXPECT_EQ(load_tokenizer(kTinyBpe)->encode(decomposed, false),
+            (std::vector<int64_t>{0xC3, 0xA9}));
   // GPT2Tokenizer does not normalize.
   EXPECT_EQ(load_tokenizer_file(kTinyBpe + "/vocab.json")->encode(decomposed, false),
             (std::vector<int64_t>{'e', 0xCC, 0x81}));
@@ -63,10 +65,10 @@ TEST(TinyBpe, StreamingHoldsBackIncompleteUtf8) {
   auto t = load_tokenizer(kTinyBpe);
   StreamDecoder s(*t);
   EXPECT_EQ(s.push({262}), "Hello");
-  EXPECT_EQ(s.push({' '}), "");  // trailing whitespace waits for what follows
+  EXPECT_EQ(s.push({' '}), "");   // trailing whitespace waits for what follows
   EXPECT_EQ(s.push({0xC3}), "");  // first byte of é
   EXPECT_EQ(s.push({0xA9}), " \xC3\xA9");
-  EXPECT_EQ(s.push({0xE2, 0x82}), "");  // two bytes of €
+  EXPECT_EQ(s.push({0xE2, 0x82}), "");    // two bytes of €
   EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");  // the stream ended inside a character
 }
 
@@ -83,13 +85,16 @@ TEST(TinyBpe, BadFilesGiveClearErrors) {
     }
   };
   expect_error("{\"version\": \"1.0\"}", "no 'model' section");
-  expect_error("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "unsupported model type 'Unigram'");
-  expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
-               "\"pre_tokenizer\": {\"type\": \"Metaspace\"}}",
-               "unsupported pre-tokenizer 'Metaspace'");
-  expect_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
-               "\"decoder\": {\"type\": \"ByteLevel\"}}",
-               "no ByteLevel");
+  expect_error("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}",
+               "unsupported model type 'Unigram'");
+  expect_error(
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+      "\"pre_tokenizer\": {\"type\": \"Metaspace\"}}",
+      "unsupported pre-tokenizer 'Metaspace'");
+  expect_error(
+      "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+      "\"decoder\": {\"type\": \"ByteLevel\"}}",
+      "no ByteLevel");
   expect_error("{\"model\": ", "not valid JSON");
   EXPECT_THROW(load_tokenizer(temp_dir("no_tokenizer")), Error);
 }
@@ -98,9 +103,10 @@ TEST(TinyBpe, BadFilesGiveClearErrors) {
 
 // A corpus with enough distinct words for a few hundred pieces.
 std::string corpus() {
-  const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "draft", "target",
-                         "model", "token", "accepts", "rejects", "speculative", "decoding", "fast", "slow",
-                         "world", "hello", "café", "naïve", "Привет", "мир"};
+  const char* words[] = {"the",     "quick",   "brown",       "fox",      "jumps",  "over",
+                         "lazy",    "dog",     "draft",       "target",   "model",  "token",
+                         "accepts", "rejects", "speculative", "decoding", "fast",   "slow",
+                         "world",   "hello",   "café",        "naïve",    "Привет", "мир"};
   std::string text;
   uint64_t x = 12345;
   for (int line = 0; line < 400; ++line) {
@@ -117,8 +123,8 @@ std::string corpus() {
 std::string trained_sentencepiece(int vocab_size, const std::string& config_json) {
   const std::string dir = temp_dir("spm_" + std::to_string(vocab_size));
   write_file(dir + "/corpus.txt", corpus());
-  train_sentencepiece("--input=" + dir + "/corpus.txt --model_prefix=" + dir + "/tokenizer --vocab_size=" +
-                      std::to_string(vocab_size) +
+  train_sentencepiece("--input=" + dir + "/corpus.txt --model_prefix=" + dir +
+                      "/tokenizer --vocab_size=" + std::to_string(vocab_size) +
                       " --model_type=bpe --byte_fallback=true --character_coverage=1.0");
   if (!config_json.empty()) write_file(dir + "/tokenizer_config.json", config_json);
   return dir;
@@ -133,7 +139,8 @@ TEST(SentencePiece, TrainedModelRoundTripsInTheSameProcessAsLibtorch) {
   EXPECT_EQ(t->size(), 300);
   EXPECT_EQ(t->bos_token_id(), 1);
   EXPECT_EQ(t->eos_token_id(), 2);
-  for (const std::string text : {"the quick brown fox", "hello world. café Привет", "unseen: Zebra 42 ✓"}) {
+  for (const std::string text :
+       {"the quick brown fox", "hello world. café Привет", "unseen: Zebra 42 ✓"}) {
     const auto ids = t->encode(text, false);
     EXPECT_EQ(t->decode(ids, false), text);
     const auto with_bos = t->encode(text, true);
@@ -195,7 +202,8 @@ TEST(SentencePiece, TruncatedModelIsAClearError) {
     FAIL() << "truncated model loaded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer.model"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("not a SentencePiece model"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a SentencePiece model"), std::string::npos)
+        << e.what();
   }
   write_file(dir + "/tokenizer.model", "");
   EXPECT_THROW(load_tokenizer(dir), Error);
@@ -219,7 +227,8 @@ TEST(SentencePiece, BadTokenizerConfigValuesAreClearErrors) {
       EXPECT_NE(std::string(e.what()).find("spiece.model"), std::string::npos) << e.what();
     }
   }
-  write_file(t5 + "/tokenizer_config.json", R"({"tokenizer_class": "T5Tokenizer", "extra_ids": 3})");
+  write_file(t5 + "/tokenizer_config.json",
+             R"({"tokenizer_class": "T5Tokenizer", "extra_ids": 3})");
   EXPECT_EQ(load_tokenizer(t5)->size(), 303);
 }
 
@@ -227,8 +236,9 @@ TEST(SentencePiece, BadTokenizerConfigValuesAreClearErrors) {
 // ("zero-length key") from inside the shim's C interface, which terminated the process.
 TEST(SentencePiece, ModelThatMakesSentencePieceThrowIsAClearError) {
   const std::string dir = temp_dir("spm_darts");
-  write_file(dir + "/tokenizer.model",
-             read_file(test_data("../fuzz/corpus/sentencepiece/finding-darts-zero-length-key.model")));
+  write_file(
+      dir + "/tokenizer.model",
+      read_file(test_data("../fuzz/corpus/sentencepiece/finding-darts-zero-length-key.model")));
   try {
     load_tokenizer(dir);
     FAIL() << "model loaded";
@@ -237,7 +247,6 @@ TEST(SentencePiece, ModelThatMakesSentencePieceThrowIsAClearError) {
   }
 }
 
-
 // A precompiled charsmap, as SentencePiece stores one: <trie bytes: uint32 LE><darts-clone double
 // array><NUL-separated replacements>. This one is written by hand: 256 units, one rule "x" ->
 // "the". Units: bits 0-7 label, bit 8 has-leaf, bits 10-30 offset; a leaf unit has bit 31 and
@@ -245,7 +254,8 @@ TEST(SentencePiece, ModelThatMakesSentencePieceThrowIsAClearError) {
 // byte c from the root reads unit 1 ^ c; 'x' reads unit 121, whose offset leads to state
 // 121 ^ 123 = 2, where the leaf (unit 2 ^ 0) says "replacement at offset `value`". Unit 1 is the
 // root state's own slot: its label (255) must not match byte 0.
-std::string charsmap_x_to_the(uint32_t value = 0, bool self_loop = false, uint32_t trie_bytes = 1024) {
+std::string charsmap_x_to_the(uint32_t value = 0, bool self_loop = false,
+                              uint32_t trie_bytes = 1024) {
   std::vector<uint32_t> unit(256, 0);
   unit[0] = 1u << 10;
   unit[1] = self_loop ? 0u : 0xFFu;  // label 0 at the root's slot: byte 0 loops back to the root
@@ -291,17 +301,24 @@ TEST(SentencePiece, MalformedCharsmapsAreClearErrorsAndAWellFormedOneIsUsed) {
   const auto finding = [](const std::string& name) {
     return read_file(test_data("../fuzz/corpus/sentencepiece/") + name);
   };
-  const std::string charsmap = "precompiled charsmap is malformed", protobuf = "malformed or truncated protobuf";
-  struct Bad { std::string what, bytes, error; };
+  const std::string charsmap = "precompiled charsmap is malformed",
+                    protobuf = "malformed or truncated protobuf";
+  struct Bad {
+    std::string what, bytes, error;
+  };
   const std::vector<Bad> bad = {
-      {"the fuzzer's finding: an empty array in the denormalizer", finding("finding-charsmap-empty-trie.model"), charsmap},
+      {"the fuzzer's finding: an empty array in the denormalizer",
+       finding("finding-charsmap-empty-trie.model"), charsmap},
       {"a value past the replacements", with_charsmap(model, 3, charsmap_x_to_the(4)), charsmap},
       {"a cycle", with_charsmap(model, 5, charsmap_x_to_the(0, true)), charsmap},
       {"an empty array", with_charsmap(model, 5, charsmap_x_to_the(0, false, 0)), charsmap},
-      {"an array past the blob's end", with_charsmap(model, 3, charsmap_x_to_the(0, false, 1024 + 5)), charsmap},
+      {"an array past the blob's end",
+       with_charsmap(model, 3, charsmap_x_to_the(0, false, 1024 + 5)), charsmap},
       // Protobuf skips a group (start 6, end 6) and reads on to the denormalizer behind it.
-      {"an empty array behind a group", with_charsmap(model + "\x33\x34", 5, charsmap_x_to_the(0, false, 0)), protobuf},
-      {"the fuzzer's finding: a group among the pieces, then the denormalizer", finding("finding-group-hides-denormalizer.model"), protobuf},
+      {"an empty array behind a group",
+       with_charsmap(model + "\x33\x34", 5, charsmap_x_to_the(0, false, 0)), protobuf},
+      {"the fuzzer's finding: a group among the pieces, then the denormalizer",
+       finding("finding-group-hides-denormalizer.model"), protobuf},
   };
   for (const auto& [what, bytes, error] : bad) {
     write_file(dir + "/tokenizer.model", bytes);
@@ -314,13 +331,14 @@ TEST(SentencePiece, MalformedCharsmapsAreClearErrorsAndAWellFormedOneIsUsed) {
   }
 }
 
-
 namespace {
 // Forwards to a tokenizer and counts the ids it is asked to decode.
 class CountingTokenizer final : public Tokenizer {
  public:
   explicit CountingTokenizer(const Tokenizer& t) : t_(t) {}
-  std::vector<int64_t> encode(const std::string& s, bool special) const override { return t_.encode(s, special); }
+  std::vector<int64_t> encode(const std::string& s, bool special) const override {
+    return t_.encode(s, special);
+  }
   std::string decode(const std::vector<int64_t>& ids, bool skip) const override {
     decoded += static_cast<int64_t>(ids.size());
     return t_.decode(ids, skip);
@@ -343,7 +361,8 @@ TEST(StreamDecoder, CleanUpSpacesLoseNothing) {
   // clean_up_tokenization_spaces turns "a ' b" into "a'b": text shown after "a '" would be changed
   // by " b". The stream holds " '" back and ends with exactly the full decode.
   const std::string dir = temp_dir("cleanup_bpe");
-  for (const char* f : {"vocab.json", "merges.txt"}) write_file(dir + "/" + f, read_file(kTinyBpe + "/" + f));
+  for (const char* f : {"vocab.json", "merges.txt"})
+    write_file(dir + "/" + f, read_file(kTinyBpe + "/" + f));
   write_file(dir + "/tokenizer_config.json", R"({"clean_up_tokenization_spaces": true})");
   const auto t = load_tokenizer(dir);
   for (const std::string text : {"a ' b", "a ' b . c ,d", "don 't , isn 't"}) {
@@ -370,7 +389,8 @@ TEST(StreamDecoder, DecodingWorkIsLinearInTheLength) {
   for (int64_t id : ids) streamed += s.push({id});
   streamed += s.finish();
   EXPECT_EQ(streamed, t->decode(ids, false));
-  // Re-decoding everything on each push would cost n (n + 1) / 2 ids; the windows cost a few per push.
+  // Re-decoding everything on each push would cost n (n + 1) / 2 ids; the windows cost a few per
+  // push.
   EXPECT_LT(counting.decoded, 12 * static_cast<int64_t>(ids.size())) << ids.size() << " ids";
 }
 

@@ -15,9 +15,9 @@ Candidates cands(std::vector<int64_t> t) {
 
 TEST(GreedyVerifier, LongestMatchingPrefixPlusTargetToken) {
   // Row argmaxes: 3, 1, 4.
-  const at::Tensor s = at::tensor({0.f, 0.f, 0.f, 9.f, 0.f,
-                                   0.f, 9.f, 0.f, 0.f, 0.f,
-                                   0.f, 0.f, 0.f, 0.f, 9.f}).view({3, 5});
+  const at::Tensor s =
+      at::tensor({0.f, 0.f, 0.f, 9.f, 0.f, 0.f, 9.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 9.f})
+          .view({3, 5});
   Rng rng(0);
   GreedyVerifier v;
   Verdict r = v.verify(s, cands({3, 2}), rng);
@@ -105,7 +105,8 @@ TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
       const double pi = p[i][t].item<double>(), qi = one_hot ? 1.0 : q[i][t].item<double>();
       if (!(qi > 0.0) || oracle_rng.uniform() * qi >= pi) {
         rejected = true;
-        const at::Tensor qrow = one_hot ? at::one_hot(at::tensor(t), vocab).to(at::kFloat).view({vocab}) : q[i];
+        const at::Tensor qrow =
+            one_hot ? at::one_hot(at::tensor(t), vocab).to(at::kFloat).view({vocab}) : q[i];
         at::Tensor residual = (p[i] - qrow).clamp_min(0);
         if (!(residual.sum().item<double>() > 0)) residual = p[i];
         want.next_token = sample_index(residual, oracle_rng.uniform());

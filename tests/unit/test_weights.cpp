@@ -46,20 +46,33 @@ TEST(Safetensors, RejectsBadFiles) {
   expect_load_error("abc", "truncated");
   expect_load_error(file_with("{}", "").substr(0, 8) + "{", "header length");
   expect_load_error(file_with("{nope", ""), "invalid safetensors header JSON");
-  expect_load_error(file_with(R"({"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})", "x"), "unsupported dtype 'I8'");
-  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxx"), "need 8");
-  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "xxxx"), "outside the data section");
-  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})", "xxxxxxxx"), "overlap");
-  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[1]}})", "xxxx"), "needs dtype, shape and data_offsets");
+  expect_load_error(file_with(R"({"a":{"dtype":"I8","shape":[1],"data_offsets":[0,1]}})", "x"),
+                    "unsupported dtype 'I8'");
+  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", "xxxx"),
+                    "need 8");
+  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", "xxxx"),
+                    "outside the data section");
+  expect_load_error(
+      file_with(
+          R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+          "xxxxxxxx"),
+      "overlap");
+  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[1]}})", "xxxx"),
+                    "needs dtype, shape and data_offsets");
   expect_load_error(file_with(R"([1,2])", ""), "must be a JSON object");
   // Found by fuzzing (scripts/fuzz.sh safetensors): a huge number parsed as a float reached an
   // integer conversion (undefined behaviour); and dimensions whose product wraps around.
-  expect_load_error(file_with(R"({"a":{"dtype":"BF16","shape":[3],"data_offsets":[155555555555555555555555555555555555555555556,2]}})", "xx"),
-                    "data_offsets must hold non-negative integers");
+  expect_load_error(
+      file_with(
+          R"({"a":{"dtype":"BF16","shape":[3],"data_offsets":[155555555555555555555555555555555555555555556,2]}})",
+          "xx"),
+      "data_offsets must hold non-negative integers");
   expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "xxxx"),
                     "shape must hold non-negative integers");
-  expect_load_error(file_with(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""),
-                    "overflows");
+  expect_load_error(
+      file_with(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
+                ""),
+      "overflows");
 }
 
 TEST(Safetensors, MissingFileNamesIt) {
@@ -79,7 +92,8 @@ FixtureOptions tiny() {
 TEST(LoadModel, ShardedCheckpointMatchesSingleFile) {
   const std::string single = cached_fixture("tiny", tiny());
   const std::string dir = temp_dir("sharded");
-  std::system(("cp " + single + "/config.json " + single + "/generation_config.json " + dir).c_str());
+  std::system(
+      ("cp " + single + "/config.json " + single + "/generation_config.json " + dir).c_str());
   WeightStore w(single);
   std::map<std::string, at::Tensor> s1, s2;
   nlohmann::json map;
