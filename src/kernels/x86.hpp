@@ -34,7 +34,6 @@ namespace specdec::kernels {
 #define SPECDEC_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 
-constexpr int64_t kQ8_0Bytes = 34, kQ4_0Bytes = 18, kQ4_1Bytes = 20;  // ggml's block sizes
 #define SPECDEC_AVX512_VNNI \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 
