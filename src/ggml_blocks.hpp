@@ -24,17 +24,23 @@ inline constexpr GgmlFormat kGgmlFormats[] = {
     {GgmlType::kQ4_K, "Q4_K", 256, 144}, {GgmlType::kQ5_K, "Q5_K", 256, 176},
     {GgmlType::kQ6_K, "Q6_K", 256, 210},
 };
-// The row for ggml type id `id`, or null.
+// The row of ggml type id `id` in kGgmlFormats, or -1. (An index, not a pointer: GCC's
+// -fsanitize=undefined makes pointer comparisons non-constant, and the kernels need constants.)
+constexpr int ggml_format_index(uint32_t id) {
+  for (int i = 0; i < static_cast<int>(sizeof(kGgmlFormats) / sizeof(kGgmlFormats[0])); ++i)
+    if (static_cast<uint32_t>(kGgmlFormats[i].type) == id) return i;
+  return -1;
+}
 constexpr const GgmlFormat* find_ggml_format(uint32_t id) {
-  for (const GgmlFormat& f : kGgmlFormats)
-    if (static_cast<uint32_t>(f.type) == id) return &f;
-  return nullptr;
+  const int i = ggml_format_index(id);
+  return i < 0 ? nullptr : &kGgmlFormats[i];
 }
 // The row of a format known at compile time (kernels: block sizes as constants).
 template <GgmlType T>
 constexpr const GgmlFormat& ggml_format() {
-  static_assert(find_ggml_format(static_cast<uint32_t>(T)) != nullptr);
-  return *find_ggml_format(static_cast<uint32_t>(T));
+  constexpr int i = ggml_format_index(static_cast<uint32_t>(T));
+  static_assert(i >= 0, "a format of kGgmlFormats");
+  return kGgmlFormats[i];
 }
 
 // A float16 (IEEE half) stored little-endian at p, as float.
