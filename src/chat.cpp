@@ -12,10 +12,9 @@ namespace specdec {
 namespace {
 
 const std::pair<const char*, ChatTemplate::Kind> kNames[] = {
-    {"chatml", ChatTemplate::Kind::kChatML},
-    {"llama3", ChatTemplate::Kind::kLlama3},
-    {"llama2", ChatTemplate::Kind::kLlama2},
-    {"mistral", ChatTemplate::Kind::kMistral},
+    {"chatml", ChatTemplate::Kind::kChatML}, {"llama3", ChatTemplate::Kind::kLlama3},
+    {"llama2", ChatTemplate::Kind::kLlama2}, {"mistral", ChatTemplate::Kind::kMistral},
+    {"gemma", ChatTemplate::Kind::kGemma},
 };
 
 // Python's str.strip() for ASCII whitespace (what the Llama templates apply to contents).
@@ -84,16 +83,19 @@ ChatTemplate ChatTemplate::recognise(const std::string& text, const std::string&
     t.default_system_ = chatml_default_system(text);
   } else if (text.find("<|start_header_id|>") != std::string::npos) {
     t.kind_ = Kind::kLlama3;
+  } else if (text.find("<start_of_turn>") != std::string::npos) {
+    t.kind_ = Kind::kGemma;
   } else if (text.find("[INST]") != std::string::npos) {
     t.kind_ = text.find("<<SYS>>") != std::string::npos ? Kind::kLlama2 : Kind::kMistral;
   } else {
     std::string head = text.substr(0, 120);
     for (char& c : head)
       if (c == '\n') c = ' ';
-    throw Error(source +
-                ": unrecognised chat template (not ChatML, Llama 3, Llama 2 or Mistral): \"" +
-                head + (text.size() > 120 ? "..." : "") +
-                "\"; choose one with --chat-template chatml|llama3|llama2|mistral");
+    throw Error(
+        source +
+        ": unrecognised chat template (not ChatML, Llama 3, Llama 2, Mistral or Gemma): \"" + head +
+        (text.size() > 120 ? "..." : "") + "\"; choose one with --chat-template (" + join(names()) +
+        ")");
   }
   return t;
 }
@@ -110,6 +112,8 @@ std::string ChatTemplate::end_of_turn() const {
       return "<|im_end|>";
     case Kind::kLlama3:
       return "<|eot_id|>";
+    case Kind::kGemma:
+      return "<end_of_turn>";
     default:
       return "</s>";
   }
@@ -136,21 +140,28 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
     }
+    case Kind::kGemma:
     case Kind::kLlama2:
     case Kind::kMistral: {
-      // Both alternate user/assistant after an optional system message, which goes into the first
-      // user turn: Llama 2 in a <<SYS>> block, Mistral as a first paragraph.
+      // All three alternate user/assistant after an optional system message, which goes into the
+      // first user turn: Llama 2 in a <<SYS>> block, Mistral and Gemma as a first paragraph.
       size_t first = 0;
       std::string system;
       if (!messages.empty() && messages[0].role == "system")
         system = messages[0].content, first = 1;
-      const bool llama2 = kind_ == Kind::kLlama2;
-      if (!llama2) out += "<s>";
+      const bool llama2 = kind_ == Kind::kLlama2, gemma = kind_ == Kind::kGemma;
+      out += gemma ? "<bos>" : llama2 ? "" : "<s>";
       for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
         SPECDEC_CHECK((m.role == "user") == ((i - first) % 2 == 0), "chat: the ", name(),
                       " format needs roles alternating user/assistant/user/... after an optional "
                       "system message");
+        if (gemma) {  // the system message opens the first user turn; the assistant is "model"
+          out += "<start_of_turn>" + std::string(m.role == "user" ? "user" : "model") + "\n" +
+                 (i == first && first == 1 ? system + "\n\n" : "") + strip(m.content) +
+                 "<end_of_turn>\n";
+          continue;
+        }
         std::string content = m.content;
         if (i == first && first == 1)
           content = llama2 ? "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content
@@ -160,6 +171,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
         else
           out += llama2 ? " " + strip(content) + " </s>" : content + "</s>";
       }
+      if (gemma && add_generation_prompt) out += "<start_of_turn>model\n";
       return out;
     }
   }

@@ -17,9 +17,13 @@ namespace specdec {
 using nlohmann::json;
 
 const std::vector<std::string>& supported_model_types() {
-  static const std::vector<std::string> kTypes = {"llama", "mistral", "qwen2", "gpt_neox",
-                                                  "gpt2",  "opt",     "t5"};
+  static const std::vector<std::string> kTypes = {
+      "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gpt_neox", "gpt2", "opt", "t5"};
   return kTypes;
+}
+
+bool llama_family(const std::string& t) {
+  return t == "llama" || t == "mistral" || t == "qwen2" || t == "qwen3";
 }
 
 namespace {
@@ -118,6 +122,55 @@ void read_t5_fields(const json& j, ModelConfig& c, const std::string& source) {
   read_field(j, "is_gated_act", c.is_gated_act, source);
 }
 
+// A `rope_scaling` object, or one of `rope_parameters` (transformers 5, which moves rope_theta into
+// it): the scaling type and factors into `scaling`, a rope_theta into `theta`.
+void read_rope(const json& rs, RopeScaling& scaling, double& theta, const std::string& source,
+               const std::string& key) {
+  SPECDEC_CHECK(rs.is_object(), source, ": field '", key, "' must be an object");
+  std::string type;
+  read_field(rs, "rope_type", type, source);
+  if (type.empty()) read_field(rs, "type", type, source);
+  SPECDEC_CHECK(type.empty() || type == "linear" || type == "llama3" || type == "default", source,
+                ": unsupported ", key, " type '", type, "' (supported: default, linear, llama3)");
+  scaling.type = type == "default" ? "" : type;
+  read_field(rs, "factor", scaling.factor, source);
+  read_field(rs, "low_freq_factor", scaling.low_freq_factor, source);
+  read_field(rs, "high_freq_factor", scaling.high_freq_factor, source);
+  read_field(rs, "original_max_position_embeddings", scaling.original_max_position_embeddings,
+             source);
+  read_field(rs, "rope_theta", theta, source);
+}
+
+// Gemma3TextConfig's fields beyond the llama family's, in both dialects: transformers 4.5x
+// (rope_theta, rope_local_base_freq, sliding_window_pattern, rope_scaling for the full layers) and
+// 5 (layer_types, rope_parameters per layer type).
+void read_gemma3_fields(const json& j, ModelConfig& c, const std::string& source) {
+  c.qk_norm = true;
+  c.tie_word_embeddings = true;
+  c.hidden_act = "gelu_pytorch_tanh";  // Gemma's field is hidden_activation (read last)
+  c.query_pre_attn_scalar = 256;
+  read_field(j, "query_pre_attn_scalar", c.query_pre_attn_scalar, source);
+  read_field(j, "rope_local_base_freq", c.rope_local_theta, source);
+  c.sliding_window = 4096;
+  read_field(j, "sliding_window", c.sliding_window, source);
+  bool bidirectional = false;
+  read_field(j, "use_bidirectional_attention", bidirectional, source);
+  SPECDEC_CHECK(!bidirectional, source,
+                ": use_bidirectional_attention is set (an encoder's attention): not supported");
+  for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
+    SPECDEC_CHECK(!j.contains(cap) || j[cap].is_null(), source, ": field '", cap,
+                  "' is set: logit soft-capping (Gemma 2) is not supported");
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    read_field(j, "layer_types", c.layer_types, source);
+  } else {
+    int64_t pattern = 6;
+    read_field(j, "sliding_window_pattern", pattern, source);
+    SPECDEC_CHECK(pattern >= 1, source, ": sliding_window_pattern must be >= 1, got ", pattern);
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      c.layer_types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source) {
@@ -134,7 +187,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   SPECDEC_CHECK(std::find(types.begin(), types.end(), c.model_type) != types.end(), source,
                 ": unsupported model_type '", c.model_type, "' (supported: ", join(types), ")");
   const bool gpt2 = c.model_type == "gpt2", opt = c.model_type == "opt",
-             neox = c.model_type == "gpt_neox";
+             neox = c.model_type == "gpt_neox", gemma3 = c.model_type == "gemma3_text";
   read_field(j, "vocab_size", c.vocab_size, source);
   if (c.model_type == "t5") {
     read_t5_fields(j, c, source);
@@ -180,19 +233,22 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (c.model_type == "qwen2") c.attention_bias = true;  // Qwen2 always has q/k/v biases
   read_field(j, "mlp_bias", c.mlp_bias, source);
   if (c.model_type == "mistral") read_field(j, "sliding_window", c.sliding_window, source);
-  if (c.model_type == "qwen2") {
-    // Qwen2 applies its window only with use_sliding_window, and then only from max_window_layers.
+  if (c.model_type == "qwen2" || c.model_type == "qwen3") {
+    // Qwen applies its window only with use_sliding_window, and then only from max_window_layers.
     bool use = false;
     read_field(j, "use_sliding_window", use, source);
-    SPECDEC_CHECK(!use, source,
-                  ": use_sliding_window is not supported for qwen2 (the window applies "
-                  "from max_window_layers on); only Mistral's sliding_window is");
+    SPECDEC_CHECK(!use, source, ": use_sliding_window is not supported for ", c.model_type,
+                  " (the window applies from max_window_layers on); only Mistral's and Gemma 3's "
+                  "sliding_window are");
   }
+  if (c.model_type == "qwen3") c.qk_norm = true;
   SPECDEC_CHECK(!c.mlp_bias || c.model_type == "llama" || c.model_type == "mistral" ||
                     c.model_type == "qwen2",
                 source, ": mlp_bias is only supported for the llama family");
-  // GPT-2, OPT and T5 tie the head to the embeddings unless told otherwise; GPT-NeoX never does.
+  // GPT-2, OPT, T5 and Gemma 3 tie the head to the embeddings unless told otherwise; GPT-NeoX
+  // never does.
   c.tie_word_embeddings = gpt2 || opt || c.is_encoder_decoder;
+  if (gemma3) read_gemma3_fields(j, c, source);
   read_field(j, "tie_word_embeddings", c.tie_word_embeddings, source);
   if (j.contains("head_token_ids") && !j["head_token_ids"].is_null()) {
     SPECDEC_CHECK(j["head_token_ids"].is_array(), source,
@@ -204,20 +260,23 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (neox || gpt2 || opt) c.hidden_act = neox ? "gelu" : gpt2 ? "gelu_new" : "relu";
   read_field(j, "hidden_act", c.hidden_act, source);
   read_field(j, "activation_function", c.hidden_act, source);
+  if (gemma3) read_field(j, "hidden_activation", c.hidden_act, source);
   read_field(j, "torch_dtype", c.torch_dtype, source);
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    const json& rs = j["rope_scaling"];
-    std::string type;
-    read_field(rs, "rope_type", type, source);
-    if (type.empty()) read_field(rs, "type", type, source);
-    SPECDEC_CHECK(type == "linear" || type == "llama3" || type == "default", source,
-                  ": unsupported rope_scaling type '", type, "' (supported: linear, llama3)");
-    if (type != "default") c.rope_scaling.type = type;
-    read_field(rs, "factor", c.rope_scaling.factor, source);
-    read_field(rs, "low_freq_factor", c.rope_scaling.low_freq_factor, source);
-    read_field(rs, "high_freq_factor", c.rope_scaling.high_freq_factor, source);
-    read_field(rs, "original_max_position_embeddings",
-               c.rope_scaling.original_max_position_embeddings, source);
+  read_field(j, "dtype", c.torch_dtype, source);  // transformers 5's name
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    read_rope(j["rope_scaling"], c.rope_scaling, c.rope_theta, source, "rope_scaling");
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    // transformers 5: one object, or (Gemma 3) one per layer type.
+    const json& rp = j["rope_parameters"];
+    const bool per_type =
+        rp.is_object() && (rp.contains("full_attention") || rp.contains("sliding_attention"));
+    if (!per_type) read_rope(rp, c.rope_scaling, c.rope_theta, source, "rope_parameters");
+    if (per_type && rp.contains("full_attention"))
+      read_rope(rp["full_attention"], c.rope_scaling, c.rope_theta, source,
+                "rope_parameters.full_attention");
+    if (per_type && rp.contains("sliding_attention"))
+      read_rope(rp["sliding_attention"], c.rope_local_scaling, c.rope_local_theta, source,
+                "rope_parameters.sliding_attention");
   }
   read_special_tokens(j, c, source);
   c.validate(source);
@@ -278,17 +337,14 @@ void ModelConfig::validate(const std::string& source) const {
   SPECDEC_CHECK(feature_size == 0 || feature_size == hidden_size, source,
                 ": specdec_feature_size must be 0 or ", "hidden_size (", hidden_size,
                 "): a feature-fed draft reads its own outputs as features too; got ", feature_size);
+  const bool llama = llama_family(model_type);
   SPECDEC_CHECK(
-      feature_size == 0 || model_type == "llama" || model_type == "mistral" ||
-          model_type == "qwen2",
-      source,
+      feature_size == 0 || llama, source,
       ": specdec_feature_size (a feature-fed draft) is supported for the llama family only");
   SPECDEC_CHECK(
-      head_token_ids.empty() || model_type == "llama" || model_type == "mistral" ||
-          model_type == "qwen2",
-      source,
-      ": head_token_ids (a reduced-vocabulary head) is supported for the llama family only");
-  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
+      head_token_ids.empty() || llama || model_type == "gemma3_text", source,
+      ": head_token_ids (a reduced-vocabulary head) is supported for the llama family and Gemma 3");
+  if (llama) {
     SPECDEC_CHECK(hidden_act == "silu", source, ": unsupported hidden_act '", hidden_act,
                   "' (supported: silu)");
   } else {
@@ -297,6 +353,19 @@ void ModelConfig::validate(const std::string& source) const {
     SPECDEC_CHECK(std::find(acts.begin(), acts.end(), hidden_act) != acts.end(), source,
                   ": unsupported activation '", hidden_act, "' (supported: ", join(acts), ")");
   }
+  if (!layer_types.empty()) {
+    SPECDEC_CHECK(static_cast<int64_t>(layer_types.size()) == num_hidden_layers, source,
+                  ": layer_types has ", layer_types.size(), " entries for ", num_hidden_layers,
+                  " layers (num_hidden_layers)");
+    for (const std::string& t : layer_types)
+      SPECDEC_CHECK(t == "sliding_attention" || t == "full_attention", source,
+                    ": layer_types entry '", t,
+                    "' is neither \"sliding_attention\" nor \"full_attention\"");
+  }
+  SPECDEC_CHECK(sliding_window >= 0, source, ": sliding_window must be >= 0, got ", sliding_window);
+  SPECDEC_CHECK(query_pre_attn_scalar >= 0, source, ": query_pre_attn_scalar must be > 0, got ",
+                query_pre_attn_scalar);
+  SPECDEC_CHECK(rope_local_theta > 0, source, ": rope_local_base_freq must be > 0");
   if (is_encoder_decoder) {
     positive(num_encoder_layers, "num_layers");
     positive(relative_attention_num_buckets, "relative_attention_num_buckets");
@@ -316,8 +385,8 @@ void ModelConfig::validate(const std::string& source) const {
   // A negative pad_token_id (original LLaMA configs say -1) means none.
   SPECDEC_CHECK(!pad_token_id || *pad_token_id < vocab_size, source, ": pad_token_id ",
                 pad_token_id.value_or(0), " is outside the vocabulary [0, ", vocab_size, ")");
-  if (!rope_scaling.type.empty())
-    SPECDEC_CHECK(rope_scaling.factor > 0, source, ": rope_scaling.factor must be > 0");
+  for (const RopeScaling* r : {&rope_scaling, &rope_local_scaling})
+    if (!r->type.empty()) SPECDEC_CHECK(r->factor > 0, source, ": rope_scaling.factor must be > 0");
 }
 
 namespace {

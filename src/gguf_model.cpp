@@ -12,9 +12,10 @@
 namespace specdec {
 namespace {
 
-// GGUF name -> Hugging Face name, for the llama family (llama.cpp's LLM_ARCH_LLAMA and
-// LLM_ARCH_QWEN2 use the same names). "{N}" is the block index.
-const std::pair<const char*, const char*> kLlamaNames[] = {
+// GGUF name -> Hugging Face name: the names llama.cpp's LLM_ARCH_LLAMA, QWEN2, QWEN3 and GEMMA3
+// share, then each family's own. "{N}" is the block index.
+using NameMap = std::pair<const char*, const char*>;
+const NameMap kCommonNames[] = {
     {"token_embd.weight", "model.embed_tokens.weight"},
     {"output_norm.weight", "model.norm.weight"},
     {"output.weight", "lm_head.weight"},
@@ -25,11 +26,20 @@ const std::pair<const char*, const char*> kLlamaNames[] = {
     {"blk.{N}.attn_q.bias", "model.layers.{N}.self_attn.q_proj.bias"},
     {"blk.{N}.attn_k.bias", "model.layers.{N}.self_attn.k_proj.bias"},
     {"blk.{N}.attn_v.bias", "model.layers.{N}.self_attn.v_proj.bias"},
+    {"blk.{N}.attn_q_norm.weight", "model.layers.{N}.self_attn.q_norm.weight"},
+    {"blk.{N}.attn_k_norm.weight", "model.layers.{N}.self_attn.k_norm.weight"},
     {"blk.{N}.attn_output.weight", "model.layers.{N}.self_attn.o_proj.weight"},
-    {"blk.{N}.ffn_norm.weight", "model.layers.{N}.post_attention_layernorm.weight"},
     {"blk.{N}.ffn_gate.weight", "model.layers.{N}.mlp.gate_proj.weight"},
     {"blk.{N}.ffn_up.weight", "model.layers.{N}.mlp.up_proj.weight"},
     {"blk.{N}.ffn_down.weight", "model.layers.{N}.mlp.down_proj.weight"},
+};
+const NameMap kLlamaNames[] = {
+    {"blk.{N}.ffn_norm.weight", "model.layers.{N}.post_attention_layernorm.weight"},
+};
+const NameMap kGemma3Names[] = {
+    {"blk.{N}.post_attention_norm.weight", "model.layers.{N}.post_attention_layernorm.weight"},
+    {"blk.{N}.ffn_norm.weight", "model.layers.{N}.pre_feedforward_layernorm.weight"},
+    {"blk.{N}.post_ffw_norm.weight", "model.layers.{N}.post_feedforward_layernorm.weight"},
 };
 
 std::string replace_block(std::string s, const std::string& n) {
@@ -40,7 +50,7 @@ std::string replace_block(std::string s, const std::string& n) {
 }  // namespace
 
 const std::vector<std::string>& supported_gguf_architectures() {
-  static const std::vector<std::string> kArchs = {"llama", "qwen2"};
+  static const std::vector<std::string> kArchs = {"llama", "qwen2", "qwen3", "gemma3"};
   return kArchs;
 }
 
@@ -51,8 +61,12 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   SPECDEC_CHECK(std::find(archs.begin(), archs.end(), arch) != archs.end(), src,
                 ": unsupported GGUF architecture '", arch, "' (supported: ", join(archs), ")");
   ModelConfig c;
-  c.model_type = arch;
-  c.architecture = arch == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  const bool gemma3 = arch == "gemma3";
+  c.model_type = gemma3 ? "gemma3_text" : arch;  // as transformers' GGUF loader names them
+  c.architecture = arch == "qwen2"   ? "Qwen2ForCausalLM"
+                   : arch == "qwen3" ? "Qwen3ForCausalLM"
+                   : gemma3          ? "Gemma3ForCausalLM"
+                                     : "LlamaForCausalLM";
   const std::string p = arch + ".";
   c.hidden_size = f.get_int(p + "embedding_length");
   c.intermediate_size = f.get_int(p + "feed_forward_length");
@@ -91,6 +105,23 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.attention_bias = arch == "qwen2" || f.tensors().count("blk.0.attn_q.bias") != 0;
   c.tie_word_embeddings = f.tensors().count("output.weight") == 0;
   c.hidden_act = "silu";
+  c.qk_norm = arch == "qwen3" || gemma3;
+  if (gemma3) {
+    // What llama.cpp assumes for every Gemma 3 GGUF (its converter writes none of these): one
+    // global layer in six, the sliding layers' rotary base 10000 without scaling (rope.scaling.*
+    // is the global layers'), and query_pre_attn_scalar = head_dim except for the 27B model (62
+    // layers), whose is hidden / heads.
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.sliding_window = f.get_int(p + "attention.sliding_window");
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      c.layer_types.push_back((i + 1) % 6 ? "sliding_attention" : "full_attention");
+    c.rope_local_theta = 10000.0;
+    c.query_pre_attn_scalar = static_cast<double>(
+        c.num_hidden_layers == 62 ? c.hidden_size / c.num_attention_heads : c.head_dim);
+    for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
+      SPECDEC_CHECK(!f.has(p + cap), src, ": ", p, cap,
+                    " is set: logit soft-capping is not supported");
+  }
   if (auto id = f.find_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = *id;
   if (auto id = f.find_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {*id};
   if (auto id = f.find_int("tokenizer.ggml.padding_token_id")) c.pad_token_id = *id;
@@ -112,16 +143,24 @@ GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
     : file_(file),
       heads_(config.num_attention_heads),
       kv_heads_(config.num_key_value_heads),
-      unpermute_qk_(config.model_type == "llama") {
-  // Only llama.cpp's converter for LlamaForCausalLM permutes q/k rows (Qwen2's does not).
-  for (const auto& [g, h] : kLlamaNames) {
-    if (std::string(g).find("{N}") == std::string::npos) {
-      to_gguf_[h] = g;
-      continue;
+      unpermute_qk_(config.model_type == "llama"),
+      norm_shift_(config.model_type == "gemma3_text") {
+  // Only llama.cpp's converter for LlamaForCausalLM permutes q/k rows (Qwen's and Gemma's do not).
+  auto add = [&](const auto& names) {
+    for (const auto& [g, h] : names) {
+      if (std::string(g).find("{N}") == std::string::npos) {
+        to_gguf_[h] = g;
+        continue;
+      }
+      for (int64_t n = 0; n < config.num_hidden_layers; ++n)
+        to_gguf_[replace_block(h, std::to_string(n))] = replace_block(g, std::to_string(n));
     }
-    for (int64_t n = 0; n < config.num_hidden_layers; ++n)
-      to_gguf_[replace_block(h, std::to_string(n))] = replace_block(g, std::to_string(n));
-  }
+  };
+  add(kCommonNames);
+  if (norm_shift_)
+    add(kGemma3Names);
+  else
+    add(kLlamaNames);
 }
 
 const GgufTensorInfo& GgufWeights::info(const std::string& name) const {
@@ -155,8 +194,10 @@ at::Tensor GgufWeights::unpermute(const GgufTensorInfo& t, at::Tensor x) const {
 at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10::Device device,
                              const std::vector<int64_t>& expected_shape) const {
   const GgufTensorInfo& t = checked(name, expected_shape);
-  const at::Tensor x =
-      unpermute(t, file_.load(t.name, dtype, c10::Device(c10::kCPU)));  // [rows, ...]
+  at::Tensor x = unpermute(t, file_.load(t.name, dtype, c10::Device(c10::kCPU)));  // [rows, ...]
+  // Gemma's norm weights as Hugging Face holds them (its GGUF loader subtracts the 1 too).
+  if (norm_shift_ && name.size() > 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0)
+    x = (x.to(at::kFloat) - 1.0).to(dtype);
   return device.is_cpu() ? x : x.to(device);
 }
 

@@ -46,7 +46,8 @@ class GgufWeights final : public WeightSource {
 
   const GgufFile& file_;
   int64_t heads_ = 0, kv_heads_ = 0;
-  bool unpermute_qk_ = false;                   // llama: the converter reordered q/k rows
+  bool unpermute_qk_ = false;  // llama: the converter reordered q/k rows
+  bool norm_shift_ = false;    // gemma3: the converter stored each norm weight as 1 + w
   std::map<std::string, std::string> to_gguf_;  // Hugging Face name -> GGUF name (present or not)
 };
 

@@ -230,10 +230,20 @@ std::array<at::Tensor, 3> Attention::split(const at::Tensor& y, const at::Tensor
   return {q, k, v};
 }
 
+at::Tensor Attention::project(const at::Tensor& x) const {
+  const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
+  if (!q_norm.defined()) return y;
+  const int64_t b = y.size(0), t = y.size(1), d = head_dim;
+  const auto parts = y.split({heads * d, kv_heads * d, kv_heads * d}, -1);
+  const at::Tensor q = rms_norm(parts[0].reshape({b, t, heads, d}), q_norm, norm_eps);
+  const at::Tensor k = rms_norm(parts[1].reshape({b, t, kv_heads, d}), k_norm, norm_eps);
+  return at::cat({q.view({b, t, heads * d}), k.view({b, t, kv_heads * d}), parts[2]}, -1);
+}
+
 at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t layer,
                                  const at::Tensor& mask, double scale, const at::Tensor& cos,
                                  const at::Tensor& sin, const at::Tensor& residual) const {
-  const at::Tensor y = qkv(x);  // [B, T, (Hq + 2 Hkv) D]
+  const at::Tensor y = project(x);  // [B, T, (Hq + 2 Hkv) D]
   std::vector<int64_t> past(static_cast<size_t>(y.size(0)));
   for (size_t r = 0; r < past.size(); ++r) past[r] = cache.length(static_cast<int64_t>(r));
   const auto [keys, values] = cache.buffers(layer);
@@ -247,8 +257,37 @@ at::Tensor Attention::operator()(const at::Tensor& x, KVCache& cache, int64_t la
 
 at::Tensor Attention::operator()(const at::Tensor& x, const at::Tensor& mask, double scale,
                                  const at::Tensor& residual) const {
-  const auto [q, k, v] = split(qkv(x), {}, {});
+  const auto [q, k, v] = split(project(x), {}, {});
   return o(attend(q, k, v, mask, scale), residual);
+}
+
+at::Tensor Head::operator()(const at::Tensor& x) const {
+  at::Tensor logits = w(x).to(at::kFloat);  // [B, T, V or V']
+  if (!ids.defined()) return logits;
+  at::Tensor full =
+      at::full({logits.size(0), logits.size(1), vocab}, -std::numeric_limits<float>::infinity(),
+               logits.options());  // [B, T, V]
+  return full.index_copy_(2, ids, logits);
+}
+
+Head load_head(const ModelConfig& c, const WeightSource& w, const WeightLoader& load,
+               const Linear& embed, c10::Device device) {
+  Head head;
+  head.vocab = c.vocab_size;
+  if (!c.head_token_ids.empty()) {  // a reduced head: its own rows, never tied
+    const auto n = static_cast<int64_t>(c.head_token_ids.size());
+    head.w = load.linear("lm_head.weight", {n, c.hidden_size});
+    head.ids = at::tensor(c.head_token_ids, at::kLong).to(device);
+    return head;
+  }
+  const bool has_head = w.contains("lm_head.weight");
+  SPECDEC_CHECK(
+      has_head || c.tie_word_embeddings, w.dir(),
+      ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
+  head.w = (c.tie_word_embeddings || !has_head)
+               ? embed
+               : load.linear("lm_head.weight", {c.vocab_size, c.hidden_size});
+  return head;
 }
 
 at::Tensor relative_position_bucket(const at::Tensor& rel, bool bidirectional, int64_t num_buckets,

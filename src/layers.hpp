@@ -123,6 +123,10 @@ at::Tensor gated_activation(const at::Tensor& gate_up, const std::string& name);
 struct Attention {
   Linear qkv, o;
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  // Qwen3, Gemma 3: RMSNorm weights [head_dim] applied to each head of q and of k before the
+  // rotary embedding (undefined: none), with the model's epsilon.
+  at::Tensor q_norm, k_norm;
+  double norm_eps = 1e-6;
   // x [B, T, H] -> [B, T, H]. cos/sin undefined: no rotary. `residual` defined: residual + that,
   // added by the output projection (Linear::operator()).
   at::Tensor operator()(const at::Tensor& x, KVCache& cache, int64_t layer, const at::Tensor& mask,
@@ -133,8 +137,10 @@ struct Attention {
                         const at::Tensor& residual = {}) const;
 
  private:
-  // q [B, Hq, T, D], k and v [B, Hkv, T, D] of the projection y = qkv(x), rotated when cos/sin are
+  // The projection y = qkv(x) [B, T, (Hq + 2 Hkv) D], its q and k heads normalised when q_norm is
   // defined.
+  at::Tensor project(const at::Tensor& x) const;
+  // q [B, Hq, T, D], k and v [B, Hkv, T, D] of a projection, rotated when cos/sin are defined.
   std::array<at::Tensor, 3> split(const at::Tensor& y, const at::Tensor& cos,
                                   const at::Tensor& sin) const;
 };
@@ -157,6 +163,20 @@ struct GatedMlp {
     return down(gated_activation(gate_up(x), act), residual);
   }
 };
+
+// The language-model head: logits = w(x) in float32 [B, T, V]. w is [V, H] (the embeddings when
+// tied), or, for a reduced head (head_token_ids, make-draft --vocab-subset), [V', H] over `ids`,
+// every other id getting -inf (probability 0).
+struct Head {
+  Linear w;
+  at::Tensor ids;  // [V'] int64 on the device; undefined: w covers the vocabulary
+  int64_t vocab = 0;
+  at::Tensor operator()(const at::Tensor& x) const;
+};
+// The head of a decoder with embeddings `embed`: lm_head.weight, or the embeddings when tied (or
+// when the checkpoint has no lm_head.weight and says tie_word_embeddings), or a reduced head.
+Head load_head(const ModelConfig& c, const WeightSource& w, const WeightLoader& load,
+               const Linear& embed, c10::Device device);
 
 // A LayerNorm's parameters.
 struct Norm {

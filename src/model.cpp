@@ -133,6 +133,7 @@ namespace {
 std::shared_ptr<const Model> build(const ModelConfig& config, const WeightSource& weights,
                                    const LoadOptions& options) {
   // supported_model_types() lists exactly what from_json_text accepts.
+  if (config.model_type == "gemma3_text") return models::make_gemma3(config, weights, options);
   if (config.model_type == "gpt_neox") return models::make_gpt_neox(config, weights, options);
   if (config.model_type == "gpt2") return models::make_gpt2(config, weights, options);
   if (config.model_type == "opt") return models::make_opt(config, weights, options);

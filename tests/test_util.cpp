@@ -132,6 +132,11 @@ std::string smollm2_path() {
   return file_exists(path) ? path : "";
 }
 
+std::string gemma3_path() {
+  const std::string path = std::string(SPECDEC_MODELS_DIR) + "/gemma3/gemma-3-270m-q4_k_m.gguf";
+  return file_exists(path) ? path : "";
+}
+
 namespace {
 KVCache prepared_cache(const Model& m, int64_t capacity) {
   KVCache cache = m.make_cache(capacity);
@@ -168,7 +173,10 @@ FixtureOptions small_fixture(uint64_t seed, int64_t layers, const std::string& a
   o.layers = layers;
   o.hidden = 64;
   o.heads = 4;
-  o.kv_heads = (arch == "llama" || arch == "mistral" || arch == "qwen2") ? 2 : 0;
+  o.kv_heads =
+      arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3"
+          ? 2
+          : 0;
   o.intermediate = 128;
   o.vocab = 96;
   o.init_std = 0.1;

@@ -51,6 +51,8 @@ std::string fixtures_dir();
 // The real SmolLM2-135M-Instruct GGUF under models/smollm2 (scripts/get_models.sh), or "" when
 // absent.
 std::string smollm2_path();
+// models/gemma3/gemma-3-270m-q4_k_m.gguf, or "" when absent.
+std::string gemma3_path();
 nlohmann::json read_json(const std::string& path);
 std::string read_file(const std::string& path);
 void write_file(const std::string& path, const std::string& data);

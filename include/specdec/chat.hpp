@@ -22,9 +22,10 @@ class ChatTemplate {
     kLlama3,   // <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
     kLlama2,   // <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer </s>
     kMistral,  // <s>[INST] system\n\nuser [/INST] answer</s> (no <<SYS>> block)
+    kGemma,    // <bos><start_of_turn>user\nsystem\n\nuser<end_of_turn>\n<start_of_turn>model\n
   };
 
-  // "chatml", "llama3", "llama2", "mistral"; throws specdec::Error listing them otherwise.
+  // "chatml", "llama3", "llama2", "mistral", "gemma"; throws specdec::Error listing them otherwise.
   static ChatTemplate by_name(const std::string& name);
   // Recognises the family from a Jinja template's text (`source` names where it came from). ChatML
   // templates that insert a default system turn when the conversation has none (SmolLM2's, Qwen2's)
@@ -41,7 +42,8 @@ class ChatTemplate {
   // Encode it with add_special_tokens = false (the text carries its own special tokens). Throws
   // specdec::Error for an unknown role or a role order the format cannot express.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
-  // The token text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", "</s>").
+  // The token text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", "</s>",
+  // "<end_of_turn>").
   std::string end_of_turn() const;
 
  private:

@@ -21,7 +21,8 @@ struct RopeScaling {
 
 // The architecture of a checkpoint, read from config.json. Field names follow Hugging Face.
 struct ModelConfig {
-  std::string model_type;    // "llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"
+  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gpt_neox", "gpt2", "opt", "t5"
+  std::string model_type;
   std::string architecture;  // first entry of `architectures`, e.g. "LlamaForCausalLM"
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -32,12 +33,26 @@ struct ModelConfig {
   int64_t head_dim = 0;             // defaults to hidden_size / num_attention_heads
   int64_t max_position_embeddings = 2048;
   double rms_norm_eps = 1e-6;  // the norms' epsilon (also from layer_norm_eps / layer_norm_epsilon)
-  double rope_theta = 10000.0;
-  RopeScaling rope_scaling;
+  double rope_theta = 10000.0;  // Gemma 3: the full-attention layers' base
+  RopeScaling rope_scaling;     // Gemma 3: the full-attention layers' only
   bool attention_bias = false;  // q/k/v biases (always true for qwen2)
   bool mlp_bias = false;        // llama: gate/up/down projections have biases
-  int64_t sliding_window =
-      0;  // mistral: attend to the last sliding_window positions only (0 = all)
+  // Attend to the last sliding_window positions only (0 = all): every layer (Mistral), or the
+  // layers that layer_types names "sliding_attention" (Gemma 3).
+  int64_t sliding_window = 0;
+  // Per layer, "sliding_attention" or "full_attention" (Gemma 3: from `layer_types`, or from
+  // `sliding_window_pattern` P of older configs: layer i is full when (i + 1) % P == 0). Empty:
+  // every layer is as sliding_window says.
+  std::vector<std::string> layer_types;
+  // Gemma 3: the sliding layers' rotary base and scaling (`rope_local_base_freq`, or
+  // rope_parameters.sliding_attention of configs written by transformers 5).
+  double rope_local_theta = 10000.0;
+  RopeScaling rope_local_scaling;
+  // Qwen3, Gemma 3: an RMSNorm over each head of q and of k, before the rotary embedding
+  // (q_norm.weight, k_norm.weight [head_dim]).
+  bool qk_norm = false;
+  // Gemma 3: the attention scale is query_pre_attn_scalar^-1/2 (0: head_dim^-1/2).
+  double query_pre_attn_scalar = 0;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
   // A reduced-vocabulary head (drafts written by `specdec make-draft --vocab-subset`; llama family
   // only): lm_head.weight has one row per id listed here (strictly increasing, < vocab_size), and
@@ -83,7 +98,8 @@ struct ModelConfig {
   static ModelConfig from_dir(const std::string& dir);
   // Parses config.json text; `source` names it in errors.
   static ModelConfig from_json_text(const std::string& text, const std::string& source);
-  // Reads a GGUF file's metadata (architectures `llama` and `qwen2`): `<arch>.context_length`,
+  // Reads a GGUF file's metadata (architectures `llama`, `qwen2`, `qwen3`, `gemma3`):
+  // `<arch>.context_length`,
   // `embedding_length`, `block_count`, `feed_forward_length`, `attention.head_count[_kv]`,
   // `rope.freq_base`, `attention.layer_norm_rms_epsilon`, `rope.scaling.*`, the vocabulary size
   // from the token list, a tied head when `output.weight` is absent, BOS/EOS/PAD from
@@ -100,6 +116,9 @@ struct ModelConfig {
 
 // The model types this build can run.
 const std::vector<std::string>& supported_model_types();
+// Whether `model_type` is one of the Llama decoder's (llama, mistral, qwen2, qwen3): the family
+// with feature-fed drafts, and the one make-draft distils from.
+bool llama_family(const std::string& model_type);
 
 // GenerationConfig::num_assistant_tokens_schedule, parsed (its strings stay Hugging Face's).
 enum class Schedule { kConstant, kHeuristic, kHeuristicTransient, kDynamic, kGoodput };

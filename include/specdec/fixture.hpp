@@ -7,8 +7,10 @@
 namespace specdec {
 
 struct FixtureOptions {
-  std::string arch = "llama";  // llama | mistral | qwen2 | gpt_neox | gpt2 | opt | t5
-  int64_t layers = 2;          // t5: encoder layers and decoder layers each
+  // llama | mistral | qwen2 | qwen3 | gemma3 | gpt_neox | gpt2 | opt | t5 (gemma3: model_type
+  // gemma3_text, always tied)
+  std::string arch = "llama";
+  int64_t layers = 2;  // t5: encoder layers and decoder layers each
   int64_t hidden = 64;
   int64_t heads = 4;
   int64_t kv_heads = 0;      // 0 = heads

@@ -236,18 +236,9 @@ struct Lanes16 {  // AVX-512 VNNI
   }
 };
 
-// The Lanes struct of each block format.
+// The Lanes struct of each block format, among this family's.
 template <GgmlType T>
-auto lanes_of() {  // Tag<the struct>
-  if constexpr (T == GgmlType::kQ8_0)
-    return Tag<Q8_0Lanes>{};
-  else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K)
-    return Tag<KLanes<T>>{};
-  else if constexpr (T == GgmlType::kQ6_K)
-    return Tag<Q6_KLanes>{};
-  else
-    return Tag<NibbleLanes<T>>{};  // Q4_0, Q4_1, Q5_0, Q5_1
-}
+using LanesOf = Tagged<decltype(lanes_of<T, Q8_0Lanes, NibbleLanes, KLanes, Q6_KLanes>())>;
 
 }  // namespace specdec::kernels::avx512
 #endif  // SPECDEC_X86

@@ -291,18 +291,9 @@ struct Lanes8x2 {  // AVX2: rows 0-7, then rows 8-15
   }
 };
 
-// The Lanes struct of each block format.
+// The Lanes struct of each block format, among this family's.
 template <GgmlType T>
-auto lanes_of() {  // Tag<the struct>
-  if constexpr (T == GgmlType::kQ8_0)
-    return Tag<Q8_0Lanes>{};
-  else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K)
-    return Tag<KLanes<T>>{};
-  else if constexpr (T == GgmlType::kQ6_K)
-    return Tag<Q6_KLanes>{};
-  else
-    return Tag<NibbleLanes<T>>{};  // Q4_0, Q4_1, Q5_0, Q5_1
-}
+using LanesOf = Tagged<decltype(lanes_of<T, Q8_0Lanes, NibbleLanes, KLanes, Q6_KLanes>())>;
 
 // The float decoder of each format: its own, or the block dequantized into a buffer.
 template <GgmlType T>
@@ -337,7 +328,7 @@ RowsFn rows(GgmlType type, bool int8_activations) {
   return with_format(type, [&](auto format) -> RowsFn {
     constexpr GgmlType T = decltype(format)::value;
     if constexpr (kHasInt8<T>)
-      if (int8_activations) return rows_interleaved<Lanes8x2<Tagged<decltype(lanes_of<T>())>>>;
+      if (int8_activations) return rows_interleaved<Lanes8x2<LanesOf<T>>>;
     return rows_avx2<FloatTiles<Tagged<decltype(decoder_of<T>())>>>;
   });
 }

@@ -343,7 +343,7 @@ RowsFn rows(GgmlType type, bool int8_activations) {
   return with_format(type, [&](auto format) -> RowsFn {
     constexpr GgmlType T = decltype(format)::value;
     if constexpr (kHasInt8<T>)
-      if (int8_activations) return rows_interleaved<Lanes16<Tagged<decltype(lanes_of<T>())>>>;
+      if (int8_activations) return rows_interleaved<Lanes16<LanesOf<T>>>;
     if constexpr (T == GgmlType::kF32)
       if (amd_family_26()) return rows_avx512<FloatTiles<F32Dec, true>>;
     return rows_avx512<FloatTiles<Tagged<decltype(decoder_of<T>())>>>;

@@ -70,6 +70,22 @@ struct Tag {
 template <class Tg>
 using Tagged = typename Tg::type;
 
+// The Lanes struct of each block format (the interleaved 8-bit kernels below), among a family's
+// four: one for Q8_0, one per nibble format (Q4_0, Q4_1, Q5_0, Q5_1), one per K-quant of 4 or 5
+// bits, one for Q6_K. Only named in decltype: a map from formats to types, no code.
+template <GgmlType T, class Q8_0Lanes, template <GgmlType> class NibbleLanes,
+          template <GgmlType> class KLanes, class Q6_KLanes>
+auto lanes_of() {  // Tag<the struct>
+  if constexpr (T == GgmlType::kQ8_0)
+    return Tag<Q8_0Lanes>{};
+  else if constexpr (T == GgmlType::kQ4_K || T == GgmlType::kQ5_K)
+    return Tag<KLanes<T>>{};
+  else if constexpr (T == GgmlType::kQ6_K)
+    return Tag<Q6_KLanes>{};
+  else
+    return Tag<NibbleLanes<T>>{};  // Q4_0, Q4_1, Q5_0, Q5_1
+}
+
 // Prefetch of the `bytes` bytes tuning::kPrefetchAhead past p (docs/kernels.md: without it a
 // one-token decode ran about 15% slower).
 SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {

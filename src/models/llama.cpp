@@ -1,10 +1,10 @@
-// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM: pre-norm decoder with RMSNorm, rotary
-// embeddings, grouped-query attention and a SiLU-gated MLP.
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM: pre-norm decoder with
+// RMSNorm, rotary embeddings, grouped-query attention (Qwen3: with an RMSNorm over each q and k
+// head) and a SiLU-gated MLP.
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "layers.hpp"
 #include "models/registry.hpp"
@@ -53,6 +53,11 @@ class LlamaModel final : public Model {
                                 load.linear(a + "v_proj.weight", {hkv * d, h},
                                             bias(a + "v_proj.bias", hkv * d, c.attention_bias))});
       l.attn.o = load.linear(a + "o_proj.weight", {h, hq * d});
+      if (c.qk_norm) {
+        l.attn.q_norm = load.tensor(a + "q_norm.weight", {d});
+        l.attn.k_norm = load.tensor(a + "k_norm.weight", {d});
+        l.attn.norm_eps = c.rms_norm_eps;
+      }
       l.post_norm = load.tensor(p + "post_attention_layernorm.weight", {h});
       const std::string m = p + "mlp.";
       l.mlp.gate_up = Linear::cat({load.linear(m + "gate_proj.weight", {inter, h},
@@ -65,19 +70,7 @@ class LlamaModel final : public Model {
       layers_.push_back(std::move(l));
     }
     norm_ = load.tensor("model.norm.weight", {h});
-    const bool has_head = w.contains("lm_head.weight");
-    if (!c.head_token_ids.empty()) {
-      // A reduced head (make-draft --vocab-subset): its own rows, never tied.
-      const auto n = static_cast<int64_t>(c.head_token_ids.size());
-      lm_head_ = load.linear("lm_head.weight", {n, h});
-      head_ids_ = at::tensor(c.head_token_ids, at::kLong).to(o.device);
-      return;
-    }
-    SPECDEC_CHECK(
-        has_head || c.tie_word_embeddings, w.dir(),
-        ": checkpoint has no tensor named 'lm_head.weight' and tie_word_embeddings is false");
-    lm_head_ =
-        (c.tie_word_embeddings || !has_head) ? embed_ : load.linear("lm_head.weight", {v, h});
+    head_ = layers::load_head(c, w, load, embed_, o.device);
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
@@ -97,15 +90,7 @@ class LlamaModel final : public Model {
     }
     pass.commit(cache, x);
     if (keep_last == kCacheOnly) return {};
-    x = pass.last(x, keep_last);
-    at::Tensor logits =
-        lm_head_(layers::rms_norm(x, norm_, c.rms_norm_eps)).to(at::kFloat);  // [B, T', V or V']
-    if (!head_ids_.defined()) return logits;
-    // Reduced head: its V' logits go to their ids, every other id gets -inf (probability 0).
-    at::Tensor full =
-        at::full({logits.size(0), logits.size(1), c.vocab_size},
-                 -std::numeric_limits<float>::infinity(), logits.options());  // [B, T', V]
-    return full.index_copy_(2, head_ids_, logits);
+    return head_(layers::rms_norm(pass.last(x, keep_last), norm_, c.rms_norm_eps));  // [B, T', V]
   }
 
  private:
@@ -149,9 +134,8 @@ class LlamaModel final : public Model {
   at::Tensor fc_norm_;  // [F]: feature-fed drafts only: the features' RMS norm before fc
   Linear fc_;           // [H, H + F]: feature-fed drafts only
   std::vector<LlamaLayer> layers_;
-  at::Tensor norm_;      // [H]
-  Linear lm_head_;       // [V, H]: embed_ itself when tied; [V', H] for a reduced head
-  at::Tensor head_ids_;  // [V'] int64: the ids a reduced head covers (undefined: full head)
+  at::Tensor norm_;  // [H]
+  layers::Head head_;
 };
 
 }  // namespace

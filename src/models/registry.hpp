@@ -8,9 +8,11 @@
 
 namespace specdec::models {
 
-// Llama, Mistral and Qwen2 share one implementation (they differ only in config fields).
+// Llama, Mistral, Qwen2 and Qwen3 share one implementation (they differ only in config fields).
 std::shared_ptr<const Model> make_llama(const ModelConfig& config, const WeightSource& weights,
                                         const LoadOptions& options);
+std::shared_ptr<const Model> make_gemma3(const ModelConfig& config, const WeightSource& weights,
+                                         const LoadOptions& options);
 std::shared_ptr<const Model> make_gpt_neox(const ModelConfig& config, const WeightSource& weights,
                                            const LoadOptions& options);
 std::shared_ptr<const Model> make_gpt2(const ModelConfig& config, const WeightSource& weights,

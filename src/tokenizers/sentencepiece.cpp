@@ -170,6 +170,20 @@ class SentencePieceTokenizer final : public TokenizerBase {
     unk_len_ = unk_ids.size();
     space_id_ = s.piece_to_id(sp_, kSpace.data(), kSpace.size());
   }
+  // GGUF pieces typed control (3) become special added tokens and those typed user-defined (4)
+  // plain ones: split out of the text before SentencePiece sees it (so Gemma's pieces of raw
+  // spaces and newlines match), decoded as written; as Hugging Face's converted GGUF tokenizers
+  // and llama.cpp do.
+  // `joined`: decode as GemmaTokenizer does (tokens joined as they are: no space around special
+  // tokens), not as LlamaTokenizer.
+  void add_typed_pieces(const std::vector<int64_t>& types, bool joined) {
+    spaces_between_special_ = !joined;
+    for (size_t i = 0; i < types.size(); ++i) {
+      const auto id = static_cast<int64_t>(i);
+      if ((types[i] == 3 || types[i] == 4) && !added(id))
+        add_token({base_token(id), id, types[i] == 3});
+    }
+  }
   ~SentencePieceTokenizer() override {
     if (sp_) shim().free_model(sp_);
   }
@@ -217,7 +231,8 @@ class SentencePieceTokenizer final : public TokenizerBase {
     bool prev_special = false;
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (is_special(ids[i])) {
-        if (!prev_special && (t5_ || (i != 0 && legacy_))) out += " ";
+        // (LlamaTokenizer's space before a special token; not GemmaTokenizer's.)
+        if (!prev_special && (t5_ || (i != 0 && legacy_ && spaces_between_special_))) out += " ";
         out += sp_decode(run) + tokens[i];
         prev_special = true;
         run.clear();
@@ -344,6 +359,16 @@ std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f,
   SPECDEC_CHECK(scores.size() == tokens.size() && types.size() == tokens.size(), path,
                 ": tokenizer.ggml.scores / token_type do not have one entry per token (",
                 tokens.size(), ")");
+  const auto id = [&](const char* key, int64_t fallback) {
+    const int64_t v = f.find_int(key).value_or(fallback);
+    SPECDEC_CHECK(v >= -1 && v < static_cast<int64_t>(tokens.size()), path, ": ", key, " ", v,
+                  " is outside the vocabulary");
+    return v;
+  };
+  // SentencePiece needs its unknown piece typed as such; Gemma's GGUF files type <unk> as a
+  // control token (and none as unknown).
+  const int64_t unk = id("tokenizer.ggml.unknown_token_id", 0);
+  const bool typed_unk = std::find(types.begin(), types.end(), 2) != types.end();
   std::string proto;
   bool has_bytes = false;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -353,23 +378,22 @@ std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f,
     std::string piece;
     put_bytes(piece, 1, tokens[i]);
     put_float(piece, 2, static_cast<float>(scores[i]));
-    put_int(piece, 3, types[i]);
+    put_int(piece, 3, !typed_unk && static_cast<int64_t>(i) == unk ? 2 : types[i]);
     put_bytes(proto, 1, piece);
   }
-  const auto id = [&](const char* key, int64_t fallback) {
-    const int64_t v = f.find_int(key).value_or(fallback);
-    SPECDEC_CHECK(v >= -1 && v < static_cast<int64_t>(tokens.size()), path, ": ", key, " ", v,
-                  " is outside the vocabulary");
-    return v;
-  };
   std::string trainer;
   put_int(trainer, 3, 2);  // model_type BPE
   put_int(trainer, 4, static_cast<int64_t>(tokens.size()));
   put_int(trainer, 35, has_bytes);  // byte_fallback
-  put_int(trainer, 40, id("tokenizer.ggml.unknown_token_id", 0));
-  put_int(trainer, 41, id("tokenizer.ggml.bos_token_id", 1));
-  put_int(trainer, 42, id("tokenizer.ggml.eos_token_id", 2));
-  put_int(trainer, 43, id("tokenizer.ggml.padding_token_id", -1));
+  // The special ids, and their pieces' text: SentencePiece finds BOS, EOS and PAD by the piece
+  // names (default <s>, </s>, <pad>; Gemma's are <bos>, <eos>, <pad>).
+  const int64_t special[] = {unk, id("tokenizer.ggml.bos_token_id", 1),
+                             id("tokenizer.ggml.eos_token_id", 2),
+                             id("tokenizer.ggml.padding_token_id", -1)};
+  for (int k = 0; k < 4; ++k) {
+    put_int(trainer, 40 + k, special[k]);
+    if (special[k] >= 0) put_bytes(trainer, 45 + k, tokens[static_cast<size_t>(special[k])]);
+  }
   put_bytes(proto, 2, trainer);
   std::string normalizer;
   put_bytes(normalizer, 1, "identity");
@@ -379,11 +403,17 @@ std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f,
   put_bytes(proto, 3, normalizer);
   TokenizerConfig cfg;
   TokenizerOptions o = options;
+  // Decoding drops the first piece's "▁" only where encoding added one.
+  if (!o.add_prefix_space)
+    o.add_prefix_space = f.find_bool("tokenizer.ggml.add_space_prefix").value_or(true);
   if (!o.add_bos_token)
     o.add_bos_token = f.find_bool("tokenizer.ggml.add_bos_token").value_or(true);
   if (!o.add_eos_token)
     o.add_eos_token = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
-  return std::make_unique<SentencePieceTokenizer>(path, std::move(proto), cfg, o);
+  auto t = std::make_unique<SentencePieceTokenizer>(path, std::move(proto), cfg, o);
+  // Gemma's files are the ones without a dummy prefix; their tokenizer joins decoded tokens.
+  t->add_typed_pieces(types, /*joined=*/!*o.add_prefix_space);
+  return t;
 }
 
 }  // namespace tok

@@ -307,7 +307,12 @@ void TokenizerBase::add_token(const AddedToken& t) {
                 "' has id ", t.id, ", outside [0, ", limits().max_vocab_size,
                 ") (Limits::max_vocab_size)");
   SPECDEC_CHECK(!t.content.empty(), source_, ": added token ", t.id, " is empty");
+  if (const AddedToken* old = added(t.id)) {
+    auto& ids = added_by_first_byte_[static_cast<unsigned char>(old->content[0])];
+    ids.erase(std::find(ids.begin(), ids.end(), t.id));
+  }
   added_[t.id] = t;
+  added_by_first_byte_[static_cast<unsigned char>(t.content[0])].push_back(t.id);
   if (t.special) special_ids_.insert(t.id);
   size_ = std::max(size_, t.id + 1);
 }
@@ -372,10 +377,12 @@ std::vector<Segment> TokenizerBase::split_added(const std::string& text) const {
   size_t start = 0, i = 0;
   while (i < text.size()) {
     const AddedToken* best = nullptr;
-    for (const auto& [id, t] : added_)
+    for (int64_t id : added_by_first_byte_[static_cast<unsigned char>(text[i])]) {
+      const AddedToken& t = added_.at(id);
       if (t.content.size() > (best ? best->content.size() : 0) &&
           text.compare(i, t.content.size(), t.content) == 0)
         best = &t;
+    }
     if (!best) {
       ++i;
       continue;

@@ -15,11 +15,6 @@
 
 namespace specdec::detail {
 
-// The Hugging Face model types that share the Llama decoder (make-fixture's and make-draft's test).
-inline bool llama_family(const std::string& model_type) {
-  return model_type == "llama" || model_type == "mistral" || model_type == "qwen2";
-}
-
 // Creates `dir` and any missing parents (mkdir -p).
 void make_dir(const std::string& dir);
 // Copies the tokenizer files of folder `from` that exist into `to`, each atomically.

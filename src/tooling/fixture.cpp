@@ -63,9 +63,10 @@ void write_checkpoint(const std::string& dir, const json& config,
   write_file_atomic(dir + "/config.json", config.dump(2) + "\n");
 }
 
-// config.json of a llama-family model read from GGUF metadata (what Hugging Face's LlamaConfig /
-// Qwen2Config would say), so that a draft cut from a GGUF target is an ordinary checkpoint folder.
-json llama_family_config(const ModelConfig& c) {
+// config.json of a model read from GGUF metadata (what Hugging Face's LlamaConfig, Qwen2Config,
+// Qwen3Config or Gemma3TextConfig would say), so that a draft cut from a GGUF target is an ordinary
+// checkpoint folder.
+json gguf_config_json(const ModelConfig& c) {
   json j = {{"model_type", c.model_type},
             {"architectures", {c.architecture}},
             {"vocab_size", c.vocab_size},
@@ -84,6 +85,14 @@ json llama_family_config(const ModelConfig& c) {
             {"torch_dtype", "float32"}};
   if (!c.rope_scaling.type.empty())
     j["rope_scaling"] = {{"type", c.rope_scaling.type}, {"factor", c.rope_scaling.factor}};
+  if (c.model_type == "gemma3_text") {
+    j.erase("hidden_act");
+    j.update({{"hidden_activation", c.hidden_act},
+              {"layer_types", c.layer_types},
+              {"sliding_window", c.sliding_window},
+              {"query_pre_attn_scalar", c.query_pre_attn_scalar},
+              {"rope_local_base_freq", c.rope_local_theta}});
+  }
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (!c.eos_token_ids.empty())
     j["eos_token_id"] =
@@ -98,7 +107,7 @@ SourceCheckpoint open_checkpoint(const std::string& path) {
   if (gguf_checkpoint(path, &gguf_path)) {
     s.gguf = std::make_unique<GgufFile>(gguf_path);
     s.config = ModelConfig::from_gguf(*s.gguf);
-    s.config_json = llama_family_config(s.config);
+    s.config_json = gguf_config_json(s.config);
     s.weights = std::make_unique<GgufWeights>(*s.gguf, s.config);
   } else {
     s.config = ModelConfig::from_dir(path);
@@ -118,13 +127,14 @@ SourceCheckpoint open_checkpoint(const std::string& path) {
 namespace {
 
 using detail::copy_tokenizer_files;
-using detail::llama_family;
 using detail::make_dir;
 using detail::write_checkpoint;
 
 const char* architecture_of(const std::string& arch) {
   if (arch == "llama") return "LlamaForCausalLM";
   if (arch == "mistral") return "MistralForCausalLM";
+  if (arch == "qwen3") return "Qwen3ForCausalLM";
+  if (arch == "gemma3") return "Gemma3ForCausalLM";
   if (arch == "gpt_neox") return "GPTNeoXForCausalLM";
   if (arch == "gpt2") return "GPT2LMHeadModel";
   if (arch == "opt") return "OPTForCausalLM";
@@ -151,14 +161,16 @@ int64_t layer_of(const std::string& name) {
 }  // namespace
 
 void FixtureOptions::validate() const {
-  SPECDEC_CHECK(
-      llama_family(arch) || arch == "gpt_neox" || arch == "gpt2" || arch == "opt" || arch == "t5",
-      "make-fixture: --arch '", arch,
-      "' is not supported (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
+  SPECDEC_CHECK(llama_family(arch) || arch == "gemma3" || arch == "gpt_neox" || arch == "gpt2" ||
+                    arch == "opt" || arch == "t5",
+                "make-fixture: --arch '", arch,
+                "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3, gpt_neox, "
+                "gpt2, opt, t5)");
   SPECDEC_CHECK(arch == "t5" || !gated_act, "make-fixture: --gated is for --arch t5 only");
   SPECDEC_CHECK(llama_family(arch) || !feature_fed,
                 "make-fixture: a feature-fed draft is for the llama family only");
-  SPECDEC_CHECK(llama_family(arch) || kv_heads == 0 || kv_heads == heads, "make-fixture: ", arch,
+  SPECDEC_CHECK(llama_family(arch) || arch == "gemma3" || kv_heads == 0 || kv_heads == heads,
+                "make-fixture: ", arch,
                 " has no grouped-query attention (--kv-heads must equal --heads)");
   SPECDEC_CHECK(layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_pos > 0,
                 "make-fixture: layers, hidden, heads, vocab and max-pos must be positive");
@@ -218,13 +230,27 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
             {"bos_token_id", o.bos_token_id},
             {"eos_token_id", o.eos_token_id},
             {"pad_token_id", o.pad_token_id}};
-  if (llama_family(o.arch)) {
+  const bool gemma3 = o.arch == "gemma3";
+  if (llama_family(o.arch) || gemma3) {
+    // Gemma stores a norm's scale as 1 + w: its unit norms are zeros.
+    auto unit = [&](int64_t n) { return gemma3 ? zeros(n) : ones(n); };
     t["model.embed_tokens.weight"] = randn({o.vocab, h});
     for (int64_t i = 0; i < o.layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
-      const double s = exit_scale(i);
-      t[p + "input_layernorm.weight"] = ones(h);
-      t[p + "post_attention_layernorm.weight"] = ones(h);
+      // Gemma normalises each branch's output before its residual add: the early exit scales
+      // those norms (scale 1 + w = s) instead of the output projections.
+      const double s = gemma3 ? 1.0 : exit_scale(i);
+      t[p + "input_layernorm.weight"] = unit(h);
+      if (gemma3) {
+        const at::Tensor post = (zeros(h).to(at::kFloat) + (exit_scale(i) - 1.0)).to(dtype);
+        t[p + "post_attention_layernorm.weight"] = post;
+        t[p + "pre_feedforward_layernorm.weight"] = unit(h);
+        t[p + "post_feedforward_layernorm.weight"] = post;
+      } else {
+        t[p + "post_attention_layernorm.weight"] = unit(h);
+      }
+      if (gemma3 || o.arch == "qwen3")
+        t[p + "self_attn.q_norm.weight"] = unit(d), t[p + "self_attn.k_norm.weight"] = unit(d);
       t[p + "self_attn.q_proj.weight"] = randn({o.heads * d, h});
       t[p + "self_attn.k_proj.weight"] = randn({kv * d, h});
       t[p + "self_attn.v_proj.weight"] = randn({kv * d, h});
@@ -238,8 +264,9 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
       t[p + "mlp.up_proj.weight"] = randn({inter, h});
       t[p + "mlp.down_proj.weight"] = randn({h, inter}, s);
     }
-    t["model.norm.weight"] = ones(h);
-    if (!o.tie_word_embeddings) t["lm_head.weight"] = randn({o.vocab, h});
+    t["model.norm.weight"] = unit(h);
+    const bool tied = o.tie_word_embeddings || gemma3;  // Gemma3ForCausalLM always ties
+    if (!tied) t["lm_head.weight"] = randn({o.vocab, h});
     if (o.feature_fed) {
       t["fc_norm.weight"] = ones(h);
       t["fc.weight"] = randn({h, 2 * h});
@@ -255,7 +282,22 @@ void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
               {"rms_norm_eps", 1e-6},
               {"rope_theta", 10000.0},
               {"hidden_act", "silu"},
-              {"tie_word_embeddings", o.tie_word_embeddings}});
+              {"tie_word_embeddings", tied}});
+    if (gemma3) {
+      // Gemma 3's layout in small: sliding and global layers alternating (the real models have
+      // five sliding layers per global one), a window shorter than the test sequences.
+      json types = json::array();
+      for (int64_t i = 0; i < o.layers; ++i)
+        types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+      c.erase("hidden_act");
+      c.update({{"model_type", "gemma3_text"},
+                {"hidden_activation", "gelu_pytorch_tanh"},
+                {"layer_types", types},
+                {"sliding_window", std::min<int64_t>(16, o.max_pos)},
+                {"query_pre_attn_scalar", d},
+                {"rope_theta", 1000000.0},
+                {"rope_local_base_freq", 10000.0}});
+    }
   } else if (o.arch == "gpt_neox") {
     t["gpt_neox.embed_in.weight"] = randn({o.vocab, h});
     for (int64_t i = 0; i < o.layers; ++i) {
@@ -408,6 +450,8 @@ void make_draft_of(const std::string& target, const std::string& out_dir, int64_
   c[tc.model_type == "gpt2" ? "n_layer"
     : tc.model_type == "t5" ? "num_decoder_layers"
                             : "num_hidden_layers"] = layers;
+  if (c.contains("layer_types") && c["layer_types"].is_array())  // Gemma 3: the first layers' kinds
+    c["layer_types"].erase(c["layer_types"].begin() + layers, c["layer_types"].end());
   at::Generator gen = at::detail::createCPUGenerator(seed);
   std::map<std::string, at::Tensor> t;
   for (const std::string& name : w->names()) {

@@ -36,8 +36,6 @@ namespace {
 
 constexpr int64_t kTopK = 32;  // target probabilities kept per position
 
-using detail::llama_family;
-
 using Net = detail::DraftNet;
 using detail::load_draft_net;
 
@@ -469,8 +467,9 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
   }
   const detail::SourceCheckpoint src = detail::open_checkpoint(o.target);
   const ModelConfig& c = src.config;
-  SPECDEC_CHECK(llama_family(c.model_type) && c.head_token_ids.empty(), "make-draft: ", o.target,
-                " is a ", c.model_type,
+  // (Qwen3's q/k norms are not in make-draft's network yet.)
+  SPECDEC_CHECK(llama_family(c.model_type) && !c.qk_norm && c.head_token_ids.empty(),
+                "make-draft: ", o.target, " is a ", c.model_type,
                 c.head_token_ids.empty() ? "" : " draft with a reduced head",
                 " model; make-draft supports llama-family targets (llama, mistral, qwen2)");
 

@@ -158,7 +158,7 @@ assert a['tokens']==b['tokens'] and len(a['tokens'])==12, (a['tokens'], b['token
 small_vocab=$("$SPECDEC" generate --model "$work/t" --draft "$work/v" --prompt-ids 5,6,7 --max-new-tokens 12 --json)
 check "a draft with a smaller vocabulary is accepted and exact" python3 -c "
 import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2])['tokens']" "$small_vocab" "$plain"
-for arch in gpt_neox gpt2 opt; do
+for arch in gpt_neox gpt2 opt qwen3 gemma3; do
   "$SPECDEC" make-fixture --out "$work/$arch" --arch $arch --layers 2 --hidden 64 --heads 4 --vocab 128 \
     --init-std 0.1 --exit-layers 1 --exit-scale 0.2 --seed 2 2>/dev/null
   "$SPECDEC" make-fixture --draft-of "$work/$arch" --out "$work/$arch-d" --layers 1 2>/dev/null

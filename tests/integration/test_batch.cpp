@@ -88,8 +88,9 @@ std::vector<std::vector<int64_t>> prompts_for(size_t rows, uint64_t seed) {
 
 TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
   int64_t rows_checked = 0;
-  const std::pair<const char*, uint64_t> runs[] = {{"llama", 1}, {"llama", 2},    {"gpt2", 3},
-                                                   {"opt", 4},   {"gpt_neox", 5}, {"t5", 6}};
+  const std::pair<const char*, uint64_t> runs[] = {{"llama", 1},  {"llama", 2},    {"gpt2", 3},
+                                                   {"opt", 4},    {"gpt_neox", 5}, {"t5", 6},
+                                                   {"gemma3", 7}, {"qwen3", 8}};
   for (const auto& [arch, seed] : runs) {
     const Pair p = pair_for(arch, seed);
     const Generator target_only(p.target);
@@ -139,7 +140,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
       }
     }
   }
-  EXPECT_EQ(rows_checked, 6 * 6 * (1 + 3 + 8));
+  EXPECT_EQ(rows_checked, 8 * 6 * (1 + 3 + 8));
 }
 
 // goodput in a Generator that has measured its costs: after a request whose draft the target

@@ -32,11 +32,12 @@ int64_t held(const std::vector<std::vector<int64_t>>& passes, size_t step) {
 TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
   c10::InferenceMode guard;
   const ThreadsGuard restore;
-  for (const std::string arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
+  for (const std::string arch :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
     FixtureOptions o;
     o.arch = arch;
     o.layers = 2, o.hidden = 64, o.heads = 4,
-    o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+    o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
     o.vocab = 128, o.max_pos = 1100, o.seed = 5, o.init_std = 0.1;
     const auto m = cached_model(cached_fixture("bi_" + arch, o));
     for (int64_t ctx : {1, 37, 1024}) {
@@ -68,11 +69,12 @@ TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
 TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
   c10::InferenceMode guard;
   const auto opts = at::TensorOptions().dtype(at::kLong);
-  for (const std::string arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
+  for (const std::string arch :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
     FixtureOptions o;
     o.arch = arch;
     o.layers = 2, o.hidden = 64, o.heads = 4,
-    o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+    o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
     o.vocab = 128, o.max_pos = 256, o.seed = 7, o.init_std = 0.1;
     const auto m = cached_model(cached_fixture("bi_" + arch + "_ragged", o));
     const bool enc_dec = m->config().is_encoder_decoder;

@@ -86,7 +86,8 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
 }
 
 TEST(Exactness, OtherArchitecturesAndPromptLookup) {
-  for (const char* arch : {"mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
+  for (const char* arch :
+       {"mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
     const Pair p = pair_for(7, arch);
     const auto prompt = prompt_for(7, 6);
     GenerationConfig cfg;

@@ -19,7 +19,7 @@ FixtureOptions tiny(const std::string& arch, int64_t layers, uint64_t seed) {
   FixtureOptions o;
   o.arch = arch;
   o.layers = layers, o.hidden = 64, o.heads = 4,
-  o.kv_heads = arch == "llama" || arch == "qwen2" ? 2 : 0;
+  o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
   o.vocab = 128, o.max_pos = 256, o.seed = seed, o.init_std = 0.1;
   return o;
 }
@@ -42,7 +42,8 @@ const std::pair<WeightFormat, bool> kCases[] = {
 TEST(WeightFormats, EveryArchitectureIsBatchInvariantInEveryFormat) {
   c10::InferenceMode guard;
   const ThreadsGuard restore;
-  for (const std::string arch : {"llama", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
+  for (const std::string arch :
+       {"llama", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
     const std::string dir = cached_fixture("wf_" + arch, tiny(arch, 2, 9));
     const auto f32 = load(dir, WeightFormat::kFloat32);
     for (const auto& [format, int8] : kCases) {

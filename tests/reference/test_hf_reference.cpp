@@ -1,5 +1,7 @@
-// Conformance with Hugging Face transformers 4.47 on the checkpoints in ../shared/fixtures/hf:
-// logits, greedy tokens, assisted tokens and per-pass traces. Skips when the fixtures are absent.
+// Conformance with Hugging Face transformers on small random checkpoints: logits, greedy tokens,
+// assisted tokens and per-pass traces. Those of ../shared/fixtures/hf (transformers 4.47; skipped
+// when absent), and the project's own tests/data/hf for Qwen3 and Gemma 3 (transformers 5, written
+// by scripts/hf_reference_archs.py).
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 #include <dirent.h>
@@ -10,12 +12,22 @@
 namespace specdec::test {
 namespace {
 
+// The architectures of tests/data/hf; the others are in ../shared/fixtures/hf.
+bool own_fixture(const std::string& arch) { return arch == "qwen3" || arch == "gemma3"; }
+
+// The folder holding "arch/name" ("" when that is the shared fixtures and they are absent).
+std::string hf_dir(const std::string& arch_and_name) {
+  if (own_fixture(arch_and_name.substr(0, arch_and_name.find('/'))))
+    return test_data("hf/") + arch_and_name;
+  return fixtures_dir().empty() ? "" : fixtures_dir() + "/hf/" + arch_and_name;
+}
+
 std::vector<std::string> reference_folders(bool assisted_only = false) {
   std::vector<std::string> out;
-  const std::string root = fixtures_dir();
-  if (root.empty()) return out;
-  for (const char* arch : {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}) {
-    const std::string dir = root + "/hf/" + arch;
+  for (const char* arch :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
+    const std::string dir = hf_dir(arch);
+    if (dir.empty()) continue;
     DIR* d = ::opendir(dir.c_str());
     if (!d) continue;
     std::vector<std::string> names;
@@ -37,9 +49,7 @@ std::vector<std::string> reference_folders(bool assisted_only = false) {
 class HfReference : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (fixtures_dir().empty())
-      GTEST_SKIP() << "../shared/fixtures absent: reference tests skipped";
-    dir_ = fixtures_dir() + "/hf/" + GetParam();
+    dir_ = hf_dir(GetParam());
     ref_ = read_json(dir_ + "/reference.json");
   }
   std::string dir_;
@@ -94,8 +104,7 @@ class HfAssistedReference : public HfReference {};
 TEST_P(HfAssistedReference, AssistedTokensAndTraceMatch) {
   const auto& a = ref_["assisted"];
   const auto target = load_model(dir_, test_load_options());
-  const auto draft =
-      load_model(fixtures_dir() + "/hf/" + a["draft"].get<std::string>(), test_load_options());
+  const auto draft = load_model(hf_dir(a["draft"].get<std::string>()), test_load_options());
   // One generator for every run, in order: the heuristic lookahead carries over between
   // requests exactly as it does on a Hugging Face assistant model.
   Generator gen(target, draft);
@@ -139,9 +148,34 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HfReference);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(HfAssistedReference);
 
 TEST(HfReferencePresence, FixturesFoundOrSkipped) {
+  EXPECT_GE(reference_folders().size(), 4u) << "expected the qwen3 and gemma3 reference folders";
   if (fixtures_dir().empty()) GTEST_SKIP() << "../shared/fixtures absent: reference tests skipped";
-  EXPECT_GE(reference_folders().size(), 5u) << "expected llama/mistral/qwen2 reference folders";
-  EXPECT_GE(reference_folders(true).size(), 5u) << "expected assisted references";
+  EXPECT_GE(reference_folders().size(), 9u) << "expected llama/mistral/qwen2 reference folders";
+  EXPECT_GE(reference_folders(true).size(), 7u) << "expected assisted references";
+}
+
+// transformers 4.5x's dialect of Gemma 3's config (rope_theta, rope_local_base_freq,
+// sliding_window_pattern, rope_scaling), written by the reference script for the same model as
+// transformers 5's config.json (layer_types, rope_parameters per layer type): both read alike.
+TEST(HfReferenceDialects, Gemma3ConfigOfTransformers4ReadsAsThatOf5) {
+  const std::string dir = test_data("hf/gemma3/target");
+  const ModelConfig v5 = ModelConfig::from_dir(dir);
+  const ModelConfig v4 = ModelConfig::from_json_text(read_file(dir + "/config_v4.json"), "v4");
+  EXPECT_EQ(v4.layer_types, v5.layer_types);
+  EXPECT_EQ(v5.layer_types, (std::vector<std::string>{"sliding_attention", "full_attention",
+                                                      "sliding_attention", "full_attention"}));
+  EXPECT_EQ(v4.rope_theta, v5.rope_theta);
+  EXPECT_EQ(v5.rope_theta, 1e6);
+  EXPECT_EQ(v4.rope_local_theta, v5.rope_local_theta);
+  EXPECT_EQ(v5.rope_local_theta, 1e4);
+  EXPECT_EQ(v4.rope_scaling.type, "linear");
+  EXPECT_EQ(v5.rope_scaling.type, "linear");
+  EXPECT_EQ(v4.rope_scaling.factor, v5.rope_scaling.factor);
+  EXPECT_EQ(v5.rope_local_scaling.type, "");
+  EXPECT_EQ(v4.sliding_window, v5.sliding_window);
+  EXPECT_EQ(v4.query_pre_attn_scalar, v5.query_pre_attn_scalar);
+  EXPECT_EQ(v4.hidden_act, v5.hidden_act);
+  EXPECT_TRUE(v4.qk_norm && v5.qk_norm && v4.tie_word_embeddings && v5.tie_word_embeddings);
 }
 
 }  // namespace

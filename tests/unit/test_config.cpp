@@ -46,7 +46,8 @@ TEST(ModelConfig, RejectsBadInput) {
   expect_error("{not json", "invalid JSON");
   expect_error(
       R"({"model_type":"bert"})",
-      "unsupported model_type 'bert' (supported: llama, mistral, qwen2, gpt_neox, gpt2, opt, t5)");
+      "unsupported model_type 'bert' (supported: llama, mistral, qwen2, qwen3, gemma3_text, "
+      "gpt_neox, gpt2, opt, t5)");
   expect_error(R"({"vocab_size":3})", "missing field 'model_type'");
   std::string t = kGood;
   expect_error(t.replace(t.find("\"hidden_size\":16"), 16, "\"hidden_size\":\"x\""),
@@ -59,6 +60,73 @@ TEST(ModelConfig, RejectsBadInput) {
                "eos_token_id 99 is outside the vocabulary");
   t = kGood;
   expect_error(t.replace(t.find("llama3"), 6, "yarn"), "unsupported rope_scaling type 'yarn'");
+}
+
+// A Gemma 3 config as transformers 5 writes it (the fields that matter).
+const char* kGemma3 = R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
+ "intermediate_size":64,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,
+ "head_dim":16,"query_pre_attn_scalar":24,"sliding_window":8,"hidden_activation":"gelu_pytorch_tanh",
+ "layer_types":["sliding_attention","sliding_attention","full_attention"],
+ "rope_parameters":{"full_attention":{"rope_type":"linear","factor":8.0,"rope_theta":1000000.0},
+ "sliding_attention":{"rope_type":"default","rope_theta":10000.0}},
+ "final_logit_softcapping":null,"attn_logit_softcapping":null,"_sliding_window_pattern":6})";
+
+TEST(ModelConfig, Gemma3AndQwen3Fields) {
+  const ModelConfig c = ModelConfig::from_json_text(kGemma3, "cfg.json");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.tie_word_embeddings);  // Gemma3TextConfig's default
+  EXPECT_EQ(c.layer_types[2], "full_attention");
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_scaling.type, "linear");
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_local_theta, 1e4);
+  EXPECT_EQ(c.rope_local_scaling.type, "");
+  EXPECT_EQ(c.query_pre_attn_scalar, 24);
+  EXPECT_EQ(c.hidden_act, "gelu_pytorch_tanh");
+  // transformers 4.5x: sliding_window_pattern P makes layer i global when (i + 1) % P == 0.
+  const ModelConfig old = ModelConfig::from_json_text(
+      R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,"intermediate_size":64,
+      "num_hidden_layers":5,"num_attention_heads":4,"head_dim":16,"sliding_window_pattern":2,
+      "rope_theta":500000.0,"rope_local_base_freq":20000.0})",
+      "cfg.json");
+  EXPECT_EQ(old.layer_types,
+            (std::vector<std::string>{"sliding_attention", "full_attention", "sliding_attention",
+                                      "full_attention", "sliding_attention"}));
+  EXPECT_EQ(old.rope_theta, 5e5);
+  EXPECT_EQ(old.rope_local_theta, 2e4);
+  EXPECT_EQ(old.query_pre_attn_scalar, 256);  // Gemma3TextConfig's default
+  // transformers 5 writes rope_theta inside rope_parameters for every family.
+  std::string t = kGood;
+  t.replace(t.find("\"llama\""), 7, "\"qwen3\"");
+  t.replace(t.find("\"rope_scaling\""), 14, "\"rope_parameters\"");
+  t.replace(t.find("\"factor\""), 0, "\"rope_theta\":1000000.0,");
+  const ModelConfig q = ModelConfig::from_json_text(t, "cfg.json");
+  EXPECT_TRUE(q.qk_norm);
+  EXPECT_FALSE(q.attention_bias);
+  EXPECT_EQ(q.rope_theta, 1e6);
+  EXPECT_EQ(q.rope_scaling.type, "llama3");
+
+  t = kGemma3;
+  expect_error(t.replace(t.find("\"full_attention\"]"), 17, "\"full_attention\",\"x\"]"),
+               "layer_types has 4 entries for 3 layers");
+  t = kGemma3;
+  expect_error(t.replace(t.find("\"full_attention\"]"), 17, "\"global\"]"),
+               "layer_types entry 'global'");
+  t = kGemma3;
+  expect_error(
+      t.replace(t.find("\"final_logit_softcapping\":null"), 30, "\"final_logit_softcapping\":30.0"),
+      "'final_logit_softcapping' is set");
+  t = kGemma3;
+  expect_error(t.replace(t.find("\"linear\""), 8, "\"yarn\""),
+               "unsupported rope_parameters.full_attention type 'yarn'");
+  expect_error(R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
+      "intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,
+      "sliding_window_pattern":0})",
+               "sliding_window_pattern must be >= 1");
+  t = kGemma3;
+  expect_error(
+      t.replace(t.find("\"sliding_window\":8"), 18, "\"use_bidirectional_attention\":true"),
+      "use_bidirectional_attention");
 }
 
 // A flan-t5-small style config.json (as T5Config.to_dict() writes it, minus unrelated fields).

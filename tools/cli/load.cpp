@@ -20,9 +20,9 @@ ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
   for (const std::string& where : {tok_source, o.model}) {
     if (auto text = read_chat_template(where)) return ChatTemplate::recognise(*text, where);
   }
-  throw Error(
-      o.model +
-      " ships no chat template: choose one with --chat-template chatml|llama3|llama2|mistral");
+  std::string names;
+  for (const std::string& n : ChatTemplate::names()) names += (names.empty() ? "" : "|") + n;
+  throw Error(o.model + " ships no chat template: choose one with --chat-template " + names);
 }
 
 }  // namespace

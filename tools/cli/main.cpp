@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
       "make-fixture", "Write a deterministic random-weight checkpoint in Hugging Face layout");
   mk->add_option("--out", out, "Output folder")->required();
   mk->add_option("--arch", fx.arch, "Architecture (t5: encoder-decoder T5ForConditionalGeneration)")
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "opt", "t5"}))
+      ->check(CLI::IsMember(
+          {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}))
       ->capture_default_str();
   mk->add_option(
         "--layers", fx.layers,

@@ -1,0 +1,197 @@
+// The layer kernels on every ISA: attention (plain, masked, fused with the cache step) and SiLU.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/kernels.hpp"
+#include "specdec/kv_cache.hpp"
+
+namespace specdec {
+namespace {
+
+// The attention kernel's vectorized copies (AVX2; AVX-512's weighted sum) compute the scalar code's
+// bits (grouped-query heads, a causal mask, a strided view of a longer cache, head sizes that are
+// not a multiple of 16 or of 8), and agree with libtorch's softmax(q k^T) v.
+TEST(LayerKernels, AttentionIsTheSameOnEveryIsa) {
+  const std::vector<kernels::Isa> have = kernels::available_isas();
+  if (have.front() == kernels::Isa::kPortable) GTEST_SKIP() << "no x86 kernel in this build or CPU";
+  for (int64_t d : {64, 36, 40}) {
+    const int64_t t = 5, len = 300, hq = 6, hkv = 2;
+    const at::Tensor q = at::randn({2, hq, t, d});
+    const at::Tensor cache_k = at::randn({2, hkv, 512, d}), cache_v = at::randn({2, hkv, 512, d});
+    const at::Tensor k = cache_k.narrow(2, 0, len), v = cache_v.narrow(2, 0, len);  // strided views
+    const at::Tensor mask =
+        at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
+    const at::Tensor plain = kernels::attention_f32(q, k, v, mask, 0.125, kernels::Isa::kPortable);
+    for (const kernels::Isa isa : have)
+      EXPECT_TRUE(at::equal(kernels::attention_f32(q, k, v, mask, 0.125, isa), plain))
+          << kernels::isa_name(isa) << " head size " << d;
+    const at::Tensor kk = k.repeat_interleave(hq / hkv, 1), vv = v.repeat_interleave(hq / hkv, 1);
+    const at::Tensor probs = at::softmax(at::matmul(q, kk.transpose(-1, -2)) * 0.125 + mask, -1);
+    const at::Tensor want = at::matmul(probs, vv).transpose(1, 2).reshape({2, t, hq * d});
+    EXPECT_TRUE(at::allclose(plain, want, 1e-4, 1e-5)) << "head size " << d;
+  }
+}
+
+// A query row's attention ignores the keys its mask hides: each row of a causal pass of 5 queries
+// equals bitwise the one-query attention over only the keys it sees (as a decode step computes
+// it), on every kernel family, for visible lengths on both sides of a multiple of 8. (Summing the
+// exponentials with the masked keys' zeros shifting which partial sum a key joins broke this.)
+TEST(LayerKernels, AttentionRowIsTheSameWithoutTheKeysItMasks) {
+  for (const kernels::Isa isa : kernels::available_isas())
+    for (int64_t d : {64, 36}) {
+      const int64_t t = 5, len = 19, hq = 4, hkv = 2;
+      const at::Tensor q = at::randn({1, hq, t, d}), k = at::randn({1, hkv, len, d}),
+                       v = at::randn({1, hkv, len, d});
+      const at::Tensor mask =
+          at::full({t, len}, -std::numeric_limits<float>::infinity()).triu(len - t + 1);
+      const at::Tensor pass = kernels::attention_f32(q, k, v, mask, 0.125, isa);  // [1, t, hq * d]
+      for (int64_t j = 0; j < t; ++j) {
+        const int64_t seen = len - t + 1 + j;
+        const at::Tensor one =
+            kernels::attention_f32(q.narrow(2, j, 1).contiguous(), k.narrow(2, 0, seen),
+                                   v.narrow(2, 0, seen), {}, 0.125, isa);
+        EXPECT_TRUE(at::equal(pass.narrow(1, j, 1), one))
+            << kernels::isa_name(isa) << " d " << d << " query " << j;
+      }
+    }
+}
+
+// The fused attention step gives bitwise what its unfused steps give (the projection's q|k|v split
+// into heads, rotary_f32 on queries and keys, KVCache::append, then attention_f32 over the cache's
+// views), and writes the cache only where append writes: grouped-query heads with a causal mask
+// over a cache already holding positions; rows at different positions (a ragged batch: tables and
+// mask per row) with a row so near the capacity that its padding is dropped; partial rotary on a
+// head size that is not a multiple of 8; no rotary at all; on every kernel family. Inputs it does
+// not serve (a row past the capacity, a mask of another shape) give an undefined tensor and write
+// nothing.
+TEST(LayerKernels, FusedCachedAttentionIsTheUnfusedStepsBitwise) {
+  struct Case {
+    int64_t t, hq, hkv, d, rot;
+    std::vector<int64_t> past;
+    bool mask;
+  };
+  const int64_t cap = 32;
+  for (const Case& c :
+       {Case{3, 6, 2, 64, 64, {7, 7}, true}, Case{1, 3, 3, 36, 16, {20}, false},
+        Case{4, 4, 1, 16, 0, {0, 0, 0}, true}, Case{5, 6, 2, 64, 32, {3, 29, 11}, true}}) {
+    const auto b = static_cast<int64_t>(c.past.size());
+    const bool same =
+        std::all_of(c.past.begin(), c.past.end(), [&](int64_t p) { return p == c.past[0]; });
+    const int64_t longest = *std::max_element(c.past.begin(), c.past.end());
+    const int64_t len = std::min(cap, longest + c.t), width = (c.hq + 2 * c.hkv) * c.d;
+    const at::Tensor y = at::randn({b, c.t, width});
+    const std::vector<int64_t> table =
+        same ? std::vector<int64_t>{c.t, c.rot} : std::vector<int64_t>{b, 1, c.t, c.rot};
+    const at::Tensor cos = c.rot ? at::randn(table) : at::Tensor(),
+                     sin = c.rot ? at::randn(table) : at::Tensor();
+    at::Tensor mask;  // causal per row: query j of row r sees keys up to past[r] + j
+    if (c.mask) {
+      mask = at::zeros({b, 1, 1, c.t, len});
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t j = 0; j < c.t; ++j)
+          mask[r][0][0][j]
+              .narrow(0, std::min(len, c.past[r] + j + 1), len - std::min(len, c.past[r] + j + 1))
+              .fill_(-std::numeric_limits<float>::infinity());
+      if (same) mask = mask[0][0][0].contiguous();  // [T, L]
+    }
+    // A cache of one row more than the pass, random values everywhere.
+    const at::Tensor keys0 = at::randn({b + 1, c.hkv, cap, c.d}),
+                     values0 = at::randn({b + 1, c.hkv, cap, c.d});
+    for (const kernels::Isa isa : kernels::available_isas()) {
+      // Unfused: the steps Attention takes without the fused kernel.
+      const auto parts = y.split({c.hq * c.d, c.hkv * c.d, c.hkv * c.d}, -1);
+      at::Tensor q = parts[0].view({b, c.t, c.hq, c.d}).transpose(1, 2);
+      at::Tensor k = parts[1].view({b, c.t, c.hkv, c.d}).transpose(1, 2);
+      const at::Tensor v = parts[2].view({b, c.t, c.hkv, c.d}).transpose(1, 2);
+      if (c.rot) q = kernels::rotary_f32(q, cos, sin), k = kernels::rotary_f32(k, cos, sin);
+      KVCache cache(1, b + 1, c.hkv, cap, c.d, at::TensorOptions().dtype(at::kFloat));
+      cache.buffers(0).first.copy_(keys0), cache.buffers(0).second.copy_(values0);
+      std::vector<int64_t> lengths = c.past;
+      lengths.push_back(0);
+      cache.advance(lengths);
+      const auto [kv, vv] = cache.append(0, k, v);
+      const at::Tensor want = kernels::attention_f32(q, kv, vv, mask, 0.125, isa);
+      // Fused.
+      const at::Tensor keys = keys0.clone(), values = values0.clone();
+      const at::Tensor got = kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys,
+                                                           values, c.past, mask, 0.125, isa);
+      ASSERT_TRUE(got.defined()) << kernels::isa_name(isa);
+      const std::string what = std::string(kernels::isa_name(isa)) + " rows " + std::to_string(b);
+      EXPECT_TRUE(at::equal(got, want)) << what;
+      EXPECT_TRUE(at::equal(keys, cache.buffers(0).first)) << what;
+      EXPECT_TRUE(at::equal(values, cache.buffers(0).second)) << what;
+      // Refused: nothing written.
+      std::vector<int64_t> full = c.past;
+      full[0] = cap;
+      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values, full,
+                                                 {}, 0.125, isa)
+                       .defined());
+      EXPECT_FALSE(kernels::cached_attention_f32(y, c.hq, c.hkv, c.d, cos, sin, keys, values,
+                                                 c.past, at::zeros({c.t, len + 1}), 0.125, isa)
+                       .defined());
+      EXPECT_TRUE(at::equal(keys, cache.buffers(0).first) &&
+                  at::equal(values, cache.buffers(0).second));
+    }
+  }
+}
+
+// SiLU's own exp: the x86 copy gives the portable code's bits (rows whose width is not a multiple
+// of 8, so every lane and the tails are used; NaN, infinities, zeros, values beyond the clamp), the
+// gated form equals the two steps bitwise, and both are within a few ulp of v / (1 + e^-v) in
+// double precision.
+TEST(LayerKernels, SiluIsTheSameOnEveryIsaAndCloseToLibtorch) {
+  at::Tensor x = at::randn({3, 2, 2 * 37}) * 8;
+  const float special[] = {0.0f,
+                           -0.0f,
+                           1e-30f,
+                           -1e-30f,
+                           86.9f,
+                           -87.5f,
+                           88.5f,
+                           -100.0f,
+                           200.0f,
+                           -1e4f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::nanf(""),
+                           -0.5f,
+                           3.0f,
+                           -3.0f};
+  float* xp = x.data_ptr<float>();
+  for (size_t i = 0; i < std::size(special); ++i) xp[5 * i] = special[i];
+  const at::Tensor gate = x.narrow(-1, 0, 37), up = x.narrow(-1, 37, 37);
+  const auto bits = [](const at::Tensor& t) { return t.contiguous().view(at::kInt); };  // NaN too
+  const at::Tensor plain = kernels::activation_f32(x, "silu", false, kernels::Isa::kPortable);
+  for (const kernels::Isa isa : kernels::available_isas()) {
+    EXPECT_TRUE(at::equal(bits(kernels::activation_f32(x, "silu", false, isa)), bits(plain)))
+        << kernels::isa_name(isa);
+    const at::Tensor gated = kernels::activation_f32(x, "silu", true, isa);
+    EXPECT_TRUE(
+        at::equal(bits(gated), bits(kernels::activation_f32(gate, "silu", false, isa) * up)))
+        << kernels::isa_name(isa);
+  }
+  const at::Tensor got = kernels::activation_f32(x, "silu");
+  const at::Tensor xd = x.to(at::kDouble);
+  const at::Tensor want = (xd / (1 + at::exp(-xd))).to(at::kFloat);
+  const at::Tensor finite = at::isfinite(x);
+  // Relative error within 2^-21 (a few ulp), or absolute below 1e-30 (e^-v beyond the clamp).
+  const at::Tensor err = (got - want).abs().masked_fill(~finite, 0);
+  const at::Tensor bound = (want.abs() * 4.8e-7).clamp_min(1e-30);
+  const at::Tensor bad = at::nonzero((err > bound).flatten());
+  for (int64_t i = 0; i < std::min<int64_t>(bad.size(0), 5); ++i) {
+    const int64_t j = bad[i][0].item<int64_t>();
+    ADD_FAILURE() << "silu(" << x.flatten()[j].item<float>()
+                  << ") = " << got.flatten()[j].item<float>() << ", want "
+                  << want.flatten()[j].item<float>();
+  }
+  // +inf stays +inf (e^-inf clamps to e^-87), NaN stays NaN.
+  EXPECT_EQ(got[0][0][50].item<float>(), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(got[0][0][60].item<float>()));
+}
+
+}  // namespace
+}  // namespace specdec
