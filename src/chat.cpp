@@ -12,9 +12,9 @@ namespace specdec {
 namespace {
 
 const std::pair<const char*, ChatTemplate::Kind> kNames[] = {
-    {"chatml", ChatTemplate::Kind::kChatML}, {"llama3", ChatTemplate::Kind::kLlama3},
-    {"llama2", ChatTemplate::Kind::kLlama2}, {"mistral", ChatTemplate::Kind::kMistral},
-    {"gemma", ChatTemplate::Kind::kGemma},
+    {"chatml", ChatTemplate::Kind::kChatML},   {"qwen3", ChatTemplate::Kind::kQwen3},
+    {"llama3", ChatTemplate::Kind::kLlama3},   {"llama2", ChatTemplate::Kind::kLlama2},
+    {"mistral", ChatTemplate::Kind::kMistral}, {"gemma", ChatTemplate::Kind::kGemma},
 };
 
 // Python's str.strip() for ASCII whitespace (what the Llama templates apply to contents).
@@ -54,6 +54,33 @@ std::string chatml_default_system(const std::string& t) {
   return "";
 }
 
+// An assistant turn as Qwen3's template renders it: the reasoning of "<think>r</think>answer"
+// dropped before the last user turn; after it, kept as "<think>\nr\n</think>\n\nanswer" when there
+// is reasoning or the turn is the conversation's last.
+std::string qwen3_turn(const std::string& text, bool after_last_query, bool last) {
+  std::string content = text, reasoning;
+  const size_t close = text.rfind("</think>");
+  if (close != std::string::npos) {
+    content = text.substr(close + 8);
+    content.erase(0, content.find_first_not_of('\n') == std::string::npos
+                         ? content.size()
+                         : content.find_first_not_of('\n'));
+    const std::string before = text.substr(0, text.find("</think>"));
+    const size_t open = before.rfind("<think>");
+    reasoning = open == std::string::npos ? before : before.substr(open + 7);
+    const auto strip = [](std::string s) {
+      const size_t b = s.find_first_not_of('\n');
+      if (b == std::string::npos) return std::string();
+      return s.substr(b, s.find_last_not_of('\n') - b + 1);
+    };
+    reasoning = strip(reasoning);
+  }
+  if (!after_last_query || (!last && reasoning.empty())) return content;
+  const size_t b = content.find_first_not_of('\n');
+  return "<think>\n" + reasoning + "\n</think>\n\n" +
+         (b == std::string::npos ? std::string() : content.substr(b));
+}
+
 }  // namespace
 
 const std::vector<std::string>& ChatTemplate::names() {
@@ -79,7 +106,7 @@ ChatTemplate ChatTemplate::by_name(const std::string& name) {
 ChatTemplate ChatTemplate::recognise(const std::string& text, const std::string& source) {
   ChatTemplate t;
   if (text.find("<|im_start|>") != std::string::npos) {
-    t.kind_ = Kind::kChatML;
+    t.kind_ = text.find("</think>") != std::string::npos ? Kind::kQwen3 : Kind::kChatML;
     t.default_system_ = chatml_default_system(text);
   } else if (text.find("<|start_header_id|>") != std::string::npos) {
     t.kind_ = Kind::kLlama3;
@@ -109,6 +136,7 @@ std::string ChatTemplate::name() const {
 std::string ChatTemplate::end_of_turn() const {
   switch (kind_) {
     case Kind::kChatML:
+    case Kind::kQwen3:
       return "<|im_end|>";
     case Kind::kLlama3:
       return "<|eot_id|>";
@@ -124,11 +152,25 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
   for (const ChatMessage& m : messages) check_role(m);
   std::string out;
   switch (kind_) {
-    case Kind::kChatML: {
+    case Kind::kChatML:
+    case Kind::kQwen3: {
       if (!default_system_.empty() && (messages.empty() || messages[0].role != "system"))
         out += "<|im_start|>system\n" + default_system_ + "<|im_end|>\n";
-      for (const ChatMessage& m : messages)
-        out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+      // Qwen3: assistant turns before the last user turn (the last turn when there is none) lose
+      // their reasoning; those after it keep it.
+      size_t last_query = messages.empty() ? 0 : messages.size() - 1;
+      for (size_t i = messages.size(); i-- > 0;)
+        if (messages[i].role == "user") {
+          last_query = i;
+          break;
+        }
+      for (size_t i = 0; i < messages.size(); ++i) {
+        const ChatMessage& m = messages[i];
+        std::string content = m.content;
+        if (kind_ == Kind::kQwen3 && m.role == "assistant")
+          content = qwen3_turn(content, i > last_query, i + 1 == messages.size());
+        out += "<|im_start|>" + m.role + "\n" + content + "<|im_end|>\n";
+      }
       if (add_generation_prompt) out += "<|im_start|>assistant\n";
       return out;
     }
@@ -153,7 +195,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
       out += gemma ? "<bos>" : llama2 ? "" : "<s>";
       for (size_t i = first; i < messages.size(); ++i) {
         const ChatMessage& m = messages[i];
-        SPECDEC_CHECK((m.role == "user") == ((i - first) % 2 == 0), "chat: the ", name(),
+        SPECDEC_CHECK(m.role != "system" && (m.role == "user") == ((i - first) % 2 == 0),
+                      "chat: the ", name(),
                       " format needs roles alternating user/assistant/user/... after an optional "
                       "system message");
         if (gemma) {  // the system message opens the first user turn; the assistant is "model"

@@ -244,7 +244,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (c.model_type == "qwen3") c.qk_norm = true;
   SPECDEC_CHECK(!c.mlp_bias || c.model_type == "llama" || c.model_type == "mistral" ||
                     c.model_type == "qwen2",
-                source, ": mlp_bias is only supported for the llama family");
+                source, ": mlp_bias is only supported for llama, mistral and qwen2");
   // GPT-2, OPT, T5 and Gemma 3 tie the head to the embeddings unless told otherwise; GPT-NeoX
   // never does.
   c.tie_word_embeddings = gpt2 || opt || c.is_encoder_decoder;
@@ -260,7 +260,10 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (neox || gpt2 || opt) c.hidden_act = neox ? "gelu" : gpt2 ? "gelu_new" : "relu";
   read_field(j, "hidden_act", c.hidden_act, source);
   read_field(j, "activation_function", c.hidden_act, source);
-  if (gemma3) read_field(j, "hidden_activation", c.hidden_act, source);
+  if (gemma3) {  // Gemma3TextConfig reads hidden_activation only
+    c.hidden_act = "gelu_pytorch_tanh";
+    read_field(j, "hidden_activation", c.hidden_act, source);
+  }
   read_field(j, "torch_dtype", c.torch_dtype, source);
   read_field(j, "dtype", c.torch_dtype, source);  // transformers 5's name
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
@@ -363,9 +366,20 @@ void ModelConfig::validate(const std::string& source) const {
                     "' is neither \"sliding_attention\" nor \"full_attention\"");
   }
   SPECDEC_CHECK(sliding_window >= 0, source, ": sliding_window must be >= 0, got ", sliding_window);
-  SPECDEC_CHECK(query_pre_attn_scalar >= 0, source, ": query_pre_attn_scalar must be > 0, got ",
+  SPECDEC_CHECK(query_pre_attn_scalar >= 0, source,
+                ": query_pre_attn_scalar must be > 0 (or 0: head_dim), got ",
                 query_pre_attn_scalar);
-  SPECDEC_CHECK(rope_local_theta > 0, source, ": rope_local_base_freq must be > 0");
+  SPECDEC_CHECK(rope_local_theta > 0, source,
+                ": the sliding layers' rope_theta (rope_local_base_freq) must be > 0");
+  if (model_type == "gemma3_text") {
+    SPECDEC_CHECK(static_cast<int64_t>(layer_types.size()) == num_hidden_layers, source,
+                  ": gemma3_text needs a layer_types entry per layer");
+    SPECDEC_CHECK(!attention_bias, source,
+                  ": attention_bias is not supported for gemma3_text (Gemma 3 has no biases)");
+  }
+  SPECDEC_CHECK(sliding_window > 0 || std::find(layer_types.begin(), layer_types.end(),
+                                                "sliding_attention") == layer_types.end(),
+                source, ": layer_types has sliding_attention layers but sliding_window is 0");
   if (is_encoder_decoder) {
     positive(num_encoder_layers, "num_layers");
     positive(relative_attention_num_buckets, "relative_attention_num_buckets");
@@ -386,7 +400,9 @@ void ModelConfig::validate(const std::string& source) const {
   SPECDEC_CHECK(!pad_token_id || *pad_token_id < vocab_size, source, ": pad_token_id ",
                 pad_token_id.value_or(0), " is outside the vocabulary [0, ", vocab_size, ")");
   for (const RopeScaling* r : {&rope_scaling, &rope_local_scaling})
-    if (!r->type.empty()) SPECDEC_CHECK(r->factor > 0, source, ": rope_scaling.factor must be > 0");
+    if (!r->type.empty())
+      SPECDEC_CHECK(r->factor > 0, source, ": the rope scaling factor must be > 0, got ",
+                    r->factor);
 }
 
 namespace {

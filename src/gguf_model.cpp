@@ -29,6 +29,7 @@ const NameMap kCommonNames[] = {
     {"blk.{N}.attn_q_norm.weight", "model.layers.{N}.self_attn.q_norm.weight"},
     {"blk.{N}.attn_k_norm.weight", "model.layers.{N}.self_attn.k_norm.weight"},
     {"blk.{N}.attn_output.weight", "model.layers.{N}.self_attn.o_proj.weight"},
+    {"blk.{N}.attn_output.bias", "model.layers.{N}.self_attn.o_proj.bias"},
     {"blk.{N}.ffn_gate.weight", "model.layers.{N}.mlp.gate_proj.weight"},
     {"blk.{N}.ffn_up.weight", "model.layers.{N}.mlp.up_proj.weight"},
     {"blk.{N}.ffn_down.weight", "model.layers.{N}.mlp.down_proj.weight"},
@@ -73,11 +74,15 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.num_hidden_layers = f.get_int(p + "block_count");
   c.num_attention_heads = f.get_int(p + "attention.head_count");
   c.num_key_value_heads = f.find_int(p + "attention.head_count_kv").value_or(c.num_attention_heads);
-  SPECDEC_CHECK(c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0, src, ": ",
-                p, "embedding_length ", c.hidden_size, " is not a multiple of ", p,
-                "attention.head_count ", c.num_attention_heads);
-  c.head_dim =
-      f.find_int(p + "attention.key_length").value_or(c.hidden_size / c.num_attention_heads);
+  SPECDEC_CHECK(c.num_attention_heads > 0, src, ": ", p, "attention.head_count must be > 0");
+  if (auto key = f.find_int(p + "attention.key_length")) {
+    c.head_dim = *key;
+  } else {
+    SPECDEC_CHECK(c.hidden_size % c.num_attention_heads == 0, src, ": ", p, "embedding_length ",
+                  c.hidden_size, " is not a multiple of ", p, "attention.head_count ",
+                  c.num_attention_heads, " (and there is no ", p, "attention.key_length)");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
   if (auto rot = f.find_int(p + "rope.dimension_count"))
     SPECDEC_CHECK(*rot == c.head_dim, src, ": ", p, "rope.dimension_count ", *rot,
                   " differs from the head size ", c.head_dim,
@@ -194,10 +199,13 @@ at::Tensor GgufWeights::unpermute(const GgufTensorInfo& t, at::Tensor x) const {
 at::Tensor GgufWeights::load(const std::string& name, at::ScalarType dtype, c10::Device device,
                              const std::vector<int64_t>& expected_shape) const {
   const GgufTensorInfo& t = checked(name, expected_shape);
-  at::Tensor x = unpermute(t, file_.load(t.name, dtype, c10::Device(c10::kCPU)));  // [rows, ...]
-  // Gemma's norm weights as Hugging Face holds them (its GGUF loader subtracts the 1 too).
-  if (norm_shift_ && name.size() > 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0)
-    x = (x.to(at::kFloat) - 1.0).to(dtype);
+  // Gemma's norm weights as Hugging Face holds them: its GGUF loader subtracts the 1 in float32,
+  // then casts to the dtype.
+  const bool shift =
+      norm_shift_ && name.size() > 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+  at::Tensor x = unpermute(t, file_.load(t.name, shift ? at::kFloat : dtype,
+                                         c10::Device(c10::kCPU)));  // [rows, ...]
+  if (shift) x = (x - 1.0).to(dtype);
   return device.is_cpu() ? x : x.to(device);
 }
 

@@ -15,7 +15,7 @@ namespace specdec {
 // one (`file` receives it). A Hugging Face folder (config.json) is not, even beside a `.gguf`.
 bool gguf_checkpoint(const std::string& path, std::string* file);
 
-// GGUF architectures whose tensors this build can map ("llama", "qwen2").
+// GGUF architectures whose tensors this build can map ("llama", "qwen2", "qwen3", "gemma3").
 const std::vector<std::string>& supported_gguf_architectures();
 
 class GgufWeights final : public WeightSource {

@@ -15,7 +15,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   if (at::Tensor y = kernels::rms_norm_f32(x, w, eps); y.defined()) return y;
   const at::Tensor xf = x.to(at::kFloat);                       // [..., H]
   const at::Tensor var = xf.pow(2).mean(-1, /*keepdim=*/true);  // [..., 1]
-  return w * (xf * at::rsqrt(var + eps)).to(x.scalar_type());
+  const at::Tensor normed = xf * at::rsqrt(var + eps);          // [..., H] float32
+  if (w.scalar_type() == at::kFloat) return (normed * w).to(x.scalar_type());
+  return w * normed.to(x.scalar_type());
 }
 
 Pass::Pass(const at::Tensor& input_ids, const KVCache& cache,

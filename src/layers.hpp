@@ -13,7 +13,9 @@
 
 namespace specdec::layers {
 
-// Hugging Face's RMSNorm: normalise in float32, cast back, then scale. x [..., H], w [H].
+// Hugging Face's RMSNorm, x [..., H], w [H]: normalise in float32, cast back, then scale
+// (LlamaRMSNorm), or, when w is float32 (Gemma's 1 + w), scale in float32 and cast once
+// (Gemma3RMSNorm). The same for float32 x.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 
 // Where the tokens of one forward pass go (Model::forward): row b of input_ids [B, T] goes to cache

@@ -19,13 +19,15 @@ class ChatTemplate {
  public:
   enum class Kind {
     kChatML,   // <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen2)
+    kQwen3,    // ChatML whose earlier assistant turns lose their <think>...</think> reasoning
     kLlama3,   // <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>
     kLlama2,   // <s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] answer </s>
     kMistral,  // <s>[INST] system\n\nuser [/INST] answer</s> (no <<SYS>> block)
     kGemma,    // <bos><start_of_turn>user\nsystem\n\nuser<end_of_turn>\n<start_of_turn>model\n
   };
 
-  // "chatml", "llama3", "llama2", "mistral", "gemma"; throws specdec::Error listing them otherwise.
+  // "chatml", "qwen3", "llama3", "llama2", "mistral", "gemma"; throws specdec::Error listing them
+  // otherwise.
   static ChatTemplate by_name(const std::string& name);
   // Recognises the family from a Jinja template's text (`source` names where it came from). ChatML
   // templates that insert a default system turn when the conversation has none (SmolLM2's, Qwen2's)

@@ -54,9 +54,10 @@ struct ModelConfig {
   // Gemma 3: the attention scale is query_pre_attn_scalar^-1/2 (0: head_dim^-1/2).
   double query_pre_attn_scalar = 0;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
-  // A reduced-vocabulary head (drafts written by `specdec make-draft --vocab-subset`; llama family
-  // only): lm_head.weight has one row per id listed here (strictly increasing, < vocab_size), and
-  // the logits of every other id are -inf. Empty = the head covers the whole vocabulary.
+  // A reduced-vocabulary head (drafts written by `specdec make-draft --vocab-subset`; the llama
+  // family and Gemma 3): lm_head.weight has one row per id listed here (strictly increasing, <
+  // vocab_size), and the logits of every other id are -inf. Empty = the head covers the whole
+  // vocabulary.
   std::vector<int64_t> head_token_ids;
   // A feature-fed (EAGLE-style) draft (`specdec make-draft --features`; llama family only), when >
   // 0: its input at position p is fc([embed(x_p); h_{p-1}]) ("fc.weight" [hidden_size, hidden_size
@@ -117,7 +118,7 @@ struct ModelConfig {
 // The model types this build can run.
 const std::vector<std::string>& supported_model_types();
 // Whether `model_type` is one of the Llama decoder's (llama, mistral, qwen2, qwen3): the family
-// with feature-fed drafts, and the one make-draft distils from.
+// with feature-fed drafts (make-draft distils from all but qwen3).
 bool llama_family(const std::string& model_type);
 
 // GenerationConfig::num_assistant_tokens_schedule, parsed (its strings stay Hugging Face's).

@@ -17,7 +17,7 @@ namespace specdec::models {
 namespace {
 
 struct Gemma3Layer {
-  at::Tensor input_norm;      // [H]; each norm weight here is (1 + w) of the checkpoint's w
+  at::Tensor input_norm;      // [H] float32; each norm weight here is the checkpoint's 1 + w
   layers::Attention attn;     // q, k, v fused; q/k heads normalised
   at::Tensor post_attn_norm;  // [H]: the attention output's, before the residual add
   at::Tensor pre_ff_norm;     // [H]
@@ -41,15 +41,14 @@ class Gemma3Model final : public Model {
                          .to(o.dtype)
                          .to(o.device)) {
     c10::InferenceMode guard;
-    SPECDEC_CHECK(
-        c.layer_types.empty() || static_cast<int64_t>(c.layer_types.size()) == c.num_hidden_layers,
-        w.dir(), ": layer_types does not name every layer");
     const int64_t h = c.hidden_size, d = c.head_dim, hq = c.num_attention_heads,
                   hkv = c.num_key_value_heads, inter = c.intermediate_size, v = c.vocab_size;
     const WeightLoader load(w, o);
-    // Gemma3RMSNorm: x / rms(x) * (1 + w), in float32; (1 + w) is formed once here.
+    // Gemma3RMSNorm: x / rms(x) * (1 + w) in float32, w in the compute dtype as Hugging Face
+    // loads it; (1 + w) is formed once here and kept in float32 (layers::rms_norm then scales in
+    // float32 and rounds once).
     auto norm = [&](const std::string& name, int64_t n) {
-      return (load.tensor(name, {n}).to(at::kFloat) + 1.0).to(o.dtype);
+      return load.tensor(name, {n}).to(at::kFloat) + 1.0;
     };
     embed_ = load.linear("model.embed_tokens.weight", {v, h});
     layers_.reserve(c.num_hidden_layers);
@@ -57,9 +56,7 @@ class Gemma3Model final : public Model {
       const std::string p = "model.layers." + std::to_string(i) + ".";
       const std::string a = p + "self_attn.", m = p + "mlp.";
       Gemma3Layer l;
-      l.sliding = c.layer_types.empty()
-                      ? c.sliding_window > 0
-                      : c.layer_types[static_cast<size_t>(i)] == "sliding_attention";
+      l.sliding = c.layer_types.at(static_cast<size_t>(i)) == "sliding_attention";
       l.input_norm = norm(p + "input_layernorm.weight", h);
       l.attn.heads = hq, l.attn.kv_heads = hkv, l.attn.head_dim = d;
       l.attn.qkv = Linear::cat({load.linear(a + "q_proj.weight", {hq * d, h}),
@@ -112,7 +109,7 @@ class Gemma3Model final : public Model {
   at::Tensor embed_scale_;  // [] in the dtype
   Linear embed_;            // [V, H]
   std::vector<Gemma3Layer> layers_;
-  at::Tensor norm_;  // [H], (1 + w)
+  at::Tensor norm_;  // [H] float32, (1 + w)
   layers::Head head_;
 };
 

@@ -52,7 +52,11 @@ class LlamaModel final : public Model {
                                             bias(a + "k_proj.bias", hkv * d, c.attention_bias)),
                                 load.linear(a + "v_proj.weight", {hkv * d, h},
                                             bias(a + "v_proj.bias", hkv * d, c.attention_bias))});
-      l.attn.o = load.linear(a + "o_proj.weight", {h, hq * d});
+      // LlamaAttention and Qwen3Attention give o_proj a bias with attention_bias too (Qwen2's and
+      // Mistral's never have one): loaded when the checkpoint has it.
+      l.attn.o = load.linear(
+          a + "o_proj.weight", {h, hq * d},
+          bias(a + "o_proj.bias", h, c.attention_bias && w.contains(a + "o_proj.bias")));
       if (c.qk_norm) {
         l.attn.q_norm = load.tensor(a + "q_norm.weight", {d});
         l.attn.k_norm = load.tensor(a + "k_norm.weight", {d});

@@ -411,8 +411,9 @@ std::unique_ptr<Tokenizer> load_sentencepiece_gguf(const GgufFile& f,
   if (!o.add_eos_token)
     o.add_eos_token = f.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
   auto t = std::make_unique<SentencePieceTokenizer>(path, std::move(proto), cfg, o);
-  // Gemma's files are the ones without a dummy prefix; their tokenizer joins decoded tokens.
-  t->add_typed_pieces(types, /*joined=*/!*o.add_prefix_space);
+  // GemmaTokenizer joins decoded tokens; LlamaTokenizer does not.
+  const std::string arch = f.find_string("general.architecture").value_or("");
+  t->add_typed_pieces(types, /*joined=*/arch.rfind("gemma", 0) == 0);
   return t;
 }
 

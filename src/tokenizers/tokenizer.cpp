@@ -312,7 +312,8 @@ void TokenizerBase::add_token(const AddedToken& t) {
     ids.erase(std::find(ids.begin(), ids.end(), t.id));
   }
   added_[t.id] = t;
-  added_by_first_byte_[static_cast<unsigned char>(t.content[0])].push_back(t.id);
+  auto& ids = added_by_first_byte_[static_cast<unsigned char>(t.content[0])];
+  ids.insert(std::lower_bound(ids.begin(), ids.end(), t.id), t.id);  // by id: ties go to the lower
   if (t.special) special_ids_.insert(t.id);
   size_ = std::max(size_, t.id + 1);
 }

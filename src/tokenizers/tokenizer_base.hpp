@@ -102,7 +102,7 @@ class TokenizerBase : public Tokenizer {
   std::string source_;  // the file, for error messages
   int64_t base_size_ = 0, size_ = 0;
   std::map<int64_t, AddedToken> added_;
-  std::vector<int64_t> added_by_first_byte_[256];  // ids of added_ by their content's first byte
+  std::vector<int64_t> added_by_first_byte_[256];  // ids of added_ (sorted) by content's first byte
   std::set<int64_t> special_ids_;
   std::set<int64_t> additional_special_;
   std::optional<int64_t> bos_, eos_, unk_, pad_;

@@ -468,10 +468,11 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
   const detail::SourceCheckpoint src = detail::open_checkpoint(o.target);
   const ModelConfig& c = src.config;
   // (Qwen3's q/k norms are not in make-draft's network yet.)
-  SPECDEC_CHECK(llama_family(c.model_type) && !c.qk_norm && c.head_token_ids.empty(),
-                "make-draft: ", o.target, " is a ", c.model_type,
-                c.head_token_ids.empty() ? "" : " draft with a reduced head",
-                " model; make-draft supports llama-family targets (llama, mistral, qwen2)");
+  SPECDEC_CHECK(
+      llama_family(c.model_type) && !c.qk_norm && c.head_token_ids.empty(),
+      "make-draft: ", o.target, " is a ", c.model_type,
+      c.head_token_ids.empty() ? "" : " draft with a reduced head",
+      " model; make-draft supports llama, mistral and qwen2 targets (not qwen3 or gemma3 yet)");
 
   RunState state;
   Data data;

@@ -37,6 +37,48 @@ TEST(Chat, ChatMLWithAndWithoutDefaultSystem) {
   EXPECT_EQ(t.end_of_turn(), "<|im_end|>");
 }
 
+// Qwen3's template (a ChatML template mentioning </think>): earlier assistant turns are rendered
+// without their reasoning; one after the last user turn keeps it. Expected strings worked out by
+// hand from the template's Jinja: content = text after the last "</think>" without leading
+// newlines, reasoning = between "<think>" and the first "</think>" without surrounding newlines.
+TEST(Chat, Qwen3DropsEarlierReasoning) {
+  const std::string tmpl =
+      "{%- if '</think>' in message.content %}<|im_start|>{{ '<think>\\n\\n</think>' }}";
+  const ChatTemplate t = ChatTemplate::recognise(tmpl, "t");
+  EXPECT_EQ(t.name(), "qwen3");
+  EXPECT_EQ(t.end_of_turn(), "<|im_end|>");
+  const std::vector<ChatMessage> chat = {
+      {"user", "2+2?"}, {"assistant", "<think>\nadd them\n</think>\n\n4"}, {"user", "and 3+3?"}};
+  EXPECT_EQ(t.render(chat, true),
+            "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>\n"
+            "<|im_start|>user\nand 3+3?<|im_end|>\n<|im_start|>assistant\n");
+  // The last turn, after the last user turn: reasoning kept (empty when there was none).
+  EXPECT_EQ(t.render({{"user", "hi"}, {"assistant", "<think>\n\nwave\n</think>hello"}}, false),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\nwave\n</think>\n\n"
+            "hello<|im_end|>\n");
+  EXPECT_EQ(t.render({{"user", "hi"}, {"assistant", "hello"}}, false),
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+            "hello<|im_end|>\n");
+  // Plain ChatML keeps every turn as written.
+  EXPECT_EQ(
+      ChatTemplate::by_name("chatml").render(chat, false).find("add them") != std::string::npos,
+      true);
+}
+
+// Gemma's template: <bos>, the system message as the first paragraph of the first user turn,
+// contents trimmed, the assistant as "model".
+TEST(Chat, Gemma) {
+  const ChatTemplate t =
+      ChatTemplate::recognise("{{ bos_token }}{{ '<start_of_turn>' + role + '\\n' }}", "t");
+  EXPECT_EQ(t.name(), "gemma");
+  EXPECT_EQ(t.end_of_turn(), "<end_of_turn>");
+  EXPECT_EQ(t.render(kConversation, true),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n<start_of_turn>model\n"
+            "Hello.<end_of_turn>\n<start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(t.render({{"user", "Hi"}}, false), "<bos><start_of_turn>user\nHi<end_of_turn>\n");
+  EXPECT_THROW(t.render({{"assistant", "x"}}, true), Error);  // roles must alternate from user
+}
+
 TEST(Chat, Llama3) {
   const ChatTemplate t = ChatTemplate::recognise("{{ bos_token }}<|start_header_id|>...", "t");
   EXPECT_EQ(t.name(), "llama3");

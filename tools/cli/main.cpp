@@ -107,8 +107,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mk->add_option(
         "--exit-layers", fx.exit_layers,
-        "Scale o_proj/down_proj of layers >= N by --exit-scale (synthetic early-exit pair; "
-        "0 with --exit-scale 0: a bigram model that still runs every layer)")
+        "Scale the attention and MLP outputs of layers >= N by --exit-scale (o_proj/down_proj; "
+        "gemma3: the post-norms) (synthetic early-exit pair; 0 with --exit-scale 0: a bigram "
+        "model that still runs every layer)")
       ->capture_default_str();
   mk->add_option("--exit-scale", fx.exit_scale, "See --exit-layers")->capture_default_str();
   mk->add_flag("--gated", fx.gated_act,

@@ -21,9 +21,10 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   if (mode != Mode::kServe)
     app->add_option("--system", o.system,
                     "Chat: the system message (default: the template's own, if any)");
-  app->add_option("--chat-template", o.chat_template,
-                  "Chat: chatml, llama3, llama2, mistral or gemma (default: recognised from the "
-                  "model's template)");
+  app->add_option(
+      "--chat-template", o.chat_template,
+      "Chat: chatml, qwen3, llama3, llama2, mistral or gemma (default: recognised from the "
+      "model's template)");
   if (mode != Mode::kChat && mode != Mode::kServe) {
     app->add_flag(
         "--chat", o.chat,
