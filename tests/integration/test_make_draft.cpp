@@ -422,7 +422,9 @@ TEST(MakeDraft, BadInputIsRefusedAndLeavesNoFolder) {
   expect_error(o, "give training text");
   o = options(root + "/x");
   o.target = cached_fixture("make_draft_gpt2", small_fixture(5, 2, "gpt2"));
-  expect_error(o, "llama-family");
+  expect_error(o, "supports llama, mistral and qwen2 targets");
+  o.target = cached_fixture("make_draft_qwen3", small_fixture(5, 2, "qwen3"));
+  expect_error(o, "not qwen3 or gemma3 yet");
   o = options(root + "/x");
   o.steps = -1;
   expect_error(o, "--steps");
