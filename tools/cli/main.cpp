@@ -127,9 +127,9 @@ int main(int argc, char** argv) {
   MakeDraftOptions md;
   auto* mkd = app.add_subcommand(
       "make-draft",
-      "Distil a small draft from a llama-family target: its first layers, a head over the most "
-      "frequent "
-      "tokens, trained with libtorch to match the target's next-token distributions");
+      "Distil a small draft from a Llama, Mistral or Qwen2 target: its first layers, a head over "
+      "the most frequent tokens, trained with libtorch to match the target's next-token "
+      "distributions");
   mkd->add_option("--target", md.target,
                   "Target checkpoint: folder, or GGUF file / folder holding one")
       ->required();
