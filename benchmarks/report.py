@@ -59,6 +59,10 @@ SECTIONS = [
     ("make_draft_smollm2", "Drafts made for SmolLM2 (`specdec make-draft`)", "`bash "
      "benchmarks/make_draft_smollm2.sh`: a draft trained on the target's own answers, evaluated with `specdec compare "
      "--chat` on 12 prompts outside training.", T.make_draft_smollm2),
+    ("suffix", "Suffix speculation on a repetitive workload", "`python3 benchmarks/suffix.py BUILD MODEL`: the 36 "
+     "chat requests of `benchmarks/prompts/repetitive.jsonl` (JSON extraction, edits of one file, questions over one "
+     "passage, interleaved) one after another through one `specdec generate --chat --prompts-file`; generation time "
+     "after the prefill, medians of interleaved rounds; greedy output identical in every setting.", T.generic),
     ("prompt_lookup", "Prompt lookup on a copying target", "`bash benchmarks/prompt_lookup.sh`: a target of the pair's "
      "size whose output copies its input.", T.per_config),
     ("arch_timings", "Architectures at one size", "`bash benchmarks/arch_timings.sh`: prefill and decode per "

@@ -417,6 +417,8 @@ constexpr std::pair<const char*, Schedule> kSchedules[] = {
 }  // namespace
 
 Schedule GenerationConfig::schedule() const {
+  if (num_assistant_tokens_schedule.empty())
+    return speculates_without_model() && !sampling() ? Schedule::kGoodput : Schedule::kConstant;
   for (const auto& [name, value] : kSchedules)
     if (num_assistant_tokens_schedule == name) return value;
   std::string names;
@@ -430,6 +432,7 @@ Schedule GenerationConfig::schedule() const {
 int64_t GenerationConfig::resolved_num_assistant_tokens() const {
   if (prompt_lookup_num_tokens > 0) return prompt_lookup_num_tokens;
   if (num_assistant_tokens > 0) return num_assistant_tokens;
+  if (suffix_speculation) return 16;
   const Schedule s = schedule();
   return s == Schedule::kDynamic ? 20 : s == Schedule::kGoodput ? 12 : 5;
 }
@@ -453,6 +456,9 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(prompt_lookup_match == "first" || prompt_lookup_match == "last",
                 "GenerationConfig.prompt_lookup_match must be \"first\" or \"last\", got \"",
                 prompt_lookup_match, "\"");
+  SPECDEC_CHECK(!(suffix_speculation && prompt_lookup_num_tokens > 0),
+                "GenerationConfig: suffix_speculation and prompt_lookup_num_tokens: give one of "
+                "them");
   SPECDEC_CHECK(max_matching_ngram_size >= 1,
                 "GenerationConfig.max_matching_ngram_size must be >= 1, got ",
                 max_matching_ngram_size);

@@ -98,9 +98,9 @@ Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bo
   start();
 }
 
-// goodput: for a draft model and for prompt lookup alike.
+// goodput: for a draft model and for proposals without one alike.
 bool Engine::uses_goodput(const Row& row) const {
-  return (use_draft_ || row.config.prompt_lookup_num_tokens > 0) &&
+  return (use_draft_ || row.config.speculates_without_model()) &&
          row.schedule->kind() == Schedule::kGoodput;
 }
 
@@ -124,16 +124,23 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
   if (row.schedule->kind() == Schedule::kGoodput) {
     if (!evidence) {
       std::lock_guard<std::mutex> lock(state_.carried_mutex);
-      evidence = state_.carried_evidence[!by_model(row)];
+      evidence = state_.carried_evidence[proposer_kind(row)];
     }
     if (evidence) row.schedule->set_evidence(*evidence);
   }
   row.processors =
       std::make_unique<LogitsProcessorChain>(config, static_cast<int64_t>(row.tokens.size()));
-  if (config.prompt_lookup_num_tokens > 0)
-    row.lookup = std::make_unique<PromptLookupGenerator>(
+  if (config.prompt_lookup_num_tokens > 0) {
+    row.proposer = std::make_unique<PromptLookupGenerator>(
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids,
         config.prompt_lookup_match == "last");
+  } else if (config.suffix_speculation) {
+    {
+      std::lock_guard<std::mutex> lock(state_.carried_mutex);
+      row.suffix = state_.suffix;
+    }
+    row.proposer = std::make_unique<SuffixGenerator>(row.suffix, config.eos_token_ids);
+  }
   row.verifier = m_.custom_verifier  ? m_.custom_verifier
                  : config.sampling() ? static_cast<const Verifier*>(&rejection_)
                                      : &greedy_;
@@ -267,7 +274,7 @@ bool Engine::step() {
 // pass is padded to the probe's.
 void Engine::plan(bool may_calibrate) {
   if (!goodput_) return;
-  // The draft-model rows and the prompt-lookup rows are planned apart (lookup drafts cost nothing).
+  // The draft-model rows and the others are planned apart (proposals without a model cost nothing).
   for (const bool lookup : {false, true}) {
     std::vector<LookaheadSchedule*> schedules;
     const Row* shortest = nullptr;
@@ -349,10 +356,10 @@ void Engine::draft() {
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
     if (by_model(row)) continue;
-    const int64_t k = row.schedule->kind() == Schedule::kGoodput
-                          ? std::min(max_tokens_[i], row.schedule->num_tokens())
-                          : max_tokens_[i];
-    row.cand = row.lookup && k > 0 ? row.lookup->propose(row.tokens, k) : Candidates{};
+    const int64_t k = std::min(max_tokens_[i], row.schedule->kind() == Schedule::kGoodput
+                                                   ? row.schedule->num_tokens()
+                                                   : row.schedule->cap());
+    row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
   }
   draft_seconds_ = seconds_since(t0);
 }
@@ -457,7 +464,7 @@ void Engine::commit() {
       if (j < accepted) ++st.accepted_at_position[j];
     }
     if (drafter_ && by_model(row)) drafter_->on_verified_row(i, cand, accepted, row.tokens);
-    if (row.lookup && row.schedule->kind() == Schedule::kGoodput)
+    if (row.proposer && row.schedule->kind() == Schedule::kGoodput)
       row.schedule->update(std::vector<double>(k, 1.0), accepted);
     bs_.new_tokens += static_cast<int64_t>(fresh.size());
     if (stop_eos) st.stop_reason = "eos";
@@ -538,9 +545,12 @@ void Engine::finish_row(Row& row) {
     if (by_model(row) && row.schedule->kind() == Schedule::kHeuristic)
       state_.carried_lookahead = row.schedule->num_tokens();
     if (uses_goodput(row))
-      state_.carried_evidence[!by_model(row)] =
+      state_.carried_evidence[proposer_kind(row)] =
           LookaheadSchedule::carry_evidence({row.schedule.get()});
   }
+  // Suffix speculation remembers what the target wrote (the tokens it verified).
+  if (row.suffix)
+    row.suffix->add(row.tokens, static_cast<int64_t>(row.tokens.size() - row.result.tokens.size()));
   row.done = true;
   if (row.on_finished) row.on_finished(row.result);
 }
@@ -586,22 +596,21 @@ void Engine::admit() {
   const auto t1 = Clock::now();
   std::vector<int64_t> joined;
   std::vector<const std::vector<int64_t>*> joined_tokens;
-  // goodput: a joining row starts from the evidence of the goodput rows of its kind (draft model
-  // [0], prompt lookup [1]) running beside it, else from what the last finished one left, as the
-  // next request would.
-  std::optional<std::pair<double, double>> evidence[2];
+  // goodput: a joining row starts from the evidence of the goodput rows of its kind (its proposer)
+  // running beside it, else from what the last finished one left, as the next request would.
+  std::optional<std::pair<double, double>> evidence[3];
   if (goodput_) {
-    std::vector<const LookaheadSchedule*> running[2];
+    std::vector<const LookaheadSchedule*> running[3];
     for (const Row* row : slots_)
-      if (row && uses_goodput(*row)) running[!by_model(*row)].push_back(row->schedule.get());
-    for (int kind = 0; kind < 2; ++kind)
+      if (row && uses_goodput(*row)) running[proposer_kind(*row)].push_back(row->schedule.get());
+    for (int kind = 0; kind < 3; ++kind)
       if (!running[kind].empty()) evidence[kind] = LookaheadSchedule::carry_evidence(running[kind]);
   }
   while (taken() < width_) {
     Row* next = source_.next();
     if (!next) break;
     Row& row = *next;
-    set_up(row, evidence[!by_model(row)]);
+    set_up(row, evidence[proposer_kind(row)]);
     // A prompt longer than a chunk goes in a chunk per step beside the decoding rows, after the
     // longest cached prefix of it, unless what that prefix leaves fits the first verification pass.
     const auto uncached_prompt = static_cast<int64_t>(row.tokens.size()) - 1;

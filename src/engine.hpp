@@ -22,6 +22,7 @@
 #include "specdec/generator.hpp"
 #include "specdec/request_engine.hpp"
 #include "specdec/sampling.hpp"
+#include "specdec/suffix.hpp"
 #include "specdec/verifier.hpp"
 #include "util.hpp"
 
@@ -37,8 +38,11 @@ struct GeneratorState {
   // num_assistant_tokens, so that a seed gives the same tokens whatever ran before or beside it.
   std::optional<int64_t> carried_lookahead;
   // "goodput": the acceptance evidence a request starts from (LookaheadSchedule::carry_evidence of
-  // the last goodput request), for the draft model [0] and for prompt lookup [1].
-  std::optional<std::pair<double, double>> carried_evidence[2];
+  // the last goodput request), by the row's proposer (Engine::proposer_kind).
+  std::optional<std::pair<double, double>> carried_evidence[3];
+  // Suffix speculation's tree of finished requests' outputs (Generator::set_suffix_options
+  // replaces it; running rows keep the one they started with).
+  std::shared_ptr<SuffixCache> suffix = std::make_shared<SuffixCache>();
 };
 
 // The models of a Generator, as the engine uses them.
@@ -65,7 +69,9 @@ struct Row {
   std::unique_ptr<Rng> rng;
   std::unique_ptr<LookaheadSchedule> schedule;
   std::unique_ptr<LogitsProcessorChain> processors;
-  std::unique_ptr<PromptLookupGenerator> lookup;
+  // Prompt lookup's or suffix speculation's (null for the draft model's rows and target-only ones).
+  std::unique_ptr<SequenceProposer> proposer;
+  std::shared_ptr<SuffixCache> suffix;  // suffix speculation: the Generator's shared tree
   const Verifier* verifier = nullptr;
   GenerationResult result;
   std::exception_ptr error;  // what its callback threw (stop_reason "error")
@@ -154,9 +160,14 @@ class Engine {
   // Row `slot`'s new tokens to its sink or the batch's callback (their log-probabilities first).
   void deliver(int64_t slot, const std::vector<int64_t>& fresh);
   bool uses_goodput(const Row& row) const;  // (once set_up made its schedule)
-  // The row drafts with the draft model (else by prompt lookup or not at all).
+  // The row drafts with the draft model (else by prompt lookup, suffix speculation or not at all).
   bool by_model(const Row& row) const {
-    return use_draft_ && row.config.prompt_lookup_num_tokens == 0;
+    return use_draft_ && !row.config.speculates_without_model();
+  }
+  // What proposes the row's candidates: 0 the draft model (or nothing), 1 prompt lookup, 2 suffix
+  // speculation (goodput's evidence is carried for each apart).
+  static int proposer_kind(const Row& row) {
+    return row.config.suffix_speculation ? 2 : row.config.prompt_lookup_num_tokens > 0 ? 1 : 0;
   }
   // Prefix reuse (max_prefixes_ > 0): a finished row's sequence and target cache join the LRU; a
   // joining row starts from the longest prefix of its sequence held there. Its new tokens then go

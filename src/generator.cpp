@@ -41,6 +41,17 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
 
 Generator::~Generator() = default;
 
+void Generator::set_suffix_options(const SuffixOptions& options) {
+  auto fresh = std::make_shared<SuffixCache>(options);  // validates
+  std::lock_guard<std::mutex> lock(state_->carried_mutex);
+  state_->suffix = std::move(fresh);
+}
+
+std::shared_ptr<const SuffixCache> Generator::suffix_cache() const {
+  std::lock_guard<std::mutex> lock(state_->carried_mutex);
+  return state_->suffix;
+}
+
 detail::EngineModels Generator::models() const {
   return {target_, draft_, custom_verifier_.get(), share_encoder_};
 }
@@ -138,10 +149,11 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
   }
 
   detail::VectorSource source(rows);
-  // Rows that ask for prompt lookup draft by it, the others with the draft model when one is set.
+  // Rows that ask for prompt lookup or suffix speculation draft by it, the others with the draft
+  // model when one is set.
   const bool use_draft =
       draft_ && std::any_of(rows.begin(), rows.end(), [](const detail::Row& row) {
-        return row.config.prompt_lookup_num_tokens == 0;
+        return !row.config.speculates_without_model();
       });
   detail::Engine engine(models(), *state_, source, use_draft, width, max_length, on_tokens, options,
                         prompt_cache);

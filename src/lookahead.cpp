@@ -10,9 +10,9 @@ namespace specdec {
 LookaheadSchedule::LookaheadSchedule(const GenerationConfig& c)
     : kind_(c.schedule()),
       // Until costs have been measured, goodput probes a draft model with 2 tokens (enough to time
-      // it and to see whether the target accepts it, cheap when it does not) and prompt lookup,
-      // whose proposals cost nothing to make, with 5; the cap, if smaller.
-      k_(kind_ == Schedule::kGoodput ? std::min<int64_t>(c.prompt_lookup_num_tokens > 0 ? 5 : 2,
+      // it and to see whether the target accepts it, cheap when it does not) and proposals
+      // without a model, which cost nothing to make, with 5; the cap, if smaller.
+      k_(kind_ == Schedule::kGoodput ? std::min<int64_t>(c.speculates_without_model() ? 5 : 2,
                                                          c.resolved_num_assistant_tokens())
                                      : c.resolved_num_assistant_tokens()),
       cap_(c.resolved_num_assistant_tokens()),

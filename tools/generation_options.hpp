@@ -18,9 +18,11 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
                   "dynamic, 12 for goodput)")
       ->capture_default_str();
   app->add_option("--schedule,--num-assistant-tokens-schedule", gen.num_assistant_tokens_schedule,
-                  "Lookahead schedule (prompt lookup follows goodput and ignores the others)")
-      ->check(CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}))
-      ->capture_default_str();
+                  "Lookahead schedule (default: goodput, which never plans a pass that costs more "
+                  "than it gains, for greedy --prompt-lookup and --speculate suffix, which follow "
+                  "constant or goodput only; else constant)")
+      ->check(
+          CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}));
   app->add_option("--confidence-threshold,--assistant-confidence-threshold",
                   gen.assistant_confidence_threshold,
                   "dynamic: stop drafting below this draft probability")
@@ -34,6 +36,13 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
   app->add_option("--max-matching-ngram,--max-matching-ngram-size", gen.max_matching_ngram_size,
                   "Prompt lookup: longest n-gram to match")
       ->capture_default_str();
+  app->add_option_function<std::string>(
+         "--speculate",
+         [&gen](const std::string& how) { gen.suffix_speculation = how == "suffix"; },
+         "suffix: suffix speculation (SuffixDecoding) without a draft model: the most frequent "
+         "continuation of the text's last tokens in this request and in earlier outputs; up to "
+         "--num-assistant-tokens per iteration (default 16); none: not")
+      ->check(CLI::IsMember({"suffix", "none"}));
   app->add_option(
          "--prompt-lookup-match", gen.prompt_lookup_match,
          "Prompt lookup: copy after the first (Hugging Face) or the last earlier occurrence")

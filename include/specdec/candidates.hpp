@@ -1,5 +1,5 @@
-// Candidate sources: propose the tokens the target verifies in one pass (a draft model, prompt
-// lookup). The engine holds each by its concrete type.
+// Candidate sources: propose the tokens the target verifies in one pass (a draft model; prompt
+// lookup and suffix speculation, which need no model).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -120,17 +120,24 @@ class DraftModelGenerator final {
   SteadyPasses last_steady_;
 };
 
+// A proposer that needs no model: one request's, reading its sequence (and what it remembers).
+class SequenceProposer {
+ public:
+  virtual ~SequenceProposer() = default;
+  // Up to `max_tokens` candidates to follow `tokens` (prompt + generated so far, which only grows
+  // between calls); none when max_tokens <= 0.
+  virtual Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) = 0;
+};
+
 // Prompt lookup decoding, Hugging Face's rule: copy the continuation of the leftmost earlier
 // occurrence of the last n tokens (n = max_matching_ngram_size down to 1) in prompt + output, cut
 // before its first EOS. With `most_recent`, the rightmost earlier occurrence instead (specdec's
 // option, GenerationConfig::prompt_lookup_match = "last").
-class PromptLookupGenerator final {
+class PromptLookupGenerator final : public SequenceProposer {
  public:
   PromptLookupGenerator(int64_t num_tokens, int64_t max_ngram, std::vector<int64_t> eos_ids,
                         bool most_recent = false);
-  // Up to `max_tokens` candidates to follow `tokens` (prompt + generated so far); none when
-  // max_tokens <= 0.
-  Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens);
+  Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
 
  private:
   int64_t num_tokens_;

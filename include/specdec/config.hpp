@@ -134,16 +134,19 @@ struct GenerationConfig {
 
   // --- assisted generation ---
   // Draft tokens per iteration: the fixed K (constant), the start value (heuristic*), or the cap
-  // (dynamic, goodput). 0 = default: 20 for "dynamic", 12 for "goodput", 5 otherwise. Under prompt
-  // lookup, prompt_lookup_num_tokens takes its place.
+  // (dynamic, goodput). 0 = default: 20 for "dynamic", 16 under suffix speculation, 12 for
+  // "goodput", 5 otherwise. Under prompt lookup, prompt_lookup_num_tokens takes its place.
   int64_t num_assistant_tokens = 0;
   // "constant" | "heuristic" (value carried over between requests of one Generator) |
   // "heuristic_transient" (reset each request) | "dynamic" (confidence-threshold stop) |
   // "goodput" (specdec's: the K with the most expected tokens per second, from measured costs;
   // see lookahead.hpp. Sampled output keeps the target's distribution, but which tokens a seed
-  // gives then depends on the measured timings). Prompt lookup follows "goodput" (each iteration's
-  // lookahead capped by the choice, drafting free) and ignores the other schedules.
-  std::string num_assistant_tokens_schedule = "constant";
+  // gives then depends on the measured timings). "" (the default): "goodput" for greedy prompt
+  // lookup and suffix speculation, whose proposals cost nothing to make, so that they never plan
+  // a pass that costs more than it gains; "constant" otherwise (a seed's tokens then never depend
+  // on timings). Proposals without a model follow "constant" (every iteration up to the cap) or
+  // "goodput"; the other schedules act as "constant".
+  std::string num_assistant_tokens_schedule = "";
   // dynamic: the draft stops once the probability of the token it just drafted is below this.
   double assistant_confidence_threshold = 0.4;
   // dynamic: re-fit the threshold from this request's acceptance history (minimise FPR + 3 FNR).
@@ -156,6 +159,11 @@ struct GenerationConfig {
   // Which earlier occurrence of the n-gram prompt lookup copies from: "first" (Hugging Face's rule)
   // or "last" (the most recent one; specdec's option, measured in docs/generation.md).
   std::string prompt_lookup_match = "first";
+  // Suffix speculation (SuffixDecoding) instead of a draft model: the most frequent continuation of
+  // the longest matching suffix, from trees over this request's prompt and output and over the
+  // Generator's earlier outputs (SuffixOptions, suffix.hpp); up to num_assistant_tokens per
+  // iteration. Not with prompt lookup.
+  bool suffix_speculation = false;
 
   // --- sampling ---
   bool do_sample = false;           // false: greedy (argmax). temperature == 0 also means greedy.
@@ -176,6 +184,10 @@ struct GenerationConfig {
   int64_t resolved_num_assistant_tokens() const;
   // num_assistant_tokens_schedule as an enum; throws specdec::Error for a name it does not know.
   Schedule schedule() const;
+  // Prompt lookup or suffix speculation: proposals made from the sequence, without a model.
+  bool speculates_without_model() const {
+    return prompt_lookup_num_tokens > 0 || suffix_speculation;
+  }
   // True when tokens are chosen by sampling (do_sample and temperature > 0).
   bool sampling() const { return do_sample && temperature > 0.0; }
   // Throws specdec::Error naming the first invalid field.

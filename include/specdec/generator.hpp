@@ -18,6 +18,8 @@ namespace specdec {
 
 class Verifier;
 class RequestEngine;
+class SuffixCache;
+struct SuffixOptions;
 namespace detail {
 class Engine;
 struct EngineModels;
@@ -149,6 +151,12 @@ class Generator {
   void set_verifier(std::shared_ptr<const Verifier> verifier) {
     custom_verifier_ = std::move(verifier);
   }
+
+  // Suffix speculation's settings (suffix.hpp), for the requests that start after this call; the
+  // tree of earlier outputs starts empty. Throws specdec::Error for invalid ones.
+  void set_suffix_options(const SuffixOptions& options);
+  // The tree of earlier requests' outputs that suffix speculation shares.
+  std::shared_ptr<const SuffixCache> suffix_cache() const;
 
   // goodput at B = 1 re-times a draft whose measured cost keeps drafting off (src/goodput.hpp):
   // after kRetimeFirst iterations without drafting, then after twice as many, up to kRetimeLast.

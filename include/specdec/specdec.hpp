@@ -15,6 +15,7 @@
 #include "specdec/request_engine.hpp"
 #include "specdec/sampling.hpp"
 #include "specdec/stats.hpp"
+#include "specdec/suffix.hpp"
 #include "specdec/tokenizer.hpp"
 #include "specdec/verifier.hpp"
 #include "specdec/weights.hpp"

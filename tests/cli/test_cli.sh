@@ -47,9 +47,9 @@ short=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6
 long=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 --json \
   --num-assistant-tokens-schedule dynamic --assistant-confidence-threshold 0.9)
 lookup_short=$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json \
-  --prompt-lookup 3 --max-matching-ngram 1)
+  --prompt-lookup 3 --max-matching-ngram 1 --schedule constant)
 lookup_long=$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json \
-  --prompt-lookup-num-tokens 3 --max-matching-ngram-size 1)
+  --prompt-lookup-num-tokens 3 --max-matching-ngram-size 1 --num-assistant-tokens-schedule constant)
 check "Hugging Face's option names give the runs of the short ones" python3 -c "
 import json,sys; a,b,c,d,e=(json.loads(x) for x in sys.argv[1:6])
 assert a['stats']['trace']==b['stats']['trace'] and a['tokens']==b['tokens'], (a, b)
@@ -68,7 +68,7 @@ line() { # line draft|- PROMPT_IDS KEYS: the JSON result of a one-line --prompts
 flag_threshold=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 --json \
   --schedule dynamic --confidence-threshold 0.05)
 flag_ngram=$("$SPECDEC" generate --model "$work/t" --prompt-ids 6,5,7,5,8,8,8,8,6,5 --max-new-tokens 12 --json \
-  --prompt-lookup 3 --max-matching-ngram 1)
+  --prompt-lookup 3 --max-matching-ngram 1 --schedule constant)
 check "--prompts-file: assistant_confidence_threshold and max_matching_ngram_size give the flags' runs" python3 -c "
 import json,sys; a,b,c,d,e,f=(json.loads(x) for x in sys.argv[1:7])
 assert a['stats']['trace']==b['stats']['trace'] and a['tokens']==b['tokens'], (a, b)
@@ -79,8 +79,8 @@ assert d['stats']['trace']!=f['stats']['trace'], 'max_matching_ngram_size 1 ran 
   "$(line draft 5,6,7 '"num_assistant_tokens_schedule": "dynamic", "assistant_confidence_threshold": 0.05')" \
   "$(line draft 5,6,7 '"num_assistant_tokens_schedule": "dynamic"')" \
   "$flag_ngram" \
-  "$(line - 6,5,7,5,8,8,8,8,6,5 '"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 1')" \
-  "$(line - 6,5,7,5,8,8,8,8,6,5 '"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 2')"
+  "$(line - 6,5,7,5,8,8,8,8,6,5 '"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 1, "num_assistant_tokens_schedule": "constant"')" \
+  "$(line - 6,5,7,5,8,8,8,8,6,5 '"prompt_lookup_num_tokens": 3, "max_matching_ngram_size": 2, "num_assistant_tokens_schedule": "constant"')"
 
 s1=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6 --max-new-tokens 10 --do-sample --seed 7 --json)
 s2=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6 --max-new-tokens 10 --do-sample --seed 7 --json)
@@ -256,6 +256,26 @@ assert [r['tokens'] for r in plain]==[r['tokens'] for r in cached], (plain, cach
 assert [r['stats']['cached_prompt_tokens'] for r in cached]==[0,5,5], [r['stats'] for r in cached]
 assert [r['stats']['cached_prompt_tokens'] for r in plain]==[0,0,0]
 " "$work/plain.jsonl" "$work/cached.jsonl"
+# --speculate suffix: the same request twice; the second is proposed from the first's answer
+# (the shared tree), unless --suffix-cache-tokens 0 keeps each request's own text only.
+printf '{"prompt_ids": [9, 3, 4, 8, 1, 2], "max_new_tokens": 24}\n%.0s' 1 2 > "$work/twice.jsonl"
+"$SPECDEC" generate --model "$work/tt" --prompts-file "$work/twice.jsonl" > "$work/twice_plain.jsonl" 2>/dev/null
+for cache in 65536 0; do
+  "$SPECDEC" generate --model "$work/tt" --prompts-file "$work/twice.jsonl" --speculate suffix --schedule constant \
+    --suffix-cache-tokens $cache > "$work/twice_$cache.jsonl" 2>/dev/null
+done
+check "--speculate suffix: target-only tokens; a repeated request is proposed from the earlier answer, and not with --suffix-cache-tokens 0" python3 -c "
+import json,sys
+plain, shared, own = ([json.loads(l) for l in open(p)] for p in sys.argv[1:4])
+assert [r['tokens'] for r in plain]==[r['tokens'] for r in shared]==[r['tokens'] for r in own], (plain, shared, own)
+s = [r['stats'] for r in shared]; o = [r['stats'] for r in own]
+assert s[1]['accepted_tokens'] >= 20 and s[1]['target_passes'] <= 4, s[1]   # 23 of the 24 tokens can be proposed
+assert s[0]['accepted_tokens'] < s[1]['accepted_tokens'], s
+assert o[1]['accepted_tokens'] == o[0]['accepted_tokens'] == s[0]['accepted_tokens'], (o, s)
+" "$work/twice_plain.jsonl" "$work/twice_65536.jsonl" "$work/twice_0.jsonl"
+expect_error "--speculate takes suffix or none" "--speculate" generate --model "$work/tt" --prompt-ids 1 --speculate tree
+expect_error "--speculate suffix with --prompt-lookup" "prompt" \
+  generate --model "$work/tt" --prompt-ids 1 --speculate suffix --prompt-lookup 3
 printf '{"prompt": "Hello the", "max_new_tokens": 4}\n{"prompt": "Hello the", "system": "the the", "max_new_tokens": 4}\n' > "$work/sys.jsonl"
 "$SPECDEC" generate --model "$work/tt" --chat --chat-template chatml --system "Hello" --prompts-file "$work/sys.jsonl" \
   > "$work/sys_out.jsonl" 2>/dev/null

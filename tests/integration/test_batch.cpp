@@ -100,7 +100,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
     for (const size_t b : {1u, 3u, 8u}) {
       const auto prompts = prompts_for(b, seed);
       for (const std::string schedule :
-           {"constant", "heuristic", "dynamic", "goodput", "lookup", "lookup goodput"}) {
+           {"constant", "heuristic", "dynamic", "goodput", "lookup", "lookup goodput", "suffix"}) {
         // Different limits per row (1 to 29 tokens), a lookahead per row, an EOS that some rows
         // hit.
         std::vector<GenerationConfig> configs;
@@ -110,7 +110,8 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           c.num_assistant_tokens = 1 + static_cast<int64_t>(r % 6);
           c.eos_token_ids = {static_cast<int64_t>(40 + seed)};
           if (schedule.rfind("lookup", 0) == 0) c.prompt_lookup_num_tokens = c.num_assistant_tokens;
-          if (schedule != "lookup")
+          c.suffix_speculation = schedule == "suffix";
+          if (schedule != "lookup" && schedule != "suffix")
             c.num_assistant_tokens_schedule = schedule == "lookup goodput" ? "goodput" : schedule;
           configs.push_back(c);
         }
@@ -126,6 +127,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
         for (size_t r = 0; r < b; ++r) {
           GenerationConfig alone = configs[r];
           alone.prompt_lookup_num_tokens = 0;
+          alone.suffix_speculation = false;
           const auto want = target_only.generate(prompts[r], alone).tokens;
           EXPECT_EQ(got.results[r].tokens, want)
               << arch << " seed " << seed << " batch " << b << " " << schedule << " row " << r;
@@ -140,7 +142,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
       }
     }
   }
-  EXPECT_EQ(rows_checked, 8 * 6 * (1 + 3 + 8));
+  EXPECT_EQ(rows_checked, 8 * 7 * (1 + 3 + 8));
 }
 
 // goodput in a Generator that has measured its costs: after a request whose draft the target

@@ -56,6 +56,9 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
   for (const auto& [arch, seed] : runs) {
     const Pair p = pair_for(seed, arch);
     const auto prompt = prompt_for(seed, 5);
+    // Suffix speculation on one Generator throughout: each request also proposes from the earlier
+    // ones' outputs.
+    const Generator remembering(p.target);
     for (const char* schedule :
          {"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}) {
       for (int64_t k : {1, 2, 5, 8}) {
@@ -78,6 +81,10 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
           lookup.max_matching_ngram_size = 1 + k % 3;
           ASSERT_EQ(Generator(p.target).generate(prompt, lookup).tokens, want)
               << arch << " prompt lookup seed " << seed << " K " << k << " max_new_tokens " << n;
+          GenerationConfig suffix = cfg;
+          suffix.suffix_speculation = true;
+          ASSERT_EQ(remembering.generate(prompt, suffix).tokens, want)
+              << arch << " suffix seed " << seed << " K " << k << " max_new_tokens " << n;
         }
       }
     }
@@ -108,8 +115,17 @@ TEST(Exactness, OtherArchitecturesAndPromptLookup) {
         EXPECT_EQ(Generator(p.target, p.unrelated).generate(prompt, a).tokens, prefix) << arch;
       }
     }
+    GenerationConfig suffix = cfg;
     cfg.prompt_lookup_num_tokens = 4;
     EXPECT_EQ(Generator(p.target).generate(prompt, cfg).tokens, want) << arch << " prompt lookup";
+    // Suffix speculation, twice on one Generator: the second request proposes the first's output.
+    suffix.suffix_speculation = true;
+    suffix.num_assistant_tokens_schedule = "constant";
+    const Generator remembering(p.target);
+    EXPECT_EQ(remembering.generate(prompt, suffix).tokens, want) << arch << " suffix";
+    const GenerationResult again = remembering.generate(prompt, suffix);
+    EXPECT_EQ(again.tokens, want) << arch << " suffix, again";
+    EXPECT_GT(again.stats.accepted_tokens, 0) << arch;
   }
 }
 
@@ -193,10 +209,51 @@ TEST(Exactness, PromptLookupCopiesAQuotedPassageOfABigramTarget) {
   prompt.insert(prompt.end(), {9, 5});
   EXPECT_EQ(Generator(target).generate(prompt, cfg).tokens, walk);  // the output copies the quote
   cfg.prompt_lookup_num_tokens = 10;
+  cfg.num_assistant_tokens_schedule = "constant";  // 10 every time (goodput starts from 5)
   const auto r = Generator(target).generate(prompt, cfg);
   EXPECT_EQ(r.tokens, walk);
   EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens);
   EXPECT_LE(r.stats.target_passes, 3);  // 20 tokens at up to 11 per pass
+  GenerationConfig suffix = cfg;
+  suffix.prompt_lookup_num_tokens = 0;
+  suffix.suffix_speculation = true;
+  EXPECT_EQ(Generator(target).generate(prompt, suffix).tokens, walk);
+}
+
+// A second request with the prompt of a first one, through the same Generator, is proposed the
+// first one's output: suffix speculation's shared tree. Without it (cache_tokens 0) the request
+// has only its own prompt to copy from.
+TEST(Exactness, SuffixSpeculationRemembersEarlierOutputs) {
+  const Pair p = pair_for(3);
+  const auto prompt = prompt_for(3, 6);
+  GenerationConfig cfg;
+  cfg.max_new_tokens = 40;
+  cfg.eos_token_ids = {95};
+  const auto want = Generator(p.target).generate(prompt, cfg).tokens;
+  cfg.suffix_speculation = true;
+  cfg.num_assistant_tokens_schedule = "constant";
+  cfg.num_assistant_tokens = 8;
+  SuffixOptions wide;
+  wide.max_spec_factor = 4;
+  Generator remembering(p.target);
+  remembering.set_suffix_options(wide);
+  const GenerationResult first = remembering.generate(prompt, cfg);
+  EXPECT_EQ(first.tokens, want);
+  EXPECT_EQ(remembering.suffix_cache()->tokens(),
+            static_cast<int64_t>(prompt.size() + want.size()));  // 6 prompt tokens < 8 kept
+  const GenerationResult second = remembering.generate(prompt, cfg);
+  EXPECT_EQ(second.tokens, want);
+  EXPECT_EQ(second.stats.accepted_tokens, second.stats.drafted_tokens);  // all of it, every time
+  EXPECT_LE(second.stats.target_passes, 8);  // 40 tokens at up to 9 per pass
+  EXPECT_LT(second.stats.target_passes, first.stats.target_passes);
+  wide.cache_tokens = 0;
+  Generator forgetting(p.target);
+  forgetting.set_suffix_options(wide);
+  forgetting.generate(prompt, cfg);
+  const GenerationResult alone = forgetting.generate(prompt, cfg);
+  EXPECT_EQ(alone.tokens, want);
+  EXPECT_EQ(alone.stats.target_passes, first.stats.target_passes);
+  EXPECT_EQ(forgetting.suffix_cache()->tokens(), 0);
 }
 
 TEST(Exactness, DraftEqualToTargetAcceptsEverything) {

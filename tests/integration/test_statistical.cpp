@@ -334,6 +334,26 @@ TEST(Statistical, PromptLookupOneHotProposalsKeepDistribution) {
   EXPECT_TRUE(o.all_pass) << o.report;
 }
 
+// Suffix speculation proposing up to 3 tokens every iteration, over the first case's sampling.
+GenerationConfig suffix_config() {
+  GenerationConfig c = kCases[0].cfg;
+  c.suffix_speculation = true;
+  c.num_assistant_tokens_schedule = "constant";
+  c.num_assistant_tokens = 3;
+  return c;
+}
+
+// Suffix speculation's point-mass proposals come from the earlier samples' outputs (one Generator):
+// the most frequent continuation so far, which rejection sampling must not let bias the output.
+TEST(Statistical, SuffixPointMassProposalsKeepDistribution) {
+  const Models m = models();
+  const GenerationConfig c = suffix_config();
+  const Outcome o = run(m.target, nullptr, c);
+  EXPECT_TRUE(o.all_pass) << o.report;
+  EXPECT_GT(o.acceptance, 0.0);
+  EXPECT_GT(o.rejections, 0);
+}
+
 // Accepts every draft token and adds a bonus from p: the output then follows the draft.
 class AlwaysAccept final : public Verifier {
  public:
@@ -343,6 +363,13 @@ class AlwaysAccept final : public Verifier {
     return at::tensor(std::vector<int64_t>{accepted, next}, at::kLong);
   }
 };
+
+TEST(Statistical, NegativeControlAlwaysAcceptWithSuffixProposalsIsDetected) {
+  const Models m = models();
+  const GenerationConfig c = suffix_config();
+  const Outcome o = run(m.target, nullptr, c, std::make_shared<AlwaysAccept>());
+  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong verifier:\n" << o.report;
+}
 
 TEST(Statistical, NegativeControlAlwaysAcceptIsDetected) {
   const Models m = models();

@@ -202,6 +202,7 @@ TEST(SmolLM2, PromptLookupTracesMatchHuggingFace) {
   GenerationConfig g;
   g.max_new_tokens = 64;
   g.prompt_lookup_num_tokens = 10;
+  g.num_assistant_tokens_schedule = "constant";  // Hugging Face's default: 10 every iteration
   ASSERT_EQ(reference()["prompt_lookup"].size(), 8u);
   for (const auto& c : reference()["prompt_lookup"]) {
     const auto r = Generator(m).generate(c["prompt_ids"].get<std::vector<int64_t>>(), g);

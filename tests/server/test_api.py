@@ -413,6 +413,23 @@ def test_prompt_lookup_per_request(server):
     assert plain["speculative"]["drafted_tokens"] == 0, f"the next request still drafted: {plain['speculative']}"
 
 
+def test_suffix_speculation_remembers_earlier_answers(server):
+    # "speculate": "suffix" proposes from the request's own tokens and from the answers of the
+    # server's earlier requests: a question asked again is proposed whole from the first answer.
+    want = oracle_chat(CAPITAL, 24, server)
+    body = dict(messages=CAPITAL, max_tokens=24, temperature=0, speculate="suffix",
+                num_assistant_tokens_schedule="constant")
+    first, second = chat(server, **body), chat(server, **body)
+    for j in (first, second):
+        c = check_chat(j)
+        assert c["message"]["content"] == want["text"], f"suffix {c['message']['content']!r}\noracle {want['text']!r}"
+    s1, s2 = first["speculative"], second["speculative"]
+    assert s2["accepted_tokens"] > s1["accepted_tokens"], f"the second request gained nothing: {s1} then {s2}"
+    assert s2["tokens_per_target_pass"] > 2, f"the repeated answer was not proposed from the first: {s2}"
+    plain = chat(server, messages=CAPITAL, max_tokens=8, temperature=0)
+    assert plain["speculative"]["drafted_tokens"] == 0, f"the next request still drafted: {plain['speculative']}"
+
+
 def test_draft_model_and_prompt_lookup_requests_share_the_batch(draft_server):
     # Requests that ask for prompt lookup draft by it beside requests that draft with the model,
     # in one running batch; every answer is the target's greedy one.

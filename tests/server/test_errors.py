@@ -64,6 +64,9 @@ BAD_BODIES = [
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 5000}, UNSET),        # past the context
     ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 5000}, UNSET),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "Hi"}]}, UNSET),
+    ("/v1/chat/completions", {"messages": MSGS, "speculate": "tree"}, "speculate"),
+    ("/v1/completions", {"prompt": "Hi", "speculate": 3}, "speculate"),
+    ("/v1/completions", {"prompt": "Hi", "speculate": "suffix", "prompt_lookup_num_tokens": 3}, UNSET),  # both
 ]
 
 

@@ -14,6 +14,7 @@ namespace specdec::cli {
 int run_chat(RunOptions& o) {
   Loaded l = load(o, true);
   Generator gen(l.target, l.draft);
+  gen.set_suffix_options(o.suffix);
   PromptCache cache;
   std::vector<ChatMessage> messages;
   const auto reset = [&] {
@@ -25,6 +26,7 @@ int run_chat(RunOptions& o) {
   const bool tty = isatty(STDIN_FILENO);
   std::cerr << "specdec chat (" << l.chat->name() << (l.draft ? ", with a draft" : "")
             << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
+            << (o.gen.suffix_speculation ? ", suffix speculation" : "")
             << "): type a message; /reset starts over, /stats shows the last answer's statistics, "
                "/exit or "
                "Ctrl-D ends\n";

@@ -38,6 +38,7 @@ struct RunOptions {
       false;           // generate --prompts-file: each request continues the previous one's caches
   bool serve = false;  // serve: no prompt; the chat template when the model has one
   GenerationConfig gen;
+  SuffixOptions suffix;  // every Generator's (Generator::set_suffix_options)
 };
 
 // The flags of generate, compare, chat and serve (`mode` says which apply).

@@ -103,6 +103,10 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
         else if (key == "do_sample") {
           if (!value.is_boolean()) throw Error("\"do_sample\" must be true or false");
           c.do_sample = value.get<bool>();
+        } else if (key == "speculate") {
+          if (!value.is_string() || (value != "suffix" && value != "none"))
+            throw Error("\"speculate\" must be \"suffix\" or \"none\"");
+          c.suffix_speculation = value == "suffix";
         } else if (key == "num_assistant_tokens_schedule") {
           if (!value.is_string()) throw Error("\"num_assistant_tokens_schedule\" must be a string");
           c.num_assistant_tokens_schedule = value.get<std::string>();
@@ -140,7 +144,8 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
   if (o.prompt_cache && o.batch_size > 1)
     throw Error("--prompt-cache runs the requests one after another: it needs --batch-size 1");
   const std::vector<FileRequest> requests = read_prompts_file(o, l);
-  const Generator gen(l.target, l.draft);
+  Generator gen(l.target, l.draft);
+  gen.set_suffix_options(o.suffix);
   int64_t tokens = 0;
   double seconds = 0, prefill = 0;
   size_t written = 0;
@@ -201,6 +206,7 @@ int run_generate(RunOptions& o) {
   Loaded l = load(o, o.chat);
   if (!o.prompts_file.empty()) return run_prompts_file(o, l);
   Generator gen(l.target, l.draft);
+  gen.set_suffix_options(o.suffix);
   bool first = true;
   std::optional<StreamDecoder> text_stream;
   if (l.tokenizer) text_stream.emplace(*l.tokenizer, true);
@@ -230,12 +236,14 @@ int run_generate(RunOptions& o) {
 
 int run_compare(RunOptions& o) {
   Loaded l = load(o, o.chat);
-  if (!l.draft && o.gen.prompt_lookup_num_tokens == 0)
-    throw Error("compare needs --draft DIR or --prompt-lookup N");
+  if (!l.draft && !o.gen.speculates_without_model())
+    throw Error("compare needs --draft DIR, --prompt-lookup N or --speculate suffix");
   Generator plain(l.target);
   Generator assisted(l.target, l.draft);
+  assisted.set_suffix_options(o.suffix);
   GenerationConfig base = o.gen;
   base.prompt_lookup_num_tokens = 0;
+  base.suffix_speculation = false;
   if (o.warmup < 0) throw Error("--warmup must be >= 0");
   GenerationConfig warm = o.gen, warm_base = base;
   warm.max_new_tokens = warm_base.max_new_tokens = std::min<int64_t>(4, o.gen.max_new_tokens);

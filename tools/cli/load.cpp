@@ -57,6 +57,10 @@ Loaded load(RunOptions& o, bool chat) {
     throw Error(
         "--prompt-lookup and --draft: give one of them (prompt lookup copies from the text and "
         "runs no draft)");
+  if (!o.draft.empty() && o.gen.suffix_speculation)
+    throw Error(
+        "--speculate suffix and --draft: give one of them (suffix speculation runs no draft)");
+  o.suffix.validate();
   std::string prompts_file = o.prompts_file == "-" ? "" : o.prompts_file;
   for (const std::string* path : {&o.model, &o.draft, &o.tokenizer, &prompts_file}) {
     struct stat st {};

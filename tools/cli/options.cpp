@@ -47,7 +47,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                           "temperature, top_k, top_p, "
                           "min_p, repetition_penalty, frequency_penalty, presence_penalty, seed, "
                           "num_assistant_tokens, num_assistant_tokens_schedule, "
-                          "assistant_confidence_threshold, prompt_lookup_num_tokens, "
+                          "assistant_confidence_threshold, prompt_lookup_num_tokens, speculate, "
                           "max_matching_ngram_size, id); "
                           "writes one JSON line per request, in order")
               ->excludes(text)
@@ -74,6 +74,19 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
     app->add_flag("--no-stream", o.no_stream,
                   "Print the generated text at the end, not as it is accepted");
   add_generation_options(app, o.gen, o.no_adaptive);
+  app->add_option("--suffix-cache-tokens", o.suffix.cache_tokens,
+                  "--speculate suffix: tokens of earlier outputs remembered (oldest forgotten "
+                  "first; 0 = this request's text only)")
+      ->capture_default_str();
+  app->add_option("--suffix-depth", o.suffix.max_depth,
+                  "--speculate suffix: longest match plus continuation counted, in tokens")
+      ->capture_default_str();
+  app->add_option("--suffix-min-prob", o.suffix.min_token_prob,
+                  "--speculate suffix: stop a proposal once its estimated probability is below")
+      ->capture_default_str();
+  app->add_option("--suffix-spec-factor", o.suffix.max_spec_factor,
+                  "--speculate suffix: a proposal is at most this times its match's length")
+      ->capture_default_str();
   app->add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
   app->add_option("--dtype", o.dtype, "Compute dtype")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))

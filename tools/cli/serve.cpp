@@ -17,6 +17,7 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_give
       if (eot.size() == 1 && !l.target->config().is_eos(eot[0])) m.chat_eos.push_back(eot[0]);
     }
     m.defaults = o.gen;
+    m.suffix = o.suffix;
     if (max_tokens_given) m.max_tokens = o.gen.max_new_tokens;
     std::string name = o.model;
     while (name.size() > 1 && name.back() == '/') name.pop_back();

@@ -242,8 +242,18 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     c.num_assistant_tokens = *v;
   if (const auto v = string(body, "num_assistant_tokens_schedule"))
     c.num_assistant_tokens_schedule = *v;
-  if (const auto v = number(body, "prompt_lookup_num_tokens", 0, 1e6, true))
-    c.prompt_lookup_num_tokens = *v;
+  // The request's choice of proposer over the server's default; both at once fail validation.
+  const auto lookup = number(body, "prompt_lookup_num_tokens", 0, 1e6, true);
+  if (lookup) {
+    c.prompt_lookup_num_tokens = *lookup;
+    c.suffix_speculation = false;
+  }
+  if (const auto v = string(body, "speculate")) {
+    if (*v != "suffix" && *v != "none")
+      bad("speculate", "'speculate' must be \"suffix\" or \"none\", got \"" + *v + "\"");
+    c.suffix_speculation = *v == "suffix";
+    if (c.suffix_speculation && !lookup) c.prompt_lookup_num_tokens = 0;
+  }
 
   if (const json* s = field(body, "stop")) {
     if (s->is_string()) {

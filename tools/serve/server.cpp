@@ -198,7 +198,8 @@ class Server {
     }
     ready_ = true;
     log("specdec serve: ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
-        (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") + ", " +
+        (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") +
+        (models_.defaults.suffix_speculation ? ", suffix speculation" : "") + ", " +
         std::to_string(o_.max_batch) + " rows of " + std::to_string(o_.ctx) + " positions\n");
     std::thread stopper([&] {
       {
@@ -227,6 +228,7 @@ class Server {
  private:
   void start_engine() {
     generator_ = std::make_unique<Generator>(models_.target, models_.draft);
+    generator_->set_suffix_options(models_.suffix);
     RequestEngine::Options eo;
     eo.max_rows = o_.max_batch;
     eo.context = o_.ctx;

@@ -35,6 +35,7 @@ struct ServeModels {
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat;
   GenerationConfig defaults;  // the generation flags, EOS ids filled in
+  SuffixOptions suffix;       // suffix speculation's, shared by every request
   std::vector<int64_t> chat_eos;
   std::optional<int64_t> max_tokens;  // --max-new-tokens when given
   std::string model_id;

@@ -1,0 +1,232 @@
+#include "specdec/suffix.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "specdec/error.hpp"
+
+namespace specdec {
+
+void SuffixOptions::validate() const {
+  SPECDEC_CHECK(max_depth >= 2 && max_depth <= 1024, "suffix speculation: max_depth must be in ",
+                "[2, 1024], got ", max_depth);
+  SPECDEC_CHECK(min_token_prob >= 0 && min_token_prob <= 1,
+                "suffix speculation: min_token_prob must be in [0, 1], got ", min_token_prob);
+  SPECDEC_CHECK(max_spec_factor > 0 && max_spec_factor <= 1024,
+                "suffix speculation: max_spec_factor must be in (0, 1024], got ", max_spec_factor);
+  SPECDEC_CHECK(cache_tokens >= 0 && cache_tokens <= (int64_t{1} << 26),
+                "suffix speculation: cache_tokens must be in [0, 67108864], got ", cache_tokens);
+}
+
+SuffixTree::SuffixTree(int64_t max_depth) : max_depth_(max_depth), nodes_(1) {
+  SPECDEC_CHECK(max_depth >= 1, "SuffixTree: max_depth must be >= 1");
+}
+
+int32_t SuffixTree::find(int32_t parent, int64_t token) const {
+  if (parent == 0) {
+    const auto it = root_children_.find(token);
+    return it == root_children_.end() ? -1 : it->second;
+  }
+  for (int32_t c = nodes_[parent].child; c >= 0; c = nodes_[c].sibling)
+    if (nodes_[c].token == token) return c;
+  return -1;
+}
+
+int32_t SuffixTree::find_or_add(int32_t parent, int64_t token) {
+  const int32_t found = find(parent, token);
+  if (found >= 0) return found;
+  SPECDEC_CHECK(token >= 0 && token <= std::numeric_limits<int32_t>::max(), "SuffixTree: token ",
+                token, " out of range");
+  int32_t n;
+  if (!free_.empty()) {
+    n = free_.back();
+    free_.pop_back();
+  } else {
+    SPECDEC_CHECK(nodes_.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+                  "SuffixTree: too many nodes");
+    n = static_cast<int32_t>(nodes_.size());
+    nodes_.emplace_back();
+  }
+  Node& node = nodes_[n];
+  node = Node{};
+  node.token = static_cast<int32_t>(token);
+  node.depth = nodes_[parent].depth + 1;
+  if (parent == 0) {
+    root_children_.emplace(token, n);
+  } else {
+    node.sibling = nodes_[parent].child;
+    nodes_[parent].child = n;
+  }
+  return n;
+}
+
+void SuffixTree::unlink(int32_t parent, int32_t node) {
+  if (parent == 0) {
+    root_children_.erase(nodes_[node].token);
+  } else {
+    int32_t* link = &nodes_[parent].child;
+    while (*link != node) link = &nodes_[*link].sibling;
+    *link = nodes_[node].sibling;
+  }
+  std::vector<int32_t> stack{node};
+  while (!stack.empty()) {
+    const int32_t n = stack.back();
+    stack.pop_back();
+    for (int32_t c = nodes_[n].child; c >= 0; c = nodes_[c].sibling) stack.push_back(c);
+    nodes_[n] = Node{};
+    free_.push_back(n);
+  }
+}
+
+void SuffixTree::extend(int64_t id, const std::vector<int64_t>& tokens) {
+  Sequence& seq = sequences_[id];
+  std::vector<int32_t> open;
+  for (const int64_t t : tokens) {
+    // The suffixes ending at t: each open one (shorter than max_depth) followed by t, and t alone.
+    open.clear();
+    seq.open.push_back(0);
+    for (const int32_t n : seq.open) {
+      const int32_t c = find_or_add(n, t);
+      ++nodes_[c].count;
+      if (nodes_[c].depth < max_depth_) open.push_back(c);
+    }
+    seq.open.swap(open);
+    seq.tokens.push_back(t);
+  }
+  tokens_ += static_cast<int64_t>(tokens.size());
+}
+
+void SuffixTree::remove(int64_t id) {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) return;
+  const std::vector<int64_t>& s = it->second.tokens;
+  const auto n = static_cast<int64_t>(s.size());
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t parent = 0;
+    for (int64_t j = i; j < std::min(n, i + max_depth_); ++j) {
+      const int32_t node = find(parent, s[j]);
+      // Every string under a node occurs at most as often as the node's: once its count is 0, so
+      // are those below it, which go with it.
+      if (--nodes_[node].count == 0) {
+        unlink(parent, node);
+        break;
+      }
+      parent = node;
+    }
+  }
+  tokens_ -= n;
+  sequences_.erase(it);
+}
+
+int64_t SuffixTree::count(const std::vector<int64_t>& s) const {
+  if (s.empty() || static_cast<int64_t>(s.size()) > max_depth_) return 0;
+  int32_t node = 0;
+  for (const int64_t t : s)
+    if ((node = find(node, t)) < 0) return 0;
+  return nodes_[node].count;
+}
+
+SuffixTree::Proposal SuffixTree::propose(const std::vector<int64_t>& context, int64_t max_tokens,
+                                         double min_prob, double factor,
+                                         const std::vector<int64_t>& stop_ids) const {
+  Proposal best;
+  if (max_tokens <= 0) return best;
+  const auto len = static_cast<int64_t>(context.size());
+  // Every suffix of the context that occurs followed by something, shortest first (a longer one
+  // occurs only where a shorter one does): its continuation, the best score kept.
+  for (int64_t m = 1; m <= std::min(len, max_depth_ - 1); ++m) {
+    int32_t node = 0;
+    for (int64_t j = len - m; j < len && node >= 0; ++j) node = find(node, context[j]);
+    if (node < 0 || nodes_[node].child < 0) break;
+    Proposal p;
+    p.match = m;
+    const auto limit = std::min<int64_t>(
+        max_tokens,
+        std::max<int64_t>(1, static_cast<int64_t>(std::floor(factor * static_cast<double>(m)))));
+    double prob = 1.0;
+    while (static_cast<int64_t>(p.tokens.size()) < limit && nodes_[node].child >= 0) {
+      int32_t next = -1;
+      int64_t total = 0;
+      for (int32_t c = nodes_[node].child; c >= 0; c = nodes_[c].sibling) {
+        total += nodes_[c].count;
+        if (next < 0 || nodes_[c].count > nodes_[next].count ||
+            (nodes_[c].count == nodes_[next].count && nodes_[c].token < nodes_[next].token))
+          next = c;
+      }
+      prob *= static_cast<double>(nodes_[next].count) / static_cast<double>(total);
+      if (prob < min_prob) break;
+      p.tokens.push_back(nodes_[next].token);
+      p.score += prob;
+      if (std::find(stop_ids.begin(), stop_ids.end(), nodes_[next].token) != stop_ids.end()) break;
+      node = next;
+    }
+    if (p.score >= best.score && !p.tokens.empty()) best = std::move(p);
+  }
+  return best;
+}
+
+SuffixCache::SuffixCache(const SuffixOptions& options)
+    : options_(options), tree_((options.validate(), options.max_depth)) {}
+
+void SuffixCache::add(const std::vector<int64_t>& tokens, int64_t prompt_length) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  prompt_length = std::clamp<int64_t>(prompt_length, 0, n);
+  if (options_.cache_tokens == 0 || prompt_length == n) return;
+  // The output, with the prompt's last tokens before it, at most cache_tokens in all (its end).
+  const int64_t begin =
+      std::max(std::max<int64_t>(0, prompt_length - kContextTokens), n - options_.cache_tokens);
+  const std::vector<int64_t> kept(tokens.begin() + begin, tokens.end());
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (!order_.empty() &&
+         tree_.tokens() + static_cast<int64_t>(kept.size()) > options_.cache_tokens) {
+    tree_.remove(order_.front().first);
+    order_.pop_front();
+  }
+  tree_.extend(next_id_, kept);
+  order_.emplace_back(next_id_++, static_cast<int64_t>(kept.size()));
+}
+
+SuffixTree::Proposal SuffixCache::propose(const std::vector<int64_t>& context, int64_t max_tokens,
+                                          const std::vector<int64_t>& stop_ids) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tree_.propose(context, max_tokens, options_.min_token_prob, options_.max_spec_factor,
+                       stop_ids);
+}
+
+int64_t SuffixCache::tokens() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tree_.tokens();
+}
+
+int64_t SuffixCache::nodes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tree_.nodes();
+}
+
+SuffixGenerator::SuffixGenerator(std::shared_ptr<const SuffixCache> shared,
+                                 std::vector<int64_t> eos_ids)
+    : shared_(std::move(shared)),
+      options_(shared_ ? shared_->options() : SuffixOptions{}),
+      eos_ids_(std::move(eos_ids)),
+      own_(options_.max_depth) {}
+
+Candidates SuffixGenerator::propose(const std::vector<int64_t>& tokens, int64_t max_tokens) {
+  Candidates out;
+  if (tokens.size() > seen_) {
+    own_.extend(0,
+                std::vector<int64_t>(tokens.begin() + static_cast<int64_t>(seen_), tokens.end()));
+    seen_ = tokens.size();
+  }
+  if (max_tokens <= 0) return out;
+  SuffixTree::Proposal best =
+      own_.propose(tokens, max_tokens, options_.min_token_prob, options_.max_spec_factor, eos_ids_);
+  if (shared_) {
+    SuffixTree::Proposal other = shared_->propose(tokens, max_tokens, eos_ids_);
+    if (other.score > best.score) best = std::move(other);
+  }
+  out.tokens = std::move(best.tokens);
+  return out;
+}
+
+}  // namespace specdec
