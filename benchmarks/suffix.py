@@ -8,7 +8,7 @@ the program's own timing), as the issue's goal states it; rounds interleave the 
 medians are kept. Greedy output must be the same token for token in every setting. One record per
 setting is appended to benchmarks/results/suffix.jsonl (benchmarks/bench_record.py's schema).
 
-Usage: benchmarks/suffix.py BUILD_DIR MODEL [--prompts FILE] [--threads 2] [--rounds 3]
+Usage: benchmarks/suffix.py BUILD_DIR MODEL [--prompts FILE] [--threads 2] [--rounds 3] [--int8-activations]
 """
 import argparse
 import json
@@ -26,6 +26,7 @@ ap.add_argument("model")
 ap.add_argument("--prompts", default=os.path.join(HERE, "prompts", "repetitive.jsonl"))
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--rounds", type=int, default=3)
+ap.add_argument("--int8-activations", action="store_true", help="every setting with --int8-activations")
 a = ap.parse_args()
 
 SETTINGS = [
@@ -42,7 +43,7 @@ SETTINGS = [
 def run(flags):
     """(decode seconds, prefill seconds, new tokens, target passes, outputs) of one run."""
     cmd = [os.path.join(a.build, "specdec"), "generate", "--model", a.model, "--chat", "--prompts-file", a.prompts,
-           "--json", "--threads", str(a.threads)] + flags
+           "--json", "--threads", str(a.threads)] + (["--int8-activations"] if a.int8_activations else []) + flags
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
@@ -68,7 +69,7 @@ for name, _ in SETTINGS:
     runs = samples[name]
     decode = statistics.median(s[0] for s in runs)
     tokens, passes = runs[0][2], runs[0][3]
-    rec = {"config": name, "requests": len(reference), "new_tokens": tokens,
+    rec = {"config": name, "activations": "int8" if a.int8_activations else "float32", "requests": len(reference), "new_tokens": tokens,
            "identical": all(s[4] == reference for s in runs),
            "decode_seconds": round(decode, 3), "prefill_seconds": round(statistics.median(s[1] for s in runs), 3),
            "decode_tokens_per_s": round(tokens / decode, 2), "speedup": round(base_decode / decode, 3),
