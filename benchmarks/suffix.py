@@ -2,11 +2,12 @@
 """Suffix speculation on a repetitive workload: the chat requests of benchmarks/prompts/repetitive.jsonl
 (JSON extraction from short biographies, edits of one Python file, questions over one passage,
 interleaved) one after another through one Generator (`specdec generate --chat --prompts-file`),
-target-only against prompt lookup (under goodput and constant K) and suffix speculation. The figure
-is the generation time after the prefill (the sum of each request's total_seconds - prefill_seconds,
-the program's own timing), as the issue's goal states it; rounds interleave the settings and the
-medians are kept. Greedy output must be the same token for token in every setting. One record per
-setting is appended to benchmarks/results/suffix.jsonl (benchmarks/bench_record.py's schema).
+target-only against prompt lookup (under goodput and constant K) and suffix speculation, chains and
+trees (--suffix-tree). The figure is the generation time after the prefill (the sum of each
+request's total_seconds - prefill_seconds, the program's own timing); rounds interleave the settings
+and the medians are kept. Greedy output must be the same token for token in every setting. One
+record per setting is appended to benchmarks/results/suffix.jsonl (benchmarks/bench_record.py's
+schema).
 
 Usage: benchmarks/suffix.py BUILD_DIR MODEL [--prompts FILE] [--threads 2] [--rounds 3] [--int8-activations]
 """
@@ -33,10 +34,12 @@ SETTINGS = [
     ("target-only", []),
     ("prompt lookup 3 (goodput)", ["--prompt-lookup", "3"]),
     ("prompt lookup 10 (goodput)", ["--prompt-lookup", "10"]),
-    ("prompt lookup 3 (constant)", ["--prompt-lookup", "3", "--schedule", "constant"]),
     ("prompt lookup 10 (constant)", ["--prompt-lookup", "10", "--schedule", "constant"]),
     ("suffix (goodput)", ["--speculate", "suffix"]),
     ("suffix (constant 16)", ["--speculate", "suffix", "--schedule", "constant"]),
+    ("suffix tree (goodput)", ["--speculate", "suffix", "--suffix-tree"]),
+    ("suffix tree (constant 8)", ["--speculate", "suffix", "--suffix-tree", "--schedule", "constant",
+                                  "--num-assistant-tokens", "8"]),
 ]
 
 

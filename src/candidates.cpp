@@ -11,6 +11,15 @@
 
 namespace specdec {
 
+std::vector<int64_t> Candidates::depths() const {
+  std::vector<int64_t> depth(size());
+  for (size_t i = 0; i < size(); ++i)
+    depth[i] = !tree()          ? static_cast<int64_t>(i)
+               : parents[i] < 0 ? 0
+                                : depth[static_cast<size_t>(parents[i])] + 1;
+  return depth;
+}
+
 namespace {
 bool contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();

@@ -139,7 +139,8 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
       std::lock_guard<std::mutex> lock(state_.carried_mutex);
       row.suffix = state_.suffix;
     }
-    row.proposer = std::make_unique<SuffixGenerator>(row.suffix, config.eos_token_ids);
+    row.proposer = std::make_unique<SuffixGenerator>(row.suffix, config.eos_token_ids,
+                                                     !m_.target->config().is_encoder_decoder);
   }
   row.verifier = m_.custom_verifier  ? m_.custom_verifier
                  : config.sampling() ? static_cast<const Verifier*>(&rejection_)
@@ -364,6 +365,22 @@ void Engine::draft() {
   draft_seconds_ = seconds_since(t0);
 }
 
+// The pass's trees (Model::forward), none when every row proposes a chain: a row's uncached
+// tokens are a chain, its candidates hang under the last of them.
+std::vector<TokenTree> Engine::pass_trees(const std::vector<std::vector<int64_t>>& inputs) const {
+  std::vector<TokenTree> trees;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Candidates& c = slots_[i]->cand;
+    if (!c.tree()) continue;
+    trees.resize(slots_.size());
+    const auto root = static_cast<int64_t>(inputs[i].size() - c.size()) - 1;
+    TokenTree& tree = trees[i];
+    for (int64_t j = 0; j <= root; ++j) tree.push_back(j - 1);
+    for (const int64_t parent : c.parents) tree.push_back(parent < 0 ? root : root + 1 + parent);
+  }
+  return trees;
+}
+
 // One target pass over every row: [uncached tokens, c1..cK], padded to the longest row; keep the
 // logits of each row's last K+1 positions, and every row's verdict.
 void Engine::verify() {
@@ -381,15 +398,19 @@ void Engine::verify() {
   std::vector<int64_t> counts;
   const at::Tensor ids = padded_ids(inputs, counts);
   const int64_t t = ids.size(1);
-  const at::Tensor logits = m_.target->forward(ids, cache_, keep, counts);  // [B, keep, V]
-  std::vector<at::Tensor> decisions(b);  // [2] int64 each, on the device
+  const at::Tensor logits =
+      m_.target->forward(ids, cache_, keep, counts, pass_trees(inputs));  // [B, keep, V]
+  std::vector<at::Tensor> decisions(b);  // [2] int64 each ([2 + K] for a tree), on the device
+  int64_t width = 2;
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
     const auto k = static_cast<int64_t>(row.cand.size());
     at::Tensor scores = logits[i].narrow(0, logits.size(1) - (k + 1), k + 1);  // [K+1, V]
     if (row.top_logprobs >= 0)
       row.logprobs = at::log_softmax(scores.to(at::kFloat), -1).to(at::kCPU).contiguous();
-    if (row.processors->reads_history()) {
+    if (row.cand.tree() && !row.processors->empty()) {  // each node after its own path
+      scores = row.processors->apply(scores, row.tokens, row.cand.tokens, row.cand.parents);
+    } else if (row.processors->reads_history()) {
       std::vector<int64_t> history = row.tokens;
       history.insert(history.end(), row.cand.tokens.begin(), row.cand.tokens.end());
       scores = row.processors->apply(scores, history);
@@ -397,13 +418,15 @@ void Engine::verify() {
       scores = row.processors->apply(scores, {});
     }
     decisions[i] = to_device(row.verifier->decide(scores, row.cand, *row.rng), logits.device());
+    width = std::max(width, decisions[i].size(0));
   }
+  for (at::Tensor& d : decisions)
+    if (d.size(0) < width) d = at::constant_pad_nd(d, {0, width - d.size(0)}, -1);
   // Every row's verdict in one copy: the pass's one wait for the device.
-  const at::Tensor host = at::stack(decisions).to(at::kCPU).contiguous();  // [B, 2]
+  const at::Tensor host = at::stack(decisions).to(at::kCPU).contiguous();  // [B, width]
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
-    row.verdict.accepted = host.data_ptr<int64_t>()[2 * i];
-    row.verdict.next_token = host.data_ptr<int64_t>()[2 * i + 1];
+    row.verdict = verdict_of(host.data_ptr<int64_t>() + width * i, row.cand);
     row.verifier->settle(row.verdict, row.cand, *row.rng);
   }
   target_seconds_ = seconds_since(t0);
@@ -433,7 +456,11 @@ void Engine::commit() {
     ++st.target_passes;
     // An EOS among the new tokens ends the request right there; an accepted EOS candidate counts
     // as the target's token (as in Hugging Face, whose trace then shows one acceptance fewer).
-    std::vector<int64_t> fresh(cand.tokens.begin(), cand.tokens.begin() + verdict.accepted);
+    std::vector<int64_t> fresh;
+    if (cand.tree())
+      for (const int64_t c : verdict.path) fresh.push_back(cand.tokens[c]);
+    else
+      fresh.assign(cand.tokens.begin(), cand.tokens.begin() + verdict.accepted);
     fresh.push_back(verdict.next_token);
     int64_t accepted = verdict.accepted;
     bool stop_eos = false;
@@ -448,24 +475,29 @@ void Engine::commit() {
     const int64_t remaining = row.config.max_new_tokens - st.new_tokens;
     if (static_cast<int64_t>(fresh.size()) > remaining) fresh.resize(remaining);  // defensive
 
-    cache_.crop(i, row.verified_len + verdict.accepted);  // drop rejected candidates' keys/values
+    if (cand.tree())  // the kept path's keys/values where the chain's would be, the rest dropped
+      cache_.keep_path(i, row.verified_len, verdict.path);
+    else
+      cache_.crop(i, row.verified_len + verdict.accepted);  // drop rejected candidates' keys/values
     row.tokens.insert(row.tokens.end(), fresh.begin(), fresh.end());
     row.result.tokens.insert(row.result.tokens.end(), fresh.begin(), fresh.end());
     st.new_tokens += static_cast<int64_t>(fresh.size());
     st.drafted_tokens += k;
     st.accepted_tokens += accepted;
     st.trace.push_back({k, accepted});
-    if (static_cast<int64_t>(st.drafted_at_position.size()) < k) {
-      st.drafted_at_position.resize(k, 0);
-      st.accepted_at_position.resize(k, 0);
+    // By position after the verified tokens: a tree's nodes by depth.
+    const std::vector<int64_t> depths = cand.depths();
+    const int64_t levels = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end()) + 1;
+    if (static_cast<int64_t>(st.drafted_at_position.size()) < levels) {
+      st.drafted_at_position.resize(levels, 0);
+      st.accepted_at_position.resize(levels, 0);
     }
-    for (int64_t j = 0; j < k; ++j) {
-      ++st.drafted_at_position[j];
-      if (j < accepted) ++st.accepted_at_position[j];
-    }
+    for (const int64_t d : depths) ++st.drafted_at_position[d];
+    for (int64_t j = 0; j < accepted; ++j) ++st.accepted_at_position[j];
     if (drafter_ && by_model(row)) drafter_->on_verified_row(i, cand, accepted, row.tokens);
+    // goodput's acceptance: a tree counts as a chain of its depth.
     if (row.proposer && row.schedule->kind() == Schedule::kGoodput)
-      row.schedule->update(std::vector<double>(k, 1.0), accepted);
+      row.schedule->update(std::vector<double>(levels, 1.0), accepted);
     bs_.new_tokens += static_cast<int64_t>(fresh.size());
     if (stop_eos) st.stop_reason = "eos";
     bool done = stop_eos || st.new_tokens >= row.config.max_new_tokens;

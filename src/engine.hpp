@@ -160,6 +160,7 @@ class Engine {
   // Row `slot`'s new tokens to its sink or the batch's callback (their log-probabilities first).
   void deliver(int64_t slot, const std::vector<int64_t>& fresh);
   bool uses_goodput(const Row& row) const;  // (once set_up made its schedule)
+  std::vector<TokenTree> pass_trees(const std::vector<std::vector<int64_t>>& inputs) const;
   // The row drafts with the draft model (else by prompt lookup, suffix speculation or not at all).
   bool by_model(const Row& row) const {
     return use_draft_ && !row.config.speculates_without_model();

@@ -82,6 +82,26 @@ void KVCache::crop(int64_t row, int64_t n) {
   lengths_[row] = n;
 }
 
+void KVCache::keep_path(int64_t row, int64_t from, const std::vector<int64_t>& path) {
+  const auto n = static_cast<int64_t>(path.size());
+  SPECDEC_CHECK(row >= 0 && row < batch() && from >= 0 && from + n <= length(row),
+                "KVCache: keep_path of ", n, " slots from ", from, " on row ", row,
+                " out of range");
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t slot = path[static_cast<size_t>(j)];
+    SPECDEC_CHECK(slot >= j && from + slot < length(row) && (j == 0 || slot > path[j - 1]),
+                  "KVCache: keep_path needs increasing slots, got ", slot, " at ", j);
+    if (slot == j) continue;
+    // Slots move down in increasing order, so a slot is read before anything is written over it.
+    for (int64_t l = 0; l < num_layers(); ++l) {
+      keys_[l][row].select(1, from + j).copy_(keys_[l][row].select(1, from + slot));
+      values_[l][row].select(1, from + j).copy_(values_[l][row].select(1, from + slot));
+    }
+    if (hidden_.defined()) hidden_[row][from + j].copy_(hidden_[row][from + slot]);
+  }
+  lengths_[row] = from + n;
+}
+
 void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
 
 void KVCache::copy_row(const KVCache& source, int64_t from, int64_t to) {

@@ -21,7 +21,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }
 
 Pass::Pass(const at::Tensor& input_ids, const KVCache& cache,
-           const std::vector<int64_t>& row_tokens, c10::Device device)
+           const std::vector<int64_t>& row_tokens, c10::Device device,
+           const std::vector<TokenTree>& trees)
     : device_(device) {
   SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1,
                 "forward: expected input ids [B, T], got ", input_ids.sizes());
@@ -31,6 +32,10 @@ Pass::Pass(const at::Tensor& input_ids, const KVCache& cache,
                 " rows");
   SPECDEC_CHECK(row_tokens.empty() || static_cast<int64_t>(row_tokens.size()) == b,
                 "forward: ", row_tokens.size(), " row token counts for ", b, " rows");
+  SPECDEC_CHECK(trees.empty() || static_cast<int64_t>(trees.size()) == b, "forward: ", trees.size(),
+                " trees for ", b, " rows");
+  positions_host_.resize(static_cast<size_t>(b * t_));
+  bool chains = true;
   for (int64_t r = 0; r < b; ++r) {
     const int64_t n = row_tokens.empty() ? t_ : row_tokens[r];
     SPECDEC_CHECK(n >= 0 && n <= t_, "forward: row ", r, " has ", n, " tokens in a pass of ", t_);
@@ -43,12 +48,27 @@ Pass::Pass(const at::Tensor& input_ids, const KVCache& cache,
     same_start_ = same_start_ && start == starts_[0];
     full_ = full_ && n == t_;
     end_ = std::max(end_, start + n);
+    int64_t* pos = positions_host_.data() + r * t_;
+    for (int64_t j = 0; j < t_; ++j) pos[j] = start + j;
+    const TokenTree* tree = trees.empty() ? nullptr : &trees[static_cast<size_t>(r)];
+    if (!tree || tree->empty()) continue;
+    SPECDEC_CHECK(static_cast<int64_t>(tree->size()) == n, "forward: row ", r, "'s tree has ",
+                  tree->size(), " nodes for ", n, " tokens");
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t parent = (*tree)[static_cast<size_t>(j)];
+      SPECDEC_CHECK(parent >= -1 && parent < j, "forward: row ", r, " token ", j, "'s parent is ",
+                    parent, " (a tree lists parents before children)");
+      pos[j] = parent < 0 ? start : pos[parent] + 1;
+      chains = chains && parent == j - 1;
+    }
   }
   keys_ = std::min(cache.capacity(), *std::max_element(starts_.begin(), starts_.end()) + t_);
-  if (!same_start_) {  // built and copied to the device once per pass, used by every table and mask
-    const at::Tensor starts = at::tensor(starts_, at::kLong).view({b, 1});
-    positions_ = detail::to_device(starts + at::arange(t_, at::kLong).view({1, t_}), device_);
+  if (!chains) {
+    trees_ = trees;
+    same_start_ = false;  // positions and masks row by row
   }
+  if (!same_start_)  // built and copied to the device once per pass, used by every table and mask
+    positions_ = detail::to_device(at::tensor(positions_host_, at::kLong).view({b, t_}), device_);
 }
 
 at::Tensor Pass::positions(int64_t limit) const {
@@ -59,6 +79,7 @@ at::Tensor Pass::positions(int64_t limit) const {
 
 at::Tensor Pass::causal_mask(at::ScalarType dtype, int64_t window) const {
   if (same_start_) return layers::causal_mask(past(), t_, dtype, device_, window);
+  if (!trees_.empty()) return tree_mask(dtype, window);
   const at::Tensor pos = positions(keys_).unsqueeze(-1);  // [B, T, 1]
   const at::Tensor key = at::arange(keys_, at::TensorOptions().dtype(at::kLong).device(device_));
   at::Tensor hidden = key.view({1, 1, keys_}) > pos;  // [B, T, L]
@@ -66,6 +87,39 @@ at::Tensor Pass::causal_mask(at::ScalarType dtype, int64_t window) const {
   return at::zeros(hidden.sizes(), at::TensorOptions().dtype(dtype).device(device_))
       .masked_fill_(hidden, -std::numeric_limits<float>::infinity())
       .view({rows(), 1, 1, t_, keys_});
+}
+
+// Row r's query j (at position P) sees cached key k < start when the window allows (k > P -
+// window), and the pass's key start + i when token i is j or one of j's ancestors (padding
+// queries: the keys up to their own slot, as in a chain).
+at::Tensor Pass::tree_mask(at::ScalarType dtype, int64_t window) const {
+  const float inf = std::numeric_limits<float>::infinity();
+  at::Tensor mask = at::full({rows(), t_, keys_}, -inf, at::kFloat);
+  float* m = mask.data_ptr<float>();
+  std::vector<char> sees(static_cast<size_t>(t_));
+  for (int64_t r = 0; r < rows(); ++r) {
+    const int64_t start = starts_[static_cast<size_t>(r)], n = counts_[static_cast<size_t>(r)];
+    const TokenTree& tree = trees_[static_cast<size_t>(r)];
+    for (int64_t j = 0; j < t_; ++j) {
+      float* row = m + (r * t_ + j) * keys_;
+      const int64_t p = position(r, j);
+      std::fill(sees.begin(), sees.end(), 0);
+      if (j >= n || tree.empty()) {
+        for (int64_t i = 0; i <= j; ++i) sees[static_cast<size_t>(i)] = 1;
+      } else {
+        for (int64_t i = j; i >= 0; i = tree[static_cast<size_t>(i)])
+          sees[static_cast<size_t>(i)] = 1;
+      }
+      const auto visible = [&](int64_t key_position) {
+        return window <= 0 || key_position > p - window;
+      };
+      for (int64_t k = 0; k < std::min(start, keys_); ++k)
+        if (visible(k)) row[k] = 0;
+      for (int64_t i = 0; i < t_ && start + i < keys_; ++i)
+        if (sees[static_cast<size_t>(i)] && visible(position(r, i))) row[start + i] = 0;
+    }
+  }
+  return detail::to_device(mask, device_).to(dtype).view({rows(), 1, 1, t_, keys_});
 }
 
 at::Tensor Pass::last(const at::Tensor& x, int64_t keep) const {
@@ -106,19 +160,18 @@ Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_
   device_ = device;
 }
 
-std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& starts, int64_t t,
-                                                  int64_t end) const {
+std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& positions,
+                                                  int64_t rows, int64_t t, int64_t end) const {
   SPECDEC_CHECK(end <= max_positions_, "positions up to ", end, " exceed max_position_embeddings (",
                 max_positions_, ")");
   const auto half = static_cast<int64_t>(inv_.size()), rot = 2 * half;
-  const auto rows = static_cast<int64_t>(starts.size());
   at::Tensor cos = at::empty({rows, t, rot}, at::kFloat),
              sin = at::empty({rows, t, rot}, at::kFloat);
   float* c = cos.data_ptr<float>();
   float* s = sin.data_ptr<float>();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < t; ++j, c += rot, s += rot) {
-      const auto pos = static_cast<float>(starts[static_cast<size_t>(r)] + j);
+      const auto pos = static_cast<float>(positions[static_cast<size_t>(r * t + j)]);
       for (int64_t i = 0; i < half; ++i) {
         const float angle = pos * inv_[static_cast<size_t>(i)];  // at::outer's float32 product
         c[i] = c[i + half] = std::cos(angle);
@@ -130,16 +183,19 @@ std::pair<at::Tensor, at::Tensor> Rotary::compute(const std::vector<int64_t>& st
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::tables(int64_t start, int64_t t) const {
-  auto [cos, sin] = compute({start}, t, start + t);
+  std::vector<int64_t> positions(static_cast<size_t>(t));
+  for (int64_t j = 0; j < t; ++j) positions[static_cast<size_t>(j)] = start + j;
+  auto [cos, sin] = compute(positions, 1, t, start + t);
   return {cos[0], sin[0]};
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::tables(const Pass& pass) const {
   if (pass.same_start()) return tables(pass.past(), pass.tokens());
-  std::vector<int64_t> starts(static_cast<size_t>(pass.rows()));
-  for (int64_t r = 0; r < pass.rows(); ++r) starts[static_cast<size_t>(r)] = pass.start(r);
+  std::vector<int64_t> positions;
+  for (int64_t r = 0; r < pass.rows(); ++r)
+    for (int64_t j = 0; j < pass.tokens(); ++j) positions.push_back(pass.position(r, j));
   // padding tokens get positions past a row's end (not checked: their values are never used)
-  auto [cos, sin] = compute(starts, pass.tokens(), pass.end());
+  auto [cos, sin] = compute(positions, pass.rows(), pass.tokens(), pass.end());
   return {cos.unsqueeze(1), sin.unsqueeze(1)};  // [B, 1, T, rot]
 }
 

@@ -10,6 +10,7 @@
 #include "linear.hpp"
 #include "specdec/config.hpp"
 #include "specdec/kv_cache.hpp"
+#include "specdec/model.hpp"
 
 namespace specdec::layers {
 
@@ -22,11 +23,13 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps);
 // row b, its first n_b tokens (row_tokens[b], all T when row_tokens is empty) at positions
 // [cache.length(b), cache.length(b) + n_b); the rest of the row is padding, computed but never
 // attended to by a real token and never kept. When every row starts at the same position (one
-// request, or a batch in lockstep) masks and tables are the single-sequence ones.
+// request, or a batch in lockstep) masks and tables are the single-sequence ones. `trees` (one per
+// row, or none; an empty one: a chain): a row's real tokens as a TokenTree (Model::forward), each
+// at position start + depth, seeing its ancestors and the cached positions only.
 class Pass {
  public:
   Pass(const at::Tensor& input_ids, const KVCache& cache, const std::vector<int64_t>& row_tokens,
-       c10::Device device);
+       c10::Device device, const std::vector<TokenTree>& trees = {});
   int64_t rows() const { return static_cast<int64_t>(starts_.size()); }
   int64_t tokens() const { return t_; }
   bool same_start() const { return same_start_; }
@@ -36,6 +39,10 @@ class Pass {
   // [B, T] int64 positions on the device, padding clamped below `limit` (tables' sizes); only
   // when !same_start().
   at::Tensor positions(int64_t limit) const;
+  // Token j of row `row`'s position (a tree's: start + depth; padding's: start + j).
+  int64_t position(int64_t row, int64_t j) const {
+    return positions_host_[static_cast<size_t>(row * t_ + j)];
+  }
   int64_t start(int64_t row) const {
     return starts_[static_cast<size_t>(row)];
   }  // row's first position
@@ -43,7 +50,8 @@ class Pass {
     return counts_[static_cast<size_t>(row)];
   }  // row's real tokens
   // Additive causal mask over the pass's L keys: [T, L] (undefined when T == 1 and no window
-  // applies) when same_start(), else [B, 1, 1, T, L]. `window` > 0: Mistral's sliding window.
+  // applies) when same_start(), else [B, 1, 1, T, L]. `window` > 0: Mistral's sliding window (by
+  // position). A tree's token sees the cached keys and its ancestors' (and its own).
   at::Tensor causal_mask(at::ScalarType dtype, int64_t window = 0) const;
   // The hidden states x [B, T, H] of each row's last `keep` real tokens ([B, keep, H]; keep <= 0:
   // all T). A row with fewer real tokens gets copies of its first one in front.
@@ -56,8 +64,13 @@ class Pass {
   }
 
  private:
+  // The mask of a pass with a tree: built on the host, key by key.
+  at::Tensor tree_mask(at::ScalarType dtype, int64_t window) const;
+
   std::vector<int64_t> starts_, counts_;
-  at::Tensor positions_;  // [B, T] on the device; only when !same_start_
+  std::vector<TokenTree> trees_;         // empty: every row a chain
+  std::vector<int64_t> positions_host_;  // [B * T]
+  at::Tensor positions_;                 // [B, T] on the device; only when !same_start_
   int64_t t_ = 0, keys_ = 0, end_ = 0;
   bool same_start_ = true, full_ = true;
   c10::Device device_;
@@ -84,10 +97,10 @@ class Rotary {
   static at::Tensor apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
  private:
-  // [rows, T, rot] cos and sin of positions starts[r] + j, in the model's dtype on its device;
+  // [rows, T, rot] cos and sin of positions[r * T + j], in the model's dtype on its device;
   // throws specdec::Error when `end` (1 + the last real position) passes the last position.
-  std::pair<at::Tensor, at::Tensor> compute(const std::vector<int64_t>& starts, int64_t t,
-                                            int64_t end) const;
+  std::pair<at::Tensor, at::Tensor> compute(const std::vector<int64_t>& positions, int64_t rows,
+                                            int64_t t, int64_t end) const;
 
   std::vector<float> inv_;  // [rot_dim / 2] inverse frequencies
   int64_t max_positions_ = 0;

@@ -193,6 +193,22 @@ at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,
   return s;
 }
 
+at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,
+                                       const std::vector<int64_t>& history,
+                                       const std::vector<int64_t>& tokens,
+                                       const std::vector<int64_t>& parents) const {
+  if (!reads_history()) return apply(scores, {});
+  std::vector<at::Tensor> rows{apply(scores.narrow(0, 0, 1), history)};
+  for (size_t c = 0; c < tokens.size(); ++c) {
+    std::vector<int64_t> path = history;
+    const auto at = static_cast<std::ptrdiff_t>(path.size());
+    for (auto n = static_cast<int64_t>(c); n >= 0; n = parents[static_cast<size_t>(n)])
+      path.insert(path.begin() + at, tokens[static_cast<size_t>(n)]);
+    rows.push_back(apply(scores.narrow(0, static_cast<int64_t>(c) + 1, 1), path));
+  }
+  return at::cat(rows);
+}
+
 namespace {
 // Inverse-CDF draw with u in [0, 1) a double or a one-element double tensor on probs' device.
 template <class U>

@@ -127,6 +127,20 @@ int64_t SuffixTree::count(const std::vector<int64_t>& s) const {
   return nodes_[node].count;
 }
 
+int32_t SuffixTree::match_node(const std::vector<int64_t>& context, int64_t m) const {
+  int32_t node = 0;
+  for (auto j = static_cast<int64_t>(context.size()) - m;
+       j < static_cast<int64_t>(context.size()) && node >= 0; ++j)
+    node = find(node, context[j]);
+  return node;
+}
+
+int64_t SuffixTree::depth_limit(int64_t m, int64_t max_tokens, double factor) const {
+  return std::min<int64_t>(
+      max_tokens,
+      std::max<int64_t>(1, static_cast<int64_t>(std::floor(factor * static_cast<double>(m)))));
+}
+
 SuffixTree::Proposal SuffixTree::propose(const std::vector<int64_t>& context, int64_t max_tokens,
                                          double min_prob, double factor,
                                          const std::vector<int64_t>& stop_ids) const {
@@ -136,14 +150,11 @@ SuffixTree::Proposal SuffixTree::propose(const std::vector<int64_t>& context, in
   // Every suffix of the context that occurs followed by something, shortest first (a longer one
   // occurs only where a shorter one does): its continuation, the best score kept.
   for (int64_t m = 1; m <= std::min(len, max_depth_ - 1); ++m) {
-    int32_t node = 0;
-    for (int64_t j = len - m; j < len && node >= 0; ++j) node = find(node, context[j]);
+    int32_t node = match_node(context, m);
     if (node < 0 || nodes_[node].child < 0) break;
     Proposal p;
     p.match = m;
-    const auto limit = std::min<int64_t>(
-        max_tokens,
-        std::max<int64_t>(1, static_cast<int64_t>(std::floor(factor * static_cast<double>(m)))));
+    const int64_t limit = depth_limit(m, max_tokens, factor);
     double prob = 1.0;
     while (static_cast<int64_t>(p.tokens.size()) < limit && nodes_[node].child >= 0) {
       int32_t next = -1;
@@ -160,6 +171,68 @@ SuffixTree::Proposal SuffixTree::propose(const std::vector<int64_t>& context, in
       p.score += prob;
       if (std::find(stop_ids.begin(), stop_ids.end(), nodes_[next].token) != stop_ids.end()) break;
       node = next;
+    }
+    if (p.score >= best.score && !p.tokens.empty()) best = std::move(p);
+  }
+  return best;
+}
+
+SuffixTree::Proposal SuffixTree::propose_tree(const std::vector<int64_t>& context,
+                                              int64_t max_tokens, double min_prob, double factor,
+                                              const std::vector<int64_t>& stop_ids) const {
+  Proposal best;
+  if (max_tokens <= 0) return best;
+  const auto len = static_cast<int64_t>(context.size());
+  struct Open {  // a continuation not yet in the tree
+    double prob;
+    int64_t order;   // when it was found (ties)
+    int64_t parent;  // its parent's index in the proposal, -1: the match
+    int32_t node;    // its node in this tree
+    int64_t depth;   // 1 for the match's children
+    bool operator<(const Open& o) const {
+      return prob != o.prob ? prob < o.prob : order > o.order;  // a max-heap on prob
+    }
+  };
+  for (int64_t m = 1; m <= std::min(len, max_depth_ - 1); ++m) {
+    const int32_t match = match_node(context, m);
+    if (match < 0 || nodes_[match].child < 0) break;
+    Proposal p;
+    p.match = m;
+    const int64_t limit = depth_limit(m, max_tokens, factor);
+    std::vector<Open> open;
+    int64_t found = 0;
+    // The children of `node` (by count, then token, as propose() ranks them) under `parent`.
+    const auto expand = [&](int32_t node, int64_t parent, double prob, int64_t depth) {
+      std::vector<int32_t> kids;
+      int64_t total = 0;
+      for (int32_t c = nodes_[node].child; c >= 0; c = nodes_[c].sibling) {
+        kids.push_back(c);
+        total += nodes_[c].count;
+      }
+      std::sort(kids.begin(), kids.end(), [&](int32_t a, int32_t b) {
+        return nodes_[a].count != nodes_[b].count ? nodes_[a].count > nodes_[b].count
+                                                  : nodes_[a].token < nodes_[b].token;
+      });
+      for (const int32_t c : kids) {
+        const double q = prob * nodes_[c].count / static_cast<double>(total);
+        if (q < min_prob) break;  // the rest are less probable still
+        open.push_back({q, found++, parent, c, depth});
+        std::push_heap(open.begin(), open.end());
+      }
+    };
+    expand(match, -1, 1.0, 1);
+    while (!open.empty() && static_cast<int64_t>(p.tokens.size()) < max_tokens) {
+      std::pop_heap(open.begin(), open.end());
+      const Open o = open.back();
+      open.pop_back();
+      const int64_t index = static_cast<int64_t>(p.tokens.size());
+      p.tokens.push_back(nodes_[o.node].token);
+      p.parents.push_back(o.parent);
+      p.score += o.prob;
+      const bool stop =
+          std::find(stop_ids.begin(), stop_ids.end(), nodes_[o.node].token) != stop_ids.end();
+      if (!stop && o.depth < limit && nodes_[o.node].child >= 0)
+        expand(o.node, index, o.prob, o.depth + 1);
     }
     if (p.score >= best.score && !p.tokens.empty()) best = std::move(p);
   }
@@ -188,10 +261,12 @@ void SuffixCache::add(const std::vector<int64_t>& tokens, int64_t prompt_length)
 }
 
 SuffixTree::Proposal SuffixCache::propose(const std::vector<int64_t>& context, int64_t max_tokens,
-                                          const std::vector<int64_t>& stop_ids) const {
+                                          const std::vector<int64_t>& stop_ids, bool tree) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return tree_.propose(context, max_tokens, options_.min_token_prob, options_.max_spec_factor,
-                       stop_ids);
+  return tree ? tree_.propose_tree(context, max_tokens, options_.min_token_prob,
+                                   options_.max_spec_factor, stop_ids)
+              : tree_.propose(context, max_tokens, options_.min_token_prob,
+                              options_.max_spec_factor, stop_ids);
 }
 
 int64_t SuffixCache::tokens() const {
@@ -205,10 +280,11 @@ int64_t SuffixCache::nodes() const {
 }
 
 SuffixGenerator::SuffixGenerator(std::shared_ptr<const SuffixCache> shared,
-                                 std::vector<int64_t> eos_ids)
+                                 std::vector<int64_t> eos_ids, bool trees)
     : shared_(std::move(shared)),
       options_(shared_ ? shared_->options() : SuffixOptions{}),
       eos_ids_(std::move(eos_ids)),
+      tree_(trees && options_.tree),
       own_(options_.max_depth) {}
 
 Candidates SuffixGenerator::propose(const std::vector<int64_t>& tokens, int64_t max_tokens) {
@@ -219,13 +295,20 @@ Candidates SuffixGenerator::propose(const std::vector<int64_t>& tokens, int64_t 
     seen_ = tokens.size();
   }
   if (max_tokens <= 0) return out;
-  SuffixTree::Proposal best =
-      own_.propose(tokens, max_tokens, options_.min_token_prob, options_.max_spec_factor, eos_ids_);
+  SuffixTree::Proposal best = tree_ ? own_.propose_tree(tokens, max_tokens, options_.min_token_prob,
+                                                        options_.max_spec_factor, eos_ids_)
+                                    : own_.propose(tokens, max_tokens, options_.min_token_prob,
+                                                   options_.max_spec_factor, eos_ids_);
   if (shared_) {
-    SuffixTree::Proposal other = shared_->propose(tokens, max_tokens, eos_ids_);
+    SuffixTree::Proposal other = shared_->propose(tokens, max_tokens, eos_ids_, tree_);
     if (other.score > best.score) best = std::move(other);
   }
   out.tokens = std::move(best.tokens);
+  // A tree that grew no branch is a chain.
+  bool chain = true;
+  for (size_t i = 0; i < best.parents.size(); ++i)
+    chain = chain && best.parents[i] == static_cast<int64_t>(i) - 1;
+  if (!chain) out.parents = std::move(best.parents);
   return out;
 }
 

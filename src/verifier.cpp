@@ -12,22 +12,67 @@ namespace {
 void check_shapes(const at::Tensor& scores, const Candidates& c) {
   SPECDEC_CHECK(scores.dim() == 2 && scores.size(0) == static_cast<int64_t>(c.size()) + 1,
                 "verifier: expected scores of shape [K+1, V] for K = ", c.size(), " candidates");
+  if (!c.tree()) return;
+  SPECDEC_CHECK(c.parents.size() == c.size() && !c.q.defined(),
+                "verifier: a tree of candidates needs a parent per candidate and no q");
+  for (size_t i = 0; i < c.size(); ++i)
+    SPECDEC_CHECK(c.parents[i] >= -1 && c.parents[i] < static_cast<int64_t>(i),
+                  "verifier: candidate ", i, "'s parent ", c.parents[i], " is not an earlier one");
+}
+
+// A tree's verdict, decided on the host one level at a time: `pick(row, children)` returns the
+// child (an index into `children`, the candidates under the node whose scores are row `row`) the
+// target keeps, or -1 with the target's own token in `next`.
+template <class Pick>
+at::Tensor walk_tree(const Candidates& c, Pick pick) {
+  const auto k = static_cast<int64_t>(c.size());
+  std::vector<int64_t> out(static_cast<size_t>(2 + k), -1);
+  int64_t node = -1, accepted = 0, next = 0;
+  std::vector<int64_t> children;
+  for (;;) {
+    children.clear();
+    for (int64_t i = node + 1; i < k; ++i)
+      if (c.parents[static_cast<size_t>(i)] == node) children.push_back(i);
+    const int64_t chosen = pick(node + 1, children, next);
+    if (chosen < 0) break;
+    node = children[static_cast<size_t>(chosen)];
+    out[static_cast<size_t>(2 + accepted++)] = node;
+  }
+  out[0] = accepted, out[1] = next;
+  return at::tensor(out, at::kLong);
 }
 }  // namespace
 
 void Verifier::settle(const Verdict&, const Candidates&, Rng&) const {}
 
-Verdict Verifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
-  const at::Tensor host = decide(scores, c, rng).to(at::kCPU);  // the one sync of the iteration
+Verdict verdict_of(const int64_t* values, const Candidates& c) {
   Verdict v;
-  v.accepted = host.data_ptr<int64_t>()[0];
-  v.next_token = host.data_ptr<int64_t>()[1];
+  v.accepted = values[0];
+  v.next_token = values[1];
+  if (c.tree()) v.path.assign(values + 2, values + 2 + v.accepted);
+  return v;
+}
+
+Verdict Verifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
+  // the one sync of the iteration
+  const at::Tensor host = decide(scores, c, rng).to(at::kCPU).contiguous();
+  const Verdict v = verdict_of(host.data_ptr<int64_t>(), c);
   settle(v, c, rng);
   return v;
 }
 
 at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c, Rng&) const {
   check_shapes(scores, c);
+  if (c.tree()) {
+    const at::Tensor best = scores.argmax(-1).to(at::kCPU).contiguous();  // [K+1]
+    const int64_t* b = best.data_ptr<int64_t>();
+    return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
+      next = b[row];
+      for (size_t i = 0; i < children.size(); ++i)
+        if (c.tokens[static_cast<size_t>(children[i])] == next) return static_cast<int64_t>(i);
+      return int64_t{-1};
+    });
+  }
   const auto k = static_cast<int64_t>(c.size());
   const at::Tensor best = scores.argmax(-1);  // [K+1]
   at::Tensor accepted = at::zeros({1}, best.options());
@@ -43,6 +88,23 @@ at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c,
 at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Candidates& c,
                                              Rng& rng) const {
   check_shapes(scores, c);
+  if (c.tree()) {  // on the host, each uniform drawn from `rng` as it is needed
+    const at::Tensor p = scores.softmax(-1).to(at::kCPU).to(at::kDouble).contiguous();  // [K+1, V]
+    return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
+      at::Tensor r = p[row].clone();  // p less the children rejected so far
+      double* rp = r.data_ptr<double>();
+      double mass = 1.0;
+      for (size_t i = 0; i < children.size(); ++i) {
+        const int64_t token = c.tokens[static_cast<size_t>(children[i])];
+        if (rng.uniform() * mass < rp[token]) return static_cast<int64_t>(i);
+        mass -= rp[token];
+        rp[token] = 0;
+      }
+      // Every child rejected: the token comes from the residual (from p when rounding left none).
+      next = sample_index(r.sum().item<double>() > 0 ? r : p[row], rng.uniform());
+      return int64_t{-1};
+    });
+  }
   const auto k = static_cast<int64_t>(c.size());
   const c10::Device device = scores.device();
   const at::Tensor p = scores.softmax(-1);  // [K+1, V] float32
@@ -82,6 +144,7 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
 }
 
 void RejectionSamplingVerifier::settle(const Verdict& v, const Candidates& c, Rng& rng) const {
+  if (c.tree()) return;  // decide() drew from rng itself
   const auto k = static_cast<int64_t>(c.size());
   for (int64_t i = std::min(v.accepted + 2, k + 1); i > 0; --i) (void)rng.uniform();
 }

@@ -21,7 +21,13 @@ struct Candidates {
   at::Tensor q;                 // [K, V] float32 distributions the tokens were sampled from;
                                 // undefined = deterministic proposal (q one-hot at each token)
   std::vector<double> probs;    // [K] draft probability of each token (draft models only)
+  // A tree of candidates (empty: a chain): parents[i] is candidate i's parent, an earlier
+  // candidate, or -1 for one that follows the verified tokens (Model's TokenTree). Deterministic
+  // proposals only (q undefined); siblings hold different tokens.
+  std::vector<int64_t> parents;
   size_t size() const { return tokens.size(); }
+  bool tree() const { return !parents.empty(); }
+  std::vector<int64_t> depths() const;  // each candidate's under the verified tokens (a chain: i)
 };
 
 // Runs a draft model with its own KV cache for a batch of sequences (rows), each under its own

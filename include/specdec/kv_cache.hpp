@@ -42,6 +42,9 @@ class KVCache {
   // Throws when n exceeds a row's length.
   void crop(int64_t n);
   void crop(int64_t row, int64_t n);
+  // After a pass over a tree (Model::forward): keeps, of row `row`'s positions from `from` on, the
+  // slots from + path[j] (increasing) at from + j, and forgets the rest. O(path) copies.
+  void keep_path(int64_t row, int64_t from, const std::vector<int64_t>& path);
   void reset();
   // Copies row `from` (its positions, length and encoder entries) over row `to`: compacts a batch
   // when a sequence finishes, so that later passes run on rows [0, B - 1).

@@ -15,6 +15,13 @@
 
 namespace specdec {
 
+// The shape of one row's tokens in a pass (Model::forward): parents[j] is the index, among the
+// row's tokens of the pass, of token j's parent (below j), or -1 for a token that follows the
+// row's cached positions directly. Token j takes position length + depth(j) (depth 0 for -1) and
+// attends to the row's cached positions and to its ancestors only, so that on the CPU in float32
+// its logits are bitwise those of the path to it run as a chain. A chain: parents[j] = j - 1.
+using TokenTree = std::vector<int64_t>;
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -36,12 +43,15 @@ class Model {
   // `cache` and returns float32 logits [B, T', V] for each row's last T' = min(T, keep_last) real
   // tokens (keep_last 0: all T positions; a row with fewer real tokens has copies of its first
   // one in front; kCacheOnly: no logits, an undefined tensor, for passes that only fill the cache).
-  // Must be called inside c10::InferenceMode (the generator does).
+  // `trees` (empty, or one per row; an empty one: a chain): row b's real tokens as a TokenTree,
+  // n_b entries; they still go to the cache's next n_b slots in pass order (KVCache::keep_path
+  // then keeps one path). Must be called inside c10::InferenceMode (the generator does).
   // Encoder-decoder models: `input_ids` are decoder ids, and `cache` must hold the encoder output
-  // (attach_encoder).
+  // (attach_encoder); they take chains only.
   static constexpr int64_t kCacheOnly = -1;
   virtual at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last = 0,
-                             const std::vector<int64_t>& row_tokens = {}) const = 0;
+                             const std::vector<int64_t>& row_tokens = {},
+                             const std::vector<TokenTree>& trees = {}) const = 0;
 
   // --- encoder-decoder models (config().is_encoder_decoder); the others throw specdec::Error ---
   // Runs the encoder over `input_ids` ([B, S], int64): hidden states [B, S, H].

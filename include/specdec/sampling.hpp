@@ -50,6 +50,10 @@ class LogitsProcessorChain {
   bool reads_history() const;
   // See LogitsProcessor::apply for the history convention.
   at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const;
+  // `scores` [K+1, V] of a tree of candidates (`tokens`, `parents` as Candidates'): row 0 follows
+  // `history`, row 1 + i candidate i, whose history is `history` and the path down to it.
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history,
+                   const std::vector<int64_t>& tokens, const std::vector<int64_t>& parents) const;
 
  private:
   std::vector<std::unique_ptr<LogitsProcessor>> processors_;

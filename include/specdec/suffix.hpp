@@ -23,6 +23,9 @@ struct SuffixOptions {
   double min_token_prob = 0.1;
   // A proposal is at most this many times the length of the match it continues (at least 1).
   double max_spec_factor = 1.0;
+  // Propose a tree: the most probable continuations of the match, branches included (the node
+  // budget being the schedule's K), instead of the single most frequent one.
+  bool tree = false;
   // Tokens of earlier requests' outputs the shared tree holds at most; the oldest sequences are
   // evicted first (0: none are kept, each request's own tree only).
   int64_t cache_tokens = 65536;
@@ -51,6 +54,7 @@ class SuffixTree {
 
   struct Proposal {
     std::vector<int64_t> tokens;
+    std::vector<int64_t> parents;  // a tree's (Candidates::parents); empty: a chain
     double score = 0;   // the expected accepted tokens: the sum of each prefix's probability
     int64_t match = 0;  // the length of the matched suffix of the context
   };
@@ -62,6 +66,12 @@ class SuffixTree {
   // `stop_ids` (which it keeps). Of these, the one with the highest score (ties: the longer match).
   Proposal propose(const std::vector<int64_t>& context, int64_t max_tokens, double min_prob,
                    double factor, const std::vector<int64_t>& stop_ids = {}) const;
+  // The same with a tree for each suffix: up to `max_tokens` nodes, best first (each continuation's
+  // probability is the product along its path; ties: the one found first), none below
+  // `min_prob`, none deeper than the chain's limit, none under a stop token; the score is the sum
+  // of the nodes' probabilities. Parents come before their children.
+  Proposal propose_tree(const std::vector<int64_t>& context, int64_t max_tokens, double min_prob,
+                        double factor, const std::vector<int64_t>& stop_ids = {}) const;
 
  private:
   struct Node {
@@ -76,6 +86,10 @@ class SuffixTree {
     std::vector<int32_t> open;  // the nodes of its suffixes shorter than max_depth
   };
   int32_t find(int32_t parent, int64_t token) const;
+  // The node of the context's last m tokens (-1: they do not occur); the depth limit of a
+  // continuation of it.
+  int32_t match_node(const std::vector<int64_t>& context, int64_t m) const;
+  int64_t depth_limit(int64_t m, int64_t max_tokens, double factor) const;
   int32_t find_or_add(int32_t parent, int64_t token);
   void unlink(int32_t parent, int32_t node);  // frees node and everything under it
 
@@ -96,8 +110,9 @@ class SuffixCache {
   const SuffixOptions& options() const { return options_; }
   // Adds a finished request: `tokens` is its prompt and output, `prompt_length` its prompt's.
   void add(const std::vector<int64_t>& tokens, int64_t prompt_length);
+  // SuffixTree::propose, or propose_tree when `tree`.
   SuffixTree::Proposal propose(const std::vector<int64_t>& context, int64_t max_tokens,
-                               const std::vector<int64_t>& stop_ids) const;
+                               const std::vector<int64_t>& stop_ids, bool tree = false) const;
   int64_t tokens() const;
   int64_t nodes() const;
   // Prompt tokens kept before each output.
@@ -113,16 +128,20 @@ class SuffixCache {
 
 // One request's proposer: a tree over its prompt and output, grown as tokens are verified, and
 // the shared cache (null: none); the proposal with the higher score wins. Deterministic proposals
-// (Candidates::q undefined), so that rejection sampling treats them as a point-mass draft.
+// (Candidates::q undefined), so that rejection sampling treats them as a point-mass draft; trees
+// of them (Candidates::parents) when the options ask and `trees` allows (a target that verifies
+// chains only does not).
 class SuffixGenerator final : public SequenceProposer {
  public:
-  SuffixGenerator(std::shared_ptr<const SuffixCache> shared, std::vector<int64_t> eos_ids);
+  SuffixGenerator(std::shared_ptr<const SuffixCache> shared, std::vector<int64_t> eos_ids,
+                  bool trees = true);
   Candidates propose(const std::vector<int64_t>& tokens, int64_t max_tokens) override;
 
  private:
   std::shared_ptr<const SuffixCache> shared_;
   SuffixOptions options_;
   std::vector<int64_t> eos_ids_;
+  bool tree_;
   SuffixTree own_;
   size_t seen_ = 0;  // tokens of the sequence own_ holds
 };

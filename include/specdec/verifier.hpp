@@ -11,9 +11,13 @@
 namespace specdec {
 
 struct Verdict {
-  int64_t accepted = 0;    // leading candidates kept (0..K)
-  int64_t next_token = 0;  // the target's token after them (correction or bonus)
+  int64_t accepted = 0;       // leading candidates kept (0..K); of a tree, the path's length
+  int64_t next_token = 0;     // the target's token after them (correction or bonus)
+  std::vector<int64_t> path;  // a tree's: the kept candidates' indices, from the root down
 };
+
+// The verdict in decide()'s values, read on the host (`values`: its [2] or, for a tree, [2 + K]).
+Verdict verdict_of(const int64_t* values, const Candidates& candidates);
 
 // The override points are decide() and settle(), the two halves of one decision, so that a batch
 // brings every row's verdict to the host in one copy (one synchronisation per pass on a GPU):
@@ -24,7 +28,9 @@ class Verifier {
   // `scores` [K+1, V]: processed target scores; row i is the target's distribution for the
   // position of candidate i (row K: the position after the last candidate). Returns {accepted,
   // next_token} as an int64 tensor [2] on any device. Draws from `rng` are taken either here or,
-  // when drawn ahead from a copy (to stay on the device), by settle().
+  // when drawn ahead from a copy (to stay on the device), by settle(). A tree of candidates
+  // (Candidates::parents): row 0 is the position after the verified tokens, row 1 + i the one
+  // after candidate i; the tensor is [2 + K], {accepted, next_token, the path's indices, -1...}.
   virtual at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,
                             Rng& rng) const = 0;
   // Gets decide()'s values on the host and advances `rng` past the draws it took from a copy.
@@ -35,7 +41,8 @@ class Verifier {
   Verdict verify(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const;
 };
 
-// Keeps the longest prefix equal to the target's argmax, then the target's argmax after it.
+// Keeps the longest prefix equal to the target's argmax, then the target's argmax after it. A
+// tree: from the root, the child holding the target's argmax, while there is one.
 class GreedyVerifier final : public Verifier {
  public:
   at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,
@@ -45,7 +52,10 @@ class GreedyVerifier final : public Verifier {
 // Leviathan et al. (2211.17192) / Chen et al. (2302.01318): accept candidate i with probability
 // min(1, p_i / q_i); at the first rejection draw from norm(max(0, p - q)); when all are accepted,
 // draw the bonus from p at the next position. Keeps the target's distribution exactly. A
-// deterministic proposal (undefined q) is treated as one-hot q.
+// deterministic proposal (undefined q) is treated as one-hot q. A tree (deterministic): at each
+// node the target's token is drawn from p by trying the children in turn, child c accepted with
+// probability r(c) / sum(r), r being p less the children already rejected, else drawn from that
+// residual r: each step draws exactly from p, and an accepted child continues the path.
 class RejectionSamplingVerifier final : public Verifier {
  public:
   at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,

@@ -76,13 +76,26 @@ inline void weigh_plain(const AttentionRow& a, int64_t from = 0) {
 // The sum of the exponentials: key j's into partial sum j mod 8 (the last len mod 8 keys too), the
 // 8 combined in a fixed tree. A masked key's 0 changes no partial sum, so a query row gets the same
 // total whether the keys after its own (a later query's in a pass of several, or the padding of a
-// shorter row in a batch) are in the pass or not; any vector width gives the same bits.
-inline float exps_total(const float* p, int64_t len) {
+// shorter row in a batch) are in the pass or not; any vector width gives the same bits. Under a
+// mask, a visible key's partial sum is its rank among the visible keys counted from the first
+// one's index: j itself when they are one run (a chain's, a window's), and for a tree's node, whose
+// ancestors' keys are spread over the pass, the sums the path would get as a chain.
+inline float exps_total(const AttentionRow& a) {
+  const float* p = a.p;
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  const int64_t n8 = len - len % 8;
-  for (int64_t j = 0; j < n8; j += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += p[j + l];
-  for (int64_t j = n8; j < len; ++j) acc[j - n8] += p[j];
+  if (!a.mask) {
+    const int64_t n8 = a.len - a.len % 8;
+    for (int64_t j = 0; j < n8; j += 8)
+      for (int l = 0; l < 8; ++l) acc[l] += p[j + l];
+    for (int64_t j = n8; j < a.len; ++j) acc[j - n8] += p[j];
+  } else {
+    int64_t lane = -1;
+    for (int64_t j = 0; j < a.len; ++j) {
+      if (hidden(a, j)) continue;
+      if (lane < 0) lane = j;
+      acc[lane++ % 8] += p[j];
+    }
+  }
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
@@ -93,7 +106,7 @@ __attribute__((always_inline)) inline void attend(const AttentionRow& a, Scores 
                                                   Weigh weigh) {
   const float mx = scores(a);
   exps(a, mx);
-  const float total = exps_total(a.p, a.len);
+  const float total = exps_total(a);
   for (int64_t j = 0; j < a.len; ++j) a.p[j] /= total;
   weigh(a);
 }

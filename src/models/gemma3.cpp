@@ -80,8 +80,9 @@ class Gemma3Model final : public Model {
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
-                     const std::vector<int64_t>& row_tokens) const override {
-    const layers::Pass pass(input_ids, cache, row_tokens, device_);
+                     const std::vector<int64_t>& row_tokens,
+                     const std::vector<TokenTree>& trees) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const ModelConfig& c = config_;
     at::Tensor x = embed_.rows(input_ids, dtype_) * embed_scale_;  // [B, T, H]
     const auto [cos_g, sin_g] = global_.tables(pass);              // [T, D]

@@ -52,8 +52,9 @@ class Gpt2Model final : public Model {
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
-                     const std::vector<int64_t>& row_tokens) const override {
-    const layers::Pass pass(input_ids, cache, row_tokens, device_);
+                     const std::vector<int64_t>& row_tokens,
+                     const std::vector<TokenTree>& trees) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const double eps = config_.rms_norm_eps;
     at::Tensor x = wte_.rows(input_ids, dtype_) + layers::learned_positions(wpe_, pass, 0);
     const at::Tensor mask = pass.causal_mask(dtype_);

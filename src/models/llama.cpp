@@ -78,8 +78,9 @@ class LlamaModel final : public Model {
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
-                     const std::vector<int64_t>& row_tokens) const override {
-    const layers::Pass pass(input_ids, cache, row_tokens, device_);
+                     const std::vector<int64_t>& row_tokens,
+                     const std::vector<TokenTree>& trees) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const ModelConfig& c = config_;
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
     if (c.feature_size > 0)

@@ -64,8 +64,9 @@ class OptModel final : public Model {
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
-                     const std::vector<int64_t>& row_tokens) const override {
-    const layers::Pass pass(input_ids, cache, row_tokens, device_);
+                     const std::vector<int64_t>& row_tokens,
+                     const std::vector<TokenTree>& trees) const override {
+    const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const ModelConfig& c = config_;
     const double eps = c.rms_norm_eps;
     at::Tensor x = embed_.rows(input_ids, dtype_);

@@ -222,7 +222,10 @@ class T5Model final : public Model {
   }
 
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
-                     const std::vector<int64_t>& row_tokens) const override {
+                     const std::vector<int64_t>& row_tokens,
+                     const std::vector<TokenTree>& trees) const override {
+    // T5's relative position bias is computed between positions, not along a path: chains only.
+    SPECDEC_CHECK(trees.empty(), "T5 verifies chains only, not trees of candidates");
     const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const double eps = config_.rms_norm_eps;
     const int64_t t = input_ids.size(1);

@@ -151,3 +151,89 @@ TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
     }
   }
 }
+
+// A pass over a tree of candidates (Model::forward with trees): each node's logits are bitwise
+// those of the path to it run as a chain after the same context, in a batch beside a chain row;
+// after KVCache::keep_path keeps one path, the next pass is bitwise the chain's. Every decoder
+// architecture (sliding windows included: Gemma 3's fixture has one of 16, shorter than the
+// contexts); T5 refuses trees.
+TEST(BatchInvariance, TreePassNodesEqualTheirPathsAsChainsBitwise) {
+  c10::InferenceMode guard;
+  const ThreadsGuard restore;
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  // Parents before children: two subtrees under the context, depths up to 4.
+  const TokenTree parents = {-1, 0, 0, 1, 2, -1, 5, 3, 7};
+  const std::vector<int64_t> kept = {0, 1, 3, 7, 8};  // a root-to-leaf path of it
+  for (const std::string arch :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
+    FixtureOptions o;
+    o.arch = arch;
+    o.layers = 2, o.hidden = 64, o.heads = 4,
+    o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
+    o.vocab = 128, o.max_pos = 1100, o.seed = 5, o.init_std = 0.1;
+    const auto m = cached_model(cached_fixture("bi_" + arch, o));
+    if (m->config().is_encoder_decoder) {
+      KVCache cache = m->make_cache(16);
+      m->attach_encoder(m->encode(at::arange(3, 9, opts).unsqueeze(0)), cache);
+      EXPECT_THROW(m->forward(at::tensor(std::vector<int64_t>{5, 6}, opts).view({1, 2}), cache, 0,
+                              {}, {TokenTree{-1, -1}}),
+                   Error)
+          << arch;
+      continue;
+    }
+    for (int64_t ctx : {1, 37, 1024}) {
+      for (int threads : {1, 3}) {
+        at::set_num_threads(threads);
+        const std::string where =
+            arch + ", context " + std::to_string(ctx) + ", " + std::to_string(threads) + " threads";
+        at::manual_seed(static_cast<uint64_t>(ctx));
+        const std::vector<int64_t> context = random_ids(ctx), nodes = random_ids(9),
+                                   other = random_ids(4), next = random_ids(1);
+        const auto chain_after_context = [&](const std::vector<int64_t>& tokens) {
+          KVCache cache = m->make_cache(ctx + 16);
+          m->forward(at::tensor(context, opts).view({1, -1}), cache, Model::kCacheOnly);
+          return std::make_pair(m->forward(at::tensor(tokens, opts).view({1, -1}), cache)[0],
+                                std::move(cache));
+        };
+        // Row 0: the tree; row 1: a chain of 4 after a context one token longer.
+        KVCache cache = m->make_cache(ctx + 16, 2);
+        std::vector<int64_t> longer = context;
+        longer.push_back(3);
+        at::Tensor first = at::zeros({2, ctx + 1}, opts);
+        first[0].narrow(0, 0, ctx).copy_(at::tensor(context, opts));
+        first[1].copy_(at::tensor(longer, opts));
+        m->forward(first, cache, Model::kCacheOnly, {ctx, ctx + 1});
+        at::Tensor ids = at::zeros({2, 9}, opts);
+        ids[0].copy_(at::tensor(nodes, opts));
+        ids[1].narrow(0, 0, 4).copy_(at::tensor(other, opts));
+        const at::Tensor logits = m->forward(ids, cache, 0, {9, 4}, {parents, {}});  // [2, 9, V]
+        for (int64_t j = 0; j < 9; ++j) {
+          std::vector<int64_t> path;
+          for (int64_t i = j; i >= 0; i = parents[i]) path.insert(path.begin(), nodes[i]);
+          const at::Tensor ref = chain_after_context(path).first[-1];
+          EXPECT_TRUE(at::equal(logits[0][j], ref))
+              << where << ": node " << j << " vs its path as a chain, max diff "
+              << (logits[0][j] - ref).abs().max().item<float>();
+        }
+        {
+          KVCache alone = m->make_cache(ctx + 16);
+          m->forward(at::tensor(longer, opts).view({1, -1}), alone, Model::kCacheOnly);
+          const at::Tensor ref = m->forward(at::tensor(other, opts).view({1, -1}), alone)[0];
+          EXPECT_TRUE(at::equal(logits[1].narrow(0, 0, 4), ref)) << where << ": the chain row";
+        }
+        // Keep one path, then one more token: the chain's cache gives the same bits.
+        cache.keep_path(0, ctx, kept);
+        EXPECT_EQ(cache.length(0), ctx + static_cast<int64_t>(kept.size())) << where;
+        std::vector<int64_t> path;
+        for (const int64_t i : kept) path.push_back(nodes[i]);
+        auto [unused, chain_cache] = chain_after_context(path);
+        at::Tensor last = at::zeros({2, 1}, opts);
+        last[0][0] = next[0];
+        const at::Tensor after = m->forward(last, cache, 0, {1, 0});
+        const at::Tensor ref = m->forward(at::tensor(next, opts).view({1, 1}), chain_cache)[0];
+        EXPECT_TRUE(at::equal(after[0], ref)) << where << ": after keep_path, max diff "
+                                              << (after[0] - ref).abs().max().item<float>();
+      }
+    }
+  }
+}

@@ -59,6 +59,11 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
     // Suffix speculation on one Generator throughout: each request also proposes from the earlier
     // ones' outputs.
     const Generator remembering(p.target);
+    Generator branching(p.target);  // ... proposing trees (T5: chains, as it verifies no trees)
+    SuffixOptions trees;
+    trees.tree = true;
+    trees.min_token_prob = 0.02;
+    branching.set_suffix_options(trees);
     for (const char* schedule :
          {"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}) {
       for (int64_t k : {1, 2, 5, 8}) {
@@ -85,6 +90,8 @@ TEST(Exactness, AssistedEqualsTargetOnlyAcrossSchedulesKAndLengths) {
           suffix.suffix_speculation = true;
           ASSERT_EQ(remembering.generate(prompt, suffix).tokens, want)
               << arch << " suffix seed " << seed << " K " << k << " max_new_tokens " << n;
+          ASSERT_EQ(branching.generate(prompt, suffix).tokens, want)
+              << arch << " suffix trees seed " << seed << " K " << k << " max_new_tokens " << n;
         }
       }
     }
@@ -218,6 +225,53 @@ TEST(Exactness, PromptLookupCopiesAQuotedPassageOfABigramTarget) {
   suffix.prompt_lookup_num_tokens = 0;
   suffix.suffix_speculation = true;
   EXPECT_EQ(Generator(target).generate(prompt, suffix).tokens, walk);
+}
+
+// Suffix speculation's trees (branches down to 2% of the mass) on every architecture: requests
+// with different prompts through one Generator, each equal to target-only greedy, a repetition
+// penalty too (each node's scores follow its own path's tokens); the proposals did branch. T5
+// verifies chains only: its rows propose chains.
+TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
+  for (const char* arch :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
+    const Pair p = pair_for(5, arch);
+    Generator g(p.target);
+    SuffixOptions trees;
+    trees.tree = true;
+    trees.min_token_prob = 0.02;
+    trees.max_spec_factor = 4;
+    g.set_suffix_options(trees);
+    // Sampled answers first, so that the shared tree holds continuations that differ.
+    for (uint64_t i = 0; i < 6; ++i) {
+      GenerationConfig sampled;
+      sampled.max_new_tokens = 40;
+      sampled.do_sample = true;
+      sampled.temperature = 1.5;
+      sampled.seed = i;
+      sampled.suffix_speculation = true;
+      g.generate(prompt_for(i % 4, 3 + i), sampled);
+    }
+    int64_t drafting = 0, first = 0;
+    for (uint64_t i = 0; i < 8; ++i) {
+      GenerationConfig cfg;
+      cfg.max_new_tokens = 40;
+      cfg.eos_token_ids = {95};
+      cfg.repetition_penalty = i % 3 == 2 ? 1.3 : 1.0;
+      const auto prompt = prompt_for(i % 4, 3 + i);
+      const auto want = Generator(p.target).generate(prompt, cfg).tokens;
+      cfg.suffix_speculation = true;
+      cfg.num_assistant_tokens_schedule = "constant";
+      cfg.num_assistant_tokens = 6;
+      const GenerationResult r = g.generate(prompt, cfg);
+      ASSERT_EQ(r.tokens, want) << arch << " request " << i;
+      for (const auto& step : r.stats.trace) drafting += step[0] > 0;
+      if (!r.stats.drafted_at_position.empty()) first += r.stats.drafted_at_position[0];
+    }
+    if (std::string(arch) == "t5")
+      EXPECT_EQ(first, drafting) << "T5 was proposed trees";
+    else
+      EXPECT_GT(first, drafting) << arch << ": no proposal branched";
+  }
 }
 
 // A second request with the prompt of a first one, through the same Generator, is proposed the

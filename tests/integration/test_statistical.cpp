@@ -6,6 +6,7 @@
 #include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include <cmath>
@@ -110,19 +111,22 @@ struct Outcome {
   std::string report;
   double acceptance = 0;
   int64_t rejections = 0;  // iterations that rejected a candidate, EOS endings excluded
+  int64_t branched = 0;    // first candidates beyond one per drafting iteration (trees' siblings)
 };
 
 // `batch` > 1: the samples run through generate_batch, batch - 1 of them per call beside a longer
 // distractor prompt (its own seed and lookahead), so rows of different lengths share every pass.
+// `suffix`: the Generator's suffix speculation options.
 Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<const Model>& draft,
             const GenerationConfig& base, std::shared_ptr<const Verifier> verifier = nullptr,
-            int batch = 1) {
+            int batch = 1, const SuffixOptions& suffix = {}) {
   const std::vector<int64_t> prompt = {3, 7, 1};
   const auto marg = exact_marginals(*target, prompt, base);
   Generator gen(target, draft);
+  gen.set_suffix_options(suffix);
   if (verifier) gen.set_verifier(std::move(verifier));
   std::vector<std::vector<int>> counts(3, std::vector<int>(kVocab, 0));
-  int64_t drafted = 0, accepted = 0, rejections = 0;
+  int64_t drafted = 0, accepted = 0, rejections = 0, drafting_passes = 0, first_candidates = 0;
   std::vector<GenerationResult> results;
   for (int i = 0; i < kSamples; i += std::max(1, batch - 1)) {
     GenerationConfig cfg = base;
@@ -149,14 +153,17 @@ Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<co
     for (size_t pos = 0; pos < r.tokens.size() && pos < 3; ++pos) ++counts[pos][r.tokens[pos]];
     drafted += r.stats.drafted_tokens;
     accepted += r.stats.accepted_tokens;
+    if (!r.stats.drafted_at_position.empty()) first_candidates += r.stats.drafted_at_position[0];
     for (size_t t = 0; t < r.stats.trace.size(); ++t) {
       const bool eos_end = t + 1 == r.stats.trace.size() && r.stats.stop_reason == "eos";
       if (r.stats.trace[t][1] < r.stats.trace[t][0] && !eos_end) ++rejections;
+      if (r.stats.trace[t][0] > 0) ++drafting_passes;
     }
   }
   Outcome o;
   o.acceptance = drafted ? static_cast<double>(accepted) / drafted : 0;
   o.rejections = rejections;
+  o.branched = first_candidates - drafting_passes;
   for (int pos = 0; pos < 3; ++pos) {
     std::string rep;
     const bool ok = chi_square_passes(counts[pos], marg[pos], &rep);
@@ -354,15 +361,109 @@ TEST(Statistical, SuffixPointMassProposalsKeepDistribution) {
   EXPECT_GT(o.rejections, 0);
 }
 
-// Accepts every draft token and adds a bonus from p: the output then follows the draft.
+// Suffix speculation proposing trees of up to 4 candidates, branches down to a tenth of the
+// continuations' mass (the samples' outputs differ: the shared tree branches everywhere).
+SuffixOptions suffix_trees() {
+  SuffixOptions o;
+  o.tree = true;
+  o.max_spec_factor = 2;
+  return o;
+}
+
+TEST(Statistical, SuffixTreesOfPointMassProposalsKeepDistribution) {
+  const Models m = models();
+  GenerationConfig c = suffix_config();
+  c.num_assistant_tokens = 4;
+  const Outcome o = run(m.target, nullptr, c, nullptr, 1, suffix_trees());
+  EXPECT_TRUE(o.all_pass) << o.report;
+  EXPECT_GT(o.acceptance, 0.0);
+  EXPECT_GT(o.rejections, 0);
+  EXPECT_GT(o.branched, kSamples / 2) << "the proposals were hardly trees";
+}
+
+TEST(Statistical, SuffixTreesInABatchKeepDistribution) {
+  const Models m = models();
+  GenerationConfig c = suffix_config();
+  c.num_assistant_tokens = 4;
+  const Outcome o = run(m.target, nullptr, c, nullptr, 4, suffix_trees());
+  EXPECT_TRUE(o.all_pass) << o.report;
+  EXPECT_GT(o.branched, kSamples / 2) << "the proposals were hardly trees";
+}
+
+// Accepts every draft token (of a tree: the first child at each level) and adds a bonus from p:
+// the output then follows the draft.
 class AlwaysAccept final : public Verifier {
  public:
   at::Tensor decide(const at::Tensor& scores, const Candidates& c, Rng& rng) const override {
-    const auto accepted = static_cast<int64_t>(c.size());
-    const int64_t next = sample_index(scores[accepted].softmax(-1), rng.uniform());
-    return at::tensor(std::vector<int64_t>{accepted, next}, at::kLong);
+    if (!c.tree()) {
+      const auto accepted = static_cast<int64_t>(c.size());
+      const int64_t next = sample_index(scores[accepted].softmax(-1), rng.uniform());
+      return at::tensor(std::vector<int64_t>{accepted, next}, at::kLong);
+    }
+    std::vector<int64_t> path;
+    for (int64_t node = -1;;) {
+      const auto child = std::find(c.parents.begin(), c.parents.end(), node);
+      if (child == c.parents.end()) break;
+      node = child - c.parents.begin();
+      path.push_back(node);
+    }
+    const int64_t row = path.empty() ? 0 : path.back() + 1;
+    std::vector<int64_t> out{static_cast<int64_t>(path.size()),
+                             sample_index(scores[row].softmax(-1), rng.uniform())};
+    out.insert(out.end(), path.begin(), path.end());
+    out.resize(2 + c.size(), -1);
+    return at::tensor(out, at::kLong);
   }
 };
+
+// A tree verifier that tests each child against p itself, not against what the rejected siblings
+// leave (SpecInfer's residual skipped): a second child is then kept too rarely.
+class SiblingsAgainstP final : public Verifier {
+ public:
+  at::Tensor decide(const at::Tensor& scores, const Candidates& c, Rng& rng) const override {
+    if (!c.tree()) return RejectionSamplingVerifier().decide(scores, c, rng);
+    const at::Tensor p = scores.softmax(-1).to(at::kDouble).contiguous();
+    std::vector<int64_t> out{0, 0};
+    for (int64_t node = -1;;) {
+      const int64_t row = node + 1;
+      int64_t kept = -1;
+      for (int64_t i = node + 1; i < static_cast<int64_t>(c.size()) && kept < 0; ++i)
+        if (c.parents[i] == node && rng.uniform() < p[row][c.tokens[i]].item<double>()) kept = i;
+      if (kept < 0) {
+        at::Tensor r = p[row].clone();
+        for (int64_t i = node + 1; i < static_cast<int64_t>(c.size()); ++i)
+          if (c.parents[i] == node) r[c.tokens[i]] = 0;
+        out[1] = sample_index(r.sum().item<double>() > 0 ? r : p[row], rng.uniform());
+        break;
+      }
+      out.push_back(kept);
+      ++out[0];
+      node = kept;
+    }
+    out.resize(2 + c.size(), -1);
+    return at::tensor(out, at::kLong);
+  }
+  void settle(const Verdict& v, const Candidates& c, Rng& rng) const override {
+    if (!c.tree()) RejectionSamplingVerifier().settle(v, c, rng);
+  }
+};
+
+TEST(Statistical, NegativeControlAlwaysAcceptWithSuffixTreesIsDetected) {
+  const Models m = models();
+  GenerationConfig c = suffix_config();
+  c.num_assistant_tokens = 4;
+  const Outcome o = run(m.target, nullptr, c, std::make_shared<AlwaysAccept>(), 1, suffix_trees());
+  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong verifier:\n" << o.report;
+}
+
+TEST(Statistical, NegativeControlSiblingsTestedAgainstPIsDetected) {
+  const Models m = models();
+  GenerationConfig c = suffix_config();
+  c.num_assistant_tokens = 4;
+  const Outcome o =
+      run(m.target, nullptr, c, std::make_shared<SiblingsAgainstP>(), 1, suffix_trees());
+  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong tree verifier:\n" << o.report;
+}
 
 TEST(Statistical, NegativeControlAlwaysAcceptWithSuffixProposalsIsDetected) {
   const Models m = models();

@@ -178,6 +178,75 @@ TEST(SuffixTree, HandWorkedProposals) {
   EXPECT_EQ(shallow.count({1, 2}), 2);
 }
 
+TEST(SuffixTree, HandWorkedTreeProposals) {
+  SuffixTree tree(8);
+  tree.extend(0, {1, 2, 3, 4});
+  tree.extend(1, {1, 2, 3, 5});
+  tree.extend(2, {1, 2, 3, 5, 6});
+  // After [1, 2] (as in HandWorkedProposals, factor 3: 6 levels): 3 (probability 1); under it 5
+  // (2/3) and 4 (1/3); under the 5, 6 (2/3). Best first: 3, 5, 6, 4; the score is their sum. [2]
+  // gives the same tree (3 levels suffice) and the tie goes to the longer match.
+  SuffixTree::Proposal p = tree.propose_tree({9, 1, 2}, 10, 0.1, 3.0);
+  EXPECT_EQ(p.tokens, (Seq{3, 5, 6, 4}));
+  EXPECT_EQ(p.parents, (Seq{-1, 0, 1, 0}));
+  EXPECT_EQ(p.match, 2);
+  EXPECT_NEAR(p.score, 1.0 + 2.0 / 3.0 + 2.0 / 3.0 + 1.0 / 3.0, 1e-12);
+  EXPECT_EQ(tree.propose_tree({9, 1, 2}, 2, 0.1, 3.0).tokens, (Seq{3, 5}));  // the node budget
+  EXPECT_EQ(tree.propose_tree({9, 1, 2}, 2, 0.1, 3.0).parents, (Seq{-1, 0}));
+  p = tree.propose_tree({9, 1, 2}, 10, 0.4, 3.0);  // 4's 1/3 is below 0.4
+  EXPECT_EQ(p.tokens, (Seq{3, 5, 6}));
+  EXPECT_EQ(p.parents, (Seq{-1, 0, 1}));
+  p = tree.propose_tree({9, 1, 2}, 10, 0.1, 3.0, {5});  // nothing under a stop token
+  EXPECT_EQ(p.tokens, (Seq{3, 5, 4}));
+  EXPECT_EQ(p.parents, (Seq{-1, 0, 0}));
+  p = tree.propose_tree({9, 1, 2}, 10, 0.1, 1.0);  // factor 1: [1, 2] allows 2 levels
+  EXPECT_EQ(p.tokens, (Seq{3, 5, 4}));
+  EXPECT_EQ(p.parents, (Seq{-1, 0, 0}));
+  EXPECT_TRUE(tree.propose_tree({7}, 10, 0.1, 1.0).tokens.empty());
+  EXPECT_TRUE(tree.propose_tree({1, 2}, 0, 0.1, 1.0).tokens.empty());
+}
+
+// On random sequences: every node's path continues the matched suffix somewhere in them, parents
+// come first, siblings differ, the budget holds, and the tree's expected tokens are at least the
+// chain's (best first takes the most probable nodes, the chain's among them).
+TEST(SuffixTree, TreeProposalsOnRandomSequencesAreSoundAndScoreAtLeastTheChain) {
+  std::mt19937_64 gen(7);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t depth = 3 + trial % 6, vocab = 2 + trial % 5;
+    SuffixTree tree(depth);
+    std::map<int64_t, Seq> seqs;
+    for (int64_t id = 0; id < 4; ++id) {
+      Seq s(5 + gen() % 20);
+      for (auto& t : s) t = static_cast<int64_t>(gen() % vocab);
+      tree.extend(id, s);
+      seqs[id] = s;
+    }
+    for (int q = 0; q < 10; ++q) {
+      Seq ctx(1 + gen() % 6);
+      for (auto& t : ctx) t = static_cast<int64_t>(gen() % vocab);
+      const int64_t budget = 1 + static_cast<int64_t>(gen() % 8);
+      const double min_prob = (gen() % 4) * 0.1, factor = 0.5 + (gen() % 4);
+      const SuffixTree::Proposal t = tree.propose_tree(ctx, budget, min_prob, factor);
+      const SuffixTree::Proposal c = tree.propose(ctx, budget, min_prob, factor);
+      ASSERT_LE(static_cast<int64_t>(t.tokens.size()), budget);
+      ASSERT_EQ(t.parents.size(), t.tokens.size());
+      EXPECT_GE(t.score, c.score - 1e-12) << "trial " << trial << " query " << q;
+      EXPECT_EQ(t.tokens.empty(), c.tokens.empty());
+      for (size_t i = 0; i < t.tokens.size(); ++i) {
+        ASSERT_LT(t.parents[i], static_cast<int64_t>(i));
+        Seq path;
+        for (int64_t n = static_cast<int64_t>(i); n >= 0; n = t.parents[n])
+          path.insert(path.begin(), t.tokens[n]);
+        Seq s(ctx.end() - t.match, ctx.end());
+        s.insert(s.end(), path.begin(), path.end());
+        EXPECT_GT(brute_count(seqs, s, depth), 0) << "trial " << trial << " node " << i;
+        for (size_t j = 0; j < i; ++j)
+          EXPECT_FALSE(t.parents[j] == t.parents[i] && t.tokens[j] == t.tokens[i]);
+      }
+    }
+  }
+}
+
 TEST(SuffixCache, HoldsAtMostItsTokensAndEvictsTheOldestFirst) {
   SuffixOptions o;
   o.max_depth = 6;

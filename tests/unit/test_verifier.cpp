@@ -2,6 +2,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "specdec/error.hpp"
+
 #include "specdec/verifier.hpp"
 
 namespace specdec {
@@ -122,4 +126,72 @@ TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
 }
 
 }  // namespace
+
+Candidates tree(std::vector<int64_t> t, std::vector<int64_t> parents) {
+  Candidates c = cands(std::move(t));
+  c.parents = std::move(parents);
+  return c;
+}
+
+// A tree of 5 candidates: 2 and 3 under the verified tokens, 4 and 1 under the 2, 0 under the 1.
+// Scores row 0 (the root), then 1 + i after candidate i; argmaxes set per case.
+TEST(GreedyVerifier, TreeFollowsTheChildHoldingTheArgmax) {
+  const Candidates c = tree({2, 3, 4, 1, 0}, {-1, -1, 0, 0, 3});
+  const auto scores = [](std::vector<int64_t> argmax) {
+    at::Tensor s = at::zeros({6, 5});
+    for (int64_t r = 0; r < 6; ++r) s[r][argmax[r]] = 9.f;
+    return s;
+  };
+  Rng rng(0);
+  GreedyVerifier v;
+  // root -> 2 (candidate 0) -> 1 (candidate 3) -> 0 (candidate 4) -> bonus 3.
+  Verdict r = v.verify(scores({2, 1, 0, 0, 0, 3}), c, rng);
+  EXPECT_EQ(r.accepted, 3);
+  EXPECT_EQ(r.path, (std::vector<int64_t>{0, 3, 4}));
+  EXPECT_EQ(r.next_token, 3);
+  // root -> 3 (candidate 1, a leaf) -> the target's 4.
+  r = v.verify(scores({3, 0, 4, 0, 0, 0}), c, rng);
+  EXPECT_EQ(r.path, (std::vector<int64_t>{1}));
+  EXPECT_EQ(r.next_token, 4);
+  // root -> 2 -> 0, which no child of candidate 0 holds.
+  r = v.verify(scores({2, 0, 0, 0, 0, 0}), c, rng);
+  EXPECT_EQ(r.path, (std::vector<int64_t>{0}));
+  EXPECT_EQ(r.next_token, 0);
+  r = v.verify(scores({4, 0, 0, 0, 0, 0}), c, rng);
+  EXPECT_EQ(r.accepted, 0);
+  EXPECT_TRUE(r.path.empty());
+  EXPECT_EQ(r.next_token, 4);
+  Candidates bad = tree({2, 3}, {-1, 1});  // a parent after its child
+  EXPECT_THROW(v.verify(at::zeros({3, 5}), bad, rng), Error);
+}
+
+// Two candidates under the root (tokens 0 and 1) and one under the first: the first token is
+// drawn from p exactly, and after candidate 0 the second from its row; frequencies of 40000
+// decisions within 5 standard deviations.
+TEST(RejectionSamplingVerifier, TreeOfPointMassesKeepsTheTargetDistribution) {
+  const at::Tensor p0 = at::tensor({0.3f, 0.2f, 0.4f, 0.1f}),
+                   p1 = at::tensor({0.1f, 0.1f, 0.2f, 0.6f});
+  const at::Tensor scores = at::stack({p0.log(), p1.log(), at::zeros({4}), at::zeros({4})});
+  const Candidates c = tree({0, 1, 3}, {-1, -1, 0});
+  RejectionSamplingVerifier v;
+  Rng rng(11);
+  const int n = 40000;
+  std::vector<int> first(4, 0), second(4, 0);
+  int after_zero = 0;
+  for (int i = 0; i < n; ++i) {
+    const Verdict r = v.verify(scores, c, rng);
+    std::vector<int64_t> out;
+    for (const int64_t node : r.path) out.push_back(c.tokens[node]);
+    out.push_back(r.next_token);
+    ++first[out[0]];
+    if (out[0] == 0) ++after_zero, ++second[out[1]];
+  }
+  for (int t = 0; t < 4; ++t) {
+    const double e = n * p0[t].item<double>(), sd = std::sqrt(e * (1 - p0[t].item<double>()));
+    EXPECT_NEAR(first[t], e, 5 * sd) << "first token " << t;
+    const double e2 = after_zero * p1[t].item<double>();
+    EXPECT_NEAR(second[t], e2, 5 * std::sqrt(e2) + 1) << "second token " << t;
+  }
+}
+
 }  // namespace specdec

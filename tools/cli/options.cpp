@@ -87,6 +87,9 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   app->add_option("--suffix-spec-factor", o.suffix.max_spec_factor,
                   "--speculate suffix: a proposal is at most this times its match's length")
       ->capture_default_str();
+  app->add_flag("--suffix-tree", o.suffix.tree,
+                "--speculate suffix: propose a tree of continuations (up to "
+                "--num-assistant-tokens nodes, verified in one pass) instead of one");
   app->add_option("--device", o.device, "cpu, cuda or cuda:N")->capture_default_str();
   app->add_option("--dtype", o.dtype, "Compute dtype")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
