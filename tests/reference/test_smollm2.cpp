@@ -224,6 +224,34 @@ TEST(SmolLM2, PromptLookupTracesMatchHuggingFace) {
   }
 }
 
+// Suffix speculation on the real model, chains and trees (--suffix-tree), on the same 8 prompts
+// through one Generator each, every prompt twice (the second time the shared tree holds the first
+// answer): Hugging Face's greedy tokens every time, and the repeated answers mostly proposed.
+TEST(SmolLM2, SuffixSpeculationChainsAndTreesGiveHuggingFacesGreedyTokens) {
+  REQUIRE_MODEL();
+  const auto m = model(model_path);
+  GenerationConfig g;
+  g.max_new_tokens = 64;
+  g.suffix_speculation = true;
+  g.num_assistant_tokens_schedule = "constant";
+  g.num_assistant_tokens = 8;
+  for (const bool tree : {false, true}) {
+    Generator gen(m);
+    SuffixOptions o;
+    o.tree = tree;
+    gen.set_suffix_options(o);
+    int64_t tokens = 0, accepted = 0;
+    for (int round = 0; round < 2; ++round)
+      for (const auto& c : reference()["prompt_lookup"]) {
+        const auto r = gen.generate(c["prompt_ids"].get<std::vector<int64_t>>(), g);
+        EXPECT_EQ(r.tokens, c["tokens"].get<std::vector<int64_t>>())
+            << (tree ? "trees, " : "chains, ") << c["prompt"];
+        if (round == 1) tokens += r.stats.new_tokens, accepted += r.stats.accepted_tokens;
+      }
+    EXPECT_GT(accepted, tokens / 2) << (tree ? "trees" : "chains");
+  }
+}
+
 // make-draft --int8-activations labels with the target as it serves with --int8-activations.
 // Oracle: the top-32 next-token probabilities of each training chunk computed here, one chunk at a
 // time, by the target loaded with 8-bit activations; they must equal the labels bitwise, and differ
