@@ -130,6 +130,9 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
   }
   row.processors =
       std::make_unique<LogitsProcessorChain>(config, static_cast<int64_t>(row.tokens.size()));
+  row.verifier = m_.custom_verifier  ? m_.custom_verifier
+                 : config.sampling() ? static_cast<const Verifier*>(&rejection_)
+                                     : &greedy_;
   if (config.prompt_lookup_num_tokens > 0) {
     row.proposer = std::make_unique<PromptLookupGenerator>(
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids,
@@ -139,12 +142,11 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
       std::lock_guard<std::mutex> lock(state_.carried_mutex);
       row.suffix = state_.suffix;
     }
-    row.proposer = std::make_unique<SuffixGenerator>(row.suffix, config.eos_token_ids,
-                                                     !m_.target->config().is_encoder_decoder);
+    // Trees where the target and the verifier take them.
+    row.proposer = std::make_unique<SuffixGenerator>(
+        row.suffix, config.eos_token_ids,
+        !m_.target->config().is_encoder_decoder && row.verifier->verifies_trees());
   }
-  row.verifier = m_.custom_verifier  ? m_.custom_verifier
-                 : config.sampling() ? static_cast<const Verifier*>(&rejection_)
-                                     : &greedy_;
 }
 
 void Engine::start() {
@@ -418,6 +420,9 @@ void Engine::verify() {
       scores = row.processors->apply(scores, {});
     }
     decisions[i] = to_device(row.verifier->decide(scores, row.cand, *row.rng), logits.device());
+    SPECDEC_CHECK(decisions[i].dim() == 1 && decisions[i].size(0) == (row.cand.tree() ? 2 + k : 2),
+                  "verifier: decide() returned ", decisions[i].sizes(), " for ", k,
+                  row.cand.tree() ? " candidates in a tree" : " candidates");
     width = std::max(width, decisions[i].size(0));
   }
   for (at::Tensor& d : decisions)
@@ -428,6 +433,11 @@ void Engine::verify() {
     Row& row = *slots_[i];
     row.verdict = verdict_of(host.data_ptr<int64_t>() + width * i, row.cand);
     row.verifier->settle(row.verdict, row.cand, *row.rng);
+    if (row.cand.tree() && row.logprobs.defined()) {  // the rows of the kept path, in order
+      std::vector<int64_t> rows{0};
+      for (const int64_t c : row.verdict.path) rows.push_back(c + 1);
+      row.logprobs = row.logprobs.index_select(0, at::tensor(rows, at::kLong));
+    }
   }
   target_seconds_ = seconds_since(t0);
   if (goodput_ && !first_) state_.goodput.observe_target(b * t, target_seconds_);
@@ -457,10 +467,7 @@ void Engine::commit() {
     // An EOS among the new tokens ends the request right there; an accepted EOS candidate counts
     // as the target's token (as in Hugging Face, whose trace then shows one acceptance fewer).
     std::vector<int64_t> fresh;
-    if (cand.tree())
-      for (const int64_t c : verdict.path) fresh.push_back(cand.tokens[c]);
-    else
-      fresh.assign(cand.tokens.begin(), cand.tokens.begin() + verdict.accepted);
+    for (const int64_t c : verdict.path) fresh.push_back(cand.tokens[c]);
     fresh.push_back(verdict.next_token);
     int64_t accepted = verdict.accepted;
     bool stop_eos = false;
@@ -475,16 +482,15 @@ void Engine::commit() {
     const int64_t remaining = row.config.max_new_tokens - st.new_tokens;
     if (static_cast<int64_t>(fresh.size()) > remaining) fresh.resize(remaining);  // defensive
 
-    if (cand.tree())  // the kept path's keys/values where the chain's would be, the rest dropped
-      cache_.keep_path(i, row.verified_len, verdict.path);
-    else
-      cache_.crop(i, row.verified_len + verdict.accepted);  // drop rejected candidates' keys/values
+    // The kept candidates' keys/values (a tree's moved where a chain's would be), the rest dropped.
+    cache_.keep_path(i, row.verified_len, verdict.path);
     row.tokens.insert(row.tokens.end(), fresh.begin(), fresh.end());
     row.result.tokens.insert(row.result.tokens.end(), fresh.begin(), fresh.end());
     st.new_tokens += static_cast<int64_t>(fresh.size());
     st.drafted_tokens += k;
     st.accepted_tokens += accepted;
     st.trace.push_back({k, accepted});
+    st.tree_passes += cand.tree();
     // By position after the verified tokens: a tree's nodes by depth.
     const std::vector<int64_t> depths = cand.depths();
     const int64_t levels = depths.empty() ? 0 : *std::max_element(depths.begin(), depths.end()) + 1;

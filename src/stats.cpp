@@ -39,6 +39,7 @@ std::string GenerationStats::to_json() const {
   j["draft_passes"] = draft_passes;
   j["prefill_draft_passes"] = prefill_draft_passes;
   j["drafted_tokens"] = drafted_tokens;
+  j["tree_passes"] = tree_passes;
   j["accepted_tokens"] = accepted_tokens;
   j["acceptance_rate"] = acceptance_rate();
   j["tokens_per_target_pass"] = tokens_per_target_pass();
@@ -78,7 +79,7 @@ SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
   e.gamma = ratio(static_cast<double>(assisted.drafted_tokens),
                   static_cast<double>(assisted.target_passes));
   e.cost_ratio = ratio(assisted.draft_seconds_per_token(), target_only.target_seconds_per_pass());
-  e.predicted = predicted_speedup(e.alpha, e.gamma, e.cost_ratio);
+  e.predicted = assisted.tree_passes > 0 ? 0.0 : predicted_speedup(e.alpha, e.gamma, e.cost_ratio);
   return e;
 }
 

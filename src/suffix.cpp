@@ -260,13 +260,20 @@ void SuffixCache::add(const std::vector<int64_t>& tokens, int64_t prompt_length)
   order_.emplace_back(next_id_++, static_cast<int64_t>(kept.size()));
 }
 
+namespace {
+// A chain, or a tree when `tree`, under the options' limits.
+SuffixTree::Proposal propose_from(const SuffixTree& t, const SuffixOptions& o, bool tree,
+                                  const std::vector<int64_t>& context, int64_t max_tokens,
+                                  const std::vector<int64_t>& stop_ids) {
+  return tree ? t.propose_tree(context, max_tokens, o.min_token_prob, o.max_spec_factor, stop_ids)
+              : t.propose(context, max_tokens, o.min_token_prob, o.max_spec_factor, stop_ids);
+}
+}  // namespace
+
 SuffixTree::Proposal SuffixCache::propose(const std::vector<int64_t>& context, int64_t max_tokens,
                                           const std::vector<int64_t>& stop_ids, bool tree) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return tree ? tree_.propose_tree(context, max_tokens, options_.min_token_prob,
-                                   options_.max_spec_factor, stop_ids)
-              : tree_.propose(context, max_tokens, options_.min_token_prob,
-                              options_.max_spec_factor, stop_ids);
+  return propose_from(tree_, options_, tree, context, max_tokens, stop_ids);
 }
 
 int64_t SuffixCache::tokens() const {
@@ -295,10 +302,7 @@ Candidates SuffixGenerator::propose(const std::vector<int64_t>& tokens, int64_t 
     seen_ = tokens.size();
   }
   if (max_tokens <= 0) return out;
-  SuffixTree::Proposal best = tree_ ? own_.propose_tree(tokens, max_tokens, options_.min_token_prob,
-                                                        options_.max_spec_factor, eos_ids_)
-                                    : own_.propose(tokens, max_tokens, options_.min_token_prob,
-                                                   options_.max_spec_factor, eos_ids_);
+  SuffixTree::Proposal best = propose_from(own_, options_, tree_, tokens, max_tokens, eos_ids_);
   if (shared_) {
     SuffixTree::Proposal other = shared_->propose(tokens, max_tokens, eos_ids_, tree_);
     if (other.score > best.score) best = std::move(other);

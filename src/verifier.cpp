@@ -49,7 +49,12 @@ Verdict verdict_of(const int64_t* values, const Candidates& c) {
   Verdict v;
   v.accepted = values[0];
   v.next_token = values[1];
-  if (c.tree()) v.path.assign(values + 2, values + 2 + v.accepted);
+  if (c.tree()) {
+    v.path.assign(values + 2, values + 2 + v.accepted);
+  } else {
+    v.path.resize(static_cast<size_t>(v.accepted));
+    for (int64_t i = 0; i < v.accepted; ++i) v.path[static_cast<size_t>(i)] = i;
+  }
   return v;
 }
 
@@ -93,7 +98,7 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
     return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
       at::Tensor r = p[row].clone();  // p less the children rejected so far
       double* rp = r.data_ptr<double>();
-      double mass = 1.0;
+      double mass = r.sum().item<double>();
       for (size_t i = 0; i < children.size(); ++i) {
         const int64_t token = c.tokens[static_cast<size_t>(children[i])];
         if (rng.uniform() * mass < rp[token]) return static_cast<int64_t>(i);

@@ -22,6 +22,7 @@ struct GenerationStats {
   int64_t draft_passes = 0;          // draft forward passes (each drafts one token)
   int64_t prefill_draft_passes = 0;  // of which in the first iteration (timed as prefill)
   int64_t drafted_tokens = 0;        // candidates proposed to the target
+  int64_t tree_passes = 0;           // target passes that verified a tree of candidates
   int64_t accepted_tokens = 0;       // candidates the target kept
   // One entry per target pass: {candidates drafted, candidates accepted} (Hugging Face's trace).
   std::vector<std::array<int64_t, 2>> trace;
@@ -57,7 +58,8 @@ struct SpeedupEstimate {
                           // candidate after the first rejection of its iteration is never judged)
   double gamma = 0;       // mean candidates drafted per target pass
   double cost_ratio = 0;  // draft seconds per token / target-only seconds per decode pass
-  double predicted = 0;   // predicted_speedup(alpha, gamma, cost_ratio)
+  double predicted = 0;   // predicted_speedup(alpha, gamma, cost_ratio); 0 when the assisted run
+                          // verified trees (the formula is a chain's)
 };
 SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
                                  const GenerationStats& assisted);

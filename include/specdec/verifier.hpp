@@ -13,10 +13,11 @@ namespace specdec {
 struct Verdict {
   int64_t accepted = 0;       // leading candidates kept (0..K); of a tree, the path's length
   int64_t next_token = 0;     // the target's token after them (correction or bonus)
-  std::vector<int64_t> path;  // a tree's: the kept candidates' indices, from the root down
+  std::vector<int64_t> path;  // the kept candidates' indices, from the root down (a chain's: 0..)
 };
 
-// The verdict in decide()'s values, read on the host (`values`: its [2] or, for a tree, [2 + K]).
+// The verdict in decide()'s values, read on the host (`values`: its [2] or, for a tree, [2 + K];
+// a chain's path is 0..accepted-1).
 Verdict verdict_of(const int64_t* values, const Candidates& candidates);
 
 // The override points are decide() and settle(), the two halves of one decision, so that a batch
@@ -39,6 +40,8 @@ class Verifier {
 
   // decide(), one copy to the host, settle().
   Verdict verify(const at::Tensor& scores, const Candidates& candidates, Rng& rng) const;
+  // Whether decide() takes trees of candidates (else the rows it verifies propose chains).
+  virtual bool verifies_trees() const { return false; }
 };
 
 // Keeps the longest prefix equal to the target's argmax, then the target's argmax after it. A
@@ -47,6 +50,7 @@ class GreedyVerifier final : public Verifier {
  public:
   at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,
                     Rng& rng) const override;
+  bool verifies_trees() const override { return true; }
 };
 
 // Leviathan et al. (2211.17192) / Chen et al. (2302.01318): accept candidate i with probability
@@ -61,6 +65,7 @@ class RejectionSamplingVerifier final : public Verifier {
   at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,
                     Rng& rng) const override;
   void settle(const Verdict& verdict, const Candidates& candidates, Rng& rng) const override;
+  bool verifies_trees() const override { return true; }
 };
 
 }  // namespace specdec

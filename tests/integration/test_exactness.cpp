@@ -251,7 +251,7 @@ TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
       sampled.suffix_speculation = true;
       g.generate(prompt_for(i % 4, 3 + i), sampled);
     }
-    int64_t drafting = 0, first = 0;
+    int64_t trees_verified = 0;
     for (uint64_t i = 0; i < 8; ++i) {
       GenerationConfig cfg;
       cfg.max_new_tokens = 40;
@@ -264,13 +264,12 @@ TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
       cfg.num_assistant_tokens = 6;
       const GenerationResult r = g.generate(prompt, cfg);
       ASSERT_EQ(r.tokens, want) << arch << " request " << i;
-      for (const auto& step : r.stats.trace) drafting += step[0] > 0;
-      if (!r.stats.drafted_at_position.empty()) first += r.stats.drafted_at_position[0];
+      trees_verified += r.stats.tree_passes;
     }
     if (std::string(arch) == "t5")
-      EXPECT_EQ(first, drafting) << "T5 was proposed trees";
+      EXPECT_EQ(trees_verified, 0) << "T5 was proposed trees";
     else
-      EXPECT_GT(first, drafting) << arch << ": no proposal branched";
+      EXPECT_GT(trees_verified, 0) << arch << ": no proposal branched";
   }
 }
 

@@ -211,44 +211,113 @@ TEST(RequestEngine, AFailingSinkFailsItsRequestAlone) {
 }
 
 // The log-probabilities are the target's own: log-softmax of a target-only forward pass over the
-// prompt and the tokens generated before each one.
+// prompt and the tokens generated before each one. With a draft model, and with suffix trees
+// (whose kept path is not the first candidates: the rows of the path, in order), after sampled
+// answers that make the shared tree branch.
 TEST(RequestEngine, LogprobsAreTheTargetsOwn) {
   const Models m = models();
-  const Generator gen(m.target, m.draft);
-  RequestEngine engine(gen, {});
-  std::vector<TokenLogprob> got;
-  std::vector<int64_t> tokens;
-  Request r;
-  r.prompt = prompt_of(5);
-  r.config = config_of(5, false);
-  r.top_logprobs = 3;
-  r.on_tokens = [&](const std::vector<int64_t>& t, const std::vector<TokenLogprob>& lp) {
-    tokens.insert(tokens.end(), t.begin(), t.end());
-    got.insert(got.end(), lp.begin(), lp.end());
-  };
-  engine.submit(std::move(r));
-  while (engine.step()) {
-  }
-  ASSERT_EQ(got.size(), tokens.size());
-  std::vector<int64_t> seq = prompt_of(5);
-  const auto p = static_cast<int64_t>(seq.size());
-  seq.insert(seq.end(), tokens.begin(), tokens.end());
-  c10::InferenceMode guard;
-  KVCache cache = m.target->make_cache(static_cast<int64_t>(seq.size()), 1);
-  const at::Tensor ids = at::tensor(seq, at::kLong).view({1, -1});
-  const at::Tensor lp =
-      at::log_softmax(m.target->forward(ids, cache, ids.size(1))[0].to(at::kFloat), -1);
-  for (size_t j = 0; j < tokens.size(); ++j) {
-    const at::Tensor row = lp[p - 1 + static_cast<int64_t>(j)];  // [V]
-    EXPECT_EQ(got[j].token, tokens[j]);
-    EXPECT_NEAR(got[j].logprob, row[tokens[j]].item<double>(), 1e-5) << "token " << j;
-    ASSERT_EQ(got[j].top.size(), 3u);
-    const auto top = row.topk(3);
-    for (int64_t k = 0; k < 3; ++k) {
-      EXPECT_EQ(got[j].top[k].first, std::get<1>(top)[k].item<int64_t>());
-      EXPECT_NEAR(got[j].top[k].second, std::get<0>(top)[k].item<double>(), 1e-5);
+  for (const bool trees : {false, true}) {
+    Generator gen(m.target, trees ? nullptr : m.draft);
+    SuffixOptions o;
+    o.tree = true;
+    o.min_token_prob = 0.02;
+    o.max_spec_factor = 4;
+    gen.set_suffix_options(o);
+    RequestEngine engine(gen, {});
+    GenerationConfig config = config_of(5, false);
+    if (trees) {
+      config.suffix_speculation = true;
+      config.num_assistant_tokens_schedule = "constant";
+      config.num_assistant_tokens = 6;
+      config.max_new_tokens = 24;
+      for (uint64_t i = 0; i < 6; ++i) {
+        Request warm;
+        warm.prompt = prompt_of(static_cast<int>(i));
+        warm.config = config;
+        warm.config.do_sample = true;
+        warm.config.temperature = 1.5;
+        warm.config.seed = i;
+        engine.submit(std::move(warm));
+      }
+      while (engine.step()) {
+      }
     }
-    EXPECT_EQ(got[j].top[0].first, tokens[j]) << "greedy keeps the most likely token";
+    std::vector<TokenLogprob> got;
+    std::vector<int64_t> tokens;
+    int64_t tree_passes = 0;
+    Request r;
+    r.prompt = prompt_of(5);
+    r.config = config;
+    r.top_logprobs = 3;
+    r.on_tokens = [&](const std::vector<int64_t>& t, const std::vector<TokenLogprob>& lp) {
+      tokens.insert(tokens.end(), t.begin(), t.end());
+      got.insert(got.end(), lp.begin(), lp.end());
+    };
+    r.on_finished = [&](const GenerationResult& res) { tree_passes = res.stats.tree_passes; };
+    engine.submit(std::move(r));
+    while (engine.step()) {
+    }
+    if (trees) EXPECT_GT(tree_passes, 0) << "no tree was verified";
+    ASSERT_EQ(got.size(), tokens.size());
+    std::vector<int64_t> seq = prompt_of(5);
+    const auto p = static_cast<int64_t>(seq.size());
+    seq.insert(seq.end(), tokens.begin(), tokens.end());
+    c10::InferenceMode guard;
+    KVCache cache = m.target->make_cache(static_cast<int64_t>(seq.size()), 1);
+    const at::Tensor ids = at::tensor(seq, at::kLong).view({1, -1});
+    const at::Tensor lp =
+        at::log_softmax(m.target->forward(ids, cache, ids.size(1))[0].to(at::kFloat), -1);
+    for (size_t j = 0; j < tokens.size(); ++j) {
+      const at::Tensor row = lp[p - 1 + static_cast<int64_t>(j)];  // [V]
+      EXPECT_EQ(got[j].token, tokens[j]);
+      EXPECT_NEAR(got[j].logprob, row[tokens[j]].item<double>(), 1e-5)
+          << (trees ? "trees, " : "draft, ") << "token " << j;
+      ASSERT_EQ(got[j].top.size(), 3u);
+      const auto top = row.topk(3);
+      for (int64_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(got[j].top[k].first, std::get<1>(top)[k].item<int64_t>());
+        EXPECT_NEAR(got[j].top[k].second, std::get<0>(top)[k].item<double>(), 1e-5);
+      }
+      EXPECT_EQ(got[j].top[0].first, tokens[j]) << "greedy keeps the most likely token";
+    }
+  }
+}
+
+// A verifier of one's own that takes no trees (Verifier::verifies_trees) gets chains from suffix
+// speculation set to propose trees, and the same tokens; the built-in one gets trees.
+TEST(RequestEngine, AVerifierWithoutTreesGetsChains) {
+  class Chains final : public Verifier {
+   public:
+    at::Tensor decide(const at::Tensor& s, const Candidates& c, Rng& rng) const override {
+      return GreedyVerifier().decide(s, c, rng);
+    }
+  };
+  const Models m = models();
+  const auto want = Generator(m.target).generate(prompt_of(3), config_of(3, false)).tokens;
+  for (const bool own : {true, false}) {
+    Generator gen(m.target);
+    SuffixOptions o;
+    o.tree = true;
+    o.min_token_prob = 0.02;
+    o.max_spec_factor = 4;
+    gen.set_suffix_options(o);
+    GenerationConfig config = config_of(3, false);
+    config.suffix_speculation = true;
+    config.num_assistant_tokens_schedule = "constant";
+    for (uint64_t i = 0; i < 6; ++i) {  // sampled answers: the shared tree branches
+      GenerationConfig sampled = config;
+      sampled.do_sample = true;
+      sampled.temperature = 1.5;
+      sampled.seed = i;
+      gen.generate(prompt_of(static_cast<int64_t>(i)), sampled);
+    }
+    if (own) gen.set_verifier(std::make_shared<Chains>());
+    const GenerationResult r = gen.generate(prompt_of(3), config);
+    EXPECT_EQ(r.tokens, want) << (own ? "own verifier" : "built-in verifier");
+    if (own)
+      EXPECT_EQ(r.stats.tree_passes, 0);
+    else
+      EXPECT_GT(r.stats.tree_passes, 0);
   }
 }
 

@@ -110,8 +110,8 @@ struct Outcome {
   bool all_pass = true;
   std::string report;
   double acceptance = 0;
-  int64_t rejections = 0;  // iterations that rejected a candidate, EOS endings excluded
-  int64_t branched = 0;    // first candidates beyond one per drafting iteration (trees' siblings)
+  int64_t rejections = 0;   // iterations that rejected a candidate, EOS endings excluded
+  int64_t tree_passes = 0;  // iterations that verified a tree (GenerationStats::tree_passes)
 };
 
 // `batch` > 1: the samples run through generate_batch, batch - 1 of them per call beside a longer
@@ -126,7 +126,7 @@ Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<co
   gen.set_suffix_options(suffix);
   if (verifier) gen.set_verifier(std::move(verifier));
   std::vector<std::vector<int>> counts(3, std::vector<int>(kVocab, 0));
-  int64_t drafted = 0, accepted = 0, rejections = 0, drafting_passes = 0, first_candidates = 0;
+  int64_t drafted = 0, accepted = 0, rejections = 0, tree_passes = 0;
   std::vector<GenerationResult> results;
   for (int i = 0; i < kSamples; i += std::max(1, batch - 1)) {
     GenerationConfig cfg = base;
@@ -153,17 +153,16 @@ Outcome run(const std::shared_ptr<const Model>& target, const std::shared_ptr<co
     for (size_t pos = 0; pos < r.tokens.size() && pos < 3; ++pos) ++counts[pos][r.tokens[pos]];
     drafted += r.stats.drafted_tokens;
     accepted += r.stats.accepted_tokens;
-    if (!r.stats.drafted_at_position.empty()) first_candidates += r.stats.drafted_at_position[0];
+    tree_passes += r.stats.tree_passes;
     for (size_t t = 0; t < r.stats.trace.size(); ++t) {
       const bool eos_end = t + 1 == r.stats.trace.size() && r.stats.stop_reason == "eos";
       if (r.stats.trace[t][1] < r.stats.trace[t][0] && !eos_end) ++rejections;
-      if (r.stats.trace[t][0] > 0) ++drafting_passes;
     }
   }
   Outcome o;
   o.acceptance = drafted ? static_cast<double>(accepted) / drafted : 0;
   o.rejections = rejections;
-  o.branched = first_candidates - drafting_passes;
+  o.tree_passes = tree_passes;
   for (int pos = 0; pos < 3; ++pos) {
     std::string rep;
     const bool ok = chi_square_passes(counts[pos], marg[pos], &rep);
@@ -378,7 +377,7 @@ TEST(Statistical, SuffixTreesOfPointMassProposalsKeepDistribution) {
   EXPECT_TRUE(o.all_pass) << o.report;
   EXPECT_GT(o.acceptance, 0.0);
   EXPECT_GT(o.rejections, 0);
-  EXPECT_GT(o.branched, kSamples / 2) << "the proposals were hardly trees";
+  EXPECT_GT(o.tree_passes, kSamples / 2) << "the proposals were hardly trees";
 }
 
 TEST(Statistical, SuffixTreesInABatchKeepDistribution) {
@@ -387,7 +386,7 @@ TEST(Statistical, SuffixTreesInABatchKeepDistribution) {
   c.num_assistant_tokens = 4;
   const Outcome o = run(m.target, nullptr, c, nullptr, 4, suffix_trees());
   EXPECT_TRUE(o.all_pass) << o.report;
-  EXPECT_GT(o.branched, kSamples / 2) << "the proposals were hardly trees";
+  EXPECT_GT(o.tree_passes, kSamples / 2) << "the proposals were hardly trees";
 }
 
 // Accepts every draft token (of a tree: the first child at each level) and adds a bonus from p:
@@ -414,6 +413,7 @@ class AlwaysAccept final : public Verifier {
     out.resize(2 + c.size(), -1);
     return at::tensor(out, at::kLong);
   }
+  bool verifies_trees() const override { return true; }
 };
 
 // A tree verifier that tests each child against p itself, not against what the rejected siblings
@@ -446,6 +446,7 @@ class SiblingsAgainstP final : public Verifier {
   void settle(const Verdict& v, const Candidates& c, Rng& rng) const override {
     if (!c.tree()) RejectionSamplingVerifier().settle(v, c, rng);
   }
+  bool verifies_trees() const override { return true; }
 };
 
 TEST(Statistical, NegativeControlAlwaysAcceptWithSuffixTreesIsDetected) {
