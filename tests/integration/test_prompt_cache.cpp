@@ -38,19 +38,25 @@ std::vector<int64_t> concat(std::vector<int64_t> a, const std::vector<int64_t>& 
 // Turns of a conversation (each prompt: the last sequence and a new message), an edited history (a
 // prompt that leaves the last sequence part-way), a prompt equal to the last sequence and one
 // shorter than it: the output of each turn is the fresh request's, and the cache held the positions
-// it should. Greedy (assisted and prompt lookup) and sampled, across architectures.
+// it should. Greedy (assisted, prompt lookup, suffix speculation's chains and trees) and sampled,
+// across architectures.
 TEST(PromptCache, TurnsEqualFreshRequestsAndContinueTheCommonPrefix) {
   for (const auto& [arch, seed] : std::vector<std::pair<std::string, uint64_t>>{
            {"llama", 1}, {"gpt2", 2}, {"opt", 3}, {"gpt_neox", 4}}) {
     const Pair p = pair_for(arch, seed);
-    for (const std::string mode : {"greedy", "lookup", "sampled"}) {
+    for (const std::string mode : {"greedy", "lookup", "suffix", "suffix trees", "sampled"}) {
       SCOPED_TRACE(arch + " " + mode);
       GenerationConfig c;
       c.max_new_tokens = 12;
       c.num_assistant_tokens = 3;
       if (mode == "lookup") c.prompt_lookup_num_tokens = 3;
+      c.suffix_speculation = mode.rfind("suffix", 0) == 0;
       if (mode == "sampled") c.do_sample = true, c.seed = seed;
-      const Generator assisted(p.target, p.draft);
+      Generator assisted(p.target, p.draft);
+      SuffixOptions trees;  // "suffix trees": branches down to 2% of the mass
+      trees.tree = true;
+      trees.min_token_prob = 0.02;
+      if (mode == "suffix trees") assisted.set_suffix_options(trees);
       PromptCache cache;
       EXPECT_EQ(cache.positions(), 0);
       std::vector<int64_t> last;  // the cache's last sequence: prompt and answer
