@@ -20,6 +20,17 @@ std::vector<int64_t> random_ids(int64_t n) {
   return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
 }
 
+// A 2-layer model of `arch` (hidden 64, 4 heads; 2 key/value heads where the architecture has
+// them) for `max_pos` positions.
+FixtureOptions fixture(const std::string& arch, int64_t max_pos, uint64_t seed) {
+  FixtureOptions o;
+  o.arch = arch;
+  o.layers = 2, o.hidden = 64, o.heads = 4,
+  o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
+  o.vocab = 128, o.max_pos = max_pos, o.seed = seed, o.init_std = 0.1;
+  return o;
+}
+
 // Tokens a row holds after passes [0, step].
 int64_t held(const std::vector<std::vector<int64_t>>& passes, size_t step) {
   int64_t n = 0;
@@ -34,12 +45,7 @@ TEST(BatchInvariance, VerificationPassEqualsDecodeStepsAndPrefillBitwise) {
   const ThreadsGuard restore;
   for (const std::string arch :
        {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
-    FixtureOptions o;
-    o.arch = arch;
-    o.layers = 2, o.hidden = 64, o.heads = 4,
-    o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
-    o.vocab = 128, o.max_pos = 1100, o.seed = 5, o.init_std = 0.1;
-    const auto m = cached_model(cached_fixture("bi_" + arch, o));
+    const auto m = cached_model(cached_fixture("bi_" + arch, fixture(arch, 1100, 5)));
     for (int64_t ctx : {1, 37, 1024}) {
       const at::Tensor ids =
           at::randint(4, 128, {1, ctx + 6}, at::TensorOptions().dtype(at::kLong));
@@ -71,12 +77,7 @@ TEST(BatchInvariance, EachRowOfARaggedBatchEqualsTheRowAloneBitwise) {
   const auto opts = at::TensorOptions().dtype(at::kLong);
   for (const std::string arch :
        {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
-    FixtureOptions o;
-    o.arch = arch;
-    o.layers = 2, o.hidden = 64, o.heads = 4,
-    o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
-    o.vocab = 128, o.max_pos = 256, o.seed = 7, o.init_std = 0.1;
-    const auto m = cached_model(cached_fixture("bi_" + arch + "_ragged", o));
+    const auto m = cached_model(cached_fixture("bi_" + arch + "_ragged", fixture(arch, 256, 7)));
     const bool enc_dec = m->config().is_encoder_decoder;
     for (const int64_t batch : {3, 8}) {
       at::manual_seed(static_cast<uint64_t>(batch));
@@ -166,12 +167,7 @@ TEST(BatchInvariance, TreePassNodesEqualTheirPathsAsChainsBitwise) {
   const std::vector<int64_t> kept = {0, 1, 3, 7, 8};  // a root-to-leaf path of it
   for (const std::string arch :
        {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
-    FixtureOptions o;
-    o.arch = arch;
-    o.layers = 2, o.hidden = 64, o.heads = 4,
-    o.kv_heads = arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3" ? 2 : 0;
-    o.vocab = 128, o.max_pos = 1100, o.seed = 5, o.init_std = 0.1;
-    const auto m = cached_model(cached_fixture("bi_" + arch, o));
+    const auto m = cached_model(cached_fixture("bi_" + arch, fixture(arch, 1100, 5)));
     if (m->config().is_encoder_decoder) {
       KVCache cache = m->make_cache(16);
       m->attach_encoder(m->encode(at::arange(3, 9, opts).unsqueeze(0)), cache);
