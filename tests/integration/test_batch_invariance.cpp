@@ -185,9 +185,12 @@ TEST(BatchInvariance, TreePassNodesEqualTheirPathsAsChainsBitwise) {
         at::manual_seed(static_cast<uint64_t>(ctx));
         const std::vector<int64_t> context = random_ids(ctx), nodes = random_ids(9),
                                    other = random_ids(4), next = random_ids(1);
+        // The context prefilled once; each chain starts from a copy of its cache.
+        KVCache prefilled = m->make_cache(ctx + 16);
+        m->forward(at::tensor(context, opts).view({1, -1}), prefilled, Model::kCacheOnly);
         const auto chain_after_context = [&](const std::vector<int64_t>& tokens) {
           KVCache cache = m->make_cache(ctx + 16);
-          m->forward(at::tensor(context, opts).view({1, -1}), cache, Model::kCacheOnly);
+          cache.copy_row(prefilled, 0, 0);
           return std::make_pair(m->forward(at::tensor(tokens, opts).view({1, -1}), cache)[0],
                                 std::move(cache));
         };

@@ -224,7 +224,7 @@ TEST(SmolLM2, PromptLookupTracesMatchHuggingFace) {
   }
 }
 
-// Suffix speculation on the real model, chains and trees (--suffix-tree), on the same 8 prompts
+// Suffix speculation on the real model, chains and trees (--suffix-tree), on 4 of the 8 prompts
 // through one Generator each, every prompt twice (the second time the shared tree holds the first
 // answer): Hugging Face's greedy tokens every time, and the repeated answers mostly proposed.
 TEST(SmolLM2, SuffixSpeculationChainsAndTreesGiveHuggingFacesGreedyTokens) {
@@ -242,7 +242,8 @@ TEST(SmolLM2, SuffixSpeculationChainsAndTreesGiveHuggingFacesGreedyTokens) {
     gen.set_suffix_options(o);
     int64_t tokens = 0, accepted = 0;
     for (int round = 0; round < 2; ++round)
-      for (const auto& c : reference()["prompt_lookup"]) {
+      for (size_t i = 0; i < 4; ++i) {
+        const auto& c = reference()["prompt_lookup"][i];
         const auto r = gen.generate(c["prompt_ids"].get<std::vector<int64_t>>(), g);
         EXPECT_EQ(r.tokens, c["tokens"].get<std::vector<int64_t>>())
             << (tree ? "trees, " : "chains, ") << c["prompt"];
