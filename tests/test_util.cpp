@@ -166,6 +166,14 @@ ThreeWays logits_three_ways(const Model& m, const at::Tensor& ids, int64_t n) {
   return out;
 }
 
+SuffixOptions branching_suffix_trees() {
+  SuffixOptions o;
+  o.tree = true;
+  o.min_token_prob = 0.02;
+  o.max_spec_factor = 4;
+  return o;
+}
+
 FixtureOptions small_fixture(uint64_t seed, int64_t layers, const std::string& arch) {
   FixtureOptions o;
   o.arch = arch;

@@ -44,6 +44,9 @@ LoadOptions test_load_options();
 // for the Llama family), MLP 128, vocabulary 96, weights of std 0.1 (larger than Hugging Face's
 // 0.02: peaked, input-dependent outputs), layers >= 1 scaled by 0.2 (an early exit agrees often).
 FixtureOptions small_fixture(uint64_t seed, int64_t layers, const std::string& arch = "llama");
+// Suffix speculation proposing trees that branch readily: continuations down to 2% of the mass,
+// up to 4 times the match's length.
+SuffixOptions branching_suffix_trees();
 // tests/data/<rel>, the committed test data.
 std::string test_data(const std::string& rel);
 // ../shared/fixtures, or "" when absent.

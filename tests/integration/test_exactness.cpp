@@ -236,11 +236,7 @@ TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
        {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
     const Pair p = pair_for(5, arch);
     Generator g(p.target);
-    SuffixOptions trees;
-    trees.tree = true;
-    trees.min_token_prob = 0.02;
-    trees.max_spec_factor = 4;
-    g.set_suffix_options(trees);
+    g.set_suffix_options(branching_suffix_trees());
     // Sampled answers first, so that the shared tree holds continuations that differ.
     for (uint64_t i = 0; i < 6; ++i) {
       GenerationConfig sampled;

@@ -218,11 +218,7 @@ TEST(RequestEngine, LogprobsAreTheTargetsOwn) {
   const Models m = models();
   for (const bool trees : {false, true}) {
     Generator gen(m.target, trees ? nullptr : m.draft);
-    SuffixOptions o;
-    o.tree = true;
-    o.min_token_prob = 0.02;
-    o.max_spec_factor = 4;
-    gen.set_suffix_options(o);
+    gen.set_suffix_options(branching_suffix_trees());
     RequestEngine engine(gen, {});
     GenerationConfig config = config_of(5, false);
     if (trees) {
@@ -296,11 +292,7 @@ TEST(RequestEngine, AVerifierWithoutTreesGetsChains) {
   const auto want = Generator(m.target).generate(prompt_of(3), config_of(3, false)).tokens;
   for (const bool own : {true, false}) {
     Generator gen(m.target);
-    SuffixOptions o;
-    o.tree = true;
-    o.min_token_prob = 0.02;
-    o.max_spec_factor = 4;
-    gen.set_suffix_options(o);
+    gen.set_suffix_options(branching_suffix_trees());
     GenerationConfig config = config_of(3, false);
     config.suffix_speculation = true;
     config.num_assistant_tokens_schedule = "constant";

@@ -139,11 +139,17 @@ TEST(SuffixTree, ProposesAsTheOracleOnRandomSequences) {
   }
 }
 
-TEST(SuffixTree, HandWorkedProposals) {
+// Depth 8 over [1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 3, 5, 6] (ids 0, 1, 2).
+SuffixTree hand_worked_tree() {
   SuffixTree tree(8);
   tree.extend(0, {1, 2, 3, 4});
   tree.extend(1, {1, 2, 3, 5});
   tree.extend(2, {1, 2, 3, 5, 6});
+  return tree;
+}
+
+TEST(SuffixTree, HandWorkedProposals) {
+  SuffixTree tree = hand_worked_tree();
   // [9, 1, 2]: [2] and [1, 2] occur ([9, 1, 2] does not); 3 follows each 3 times of 3
   // (probability 1), then 5 twice of 3 (2/3, product 2/3). The factor 1 allows [2] 1 token
   // (score 1) and [1, 2] 2 (score 1 + 2/3), which wins.
@@ -179,10 +185,7 @@ TEST(SuffixTree, HandWorkedProposals) {
 }
 
 TEST(SuffixTree, HandWorkedTreeProposals) {
-  SuffixTree tree(8);
-  tree.extend(0, {1, 2, 3, 4});
-  tree.extend(1, {1, 2, 3, 5});
-  tree.extend(2, {1, 2, 3, 5, 6});
+  SuffixTree tree = hand_worked_tree();
   // After [1, 2] (as in HandWorkedProposals, factor 3: 6 levels): 3 (probability 1); under it 5
   // (2/3) and 4 (1/3); under the 5, 6 (2/3). Best first: 3, 5, 6, 4; the score is their sum. [2]
   // gives the same tree (3 levels suffice) and the tie goes to the longer match.
