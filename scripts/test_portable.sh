@@ -14,4 +14,7 @@ if nm -C "$dir/libspecdec.a" | grep -qE 'rows_avx2|rows_avx512'; then
   exit 1
 fi
 echo "test_portable: no x86 kernel in $dir/libspecdec.a"
-cd "$dir" && ctest --output-on-failure -j"$(nproc)" -L '^(kernels|exactness|statistical|reference)$'
+# Gemma 3 270M is left to the x86 configurations: at the portable kernels' speed its reference test
+# takes minutes, and its formats (Q4_K, Q5_0, Q6_K, Q8_0) are checked here by WeightFormats, and a real
+# model's exactness by SmolLM2.
+cd "$dir" && ctest --output-on-failure -j"$(nproc)" -L '^(kernels|exactness|statistical|reference)$' -E '^Gemma3\.'

@@ -20,9 +20,70 @@ std::vector<int64_t> Candidates::depths() const {
   return depth;
 }
 
+std::vector<double> Candidates::reach() const {
+  std::vector<double> r(probs.size());
+  for (size_t i = 0; i < probs.size(); ++i) {
+    const int64_t parent = tree() ? parents[i] : static_cast<int64_t>(i) - 1;
+    r[i] = probs[i] * (parent < 0 ? 1.0 : r[static_cast<size_t>(parent)]);
+  }
+  return r;
+}
+
+void Candidates::truncate(size_t n) {
+  if (n >= size()) return;
+  tokens.resize(n);
+  if (!probs.empty()) probs.resize(n);
+  if (q.defined()) q = q.narrow(0, 0, static_cast<int64_t>(n));
+  if (!tree()) return;
+  parents.resize(n);
+  bool chain = true;
+  for (size_t i = 0; i < n; ++i) chain = chain && parents[i] == static_cast<int64_t>(i) - 1;
+  if (chain) parents.clear();
+}
+
 namespace {
 bool contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// A draft tree from its chain `c` (tokens and probabilities) and, at each depth, the other tokens
+// the draft ranked next there with their probabilities (children of the chain's token above),
+// ordered best first: by reach (ties: the shallower, then the chain's own), parents before
+// children.
+Candidates chain_with_siblings(const Candidates& c,
+                               const std::vector<std::vector<std::pair<int64_t, double>>>& others) {
+  struct Node {
+    int64_t token;
+    double prob, reach;
+    int64_t depth, parent;  // parent: an index into `nodes`
+    bool chain;
+  };
+  std::vector<Node> nodes;
+  double above = 1.0;
+  for (size_t d = 0; d < c.size(); ++d) {
+    const int64_t parent = static_cast<int64_t>(nodes.size()) - 1;  // the chain's token above
+    for (const auto& [token, p] : others[d])
+      nodes.push_back({token, p, above * p, static_cast<int64_t>(d), parent, false});
+    above *= c.probs[d];
+    nodes.push_back({c.tokens[d], c.probs[d], above, static_cast<int64_t>(d), parent, true});
+  }
+  std::vector<int64_t> order(nodes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const Node &x = nodes[a], &y = nodes[b];
+    if (x.reach != y.reach) return x.reach > y.reach;
+    return x.depth != y.depth ? x.depth < y.depth : x.chain > y.chain;
+  });
+  std::vector<int64_t> index(nodes.size());
+  for (size_t i = 0; i < order.size(); ++i) index[order[i]] = static_cast<int64_t>(i);
+  Candidates out;
+  for (const int64_t i : order) {
+    out.tokens.push_back(nodes[i].token);
+    out.probs.push_back(nodes[i].prob);
+    out.parents.push_back(nodes[i].parent < 0 ? -1 : index[nodes[i].parent]);
+  }
+  if (c.size() == out.size()) return c;  // no sibling: a chain
+  return out;
 }
 }  // namespace
 
@@ -70,6 +131,8 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
   std::vector<int64_t> todo(b, 0);
   std::vector<std::vector<int64_t>> pending(b), history(b);
   std::vector<std::vector<at::Tensor>> q_rows(b);
+  // A tree row's other tokens at each depth (token, probability), beside its chain's.
+  std::vector<std::vector<std::vector<std::pair<int64_t, double>>>> others(b);
   int64_t drafting = 0;
   for (int64_t r = 0; r < b; ++r) {
     State& st = rows_[r];
@@ -79,6 +142,8 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
     // follow this sequence any more, so the rest of the request runs without proposals.
     for (int64_t id : pending[r]) st.out_of_vocab = st.out_of_vocab || id >= own;
     st.proposed_from = static_cast<int64_t>(seq.size());
+    st.chain.clear();
+    st.chain_probs.clear();
     // A feature-fed draft waits for the target's hidden state of every position but the last.
     const KVCache* target = cache_.feature_source();
     const bool fed = !target || target->length(r) + 1 >= st.proposed_from;
@@ -103,7 +168,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
     ++passes_;
     // Every drafting row's token and its draft probability (1 where none is needed), brought to
     // the host in one copy per pass.
-    std::vector<at::Tensor> picks;  // [2] float64 each
+    std::vector<at::Tensor> picks;  // [2 W] float64 each: W tokens, then their probabilities
     std::vector<int64_t> picked;    // their rows
     for (int64_t r = 0; r < b; ++r) {
       if (todo[r] == 0) continue;
@@ -117,32 +182,46 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
                                      -std::numeric_limits<double>::infinity());
       if (!st.processors->empty()) scores = st.processors->apply(scores, history[r]);
       const bool sampling = st.row.config->sampling();
-      const bool need_probs = sampling || st.row.schedule->kind() == Schedule::kDynamic;
-      at::Tensor idx, prob;  // [1] each
+      const int64_t width = sampling ? 1 : std::min(st.row.tree_width, vocab_);
+      at::Tensor idx, prob;  // [W] each
       if (sampling) {
         const at::Tensor q = scores.softmax(-1)[0];  // [V]
         idx = sample_index_tensor(q, st.row.rng->uniform());
         prob = q.gather(0, idx);
         q_rows[r].push_back(q);
+      } else if (width > 1) {
+        idx = std::get<1>(scores[0].topk(width));  // ranked, as argmax ranks the first
+        prob = (scores[0].index_select(0, idx) - scores[0].logsumexp(0)).exp();
       } else {
         idx = scores[0].argmax().view({1});
-        if (need_probs) prob = scores[0].softmax(-1).gather(0, idx);
+        // The probability where a schedule reads it (goodput's cut of proposals, dynamic's stop).
+        const Schedule kind = st.row.schedule->kind();
+        prob = kind == Schedule::kGoodput || kind == Schedule::kDynamic
+                   ? (scores[0].index_select(0, idx) - scores[0].logsumexp(0)).exp()
+                   : at::ones({1}, scores.options());
       }
-      const at::Tensor p =
-          prob.defined() ? prob.to(at::kDouble) : at::ones({1}, idx.options().dtype(at::kDouble));
-      picks.push_back(at::cat({idx.to(at::kDouble), p}));
+      picks.push_back(at::cat({idx.to(at::kDouble), prob.to(at::kDouble)}));
       picked.push_back(r);
     }
-    const at::Tensor host = at::stack(picks).to(at::kCPU).contiguous();  // [rows, 2]
-    const double* h = host.data_ptr<double>();
+    const at::Tensor host = at::cat(picks).to(at::kCPU).contiguous();  // every row's [2 W]
+    const double* next = host.data_ptr<double>();
     for (size_t j = 0; j < picked.size(); ++j) {
       const int64_t r = picked[j];
       State& st = rows_[r];
-      const auto tok = static_cast<int64_t>(h[2 * j]);
-      const double p = h[2 * j + 1];
+      const int64_t width = picks[j].size(0) / 2;
+      const double* h = next;
+      next += 2 * width;
+      const auto tok = static_cast<int64_t>(h[0]);
+      const double p = h[width];
       Candidates& c = out[r];
       c.tokens.push_back(tok);
       c.probs.push_back(p);
+      if (width > 1) {
+        others[r].emplace_back();
+        for (int64_t w = 1; w < width; ++w)  // an id the draft cannot produce has probability 0
+          if (h[width + w] > 0)
+            others[r].back().emplace_back(static_cast<int64_t>(h[w]), h[width + w]);
+      }
       if (st.processors->reads_history()) history[r].push_back(tok);
       if (static_cast<int64_t>(c.size()) == todo[r] ||
           contains(st.row.config->eos_token_ids, tok) || st.row.schedule->stop_after(p)) {
@@ -156,8 +235,16 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
       last_steady_.seconds += seconds_since(start);
     }
   }
-  for (int64_t r = 0; r < b; ++r)
+  for (int64_t r = 0; r < b; ++r) {
+    rows_[r].chain = out[r].tokens;
+    rows_[r].chain_probs = out[r].probs;
     if (!q_rows[r].empty()) out[r].q = at::stack(q_rows[r]);  // [K, V]
+    if (others[r].empty()) continue;
+    // A tree holds at most max_tokens[r] nodes (the target's cache has room for no more), its
+    // best ones.
+    out[r] = chain_with_siblings(out[r], others[r]);
+    out[r].truncate(static_cast<size_t>(max_tokens[r]));
+  }
   return out;
 }
 
@@ -186,13 +273,27 @@ void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& propose
   // Keep only positions whose tokens the target confirmed; the newest token is never cached yet. A
   // feature-fed draft also drops what it computed from its own predicted hidden states (every
   // position past the sequence it proposed for), to recompute it from the target's.
+  // The draft fed its chain after the sequence it proposed for: those positions are kept while
+  // the verified sequence agrees with the chain (a tree's path may leave it for another token).
+  State& st = rows_[row];
   int64_t valid = static_cast<int64_t>(tokens.size()) - 1;
-  if (cache_.feature_source()) valid = std::min(valid, rows_[row].proposed_from);
+  if (cache_.feature_source()) valid = std::min(valid, st.proposed_from);
+  size_t agree = 0;
+  while (agree < st.chain.size() && st.proposed_from + static_cast<int64_t>(agree) < valid &&
+         tokens[st.proposed_from + static_cast<int64_t>(agree)] == st.chain[agree])
+    ++agree;
+  valid = std::min(valid, st.proposed_from + static_cast<int64_t>(agree));
   if (cache_.length(row) > valid) cache_.crop(row, valid);
   // A row the draft could not follow says nothing of the draft: its schedule stays (heuristic
   // counts an empty proposal as all accepted, as Hugging Face's last iteration does, and so grew K
-  // by 2 per iteration without bound, padding every row's pass to it).
-  if (!rows_[row].unable) rows_[row].row.schedule->update(proposed.probs, accepted);
+  // by 2 per iteration without bound, padding every row's pass to it). A tree counts as its chain
+  // down to the depth it kept.
+  if (st.unable) return;
+  if (!proposed.tree()) return st.row.schedule->update(proposed.probs, accepted);
+  const std::vector<int64_t> depths = proposed.depths();
+  const int64_t levels = *std::max_element(depths.begin(), depths.end()) + 1;
+  st.row.schedule->update(
+      std::vector<double>(st.chain_probs.begin(), st.chain_probs.begin() + levels), accepted);
 }
 
 void DraftModelGenerator::move_row(int64_t from, int64_t to) {

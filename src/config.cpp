@@ -459,6 +459,8 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(!(suffix_speculation && prompt_lookup_num_tokens > 0),
                 "GenerationConfig: suffix_speculation and prompt_lookup_num_tokens: give one of "
                 "them");
+  SPECDEC_CHECK(draft_tree_width >= 1 && draft_tree_width <= 16,
+                "GenerationConfig.draft_tree_width must be in [1, 16], got ", draft_tree_width);
   SPECDEC_CHECK(max_matching_ngram_size >= 1,
                 "GenerationConfig.max_matching_ngram_size must be >= 1, got ",
                 max_matching_ngram_size);

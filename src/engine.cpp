@@ -104,6 +104,14 @@ bool Engine::uses_goodput(const Row& row) const {
          row.schedule->kind() == Schedule::kGoodput;
 }
 
+// Trees where the target and the verifier take them (greedy rows: a sampled row's tree would need
+// the draft's distribution at every node).
+DraftModelGenerator::Row Engine::draft_row(Row& row) const {
+  const bool trees =
+      !row.config.sampling() && !tc_.is_encoder_decoder && row.verifier->verifies_trees();
+  return {&row.config, row.schedule.get(), row.rng.get(), trees ? row.config.draft_tree_width : 1};
+}
+
 void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence) {
   GenerationConfig& config = row.config;
   row.admitted = Clock::now();
@@ -217,8 +225,7 @@ void Engine::start() {
 
   if (use_draft_) {
     std::vector<DraftModelGenerator::Row> draft_rows;
-    for (Row* row : slots_)
-      draft_rows.push_back({&row->config, row->schedule.get(), row->rng.get()});
+    for (Row* row : slots_) draft_rows.push_back(draft_row(*row));
     // The slots no row holds yet (admit() resets each as a row joins).
     placeholder_.rng = std::make_unique<Rng>(0);
     placeholder_.schedule = std::make_unique<LookaheadSchedule>(placeholder_.config);
@@ -359,11 +366,27 @@ void Engine::draft() {
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
     if (by_model(row)) continue;
-    const int64_t k = std::min(max_tokens_[i], row.schedule->kind() == Schedule::kGoodput
-                                                   ? row.schedule->num_tokens()
-                                                   : row.schedule->cap());
+    // goodput: suffix speculation proposes up to the cap once drafting pays, and its cut decides.
+    const bool goodput = row.schedule->kind() == Schedule::kGoodput;
+    const int64_t k = std::min(max_tokens_[i], !goodput || (row.config.suffix_speculation &&
+                                                            row.schedule->num_tokens() > 0)
+                                                   ? row.schedule->cap()
+                                                   : row.schedule->num_tokens());
     row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
   }
+  // goodput's cut of the proposals whose tokens come with probabilities (not in the pass that
+  // prefills: its cost is the prompt's).
+  std::vector<std::pair<int, Candidates*>> cuttable;
+  int64_t others = 0;
+  for (Row* row : slots_) {
+    row->cut = goodput_ && !first_ && uses_goodput(*row) && !row->cand.probs.empty() &&
+               !row->cand.q.defined();
+    if (row->cut)
+      cuttable.emplace_back(proposer_kind(*row), &row->cand);
+    else
+      others = std::max(others, static_cast<int64_t>(row->cand.size()));
+  }
+  if (!cuttable.empty()) state_.goodput.cut(cuttable, b, others);
   draft_seconds_ = seconds_since(t0);
 }
 
@@ -501,6 +524,7 @@ void Engine::commit() {
     for (const int64_t d : depths) ++st.drafted_at_position[d];
     for (int64_t j = 0; j < accepted; ++j) ++st.accepted_at_position[j];
     if (drafter_ && by_model(row)) drafter_->on_verified_row(i, cand, accepted, row.tokens);
+    if (row.cut) state_.goodput.observe_kept(proposer_kind(row), cand, verdict.accepted);
     // goodput's acceptance: a tree counts as a chain of its depth.
     if (row.proposer && row.schedule->kind() == Schedule::kGoodput)
       row.schedule->update(std::vector<double>(levels, 1.0), accepted);
@@ -669,7 +693,7 @@ void Engine::admit() {
       joined.push_back(slot);
       joined_tokens.push_back(&row.tokens);
     }
-    if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
+    if (drafter_) drafter_->reset_row(slot, draft_row(row));
   }
   if (joined.empty()) return;
   // The draft prefills them at the next pass if they draft in it.
@@ -754,7 +778,7 @@ bool Engine::advance_joining() {
     }
     const int64_t slot = take_slot(row);
     cache_.copy_row(it->cache, 0, slot);
-    if (drafter_) drafter_->reset_row(slot, {&row.config, row.schedule.get(), row.rng.get()});
+    if (drafter_) drafter_->reset_row(slot, draft_row(row));
     it = joining_.erase(it);
   }
   return true;

@@ -77,6 +77,7 @@ struct Row {
   std::exception_ptr error;  // what its callback threw (stop_reason "error")
   // This iteration: the proposal, the length of the verified sequence it follows, the verdict.
   Candidates cand;
+  bool cut = false;  // goodput cut cand by its probabilities (GoodputPlanner::cut)
   int64_t verified_len = 0;
   Verdict verdict;
   at::Tensor logprobs;  // [K+1, V] float: log-softmax of the target's logits (top_logprobs >= 0)
@@ -138,6 +139,7 @@ class Engine {
   // carries at that moment). `evidence`: goodput's acceptance evidence to start from, when not the
   // one the Generator carries.
   void set_up(Row& row, std::optional<std::pair<double, double>> evidence = {});
+  DraftModelGenerator::Row draft_row(Row& row) const;
   void start();  // the caches, encoder passes, the drafter and the first rows' prefill
   void plan(bool may_calibrate);
   void draft();

@@ -120,6 +120,57 @@ void GoodputPlanner::retime_draft(LookaheadSchedule& schedule,
       std::min<int64_t>(2, schedule.cap()));  // as the first probe: its second pass is timed
 }
 
+double GoodputPlanner::Calibration::factor(size_t depth) const {
+  return depth < kept.size() ? (kept[depth] + 1.0) / (estimated[depth] + 1.0) : 1.0;
+}
+
+void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch,
+                         int64_t others) {
+  std::vector<std::vector<double>> gains;  // each row's calibrated reach, best first
+  size_t longest = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (target_cost_.empty()) return;
+    for (const auto& [kind, c] : rows) {
+      const std::vector<double> reach = c->reach();
+      const std::vector<int64_t> depths = c->depths();
+      const Calibration& cal = calibration_[kind];
+      gains.emplace_back();
+      for (size_t i = 0; i < reach.size(); ++i)
+        gains.back().push_back(
+            std::min(1.0, reach[i] * cal.factor(static_cast<size_t>(depths[i]))));
+      longest = std::max(longest, reach.size());
+    }
+  }
+  if (longest <= 1) return;
+  size_t best = 1;
+  double best_rate = -1;
+  for (size_t n = 1; n <= longest; ++n) {
+    double tokens = static_cast<double>(batch);
+    for (const std::vector<double>& g : gains)
+      for (size_t i = 0; i < std::min(n, g.size()); ++i) tokens += g[i];
+    const double seconds = target_cost_(batch * (std::max(static_cast<int64_t>(n), others) + 1));
+    const double rate = tokens / seconds;
+    if (rate > best_rate) best_rate = rate, best = n;  // ties keep the smaller n
+  }
+  for (const auto& row : rows) row.second->truncate(best);
+}
+
+void GoodputPlanner::observe_kept(int kind, const Candidates& c, int64_t accepted) {
+  const std::vector<double> reach = c.reach();
+  const std::vector<int64_t> depths = c.depths();
+  std::lock_guard<std::mutex> lock(mutex_);
+  Calibration& cal = calibration_[kind];
+  const size_t levels =
+      depths.empty() ? 0 : static_cast<size_t>(*std::max_element(depths.begin(), depths.end())) + 1;
+  if (cal.kept.size() < levels) cal.kept.resize(levels, 0.0), cal.estimated.resize(levels, 0.0);
+  constexpr double kDecay = 0.95;  // a proposal's weight against the one after it, per depth
+  for (size_t d = 0; d < levels; ++d) cal.kept[d] *= kDecay, cal.estimated[d] *= kDecay;
+  for (size_t i = 0; i < reach.size(); ++i)
+    cal.estimated[static_cast<size_t>(depths[i])] += reach[i];
+  for (int64_t d = 0; d < accepted && static_cast<size_t>(d) < levels; ++d) cal.kept[d] += 1.0;
+}
+
 void GoodputPlanner::observe_target(int64_t rows, double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   target_cost_.observe(rows, seconds);

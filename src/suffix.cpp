@@ -165,9 +165,11 @@ SuffixTree::Proposal SuffixTree::propose(const std::vector<int64_t>& context, in
             (nodes_[c].count == nodes_[next].count && nodes_[c].token < nodes_[next].token))
           next = c;
       }
-      prob *= static_cast<double>(nodes_[next].count) / static_cast<double>(total);
+      const double own = static_cast<double>(nodes_[next].count) / static_cast<double>(total);
+      prob *= own;
       if (prob < min_prob) break;
       p.tokens.push_back(nodes_[next].token);
+      p.probs.push_back(own);
       p.score += prob;
       if (std::find(stop_ids.begin(), stop_ids.end(), nodes_[next].token) != stop_ids.end()) break;
       node = next;
@@ -183,8 +185,9 @@ SuffixTree::Proposal SuffixTree::propose_tree(const std::vector<int64_t>& contex
   Proposal best;
   if (max_tokens <= 0) return best;
   const auto len = static_cast<int64_t>(context.size());
-  struct Open {  // a continuation not yet in the tree
-    double prob;
+  struct Open {      // a continuation not yet in the tree
+    double prob;     // its path's
+    double own;      // its own, given its parent
     int64_t order;   // when it was found (ties)
     int64_t parent;  // its parent's index in the proposal, -1: the match
     int32_t node;    // its node in this tree
@@ -214,9 +217,9 @@ SuffixTree::Proposal SuffixTree::propose_tree(const std::vector<int64_t>& contex
                                                   : nodes_[a].token < nodes_[b].token;
       });
       for (const int32_t c : kids) {
-        const double q = prob * nodes_[c].count / static_cast<double>(total);
-        if (q < min_prob) break;  // the rest are less probable still
-        open.push_back({q, found++, parent, c, depth});
+        const double own = nodes_[c].count / static_cast<double>(total);
+        if (prob * own < min_prob) break;  // the rest are less probable still
+        open.push_back({prob * own, own, found++, parent, c, depth});
         std::push_heap(open.begin(), open.end());
       }
     };
@@ -228,6 +231,7 @@ SuffixTree::Proposal SuffixTree::propose_tree(const std::vector<int64_t>& contex
       const int64_t index = static_cast<int64_t>(p.tokens.size());
       p.tokens.push_back(nodes_[o.node].token);
       p.parents.push_back(o.parent);
+      p.probs.push_back(o.own);
       p.score += o.prob;
       const bool stop =
           std::find(stop_ids.begin(), stop_ids.end(), nodes_[o.node].token) != stop_ids.end();
@@ -308,6 +312,7 @@ Candidates SuffixGenerator::propose(const std::vector<int64_t>& tokens, int64_t 
     if (other.score > best.score) best = std::move(other);
   }
   out.tokens = std::move(best.tokens);
+  out.probs = std::move(best.probs);
   // A tree that grew no branch is a chain.
   bool chain = true;
   for (size_t i = 0; i < best.parents.size(); ++i)

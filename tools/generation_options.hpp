@@ -23,6 +23,12 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
                   "constant or goodput only; else constant)")
       ->check(
           CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}));
+  app->add_option("--draft-tree-width", gen.draft_tree_width,
+                  "Greedy with --draft: the draft's W most probable tokens at each position, "
+                  "verified as a tree in one pass (1 = a chain; goodput cuts the ones that do not "
+                  "pay)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   app->add_option("--confidence-threshold,--assistant-confidence-threshold",
                   gen.assistant_confidence_threshold,
                   "dynamic: stop drafting below this draft probability")

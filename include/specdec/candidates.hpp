@@ -20,7 +20,9 @@ struct Candidates {
   std::vector<int64_t> tokens;  // [K] proposed continuation
   at::Tensor q;                 // [K, V] float32 distributions the tokens were sampled from;
                                 // undefined = deterministic proposal (q one-hot at each token)
-  std::vector<double> probs;    // [K] draft probability of each token (draft models only)
+  // [K] each token's probability given the ones before it on its path, as its proposer estimates
+  // it (a draft model's, suffix speculation's counts); empty: none (prompt lookup).
+  std::vector<double> probs;
   // A tree of candidates (empty: a chain): parents[i] is candidate i's parent, an earlier
   // candidate, or -1 for one that follows the verified tokens (Model's TokenTree). Deterministic
   // proposals only (q undefined); siblings hold different tokens.
@@ -28,6 +30,12 @@ struct Candidates {
   size_t size() const { return tokens.size(); }
   bool tree() const { return !parents.empty(); }
   std::vector<int64_t> depths() const;  // each candidate's under the verified tokens (a chain: i)
+  // Each candidate's estimated probability of being kept: the product of probs along its path
+  // (empty without probs).
+  std::vector<double> reach() const;
+  // Keeps the first n candidates (a proposer's best first, parents before children, so they are a
+  // tree still); a tree left without a branch becomes a chain.
+  void truncate(size_t n);
 };
 
 // Runs a draft model with its own KV cache for a batch of sequences (rows), each under its own
@@ -41,6 +49,11 @@ class DraftModelGenerator final {
     const GenerationConfig* config;
     LookaheadSchedule* schedule;
     Rng* rng;
+    // A greedy row's candidates per position (GenerationConfig::draft_tree_width): 1 drafts a
+    // chain; W > 1 a tree, the draft's W most probable tokens at each position, the first of which
+    // continues (one draft pass per position either way), best first (Candidates::reach), at most
+    // the row's max_tokens of them.
+    int64_t tree_width = 1;
   };
   // What only some drafts need. (No default argument: Options' member initializers cannot be used
   // within this class's definition.)
@@ -116,6 +129,10 @@ class DraftModelGenerator final {
     bool out_of_vocab = false;  // the sequence holds an id the draft has no row for
     bool unable = false;  // the last proposal had room to draft but could not (see on_verified_row)
     int64_t proposed_from = 0;  // the sequence's length at the last proposal
+    // The last proposal's chain (a tree's first tokens at each depth, the ones the draft fed) and
+    // their probabilities: the cache keeps what the verified sequence agrees with.
+    std::vector<int64_t> chain = {};
+    std::vector<double> chain_probs = {};
     int64_t passes = 0;
   };
   std::shared_ptr<const Model> draft_;

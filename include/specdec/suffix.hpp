@@ -55,6 +55,7 @@ class SuffixTree {
   struct Proposal {
     std::vector<int64_t> tokens;
     std::vector<int64_t> parents;  // a tree's (Candidates::parents); empty: a chain
+    std::vector<double> probs;     // each token's probability given its parent (Candidates::probs)
     double score = 0;   // the expected accepted tokens: the sum of each prefix's probability
     int64_t match = 0;  // the length of the matched suffix of the context
   };

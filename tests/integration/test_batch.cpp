@@ -99,8 +99,9 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
     Generator assisted(p.target, p.draft);
     for (const size_t b : {1u, 3u, 8u}) {
       const auto prompts = prompts_for(b, seed);
-      for (const std::string schedule : {"constant", "heuristic", "dynamic", "goodput", "lookup",
-                                         "lookup goodput", "suffix", "suffix tree"}) {
+      for (const std::string schedule :
+           {"constant", "heuristic", "dynamic", "goodput", "lookup", "lookup goodput", "suffix",
+            "suffix tree", "constant tree", "goodput tree"}) {
         SuffixOptions suffix;  // "suffix tree": trees with branches down to 2% of the mass
         suffix.tree = schedule == "suffix tree";
         suffix.min_token_prob = suffix.tree ? 0.02 : suffix.min_token_prob;
@@ -115,8 +116,12 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           c.eos_token_ids = {static_cast<int64_t>(40 + seed)};
           if (schedule.rfind("lookup", 0) == 0) c.prompt_lookup_num_tokens = c.num_assistant_tokens;
           c.suffix_speculation = schedule.rfind("suffix", 0) == 0;
+          // "... tree": the draft's 3 most probable tokens at each position.
+          const auto tree = schedule.find(" tree");
+          if (tree != std::string::npos && !c.suffix_speculation) c.draft_tree_width = 3;
           if (schedule != "lookup" && !c.suffix_speculation)
-            c.num_assistant_tokens_schedule = schedule == "lookup goodput" ? "goodput" : schedule;
+            c.num_assistant_tokens_schedule =
+                schedule == "lookup goodput" ? "goodput" : schedule.substr(0, tree);
           configs.push_back(c);
         }
         const BatchResult got = assisted.generate_batch(prompts, configs);
@@ -146,7 +151,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
       }
     }
   }
-  EXPECT_EQ(rows_checked, 8 * 8 * (1 + 3 + 8));
+  EXPECT_EQ(rows_checked, 8 * 10 * (1 + 3 + 8));
 }
 
 // goodput in a Generator that has measured its costs: after a request whose draft the target

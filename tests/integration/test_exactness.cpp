@@ -269,6 +269,44 @@ TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
   }
 }
 
+// A draft model's trees (its 3 most probable tokens at each position) on every architecture, under
+// constant K and goodput (whose cut keeps the candidates that pay), a repetition penalty too: each
+// request equals target-only greedy, and trees were verified. T5 verifies chains only. A sampled
+// request drafts chains.
+TEST(Exactness, DraftTreesGiveTargetOnlyTokensOnEveryArchitecture) {
+  for (const char* arch :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
+    const Pair p = pair_for(6, arch);
+    const Generator target_only(p.target);
+    const Generator g(p.target, p.early_exit);
+    int64_t trees_verified = 0;
+    for (uint64_t i = 0; i < 6; ++i) {
+      GenerationConfig cfg;
+      cfg.max_new_tokens = 30;
+      cfg.eos_token_ids = {95};
+      cfg.repetition_penalty = i % 3 == 2 ? 1.3 : 1.0;
+      const auto prompt = prompt_for(i, 2 + 2 * i);
+      const auto want = target_only.generate(prompt, cfg).tokens;
+      cfg.draft_tree_width = 3;
+      cfg.num_assistant_tokens = 4;
+      cfg.num_assistant_tokens_schedule = i % 2 ? "goodput" : "constant";
+      const GenerationResult r = g.generate(prompt, cfg);
+      ASSERT_EQ(r.tokens, want) << arch << " request " << i;
+      trees_verified += r.stats.tree_passes;
+    }
+    GenerationConfig sampled;
+    sampled.max_new_tokens = 20;
+    sampled.do_sample = true;
+    sampled.seed = 3;
+    sampled.draft_tree_width = 3;
+    EXPECT_EQ(g.generate(prompt_for(1, 5), sampled).stats.tree_passes, 0) << arch;
+    if (std::string(arch) == "t5")
+      EXPECT_EQ(trees_verified, 0) << "T5 was proposed trees";
+    else
+      EXPECT_GT(trees_verified, 0) << arch << ": no tree verified";
+  }
+}
+
 // A second request with the prompt of a first one, through the same Generator, is proposed the
 // first one's output: suffix speculation's shared tree. Without it (cache_tokens 0) the request
 // has only its own prompt to copy from.

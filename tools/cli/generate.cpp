@@ -82,6 +82,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           c.seed = value.get<uint64_t>();
         } else if (key == "num_assistant_tokens")
           integer(c.num_assistant_tokens);
+        else if (key == "draft_tree_width")
+          integer(c.draft_tree_width);
         else if (key == "prompt_lookup_num_tokens")
           integer(c.prompt_lookup_num_tokens);
         else if (key == "max_matching_ngram_size")

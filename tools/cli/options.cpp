@@ -46,7 +46,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                           "with optional per-request knobs (max_new_tokens, do_sample, "
                           "temperature, top_k, top_p, "
                           "min_p, repetition_penalty, frequency_penalty, presence_penalty, seed, "
-                          "num_assistant_tokens, num_assistant_tokens_schedule, "
+                          "num_assistant_tokens, num_assistant_tokens_schedule, draft_tree_width, "
                           "assistant_confidence_threshold, prompt_lookup_num_tokens, speculate, "
                           "max_matching_ngram_size, id); "
                           "writes one JSON line per request, in order")
