@@ -181,22 +181,22 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
         scores = at::constant_pad_nd(scores, {0, vocab_ - own},
                                      -std::numeric_limits<double>::infinity());
       if (!st.processors->empty()) scores = st.processors->apply(scores, history[r]);
-      const bool sampling = st.row.config->sampling();
-      const int64_t width = sampling ? 1 : std::min(st.row.tree_width, vocab_);
+      const int64_t width = std::min(st.row.tree_width, vocab_);
       at::Tensor idx, prob;  // [W] each
-      if (sampling) {
+      if (st.row.config->sampling() && width == 1) {
         const at::Tensor q = scores.softmax(-1)[0];  // [V]
         idx = sample_index_tensor(q, st.row.rng->uniform());
         prob = q.gather(0, idx);
         q_rows[r].push_back(q);
       } else if (width > 1) {
-        idx = std::get<1>(scores[0].topk(width));  // ranked, as argmax ranks the first
+        // Ranked, as argmax ranks the first; a sampled row's tree is deterministic too (the
+        // verifier draws from p at each node, trying its children in turn).
+        idx = std::get<1>(scores[0].topk(width));
         prob = (scores[0].index_select(0, idx) - scores[0].logsumexp(0)).exp();
       } else {
         idx = scores[0].argmax().view({1});
-        // The probability where a schedule reads it (goodput's cut of proposals, dynamic's stop).
-        const Schedule kind = st.row.schedule->kind();
-        prob = kind == Schedule::kGoodput || kind == Schedule::kDynamic
+        // The probability where a schedule reads it (dynamic's stop).
+        prob = st.row.schedule->kind() == Schedule::kDynamic
                    ? (scores[0].index_select(0, idx) - scores[0].logsumexp(0)).exp()
                    : at::ones({1}, scores.options());
       }

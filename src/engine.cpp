@@ -35,6 +35,19 @@ KVCache continue_cache(const Model& model, KVCache held, int64_t capacity,
   return grown;
 }
 
+// The path through each node's first child (a draft's tree, best first: its chain).
+Candidates first_children(const Candidates& c) {
+  Candidates out;
+  int64_t node = -1;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c.parents[i] != node) continue;
+    out.tokens.push_back(c.tokens[i]);
+    if (!c.probs.empty()) out.probs.push_back(c.probs[i]);
+    node = static_cast<int64_t>(i);
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t prepare_row(Row& row, const EngineModels& m, const std::vector<int64_t>& prompt,
@@ -104,11 +117,9 @@ bool Engine::uses_goodput(const Row& row) const {
          row.schedule->kind() == Schedule::kGoodput;
 }
 
-// Trees where the target and the verifier take them (greedy rows: a sampled row's tree would need
-// the draft's distribution at every node).
+// Trees where the target and the verifier take them.
 DraftModelGenerator::Row Engine::draft_row(Row& row) const {
-  const bool trees =
-      !row.config.sampling() && !tc_.is_encoder_decoder && row.verifier->verifies_trees();
+  const bool trees = !tc_.is_encoder_decoder && row.verifier->verifies_trees();
   return {&row.config, row.schedule.get(), row.rng.get(), trees ? row.config.draft_tree_width : 1};
 }
 
@@ -283,6 +294,7 @@ bool Engine::step() {
 // (draft()), so its first pass already gives the draft's cost, and every row of the verification
 // pass is padded to the probe's.
 void Engine::plan(bool may_calibrate) {
+  exploring_ = false;
   if (!goodput_) return;
   // The draft-model rows and the others are planned apart (proposals without a model cost nothing).
   for (const bool lookup : {false, true}) {
@@ -294,11 +306,12 @@ void Engine::plan(bool may_calibrate) {
       const bool can_draft = row->config.max_new_tokens - row->result.stats.new_tokens > 1;
       if (can_draft && (!shortest || row->tokens.size() < shortest->tokens.size())) shortest = row;
     }
-    if (schedules.empty() ||
+    if (schedules.empty()) continue;
+    const GoodputPlanner::Plan planned =
         state_.goodput.plan(schedules, cache_, slots_[0]->tokens,
-                            static_cast<int64_t>(slots_.size()), lookup, may_calibrate) ||
-        lookup || !shortest)
-      continue;
+                            static_cast<int64_t>(slots_.size()), lookup, may_calibrate);
+    exploring_ = exploring_ || planned == GoodputPlanner::Plan::kExploring;
+    if (planned != GoodputPlanner::Plan::kUnknownDraft || lookup || !shortest) continue;
     probe_ = shortest->schedule.get();
     if (width_ > 1) probe_->set_num_tokens(std::min<int64_t>(probe_->num_tokens(), 1));
     for (LookaheadSchedule* s : schedules)
@@ -356,8 +369,12 @@ void Engine::draft() {
       row_passes_before_[i] = drafter_->row_passes(i);
     }
     std::vector<Candidates> proposals = drafter_->propose_batch(sequences, limits);
-    for (int64_t i = 0; i < b; ++i)
-      if (by_model(*slots_[i])) slots_[i]->cand = std::move(proposals[i]);
+    for (int64_t i = 0; i < b; ++i) {
+      if (!by_model(*slots_[i])) continue;
+      Candidates& cand = slots_[i]->cand = std::move(proposals[i]);
+      // While goodput times each pass size, a tree's chain only: a pass of K + 1 tokens.
+      if (exploring_ && cand.tree() && uses_goodput(*slots_[i])) cand = first_children(cand);
+    }
     // The draft's cost per drafted token, from its passes that drafted one token per row.
     const DraftModelGenerator::SteadyPasses steady = drafter_->last_steady();
     if (goodput_ && steady.passes > 0)
@@ -366,25 +383,30 @@ void Engine::draft() {
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
     if (by_model(row)) continue;
-    // goodput: suffix speculation proposes up to the cap once drafting pays, and its cut decides.
+    // goodput: suffix speculation proposes up to the cap once drafting pays, and the cut below
+    // decides.
     const bool goodput = row.schedule->kind() == Schedule::kGoodput;
-    const int64_t k = std::min(max_tokens_[i], !goodput || (row.config.suffix_speculation &&
-                                                            row.schedule->num_tokens() > 0)
-                                                   ? row.schedule->cap()
-                                                   : row.schedule->num_tokens());
+    const bool cut_later =
+        !first_ && row.config.suffix_speculation && row.schedule->num_tokens() > 0;
+    const int64_t k = std::min(
+        max_tokens_[i], !goodput || cut_later ? row.schedule->cap() : row.schedule->num_tokens());
     row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
   }
-  // goodput's cut of the proposals whose tokens come with probabilities (not in the pass that
-  // prefills: its cost is the prompt's).
+  // goodput's cut of the proposals whose tokens come with probabilities: suffix speculation's, a
+  // draft's trees (its chains are goodput's K already). Not in the pass that prefills, whose cost
+  // is the prompt's, nor for a row that puts in more than its last token.
   std::vector<std::pair<int, Candidates*>> cuttable;
-  int64_t others = 0;
-  for (Row* row : slots_) {
-    row->cut = goodput_ && !first_ && uses_goodput(*row) && !row->cand.probs.empty() &&
-               !row->cand.q.defined();
+  int64_t others = 0;  // the most tokens another row puts in after its last one
+  for (int64_t i = 0; i < b; ++i) {
+    Row* row = slots_[i];
+    const int64_t extra = uncached(i);
+    row->cut = goodput_ && !first_ && extra == 0 && uses_goodput(*row) &&
+               !row->cand.probs.empty() && !row->cand.q.defined() &&
+               (!by_model(*row) || row->cand.tree());
     if (row->cut)
       cuttable.emplace_back(proposer_kind(*row), &row->cand);
     else
-      others = std::max(others, static_cast<int64_t>(row->cand.size()));
+      others = std::max(others, extra + static_cast<int64_t>(row->cand.size()));
   }
   if (!cuttable.empty()) state_.goodput.cut(cuttable, b, others);
   draft_seconds_ = seconds_since(t0);
@@ -619,179 +641,6 @@ void Engine::finish_row(Row& row) {
 
 // Finished rows leave the batch; the next step's joining rows take their slots (admit(),
 // advance_joining()) and compact() fills the rest.
-void Engine::retire() {
-  for (const int64_t slot : finished_) {
-    if (max_prefixes_ > 0 && !slots_[slot]->error) remember(slot);
-    slots_[slot] = nullptr;
-  }
-}
-
-int64_t Engine::take_slot(Row& row) {
-  const auto freed = std::find(slots_.begin(), slots_.end(), nullptr);
-  const auto slot = static_cast<int64_t>(freed - slots_.begin());
-  if (freed == slots_.end())
-    slots_.push_back(&row);
-  else
-    *freed = &row;
-  return slot;
-}
-
-void Engine::compact() {
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    while (!slots_.empty() && !slots_.back()) slots_.pop_back();
-    if (s >= slots_.size()) break;
-    if (slots_[s]) continue;
-    const auto last = static_cast<int64_t>(slots_.size()) - 1;
-    cache_.copy_row(last, static_cast<int64_t>(s));
-    if (drafter_) drafter_->move_row(last, static_cast<int64_t>(s));
-    slots_[s] = slots_.back();
-    slots_.pop_back();
-  }
-}
-
-// Continuous batching: the next prompts take the slots finished rows freed (in place), else new
-// ones at the end, each prefilled on its own (the draft's too when it drafts now); their last
-// prompt token goes into the next pass.
-void Engine::admit() {
-  const auto taken = [&] { return running() + static_cast<int64_t>(joining_.size()); };
-  if (taken() >= width_) return;
-  const auto t1 = Clock::now();
-  std::vector<int64_t> joined;
-  std::vector<const std::vector<int64_t>*> joined_tokens;
-  // goodput: a joining row starts from the evidence of the goodput rows of its kind (its proposer)
-  // running beside it, else from what the last finished one left, as the next request would.
-  std::optional<std::pair<double, double>> evidence[3];
-  if (goodput_) {
-    std::vector<const LookaheadSchedule*> running[3];
-    for (const Row* row : slots_)
-      if (row && uses_goodput(*row)) running[proposer_kind(*row)].push_back(row->schedule.get());
-    for (int kind = 0; kind < 3; ++kind)
-      if (!running[kind].empty()) evidence[kind] = LookaheadSchedule::carry_evidence(running[kind]);
-  }
-  while (taken() < width_) {
-    Row* next = source_.next();
-    if (!next) break;
-    Row& row = *next;
-    set_up(row, evidence[proposer_kind(row)]);
-    // A prompt longer than a chunk goes in a chunk per step beside the decoding rows, after the
-    // longest cached prefix of it, unless what that prefix leaves fits the first verification pass.
-    const auto uncached_prompt = static_cast<int64_t>(row.tokens.size()) - 1;
-    if (!tc_.is_encoder_decoder && uncached_prompt > prefill_chunk_) {
-      int64_t longest = 0;
-      const auto best = longest_prefix(row.tokens, longest);
-      if ((running() > 0 || best != prefixes_.end()) &&
-          uncached_prompt - longest > first_pass_limit()) {
-        joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
-        row.result.stats.cached_prompt_tokens =
-            take_prefix(best, longest, joining_.back().cache, 0);
-        continue;
-      }
-    }
-    const int64_t slot = take_slot(row);  // prefill_into and reuse overwrite its cache row
-    row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
-    if (row.result.stats.cached_prompt_tokens == 0) {
-      joined.push_back(slot);
-      joined_tokens.push_back(&row.tokens);
-    }
-    if (drafter_) drafter_->reset_row(slot, draft_row(row));
-  }
-  if (joined.empty()) return;
-  // The draft prefills them at the next pass if they draft in it.
-  const int64_t passes = prefill_into(*m_.target, cache_, joined, joined_tokens);
-  const double s = seconds_since(t1);
-  bs_.prefill_seconds += s;
-  for (const int64_t slot : joined) {
-    slots_[slot]->prefill_seconds = s;
-    slots_[slot]->result.stats.prefill_passes = passes;
-  }
-}
-
-void Engine::remember(int64_t slot) {
-  const std::vector<int64_t>& tokens = slots_[slot]->tokens;
-  const int64_t n = std::min(cache_.length(slot), static_cast<int64_t>(tokens.size()));
-  if (n == 0) return;
-  // What this sequence holds in full supersedes the entries that are prefixes of it.
-  prefixes_.remove_if([&](const Prefix& p) {
-    return static_cast<int64_t>(p.tokens.size()) <= n &&
-           std::equal(p.tokens.begin(), p.tokens.end(), tokens.begin());
-  });
-  Prefix p{std::vector<int64_t>(tokens.begin(), tokens.begin() + n),
-           m_.target->make_cache(n, 1, cache_.keeps_hidden())};
-  cache_.crop(slot, n);  // (an EOS accepted from the draft can leave positions after it)
-  p.cache.copy_row(cache_, slot, 0);
-  prefixes_.push_front(std::move(p));
-  while (prefixes_.size() > max_prefixes_) prefixes_.pop_back();
-}
-
-std::list<Engine::Prefix>::iterator Engine::longest_prefix(const std::vector<int64_t>& tokens,
-                                                           int64_t& longest) {
-  auto best = prefixes_.end();
-  longest = 0;
-  for (auto it = prefixes_.begin(); it != prefixes_.end(); ++it) {
-    const int64_t common = std::min<int64_t>(
-        std::mismatch(it->tokens.begin(), it->tokens.end(), tokens.begin(), tokens.end()).first -
-            it->tokens.begin(),
-        static_cast<int64_t>(tokens.size()) - 1);  // the pass computes the last token
-    if (common > longest) longest = common, best = it;
-  }
-  return best;
-}
-
-int64_t Engine::take_prefix(std::list<Prefix>::iterator entry, int64_t length, KVCache& cache,
-                            int64_t row) {
-  if (entry == prefixes_.end()) return 0;
-  cache.copy_row(entry->cache, 0, row);
-  cache.crop(row, length);
-  prefixes_.splice(prefixes_.begin(), prefixes_, entry);
-  return length;
-}
-
-bool Engine::advance_joining() {
-  if (joining_.empty()) return false;
-  // A row cancelled while its prompt goes in leaves before the next chunk.
-  for (auto it = joining_.begin(); it != joining_.end();) {
-    if (!it->row->cancelled.load()) {
-      ++it;
-      continue;
-    }
-    it->row->result.stats.stop_reason = "cancelled";
-    finish_row(*it->row);
-    it = joining_.erase(it);
-  }
-  const auto t0 = Clock::now();
-  for (Joining& j : joining_) {
-    const std::vector<int64_t>& tokens = j.row->tokens;
-    const int64_t upto =
-        std::min(static_cast<int64_t>(tokens.size()) - 1, j.cache.length(0) + prefill_chunk_);
-    // prefill_rows puts in all but the last token of what it is given.
-    const std::vector<int64_t> part(tokens.begin(), tokens.begin() + upto + 1);
-    j.row->result.stats.prefill_passes += prefill_rows(*m_.target, j.cache, {&part});
-  }
-  const double s = seconds_since(t0);
-  bs_.prefill_seconds += s;
-  for (auto it = joining_.begin(); it != joining_.end();) {
-    Row& row = *it->row;
-    row.prefill_seconds += s / static_cast<double>(joining_.size());
-    if (it->cache.length(0) < static_cast<int64_t>(row.tokens.size()) - 1) {
-      ++it;
-      continue;
-    }
-    const int64_t slot = take_slot(row);
-    cache_.copy_row(it->cache, 0, slot);
-    if (drafter_) drafter_->reset_row(slot, draft_row(row));
-    it = joining_.erase(it);
-  }
-  return true;
-}
-
-int64_t Engine::reuse(int64_t slot) {
-  const std::vector<int64_t>& tokens = slots_[slot]->tokens;
-  int64_t longest = 0;
-  const auto best = longest_prefix(tokens, longest);
-  if (static_cast<int64_t>(tokens.size()) - 1 - longest > first_pass_limit()) return 0;
-  return take_prefix(best, longest, cache_, slot);
-}
-
 BatchResult Engine::finish(std::vector<Row>& rows) {
   bs_.rows = static_cast<int64_t>(rows.size());
   bs_.draft_passes = drafter_ ? drafter_->passes() : 0;

@@ -203,7 +203,8 @@ class Engine {
   std::vector<Row*> slots_;
   const bool use_draft_;
   bool goodput_ = false, first_ = true;
-  Row placeholder_;  // the drafter's row for a slot no request holds yet
+  bool exploring_ = false;  // this step's plan times pass sizes (GoodputPlanner::Plan::kExploring)
+  Row placeholder_;         // the drafter's row for a slot no request holds yet
   struct Prefix {
     std::vector<int64_t> tokens;  // the positions `cache` holds
     KVCache cache;                // one row

@@ -8,9 +8,9 @@
 
 namespace specdec::detail {
 
-bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
-                          const std::vector<int64_t>& tokens, int64_t rows, bool free_drafts,
-                          bool may_calibrate) {
+GoodputPlanner::Plan GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules,
+                                          KVCache& cache, const std::vector<int64_t>& tokens,
+                                          int64_t rows, bool free_drafts, bool may_calibrate) {
   // Calibration, once per Generator: target passes of `n` tokens timed on row 0 of this
   // request's cache (appended after what it holds, then cropped away); every real pass refines
   // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
@@ -57,7 +57,7 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
   costs(target, draft);
   // Until a draft pass has been timed, K stays where it is (at first the schedule's probe:
   // LookaheadSchedule's constructor).
-  if (!draft) return false;
+  if (!draft) return Plan::kUnknownDraft;
   // Drafting cannot pay if it loses even when every pass of K > 0 costs what one over `batch`
   // tokens (K = 0) costs, at a flat cost no less than that: the gain of drafting only shrinks as
   // the flat cost falls to the real one and as the real passes over more tokens cost more. Then
@@ -69,7 +69,7 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
     if (LookaheadSchedule::plan_lookahead(flat_cost, *draft, alphas, bounds, cap, batch) == 0) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(0);
       if (batch == 1 && !free_drafts) retime_draft(*schedules[0], cost, alphas);
-      return true;
+      return Plan::kPlanned;
     }
   }
   // K is planned on the curve once it holds a timed pass for every K it could plan, from 1 up to
@@ -85,21 +85,21 @@ bool GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules, KVCa
     if (const int64_t k =
             LookaheadSchedule::exploration(target, flat, *draft, bounds, cap, batch)) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
-      return true;
+      return Plan::kExploring;
     }
   } else if (target.size() < 2 || target.largest() < mid) {
     calibrate(calibrated_, mid);
     costs(target, draft);
-    if (target.size() <= 1) return true;
+    if (target.size() <= 1) return Plan::kPlanned;
   }
   if (batch == 1) {
     schedules[0]->plan(cost, *draft);
     if (!free_drafts) retime_draft(*schedules[0], cost, alphas);
-    return true;
+    return Plan::kPlanned;
   }
   const int64_t k = LookaheadSchedule::plan_lookahead(cost, *draft, alphas, bounds, cap, batch);
   for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
-  return true;
+  return Plan::kPlanned;
 }
 
 void GoodputPlanner::retime_draft(LookaheadSchedule& schedule,
@@ -128,9 +128,11 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
                          int64_t others) {
   std::vector<std::vector<double>> gains;  // each row's calibrated reach, best first
   size_t longest = 0;
+  PassCost target_cost;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (target_cost_.empty()) return;
+    target_cost = target_cost_;
     for (const auto& [kind, c] : rows) {
       const std::vector<double> reach = c->reach();
       const std::vector<int64_t> depths = c->depths();
@@ -149,7 +151,7 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
     double tokens = static_cast<double>(batch);
     for (const std::vector<double>& g : gains)
       for (size_t i = 0; i < std::min(n, g.size()); ++i) tokens += g[i];
-    const double seconds = target_cost_(batch * (std::max(static_cast<int64_t>(n), others) + 1));
+    const double seconds = target_cost(batch * (std::max(static_cast<int64_t>(n), others) + 1));
     const double rate = tokens / seconds;
     if (rate > best_rate) best_rate = rate, best = n;  // ties keep the smaller n
   }

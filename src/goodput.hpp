@@ -28,15 +28,18 @@ class GoodputPlanner {
   // passes are timed (appended after what it holds, then cropped away); `free_drafts`: prompt
   // lookup, whose proposals cost nothing beside a pass;
   // `may_calibrate`: whether this call may run the calibration passes (not before the request's
-  // first pass). Returns false while the draft's cost is unknown (K then stays where it is).
-  bool plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
+  // first pass). kUnknownDraft while the draft's cost is unknown (K then stays where it is);
+  // kExploring while draft-model rows draft K = 1, 2, ... in turn to time each pass size.
+  enum class Plan { kUnknownDraft, kPlanned, kExploring };
+  Plan plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
             const std::vector<int64_t>& tokens, int64_t rows, bool free_drafts, bool may_calibrate);
   // Cuts the proposals `rows` (goodput rows whose candidates carry probabilities and no
-  // distribution: a greedy draft's, suffix speculation's), each paired with its proposer kind, to
-  // their first n candidates (best first), for the n in [1, the longest] with the most expected
-  // tokens per second of the pass: every one of its `batch` rows gains one token, and each row of
-  // `rows` the reach of its kept candidates (Candidates::reach) times the kept / estimated ratio
-  // measured at their depths for that kind (observe_kept), for a pass over batch x (max(n, others)
+  // distribution: a draft's trees, suffix speculation's proposals), each paired with its proposer
+  // kind, to their first n candidates (best first), for the n in [1, the longest] with the most
+  // expected tokens per second of the pass: every one of its `batch` rows gains one token, and each
+  // row of `rows` the reach of its kept candidates (Candidates::reach) times the kept / estimated
+  // ratio measured at their depths for that kind (observe_kept), for a pass over batch x (max(n,
+  // others)
   // + 1) tokens; `others`: the most candidates another row of the pass verifies. A chain is cut
   // where its next token does not pay, a tree's branches go where they do not: the shape (one
   // token, a chain, a tree) follows the measured costs and acceptance. Nothing is cut until a pass

@@ -94,9 +94,10 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
                                              Rng& rng) const {
   check_shapes(scores, c);
   if (c.tree()) {  // on the host, each uniform drawn from `rng` as it is needed
-    const at::Tensor p = scores.softmax(-1).to(at::kCPU).to(at::kDouble).contiguous();  // [K+1, V]
     return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
-      at::Tensor r = p[row].clone();  // p less the children rejected so far
+      // p of the positions the walk reaches only (a tree may have many more nodes than depth).
+      const at::Tensor p = scores[row].softmax(-1).to(at::kCPU).to(at::kDouble).contiguous();
+      at::Tensor r = p.clone();  // p less the children rejected so far
       double* rp = r.data_ptr<double>();
       double mass = r.sum().item<double>();
       for (size_t i = 0; i < children.size(); ++i) {
@@ -106,7 +107,7 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
         rp[token] = 0;
       }
       // Every child rejected: the token comes from the residual (from p when rounding left none).
-      next = sample_index(r.sum().item<double>() > 0 ? r : p[row], rng.uniform());
+      next = sample_index(r.sum().item<double>() > 0 ? r : p, rng.uniform());
       return int64_t{-1};
     });
   }

@@ -24,7 +24,7 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->check(
           CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}));
   app->add_option("--draft-tree-width", gen.draft_tree_width,
-                  "Greedy with --draft: the draft's W most probable tokens at each position, "
+                  "With --draft: the draft's W most probable tokens at each position, "
                   "verified as a tree in one pass (1 = a chain; goodput cuts the ones that do not "
                   "pay)")
       ->check(CLI::Range(1, 16))

@@ -49,10 +49,11 @@ class DraftModelGenerator final {
     const GenerationConfig* config;
     LookaheadSchedule* schedule;
     Rng* rng;
-    // A greedy row's candidates per position (GenerationConfig::draft_tree_width): 1 drafts a
-    // chain; W > 1 a tree, the draft's W most probable tokens at each position, the first of which
-    // continues (one draft pass per position either way), best first (Candidates::reach), at most
-    // the row's max_tokens of them.
+    // A row's candidates per position (GenerationConfig::draft_tree_width): 1 drafts a chain
+    // (sampled from the draft's distribution when the row samples); W > 1 a deterministic tree,
+    // the draft's W most probable tokens at each position, the first of which continues (one draft
+    // pass per position either way), best first (Candidates::reach), at most the row's max_tokens
+    // of them.
     int64_t tree_width = 1;
   };
   // What only some drafts need. (No default argument: Options' member initializers cannot be used

@@ -164,10 +164,10 @@ struct GenerationConfig {
   // Generator's earlier outputs (SuffixOptions, suffix.hpp); up to num_assistant_tokens per
   // iteration. Not with prompt lookup.
   bool suffix_speculation = false;
-  // Greedy draft-model rows: a tree of candidates instead of a chain, the draft's W most probable
-  // tokens at each position, the first continuing (still one draft pass per position), all
-  // verified in one target pass. 1 = a chain. Sampled rows draft chains; under goodput, the
-  // candidates that do not pay for their rows are cut (Generator's goodput planning).
+  // Draft-model rows: a tree of candidates instead of a chain, the draft's W most probable tokens
+  // at each position, the first continuing (still one draft pass per position), all verified in
+  // one target pass (sampling: as a deterministic proposal, exactly). 1 = a chain. Under goodput,
+  // the candidates that do not pay for their pass are cut (Generator's goodput planning).
   int64_t draft_tree_width = 1;
 
   // --- sampling ---

@@ -312,6 +312,7 @@ TEST(Batch, SampledRowsGiveTheirSeedsTokensWhateverTheOtherRows) {
     c.seed = 100 + r;
     c.max_new_tokens = 12 + static_cast<int64_t>(r) * 3;
     c.num_assistant_tokens = 2 + static_cast<int64_t>(r);
+    c.draft_tree_width = r >= 3 ? 3 : 1;  // rows 3 and 4 draft trees
     configs.push_back(c);
   }
   const BatchResult batch = g.generate_batch(prompts, configs);

@@ -466,6 +466,36 @@ TEST(Statistical, NegativeControlSiblingsTestedAgainstPIsDetected) {
   EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong tree verifier:\n" << o.report;
 }
 
+// A draft model's trees under sampling: its 3 most probable tokens at each position, a
+// deterministic proposal, verified by drawing each node's token from p, its children tried in turn.
+// 6 new tokens (the first 3 are tested), so that the first proposal has room for 6 nodes.
+GenerationConfig draft_trees(GenerationConfig c) {
+  c.draft_tree_width = 3;
+  c.max_new_tokens = 6;
+  return c;
+}
+
+// An unrelated draft's trees and the target's own (whose siblings hold much of p).
+TEST(Statistical, DraftTreesKeepDistribution) {
+  const Models m = models();
+  for (const auto& [c, draft] :
+       {std::pair{kCases[0], m.unrelated}, std::pair{kCases[2], m.target}}) {
+    const Outcome o = run(m.target, draft, draft_trees(c.cfg));
+    EXPECT_TRUE(o.all_pass) << c.name << "\n" << o.report;
+    EXPECT_GT(o.tree_passes, kSamples / 2) << c.name << ": the proposals were hardly trees";
+  }
+  const Outcome o = run(m.target, m.target, draft_trees(kCases[1].cfg), nullptr, 4);
+  EXPECT_TRUE(o.all_pass) << "in a batch\n" << o.report;
+}
+
+// The target's own trees: a second child tested against p is kept well below its probability.
+TEST(Statistical, NegativeControlSiblingsTestedAgainstPWithDraftTreesIsDetected) {
+  const Models m = models();
+  const Outcome o =
+      run(m.target, m.target, draft_trees(kCases[0].cfg), std::make_shared<SiblingsAgainstP>());
+  EXPECT_FALSE(o.all_pass) << "the test failed to detect a wrong tree verifier:\n" << o.report;
+}
+
 TEST(Statistical, NegativeControlAlwaysAcceptWithSuffixProposalsIsDetected) {
   const Models m = models();
   const GenerationConfig c = suffix_config();
