@@ -120,8 +120,19 @@ void GoodputPlanner::retime_draft(LookaheadSchedule& schedule,
       std::min<int64_t>(2, schedule.cap()));  // as the first probe: its second pass is timed
 }
 
-double GoodputPlanner::Calibration::factor(size_t depth) const {
-  return depth < kept.size() ? (kept[depth] + 1.0) / (estimated[depth] + 1.0) : 1.0;
+double GoodputPlanner::Calibration::factor(size_t slot) const {
+  return slot < kept.size() ? (kept[slot] + 1.0) / (estimated[slot] + 1.0) : 1.0;
+}
+
+std::vector<size_t> GoodputPlanner::slots(const Candidates& c) {
+  const std::vector<int64_t> depths = c.depths();
+  std::vector<size_t> out(c.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    const bool later = c.tree() && std::find(c.parents.begin(), c.parents.begin() + i,
+                                             c.parents[i]) != c.parents.begin() + i;
+    out[i] = 2 * static_cast<size_t>(depths[i]) + (later ? 1 : 0);
+  }
+  return out;
 }
 
 void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch,
@@ -135,12 +146,11 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
     target_cost = target_cost_;
     for (const auto& [kind, c] : rows) {
       const std::vector<double> reach = c->reach();
-      const std::vector<int64_t> depths = c->depths();
+      const std::vector<size_t> slot = slots(*c);
       const Calibration& cal = calibration_[kind];
       gains.emplace_back();
       for (size_t i = 0; i < reach.size(); ++i)
-        gains.back().push_back(
-            std::min(1.0, reach[i] * cal.factor(static_cast<size_t>(depths[i]))));
+        gains.back().push_back(std::min(1.0, reach[i] * cal.factor(slot[i])));
       longest = std::max(longest, reach.size());
     }
   }
@@ -158,19 +168,17 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
   for (const auto& row : rows) row.second->truncate(best);
 }
 
-void GoodputPlanner::observe_kept(int kind, const Candidates& c, int64_t accepted) {
+void GoodputPlanner::observe_kept(int kind, const Candidates& c, const std::vector<int64_t>& path) {
   const std::vector<double> reach = c.reach();
-  const std::vector<int64_t> depths = c.depths();
+  const std::vector<size_t> slot = slots(c);
   std::lock_guard<std::mutex> lock(mutex_);
   Calibration& cal = calibration_[kind];
-  const size_t levels =
-      depths.empty() ? 0 : static_cast<size_t>(*std::max_element(depths.begin(), depths.end())) + 1;
-  if (cal.kept.size() < levels) cal.kept.resize(levels, 0.0), cal.estimated.resize(levels, 0.0);
-  constexpr double kDecay = 0.95;  // a proposal's weight against the one after it, per depth
-  for (size_t d = 0; d < levels; ++d) cal.kept[d] *= kDecay, cal.estimated[d] *= kDecay;
-  for (size_t i = 0; i < reach.size(); ++i)
-    cal.estimated[static_cast<size_t>(depths[i])] += reach[i];
-  for (int64_t d = 0; d < accepted && static_cast<size_t>(d) < levels; ++d) cal.kept[d] += 1.0;
+  const size_t used = slot.empty() ? 0 : *std::max_element(slot.begin(), slot.end()) + 1;
+  if (cal.kept.size() < used) cal.kept.resize(used, 0.0), cal.estimated.resize(used, 0.0);
+  constexpr double kDecay = 0.95;  // a proposal's weight against the one after it
+  for (size_t s = 0; s < cal.kept.size(); ++s) cal.kept[s] *= kDecay, cal.estimated[s] *= kDecay;
+  for (size_t i = 0; i < reach.size(); ++i) cal.estimated[slot[i]] += reach[i];
+  for (const int64_t node : path) cal.kept[slot[static_cast<size_t>(node)]] += 1.0;
 }
 
 void GoodputPlanner::observe_target(int64_t rows, double seconds) {

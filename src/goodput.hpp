@@ -38,15 +38,15 @@ class GoodputPlanner {
   // kind, to their first n candidates (best first), for the n in [1, the longest] with the most
   // expected tokens per second of the pass: every one of its `batch` rows gains one token, and each
   // row of `rows` the reach of its kept candidates (Candidates::reach) times the kept / estimated
-  // ratio measured at their depths for that kind (observe_kept), for a pass over batch x (max(n,
-  // others)
-  // + 1) tokens; `others`: the most candidates another row of the pass verifies. A chain is cut
+  // ratio measured for that kind at their depth and rank (observe_kept), for a pass over batch x
+  // (max(n, others) + 1) tokens; `others`: the most tokens another row of the pass puts in after
+  // its last one. A chain is cut
   // where its next token does not pay, a tree's branches go where they do not: the shape (one
   // token, a chain, a tree) follows the measured costs and acceptance. Nothing is cut until a pass
   // was timed.
   void cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch, int64_t others);
-  // A proposal of proposer `kind` that cut() saw kept `accepted` candidates (depths 0..accepted-1).
-  void observe_kept(int kind, const Candidates& c, int64_t accepted);
+  // A proposal of proposer `kind` that cut() saw kept the candidates `path` (Verdict::path).
+  void observe_kept(int kind, const Candidates& c, const std::vector<int64_t>& path);
   // A real target pass over `rows` tokens took `seconds`.
   void observe_target(int64_t rows, double seconds);
   // The draft drafted one token for each of `rows` rows in `seconds` per pass.
@@ -64,11 +64,13 @@ class GoodputPlanner {
   void retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
                     const std::vector<double>& alphas);
 
-  // By proposer kind and depth, decayed: candidates kept, and the sum of their estimated reach.
+  // By proposer kind, then by depth and rank (slot 2 depth for its parent's first child, 2 depth
+  // + 1 for a later sibling), decayed: candidates kept, and the sum of their estimated reach.
   struct Calibration {
     std::vector<double> kept, estimated;
-    double factor(size_t depth) const;  // (kept + 1) / (estimated + 1)
+    double factor(size_t slot) const;  // (kept + 1) / (estimated + 1)
   };
+  static std::vector<size_t> slots(const Candidates& c);  // each candidate's Calibration slot
   std::map<int, Calibration> calibration_;
   const Model& target_;
   std::mutex mutex_;

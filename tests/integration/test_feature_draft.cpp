@@ -238,8 +238,9 @@ TEST(FeatureDraft, ProposalsEqualAFreshRunOnTheVerifiedSequence) {
 }
 
 // Greedy output with a feature-fed draft equals the target's own, for one request under every
-// schedule and K, for a batch of ragged prompts with continuous batching, and through a
-// PromptCache; a draft that copies the bigram target's prediction is accepted every time it drafts.
+// schedule, K and tree width (chains and the draft's top 3 per position), for a batch of ragged
+// prompts with continuous batching (trees), and through a PromptCache; a draft that copies the
+// bigram target's prediction is accepted every time it drafts.
 TEST(FeatureDraft, GreedyOutputEqualsTargetOnly) {
   const auto target = test_model(cached_fixture("ff_target", small_fixture(43, 2)));
   FixtureOptions d = small_fixture(44, 1);
@@ -248,21 +249,27 @@ TEST(FeatureDraft, GreedyOutputEqualsTargetOnly) {
   const Generator gen(target, draft);
   const std::vector<int64_t> eos = target->config().eos_token_ids;
   for (const char* schedule : {"constant", "heuristic", "dynamic", "goodput"})
-    for (const int64_t k : {1, 2, 5}) {
-      GenerationConfig cfg;
-      cfg.max_new_tokens = 24;
-      cfg.num_assistant_tokens = k;
-      cfg.num_assistant_tokens_schedule = schedule;
-      const std::vector<int64_t> prompt = ids(k, 5 + k);
-      const GenerationResult r = gen.generate(prompt, cfg);
-      EXPECT_EQ(r.tokens, oracle_greedy(*target, prompt, 24, eos)) << schedule << " K=" << k;
-      // (goodput may stop drafting once it has seen this random draft's acceptance.)
-      if (std::string(schedule) != "goodput")
-        EXPECT_GT(r.stats.drafted_tokens, 0) << schedule << " K=" << k;
-    }
+    for (const int64_t k : {1, 2, 5})
+      for (const int64_t width : {1, 3}) {
+        GenerationConfig cfg;
+        cfg.max_new_tokens = 24;
+        cfg.num_assistant_tokens = k;
+        cfg.num_assistant_tokens_schedule = schedule;
+        cfg.draft_tree_width = width;
+        const std::vector<int64_t> prompt = ids(k, 5 + k);
+        const GenerationResult r = gen.generate(prompt, cfg);
+        const std::string where =
+            std::string(schedule) + " K=" + std::to_string(k) + " W=" + std::to_string(width);
+        EXPECT_EQ(r.tokens, oracle_greedy(*target, prompt, 24, eos)) << where;
+        // (goodput may stop drafting once it has seen this random draft's acceptance.)
+        if (std::string(schedule) == "goodput") continue;
+        EXPECT_GT(r.stats.drafted_tokens, 0) << where;
+        if (width > 1) EXPECT_GT(r.stats.tree_passes, 0) << where;
+      }
   GenerationConfig cfg;
   cfg.max_new_tokens = 20;
   cfg.num_assistant_tokens = 3;
+  cfg.draft_tree_width = 3;
   std::vector<std::vector<int64_t>> prompts;
   for (size_t i = 0; i < 5; ++i) prompts.push_back(ids(20 + i, 3 + 4 * i));
   BatchOptions options;
@@ -284,6 +291,7 @@ TEST(FeatureDraft, GreedyOutputEqualsTargetOnly) {
   const auto bigram = test_model(bt);
   const Generator copy(bigram, test_model(passive_draft(bt, 0.0, "ff_passive_copy")));
   cfg.max_new_tokens = 30;
+  cfg.draft_tree_width = 1;
   const GenerationResult r = copy.generate(ids(50, 6), cfg);
   EXPECT_EQ(r.tokens, oracle_greedy(*bigram, ids(50, 6), 30, eos));
   EXPECT_GT(r.stats.drafted_tokens, 0);
