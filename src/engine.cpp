@@ -386,8 +386,8 @@ void Engine::draft() {
     // goodput: suffix speculation proposes up to the cap once drafting pays, and the cut below
     // decides.
     const bool goodput = row.schedule->kind() == Schedule::kGoodput;
-    const bool cut_later =
-        !first_ && row.config.suffix_speculation && row.schedule->num_tokens() > 0;
+    const bool cut_later = !first_ && uncached(i) == 0 && row.config.suffix_speculation &&
+                           row.schedule->num_tokens() > 0;
     const int64_t k = std::min(
         max_tokens_[i], !goodput || cut_later ? row.schedule->cap() : row.schedule->num_tokens());
     row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
