@@ -36,8 +36,13 @@ void Candidates::truncate(size_t n) {
   if (q.defined()) q = q.narrow(0, 0, static_cast<int64_t>(n));
   if (!tree()) return;
   parents.resize(n);
+  chain_if_unbranched();
+}
+
+void Candidates::chain_if_unbranched() {
   bool chain = true;
-  for (size_t i = 0; i < n; ++i) chain = chain && parents[i] == static_cast<int64_t>(i) - 1;
+  for (size_t i = 0; i < parents.size(); ++i)
+    chain = chain && parents[i] == static_cast<int64_t>(i) - 1;
   if (chain) parents.clear();
 }
 
@@ -82,7 +87,7 @@ Candidates chain_with_siblings(const Candidates& c,
     out.probs.push_back(nodes[i].prob);
     out.parents.push_back(nodes[i].parent < 0 ? -1 : index[nodes[i].parent]);
   }
-  if (c.size() == out.size()) return c;  // no sibling: a chain
+  out.chain_if_unbranched();  // no sibling
   return out;
 }
 }  // namespace

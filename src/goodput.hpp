@@ -40,10 +40,9 @@ class GoodputPlanner {
   // row of `rows` the reach of its kept candidates (Candidates::reach) times the kept / estimated
   // ratio measured for that kind at their depth and rank (observe_kept), for a pass over batch x
   // (max(n, others) + 1) tokens; `others`: the most tokens another row of the pass puts in after
-  // its last one. A chain is cut
-  // where its next token does not pay, a tree's branches go where they do not: the shape (one
-  // token, a chain, a tree) follows the measured costs and acceptance. Nothing is cut until a pass
-  // was timed.
+  // its last one. A chain is cut where its next token does not pay, a tree's branches go where
+  // they do not: the shape (one token, a chain, a tree) follows the measured costs and acceptance.
+  // Nothing is cut until a pass was timed.
   void cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch, int64_t others);
   // A proposal of proposer `kind` that cut() saw kept the candidates `path` (Verdict::path).
   void observe_kept(int kind, const Candidates& c, const std::vector<int64_t>& path);

@@ -313,11 +313,8 @@ Candidates SuffixGenerator::propose(const std::vector<int64_t>& tokens, int64_t 
   }
   out.tokens = std::move(best.tokens);
   out.probs = std::move(best.probs);
-  // A tree that grew no branch is a chain.
-  bool chain = true;
-  for (size_t i = 0; i < best.parents.size(); ++i)
-    chain = chain && best.parents[i] == static_cast<int64_t>(i) - 1;
-  if (!chain) out.parents = std::move(best.parents);
+  out.parents = std::move(best.parents);
+  out.chain_if_unbranched();
   return out;
 }
 

@@ -36,6 +36,8 @@ struct Candidates {
   // Keeps the first n candidates (a proposer's best first, parents before children, so they are a
   // tree still); a tree left without a branch becomes a chain.
   void truncate(size_t n);
+  // A tree without a branch (each candidate's parent the one before it) becomes a chain.
+  void chain_if_unbranched();
 };
 
 // Runs a draft model with its own KV cache for a batch of sequences (rows), each under its own
