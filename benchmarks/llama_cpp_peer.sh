@@ -3,7 +3,7 @@
 # is built from the source that PyPI's llama-cpp-python sdist carries, under bench-peers/, which is
 # git-ignored; none of its code enters specdec).
 #   bash benchmarks/llama_cpp_peer.sh [BUILD_DIR] [ROUNDS] [THREADS...]
-#   PEER_PARTS=smollm2,synthetic,speculative (default: all three)   PEER_OUT=FILE (default below)
+#   PEER_PARTS=smollm2,gemma3,synthetic,speculative (default: all four)   PEER_OUT=FILE (default below)
 #   LLAMA_BUILD=DIR: llama.cpp's build directory (default bench-peers/llama.cpp-build); LLAMA_FLAGS: its
 #   CMake flags when the script builds it (default -DGGML_NATIVE=ON; on a CPU where llama.cpp's native
 #   AMX kernel faults, e.g. "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
@@ -11,6 +11,7 @@
 # Files:
 #   smollm2:   SmolLM2-135M-Instruct Q4_1 as shipped (scripts/get_models.sh), and Q8_0 / F16 / F32 made
 #              from it with llama-quantize --allow-requantize (F16/F32 hold the Q4_1 values exactly).
+#   gemma3:    Gemma 3 270M Q4_K_M as shipped (scripts/get_models.sh): a 262,144-token tied head in Q8_0.
 #   synthetic: the synthetic 1.1B Llama pair (benchmarks/synthetic_pair.sh) given the Llama 2 tokenizer
 #              of ../shared/fixtures/tokenizers (32000 ids, its vocabulary) and converted by llama.cpp's
 #              own convert_hf_to_gguf.py to F32; target F16 / Q8_0 / Q4_0 / Q4_K_M and a Q4_0 draft
@@ -47,10 +48,11 @@ build=${1:-build}
 rounds=${2:-3}
 shift 2 || true
 threads=("$@"); ((${#threads[@]})) || threads=(1 2)
-parts=${PEER_PARTS:-smollm2,synthetic,speculative}
+parts=${PEER_PARTS:-smollm2,gemma3,synthetic,speculative}
 default_out=benchmarks/results/llama_cpp_peer.jsonl
 out=${PEER_OUT:-$default_out}
 smollm2=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+gemma3=models/gemma3/gemma-3-270m-q4_k_m.gguf
 tokenizer=../shared/fixtures/tokenizers/llama2_legacy
 has() { [[ ",$parts," == *",$1,"* ]]; }
 [ -x "$build/specdec" ] || { echo "no $build/specdec: build first" >&2; exit 1; }
@@ -82,6 +84,10 @@ if has smollm2; then
     quantize "$smollm2" "$peers/SmolLM2-135M-Instruct.$t.gguf" "$t"
     files+=("$peers/SmolLM2-135M-Instruct.$t.gguf")
   done
+fi
+if has gemma3; then
+  [ -e "$gemma3" ] || bash scripts/get_models.sh
+  files+=("$gemma3")
 fi
 # Python tooling: gguf (the bytes a pass reads), matplotlib (benchmarks/report.py); for the
 # synthetic pair also llama.cpp's converter's torch (reused from .venv-torch2 when

@@ -22,7 +22,8 @@ SECTIONS = [
     ("llama_cpp_peer", "specdec beside llama.cpp on the same GGUF files",
      "`bash benchmarks/llama_cpp_peer.sh build 3 1 2`: decode, passes of 1-128 tokens, peak RSS, the memory-bandwidth "
      "floor and speculative decoding, both engines interleaved on the same files (SmolLM2-135M-Instruct as shipped and "
-     "requantized, the synthetic 1.1B Llama pair converted by llama.cpp's own converter).", report_peer.section),
+     "requantized, Gemma 3 270M Q4_K_M as shipped, the synthetic 1.1B Llama pair converted by llama.cpp's own "
+     "converter; `PEER_PARTS` runs some of them).", report_peer.section),
     ("serve_peer", "Serving: `specdec serve` beside llama-server",
      "`bash benchmarks/serve_peer.sh build`: closed-loop streaming chat clients (`benchmarks/serve_load.py`), greedy, "
      "SmolLM2-135M-Instruct Q4_1 for both servers, one server at a time; TTFT = time to first token, ITL = inter-token "
@@ -57,8 +58,12 @@ SECTIONS = [
     ("smollm2_speculation", "Speculation on SmolLM2", "`bash benchmarks/smollm2_speculation.sh`: prompt lookup on "
      "grounded prompts and early-exit drafts cut from the model, one `specdec compare --chat` per line.", T.per_config),
     ("make_draft_smollm2", "Drafts made for SmolLM2 (`specdec make-draft`)", "`bash "
-     "benchmarks/make_draft_smollm2.sh`: a draft trained on the target's own answers, evaluated with `specdec compare "
-     "--chat` on 12 prompts outside training.", T.make_draft_smollm2),
+     "benchmarks/make_draft.sh smollm2`: a draft trained on the target's own answers, evaluated with `specdec compare "
+     "--chat` on 12 prompts outside training.", T.make_draft),
+    ("make_draft_gemma3", "Drafts made for Gemma 3 270M (`specdec make-draft`)", "`bash "
+     "benchmarks/make_draft.sh gemma3`: a draft trained on the base model's continuations of text openings it wrote "
+     "itself, evaluated with `specdec compare` on the 12 text openings of "
+     "`benchmarks/prompts/continuation_eval.txt`.", T.make_draft),
     ("suffix", "Suffix speculation on a repetitive workload", "`python3 benchmarks/suffix.py BUILD MODEL`: the 36 "
      "chat requests of `benchmarks/prompts/repetitive.jsonl` (JSON extraction, edits of one file, questions over one "
      "passage, interleaved) one after another through one `specdec generate --chat --prompts-file`; generation time "

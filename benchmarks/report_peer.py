@@ -158,28 +158,40 @@ def summary(run):
 
 
 def section(runs):
-    """runs: llama_cpp_peer runs, latest first. The latest run that timed passes and the latest with speculative runs."""
+    """runs: llama_cpp_peer runs, latest first. The latest run that timed passes, then each earlier one that timed
+    files the later ones did not (e.g. a run of one part: PEER_PARTS), and the latest with speculative runs."""
     out = ["Ratios below 1: specdec faster. Plots at the end of this section.", ""]
-    with_passes = next((r for r in runs if any(x.get("kind") == "passes" for x in r.records)), None)
+    with_passes, covered = [], set()
+    for r in runs:
+        files = set(Peer(r).files)
+        if files - covered:
+            with_passes.append(r)
+            covered |= files
     with_spec = next((r for r in runs if any(x.get("kind") == "speculative" for x in r.records)), None)
-    if with_passes:
-        p = Peer(with_passes)
-        out += run_header(with_passes) + [f"llama.cpp from llama-cpp-python {with_passes.records[0].get('llama_cpp', '?')}; "
-                                          f"medians of {with_passes.records[0].get('rounds', '?')} interleaved rounds.", ""]
+    for i, run in enumerate(with_passes):
+        p = Peer(run)
+        if i:
+            out += run_header(run, "Latest run of " + ", ".join(short_file(f) for f in p.files))
+        else:
+            out += run_header(run)
+        out += [f"llama.cpp from llama-cpp-python {run.records[0].get('llama_cpp', '?')}; "
+                f"medians of {run.records[0].get('rounds', '?')} interleaved rounds.", ""]
         out += passes_tables(p)
     if with_spec:
-        if with_spec is not with_passes:
+        if with_spec not in with_passes:
             out += run_header(with_spec, "Latest run with speculative decoding")
         out += speculative_table(Peer(with_spec))
-    rest = [r for r in runs if r is not with_passes and r is not with_spec]
+    rest = [r for r in runs if r not in with_passes and r is not with_spec]
     cols = ["files", "decode, specdec / llama.cpp (range over files)", "prefill 128 ratio", "speculative: best specdec / best llama.cpp"]
     out += history(rest, "Earlier runs", [(c, (lambda i: lambda r: summary(r)[i])(i)) for i, c in enumerate(cols)])
+    # The plots of passes: the shown run with the most files.
+    plotted = max(with_passes, key=lambda r: len(Peer(r).files), default=None)
     plots = []
-    if with_passes:
+    if plotted:
         plots += ["![decode ms/token per engine and format](decode.png)", "", "![cost of a pass against its tokens](pass_cost.png)", ""]
     if with_spec:
         plots += ["![measured speedup against acceptance, with the Leviathan prediction](speculative.png)", ""]
-    return out + ["#### Plots", ""] + plots, (with_passes, with_spec)
+    return out + ["#### Plots", ""] + plots, (plotted, with_spec)
 
 
 def plots(latest, docs):

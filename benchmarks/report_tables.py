@@ -347,7 +347,7 @@ def schedule_rounds(runs):
     return out + history(runs[1:], "Earlier runs", [("pair", lambda r: r.records[0].get("pair", "-")), ("medians", cell)])
 
 
-# --- speculation with specdec compare (make_draft_smollm2.sh, smollm2_speculation.sh, e2e_speedup.sh, ...) ---
+# --- speculation with specdec compare (make_draft.sh, smollm2_speculation.sh, e2e_speedup.sh, ...) ---
 COMPARE = ["greedy_ms_per_token", "assisted_ms_per_token", "speedup", "predicted", "acceptance", "tokens_per_pass",
            "cost_ratio", "identical"]
 
@@ -357,7 +357,7 @@ def _mean(rs, k):
     return sum(vals) / len(vals) if vals else None
 
 
-def make_draft_smollm2(runs):
+def make_draft(runs):
     latest = runs[0]
     out = run_header(latest)
     held = [r for r in latest.records if r["kind"] == "held_out"]

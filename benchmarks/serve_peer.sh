@@ -21,7 +21,7 @@
 #            concurrencies -> results/serve_goodput.jsonl. D is SERVE_DRAFT, by default an early-exit
 #            draft cut from the model (4 layers, make-fixture --draft-of, as smollm2_speculation.sh):
 #            it rarely agrees with the target, so this measures what goodput costs when drafting
-#            does not pay; give a trained draft (benchmarks/make_draft_smollm2.sh) to see it pay.
+#            does not pay; give a trained draft (benchmarks/make_draft.sh smollm2) to see it pay.
 #   http     the HTTP layer's cost: the requests that 8 clients send (chat prompts) through
 #            `specdec generate --prompts-file FILE --batch-size 8 --json` (in one process, tokens/s
 #            of its own summary, after an 8-request warm-up run that is subtracted) against the

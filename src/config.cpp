@@ -342,8 +342,9 @@ void ModelConfig::validate(const std::string& source) const {
                 "): a feature-fed draft reads its own outputs as features too; got ", feature_size);
   const bool llama = llama_family(model_type);
   SPECDEC_CHECK(
-      feature_size == 0 || llama, source,
-      ": specdec_feature_size (a feature-fed draft) is supported for the llama family only");
+      feature_size == 0 || llama || model_type == "gemma3_text", source,
+      ": specdec_feature_size (a feature-fed draft) is supported for the llama family and "
+      "gemma3_text only");
   SPECDEC_CHECK(
       head_token_ids.empty() || llama || model_type == "gemma3_text", source,
       ": head_token_ids (a reduced-vocabulary head) is supported for the llama family and Gemma 3");

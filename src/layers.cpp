@@ -133,6 +133,35 @@ at::Tensor Pass::last(const at::Tensor& x, int64_t keep) const {
   return x.gather(1, index.expand({rows(), keep, x.size(2)}));
 }
 
+at::Tensor draft_features(const Pass& pass, const KVCache& cache, int64_t feature_size) {
+  const KVCache* target = cache.feature_source();
+  SPECDEC_CHECK(
+      target != nullptr,
+      "forward: a feature-fed draft (specdec_feature_size) runs beside its target: ",
+      "its cache needs the target's cache as feature source (KVCache::set_feature_source)");
+  const at::Tensor& theirs = target->hidden();  // [B', capacity', F]
+  const at::Tensor& own = cache.hidden();       // [B, capacity, F]
+  SPECDEC_CHECK(theirs.size(2) == feature_size, "forward: the target's hidden states have ",
+                theirs.size(2), " features, the draft expects ", feature_size);
+  at::Tensor out =
+      at::zeros({pass.rows(), pass.tokens(), feature_size}, own.options());  // [B, T, F]
+  for (int64_t b = 0; b < pass.rows(); ++b) {
+    const int64_t first = pass.start(b) - 1,
+                  end = first + pass.count(b);  // feature positions [first, end)
+    const int64_t verified = b < target->batch() ? target->length(b) : 0;
+    const int64_t from = std::max<int64_t>(first, 0), split = std::clamp(verified, from, end);
+    if (split > from)
+      out[b].narrow(0, from - first, split - from).copy_(theirs[b].narrow(0, from, split - from));
+    if (end > split) {
+      SPECDEC_CHECK(end <= cache.length(b), "forward: feature-fed draft row ", b,
+                    " has no hidden state for position ", end - 1, " (the target holds ", verified,
+                    " positions, the draft ", cache.length(b), ")");
+      out[b].narrow(0, split - first, end - split).copy_(own[b].narrow(0, split, end - split));
+    }
+  }
+  return out;
+}
+
 Rotary::Rotary(int64_t rot_dim, double theta, const RopeScaling& scaling, int64_t max_positions,
                at::ScalarType dtype, c10::Device device) {
   at::Tensor exponent =

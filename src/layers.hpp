@@ -76,6 +76,12 @@ class Pass {
   c10::Device device_;
 };
 
+// A feature-fed draft's features for the pass: [B, T, F], row b's token at position p getting the
+// hidden state of position p - 1 from the target's cache (cache.feature_source()) where the
+// target holds it, else from the draft's own cache (its prediction), zeros at p = 0 and for
+// padding.
+at::Tensor draft_features(const Pass& pass, const KVCache& cache, int64_t feature_size);
+
 // Rotary position embedding over the first `rot_dim` features of each head (rotate-half layout).
 class Rotary {
  public:

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "device.hpp"
 #include "specdec/error.hpp"
@@ -107,16 +108,23 @@ class TopP final : public LogitsProcessor {
  public:
   explicit TopP(double p) : p_(p) {}
   at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
-    // Hugging Face: sort ascending, drop tokens whose cumulative probability is <= 1 - top_p,
-    // always keep the most likely token.
-    auto sorted = at::sort(scores, -1, /*descending=*/false);
-    const at::Tensor& vals = std::get<0>(sorted);  // [R, V]
-    const at::Tensor& idx = std::get<1>(sorted);   // [R, V]
-    const at::Tensor cum = vals.softmax(-1).cumsum(-1);
-    at::Tensor remove = cum <= (1.0 - p_);
-    remove.narrow(-1, remove.size(-1) - 1, 1).fill_(false);
-    const at::Tensor mask = remove.scatter(-1, idx, remove);
-    return scores.masked_fill(mask, kNegInf);
+    // Hugging Face sorts ascending and drops the tokens whose cumulative probability is
+    // <= 1 - top_p, always keeping the most likely one. Equivalently, a token is kept when the
+    // mass of the tokens above it is < top_p: only the most likely tokens up to that mass need
+    // ranking, so the top k are ranked with k growing until they hold top_p (no sort of a
+    // 262k-token vocabulary).
+    const at::Tensor probs = scores.softmax(-1);  // [R, V]
+    const int64_t v = scores.size(-1);
+    at::Tensor vals, idx, cum;
+    for (int64_t k = std::min<int64_t>(64, v);; k = std::min(v, 8 * k)) {
+      std::tie(vals, idx) = at::topk(probs, k, -1);  // [R, k], descending
+      cum = vals.cumsum(-1);
+      if (k == v || (cum.select(-1, k - 1) >= p_).all().item<bool>()) break;
+    }
+    at::Tensor keep = (cum - vals) < p_;  // the mass above each ranked token
+    keep.select(-1, 0).fill_(true);
+    const at::Tensor remove = at::ones_like(scores, scores.options().dtype(at::kBool));
+    return scores.masked_fill(remove.scatter(-1, idx, keep.logical_not()), kNegInf);
   }
 
  private:

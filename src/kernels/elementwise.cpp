@@ -76,20 +76,33 @@ at::Tensor rotary_f32(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 namespace {
 
 inline float silu(float v) { return v / (1.0f + exp_clamped(-v)); }
+// Hugging Face's tanh GELU, 0.5 v (1 + tanh(u)) with u = sqrt(2 / pi) (v + 0.044715 v^3), as
+// v / (1 + e^(-2u)) (the same value: 1 + tanh(u) = 2 / (1 + e^(-2u))) on the shared exp.
+constexpr float kGeluCubic = 0.044715f, kGeluMinus2Sqrt2OverPi = -1.5957691216057308f;
+inline float gelu_tanh(float v) {
+  return v / (1.0f + exp_clamped(kGeluMinus2Sqrt2OverPi * (v + kGeluCubic * v * v * v)));
+}
 
 #ifdef SPECDEC_X86
-// silu() in 8 lanes: the same operations in the same order (AVX2 without FMA).
+// silu() and gelu_tanh() in 8 lanes: the same operations in the same order (AVX2 without FMA).
 __attribute__((target("avx2"))) inline __m256 silu8(__m256 v) {
   const __m256 one = _mm256_set1_ps(1.0f);
   return _mm256_div_ps(v, _mm256_add_ps(one, exp8(_mm256_xor_ps(v, _mm256_set1_ps(-0.0f)))));
 }
+__attribute__((target("avx2"))) inline __m256 gelu_tanh8(__m256 v) {
+  const __m256 cubic = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(kGeluCubic), v), v),
+                                     v);  // ((c v) v) v
+  const __m256 t = _mm256_mul_ps(_mm256_set1_ps(kGeluMinus2Sqrt2OverPi), _mm256_add_ps(v, cubic));
+  return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), exp8(t)));
+}
 
-// silu (times up, when given) of a row's first n - n mod 8 values; returns how many.
-__attribute__((target("avx2"))) int64_t silu_row_avx2(const float* x, const float* up, float* y,
-                                                      int64_t n) {
+// act (times up, when given) of a row's first n - n mod 8 values; returns how many.
+template <__m256 (*Act)(__m256)>
+__attribute__((target("avx2"))) int64_t act_row_avx2(const float* x, const float* up, float* y,
+                                                     int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 a = silu8(_mm256_loadu_ps(x + i));
+    __m256 a = Act(_mm256_loadu_ps(x + i));
     if (up) a = _mm256_mul_ps(a, _mm256_loadu_ps(up + i));
     _mm256_storeu_ps(y + i, a);
   }
@@ -107,9 +120,7 @@ at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gat
   else if (name == "gelu")
     f = [](float v) { return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f)); };
   else if (name == "gelu_tanh")
-    f = [](float v) {
-      return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
-    };
+    f = gelu_tanh;
   else if (name == "relu")
     f = [](float v) { return v > 0.0f ? v : 0.0f; };
   else
@@ -123,19 +134,21 @@ at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gat
   if (y.numel() == 0) return y;
   const float* xp = xc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  const bool vector_silu = f == silu && isa != Isa::kPortable;
+  // The 8-lane copies where there is one (the same bits).
+  int64_t (*vector)(const float*, const float*, float*, int64_t) = nullptr;
+#ifdef SPECDEC_X86
+  if (isa != Isa::kPortable)
+    vector = f == silu ? act_row_avx2<silu8> : f == gelu_tanh ? act_row_avx2<gelu_tanh8> : nullptr;
+#else
+  (void)isa;
+#endif
   at::parallel_for(0, y.numel() / width, rows_per_task(in_width), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* in = xp + r * in_width;
       const float* up = gated ? in + width : nullptr;
       float* out = yp + r * width;
-      int64_t i = 0;
-#ifdef SPECDEC_X86
-      if (vector_silu) i = silu_row_avx2(in, up, out, width);
-#else
-      (void)vector_silu;
-#endif
-      for (; i < width; ++i) out[i] = up ? f(in[i]) * up[i] : f(in[i]);
+      const int64_t i0 = vector ? vector(in, up, out, width) : 0;
+      for (int64_t i = i0; i < width; ++i) out[i] = up ? f(in[i]) * up[i] : f(in[i]);
     }
   });
   return y;

@@ -51,6 +51,10 @@ class Gemma3Model final : public Model {
       return load.tensor(name, {n}).to(at::kFloat) + 1.0;
     };
     embed_ = load.linear("model.embed_tokens.weight", {v, h});
+    if (c.feature_size > 0) {  // a feature-fed draft (make-draft --features)
+      fc_norm_ = norm("fc_norm.weight", c.feature_size);
+      fc_ = load.linear("fc.weight", {h, h + c.feature_size});
+    }
     layers_.reserve(c.num_hidden_layers);
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
       const std::string p = "model.layers." + std::to_string(i) + ".";
@@ -85,7 +89,11 @@ class Gemma3Model final : public Model {
     const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const ModelConfig& c = config_;
     at::Tensor x = embed_.rows(input_ids, dtype_) * embed_scale_;  // [B, T, H]
-    const auto [cos_g, sin_g] = global_.tables(pass);              // [T, D]
+    if (c.feature_size > 0)
+      x = fc_(at::cat({x, layers::rms_norm(layers::draft_features(pass, cache, c.feature_size),
+                                           fc_norm_, c.rms_norm_eps)},
+                      2));
+    const auto [cos_g, sin_g] = global_.tables(pass);  // [T, D]
     const auto [cos_l, sin_l] = local_.tables(pass);
     const at::Tensor full = pass.causal_mask(dtype_);                      // [T, past+T]
     const at::Tensor window = pass.causal_mask(dtype_, c.sliding_window);  // [T, past+T]
@@ -109,6 +117,8 @@ class Gemma3Model final : public Model {
   double scale_;
   at::Tensor embed_scale_;  // [] in the dtype
   Linear embed_;            // [V, H]
+  at::Tensor fc_norm_;      // [F] float32, (1 + w): feature-fed drafts only
+  Linear fc_;               // [H, H + F]: feature-fed drafts only
   std::vector<Gemma3Layer> layers_;
   at::Tensor norm_;  // [H] float32, (1 + w)
   layers::Head head_;

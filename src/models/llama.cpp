@@ -84,7 +84,9 @@ class LlamaModel final : public Model {
     const ModelConfig& c = config_;
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]
     if (c.feature_size > 0)
-      x = fc_(at::cat({x, layers::rms_norm(features(pass, cache), fc_norm_, c.rms_norm_eps)}, 2));
+      x = fc_(at::cat({x, layers::rms_norm(layers::draft_features(pass, cache, c.feature_size),
+                                           fc_norm_, c.rms_norm_eps)},
+                      2));
     auto [cos, sin] = rotary_.tables(pass);                              // [T, D]
     const at::Tensor mask = pass.causal_mask(dtype_, c.sliding_window);  // [T, past+T]
     for (size_t i = 0; i < layers_.size(); ++i) {
@@ -99,40 +101,6 @@ class LlamaModel final : public Model {
   }
 
  private:
-  // A feature-fed draft's features for the pass: [B, T, F], row b's token at position p getting the
-  // hidden state of position p - 1 from the target's cache (cache.feature_source()) where the
-  // target holds it, else from this model's own cache (its prediction), zeros at p = 0 and for
-  // padding.
-  at::Tensor features(const layers::Pass& pass, const KVCache& cache) const {
-    const KVCache* target = cache.feature_source();
-    SPECDEC_CHECK(
-        target != nullptr,
-        "forward: a feature-fed draft (specdec_feature_size) runs beside its target: ",
-        "its cache needs the target's cache as feature source (KVCache::set_feature_source)");
-    const at::Tensor& theirs = target->hidden();  // [B', capacity', F]
-    const at::Tensor& own = cache.hidden();       // [B, capacity, F]
-    SPECDEC_CHECK(theirs.size(2) == config_.feature_size,
-                  "forward: the target's hidden states have ", theirs.size(2),
-                  " features, the draft expects ", config_.feature_size);
-    at::Tensor out =
-        at::zeros({pass.rows(), pass.tokens(), config_.feature_size}, own.options());  // [B, T, F]
-    for (int64_t b = 0; b < pass.rows(); ++b) {
-      const int64_t first = pass.start(b) - 1,
-                    end = first + pass.count(b);  // feature positions [first, end)
-      const int64_t verified = b < target->batch() ? target->length(b) : 0;
-      const int64_t from = std::max<int64_t>(first, 0), split = std::clamp(verified, from, end);
-      if (split > from)
-        out[b].narrow(0, from - first, split - from).copy_(theirs[b].narrow(0, from, split - from));
-      if (end > split) {
-        SPECDEC_CHECK(end <= cache.length(b), "forward: feature-fed draft row ", b,
-                      " has no hidden state for position ", end - 1, " (the target holds ",
-                      verified, " positions, the draft ", cache.length(b), ")");
-        out[b].narrow(0, split - first, end - split).copy_(own[b].narrow(0, split, end - split));
-      }
-    }
-    return out;
-  }
-
   layers::Rotary rotary_;
   double scale_;
   Linear embed_;        // [V, H]

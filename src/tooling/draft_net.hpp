@@ -1,6 +1,7 @@
-// The draft make-draft trains: a llama-family decoder as plain differentiable ATen ops (float32,
-// CPU), none of the inference kernels (they have no gradients). It shares the inference model's
-// rotary tables (layers::Rotary) and Hugging Face's tensor names.
+// The draft make-draft trains: a llama-family (Qwen3's q/k norms included) or Gemma 3 decoder as
+// plain differentiable ATen ops (float32, CPU), none of the inference kernels (they have no
+// gradients). It shares the inference model's rotary tables (layers::Rotary) and Hugging Face's
+// tensor names.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,21 +20,25 @@ namespace specdec::detail {
 // `layers` holds the chosen target layers; the head is [V, H] or, reduced, [V', H].
 struct DraftNet {
   struct Layer {
-    at::Tensor in_norm, q, k, v, qb, kb, vb, o, post_norm, gate, up, down, gb, ub, db;  // HF shapes
+    // Hugging Face's shapes. post_norm is Llama's pre-MLP norm and Gemma 3's norm of the attention
+    // output; q_norm and k_norm (per head) are Qwen3's and Gemma 3's; pre_ff and post_ff Gemma 3's.
+    at::Tensor in_norm, q, k, v, qb, kb, vb, o, post_norm, gate, up, down, gb, ub, db, q_norm,
+        k_norm, pre_ff, post_ff;
+    bool sliding = false;  // Gemma 3: a sliding-window layer (local rotary base)
     // The tensors in kLayerTensors' order.
-    std::array<at::Tensor*, 15> all() {
-      return {&in_norm,   &q,    &k,  &v,    &qb, &kb, &vb, &o,
-              &post_norm, &gate, &up, &down, &gb, &ub, &db};
+    std::array<at::Tensor*, 19> all() {
+      return {&in_norm, &q,    &k,  &v,  &qb, &kb,     &vb,     &o,      &post_norm, &gate,
+              &up,      &down, &gb, &ub, &db, &q_norm, &k_norm, &pre_ff, &post_ff};
     }
-    std::array<const at::Tensor*, 15> all() const {
+    std::array<const at::Tensor*, 19> all() const {
       const auto a = const_cast<Layer*>(this)->all();
-      std::array<const at::Tensor*, 15> out;
+      std::array<const at::Tensor*, 19> out;
       std::copy(a.begin(), a.end(), out.begin());
       return out;
     }
   };
   // A layer's tensors' Hugging Face names (after "model.layers.N."), in Layer::all()'s order.
-  static const std::array<const char*, 15> kLayerTensors;
+  static const std::array<const char*, 19> kLayerTensors;
   ModelConfig c;
   at::Tensor embed;  // [V, H], never trained
   std::vector<Layer> layers;
@@ -52,8 +57,9 @@ struct DraftNet {
   // receives the draft's last-layer output [N, S, H] (its prediction of them).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& features = {},
                      at::Tensor* last = nullptr) const;
-  // w * RMS-normalized x (the target's RMSNorm).
+  // w * RMS-normalized x (the target's RMSNorm; Gemma 3's scales by 1 + w).
   at::Tensor rms(const at::Tensor& x, const at::Tensor& w) const;
+  bool gemma() const { return c.model_type == "gemma3_text"; }
 };
 
 // Loads layers `ids` of the target (float32, CPU) into a DraftNet whose head is `head_ids`' rows

@@ -1,4 +1,5 @@
-// make-draft: distilling a small draft out of a llama-family target with libtorch autograd.
+// make-draft: distilling a small draft out of a llama-family or Gemma 3 target with libtorch
+// autograd.
 //
 // The target labels the training sequences once, as generation runs it (its top kTopK next-token
 // probabilities at every position). The draft trains as a plain, differentiable float32 decoder
@@ -80,7 +81,7 @@ struct Data {
   at::Tensor top_p;     // [N, S, kTopK] float32
   at::Tensor head_ids;  // [V'] int64, or empty for a full head
   int64_t train = 0;    // chunks [0, train) train, the rest are held out
-  at::Tensor features;  // [N, S, H] float16: the target's hidden states (--features), or undefined
+  at::Tensor features;  // [N, S, H] 16-bit: the target's hidden states (--features), or undefined
   std::vector<at::Tensor> tensors() const {
     std::vector<at::Tensor> t = {ids, lengths, top_ids, top_p, head_ids, at::tensor(train)};
     if (features.defined()) t.push_back(features);
@@ -249,16 +250,19 @@ std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOp
   const std::optional<ChatTemplate> chat = target_chat(o.target);
   std::vector<std::string> lines;
   if (!o.prompts_file.empty()) lines = prompt_lines(o.prompts_file, "--prompts");
-  SPECDEC_CHECK(o.self_prompts == 0 || chat,
-                "make-draft: --self-prompts needs a target with a chat template; ", o.target,
-                " has none (give --prompts or --data)");
+  // The target writes its prompts itself: a chat model user messages, from its chat template up
+  // to the start of a user turn until the turn ends (as in Magpie, Xu et al. 2024); a base model
+  // (no chat template) the start of a text, from BOS alone.
+  const std::vector<int64_t> start = o.self_prompts == 0 ? std::vector<int64_t>()
+                                     : chat ? tok->encode(user_turn_prefix(*chat), false)
+                                            : tok->encode("", true);
+  SPECDEC_CHECK(o.self_prompts == 0 || !start.empty(), "make-draft: --self-prompts needs a target ",
+                "with a chat template or a BOS token; ", o.target,
+                " has neither (give --prompts or --data)");
   const Generator gen(load_target(o));
   if (o.self_prompts > 0) {
-    // The target writes user messages itself: the chat template up to the start of a user turn,
-    // sampled at temperature 1 until the turn ends (as in Magpie, Xu et al. 2024). Repeats and
-    // empty messages are dropped.
-    const std::vector<std::vector<int64_t>> starts(static_cast<size_t>(o.self_prompts),
-                                                   tok->encode(user_turn_prefix(*chat), false));
+    // Sampled at temperature 1, at most 64 tokens; repeats and empty prompts are dropped.
+    const std::vector<std::vector<int64_t>> starts(static_cast<size_t>(o.self_prompts), start);
     std::vector<GenerationConfig> configs(starts.size());
     for (size_t i = 0; i < configs.size(); ++i) {
       configs[i].max_new_tokens = 64;
@@ -332,7 +336,12 @@ bool label(Data& data, const Model& target, int64_t batch, bool features, const 
   const int64_t n = data.ids.size(0), s = data.ids.size(1);
   data.top_ids = at::empty({n, s, kTopK}, at::kInt);
   data.top_p = at::empty({n, s, kTopK}, at::kFloat);
-  if (features) data.features = at::zeros({n, s, target.config().hidden_size}, at::kHalf);
+  // float16, except for Gemma, whose hidden states outgrow its range (as its activations do):
+  // bfloat16 there.
+  if (features)
+    data.features =
+        at::zeros({n, s, target.config().hidden_size},
+                  target.config().model_type == "gemma3_text" ? at::kBFloat16 : at::kHalf);
   c10::InferenceMode guard;
   const auto t0 = Clock::now();
   for (int64_t b = 0; b < n; b += batch) {
@@ -379,6 +388,13 @@ void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& 
   remove_tree(next);
   json c = src.config_json;
   c["num_hidden_layers"] = static_cast<int64_t>(net.layers.size());
+  if (net.gemma()) {  // each kept layer keeps its kind, in the dialect both transformers read
+    std::vector<std::string> types;
+    for (const auto& l : net.layers)
+      types.push_back(l.sliding ? "sliding_attention" : "full_attention");
+    c["layer_types"] = types;
+    c.erase("sliding_window_pattern");
+  }
   c["tie_word_embeddings"] = false;
   c["torch_dtype"] = "float32";
   c.erase("head_token_ids");
@@ -467,12 +483,11 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
   }
   const detail::SourceCheckpoint src = detail::open_checkpoint(o.target);
   const ModelConfig& c = src.config;
-  // (Qwen3's q/k norms are not in make-draft's network yet.)
   SPECDEC_CHECK(
-      llama_family(c.model_type) && !c.qk_norm && c.head_token_ids.empty(),
+      (llama_family(c.model_type) || c.model_type == "gemma3_text") && c.head_token_ids.empty(),
       "make-draft: ", o.target, " is a ", c.model_type,
       c.head_token_ids.empty() ? "" : " draft with a reduced head",
-      " model; make-draft supports llama, mistral and qwen2 targets (not qwen3 or gemma3 yet)");
+      " model; make-draft supports llama, mistral, qwen2, qwen3 and gemma3 targets");
 
   RunState state;
   Data data;

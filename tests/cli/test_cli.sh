@@ -131,7 +131,7 @@ check "make-draft --help names its options" bash -c 'for f in --layers --layer-i
 expect_error "make-draft: --vocab-subset 0" "--vocab-subset must be >= 1" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --vocab-subset 0
 expect_error "make-draft: more layers than the target" "has 3 layers" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --layers 4
 "$SPECDEC" make-fixture --arch gpt2 --out "$work/g2" --layers 1 --hidden 32 --heads 2 2>/dev/null
-expect_error "make-draft: unsupported architecture" "supports llama, mistral and qwen2 targets" make-draft --target "$work/g2" --out "$work/x" --data "$work/train.txt"
+expect_error "make-draft: unsupported architecture" "supports llama, mistral, qwen2, qwen3 and gemma3 targets" make-draft --target "$work/g2" --out "$work/x" --data "$work/train.txt"
 expect_error "make-draft: output exists" "already exists" make-draft --target "$work/tt" --out "$work/md" --data "$work/train.txt"
 check "make-draft: failed runs leave no folder" test ! -e "$work/x"
 # Ctrl-C: the run stops at the next step, writes a checkpoint and says how to resume.

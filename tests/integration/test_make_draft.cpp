@@ -221,6 +221,63 @@ TEST(MakeDraft, AFeatureFedDraftTrainsAndKeepsGreedyOutputExact) {
   expect_error(resume, "resume it the same way");
 }
 
+// Qwen3 (q/k norms) and Gemma 3 (its sandwich layer, (1 + w) norms, scaled embeddings, sliding
+// and global layers with their own rotary bases), on targets made like setup()'s: the draft network
+// of all the target's layers, untrained, is the target through the inference path (which the
+// Hugging Face fixtures check); a draft of layers 1 and 2 (Gemma: a global and a sliding one) keeps
+// their kinds, and, feature-fed with a reduced head, trains to a lower held-out KL through the
+// inference path and keeps greedy output exact.
+TEST(MakeDraft, QwenAndGemmaTargets) {
+  for (const std::string arch : {"qwen3", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    FixtureOptions f = small_fixture(5, 4, arch);
+    f.exit_layers = -1;
+    f.exit_scale = 1.0;
+    f.init_std = 0.15;
+    f.tokenizer_dir = test_data("tiny_bpe");
+    const std::string root = temp_dir("make_draft_" + arch);
+    const auto target = load_model(cached_fixture("make_draft_" + arch, f));
+    MakeDraftOptions o = options(root + "/all");
+    o.target = cached_fixture("make_draft_" + arch, f);
+    o.layer_ids = {0, 1, 2, 3};
+    o.steps = 0;
+    EXPECT_EQ(make_draft(o).before.greedy_agreement, 1.0);
+    const DraftQuality all = evaluate_draft(*target, *load_model(o.out), setup().held_out);
+    EXPECT_LT(all.kl, 1e-6);
+    EXPECT_EQ(all.greedy_agreement, 1.0);
+
+    o.out = root + "/untrained";
+    o.layer_ids = {1, 2};
+    o.vocab_subset = 40;
+    o.features = true;
+    make_draft(o);
+    o.out = root + "/trained";
+    o.steps = 80;
+    o.data_from = root + "/untrained";
+    o.data_files.clear();
+    const MakeDraftResult r = make_draft(o);
+    EXPECT_LT(r.after.kl, r.before.kl);
+    const auto draft = load_model(o.out);
+    EXPECT_EQ(draft->config().num_hidden_layers, 2);
+    if (arch == "gemma3")
+      EXPECT_EQ(draft->config().layer_types,
+                (std::vector<std::string>{"full_attention", "sliding_attention"}));
+    const DraftQuality before =
+        evaluate_draft(*target, *load_model(root + "/untrained"), setup().held_out);
+    const DraftQuality after = evaluate_draft(*target, *draft, setup().held_out);
+    EXPECT_LT(after.kl, 0.85 * before.kl) << before.kl << " -> " << after.kl;
+    const Generator assisted(target, draft);
+    GenerationConfig g;
+    g.max_new_tokens = 24;
+    g.num_assistant_tokens = 3;
+    for (const auto& seq : setup().held_out) {
+      const std::vector<int64_t> prompt(seq.begin(), seq.begin() + 8);
+      EXPECT_EQ(assisted.generate(prompt, g).tokens,
+                oracle_greedy(*target, prompt, g.max_new_tokens, target->config().eos_token_ids));
+    }
+  }
+}
+
 // The real tokens of every training chunk a make-draft run wrote to `out`.
 std::multiset<std::vector<int64_t>> training_chunks(const std::string& out) {
   std::vector<at::Tensor> data;
@@ -324,63 +381,84 @@ TEST(MakeDraft, EvalPromptsScoreTheAnswersOnly) {
   EXPECT_EQ(make_draft(plain).eval.positions, 0) << "no eval prompts, no measurement";
 }
 
-// --self-prompts: the target writes its own user messages (sampled from the start of a user turn)
-// and answers them. Each message is checked against the same sampling done through the public API.
-TEST(MakeDraft, SelfPromptsAreTheTargetsOwnMessages) {
-  const std::string root = temp_dir("make_draft_self");
-  const std::string target = temp_dir("make_draft_self_target");
+// A copy of setup()'s target with `tokenizer_config` changes (a chat template, BOS added).
+std::string target_copy(const std::string& name, const nlohmann::json& tokenizer_config) {
+  const std::string target = temp_dir(name);
   for (const char* f : {"config.json", "generation_config.json", "model.safetensors",
                         "tokenizer.json", "vocab.json", "merges.txt", "added_tokens.json"})
     write_file(target + "/" + f, read_file(setup().target + "/" + f));
   nlohmann::json tc = read_json(setup().target + "/tokenizer_config.json");
-  tc["chat_template"] =
-      "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] "
-      "}}<|im_end|>\n"
-      "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  tc.update(tokenizer_config);
   write_file(target + "/tokenizer_config.json", tc.dump());
+  return target;
+}
 
-  MakeDraftOptions o = options(root + "/d");
-  o.target = target;
-  o.data_files.clear();
-  o.self_prompts = 5;
-  o.seed = 7;
-  o.gen_temperatures = {0};
-  o.gen_tokens = 4;
-  o.steps = 0;
-  make_draft(o);
-  const auto chunks = training_chunks(o.out);
+// --self-prompts: a chat target writes its own user messages (sampled from the start of a user
+// turn), a base target the start of a text (sampled from BOS), and answers them. Each prompt is
+// checked against the same sampling done through the public API.
+TEST(MakeDraft, SelfPromptsAreTheTargetsOwnMessages) {
+  const std::string root = temp_dir("make_draft_self");
+  const std::string chat_target = target_copy(
+      "make_draft_self_target",
+      {{"chat_template",
+        "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] "
+        "}}<|im_end|>\n"
+        "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}});
+  const std::string base_target = target_copy("make_draft_self_base", {{"add_bos_token", true}});
+  for (const std::string& target : {chat_target, base_target}) {
+    SCOPED_TRACE(target);
+    MakeDraftOptions o = options(root + "/d" + std::to_string(target == base_target));
+    o.target = target;
+    o.data_files.clear();
+    o.self_prompts = 5;
+    o.seed = 7;
+    o.gen_temperatures = {0};
+    o.gen_tokens = 4;
+    o.steps = 0;
+    make_draft(o);
+    const auto chunks = training_chunks(o.out);
 
-  const auto tok = load_tokenizer(target);
-  const ChatTemplate chat = ChatTemplate::recognise(*read_chat_template(target), target);
-  const Generator gen(load_model(target));
-  std::set<std::string> messages;
-  for (uint64_t i = 0; i < 5; ++i) {
-    GenerationConfig g;
-    g.max_new_tokens = 64;
-    g.do_sample = true;
-    g.seed = 7 + 1000003 * (i + 1);
-    const std::string start = chat.render({{"user", "X"}}, false);
-    std::string text = tok->decode(
-        gen.generate(tok->encode(start.substr(0, start.find('X')), false), g).tokens, true);
-    text.erase(0, text.find_first_not_of(" \t\r\n"));
-    text.erase(text.find_last_not_of(" \t\r\n") + 1);
-    if (text.empty() || !messages.insert(text).second) continue;
-    std::vector<int64_t> seq = tok->encode(chat.render({{"user", text}}, true), false);
-    GenerationConfig greedy;
-    greedy.max_new_tokens = 4;
-    const auto answer = gen.generate(seq, greedy).tokens;
-    seq.insert(seq.end(), answer.begin(), answer.end());
-    seq.resize(std::min<size_t>(seq.size(), static_cast<size_t>(o.seq_len)));
-    EXPECT_EQ(chunks.count(seq), 1u)
-        << "message " << i << " (" << text << ") and its greedy answer";
+    const auto tok = load_tokenizer(target);
+    const auto chat_text = read_chat_template(target);
+    const std::optional<ChatTemplate> chat =
+        chat_text ? std::optional<ChatTemplate>(ChatTemplate::recognise(*chat_text, target))
+                  : std::nullopt;
+    ASSERT_EQ(chat.has_value(), target == chat_target);
+    const Generator gen(load_model(target));
+    std::set<std::string> messages;
+    for (uint64_t i = 0; i < 5; ++i) {
+      GenerationConfig g;
+      g.max_new_tokens = 64;
+      g.do_sample = true;
+      g.seed = 7 + 1000003 * (i + 1);
+      std::vector<int64_t> start = tok->encode("", true);  // the base target: BOS
+      if (chat) {
+        const std::string turn = chat->render({{"user", "X"}}, false);
+        start = tok->encode(turn.substr(0, turn.find('X')), false);
+      }
+      ASSERT_FALSE(start.empty());
+      std::string text = tok->decode(gen.generate(start, g).tokens, true);
+      text.erase(0, text.find_first_not_of(" \t\r\n"));
+      text.erase(text.find_last_not_of(" \t\r\n") + 1);
+      if (text.empty() || !messages.insert(text).second) continue;
+      std::vector<int64_t> seq =
+          chat ? tok->encode(chat->render({{"user", text}}, true), false) : tok->encode(text, true);
+      GenerationConfig greedy;
+      greedy.max_new_tokens = 4;
+      const auto answer = gen.generate(seq, greedy).tokens;
+      seq.insert(seq.end(), answer.begin(), answer.end());
+      seq.resize(std::min<size_t>(seq.size(), static_cast<size_t>(o.seq_len)));
+      EXPECT_EQ(chunks.count(seq), 1u)
+          << "prompt " << i << " (" << text << ") and its greedy answer";
+    }
+    EXPECT_GE(messages.size(), 2u);
+    EXPECT_GE(chunks.size(), messages.size());
   }
-  EXPECT_GE(messages.size(), 2u);
-  EXPECT_GE(chunks.size(), messages.size());
 
-  o = options(root + "/x");
+  MakeDraftOptions o = options(root + "/x");
   o.data_files.clear();
-  o.self_prompts = 2;
-  expect_error(o, "needs a target with a chat template");
+  o.self_prompts = 2;  // setup()'s target: no chat template, no BOS
+  expect_error(o, "needs a target with a chat template or a BOS token");
   o.self_prompts = -1;
   expect_error(o, "--self-prompts must be >= 0");
 }
@@ -422,9 +500,7 @@ TEST(MakeDraft, BadInputIsRefusedAndLeavesNoFolder) {
   expect_error(o, "give training text");
   o = options(root + "/x");
   o.target = cached_fixture("make_draft_gpt2", small_fixture(5, 2, "gpt2"));
-  expect_error(o, "supports llama, mistral and qwen2 targets");
-  o.target = cached_fixture("make_draft_qwen3", small_fixture(5, 2, "qwen3"));
-  expect_error(o, "not qwen3 or gemma3 yet");
+  expect_error(o, "supports llama, mistral, qwen2, qwen3 and gemma3 targets");
   o = options(root + "/x");
   o.steps = -1;
   expect_error(o, "--steps");

@@ -139,11 +139,13 @@ TEST(LayerKernels, FusedCachedAttentionIsTheUnfusedStepsBitwise) {
   }
 }
 
-// SiLU's own exp: the x86 copy gives the portable code's bits (rows whose width is not a multiple
-// of 8, so every lane and the tails are used; NaN, infinities, zeros, values beyond the clamp), the
-// gated form equals the two steps bitwise, and both are within a few ulp of v / (1 + e^-v) in
-// double precision.
-TEST(LayerKernels, SiluIsTheSameOnEveryIsaAndCloseToLibtorch) {
+// SiLU and tanh GELU on the shared exp: the x86 copy gives the portable code's bits (rows whose
+// width is not a multiple of 8, so every lane and the tails are used; NaN, infinities, zeros,
+// values beyond the clamp), the gated form equals the two steps bitwise, and both are within a few
+// ulp of v / (1 + e^-v) and of Hugging Face's 0.5 v (1 + tanh(sqrt(2 / pi) (v + 0.044715 v^3))) in
+// double precision (for GELU, plus the rounding of the exponent's argument, which it computes in
+// float32).
+TEST(LayerKernels, ActivationsAreTheSameOnEveryIsaAndCloseToLibtorch) {
   at::Tensor x = at::randn({3, 2, 2 * 37}) * 8;
   const float special[] = {0.0f,
                            -0.0f,
@@ -165,32 +167,49 @@ TEST(LayerKernels, SiluIsTheSameOnEveryIsaAndCloseToLibtorch) {
   for (size_t i = 0; i < std::size(special); ++i) xp[5 * i] = special[i];
   const at::Tensor gate = x.narrow(-1, 0, 37), up = x.narrow(-1, 37, 37);
   const auto bits = [](const at::Tensor& t) { return t.contiguous().view(at::kInt); };  // NaN too
-  const at::Tensor plain = kernels::activation_f32(x, "silu", false, kernels::Isa::kPortable);
-  for (const kernels::Isa isa : kernels::available_isas()) {
-    EXPECT_TRUE(at::equal(bits(kernels::activation_f32(x, "silu", false, isa)), bits(plain)))
-        << kernels::isa_name(isa);
-    const at::Tensor gated = kernels::activation_f32(x, "silu", true, isa);
-    EXPECT_TRUE(
-        at::equal(bits(gated), bits(kernels::activation_f32(gate, "silu", false, isa) * up)))
-        << kernels::isa_name(isa);
-  }
-  const at::Tensor got = kernels::activation_f32(x, "silu");
   const at::Tensor xd = x.to(at::kDouble);
-  const at::Tensor want = (xd / (1 + at::exp(-xd))).to(at::kFloat);
-  const at::Tensor finite = at::isfinite(x);
-  // Relative error within 2^-21 (a few ulp), or absolute below 1e-30 (e^-v beyond the clamp).
-  const at::Tensor err = (got - want).abs().masked_fill(~finite, 0);
-  const at::Tensor bound = (want.abs() * 4.8e-7).clamp_min(1e-30);
-  const at::Tensor bad = at::nonzero((err > bound).flatten());
-  for (int64_t i = 0; i < std::min<int64_t>(bad.size(0), 5); ++i) {
-    const int64_t j = bad[i][0].item<int64_t>();
-    ADD_FAILURE() << "silu(" << x.flatten()[j].item<float>()
-                  << ") = " << got.flatten()[j].item<float>() << ", want "
-                  << want.flatten()[j].item<float>();
+  const double k = std::sqrt(2.0 / M_PI);
+  const at::Tensor exponent = -2 * k * (xd + 0.044715 * xd.pow(3));  // GELU's e^t
+  for (const std::string name : {"silu", "gelu_tanh"}) {
+    SCOPED_TRACE(name);
+    const at::Tensor plain = kernels::activation_f32(x, name, false, kernels::Isa::kPortable);
+    for (const kernels::Isa isa : kernels::available_isas()) {
+      EXPECT_TRUE(at::equal(bits(kernels::activation_f32(x, name, false, isa)), bits(plain)))
+          << kernels::isa_name(isa);
+      const at::Tensor gated = kernels::activation_f32(x, name, true, isa);
+      EXPECT_TRUE(
+          at::equal(bits(gated), bits(kernels::activation_f32(gate, name, false, isa) * up)))
+          << kernels::isa_name(isa);
+    }
+    const at::Tensor got = kernels::activation_f32(x, name);
+    const bool silu = name == "silu";
+    // GELU: Hugging Face's value by the identity 1 + tanh(u) = 2 / (1 + e^(-2u)), which keeps
+    // its precision where 1 + tanh(u) cancels; the formula itself is checked absolutely below.
+    const at::Tensor want = (xd / (1 + at::exp(silu ? -xd : exponent))).to(at::kFloat);
+    const at::Tensor finite = at::isfinite(x) & at::isfinite(want);
+    if (!silu) {
+      const at::Tensor hf = 0.5 * xd * (1 + at::tanh(-exponent / 2));
+      EXPECT_TRUE(((got - hf).abs() <= 1e-6 * (1 + xd.abs()))
+                      .masked_fill(~finite, true)
+                      .all()
+                      .item<bool>());
+    }
+    // Relative error within 2^-21 (a few ulp; GELU: plus 2^-22 per unit of its exponent), or
+    // absolute below 1e-30 (e^t beyond the clamp).
+    const at::Tensor rel = silu ? at::full_like(xd, 4.8e-7) : 4.8e-7 + 2.4e-7 * exponent.abs();
+    const at::Tensor err = (got - want).abs().masked_fill(~finite, 0);
+    const at::Tensor bound = (want.abs() * rel.to(at::kFloat)).clamp_min(1e-30);
+    const at::Tensor bad = at::nonzero((err > bound).flatten());
+    for (int64_t i = 0; i < std::min<int64_t>(bad.size(0), 5); ++i) {
+      const int64_t j = bad[i][0].item<int64_t>();
+      ADD_FAILURE() << name << "(" << x.flatten()[j].item<float>()
+                    << ") = " << got.flatten()[j].item<float>() << ", want "
+                    << want.flatten()[j].item<float>();
+    }
+    // +inf stays +inf (e^-inf clamps to e^-87), NaN stays NaN.
+    EXPECT_EQ(got[0][0][50].item<float>(), std::numeric_limits<float>::infinity());
+    EXPECT_TRUE(std::isnan(got[0][0][60].item<float>()));
   }
-  // +inf stays +inf (e^-inf clamps to e^-87), NaN stays NaN.
-  EXPECT_EQ(got[0][0][50].item<float>(), std::numeric_limits<float>::infinity());
-  EXPECT_TRUE(std::isnan(got[0][0][60].item<float>()));
 }
 
 }  // namespace

@@ -49,6 +49,32 @@ TEST(Processors, TopPBoundaryAndMinimumOneToken) {
   EXPECT_EQ(kept(1.0), (std::vector<int>{0, 1, 2, 3}));
 }
 
+// On a 262,144-token vocabulary, against a slow oracle: a Zipf distribution (p ~ rank^-1.2) over
+// shuffled ids, two rows; top_p set halfway between the mass above rank n and above rank n + 1
+// (computed in double), so exactly the n + 1 most likely tokens survive. n = 700 is past the
+// first two ranked blocks, so the ranked count has to grow twice.
+TEST(Processors, TopPOnALargeVocabularyKeepsExactlyTheRankedPrefix) {
+  const int64_t v = 262144;
+  const at::Tensor ranks = at::arange(v, at::kDouble);
+  const at::Tensor w = (ranks + 1).pow(-1.2);
+  const at::Tensor mass_above = (w / w.sum()).cumsum(0) - w / w.sum();  // [V], by rank
+  at::manual_seed(7);
+  const at::Tensor perm0 = at::randperm(v), perm1 = at::randperm(v);  // rank -> token id
+  const at::Tensor logits = (w.log()).to(at::kFloat);
+  at::Tensor s = at::empty({2, v});
+  s[0].index_put_({perm0}, logits);
+  s[1].index_put_({perm1}, logits);
+  for (int64_t n : {0, 3, 40, 700}) {
+    const double p = 0.5 * (mass_above[n].item<double>() + mass_above[n + 1].item<double>());
+    const at::Tensor kept = make_top_p(p)->apply(s, {}).isfinite();  // [2, V]
+    for (int r = 0; r < 2; ++r) {
+      const at::Tensor by_rank = kept[r].index_select(0, r == 0 ? perm0 : perm1);
+      EXPECT_TRUE(by_rank.narrow(0, 0, n + 1).all().item<bool>()) << "n " << n << " row " << r;
+      EXPECT_EQ(by_rank.sum().item<int64_t>(), n + 1) << "n " << n << " row " << r;
+    }
+  }
+}
+
 TEST(Processors, MinP) {
   const at::Tensor s = log_probs({0.5f, 0.3f, 0.15f, 0.05f});
   const auto v = vec(make_min_p(0.5)->apply(s, {}));  // keep p >= 0.25

@@ -157,9 +157,10 @@ int main(int argc, char** argv) {
       "Prompts, one per line, that the target answers itself (on-policy training text; its chat "
       "template is applied when it has one)");
   mkd->add_option("--self-prompts", md.self_prompts,
-                  "The target writes N user messages itself (sampled from the start of a user turn "
-                  "of its chat "
-                  "template) and answers them: on-policy training text without a prompt list")
+                  "The target writes N prompts itself and answers them: on-policy training text "
+                  "without a prompt list (a chat model's user messages, sampled from the start of "
+                  "a user turn of its chat template; a base model's text openings, sampled from "
+                  "BOS)")
       ->capture_default_str();
   mkd->add_option("--data-from", md.data_from,
                   "Reuse the training text and target labels of an earlier make-draft output "
