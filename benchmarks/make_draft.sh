@@ -64,7 +64,7 @@ for i in $(seq "$(wc -l < "$work/eval_prompts.txt")"); do
   for sched in "${schedules[@]}"; do
     # shellcheck disable=SC2086  # a schedule is a flag and its value
     sed -n "${i}p" "$work/eval_prompts.txt" |
-      "$bin" compare --model "$model" --draft "$work/$name" --draft-weights "${DRAFT_WEIGHTS:-q8_0}" "${chat[@]}" --max-new-tokens 128 \
+      "$bin" compare --model "$model" --draft "$work/$name" --draft-weights "${DRAFT_WEIGHTS:-q8_0}" ${chat[@]+"${chat[@]}"} --max-new-tokens 128 \
         --threads 2 --json "${eval_args[@]}" $sched | python3 benchmarks/compare_summary.py "$name$tag ${sched##* }" "$i" >> "$out"
   done
 done

@@ -161,15 +161,17 @@ def section(runs):
     """runs: llama_cpp_peer runs, latest first. The latest run that timed passes, then each earlier one that timed
     files the later ones did not (e.g. a run of one part: PEER_PARTS), and the latest with speculative runs."""
     out = ["Ratios below 1: specdec faster. Plots at the end of this section.", ""]
-    with_passes, covered = [], set()
+    with_passes, shown, covered = [], [], set()  # shown: each run's files no later run timed
     for r in runs:
-        files = set(Peer(r).files)
-        if files - covered:
+        files = [f for f in Peer(r).files if f not in covered]
+        if files:
             with_passes.append(r)
-            covered |= files
+            shown.append(files)
+            covered |= set(files)
     with_spec = next((r for r in runs if any(x.get("kind") == "speculative" for x in r.records)), None)
-    for i, run in enumerate(with_passes):
+    for i, (run, files) in enumerate(zip(with_passes, shown)):
         p = Peer(run)
+        p.files = files
         if i:
             out += run_header(run, "Latest run of " + ", ".join(short_file(f) for f in p.files))
         else:
@@ -195,7 +197,8 @@ def section(runs):
 
 
 def plots(latest, docs):
-    """Writes decode.png and pass_cost.png (the latest run with passes) and speculative.png (with speculative runs)."""
+    """Writes decode.png and pass_cost.png (the shown run of passes with the most files) and speculative.png (the
+    latest with speculative runs)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -388,7 +388,7 @@ void write_draft_folder(const std::string& out, const detail::SourceCheckpoint& 
   remove_tree(next);
   json c = src.config_json;
   c["num_hidden_layers"] = static_cast<int64_t>(net.layers.size());
-  if (net.gemma()) {  // each kept layer keeps its kind, in the dialect both transformers read
+  if (net.gemma()) {  // each kept layer keeps its kind (layer_types: transformers 4.53+ and 5)
     std::vector<std::string> types;
     for (const auto& l : net.layers)
       types.push_back(l.sliding ? "sliding_attention" : "full_attention");

@@ -10,6 +10,8 @@
 #include <set>
 
 #include "test_util.hpp"
+#include "tooling/checkpoint.hpp"
+#include "tooling/draft_net.hpp"
 #include "util.hpp"
 
 namespace specdec::test {
@@ -219,6 +221,53 @@ TEST(MakeDraft, AFeatureFedDraftTrainsAndKeepsGreedyOutputExact) {
   resume.data_files.clear();
   resume.steps = 90;
   expect_error(resume, "resume it the same way");
+}
+
+// make-draft's network (plain differentiable ATen ops) against the inference model, logit for
+// logit, on a held-out text longer than Gemma's sliding window: targets made like setup()'s, then
+// every norm weight drawn at random (so that a norm applied to the wrong tensor or after the
+// rotation shows) and Gemma's query_pre_attn_scalar set apart from head_dim.
+TEST(MakeDraft, TheDraftNetworkComputesWhatTheInferenceModelComputes) {
+  for (const std::string arch : {"llama", "qwen3", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    FixtureOptions f = small_fixture(5, 4, arch);
+    f.exit_layers = -1;
+    f.exit_scale = 1.0;
+    f.init_std = 0.15;
+    f.tokenizer_dir = test_data("tiny_bpe");
+    const std::string base = cached_fixture("make_draft_" + arch, f);
+    const detail::SourceCheckpoint src = detail::open_checkpoint(base);
+    at::manual_seed(11);
+    std::map<std::string, at::Tensor> tensors;
+    for (const std::string& name : src.weights->names()) {
+      at::Tensor t = src.weights->load(name, at::kFloat, c10::Device(c10::kCPU));
+      if (name.find("norm") != std::string::npos) t = t + 0.5 * at::randn_like(t);
+      tensors[name] = t;
+    }
+    nlohmann::json c = src.config_json;
+    if (arch == "gemma3") {
+      ASSERT_EQ(c.at("query_pre_attn_scalar").get<double>(), src.config.head_dim);
+      c["query_pre_attn_scalar"] = 3 * src.config.head_dim;
+    }
+    const std::string dir = temp_dir("make_draft_net_" + arch);
+    detail::write_checkpoint(dir, c, tensors);
+    detail::copy_tokenizer_files(base, dir);
+    const auto target = load_model(dir);
+    const detail::DraftNet net =
+        detail::load_draft_net(detail::open_checkpoint(dir), {0, 1, 2, 3}, {});
+    const std::vector<int64_t>& seq = setup().held_out[0];
+    ASSERT_GT(static_cast<int64_t>(seq.size()), 2 * target->config().sliding_window);
+    const at::Tensor ids = at::tensor(seq, at::kLong).view({1, -1});
+    KVCache cache = target->make_cache(ids.size(1));
+    const at::Tensor want = target->forward(ids, cache);
+    at::Tensor got;
+    {
+      c10::InferenceMode guard;
+      got = net.forward(ids);
+    }
+    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-4))
+        << "max |difference| " << (got - want).abs().max().item<float>();
+  }
 }
 
 // Qwen3 (q/k norms) and Gemma 3 (its sandwich layer, (1 + w) norms, scaled embeddings, sliding

@@ -49,29 +49,37 @@ TEST(Processors, TopPBoundaryAndMinimumOneToken) {
   EXPECT_EQ(kept(1.0), (std::vector<int>{0, 1, 2, 3}));
 }
 
-// On a 262,144-token vocabulary, against a slow oracle: a Zipf distribution (p ~ rank^-1.2) over
-// shuffled ids, two rows; top_p set halfway between the mass above rank n and above rank n + 1
-// (computed in double), so exactly the n + 1 most likely tokens survive. n = 700 is past the
-// first two ranked blocks, so the ranked count has to grow twice.
+// On a 262,144-token vocabulary, against a slow oracle: two rows of Zipf distributions over
+// shuffled ids (p ~ rank^-1.2, and rank^-2 with its 1000 least likely tokens at -inf, as an earlier
+// top-k leaves them), the mass above each rank computed in double. top_p is set halfway between
+// row 0's masses above ranks n and n + 1, so exactly its n + 1 most likely tokens survive, and
+// row 1 keeps the ranks whose mass above is below top_p (far fewer: the rows need different
+// numbers of ranked tokens). n = 700 is past the first two ranked blocks, so the ranked count has
+// to grow twice.
 TEST(Processors, TopPOnALargeVocabularyKeepsExactlyTheRankedPrefix) {
-  const int64_t v = 262144;
-  const at::Tensor ranks = at::arange(v, at::kDouble);
-  const at::Tensor w = (ranks + 1).pow(-1.2);
-  const at::Tensor mass_above = (w / w.sum()).cumsum(0) - w / w.sum();  // [V], by rank
+  const int64_t v = 262144, masked = 1000;
+  const at::Tensor ranks = at::arange(v, at::kDouble) + 1;
+  const at::Tensor w0 = ranks.pow(-1.2), w1 = ranks.pow(-2.0).narrow(0, 0, v - masked);
+  auto above = [](const at::Tensor& w) { return (w / w.sum()).cumsum(0) - w / w.sum(); };
+  const at::Tensor above0 = above(w0), above1 = above(w1);  // by rank
   at::manual_seed(7);
   const at::Tensor perm0 = at::randperm(v), perm1 = at::randperm(v);  // rank -> token id
-  const at::Tensor logits = (w.log()).to(at::kFloat);
   at::Tensor s = at::empty({2, v});
-  s[0].index_put_({perm0}, logits);
-  s[1].index_put_({perm1}, logits);
+  s[0].index_put_({perm0}, w0.log().to(at::kFloat));
+  s[1].index_put_({perm1},
+                  at::cat({w1.log(), at::full({masked}, -INFINITY, at::kDouble)}).to(at::kFloat));
   for (int64_t n : {0, 3, 40, 700}) {
-    const double p = 0.5 * (mass_above[n].item<double>() + mass_above[n + 1].item<double>());
+    const double p = 0.5 * (above0[n].item<double>() + above0[n + 1].item<double>());
+    const int64_t n1 = (above1 < p).sum().item<int64_t>();
+    ASSERT_GT(((above1 - p).abs().min()).item<double>(), 1e-5) << "row 1 too near the boundary";
     const at::Tensor kept = make_top_p(p)->apply(s, {}).isfinite();  // [2, V]
     for (int r = 0; r < 2; ++r) {
+      const int64_t want = r == 0 ? n + 1 : n1;
       const at::Tensor by_rank = kept[r].index_select(0, r == 0 ? perm0 : perm1);
-      EXPECT_TRUE(by_rank.narrow(0, 0, n + 1).all().item<bool>()) << "n " << n << " row " << r;
-      EXPECT_EQ(by_rank.sum().item<int64_t>(), n + 1) << "n " << n << " row " << r;
+      EXPECT_TRUE(by_rank.narrow(0, 0, want).all().item<bool>()) << "n " << n << " row " << r;
+      EXPECT_EQ(by_rank.sum().item<int64_t>(), want) << "n " << n << " row " << r;
     }
+    if (n == 700) EXPECT_LT(n1, 100);
   }
 }
 
