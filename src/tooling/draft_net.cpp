@@ -9,7 +9,7 @@
 
 namespace specdec::detail {
 
-const std::array<const char*, 19> DraftNet::kLayerTensors = {"input_layernorm.weight",
+const std::array<const char*, 20> DraftNet::kLayerTensors = {"input_layernorm.weight",
                                                              "self_attn.q_proj.weight",
                                                              "self_attn.k_proj.weight",
                                                              "self_attn.v_proj.weight",
@@ -17,6 +17,7 @@ const std::array<const char*, 19> DraftNet::kLayerTensors = {"input_layernorm.we
                                                              "self_attn.k_proj.bias",
                                                              "self_attn.v_proj.bias",
                                                              "self_attn.o_proj.weight",
+                                                             "self_attn.o_proj.bias",
                                                              "post_attention_layernorm.weight",
                                                              "mlp.gate_proj.weight",
                                                              "mlp.up_proj.weight",
@@ -114,7 +115,7 @@ at::Tensor DraftNet::forward(const at::Tensor& ids, const at::Tensor& features,
       x = x + rms(at::linear(at::gelu(at::linear(m, l.gate), "tanh") * at::linear(m, l.up), l.down),
                   l.post_ff);
     } else {
-      x = x + at::linear(a, l.o);
+      x = x + at::linear(a, l.o, l.ob);
       const at::Tensor m = rms(x, l.post_norm);
       x = x + at::linear(at::silu(at::linear(m, l.gate, l.gb)) * at::linear(m, l.up, l.ub), l.down,
                          l.db);

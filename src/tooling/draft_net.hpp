@@ -22,23 +22,23 @@ struct DraftNet {
   struct Layer {
     // Hugging Face's shapes. post_norm is Llama's pre-MLP norm and Gemma 3's norm of the attention
     // output; q_norm and k_norm (per head) are Qwen3's and Gemma 3's; pre_ff and post_ff Gemma 3's.
-    at::Tensor in_norm, q, k, v, qb, kb, vb, o, post_norm, gate, up, down, gb, ub, db, q_norm,
+    at::Tensor in_norm, q, k, v, qb, kb, vb, o, ob, post_norm, gate, up, down, gb, ub, db, q_norm,
         k_norm, pre_ff, post_ff;
     bool sliding = false;  // Gemma 3: a sliding-window layer (local rotary base)
     // The tensors in kLayerTensors' order.
-    std::array<at::Tensor*, 19> all() {
-      return {&in_norm, &q,    &k,  &v,  &qb, &kb,     &vb,     &o,      &post_norm, &gate,
-              &up,      &down, &gb, &ub, &db, &q_norm, &k_norm, &pre_ff, &post_ff};
+    std::array<at::Tensor*, 20> all() {
+      return {&in_norm, &q,  &k,    &v,  &qb, &kb, &vb,     &o,      &ob,     &post_norm,
+              &gate,    &up, &down, &gb, &ub, &db, &q_norm, &k_norm, &pre_ff, &post_ff};
     }
-    std::array<const at::Tensor*, 19> all() const {
+    std::array<const at::Tensor*, 20> all() const {
       const auto a = const_cast<Layer*>(this)->all();
-      std::array<const at::Tensor*, 19> out;
+      std::array<const at::Tensor*, 20> out;
       std::copy(a.begin(), a.end(), out.begin());
       return out;
     }
   };
   // A layer's tensors' Hugging Face names (after "model.layers.N."), in Layer::all()'s order.
-  static const std::array<const char*, 19> kLayerTensors;
+  static const std::array<const char*, 20> kLayerTensors;
   ModelConfig c;
   at::Tensor embed;  // [V, H], never trained
   std::vector<Layer> layers;

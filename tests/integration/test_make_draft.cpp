@@ -226,7 +226,8 @@ TEST(MakeDraft, AFeatureFedDraftTrainsAndKeepsGreedyOutputExact) {
 // make-draft's network (plain differentiable ATen ops) against the inference model, logit for
 // logit, on a held-out text longer than Gemma's sliding window: targets made like setup()'s, then
 // every norm weight drawn at random (so that a norm applied to the wrong tensor or after the
-// rotation shows) and Gemma's query_pre_attn_scalar set apart from head_dim.
+// rotation shows), Llama given every bias it can have and Gemma's query_pre_attn_scalar set apart
+// from head_dim.
 TEST(MakeDraft, TheDraftNetworkComputesWhatTheInferenceModelComputes) {
   for (const std::string arch : {"llama", "qwen3", "gemma3"}) {
     SCOPED_TRACE(arch);
@@ -245,6 +246,16 @@ TEST(MakeDraft, TheDraftNetworkComputesWhatTheInferenceModelComputes) {
       tensors[name] = t;
     }
     nlohmann::json c = src.config_json;
+    if (arch == "llama") {  // Llama's attention_bias (o_proj's bias too) and mlp_bias
+      c["attention_bias"] = c["mlp_bias"] = true;
+      for (int64_t i = 0; i < src.config.num_hidden_layers; ++i)
+        for (const char* m :
+             {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+          const std::string p = "model.layers." + std::to_string(i) + "." + m;
+          tensors[p + ".bias"] = 0.5 * at::randn({tensors.at(p + ".weight").size(0)});
+        }
+    }
     if (arch == "gemma3") {
       ASSERT_EQ(c.at("query_pre_attn_scalar").get<double>(), src.config.head_dim);
       c["query_pre_attn_scalar"] = 3 * src.config.head_dim;
