@@ -28,8 +28,9 @@ SECTIONS = [
      "`bash benchmarks/serve_peer.sh build`: closed-loop streaming chat clients (`benchmarks/serve_load.py`), greedy, "
      "SmolLM2-135M-Instruct Q4_1 for both servers, one server at a time; TTFT = time to first token, ITL = inter-token "
      "latency.", T.serve_peer),
-    ("serve_lookup", "Serving: prompt lookup", "Part `lookup` of `benchmarks/serve_peer.sh`: `--prompt-lookup 10`, "
-     "constant and under goodput, against target-only on the grounded prompts (`benchmarks/prompts/grounded.txt`).",
+    ("serve_lookup", "Serving: prompt lookup", "Part `lookup` of `benchmarks/serve_peer.sh`: `--prompt-lookup 10` "
+     "under constant K, as given (goodput) and with `--prompt-lookup-match last`, against target-only on the grounded "
+     "prompts (`benchmarks/prompts/grounded.txt`); the `-int8` rows against target-only with `--int8-activations`.",
      T.serve_lookup),
     ("serve_goodput", "Serving: goodput with a draft", "Part `goodput` of `benchmarks/serve_peer.sh`: `--draft D "
      "--schedule goodput` against target-only on the chat prompts (by default a 4-layer early-exit draft the target "

@@ -119,12 +119,15 @@ def serve_peer(runs):
                                                     ("llama-server tok/s", per("llama-server"))])
 
 
+def _reference(label):  # what a label is measured against: target-only with the same activations
+    return "specdec-target-only" + ("-int8" if label.endswith("-int8") else "")
+
+
 def _against_target_only(run, labels):
     rows = []
     for c in sorted({r["concurrency"] for r in run.records}):
-        t = at(run, "specdec-target-only", c)
         for label in labels:
-            k = at(run, label, c)
+            k, t = at(run, label, c), at(run, _reference(label), c)
             if k:
                 rows.append([c, label, fmt(tput(k)), ratio(tput(k), tput(t)), ms(k.get("itl_p50"), "{:.2f}"),
                              fmt(k.get("tokens_per_target_pass"), "{:.2f}"), fmt(k.get("acceptance_rate"), "{:.3f}")])
@@ -133,14 +136,17 @@ def _against_target_only(run, labels):
 
 def _ratios(labels):
     def cell(run):
-        return "; ".join(f"{label} " + " / ".join(ratio(tput(at(run, label, c)), tput(at(run, "specdec-target-only", c)))
+        return "; ".join(f"{label} " + " / ".join(ratio(tput(at(run, label, c)), tput(at(run, _reference(label), c)))
                                                for c in sorted({r["concurrency"] for r in run.records}))
-                         for label in labels)
+                         for label in labels if any(r.get("label") == label for r in run.records))
     return cell
 
 
 def serve_lookup(runs):
-    labels = ["specdec-target-only", "specdec-lookup10", "specdec-lookup10-goodput"]
+    # The labels of every run (before goodput became prompt lookup's default, "specdec-lookup10" was
+    # constant K and "specdec-lookup10-goodput" goodput with the latest match).
+    labels = ["specdec-target-only", "specdec-lookup10-constant", "specdec-lookup10", "specdec-lookup10-last",
+              "specdec-lookup10-goodput", "specdec-target-only-int8", "specdec-lookup10-last-int8"]
     return (run_header(runs[0]) + _against_target_only(runs[0], labels) +
             history(runs[1:], "Earlier runs", [("vs target-only", _ratios(labels[1:]))]))
 

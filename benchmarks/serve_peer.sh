@@ -12,8 +12,9 @@
 #            context is shared among the slots: 2048 each; continuous batching is its default),
 #            concurrency SERVE_CONCURRENCY (default 1,4,8,16), chat prompts of
 #            benchmarks/prompts/serve_chat.jsonl (answers that run to max_tokens) -> results/serve_peer.jsonl
-#   lookup   specdec --prompt-lookup 10 (constant, and under goodput with the latest match) against
-#            specdec target-only on the grounded prompts
+#   lookup   specdec --prompt-lookup 10 (constant K; as given, i.e. under goodput; with the latest
+#            match) against specdec target-only, and the latest match against target-only with
+#            --int8-activations, on the grounded prompts
 #            (benchmarks/prompts/grounded.txt: rewrite, extract, fix ...: answers that copy the
 #            prompt), concurrency SERVE_LOOKUP_CONCURRENCY (default 1), SERVE_LOOKUP_TOKENS (128)
 #            new tokens -> results/serve_lookup.jsonl
@@ -133,13 +134,16 @@ if has peer; then
   stop_server
 fi
 if has lookup; then
-  # every grounded prompt once per client
-  specdec_run "$results/serve_lookup.jsonl" specdec-target-only chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded"
-  specdec_run "$results/serve_lookup.jsonl" specdec-lookup10 chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded" \
-    --prompt-lookup 10
-  # goodput caps each pass's lookahead by the measured pass costs; "last" copies the latest match.
-  specdec_run "$results/serve_lookup.jsonl" specdec-lookup10-goodput chat "$grounded" "$lookup_levels" "$lookup_tokens" \
-    "$n_grounded" --prompt-lookup 10 --schedule goodput --prompt-lookup-match last
+  # every grounded prompt once per client: target-only; --prompt-lookup 10 under constant K (Hugging
+  # Face's schedule), as given (goodput, which caps each pass's lookahead by the measured pass
+  # costs) and copying the latest match; then target-only and the latest match with 8-bit activations
+  lookup_run() { specdec_run "$results/serve_lookup.jsonl" "$1" chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded" "${@:2}"; }
+  lookup_run specdec-target-only
+  lookup_run specdec-lookup10-constant --prompt-lookup 10 --schedule constant
+  lookup_run specdec-lookup10 --prompt-lookup 10
+  lookup_run specdec-lookup10-last --prompt-lookup 10 --prompt-lookup-match last
+  lookup_run specdec-target-only-int8 --int8-activations
+  lookup_run specdec-lookup10-last-int8 --prompt-lookup 10 --prompt-lookup-match last --int8-activations
 fi
 if has goodput; then
   draft=${SERVE_DRAFT:-models/smollm2-draft4}
@@ -220,9 +224,11 @@ if peer:
         print(f"scaling 8 vs 1 client, {label}: {ratio(at(peer, label, 8), at(peer, label, 1), 'throughput_tokens_per_s')}x")
 lookup = load("serve_lookup.jsonl")
 for c in sorted({r["concurrency"] for r in lookup}):
-    t = at(lookup, "specdec-target-only", c)
-    for label in ("specdec-lookup10", "specdec-lookup10-goodput"):
+    for label in ("specdec-lookup10-constant", "specdec-lookup10", "specdec-lookup10-last", "specdec-lookup10-last-int8"):
         k = at(lookup, label, c)
+        t = at(lookup, "specdec-target-only" + ("-int8" if label.endswith("-int8") else ""), c)
+        if not k:
+            continue
         print(f"\n{label} vs target-only, grounded prompts, {c} client(s): throughput "
               f"{ratio(k, t, 'throughput_tokens_per_s')}x ({fmt(k, 'throughput_tokens_per_s')} vs {fmt(t, 'throughput_tokens_per_s')} tok/s), "
               f"itl p50 {ratio(k, t, 'itl_p50')}x, {fmt(k, 'tokens_per_target_pass', 1, 2)} tokens per target pass")

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdlib>
+#include <string>
 
 #include "specdec/config.hpp"
 
@@ -72,6 +75,17 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
          "OpenAI's: lower the logit of a token the answer already holds by this, in [-2, 2]")
       ->capture_default_str();
   app->add_option("--seed", gen.seed, "Seed of the request's random generator")
+      ->check(CLI::Validator(
+          [](std::string& v) {  // CLI11 alone would wrap -1 and values past 2^64 around
+            errno = 0;
+            const bool digits = !v.empty() && v.size() <= 20 &&
+                                v.find_first_not_of("0123456789") == std::string::npos;
+            if (digits) std::strtoull(v.c_str(), nullptr, 10);
+            return digits && errno != ERANGE
+                       ? std::string()
+                       : "the seed must be an integer from 0 to 2^64 - 1, got " + v;
+          },
+          "UINT"))
       ->capture_default_str();
 }
 

@@ -102,6 +102,19 @@ expect_error "--prompt-lookup with --draft" "--prompt-lookup and --draft: give o
 expect_error "--threads past what the machine can run is refused at once" "--threads: the thread count must be between 1 and" \
   generate --model "$work/t" --prompt-ids 1 --threads 100000
 expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
+expect_error "--seed -1 is refused (not wrapped around)" "the seed must be an integer from 0 to 2^64 - 1" \
+  generate --model "$work/t" --prompt-ids 1 --seed -1
+expect_error "--seed past 2^64 - 1 is refused" "the seed must be an integer from 0 to 2^64 - 1" \
+  generate --model "$work/t" --prompt-ids 1 --seed 18446744073709551616
+expect_error "--temperature inf is refused" "temperature must be finite" \
+  generate --model "$work/t" --prompt-ids 1 --do-sample --temperature inf
+rc_of() { "$SPECDEC" "$@" > /dev/null 2>&1; echo $?; }
+check "a flag that does not parse exits 1, as every other error" bash -c '[ "$*" = "1 1 1 0" ]' _ \
+  "$(rc_of generate --model "$work/t" --max-new-tokens x)" "$(rc_of generate --bogus)" \
+  "$(rc_of serve --model "$work/t" --port 70000)" "$(rc_of generate --help)"
+serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 --threads 100000 2>&1)
+check "serve refuses a bad flag before it listens" bash -c \
+  '[[ $1 == *"--threads: the thread count"* && $1 != *listening* ]]' _ "$serve_err"
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
 mkdir -p "$work/not_a_checkpoint"
 expect_error "a folder that is no checkpoint is named as such, before its tokenizer" \

@@ -61,8 +61,18 @@ BAD_BODIES = [
     ("/v1/completions", {"max_tokens": 4}, UNSET),                           # no prompt
     ("/v1/completions", {"prompt": ["Hi", "there"]}, UNSET),                 # two prompts
     ("/v1/completions", {"prompt": [[1, 2], [3, 4]]}, UNSET),                # two id prompts
-    ("/v1/completions", {"prompt": "Hi", "max_tokens": 5000}, UNSET),        # past the context
-    ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 5000}, UNSET),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 5000}, "max_tokens"),  # past the context
+    ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 5000}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": MSGS, "max_completion_tokens": 5000}, "max_completion_tokens"),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages"),  # no content
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}, "messages"),
+    ("/v1/chat/completions", {"messages": MSGS, "stream_options": {"include_usage": True}}, "stream_options"),
+    ("/v1/completions", {"prompt": "Hi", "echo": True}, "echo"),
+    ("/v1/completions", {"prompt": "Hi", "best_of": 3}, "best_of"),
+    ("/v1/completions", {"prompt": [99999999], "max_tokens": 2}, "prompt"),  # not a token id
+    ("/v1/completions", {"prompt": [-1], "max_tokens": 2}, "prompt"),
+    ("/v1/chat/completions", {"messages": MSGS, "num_assistant_tokens_schedule": "banana"},
+     "num_assistant_tokens_schedule"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "Hi"}]}, UNSET),
     ("/v1/chat/completions", {"messages": MSGS, "speculate": "tree"}, "speculate"),
     ("/v1/completions", {"prompt": "Hi", "speculate": 3}, "speculate"),
@@ -81,8 +91,9 @@ def test_bad_request(server, route, body, param):
 @pytest.mark.parametrize("data", [b'{"prompt": "Hi", ', b"", b"not json", b"[1, 2]", b'"a string"'],
                          ids=["truncated", "empty", "text", "array", "string"])
 def test_malformed_json(server, data):
-    assert_error(server, raw_post(server, "/v1/completions", data), 400)
-    assert_error(server, raw_post(server, "/v1/chat/completions", data), 400)
+    for route in ("/v1/completions", "/v1/chat/completions"):
+        e = assert_error(server, raw_post(server, route, data), 400)
+        assert "json.exception" not in e["message"], f"the JSON library's id in the message: {e['message']!r}"
 
 
 def test_invalid_utf8(server):
@@ -108,10 +119,12 @@ def test_openai_client_raises_bad_request(client):
 def test_prompt_longer_than_context(server):
     one = tokenize(server, " hello")[-1]
     ids = [one] * (CTX + 76)
-    e = assert_error(server, server.post("/v1/completions", json={"prompt": ids, "max_tokens": 4}), 400)
+    e = assert_error(server, server.post("/v1/completions", json={"prompt": ids, "max_tokens": 4}), 400,
+                     param="prompt")
     assert str(CTX) in e["message"], f"the message does not name the context {CTX}: {e['message']!r}"
     long_chat = [{"role": "user", "content": "hello " * (CTX + 100)}]
-    e = assert_error(server, server.post("/v1/chat/completions", json={"messages": long_chat, "max_tokens": 4}), 400)
+    e = assert_error(server, server.post("/v1/chat/completions", json={"messages": long_chat, "max_tokens": 4}), 400,
+                     param="messages")
     assert str(CTX) in e["message"], e["message"]
 
 
@@ -130,6 +143,14 @@ def test_body_limit():
         assert small.status_code == 200, f"a small request after the 413: {small.status_code} {small.text[:300]}"
     finally:
         s.stop()
+
+
+def test_chunked_body_refused(server):
+    # cpp-httplib bounds only a Content-Length body: a chunked one (any size) is refused unread.
+    body = b'{"prompt": "Hi", "max_tokens": 2}'
+    r = server.post("/v1/completions", data=iter([body]), headers={"Content-Type": "application/json"})
+    assert "Content-Length" not in r.request.headers, "requests did not send the body chunked"
+    assert_error(server, r, 411)
 
 
 def test_a_port_in_use_is_an_error(server):
@@ -154,6 +175,8 @@ def test_api_key(key_server):
         assert_error(s, s.get("/v1/models", headers={"Authorization": bad}), 401)
         assert_error(s, s.post("/v1/completions", json=body, headers={"Authorization": bad}), 401)
     ok = {"Authorization": "Bearer sekret"}
+    for scheme in ("bearer", "BEARER"):  # the scheme is case-insensitive (RFC 7235)
+        assert s.get("/v1/models", headers={"Authorization": f"{scheme} sekret"}).status_code == 200, scheme
     assert s.get("/v1/models", headers=ok).status_code == 200
     r = s.post("/v1/completions", json=body, headers=ok)
     assert r.status_code == 200, r.text

@@ -186,3 +186,27 @@ def test_sigterm_while_streaming():
         s.proc.kill()
         raise AssertionError(f"no exit within 30 s of SIGTERM\n{s.describe()}")
     assert rc == 0, f"exit status {rc} after SIGTERM\n{s.describe()}"
+
+
+def test_sigterm_deadline_aborts():
+    # An answer the shutdown deadline cuts off ends with finish_reason "abort", not "length".
+    s = start_server("--shutdown-timeout", "0.3")
+    r = stream_post(s, "/v1/completions", {"prompt": COUNT, "max_tokens": 600, "temperature": 0})
+    assert r.status_code == 200, r.text
+    it = r.iter_content(chunk_size=None)
+    buf = b""
+    for piece in it:
+        buf += piece
+        if b"\n\n" in buf:
+            break
+    s.proc.send_signal(signal.SIGTERM)
+    for piece in it:
+        buf += piece
+    content = [c for c in parse_sse_bytes(buf) if c.get("choices")]
+    assert content[-1]["choices"][0]["finish_reason"] == "abort", content[-1]
+    try:
+        rc = s.proc.wait(30)
+    except Exception:
+        s.proc.kill()
+        raise AssertionError(f"no exit within 30 s of SIGTERM\n{s.describe()}")
+    assert rc == 0, f"exit status {rc} after SIGTERM\n{s.describe()}"

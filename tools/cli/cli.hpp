@@ -63,7 +63,9 @@ std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>
 // One user turn (after `system`, when not empty): through the chat template when l.chat is set.
 std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
                                  const std::string& user);
-// The models, tokenizer, chat template and prompt that `o` names; checks the flags first.
+// The flags' values and combinations, the threads set, the named files there (Error otherwise).
+void check_flags(RunOptions& o, bool chat);
+// The models, tokenizer, chat template and prompt that `o` names; check_flags first.
 Loaded load(RunOptions& o, bool chat);
 
 nlohmann::json result_json(const GenerationResult& r, const Tokenizer* tok);

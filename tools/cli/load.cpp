@@ -42,12 +42,12 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
   return encode_chat(l, messages);
 }
 
-Loaded load(RunOptions& o, bool chat) {
-  if (o.threads < 0) throw Error("--threads must be >= 0");
+void check_flags(RunOptions& o, bool chat) {
+  if (o.threads < 0) throw Error("--threads must be >= 0 (0: the default)");
   try {
     if (o.threads > 0) set_num_threads(o.threads);
   } catch (const Error& e) {
-    throw Error(std::string("--threads: ") + e.what());
+    throw Error(std::string("--threads: ") + e.what() + " (or 0: the default)");
   }
   finish_generation_options(o.gen, o.no_adaptive);
   if (!chat && !o.serve && (!o.system.empty() || !o.chat_template.empty()))
@@ -67,6 +67,10 @@ Loaded load(RunOptions& o, bool chat) {
     if (!path->empty() && ::stat(path->c_str(), &st) != 0)
       throw Error(*path + ": no such file or folder");
   }
+}
+
+Loaded load(RunOptions& o, bool chat) {
+  check_flags(o, chat);
   // A path that is no checkpoint is named as such before any message about its tokenizer.
   for (const std::string* path : {&o.model, &o.draft})
     if (!path->empty()) ModelConfig::from_path(*path);

@@ -50,13 +50,18 @@ int main(int argc, char** argv) {
 
   TokenizeOptions tk, dtk;
   auto* tokc = app.add_subcommand("tokenize", "Text to token ids (the text from --text or stdin)");
-  tokc->add_option("--tokenizer", tk.dir, "Folder with the tokenizer files")->required();
+  tokc->add_option("--tokenizer", tk.dir,
+                   "The tokenizer: a folder with its files, or a GGUF file (or its folder)")
+      ->required();
   tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read");
   tokc->add_flag("--no-special", tk.no_special,
                  "Do not add BOS/EOS (special-token text is still recognised)");
   tokc->add_flag("--json", tk.json_out, "Print {\"ids\": [...]}");
   auto* detok = app.add_subcommand("detokenize", "Token ids to text");
-  detok->add_option("--tokenizer", dtk.dir, "Folder with the tokenizer files")->required();
+  detok
+      ->add_option("--tokenizer", dtk.dir,
+                   "The tokenizer: a folder with its files, or a GGUF file (or its folder)")
+      ->required();
   detok->add_option("--ids", dtk.ids, "Token ids, comma-separated (\"\" for none)")->required();
   detok->add_flag("--skip-special", dtk.skip_special, "Leave special tokens (BOS, EOS, ...) out");
   detok->add_flag("--json", dtk.json_out, "Print {\"text\": \"...\"}");
@@ -206,7 +211,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version print and succeed; every parse error prints CLI11's message and, as
+    // every other error, exits 1 (CLI11's own codes are 100 and more)
+    return app.exit(e) == 0 ? 0 : 1;
   }
   try {
     if (*gen) return run_generate(gen_opts);

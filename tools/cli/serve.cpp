@@ -5,6 +5,7 @@ namespace specdec::cli {
 
 int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given) {
   o.serve = true;
+  check_flags(o, false);  // a bad flag is refused before the server binds its port
   return serve::run_serve(so, [&o, max_tokens_given] {
     Loaded l = load(o, false);
     serve::ServeModels m;

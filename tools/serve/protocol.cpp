@@ -42,9 +42,12 @@ std::optional<double> number(const json& body, const char* name, double lo, doub
     bad(name, std::string("'") + name + "' must be " + (integer ? "an integer" : "a number") +
                   ", got " + v->dump());
   const double x = v->get<double>();
+  const auto bound = [integer](double b) {
+    return integer ? std::to_string(static_cast<long long>(b)) : json(b).dump();
+  };
   if (!(x >= lo && x <= hi))
-    bad(name, std::string("'") + name + "' must be in [" + json(lo).dump() + ", " +
-                  json(hi).dump() + "], got " + v->dump());
+    bad(name, std::string("'") + name + "' must be in [" + bound(lo) + ", " + bound(hi) +
+                  "], got " + v->dump());
   return x;
 }
 
@@ -63,11 +66,15 @@ std::optional<std::string> string(const json& body, const char* name) {
   return v->get<std::string>();
 }
 
-std::vector<int64_t> ids_of(const json& list, const char* param) {
+std::vector<int64_t> ids_of(const json& list, const char* param, int64_t vocab_size) {
   std::vector<int64_t> ids;
   for (const json& v : list) {
     if (!v.is_number_integer())
       bad(param, std::string("'") + param + "' holds a non-integer token id: " + v.dump());
+    if (vocab_size > 0 && (v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size))
+      bad(param, std::string("'") + param + "' holds " + v.dump() +
+                     ", not a token id of this model (0 to " + std::to_string(vocab_size - 1) +
+                     ")");
     ids.push_back(v.get<int64_t>());
   }
   return ids;
@@ -105,6 +112,8 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
       }
     } else if (content) {
       bad("messages", "a message's 'content' must be a string, got " + content->dump());
+    } else {
+      bad("messages", "a message has no 'content'");
     }
     const std::string r = *role == "developer" ? "system" : *role;
     if (r != "system" && r != "user" && r != "assistant")
@@ -130,11 +139,11 @@ std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
   if (!p) bad("prompt", "'prompt' is required");
   if (p->is_string()) return encode_text(p->get<std::string>(), ctx, "prompt");
   if (p->is_array() && !p->empty()) {
-    if ((*p)[0].is_number_integer()) return ids_of(*p, "prompt");
+    if ((*p)[0].is_number_integer()) return ids_of(*p, "prompt", ctx.vocab_size);
     if (p->size() > 1)
       bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
     if ((*p)[0].is_string()) return encode_text((*p)[0].get<std::string>(), ctx, "prompt");
-    if ((*p)[0].is_array()) return ids_of((*p)[0], "prompt");
+    if ((*p)[0].is_array()) return ids_of((*p)[0], "prompt", ctx.vocab_size);
   }
   bad("prompt", "'prompt' must be a string or a list of token ids, got " + p->dump());
 }
@@ -169,7 +178,11 @@ json parse_body(const std::string& body) {
   try {
     j = json::parse(body);
   } catch (const json::exception& e) {
-    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what(), "", "invalid_json");
+    // e.what() begins "[json.exception.parse_error.101] ": the library's id, not the client's
+    std::string why = e.what();
+    if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos)
+      why.erase(0, why.find("] ") + 2);
+    throw ApiError(400, "the body is not valid JSON: " + why, "", "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object", "", "invalid_json");
   return j;
@@ -192,6 +205,10 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
         "model", "model_not_found");
   if (const auto n = number(body, "n", -1e18, 1e18, true); n && *n != 1)
     bad("n", "only n = 1 is supported (one choice per request)");
+  if (!chat && boolean(body, "echo").value_or(false))
+    bad("echo", "'echo' is not supported (the answer never repeats the prompt)");
+  if (const auto b = number(body, "best_of", -1e18, 1e18, true); b && *b != 1)
+    bad("best_of", "only best_of = 1 is supported (one candidate per request)");
   r.prompt = chat ? encode_chat(body, ctx) : completion_prompt(body, ctx);
 
   GenerationConfig& c = r.config;
@@ -206,6 +223,16 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     if (const auto m = number(body, "max_completion_tokens", 1, 1e9, true)) max_tokens = m;
   // OpenAI's default is 16 tokens for a completion; a chat answer may fill the context.
   const auto fits = static_cast<int64_t>(std::max(1.0, room));
+  if (room <= 0)
+    bad(chat ? "messages" : "prompt",
+        "the prompt is " + std::to_string(r.prompt.size()) + " tokens, the context holds " +
+            std::to_string(ctx.context) + " positions (prompt and new tokens) per request (--ctx)");
+  if (max_tokens && *max_tokens > room)
+    bad(chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+        "the prompt (" + std::to_string(r.prompt.size()) + " tokens) plus " +
+            std::to_string(static_cast<int64_t>(*max_tokens)) +
+            " new tokens exceeds the context of " + std::to_string(ctx.context) +
+            " positions per request (--ctx)");
   c.max_new_tokens = max_tokens       ? static_cast<int64_t>(*max_tokens)
                      : ctx.max_tokens ? std::min(*ctx.max_tokens, fits)
                      : chat           ? fits
@@ -287,12 +314,23 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   r.stream = boolean(body, "stream").value_or(false);
   if (const json* o = field(body, "stream_options")) {
     if (!o->is_object()) bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
     r.include_usage = boolean(*o, "include_usage").value_or(false);
   }
   try {
     c.validate();
   } catch (const Error& e) {
-    bad("", e.what());
+    // "GenerationConfig.num_assistant_tokens_schedule must be ...": the field has the request's
+    // name
+    std::string message = e.what(), param;
+    const std::string prefix = "GenerationConfig.";
+    if (const size_t at = message.find(prefix); at != std::string::npos) {
+      message.erase(at, prefix.size());
+      const size_t end = message.find_first_not_of("abcdefghijklmnopqrstuvwxyz_", at);
+      param = message.substr(at, end - at);
+      if (param == "max_new_tokens") param = "max_tokens";
+    }
+    bad(param, message);
   }
   return r;
 }

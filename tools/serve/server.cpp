@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 #include <signal.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -206,13 +207,14 @@ class Server {
         std::unique_lock<std::mutex> lock(shutdown_mutex_);
         shutdown_.wait(lock, [&] { return shutdown_requested_.load(); });
       }
-      drain();
-      http_.stop();  // no new connections
-      // The responses still being written go out; a connection idle in keep-alive does not hold
-      // the exit up (its thread would wait out --idle-timeout).
+      drain();  // new requests get 503 from here on
+      // The responses still being written go out before the listener stops (cpp-httplib ends a
+      // stream mid-response once stopped); a connection idle in keep-alive does not hold the
+      // exit up (its thread would wait out --idle-timeout).
       const auto deadline = Clock::now() + std::chrono::seconds(5);
       while (in_flight_ > 0 && Clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      http_.stop();
       engine_->stop();
     });
     // Every model call on this thread, the one that loaded the models: libgomp keeps a team of
@@ -240,6 +242,7 @@ class Server {
     ctx_.chat = models_.chat ? &*models_.chat : nullptr;
     ctx_.model_id = models_.model_id;
     ctx_.context = o_.ctx;
+    ctx_.vocab_size = models_.target->config().vocab_size;
     ctx_.defaults = models_.defaults;
     ctx_.chat_eos = models_.chat_eos;
     ctx_.max_tokens = models_.max_tokens;
@@ -309,8 +312,10 @@ class Server {
                                                httplib::Response& res) {
       if (!o_.api_key.empty()) {
         const std::string auth = req.get_header_value("Authorization");
-        const std::string prefix = "Bearer ";
-        if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), o_.api_key))
+        // The scheme is case-insensitive (RFC 7235): "Bearer", "bearer", ...
+        const bool bearer =
+            auth.size() > 7 && auth[6] == ' ' && strncasecmp(auth.c_str(), "bearer", 6) == 0;
+        if (!bearer || !same_secret(auth.substr(7), o_.api_key))
           return send_error(
               res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
                             "invalid_api_key"));
@@ -334,10 +339,18 @@ class Server {
     http_.set_tcp_nodelay(true);  // each streamed event goes out at once (no Nagle wait for an ACK)
     http_.set_keep_alive_timeout(o_.idle_timeout);
     http_.set_read_timeout(o_.idle_timeout);
-    http_.set_pre_routing_handler([this](const httplib::Request&, httplib::Response& res) {
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       t_log = {Clock::now(), -1, -1, true};
       ++in_flight_;  // until its log line, once the response is written
       if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
+      // cpp-httplib bounds a body by its Content-Length only and would read a chunked one whole:
+      // refused before it is read (and the connection closed, its body unread).
+      if (req.has_header("Transfer-Encoding")) {
+        send_error(res, ApiError(411, "a request body needs a Content-Length (no chunked bodies)",
+                                 "", "length_required"));
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
       return httplib::Server::HandlerResponse::Unhandled;
     });
     http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -452,8 +465,12 @@ class Server {
     }
   }
 
+  // "abort" (vLLM's word): cancelled before its end, by the shutdown deadline or an engine error.
   static std::string finish_reason(const Job& job) {
-    return job.stopped || job.result.stats.stop_reason == "eos" ? "stop" : "length";
+    const std::string& why = job.result.stats.stop_reason;
+    return job.stopped || why == "eos"            ? "stop"
+           : why == "cancelled" || why == "error" ? "abort"
+                                                  : "length";
   }
 
   json usage(const GenerationStats& s) const {
