@@ -65,6 +65,7 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "max_tokens": 5000}, "max_tokens"),
     ("/v1/chat/completions", {"messages": MSGS, "max_completion_tokens": 5000}, "max_completion_tokens"),
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages"),  # no content
+    ("/v1/chat/completions", {"messages": [{"role": 5, "content": "Hi"}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}, "messages"),
     ("/v1/chat/completions", {"messages": MSGS, "stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/completions", {"prompt": "Hi", "echo": True}, "echo"),
@@ -143,6 +144,13 @@ def test_body_limit():
         assert small.status_code == 200, f"a small request after the 413: {small.status_code} {small.text[:300]}"
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("route,body,param", [("/tokenize", {}, "content"), ("/tokenize", {"content": 5}, "content"),
+                                              ("/detokenize", {}, "tokens"), ("/detokenize", {"tokens": [-1]}, "tokens"),
+                                              ("/detokenize", {"tokens": ["a"]}, "tokens")])
+def test_bad_tokenize_request(server, route, body, param):
+    assert_error(server, server.post(route, json=body), 400, param=param, code="invalid_value")
 
 
 def test_chunked_body_refused(server):

@@ -97,8 +97,11 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
   std::vector<ChatMessage> out;
   for (const json& m : *v) {
     if (!m.is_object()) bad("messages", "each message must be an object, got " + m.dump());
-    const std::optional<std::string> role = string(m, "role");
-    if (!role) bad("messages", "a message has no 'role'");
+    const json* role_field = field(m, "role");
+    if (!role_field) bad("messages", "a message has no 'role'");
+    if (!role_field->is_string())
+      bad("messages", "a message's 'role' must be a string, got " + role_field->dump());
+    const std::optional<std::string> role = role_field->get<std::string>();
     const json* content = field(m, "content");
     std::string text;
     if (content && content->is_string()) {
