@@ -35,6 +35,10 @@ class Tokenizer {
   virtual int64_t size() const = 0;
   // The token string of `id` (convert_ids_to_tokens).
   virtual std::string token(int64_t id) const = 0;
+  // The bytes `id` stands for in a decoded text, as stored: a byte token's one byte (which decode
+  // shows as U+FFFD when it is part of a character), SentencePiece's word boundary as a space, an
+  // added token's text. OpenAI's logprobs "bytes".
+  virtual std::string token_bytes(int64_t id) const = 0;
   virtual bool is_special(int64_t id) const = 0;
   virtual std::optional<int64_t> bos_token_id() const = 0;
   virtual std::optional<int64_t> eos_token_id() const = 0;

@@ -196,23 +196,29 @@ void ByteLevelBpe::tokenize_segment(const std::string& text, std::vector<int64_t
   for (const std::string& p : pieces) bpe(p, out);
 }
 
-std::string ByteLevelBpe::tokens_to_string(const std::vector<int64_t>& ids) const {
+namespace {
+// A token string's bytes through the byte-level map; a string it does not map (e.g. an added
+// token's text) as it is.
+std::string mapped_bytes(const std::string& t) {
   const ByteMap& m = byte_map();
-  std::string bytes;
-  for (int64_t id : ids) {
-    const std::string t = token(id);
-    std::string b;
-    bool mapped = true;
-    for (size_t i = 0; i < t.size() && mapped;) {
-      const auto it = m.to_byte.find(next_code_point(t, i));
-      if (it == m.to_byte.end())
-        mapped = false;
-      else
-        b += static_cast<char>(it->second);
-    }
-    bytes += mapped ? b : t;  // e.g. added tokens: their text as it is
+  std::string b;
+  for (size_t i = 0; i < t.size();) {
+    const auto it = m.to_byte.find(next_code_point(t, i));
+    if (it == m.to_byte.end()) return t;
+    b += static_cast<char>(it->second);
   }
+  return b;
+}
+}  // namespace
+
+std::string ByteLevelBpe::tokens_to_string(const std::vector<int64_t>& ids) const {
+  std::string bytes;
+  for (int64_t id : ids) bytes += mapped_bytes(token(id));
   return utf8_lossy(bytes);
+}
+
+std::string ByteLevelBpe::base_token_bytes(int64_t id) const {
+  return mapped_bytes(base_token(id));
 }
 
 std::string ByteLevelBpe::base_token(int64_t id) const {

@@ -215,6 +215,7 @@ class ByteLevelBpe final : public TokenizerBase {
   void tokenize_segment(const std::string& text, std::vector<int64_t>& out) const override;
   std::string tokens_to_string(const std::vector<int64_t>& ids) const override;
   std::string base_token(int64_t id) const override;
+  std::string base_token_bytes(int64_t id) const override;
   std::vector<int64_t> add_special(std::vector<int64_t> ids) const override;
   std::string model_fingerprint() const override;
 

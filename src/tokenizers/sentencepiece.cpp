@@ -4,8 +4,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "specdec/error.hpp"
 #include "specdec/gguf.hpp"
@@ -252,6 +254,16 @@ class SentencePieceTokenizer final : public TokenizerBase {
     const char* p = shim().id_to_piece(sp_, static_cast<int>(id), &len);
     SPECDEC_CHECK(p, source_, ": no piece with id ", id);
     return std::string(p, len);
+  }
+
+  std::string base_token_bytes(int64_t id) const override {
+    const std::string p = base_token(id);
+    // Byte fallback's pieces <0x00> ... <0xFF>
+    if (p.size() == 6 && p.compare(0, 3, "<0x") == 0 && p[5] == '>' &&
+        std::isxdigit(static_cast<unsigned char>(p[3])) &&
+        std::isxdigit(static_cast<unsigned char>(p[4])))
+      return std::string(1, static_cast<char>(std::stoi(p.substr(3, 2), nullptr, 16)));
+    return replace_all(p, kSpace, " ");
   }
 
   std::vector<int64_t> add_special(std::vector<int64_t> ids) const override {

@@ -341,6 +341,12 @@ std::string TokenizerBase::token(int64_t id) const {
   return base_token(id);
 }
 
+std::string TokenizerBase::token_bytes(int64_t id) const {
+  check_id(id);
+  if (const AddedToken* t = added(id)) return t->content;
+  return base_token_bytes(id);
+}
+
 void TokenizerBase::apply_config(const TokenizerConfig& cfg) {
   for (const AddedToken& t : cfg.added_tokens()) add_token(t);
   // Named special tokens are added tokens too (split out of the text before tokenization).

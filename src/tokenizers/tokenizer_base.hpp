@@ -70,6 +70,7 @@ class TokenizerBase : public Tokenizer {
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override;
   int64_t size() const override { return size_; }
   std::string token(int64_t id) const override;
+  std::string token_bytes(int64_t id) const override;
   bool is_special(int64_t id) const override { return special_ids_.count(id) > 0; }
   std::optional<int64_t> bos_token_id() const override { return bos_; }
   std::optional<int64_t> eos_token_id() const override { return eos_; }
@@ -83,8 +84,9 @@ class TokenizerBase : public Tokenizer {
   virtual void tokenize_segment(const std::string& text, std::vector<int64_t>& out) const = 0;
   // convert_tokens_to_string for a run of ids with no "legacy added" token in it.
   virtual std::string tokens_to_string(const std::vector<int64_t>& ids) const = 0;
-  // The token string of an id of the base vocabulary.
+  // The token string of an id of the base vocabulary, and the bytes it stands for.
   virtual std::string base_token(int64_t id) const = 0;
+  virtual std::string base_token_bytes(int64_t id) const = 0;
   // build_inputs_with_special_tokens.
   virtual std::vector<int64_t> add_special(std::vector<int64_t> ids) const;
   // Everything besides the added tokens and flags that decides the ids (for fingerprint()).

@@ -3,6 +3,8 @@
 // text, and streaming decode. Skips (with a message) when the fixtures are absent.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "specdec/tokenizer.hpp"
 #include "test_util.hpp"
 #include "tokenizers/tokenizer_base.hpp"
@@ -97,6 +99,41 @@ TEST_P(TokenizerReference, StreamingDecodeEqualsFullDecodeForEveryPrefix) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerReference, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return info.param.name; });
+
+// Tokenizer::token_bytes over Hugging Face's ids of each text put the text back together: exactly
+// for byte-level BPE (lossless, after its normalizer), and for Llama 2's SentencePiece (byte
+// fallback: an emoji is four byte pieces) up to its word boundaries (spaces dropped on both sides,
+// a literal U+2581 too).
+TEST(TokenizerReferenceBytes, TokenBytesJoinToTheText) {
+  if (fixtures_dir().empty()) GTEST_SKIP() << "../shared/fixtures absent";
+  const auto strip = [](std::string s) {
+    s = tok::replace_all(std::move(s), "\xE2\x96\x81", " ");
+    s.erase(std::remove(s.begin(), s.end(), ' '), s.end());
+    return s;
+  };
+  for (const std::string folder :
+       {"gpt2", "gpt_neox", "qwen2", "llama2_legacy", "llama2_nonlegacy"}) {
+    const std::string dir = fixtures_dir() + "/tokenizers/" + folder;
+    const auto tok = load_tokenizer(dir);
+    const nlohmann::json ref = read_json(dir + "/reference.json");
+    int partial = 0;
+    for (const auto& c : ref["cases"]) {
+      const std::string text = c["text"];
+      std::string joined;
+      for (int64_t id : ids_of(c["ids_no_special"])) {
+        const std::string b = tok->token_bytes(id);
+        partial += tok::utf8_lossy(b) != b;  // not whole characters
+        joined += b;
+      }
+      if (tok->kind() == "bpe")  // (GPT-NeoX's tokenizer.json normalizes the text to NFC first)
+        EXPECT_TRUE(joined == text || joined == tok::normalize_unicode(text, "NFC"))
+            << folder << ": " << joined << " for " << text;
+      else
+        EXPECT_EQ(strip(joined), strip(text)) << folder;
+    }
+    EXPECT_GT(partial, 0) << folder << ": no token stood for part of a character";
+  }
+}
 
 }  // namespace
 }  // namespace specdec::test

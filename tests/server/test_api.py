@@ -322,6 +322,14 @@ def test_chat_logprobs(server):
             assert {"token", "logprob", "bytes"} <= set(t) and t["logprob"] <= 0.0, t
         assert abs(e["top_logprobs"][0]["logprob"] - e["logprob"]) < 1e-3, f"greedy token is not the top one: {e}"
         assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"], e
+    # A token that holds part of a character: its text shows U+FFFD, its bytes are its own.
+    j = chat(server, messages=[{"role": "user", "content": "Reply with only emoji: \U0001F600\U0001F600\U0001F600"}],
+             max_tokens=12, temperature=0, logprobs=True, top_logprobs=1)
+    content = j["choices"][0]["logprobs"]["content"]
+    joined = b"".join(bytes(e["bytes"]) for e in content)
+    assert joined.decode("utf-8", errors="replace") == j["choices"][0]["message"]["content"], (joined, content)
+    assert any(bytes(e["bytes"]) != e["token"].encode("utf-8") for e in content), \
+        f"no token held part of a character: {content}"
     # logprobs without top_logprobs: the chosen tokens only.
     j = chat(server, messages=CAPITAL, max_tokens=3, temperature=0, logprobs=True)
     assert len(j["choices"][0]["logprobs"]["content"]) == j["usage"]["completion_tokens"]

@@ -345,6 +345,7 @@ class CountingTokenizer final : public Tokenizer {
   }
   int64_t size() const override { return t_.size(); }
   std::string token(int64_t id) const override { return t_.token(id); }
+  std::string token_bytes(int64_t id) const override { return t_.token_bytes(id); }
   bool is_special(int64_t id) const override { return t_.is_special(id); }
   std::optional<int64_t> bos_token_id() const override { return t_.bos_token_id(); }
   std::optional<int64_t> eos_token_id() const override { return t_.eos_token_id(); }

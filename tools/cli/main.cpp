@@ -133,9 +133,8 @@ int main(int argc, char** argv) {
   auto* mkd = app.add_subcommand(
       "make-draft",
       "Distil a small draft from a Llama, Mistral, Qwen2, Qwen3 or Gemma 3 target: its first "
-      "layers, a head over "
-      "the most frequent tokens, trained with libtorch to match the target's next-token "
-      "distributions");
+      "layers, a head over the most frequent tokens, trained with libtorch to match the target's "
+      "next-token distributions");
   mkd->add_option("--target", md.target,
                   "Target checkpoint: folder, or GGUF file / folder holding one")
       ->required();

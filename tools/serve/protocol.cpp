@@ -97,11 +97,10 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
   std::vector<ChatMessage> out;
   for (const json& m : *v) {
     if (!m.is_object()) bad("messages", "each message must be an object, got " + m.dump());
-    const json* role_field = field(m, "role");
-    if (!role_field) bad("messages", "a message has no 'role'");
-    if (!role_field->is_string())
-      bad("messages", "a message's 'role' must be a string, got " + role_field->dump());
-    const std::optional<std::string> role = role_field->get<std::string>();
+    const json* role = field(m, "role");
+    if (!role) bad("messages", "a message has no 'role'");
+    if (!role->is_string())
+      bad("messages", "a message's 'role' must be a string, got " + role->dump());
     const json* content = field(m, "content");
     std::string text;
     if (content && content->is_string()) {
@@ -118,9 +117,10 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
     } else {
       bad("messages", "a message has no 'content'");
     }
-    const std::string r = *role == "developer" ? "system" : *role;
+    const std::string given = role->get<std::string>();
+    const std::string r = given == "developer" ? "system" : given;
     if (r != "system" && r != "user" && r != "assistant")
-      bad("messages", "unknown role '" + *role + "' (expected system, user or assistant)");
+      bad("messages", "unknown role '" + given + "' (expected system, user or assistant)");
     out.push_back({r, text});
   }
   return out;
@@ -224,8 +224,6 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   std::optional<double> max_tokens = number(body, "max_tokens", 1, 1e9, true);
   if (chat)
     if (const auto m = number(body, "max_completion_tokens", 1, 1e9, true)) max_tokens = m;
-  // OpenAI's default is 16 tokens for a completion; a chat answer may fill the context.
-  const auto fits = static_cast<int64_t>(std::max(1.0, room));
   if (room <= 0)
     bad(chat ? "messages" : "prompt",
         "the prompt is " + std::to_string(r.prompt.size()) + " tokens, the context holds " +
@@ -236,6 +234,8 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
             std::to_string(static_cast<int64_t>(*max_tokens)) +
             " new tokens exceeds the context of " + std::to_string(ctx.context) +
             " positions per request (--ctx)");
+  // OpenAI's default is 16 tokens for a completion; a chat answer may fill the context.
+  const auto fits = static_cast<int64_t>(room);
   c.max_new_tokens = max_tokens       ? static_cast<int64_t>(*max_tokens)
                      : ctx.max_tokens ? std::min(*ctx.max_tokens, fits)
                      : chat           ? fits
@@ -323,8 +323,7 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   try {
     c.validate();
   } catch (const Error& e) {
-    // "GenerationConfig.num_assistant_tokens_schedule must be ...": the field has the request's
-    // name
+    // "GenerationConfig.top_k must be ...": the request's field of the same name
     std::string message = e.what(), param;
     const std::string prefix = "GenerationConfig.";
     if (const size_t at = message.find(prefix); at != std::string::npos) {

@@ -77,7 +77,7 @@ class TextStream {
   bool stopped_ = false;
 };
 
-// A token's text and its UTF-8 bytes for the logprobs objects.
+// A token's text for the logprobs objects (its "bytes" are Tokenizer::token_bytes).
 std::string token_text(const Tokenizer& tokenizer, int64_t id);
 
 }  // namespace specdec::serve

@@ -543,10 +543,13 @@ class Server {
         json top = json::array();
         for (const auto& [id, lp] : t.top) {
           const std::string ts = token_text(*tok, id);
-          top.push_back({{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(ts)}});
+          top.push_back(
+              {{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(tok->token_bytes(id))}});
         }
-        entries.push_back(
-            {{"token", s}, {"logprob", t.logprob}, {"bytes", bytes_of(s)}, {"top_logprobs", top}});
+        entries.push_back({{"token", s},
+                           {"logprob", t.logprob},
+                           {"bytes", bytes_of(tok->token_bytes(t.token))},
+                           {"top_logprobs", top}});
       }
       const auto now = Clock::now();
       {
