@@ -161,9 +161,10 @@ def test_sigterm_idle():
         requests.get(s.url + "/health", timeout=5)
 
 
-def test_sigterm_while_streaming():
-    s = start_server("--shutdown-timeout", "30")
-    r = stream_post(s, "/v1/completions", {"prompt": COUNT, "max_tokens": 64, "temperature": 0})
+def sigterm_mid_stream(s, body):
+    """Streams `body` from server `s`, sends SIGTERM after the first event, reads the stream to its
+    end and checks that the server exits 0; returns the stream's chunks that carry choices."""
+    r = stream_post(s, "/v1/completions", body)
     assert r.status_code == 200, r.text
     it = r.iter_content(chunk_size=None)
     buf = b""
@@ -174,39 +175,27 @@ def test_sigterm_while_streaming():
     s.proc.send_signal(signal.SIGTERM)
     for piece in it:
         buf += piece
-    chunks = parse_sse_bytes(buf)  # ends with data: [DONE]
-    content = [c for c in chunks if c.get("choices")]
+    content = [c for c in parse_sse_bytes(buf) if c.get("choices")]  # ends with data: [DONE]
+    try:
+        rc = s.proc.wait(30)
+    except Exception:
+        s.proc.kill()
+        raise AssertionError(f"no exit within 30 s of SIGTERM\n{s.describe()}")
+    assert rc == 0, f"exit status {rc} after SIGTERM\n{s.describe()}"
+    return content
+
+
+def test_sigterm_while_streaming():
+    content = sigterm_mid_stream(start_server("--shutdown-timeout", "30"),
+                                 {"prompt": COUNT, "max_tokens": 64, "temperature": 0})
     assert content[-1]["choices"][0]["finish_reason"] in ("stop", "length"), content[-1]
     text = "".join(chunk_text(c) for c in content)
     want = oracle(COUNT, 64)["text"]
     assert text == want, f"the request cut short by SIGTERM: {text!r}\nexpected {want!r}"
-    try:
-        rc = s.proc.wait(30)
-    except Exception:
-        s.proc.kill()
-        raise AssertionError(f"no exit within 30 s of SIGTERM\n{s.describe()}")
-    assert rc == 0, f"exit status {rc} after SIGTERM\n{s.describe()}"
 
 
 def test_sigterm_deadline_aborts():
     # An answer the shutdown deadline cuts off ends with finish_reason "abort", not "length".
-    s = start_server("--shutdown-timeout", "0.3")
-    r = stream_post(s, "/v1/completions", {"prompt": COUNT, "max_tokens": 600, "temperature": 0})
-    assert r.status_code == 200, r.text
-    it = r.iter_content(chunk_size=None)
-    buf = b""
-    for piece in it:
-        buf += piece
-        if b"\n\n" in buf:
-            break
-    s.proc.send_signal(signal.SIGTERM)
-    for piece in it:
-        buf += piece
-    content = [c for c in parse_sse_bytes(buf) if c.get("choices")]
+    content = sigterm_mid_stream(start_server("--shutdown-timeout", "0.3"),
+                                 {"prompt": COUNT, "max_tokens": 600, "temperature": 0})
     assert content[-1]["choices"][0]["finish_reason"] == "abort", content[-1]
-    try:
-        rc = s.proc.wait(30)
-    except Exception:
-        s.proc.kill()
-        raise AssertionError(f"no exit within 30 s of SIGTERM\n{s.describe()}")
-    assert rc == 0, f"exit status {rc} after SIGTERM\n{s.describe()}"
