@@ -40,16 +40,21 @@ struct Setup {
   std::vector<std::vector<int64_t>> held_out;
 };
 
-// A 4-layer target with the tiny BPE tokenizer (263 ids), peaked outputs, no early-exit scaling.
+// A 4-layer target of `arch` with the tiny BPE tokenizer (263 ids), peaked outputs, no early-exit
+// scaling, cached as `name`.
+std::string small_target(const std::string& name, const std::string& arch = "llama") {
+  FixtureOptions o = small_fixture(5, 4, arch);
+  o.exit_layers = -1;
+  o.exit_scale = 1.0;
+  o.init_std = 0.15;
+  o.tokenizer_dir = test_data("tiny_bpe");
+  return cached_fixture(name, o);
+}
+
 const Setup& setup() {
   static const Setup s = [] {
-    FixtureOptions o = small_fixture(5, 4);
-    o.exit_layers = -1;
-    o.exit_scale = 1.0;
-    o.init_std = 0.15;
-    o.tokenizer_dir = test_data("tiny_bpe");
     Setup r;
-    r.target = cached_fixture("make_draft_target", o);
+    r.target = small_target("make_draft_target");
     const std::string dir = temp_dir("make_draft_text");
     r.train_file = dir + "/train.txt";
     write_file(r.train_file, text(1, 3000));
@@ -231,12 +236,7 @@ TEST(MakeDraft, AFeatureFedDraftTrainsAndKeepsGreedyOutputExact) {
 TEST(MakeDraft, TheDraftNetworkComputesWhatTheInferenceModelComputes) {
   for (const std::string arch : {"llama", "qwen3", "gemma3"}) {
     SCOPED_TRACE(arch);
-    FixtureOptions f = small_fixture(5, 4, arch);
-    f.exit_layers = -1;
-    f.exit_scale = 1.0;
-    f.init_std = 0.15;
-    f.tokenizer_dir = test_data("tiny_bpe");
-    const std::string base = cached_fixture("make_draft_" + arch, f);
+    const std::string base = small_target("make_draft_" + arch, arch);
     const detail::SourceCheckpoint src = detail::open_checkpoint(base);
     at::manual_seed(11);
     std::map<std::string, at::Tensor> tensors;
@@ -290,15 +290,11 @@ TEST(MakeDraft, TheDraftNetworkComputesWhatTheInferenceModelComputes) {
 TEST(MakeDraft, QwenAndGemmaTargets) {
   for (const std::string arch : {"qwen3", "gemma3"}) {
     SCOPED_TRACE(arch);
-    FixtureOptions f = small_fixture(5, 4, arch);
-    f.exit_layers = -1;
-    f.exit_scale = 1.0;
-    f.init_std = 0.15;
-    f.tokenizer_dir = test_data("tiny_bpe");
     const std::string root = temp_dir("make_draft_" + arch);
-    const auto target = load_model(cached_fixture("make_draft_" + arch, f));
+    const std::string base = small_target("make_draft_" + arch, arch);
+    const auto target = load_model(base);
     MakeDraftOptions o = options(root + "/all");
-    o.target = cached_fixture("make_draft_" + arch, f);
+    o.target = base;
     o.layer_ids = {0, 1, 2, 3};
     o.steps = 0;
     EXPECT_EQ(make_draft(o).before.greedy_agreement, 1.0);
