@@ -119,7 +119,7 @@ def serve_peer(runs):
                                                     ("llama-server tok/s", per("llama-server"))])
 
 
-def _reference(label):  # what a label is measured against: target-only with the same activations
+def reference_label(label):  # what a label is measured against: target-only with the same activations
     return "specdec-target-only" + ("-int8" if label.endswith("-int8") else "")
 
 
@@ -127,7 +127,7 @@ def _against_target_only(run, labels):
     rows = []
     for c in sorted({r["concurrency"] for r in run.records}):
         for label in labels:
-            k, t = at(run, label, c), at(run, _reference(label), c)
+            k, t = at(run, label, c), at(run, reference_label(label), c)
             if k:
                 rows.append([c, label, fmt(tput(k)), ratio(tput(k), tput(t)), ms(k.get("itl_p50"), "{:.2f}"),
                              fmt(k.get("tokens_per_target_pass"), "{:.2f}"), fmt(k.get("acceptance_rate"), "{:.3f}")])
@@ -136,7 +136,7 @@ def _against_target_only(run, labels):
 
 def _ratios(labels):
     def cell(run):
-        return "; ".join(f"{label} " + " / ".join(ratio(tput(at(run, label, c)), tput(at(run, _reference(label), c)))
+        return "; ".join(f"{label} " + " / ".join(ratio(tput(at(run, label, c)), tput(at(run, reference_label(label), c)))
                                                for c in sorted({r["concurrency"] for r in run.records}))
                          for label in labels if any(r.get("label") == label for r in run.records))
     return cell

@@ -197,6 +197,8 @@ fi
 # --- the table (this run's records) ---
 python3 - "$results" "$run" <<'PY'
 import json, os, sys
+sys.path.insert(0, "benchmarks")
+from report_tables import reference_label
 d, run = sys.argv[1], sys.argv[2]
 def load(name):
     p = os.path.join(d, name)
@@ -226,7 +228,7 @@ lookup = load("serve_lookup.jsonl")
 for c in sorted({r["concurrency"] for r in lookup}):
     for label in ("specdec-lookup10-constant", "specdec-lookup10", "specdec-lookup10-last", "specdec-lookup10-last-int8"):
         k = at(lookup, label, c)
-        t = at(lookup, "specdec-target-only" + ("-int8" if label.endswith("-int8") else ""), c)
+        t = at(lookup, reference_label(label), c)
         if not k:
             continue
         print(f"\n{label} vs target-only, grounded prompts, {c} client(s): throughput "
