@@ -199,6 +199,12 @@ std::vector<int64_t> parse_tokenize(const json& body, const Context& ctx) {
   return ctx.tokenizer->encode(*content, true);
 }
 
+std::vector<int64_t> parse_detokenize(const json& body, const Context& ctx) {
+  const json* tokens = field(body, "tokens");
+  if (!tokens || !tokens->is_array()) bad("tokens", "'tokens' (a list of token ids) is required");
+  return ids_of(*tokens, "tokens", ctx.tokenizer->size());
+}
+
 ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   ParsedRequest r;
   r.chat = chat;

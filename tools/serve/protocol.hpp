@@ -55,6 +55,8 @@ ParsedRequest parse_request(const nlohmann::json& body, bool chat, const Context
 // The prompt ids of a /tokenize body: {"content": text} (encoded as `generate --prompt` does) or
 // {"messages": [...]} (the chat prompt with its generation header).
 std::vector<int64_t> parse_tokenize(const nlohmann::json& body, const Context& ctx);
+// The ids of a /detokenize body, {"tokens": [...]}, each a token id of the tokenizer.
+std::vector<int64_t> parse_detokenize(const nlohmann::json& body, const Context& ctx);
 // The body as JSON: ApiError 400 for malformed JSON or invalid UTF-8, or not an object.
 nlohmann::json parse_body(const std::string& body);
 

@@ -398,25 +398,11 @@ class Server {
           const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
           send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", o_.ctx}});
         });
-    api_route(
-        true, "/detokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
-          {
-            const json body = parse_body(req.body);
-            const auto it = body.find("tokens");
-            if (it == body.end() || !it->is_array())
-              throw ApiError(400, "'tokens' (a list of token ids) is required", "tokens",
-                             "invalid_value");
-            std::vector<int64_t> ids;
-            for (const json& v : *it) {
-              if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
-                  v.get<int64_t>() >= ctx_.tokenizer->size())
-                throw ApiError(400, "'tokens' holds " + v.dump() + ", not a token id of this model",
-                               "tokens", "invalid_value");
-              ids.push_back(v.get<int64_t>());
-            }
-            send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, true)}});
-          }
-        });
+    api_route(true, "/detokenize", false,
+              [this](const httplib::Request& req, httplib::Response& res) {
+                const std::vector<int64_t> ids = parse_detokenize(parse_body(req.body), ctx_);
+                send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, true)}});
+              });
     api_route(
         true, "/v1/completions", true,
         [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
