@@ -19,8 +19,8 @@ mean_tokens, max_tokens, ...}; benchmark is --benchmark (default: --out's name w
 the time this process started, command this process's command line, threads --threads.
 seconds: from the first request sent to the last stream ended; throughput: tokens / seconds; ttft
 and itl in seconds (itl percentiles over tokens). With a specdec server also
-tokens_per_target_pass and acceptance_rate (means over the requests, from its `speculative`
-object). --meta '{...}' adds fields to every line, or replaces them (serve_peer.sh: run, threads,
+tokens_per_target_pass and acceptance_rate (over all the requests' tokens, from their `speculative`
+objects). --meta '{...}' adds fields to every line, or replaces them (serve_peer.sh: run, threads,
 command, server: the server's command).
 
 Prompts (--prompts FILE): JSON Lines with "prompt" (and optionally "system", for --api chat), as
@@ -266,10 +266,13 @@ def summarise(args, target, concurrency, results, seconds, base, meta):
         "mean_tokens": rnd(tokens / len(ok) if ok else None, 2), "max_tokens": args.max_tokens,
         "usage_reported": all(r["usage"] for r in ok) if ok else None,
     }
-    specs = [r["spec"] for r in ok if r.get("spec")]
-    if specs:
-        line["tokens_per_target_pass"] = rnd(sum(s.get("tokens_per_target_pass", 0) for s in specs) / len(specs), 3)
-        line["acceptance_rate"] = rnd(sum(s.get("acceptance_rate", 0) for s in specs) / len(specs), 3)
+    spec = [r for r in ok if r.get("spec")]
+    if spec:  # over all the requests' tokens (a mean of per-request ratios weighs a short answer as a long one)
+        passes = sum(r["spec"].get("target_passes", 0) for r in spec)
+        drafted = sum(r["spec"].get("drafted_tokens", 0) for r in spec)
+        line["tokens_per_target_pass"] = rnd(sum(r["tokens"] for r in spec) / passes if passes else 0.0, 3)
+        line["acceptance_rate"] = rnd(sum(r["spec"].get("accepted_tokens", 0) for r in spec) / drafted
+                                      if drafted else 0.0, 3)
     if args.extra_json:
         line["extra"] = json.loads(args.extra_json)
     line.update(meta)

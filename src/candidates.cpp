@@ -316,6 +316,50 @@ PromptLookupGenerator::PromptLookupGenerator(int64_t num_tokens, int64_t max_ngr
   SPECDEC_CHECK(max_ngram_ >= 1, "prompt lookup: max_matching_ngram_size must be >= 1");
 }
 
+namespace {
+
+// Each copied token's probability given the ones before it, estimated from the sequence itself:
+// candidate d follows the context c_d = tokens[s, s + n + d) (the matched n-gram and the d tokens
+// copied after it, which are also the sequence's last n + d tokens once the first d are kept).
+// Of the N places where c_d occurs followed by a token (in the sequence with the first d
+// candidates appended), `hits` are followed by candidate d: its estimate is hits / (N + 1 / x),
+// where x is how many tokens the match really spans (the n-gram extended back while the tokens
+// before both occurrences agree) plus d. A common token's many continuations make a 1-gram's
+// estimate small; a long verbatim copy's tends to 1; the pseudo-count 1 / x is the room left for a
+// continuation not seen yet, smaller the longer the match.
+std::vector<double> lookup_probs(const std::vector<int64_t>& tokens, int64_t s, int64_t n,
+                                 const std::vector<int64_t>& copied) {
+  const auto len = static_cast<int64_t>(tokens.size());
+  const auto at = [&](int64_t i) { return i < len ? tokens[i] : copied[i - len]; };
+  constexpr int64_t kMaxSpan = 64;  // bounds the walk back; a longer span changes little
+  int64_t span = n;
+  while (span < kMaxSpan && s - 1 - (span - n) >= 0 &&
+         tokens[s - 1 - (span - n)] == tokens[len - 1 - span])
+    ++span;
+  // The places where c_0 (the sequence's last n tokens) occurs followed by a token; each depth
+  // keeps those where the next token is the candidate before it (c_d extends c_{d-1} by it).
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i + n < len; ++i)
+    if (std::equal(tokens.begin() + i, tokens.begin() + i + n, tokens.end() - n))
+      starts.push_back(i);
+  std::vector<double> probs;
+  for (size_t d = 0; d < copied.size(); ++d) {
+    const auto depth = static_cast<int64_t>(d);
+    if (d > 0)
+      starts.erase(
+          std::remove_if(starts.begin(), starts.end(),
+                         [&](int64_t i) { return at(i + n + depth - 1) != copied[d - 1]; }),
+          starts.end());
+    const auto hits = std::count_if(starts.begin(), starts.end(),
+                                    [&](int64_t i) { return at(i + n + depth) == copied[d]; });
+    probs.push_back(static_cast<double>(hits) /
+                    (static_cast<double>(starts.size()) + 1.0 / static_cast<double>(span + depth)));
+  }
+  return probs;
+}
+
+}  // namespace
+
 Candidates PromptLookupGenerator::propose(const std::vector<int64_t>& tokens, int64_t max_tokens) {
   Candidates out;
   const int64_t k = std::min(num_tokens_, max_tokens);
@@ -332,6 +376,7 @@ Candidates PromptLookupGenerator::propose(const std::vector<int64_t>& tokens, in
       const int64_t end = std::min(s + n + k, len);
       for (int64_t j = s + n; j < end && !contains(eos_ids_, tokens[j]); ++j)
         out.tokens.push_back(tokens[j]);
+      out.probs = lookup_probs(tokens, s, n, out.tokens);
       return out;
     }
   }

@@ -136,7 +136,7 @@ std::vector<size_t> GoodputPlanner::slots(const Candidates& c) {
 }
 
 void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch,
-                         int64_t others) {
+                         int64_t others, size_t fewest) {
   std::vector<std::vector<double>> gains;  // each row's calibrated reach, best first
   size_t longest = 0;
   PassCost target_cost;
@@ -154,10 +154,10 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
       longest = std::max(longest, reach.size());
     }
   }
-  if (longest <= 1) return;
-  size_t best = 1;
+  if (longest <= fewest) return;
+  size_t best = fewest;
   double best_rate = -1;
-  for (size_t n = 1; n <= longest; ++n) {
+  for (size_t n = fewest; n <= longest; ++n) {
     double tokens = static_cast<double>(batch);
     for (const std::vector<double>& g : gains)
       for (size_t i = 0; i < std::min(n, g.size()); ++i) tokens += g[i];

@@ -34,16 +34,20 @@ class GoodputPlanner {
   Plan plan(const std::vector<LookaheadSchedule*>& schedules, KVCache& cache,
             const std::vector<int64_t>& tokens, int64_t rows, bool free_drafts, bool may_calibrate);
   // Cuts the proposals `rows` (goodput rows whose candidates carry probabilities and no
-  // distribution: a draft's trees, suffix speculation's proposals), each paired with its proposer
-  // kind, to their first n candidates (best first), for the n in [1, the longest] with the most
-  // expected tokens per second of the pass: every one of its `batch` rows gains one token, and each
-  // row of `rows` the reach of its kept candidates (Candidates::reach) times the kept / estimated
-  // ratio measured for that kind at their depth and rank (observe_kept), for a pass over batch x
-  // (max(n, others) + 1) tokens; `others`: the most tokens another row of the pass puts in after
-  // its last one. A chain is cut where its next token does not pay, a tree's branches go where
-  // they do not: the shape (one token, a chain, a tree) follows the measured costs and acceptance.
+  // distribution: a draft's trees, prompt lookup's and suffix speculation's proposals), each paired
+  // with its proposer kind, to their first n candidates (best first), for the n in [fewest, the
+  // longest] with the most expected tokens per second of the pass: every one of its `batch` rows
+  // gains one token, and each row of `rows` the reach of its kept candidates (Candidates::reach)
+  // times the kept / estimated ratio measured for that kind at their depth and rank
+  // (observe_kept), for a pass over batch x (max(n, others) + 1) tokens; `others`: the most tokens
+  // another row of the pass puts in after its last one. A chain is cut where its next token does
+  // not pay, a tree's branches go where they do not: the shape (one token, a chain, a tree)
+  // follows the measured costs and acceptance. `fewest` 0 lets the cut drop every candidate: for
+  // estimates that price in what has not been seen (prompt lookup's); the calibration learns only
+  // from what is verified, so estimates that start too low and are never verified would stay low.
   // Nothing is cut until a pass was timed.
-  void cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch, int64_t others);
+  void cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch, int64_t others,
+           size_t fewest = 1);
   // A proposal of proposer `kind` that cut() saw kept the candidates `path` (Verdict::path).
   void observe_kept(int kind, const Candidates& c, const std::vector<int64_t>& path);
   // A real target pass over `rows` tokens took `seconds`.

@@ -21,7 +21,7 @@ struct Candidates {
   at::Tensor q;                 // [K, V] float32 distributions the tokens were sampled from;
                                 // undefined = deterministic proposal (q one-hot at each token)
   // [K] each token's probability given the ones before it on its path, as its proposer estimates
-  // it (a draft model's, suffix speculation's counts); empty: none (prompt lookup).
+  // it (a draft model's; prompt lookup's and suffix speculation's counts); empty: none.
   std::vector<double> probs;
   // A tree of candidates (empty: a chain): parents[i] is candidate i's parent, an earlier
   // candidate, or -1 for one that follows the verified tokens (Model's TokenTree). Deterministic

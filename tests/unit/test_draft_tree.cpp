@@ -177,6 +177,29 @@ TEST(GoodputCut, KeepsTheCandidatesThatPayAtTheMeasuredCostsAndAcceptance) {
   EXPECT_EQ(c.size(), 2u);
 }
 
+// No candidate at all when none pays and the caller allows it (fewest 0: prompt lookup's rows):
+// with a 1-token pass at 1 s and a 2-token one at 1.5 s, a candidate of probability 0.1 gives
+// 1.1 / 1.5 = 0.73 tokens/s against 1 without it, one of 0.9 gives 1.9 / 1.5 = 1.27. By default
+// the first candidate stays.
+TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWhenAllowed) {
+  const auto model = test_model(cached_fixture("tree_draft", small_fixture(11, 1)));
+  detail::GoodputPlanner planner(*model);
+  planner.observe_target(1, 1.0);
+  planner.observe_target(2, 1.5);
+  Candidates weak;
+  weak.tokens = {5};
+  weak.probs = {0.1};
+  Candidates c = weak;
+  planner.cut({{1, &c}}, 1, 0, 0);
+  EXPECT_EQ(c.size(), 0u);
+  c = weak;
+  planner.cut({{1, &c}}, 1, 0);
+  EXPECT_EQ(c.size(), 1u);
+  c.probs = {0.9};
+  planner.cut({{1, &c}}, 1, 0, 0);
+  EXPECT_EQ(c.size(), 1u);
+}
+
 // Acceptance is measured by rank too: a tree of a first choice (0.6) and its sibling (0.35) at a
 // pass of 2 tokens costing 1 s and of 3 tokens 1.1 s keeps both (1.95 / 1.1 = 1.77 against 1.6).
 // After 5 proposals in which the first choice was kept and the sibling never, the ratio (decay
