@@ -383,11 +383,12 @@ void Engine::draft() {
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
     if (by_model(row)) continue;
-    // goodput: prompt lookup and suffix speculation propose up to the cap once drafting pays,
-    // and the cut below decides.
+    // goodput: suffix speculation proposes up to the cap once drafting pays, prompt lookup
+    // always (the cut may drop all of it: its estimates price in what it has not seen, so it
+    // needs no evidence that drafting pays), and the cut below decides.
     const bool goodput = row.schedule->kind() == Schedule::kGoodput;
-    const bool cut_later =
-        !first_ && uncached(i) == 0 && row.proposer && row.schedule->num_tokens() > 0;
+    const bool cut_later = !first_ && uncached(i) == 0 && row.proposer &&
+                           (row.schedule->num_tokens() > 0 || proposer_kind(row) == 1);
     const int64_t k = std::min(
         max_tokens_[i], !goodput || cut_later ? row.schedule->cap() : row.schedule->num_tokens());
     row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
