@@ -270,7 +270,8 @@ def summarise(args, target, concurrency, results, seconds, base, meta):
     if spec:  # over all the requests' tokens (a mean of per-request ratios weighs a short answer as a long one)
         passes = sum(r["spec"].get("target_passes", 0) for r in spec)
         drafted = sum(r["spec"].get("drafted_tokens", 0) for r in spec)
-        line["tokens_per_target_pass"] = rnd(sum(r["tokens"] for r in spec) / passes if passes else 0.0, 3)
+        new_tokens = sum(r["spec"].get("tokens_per_target_pass", 0) * r["spec"].get("target_passes", 0) for r in spec)
+        line["tokens_per_target_pass"] = rnd(new_tokens / passes if passes else 0.0, 3)
         line["acceptance_rate"] = rnd(sum(r["spec"].get("accepted_tokens", 0) for r in spec) / drafted
                                       if drafted else 0.0, 3)
     if args.extra_json:

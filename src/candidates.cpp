@@ -327,8 +327,10 @@ namespace {
 // before both occurrences agree) plus d. A common token's many continuations make a 1-gram's
 // estimate small; a long verbatim copy's tends to 1; the pseudo-count 1 / x is the room left for a
 // continuation not seen yet, smaller the longer the match.
+// [from, to): where c_0 can occur (Hugging Face's leftmost match has none before s, the most
+// recent one none after it).
 std::vector<double> lookup_probs(const std::vector<int64_t>& tokens, int64_t s, int64_t n,
-                                 const std::vector<int64_t>& copied) {
+                                 const std::vector<int64_t>& copied, int64_t from, int64_t to) {
   const auto len = static_cast<int64_t>(tokens.size());
   const auto at = [&](int64_t i) { return i < len ? tokens[i] : copied[i - len]; };
   constexpr int64_t kMaxSpan = 64;  // bounds the walk back; a longer span changes little
@@ -339,7 +341,7 @@ std::vector<double> lookup_probs(const std::vector<int64_t>& tokens, int64_t s, 
   // The places where c_0 (the sequence's last n tokens) occurs followed by a token; each depth
   // keeps those where the next token is the candidate before it (c_d extends c_{d-1} by it).
   std::vector<int64_t> starts;
-  for (int64_t i = 0; i + n < len; ++i)
+  for (int64_t i = from; i < to; ++i)
     if (std::equal(tokens.begin() + i, tokens.begin() + i + n, tokens.end() - n))
       starts.push_back(i);
   std::vector<double> probs;
@@ -376,7 +378,9 @@ Candidates PromptLookupGenerator::propose(const std::vector<int64_t>& tokens, in
       const int64_t end = std::min(s + n + k, len);
       for (int64_t j = s + n; j < end && !contains(eos_ids_, tokens[j]); ++j)
         out.tokens.push_back(tokens[j]);
-      out.probs = lookup_probs(tokens, s, n, out.tokens);
+      if (!out.tokens.empty())
+        out.probs = most_recent_ ? lookup_probs(tokens, s, n, out.tokens, 0, s + 1)
+                                 : lookup_probs(tokens, s, n, out.tokens, s, tail);
       return out;
     }
   }

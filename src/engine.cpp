@@ -551,7 +551,8 @@ void Engine::commit() {
     for (const int64_t d : depths) ++st.drafted_at_position[d];
     for (int64_t j = 0; j < accepted; ++j) ++st.accepted_at_position[j];
     if (drafter_ && by_model(row)) drafter_->on_verified_row(i, cand, accepted, row.tokens);
-    if (row.cut) state_.goodput.observe_kept(proposer_kind(row), cand, verdict.path);
+    if (row.cut && cand.size() > 0)  // (a proposal cut to nothing says nothing of its estimates)
+      state_.goodput.observe_kept(proposer_kind(row), cand, verdict.path);
     // goodput's acceptance: a tree counts as a chain of its depth.
     if (row.proposer && row.schedule->kind() == Schedule::kGoodput)
       row.schedule->update(std::vector<double>(levels, 1.0), accepted);

@@ -154,6 +154,9 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
       longest = std::max(longest, reach.size());
     }
   }
+  // Verifying nothing is weighed against a measured pass over one candidate per row, not an
+  // interpolated one (a cost overstated there would never be timed again).
+  if (fewest == 0 && target_cost.first_unobserved(batch, 1) != 0) fewest = 1;
   if (longest <= fewest) return;
   size_t best = fewest;
   double best_rate = -1;

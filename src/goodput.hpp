@@ -42,10 +42,10 @@ class GoodputPlanner {
   // (observe_kept), for a pass over batch x (max(n, others) + 1) tokens; `others`: the most tokens
   // another row of the pass puts in after its last one. A chain is cut where its next token does
   // not pay, a tree's branches go where they do not: the shape (one token, a chain, a tree)
-  // follows the measured costs and acceptance. `fewest` 0 lets the cut drop every candidate: for
-  // estimates that price in what has not been seen (prompt lookup's); the calibration learns only
-  // from what is verified, so estimates that start too low and are never verified would stay low.
-  // Nothing is cut until a pass was timed.
+  // follows the measured costs and acceptance. `fewest` 0 lets the cut drop every candidate, once
+  // a pass over batch x 2 tokens was timed: for estimates that price in what has not been seen
+  // (prompt lookup's); the calibration learns only from what is verified, so estimates that start
+  // too low and are never verified would stay low. Nothing is cut until a pass was timed.
   void cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch, int64_t others,
            size_t fewest = 1);
   // A proposal of proposer `kind` that cut() saw kept the candidates `path` (Verdict::path).

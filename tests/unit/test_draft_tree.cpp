@@ -180,7 +180,7 @@ TEST(GoodputCut, KeepsTheCandidatesThatPayAtTheMeasuredCostsAndAcceptance) {
 // No candidate at all when none pays and the caller allows it (fewest 0: prompt lookup's rows):
 // with a 1-token pass at 1 s and a 2-token one at 1.5 s, a candidate of probability 0.1 gives
 // 1.1 / 1.5 = 0.73 tokens/s against 1 without it, one of 0.9 gives 1.9 / 1.5 = 1.27. By default
-// the first candidate stays.
+// the first candidate stays, and so it does until a pass over one candidate per row was timed.
 TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWhenAllowed) {
   const auto model = test_model(cached_fixture("tree_draft", small_fixture(11, 1)));
   detail::GoodputPlanner planner(*model);
@@ -197,6 +197,14 @@ TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWhenAllowed) {
   EXPECT_EQ(c.size(), 1u);
   c.probs = {0.9};
   planner.cut({{1, &c}}, 1, 0, 0);
+  EXPECT_EQ(c.size(), 1u);
+  // Not before a pass over one candidate was timed: here only 1- and 4-token passes were, and the
+  // cost of 2 tokens would be interpolated (1.33 s: the weak candidate would go).
+  detail::GoodputPlanner untimed(*model);
+  untimed.observe_target(1, 1.0);
+  untimed.observe_target(4, 2.0);
+  c = weak;
+  untimed.cut({{1, &c}}, 1, 0, 0);
   EXPECT_EQ(c.size(), 1u);
 }
 
