@@ -326,9 +326,8 @@ namespace {
 // where x is how many tokens the match really spans (the n-gram extended back while the tokens
 // before both occurrences agree) plus d. A common token's many continuations make a 1-gram's
 // estimate small; a long verbatim copy's tends to 1; the pseudo-count 1 / x is the room left for a
-// continuation not seen yet, smaller the longer the match.
-// [from, to): where c_0 can occur (Hugging Face's leftmost match has none before s, the most
-// recent one none after it).
+// continuation not seen yet, smaller the longer the match. [from, to): where the n-gram can occur
+// (the leftmost match has no occurrence before s, the most recent one none after it).
 std::vector<double> lookup_probs(const std::vector<int64_t>& tokens, int64_t s, int64_t n,
                                  const std::vector<int64_t>& copied, int64_t from, int64_t to) {
   const auto len = static_cast<int64_t>(tokens.size());
