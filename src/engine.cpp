@@ -388,7 +388,7 @@ void Engine::draft() {
     // needs no evidence that drafting pays), and the cut below decides.
     const bool goodput = row.schedule->kind() == Schedule::kGoodput;
     const bool cut_later = !first_ && uncached(i) == 0 && row.proposer &&
-                           (row.schedule->num_tokens() > 0 || proposer_kind(row) == 1);
+                           (row.schedule->num_tokens() > 0 || proposer_kind(row) == kLookup);
     const int64_t k = std::min(
         max_tokens_[i], !goodput || cut_later ? row.schedule->cap() : row.schedule->num_tokens());
     row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
@@ -411,8 +411,8 @@ void Engine::draft() {
   }
   // Prompt lookup's estimates price in an unseen continuation (PromptLookupGenerator): a pass of
   // its rows alone may verify nothing, where a weak first candidate does not pay.
-  const bool all_lookup =
-      std::all_of(cuttable.begin(), cuttable.end(), [](const auto& row) { return row.first == 1; });
+  const bool all_lookup = std::all_of(cuttable.begin(), cuttable.end(),
+                                      [](const auto& row) { return row.first == kLookup; });
   if (!cuttable.empty()) state_.goodput.cut(cuttable, b, others, all_lookup ? 0 : 1);
   draft_seconds_ = seconds_since(t0);
 }
