@@ -110,8 +110,7 @@ DraftModelGenerator::DraftModelGenerator(std::shared_ptr<const Model> draft, std
   } else {
     cache_ = draft_->make_cache(max_length, b);
   }
-  if (draft_->config().is_encoder_decoder)
-    draft_->attach_encoder(options.encoder_states, cache_, options.encoder_lengths);
+  for (int64_t r = 0; r < b; ++r) attach(r);
   if (draft_->config().feature_size > 0) {
     const KVCache* target_cache = options.target_cache;
     SPECDEC_CHECK(target_cache && target_cache->keeps_hidden() && target_cache->batch() >= b &&
@@ -271,6 +270,13 @@ void DraftModelGenerator::reset_row(int64_t slot, Row row) {
                 slot, " out of range");
   rows_[slot] = {row, std::make_shared<const LogitsProcessorChain>(*row.config)};
   cache_.crop(slot, 0);
+  attach(slot);
+}
+
+void DraftModelGenerator::attach(int64_t slot) {
+  const at::Tensor& states = rows_[slot].row.encoder_states;
+  if (draft_->config().is_encoder_decoder && states.defined())
+    draft_->attach_encoder(states, cache_, slot);
 }
 
 void DraftModelGenerator::on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted,

@@ -106,7 +106,9 @@ Engine::Engine(EngineModels models, GeneratorState& state, RowSource& source, bo
       options_(options),
       prompt_cache_(prompt_cache),
       use_draft_(use_draft),
-      max_prefixes_(static_cast<size_t>(std::max<int64_t>(0, max_prefixes))),
+      // (An encoder-decoder model's decoder cache depends on its prompt's encoder output.)
+      max_prefixes_(
+          tc_.is_encoder_decoder ? 0 : static_cast<size_t>(std::max<int64_t>(0, max_prefixes))),
       prefill_chunk_(std::max<int64_t>(1, prefill_chunk)) {
   start();
 }
@@ -120,7 +122,18 @@ bool Engine::uses_goodput(const Row& row) const {
 // Trees where the target and the verifier take them.
 DraftModelGenerator::Row Engine::draft_row(Row& row) const {
   const bool trees = !tc_.is_encoder_decoder && row.verifier->verifies_trees();
-  return {&row.config, row.schedule.get(), row.rng.get(), trees ? row.config.draft_tree_width : 1};
+  return {&row.config, row.schedule.get(), row.rng.get(), trees ? row.config.draft_tree_width : 1,
+          row.draft_encoder_states};
+}
+
+int64_t Engine::encode(Row& row, int64_t slot) {
+  const at::Tensor ids = at::tensor(row.prompt, at::kLong).view({1, -1});
+  const at::Tensor states = m_.target->encode(ids);  // [1, S, H]
+  cache_.crop(slot, 0);                              // (a finished row's slot)
+  m_.target->attach_encoder(states, cache_, slot);
+  if (!use_draft_) return 1;
+  row.draft_encoder_states = m_.share_encoder ? states : m_.draft->encode(ids);
+  return m_.share_encoder ? 1 : 2;
 }
 
 void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence) {
@@ -202,35 +215,12 @@ void Engine::start() {
   if (use_draft_ && resume && held.draft_ == m_.draft)
     draft_cache = continue_cache(*m_.draft, std::move(held.draft_cache_), max_length_, held.tokens_,
                                  first->tokens);
-  at::Tensor draft_states;  // encoder-decoder: what the draft's decoder attends to
-  std::vector<int64_t> encoder_lengths;
   double prefill_seconds =
       0;  // encoder passes and batch prefill, shared by the rows that start the batch
   if (tc_.is_encoder_decoder) {
-    // One encoder pass per prompt (no padding inside the encoder), padded to the longest.
     const auto t0 = Clock::now();
-    int64_t longest = 0;
-    for (const Row* row : slots_) {
-      encoder_lengths.push_back(static_cast<int64_t>(row->prompt.size()));
-      longest = std::max(longest, encoder_lengths.back());
-    }
-    const auto encode = [&](const Model& m) {
-      std::vector<at::Tensor> states;
-      for (const Row* row : slots_) {
-        const at::Tensor s =
-            m.encode(at::tensor(row->prompt, at::kLong).view({1, -1}));  // [1, S_r, H]
-        states.push_back(at::constant_pad_nd(s, {0, 0, 0, longest - s.size(1)}));
-      }
-      return at::cat(states);  // [B, S, H]
-    };
-    const at::Tensor states = encode(*m_.target);
-    m_.target->attach_encoder(states, cache_, encoder_lengths);
-    int64_t passes = 1;
-    if (use_draft_) {
-      draft_states = m_.share_encoder ? states : encode(*m_.draft);
-      if (!m_.share_encoder) ++passes;
-    }
-    for (Row* row : slots_) row->result.stats.encoder_passes = passes;
+    for (size_t slot = 0; slot < slots_.size(); ++slot)
+      slots_[slot]->result.stats.encoder_passes = encode(*slots_[slot], static_cast<int64_t>(slot));
     prefill_seconds += seconds_since(t0);
   }
 
@@ -242,10 +232,8 @@ void Engine::start() {
     placeholder_.schedule = std::make_unique<LookaheadSchedule>(placeholder_.config);
     while (static_cast<int64_t>(draft_rows.size()) < width_)
       draft_rows.push_back(
-          {&placeholder_.config, placeholder_.schedule.get(), placeholder_.rng.get()});
+          {&placeholder_.config, placeholder_.schedule.get(), placeholder_.rng.get(), 1, {}});
     DraftModelGenerator::Options options;
-    options.encoder_states = draft_states;
-    options.encoder_lengths = encoder_lengths;
     options.target_vocab = tc_.vocab_size;
     options.cache = std::move(draft_cache);
     options.target_cache = features ? &cache_ : nullptr;

@@ -72,6 +72,7 @@ struct Row {
   // Prompt lookup's or suffix speculation's (null for the draft model's rows and target-only ones).
   std::unique_ptr<SequenceProposer> proposer;
   std::shared_ptr<SuffixCache> suffix;  // suffix speculation: the Generator's shared tree
+  at::Tensor draft_encoder_states;      // encoder-decoder: what the draft's decoder attends to
   const Verifier* verifier = nullptr;
   GenerationResult result;
   std::exception_ptr error;  // what its callback threw (stop_reason "error")
@@ -114,8 +115,8 @@ class VectorSource final : public RowSource {
 // The rows of a RowSource, at most `width` at once, each joining as a row finishes (continuous
 // batching) with caches of `max_length` positions per row. Each step admits rows, drafts for the
 // running rows, verifies them in one target pass, commits a different number of tokens per row
-// and streams them, and retires the rows that finished. Decoder-only models, or encoder-decoder
-// ones with every row at once (all in the source when the engine starts). `use_draft`: the draft
+// and streams them, and retires the rows that finished (an encoder-decoder model's rows too: each
+// row's encoder pass runs as it joins). `use_draft`: the draft
 // model is loaded, and the rows that do not ask for prompt lookup draft with it (the others by
 // prompt lookup, or not at all, row by row).
 class Engine {
@@ -141,6 +142,9 @@ class Engine {
   void set_up(Row& row, std::optional<std::pair<double, double>> evidence = {});
   DraftModelGenerator::Row draft_row(Row& row) const;
   void start();  // the caches, encoder passes, the drafter and the first rows' prefill
+  // Encoder-decoder: the row's encoder pass (the draft's too, unless they share the encoder), its
+  // cross-attention entries in cache row `slot`, which starts empty; returns the encoder passes.
+  int64_t encode(Row& row, int64_t slot);
   void plan(bool may_calibrate);
   void draft();
   void verify();

@@ -78,16 +78,23 @@ void Engine::admit() {
       }
     }
     const int64_t slot = take_slot(row);  // prefill_into and reuse overwrite its cache row
-    row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
-    if (row.result.stats.cached_prompt_tokens == 0) {
+    if (tc_.is_encoder_decoder) {
+      // Its encoder pass is its prefill: the decoder starts from one token.
+      row.result.stats.encoder_passes = encode(row, slot);
       joined.push_back(slot);
-      joined_tokens.push_back(&row.tokens);
+    } else {
+      row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
+      if (row.result.stats.cached_prompt_tokens == 0) {
+        joined.push_back(slot);
+        joined_tokens.push_back(&row.tokens);
+      }
     }
     if (drafter_) drafter_->reset_row(slot, draft_row(row));
   }
   if (joined.empty()) return;
   // The draft prefills them at the next pass if they draft in it.
-  const int64_t passes = prefill_into(*m_.target, cache_, joined, joined_tokens);
+  const int64_t passes =
+      joined_tokens.empty() ? 0 : prefill_into(*m_.target, cache_, joined, joined_tokens);
   const double s = seconds_since(t1);
   bs_.prefill_seconds += s;
   for (const int64_t slot : joined) {

@@ -96,8 +96,6 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                            const std::vector<GenerationConfig>& configs,
                            const BatchTokenCallback& on_tokens, const BatchOptions& options,
                            PromptCache* prompt_cache, std::exception_ptr* failure) const {
-  const auto start = Clock::now();
-  const ModelConfig& tc = target_->config();
   SPECDEC_CHECK(!prompts.empty(),
                 "generate_batch: the batch is empty (at least one prompt is needed)");
   SPECDEC_CHECK(configs.size() == 1 || configs.size() == prompts.size(),
@@ -117,36 +115,6 @@ BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
 
   c10::InferenceMode inference_guard;
   const int64_t width = options.max_rows > 0 ? std::min(options.max_rows, batch) : batch;
-  if (width < batch && tc.is_encoder_decoder) {
-    // Encoder-decoder models: consecutive groups of max_rows (a row's encoder output is attached
-    // to the batch's cache when the batch starts).
-    BatchResult out;
-    out.stats.rows = batch;
-    for (int64_t first = 0; first < batch; first += width) {
-      const int64_t n = std::min(width, batch - first);
-      const std::vector<std::vector<int64_t>> group(prompts.begin() + first,
-                                                    prompts.begin() + first + n);
-      std::vector<GenerationConfig> group_configs(configs);
-      if (configs.size() > 1)
-        group_configs.assign(configs.begin() + first, configs.begin() + first + n);
-      BatchTokenCallback tokens;
-      if (on_tokens)
-        tokens = [&](size_t r, const std::vector<int64_t>& t) { on_tokens(first + r, t); };
-      BatchOptions group_options;
-      if (options.on_finished)
-        group_options.on_finished = [&](size_t r, const GenerationResult& g) {
-          options.on_finished(first + r, g);
-        };
-      BatchResult part = run(group, group_configs, tokens, group_options);
-      for (GenerationResult& g : part.results) out.results.push_back(std::move(g));
-      out.stats.new_tokens += part.stats.new_tokens;
-      out.stats.target_passes += part.stats.target_passes;
-      out.stats.draft_passes += part.stats.draft_passes;
-      out.stats.prefill_seconds += part.stats.prefill_seconds;
-    }
-    out.stats.total_seconds = seconds_since(start);
-    return out;
-  }
 
   detail::VectorSource source(rows);
   // Rows that ask for prompt lookup or suffix speculation draft by it, the others with the draft

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "specdec/error.hpp"
 
@@ -107,9 +108,7 @@ void KVCache::reset() { std::fill(lengths_.begin(), lengths_.end(), 0); }
 void KVCache::copy_row(const KVCache& source, int64_t from, int64_t to) {
   SPECDEC_CHECK(from >= 0 && from < source.batch() && to >= 0 && to < batch(), "KVCache: copy_row(",
                 from, ", ", to, ") out of range (", source.batch(), " and ", batch(), " rows)");
-  SPECDEC_CHECK(source.num_layers() == num_layers() && source.lengths_[from] <= capacity_ &&
-                    source.cross_.size() == cross_.size() &&
-                    source.cross_mask_.defined() == cross_mask_.defined(),
+  SPECDEC_CHECK(source.num_layers() == num_layers() && source.lengths_[from] <= capacity_,
                 "KVCache: copy_row from a cache of another shape");
   if (&source == this && from == to) return;
   const int64_t n = source.lengths_[from];
@@ -118,12 +117,19 @@ void KVCache::copy_row(const KVCache& source, int64_t from, int64_t to) {
       keys_[l][to].narrow(1, 0, n).copy_(source.keys_[l][from].narrow(1, 0, n));
       values_[l][to].narrow(1, 0, n).copy_(source.values_[l][from].narrow(1, 0, n));
     }
-    if (l < static_cast<int64_t>(cross_.size()) && cross_[l].first.defined()) {
-      cross_[l].first[to].copy_(source.cross_[l].first[from]);
-      cross_[l].second[to].copy_(source.cross_[l].second[from]);
-    }
   }
-  if (cross_mask_.defined()) cross_mask_[to].copy_(source.cross_mask_[from]);
+  const int64_t s = source.cross_.empty() ? 0 : source.cross_lengths_[from];
+  if (s > 0) {
+    std::vector<at::Tensor> keys, values;
+    for (const auto& [k, v] : source.cross_) {
+      keys.push_back(k[from].narrow(1, 0, s));
+      values.push_back(v[from].narrow(1, 0, s));
+    }
+    set_cross(to, keys, values);
+  } else if (!cross_.empty() && cross_lengths_[to] > 0) {
+    cross_lengths_[to] = 0;
+    update_cross_mask();
+  }
   if (hidden_.defined() && n > 0) {
     SPECDEC_CHECK(source.hidden_.defined() && source.hidden_.size(2) == hidden_.size(2),
                   "KVCache: copy_row from a cache that keeps no hidden states of this size");
@@ -155,18 +161,72 @@ void KVCache::store_hidden(const at::Tensor& x, const std::vector<int64_t>& coun
   }
 }
 
-void KVCache::set_cross(int64_t layer, at::Tensor k, at::Tensor v) {
-  SPECDEC_CHECK(layer >= 0 && layer < num_layers(), "KVCache: layer ", layer, " out of range");
-  cross_.resize(keys_.size());
-  cross_[layer] = {std::move(k), std::move(v)};
+void KVCache::set_cross(int64_t row, const std::vector<at::Tensor>& keys,
+                        const std::vector<at::Tensor>& values) {
+  SPECDEC_CHECK(row >= 0 && row < batch(), "KVCache: row ", row, " out of range (", batch(),
+                " rows)");
+  SPECDEC_CHECK(static_cast<int64_t>(keys.size()) == num_layers() && values.size() == keys.size(),
+                "KVCache: cross-attention entries for ", keys.size(), " layers, the cache has ",
+                num_layers());
+  const int64_t s = keys[0].dim() == 3 ? keys[0].size(1) : 0;
+  for (size_t l = 0; l < keys.size(); ++l)
+    SPECDEC_CHECK(keys[l].dim() == 3 && keys[l].sizes() == values[l].sizes() &&
+                      keys[l].sizes() == keys[0].sizes() && s > 0,
+                  "KVCache: cross-attention keys and values must be [H, S, D] alike for every "
+                  "layer, got ",
+                  keys[l].sizes(), " and ", values[l].sizes());
+  const int64_t padded = cross_.empty() ? 0 : cross_[0].first.size(2);
+  if (cross_.empty()) {
+    cross_lengths_.assign(lengths_.size(), 0);
+    for (const at::Tensor& k : keys) {
+      const std::vector<int64_t> shape{batch(), k.size(0), s, k.size(2)};
+      cross_.emplace_back(at::zeros(shape, k.options()), at::zeros(shape, k.options()));
+    }
+  } else if (s > padded) {
+    for (auto& [k, v] : cross_) {
+      k = at::constant_pad_nd(k, {0, 0, 0, s - padded});
+      v = at::constant_pad_nd(v, {0, 0, 0, s - padded});
+    }
+  }
+  const int64_t width = std::max(s, padded);
+  for (size_t l = 0; l < keys.size(); ++l) {
+    for (auto [into, from] :
+         {std::pair{cross_[l].first[row], keys[l]}, std::pair{cross_[l].second[row], values[l]}}) {
+      into.narrow(1, 0, s).copy_(from);
+      into.narrow(1, s, width - s).zero_();
+    }
+  }
+  cross_lengths_[row] = s;
+  update_cross_mask();
 }
 
-const std::pair<at::Tensor, at::Tensor>& KVCache::cross(int64_t layer) const {
-  SPECDEC_CHECK(
-      layer >= 0 && layer < static_cast<int64_t>(cross_.size()) && cross_[layer].first.defined(),
-      "KVCache: no encoder output attached for layer ", layer,
-      " (call Model::attach_encoder before the decoder's forward)");
-  return cross_[layer];
+void KVCache::update_cross_mask() {
+  const int64_t s = cross_[0].first.size(2);
+  at::Tensor mask = at::zeros({batch(), s}, at::kFloat);
+  for (int64_t r = 0; r < batch(); ++r)
+    if (cross_lengths_[r] > 0 && cross_lengths_[r] < s)
+      mask[r]
+          .narrow(0, cross_lengths_[r], s - cross_lengths_[r])
+          .fill_(-std::numeric_limits<float>::infinity());
+  cross_mask_ = mask.to(cross_[0].first.options());
+}
+
+KVCache::Cross KVCache::cross(int64_t layer, int64_t rows) const {
+  SPECDEC_CHECK(layer >= 0 && layer < num_layers() && rows >= 1 && rows <= batch(),
+                "KVCache: cross(", layer, ", ", rows, ") out of range");
+  int64_t s = 0;
+  bool padded = false;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = cross_.empty() ? 0 : cross_lengths_[r];
+    SPECDEC_CHECK(n > 0, "KVCache: no encoder output attached for row ", r,
+                  " (call Model::attach_encoder before the decoder's forward)");
+    padded = padded || (r > 0 && n != s);
+    s = std::max(s, n);
+  }
+  const auto& [k, v] = cross_[layer];
+  Cross c{k.narrow(0, 0, rows).narrow(2, 0, s), v.narrow(0, 0, rows).narrow(2, 0, s), {}};
+  if (padded) c.mask = cross_mask_.narrow(0, 0, rows).narrow(1, 0, s).view({rows, 1, 1, 1, s});
+  return c;
 }
 
 }  // namespace specdec

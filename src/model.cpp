@@ -31,7 +31,7 @@ at::Tensor Model::encode(const at::Tensor&) const {
   throw Error(config_.model_type + " is a decoder-only model: it has no encoder");
 }
 
-void Model::attach_encoder(const at::Tensor&, KVCache&, const std::vector<int64_t>&) const {
+void Model::attach_encoder(const at::Tensor&, KVCache&, int64_t) const {
   throw Error(config_.model_type + " is a decoder-only model: it has no encoder");
 }
 

@@ -73,9 +73,6 @@ RequestEngine::RequestEngine(const Generator& generator, Options options)
   SPECDEC_CHECK(options_.max_queue >= 0, "RequestEngine: max_queue must be >= 0, got ",
                 options_.max_queue);
   const ModelConfig& tc = generator.target().config();
-  SPECDEC_CHECK(!tc.is_encoder_decoder, "RequestEngine: ", tc.model_type,
-                " is an encoder-decoder model; requests that join a running batch need a "
-                "decoder-only one (use Generator::generate_batch)");
   SPECDEC_CHECK(options_.context <= tc.max_position_embeddings, "RequestEngine: a context of ",
                 options_.context, " positions is more than the target's max_position_embeddings (",
                 tc.max_position_embeddings, ")");
@@ -143,7 +140,7 @@ bool RequestEngine::step() {
           options_.prefill_chunk);
     worked = s.engine->step();
   } catch (const std::exception& e) {
-    s.fail_running(std::string("generation failed: ") + e.what());
+    s.fail_running(e.what());
     return true;
   }
   // The rows that left the batch in this step are done with (the engine no longer points at them).

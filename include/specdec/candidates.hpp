@@ -57,14 +57,14 @@ class DraftModelGenerator final {
     // pass per position either way), best first (Candidates::reach), at most the row's max_tokens
     // of them.
     int64_t tree_width = 1;
+    // An encoder-decoder draft: what this row's decoder attends to ([1, S, H]), the output of the
+    // draft's own encoder over the row's prompt, or of the target's when they have the
+    // same_encoder (Model::attach_encoder).
+    at::Tensor encoder_states;
   };
   // What only some drafts need. (No default argument: Options' member initializers cannot be used
   // within this class's definition.)
   struct Options {
-    // What an encoder-decoder draft attends to: [B, S, H], the output of its own encoder, or of the
-    // target's when they have the same encoder; lengths as for Model::attach_encoder.
-    at::Tensor encoder_states;
-    std::vector<int64_t> encoder_lengths;
     // The width of the target's logits (0 = the draft's own). A draft whose vocabulary differs only
     // by padding rows proposes over the target's ids: its scores are cut to, or padded with -inf up
     // to, that width (q = 0 for ids the draft cannot produce).
@@ -95,7 +95,7 @@ class DraftModelGenerator final {
   void prefill(const std::vector<const std::vector<int64_t>*>& tokens,
                const std::vector<int64_t>& slots = {});
   // Row `slot` starts over as a new request's row `row`: its cache row is emptied (continuous
-  // batching; the next proposal, or prefill, fills it).
+  // batching; the next proposal, or prefill, fills it) and attends to the row's encoder_states.
   void reset_row(int64_t slot, Row row);
   // Row `row` kept `accepted` of `proposed`; `tokens` is its verified sequence.
   void on_verified_row(int64_t row, const Candidates& proposed, int64_t accepted,
@@ -138,6 +138,7 @@ class DraftModelGenerator final {
     std::vector<double> chain_probs = {};
     int64_t passes = 0;
   };
+  void attach(int64_t slot);  // an encoder-decoder draft: the row's encoder_states into its cache
   std::shared_ptr<const Model> draft_;
   int64_t vocab_;  // width of the proposals (the target's vocabulary)
   std::vector<State> rows_;

@@ -64,8 +64,8 @@ using BatchTokenCallback = std::function<void(size_t row, const std::vector<int6
 struct BatchOptions {
   // Rows generated at once (0: every prompt). With fewer than the prompts, the first max_rows start
   // together and each row that finishes makes room for the next prompt, in order, which joins the
-  // running batch after its own prefill (continuous batching). Encoder-decoder models run the
-  // prompts in consecutive groups of max_rows instead.
+  // running batch after its own prefill (continuous batching; an encoder-decoder model's prompt
+  // after its encoder pass).
   int64_t max_rows = 0;
   // Called once per row as it finishes (EOS, its length limit or cancelled), with its final result
   // (the one BatchResult holds at the end); not for a row whose token callback threw. An exception

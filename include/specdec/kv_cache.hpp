@@ -46,21 +46,26 @@ class KVCache {
   // slots from + path[j] (increasing) at from + j, and forgets the rest. O(path) copies.
   void keep_path(int64_t row, int64_t from, const std::vector<int64_t>& path);
   void reset();
-  // Copies row `from` (its positions, length and encoder entries) over row `to`: compacts a batch
-  // when a sequence finishes, so that later passes run on rows [0, B - 1).
+  // Copies row `from` (its positions, length and cross-attention entries) over row `to`: compacts a
+  // batch when a sequence finishes, so that later passes run on rows [0, B - 1).
   void copy_row(int64_t from, int64_t to) { copy_row(*this, from, to); }
   // The same from row `from` of another cache of the same model (its capacity may be smaller):
   // admits a sequence prefilled on its own into a running batch.
   void copy_row(const KVCache& source, int64_t from, int64_t to);
 
-  // Encoder-decoder models: the cross-attention keys and values of decoder layer `layer` over the
-  // encoder output ([B, H, S, D]), set once per request (Model::attach_encoder). crop() and reset()
-  // leave them alone; cross() throws when they were never set. `mask` ([B, 1, 1, 1, S] additive,
-  // or undefined) hides the padding of rows whose encoder output is shorter than S.
-  void set_cross(int64_t layer, at::Tensor k, at::Tensor v);
-  const std::pair<at::Tensor, at::Tensor>& cross(int64_t layer) const;
-  void set_cross_mask(at::Tensor mask) { cross_mask_ = std::move(mask); }
-  const at::Tensor& cross_mask() const { return cross_mask_; }
+  // Encoder-decoder models: row `row`'s cross-attention keys and values over its own encoder
+  // output, one [H, S_row, D] tensor per decoder layer (Model::attach_encoder), kept until the row
+  // is set or copied over again (crop() and reset() leave them alone). Rows of different S_row
+  // share buffers padded to the longest, so a row may be set while the others decode.
+  void set_cross(int64_t row, const std::vector<at::Tensor>& keys,
+                 const std::vector<at::Tensor>& values);
+  // Layer `layer`'s cross-attention entries of rows [0, rows): keys and values [rows, H, S, D], S
+  // the longest of their encoder outputs, and the additive mask [rows, 1, 1, 1, S] (-inf over each
+  // row's padding; undefined when no row has any). Throws when a row has none set.
+  struct Cross {
+    at::Tensor keys, values, mask;
+  };
+  Cross cross(int64_t layer, int64_t rows) const;
 
   // --- Hidden states, for feature-fed (EAGLE-style) drafts ---
   // From now on, keep the last decoder layer's output (before the final norm) of every position
@@ -79,9 +84,14 @@ class KVCache {
   const KVCache* feature_source() const { return feature_source_; }
 
  private:
-  std::vector<at::Tensor> keys_;                          // per layer [B, H_kv, capacity, D]
-  std::vector<at::Tensor> values_;                        // per layer [B, H_kv, capacity, D]
-  std::vector<std::pair<at::Tensor, at::Tensor>> cross_;  // per layer, empty for decoder-only
+  void update_cross_mask();  // cross_mask_ from cross_lengths_
+
+  std::vector<at::Tensor> keys_;    // per layer [B, H_kv, capacity, D]
+  std::vector<at::Tensor> values_;  // per layer [B, H_kv, capacity, D]
+  // Per layer [B, H, S, D] (empty until a row is set), S the longest encoder output set; per row
+  // its encoder output's length (0: none), and [B, S] of -inf over each row's padding.
+  std::vector<std::pair<at::Tensor, at::Tensor>> cross_;
+  std::vector<int64_t> cross_lengths_;
   at::Tensor cross_mask_;
   at::Tensor hidden_;  // [B, capacity, size] or undefined
   const KVCache* feature_source_ = nullptr;

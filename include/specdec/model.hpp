@@ -56,12 +56,12 @@ class Model {
   // --- encoder-decoder models (config().is_encoder_decoder); the others throw specdec::Error ---
   // Runs the encoder over `input_ids` ([B, S], int64): hidden states [B, S, H].
   virtual at::Tensor encode(const at::Tensor& input_ids) const;
-  // Computes every decoder layer's cross-attention keys/values over `encoder_states` ([B, S, H]
-  // with B = cache.batch(), from encode() of this model or of one with the same_encoder()) once and
-  // stores them in `cache`. `lengths` (optional, one per row): row b's encoder output is its first
-  // lengths[b] positions, the rest padding that its decoder never attends to.
+  // Computes every decoder layer's cross-attention keys/values over one sequence's encoder output
+  // (`encoder_states` [1, S, H], from encode() of this model or of one with the same_encoder())
+  // once and stores them as row `row` of `cache` (KVCache::set_cross), which its decoder attends
+  // to from then on; other rows may decode meanwhile.
   virtual void attach_encoder(const at::Tensor& encoder_states, KVCache& cache,
-                              const std::vector<int64_t>& lengths = {}) const;
+                              int64_t row = 0) const;
   // True when `other` has an identical encoder (configuration and weights), so that one encoder
   // pass serves both models. False for decoder-only models.
   virtual bool same_encoder(const Model& other) const;

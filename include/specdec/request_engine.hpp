@@ -60,10 +60,10 @@ class RequestEngine {
   };
   using Id = uint64_t;
 
-  // Decoder-only models (an encoder-decoder pair is refused with specdec::Error). A request that
-  // sets prompt_lookup_num_tokens drafts by prompt lookup; the others draft with the Generator's
-  // draft model (its num_assistant_tokens and schedule), or run target-only without one; all share
-  // the running batch. The Generator must outlive this.
+  // Any model pair the Generator takes (an encoder-decoder model's request runs its encoder pass
+  // as it joins). A request that sets prompt_lookup_num_tokens drafts by prompt lookup; the others
+  // draft with the Generator's draft model (its num_assistant_tokens and schedule), or run
+  // target-only without one; all share the running batch. The Generator must outlive this.
   RequestEngine(const Generator& generator, Options options);
   ~RequestEngine();
   RequestEngine(const RequestEngine&) = delete;

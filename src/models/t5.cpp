@@ -170,35 +170,22 @@ class T5Model final : public Model {
     return layers::rms_norm(x, encoder_norm_, eps);
   }
 
-  void attach_encoder(const at::Tensor& states, KVCache& cache,
-                      const std::vector<int64_t>& lengths) const override {
-    SPECDEC_CHECK(states.dim() == 3 && states.size(2) == config_.hidden_size &&
-                      states.size(0) == cache.batch(),
-                  "attach_encoder: expected encoder states [", cache.batch(), ", S, ",
+  void attach_encoder(const at::Tensor& states, KVCache& cache, int64_t row) const override {
+    SPECDEC_CHECK(states.dim() == 3 && states.size(0) == 1 && states.size(1) >= 1 &&
+                      states.size(2) == config_.hidden_size,
+                  "attach_encoder: expected one sequence's encoder states [1, S, ",
                   config_.hidden_size, "], got ", states.sizes());
-    const int64_t b = states.size(0), s = states.size(1), heads = config_.num_attention_heads,
-                  d = config_.head_dim;
-    SPECDEC_CHECK(lengths.empty() || static_cast<int64_t>(lengths.size()) == b,
-                  "attach_encoder: ", lengths.size(), " lengths for ", b, " rows");
-    at::Tensor mask;  // [B, 1, 1, 1, S]: -inf over each row's padding
-    if (std::any_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n != s; })) {
-      for (const int64_t n : lengths)
-        SPECDEC_CHECK(n >= 1 && n <= s, "attach_encoder: row length ", n, " outside [1, ", s, "]");
-      const at::Tensor pad =
-          at::arange(s, at::kLong).view({1, s}) >= at::tensor(lengths, at::kLong).view({b, 1});
-      mask = at::zeros({b, s}, at::kFloat)
-                 .masked_fill_(pad, -std::numeric_limits<float>::infinity())
-                 .to(device_, dtype_)
-                 .view({b, 1, 1, 1, s});
-    }
-    cache.set_cross_mask(mask);
-    // [B, S, layers * 2 * H * D] -> [layers * 2, B, H, S, D]
+    const int64_t s = states.size(1);
+    // [1, S, layers * 2 * H * D] -> [layers * 2, H, S, D]
     const at::Tensor kv = cross_kv_(states.to(device_, dtype_))
-                              .view({b, s, -1, heads, d})
-                              .permute({2, 0, 3, 1, 4})
-                              .contiguous();
-    for (int64_t i = 0; i < static_cast<int64_t>(decoder_.size()); ++i)
-      cache.set_cross(i, kv[2 * i], kv[2 * i + 1]);
+                              .view({s, -1, config_.num_attention_heads, config_.head_dim})
+                              .permute({1, 2, 0, 3});
+    std::vector<at::Tensor> keys, values;
+    for (int64_t i = 0; i < static_cast<int64_t>(decoder_.size()); ++i) {
+      keys.push_back(kv[2 * i]);
+      values.push_back(kv[2 * i + 1]);
+    }
+    cache.set_cross(row, keys, values);
   }
 
   bool same_encoder(const Model& other) const override {
@@ -241,13 +228,10 @@ class T5Model final : public Model {
                             /*residual=*/x));
       const at::Tensor q = l.cross_q(layers::rms_norm(x, l.cross_norm, eps))
                                .view({b, t, heads, d})
-                               .transpose(1, 2);        // [B, H, T, D]
-      const auto& [keys, values] = cache.cross(layer);  // [cache rows, H, S, D]
-      const at::Tensor cross_mask =
-          cache.cross_mask().defined() ? cache.cross_mask().narrow(0, 0, b) : at::Tensor();
-      x = clamp_half(l.cross_o(
-          layers::attend(q, keys.narrow(0, 0, b), values.narrow(0, 0, b), cross_mask, 1.0),
-          /*residual=*/x));
+                               .transpose(1, 2);       // [B, H, T, D]
+      const KVCache::Cross c = cache.cross(layer, b);  // [B, H, S, D]
+      x = clamp_half(l.cross_o(layers::attend(q, c.keys, c.values, c.mask, 1.0),
+                               /*residual=*/x));
       x = clamp_half(l.ff(layers::rms_norm(x, l.ff_norm, eps), /*residual=*/x));
     }
     pass.commit(cache, x);

@@ -125,7 +125,7 @@ TEST(Batch, EveryRowEqualsItsRequestAloneAcrossArchitecturesSchedulesAndSizes) {
           configs.push_back(c);
         }
         const BatchResult got = assisted.generate_batch(prompts, configs);
-        // The 8 prompts also through 3 rows at a time (continuous batching; T5 in groups of 3).
+        // The 8 prompts also through 3 rows at a time (continuous batching).
         BatchOptions three;
         three.max_rows = 3;
         const BatchResult continuous =

@@ -21,20 +21,28 @@ struct Models {
   std::shared_ptr<const Model> target, draft;
 };
 
+Models make_models(const std::string& arch) {
+  const std::string t = cached_fixture("engine_" + arch, small_fixture(21, 3, arch));
+  const std::string d = temp_dir("engine_d_" + arch);
+  make_draft_of(t, d, 1, 0.02, 21);
+  return Models{test_model(t), test_model(d)};
+}
+
 Models models() {
-  static const Models m = [] {
-    const std::string t = cached_fixture("engine_t", small_fixture(21, 3, "llama"));
-    const std::string d = temp_dir("engine_d");
-    make_draft_of(t, d, 1, 0.02, 21);
-    return Models{test_model(t), test_model(d)};
-  }();
+  static const Models m = make_models("llama");
+  return m;
+}
+
+// An encoder-decoder pair: each request's encoder pass runs as it joins.
+Models t5_models() {
+  static const Models m = make_models("t5");
   return m;
 }
 
 // One request's output as the engine delivered it.
 struct Output {
   std::vector<int64_t> streamed, finished;
-  std::string stop_reason;
+  std::string stop_reason, error;
   int64_t cached = 0;  // prompt positions reused
   int64_t calls = 0;
   bool done = false;
@@ -50,6 +58,7 @@ Request request(const std::vector<int64_t>& prompt, const GenerationConfig& c, O
   r.on_finished = [&out](const GenerationResult& g) {
     out.finished = g.tokens;
     out.stop_reason = g.stats.stop_reason;
+    out.error = g.error;
     out.cached = g.stats.cached_prompt_tokens;
     ++out.calls;
     out.done = true;
@@ -83,8 +92,7 @@ enum class Kind { kTargetOnly, kDraft, kLookup, kMixed };
 
 // A request joins the running batch at every step position: the first request runs alone for `s`
 // steps before the others arrive, one per step; each output equals generate() alone.
-void check_joins(Kind kind, bool sampled) {
-  const Models m = models();
+void check_joins(Kind kind, bool sampled, const Models& m = models()) {
   const bool draft = kind == Kind::kDraft || kind == Kind::kMixed;
   const Generator alone(m.target, draft ? m.draft : nullptr);
   const int64_t n = 7;
@@ -130,12 +138,15 @@ TEST(RequestEngine, GreedyRequestsJoiningAtEveryStepEqualGenerateAlone) {
   check_joins(Kind::kDraft, false);
   check_joins(Kind::kLookup, false);
   check_joins(Kind::kMixed, false);
+  for (const Kind kind : {Kind::kTargetOnly, Kind::kDraft, Kind::kLookup})
+    check_joins(kind, false, t5_models());
 }
 
 TEST(RequestEngine, SeededSampledRequestsJoiningAtEveryStepEqualGenerateAlone) {
   check_joins(Kind::kTargetOnly, true);
   check_joins(Kind::kDraft, true);
   check_joins(Kind::kMixed, true);
+  check_joins(Kind::kDraft, true, t5_models());
 }
 
 // Cancelled at every step: the row leaves at that step with the tokens it had, the others go on.
@@ -548,7 +559,8 @@ TEST(RequestEngineThreads, ClientsSubmitAndCancelWhileTheEngineRuns) {
       EXPECT_EQ(n % 3, 0) << "request " << n;
       continue;
     }
-    EXPECT_EQ(out.finished, expected[n % kinds]) << "request " << n;
+    EXPECT_EQ(out.finished, expected[n % kinds])
+        << "request " << n << " (" << out.stop_reason << ": " << out.error << ")";
   }
   EXPECT_EQ(engine.load().running, 0);
 }

@@ -147,13 +147,13 @@ class Server:
         assert rc == 0, f"the server exited with status {rc} after SIGTERM (expected 0)\n{self.describe()}"
 
 
-def start_server(*extra_args, env=None, timeout=HEALTH_TIMEOUT_S):
+def start_server(*extra_args, env=None, timeout=HEALTH_TIMEOUT_S, model=MODEL):
     """Starts `specdec serve` on a free port of 127.0.0.1 and waits until GET /health is 200.
 
     extra_args override DEFAULT_ARGS flag by flag (e.g. "--max-batch", "1")."""
     extra = [str(a) for a in extra_args]
     port = free_port()
-    cmd = [SPECDEC, "serve", "--model", MODEL, "--port", str(port)]
+    cmd = [SPECDEC, "serve", "--model", str(model), "--port", str(port)]
     for flag, value in DEFAULT_ARGS.items():
         if flag not in extra:
             cmd += [flag, value]
@@ -240,8 +240,8 @@ def client(server):
 _oracle_cache = {}
 
 
-def _generate(prompt_args, max_new_tokens, extra=()):
-    cmd = [SPECDEC, "generate", "--model", MODEL, *prompt_args, "--max-new-tokens", str(max_new_tokens),
+def _generate(prompt_args, max_new_tokens, extra=(), model=MODEL):
+    cmd = [SPECDEC, "generate", "--model", str(model), *prompt_args, "--max-new-tokens", str(max_new_tokens),
            *extra, "--json"]
     key = tuple(cmd)
     if key not in _oracle_cache:
@@ -255,9 +255,9 @@ def _generate(prompt_args, max_new_tokens, extra=()):
     return _oracle_cache[key]
 
 
-def oracle(prompt_text, max_new_tokens, *extra):
+def oracle(prompt_text, max_new_tokens, *extra, model=MODEL):
     """`specdec generate --prompt TEXT --max-new-tokens N --json`: {"tokens": [...], "text": ..., "stats": ...}."""
-    return _generate(["--prompt", prompt_text], max_new_tokens, extra)
+    return _generate(["--prompt", prompt_text], max_new_tokens, extra, model)
 
 
 def oracle_ids(ids, max_new_tokens, *extra):

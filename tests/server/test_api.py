@@ -1,14 +1,16 @@
 """`specdec serve`: the OpenAI-compatible routes, answers equal to `specdec generate`, metrics, logs."""
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 import subprocess
 import time
 
 import openai
 import pytest
 
-from conftest import (MODEL, MODEL_ID, SPECDEC, chat, complete, detokenize, make_client, metrics, oracle,
+from conftest import (MODEL, MODEL_ID, REPO, SPECDEC, chat, complete, detokenize, make_client, metrics, oracle,
                       oracle_chat, oracle_ids, oracle_stopped_by_length, read_sse, start_server,
                       stop_across_boundary, stream_post, chunk_text, tokenize)
 
@@ -495,6 +497,36 @@ def test_prefix_reuse(server):
     want = oracle_chat(second, 24, server)["text"]
     assert b["choices"][0]["message"]["content"] == want, \
         f"with the cached prefix {b['choices'][0]['message']['content']!r}\noracle {want!r}"
+
+
+def test_an_encoder_decoder_model_serves_requests_that_join_the_running_batch(tmp_path):
+    # T5 (a random fixture with T5's tokenizer): each request's encoder pass runs as it joins the
+    # running batch, beside rows with encoder outputs of other lengths; every answer equals
+    # `specdec generate` of that prompt alone, and the draft (the target itself) attends to the
+    # right encoder output in every row, so that all its tokens are accepted.
+    shared = Path(os.environ.get("SPECDEC_SHARED_DIR", REPO.parent / "shared"))
+    tokenizer = shared / "fixtures" / "tokenizers" / "t5_nonlegacy"
+    assert tokenizer.is_dir(), f"{tokenizer} is missing (../shared beside the repository, or SPECDEC_SHARED_DIR)"
+    t5 = tmp_path / "t5"
+    subprocess.run([SPECDEC, "make-fixture", "--out", t5, "--arch", "t5", "--tokenizer", tokenizer, "--seed", "3"],
+                   check=True, capture_output=True)
+    prompts = ["summarize: " + PARAGRAPH, "hello", "translate English to German: The house is wonderful.",
+               "a b c", "question: where does the keeper write the weather? context: " + PARAGRAPH, "yes"]
+    s = start_server("--draft", t5, "--num-assistant-tokens", "3", "--max-batch", "2", model=t5)
+    try:
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            answers = list(pool.map(lambda p: complete(s, model="t5", prompt=p, max_tokens=12, temperature=0),
+                                    prompts))
+        body = dict(model="t5", prompt=prompts[0], max_tokens=12, temperature=0)
+        streamed = "".join(chunk_text(c) for c in read_sse(stream_post(s, "/v1/completions", body)))
+    finally:
+        s.stop()
+    for p, j in zip(prompts, answers):
+        want = oracle(p, 12, model=t5)["text"]
+        assert j["choices"][0]["text"] == want, f"{p!r}: served {j['choices'][0]['text']!r}\noracle {want!r}"
+        spec = j["speculative"]
+        assert spec["drafted_tokens"] > 0 and spec["accepted_tokens"] >= spec["drafted_tokens"] - 1, f"{p!r}: {spec}"
+    assert streamed == answers[0]["choices"][0]["text"], f"streamed {streamed!r}"
 
 
 # ---------------------------------------------------------------------------------------------
