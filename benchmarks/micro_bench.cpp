@@ -78,20 +78,21 @@ int64_t last_level_cache_bytes() {
 
 // One 8192 x 2048 projection for T tokens: libtorch's at::linear on float32 against specdec's
 // Linear in each weight format (state.range(1): 0 float32, 1 bfloat16, 2 Q8_0, 3 Q4_0, 4 Q4_1,
-// 5 Q4_K, 6 Q6_K, 7 float16; the K-quants hold random bytes with a float16 scale of 0.01, as
-// specdec has no quantizer for them); BM_Linear8192x2048Int8 runs the 8-bit-activation kernels of
-// the formats that have one. Copies of the matrix rotate, at least 8 and together at least twice
-// the last-level cache (a Xeon with 300 MiB of L3 held eight Q4_K matrices), so each call streams
-// its weights from memory; bytes/s counts the weight bytes read. BM_Linear1024x2048Int8Cached calls
-// one 1024 x 2048 matrix (at most 1.7 MB, in the caches) again and again: the kernel's arithmetic
-// rate, with memory out of the way. The copies live in a WeightArena (transparent huge pages), as
-// a loaded model's matrices do: on small pages streams side by side measured up to 2.5x slower
-// than they run in a model (Zen 5, 2026-11-29).
+// 5 Q4_K, 6 Q6_K, 7 float16, 8 Q5_0; the K-quants and Q5_0 hold random bytes with a float16 scale
+// of 0.01, as specdec has no quantizer for them); BM_Linear8192x2048Int8 runs the 8-bit-activation
+// kernels of the formats that have one. Copies of the matrix rotate, at least 8 and together at
+// least twice the last-level cache (a Xeon with 300 MiB of L3 held eight Q4_K matrices), so each
+// call streams its weights from memory; bytes/s counts the weight bytes read.
+// BM_Linear1024x2048Int8Cached calls one 1024 x 2048 matrix (at most 1.7 MB, in the caches) again
+// and again: the kernel's arithmetic rate, with memory out of the way. The copies live in a
+// WeightArena (transparent huge pages), as a loaded model's matrices do: on small pages streams
+// side by side measured up to 2.5x slower than they run in a model (Zen 5, 2026-11-29).
 void linear_bench(benchmark::State& state, bool int8, int64_t n, bool stream) {
   c10::InferenceMode guard;
   set_bench_threads();
-  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                            GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kF16};
+  const GgmlType types[] = {GgmlType::kF32,  GgmlType::kBF16, GgmlType::kQ8_0,
+                            GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K,
+                            GgmlType::kQ6_K, GgmlType::kF16,  GgmlType::kQ5_0};
   const GgmlType type = types[state.range(1)];
   const bool dense = type == GgmlType::kF32 || type == GgmlType::kBF16 || type == GgmlType::kF16;
   const at::Tensor f = at::randn({n, 2048});
@@ -102,13 +103,14 @@ void linear_bench(benchmark::State& state, bool int8, int64_t n, bool stream) {
     const int64_t block = specdec::ggml_block_elements(type),
                   bytes_per_block = specdec::ggml_block_bytes(type);
     stored = at::empty({n, 2048 / block * bytes_per_block}, at::kByte);
-    if (block == 256) {  // K-quants: random bytes, the d (and dmin) fields 0.01
+    if (block == 256 || type == GgmlType::kQ5_0) {  // random bytes, the d (and dmin) fields 0.01
       stored.random_(0, 256);
       const uint16_t h = c10::Half(0.01f).x;
       uint8_t* p = stored.data_ptr<uint8_t>();
       for (int64_t b = 0; b < stored.numel() / bytes_per_block; ++b)
-        for (int64_t off :
-             type == GgmlType::kQ6_K ? std::vector<int64_t>{208} : std::vector<int64_t>{0, 2})
+        for (int64_t off : type == GgmlType::kQ6_K   ? std::vector<int64_t>{208}
+                           : type == GgmlType::kQ5_0 ? std::vector<int64_t>{0}
+                                                     : std::vector<int64_t>{0, 2})
           std::memcpy(p + b * bytes_per_block + off, &h, 2);
     } else {
       specdec::ggml_quantize(type, f.data_ptr<float>(), stored.data_ptr<uint8_t>(), f.numel());
@@ -139,13 +141,13 @@ void BM_Linear1024x2048Int8Cached(benchmark::State& state) {
   linear_bench(state, true, 1024, false);
 }
 BENCHMARK(BM_Linear8192x2048)
-    ->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7}})
+    ->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {0, 1, 2, 3, 4, 5, 6, 7, 8}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Linear8192x2048Int8)
-    ->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {2, 3, 4, 5, 6}})
+    ->ArgsProduct({{1, 2, 3, 4, 6, 16, 128}, {2, 3, 4, 5, 6, 8}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Linear1024x2048Int8Cached)
-    ->ArgsProduct({{1, 2}, {2, 3, 4, 5, 6}})
+    ->ArgsProduct({{1, 2}, {2, 3, 4, 5, 6, 8}})
     ->Unit(benchmark::kMicrosecond);
 
 // One forward pass of a whole model over T new tokens after a 64-token context: the cost curve a
