@@ -5,11 +5,15 @@ what to verify, the tokens kept per pass and the speedup at a cost model where a
 tokens costs 1 + slope x k one-token passes (no other overhead). The rules:
   hf K          Hugging Face's prompt lookup (leftmost match of the last 2 tokens, then 1), K tokens
   estimate      the same copy, cut to the length with the most expected tokens per cost by specdec's
-                own estimates (PromptLookupGenerator: hits / (places + 1 / (span + d)))
+                own estimates (PromptLookupGenerator: hits / places x (x - 0.8) / (x + 0.2), x the
+                match's span plus the token's depth)
   oracle        the longest continuation of any earlier position that the answer really takes (an
                 upper bound for every rule that copies from the text)
 Usage: benchmarks/lookup_replay.py BUILD_DIR MODEL PROMPTS [--slope 0.28 0.16] [--max-new-tokens 128]
 (PROMPTS: JSON Lines as --prompts-file takes them, or one prompt a line)
+First it prints how often a copy goes on, by how long the match is (the longest earlier context
+that agrees with the text's end) and by depth (given the tokens before it were right): the table
+the estimate's second factor follows.
 (slopes: what one more token adds to a pass, relative to a one-token pass; `specdec_micro_bench`'s
 ModelPass gives them for a CPU: 0.28 float32 and 0.16 8-bit activations on SmolLM2 Q4_1, 2 threads,
 a 2-vCPU Intel Xeon with AMX). Prints one table per slope; the answers are computed once."""
@@ -63,7 +67,8 @@ def estimates(ctx, n, j, copy):
         pat = seq[len(seq) - (n + d):]
         places = [i for i in range(len(seq) - (n + d)) if seq[i:i + n + d] == pat]
         hits = sum(seq[i + n + d] == t for i in places)
-        out.append(hits / (len(places) + 1 / (span + d)))
+        x = span + d
+        out.append(hits / len(places) * (x - 0.8) / (x + 0.2))
     return out
 
 
@@ -112,8 +117,44 @@ def oracle(ctx, answer, i):
     return best
 
 
+def longest_match(ctx, cap=64):
+    """(m, j): the copy start j whose preceding tokens agree longest (m, at most cap) with the end of
+    ctx (the most recent of the longest); (0, None) when no token agrees."""
+    best_m, best_j = 0, None
+    for j in range(1, len(ctx)):
+        m = 0
+        while m < cap and j - 1 - m >= 0 and j - 1 - m != len(ctx) - 1 - m and ctx[j - 1 - m] == ctx[len(ctx) - 1 - m]:
+            m += 1
+        if m and m >= best_m:
+            best_m, best_j = m, j
+    return best_m, best_j
+
+
 n_tokens = sum(len(t) for _, t in seqs)
 print(f"{len(seqs)} answers, {n_tokens} tokens ({a.prompts})")
+# At every position of the answers: the longest match's copy, and how far the answer follows it.
+buckets = [(1, 1), (2, 2), (3, 3), (4, 4), (5, 7), (8, 15), (16, 64)]
+tries = [[0] * 6 for _ in buckets]
+kept = [[0] * 6 for _ in buckets]
+for prompt, answer in seqs:
+    for i in range(len(answer) - 1):
+        m, j = longest_match(prompt + answer[:i])
+        if j is None:
+            continue
+        b = next(n for n, (lo, hi) in enumerate(buckets) if lo <= m <= hi)
+        ctx = prompt + answer[:i]
+        for d, t in enumerate(ctx[j:j + 6]):
+            if i + d >= len(answer):
+                break
+            tries[b][d] += 1
+            if t != answer[i + d]:
+                break
+            kept[b][d] += 1
+print("\nhow often the copy's token at depth d is the answer's, given the ones before it were, by match length"
+      " (tries in brackets)\n| match | " + " | ".join(f"d = {d}" for d in range(6)) + " |\n|---|" + "---|" * 6)
+for (lo, hi), t, k in zip(buckets, tries, kept):
+    name = str(lo) if lo == hi else f"{lo}-{hi}"
+    print(f"| {name} | " + " | ".join(f"{k[d] / t[d]:.2f} ({t[d]})" if t[d] else "-" for d in range(6)) + " |")
 for slope in a.slope:
     print(f"\npass over 1 + k tokens = 1 + {slope} k one-token passes\n| rule | tokens per pass | speedup |\n|---|---|---|")
     rules = [(f"hf K={k}", hf(k)) for k in (1, 2, 3, 5, 10)] + [("estimate (cut)", by_estimate(slope)), ("oracle", oracle)]

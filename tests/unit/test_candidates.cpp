@@ -41,33 +41,35 @@ TEST(PromptLookup, CutsTheProposalBeforeEos) {
 }
 
 // Each candidate's estimate, worked by hand from the rule in PromptLookupGenerator's comment:
-// hits / (N + 1 / x), N the places where its context occurs followed by a token, hits those
-// followed by the candidate, x the match's span plus the candidate's depth.
+// hits / N * (x - 0.8) / (x + 0.2), N the places where its context occurs followed by a token,
+// hits those followed by the candidate, x the match's span plus the candidate's depth.
 TEST(PromptLookup, EstimatesEachCandidateFromTheSequencesOwnCounts) {
   const auto probs = [](const std::vector<int64_t>& tokens, int64_t n, int64_t k = 10) {
     return PromptLookupGenerator(k, n, {99}).propose(tokens, 100).probs;
   };
+  // How often a copy of a match spanning x tokens goes on: (x - 0.8) / (x + 0.2).
+  const auto goes_on = [](double x) { return (x - 0.8) / (x + 0.2); };
   // [1, 2] is followed by 3 at 1 and by 4 at 5; the leftmost copy is 3, 9, 1, 2, 4, 7, 1, 2 and
-  // the match spans 2 tokens (5 before it, 7 before the tail). Depth 0: 1 / (2 + 1/2); from depth
-  // 1 on only the place at 1 continues as the copy: 1 / (1 + 1/3), 1 / (1 + 1/4), ...
+  // the match spans 2 tokens (5 before it, 7 before the tail). Depth 0: 1 of 2 places; from depth
+  // 1 on only the place at 1 continues as the copy, and the match spans 2 + d.
   const std::vector<int64_t> seq = {5, 1, 2, 3, 9, 1, 2, 4, 7, 1, 2};
   const std::vector<double> p = probs(seq, 2);
   ASSERT_EQ(p.size(), 8u);
-  EXPECT_DOUBLE_EQ(p[0], 1.0 / 2.5);
+  EXPECT_DOUBLE_EQ(p[0], 0.5 * goes_on(2));
   for (size_t d = 1; d < p.size(); ++d)
-    EXPECT_DOUBLE_EQ(p[d], 1.0 / (1.0 + 1.0 / static_cast<double>(2 + d))) << d;
-  // A common token: 1 is followed by 10, 11 and 12; the copy of its leftmost place gets 1 / (3 +
-  // 1).
-  EXPECT_DOUBLE_EQ(probs({1, 10, 1, 11, 1, 12, 1}, 2)[0], 0.25);
+    EXPECT_DOUBLE_EQ(p[d], goes_on(static_cast<double>(2 + d))) << d;
+  // A common token: 1 is followed by 10, 11 and 12; the copy of its leftmost place, a 1-token
+  // match, gets 1 / 3 of goes_on(1).
+  EXPECT_DOUBLE_EQ(probs({1, 10, 1, 11, 1, 12, 1}, 2)[0], goes_on(1) / 3);
   // A match that spans more than the n-gram: 6, 7 before both places of [1, 2] make it span 4.
-  EXPECT_DOUBLE_EQ(probs({6, 7, 1, 2, 3, 8, 6, 7, 1, 2}, 2)[0], 1.0 / (1.0 + 1.0 / 4.0));
+  EXPECT_DOUBLE_EQ(probs({6, 7, 1, 2, 3, 8, 6, 7, 1, 2}, 2)[0], goes_on(4));
   // A place whose continuation is the first candidate itself counts: in 3, 3, 3, 3 the copy of
-  // [3, 3] at 0 is 3, 3; [3, 3] at 0 and 1 is followed by 3 (2 / (2 + 1/2)), and [3, 3, 3] at 1
-  // by the first candidate, also a 3 (2 / (2 + 1/3)).
+  // [3, 3] at 0 is 3, 3; [3, 3] at 0 and 1 is followed by 3 (2 of 2), and [3, 3, 3] at 1 by the
+  // first candidate, also a 3 (2 of 2).
   const std::vector<double> q = probs({3, 3, 3, 3}, 2);
   ASSERT_EQ(q.size(), 2u);
-  EXPECT_DOUBLE_EQ(q[0], 2.0 / (2.0 + 1.0 / 2.0));
-  EXPECT_DOUBLE_EQ(q[1], 2.0 / (2.0 + 1.0 / 3.0));
+  EXPECT_DOUBLE_EQ(q[0], goes_on(2));
+  EXPECT_DOUBLE_EQ(q[1], goes_on(3));
 }
 
 }  // namespace
