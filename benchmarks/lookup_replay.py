@@ -7,6 +7,8 @@ tokens costs 1 + slope x k one-token passes (no other overhead). The rules:
   estimate      the same copy, cut to the length with the most expected tokens per cost by specdec's
                 own estimates (PromptLookupGenerator: hits / places x (x - 0.8) / (x + 0.2), x the
                 match's span plus the token's depth)
+  hf, cut right Hugging Face's copy (10 tokens) cut where the answer leaves it: what a perfect
+                estimate of how far each copy goes on would reach
   oracle        the longest continuation of any earlier position that the answer really takes (an
                 upper bound for every rule that copies from the text)
 Usage: benchmarks/lookup_replay.py BUILD_DIR MODEL PROMPTS [--slope 0.28 0.16] [--max-new-tokens 128]
@@ -106,6 +108,15 @@ def by_estimate(slope):
     return choose
 
 
+def hf_cut_right(ctx, answer, i):
+    n, j = hf_match(ctx)
+    copy = [] if j is None else ctx[j:j + 10]
+    k = 0
+    while k < len(copy) and i + k < len(answer) and copy[k] == answer[i + k]:
+        k += 1
+    return copy[:k]
+
+
 def oracle(ctx, answer, i):
     best = []
     for j in range(1, len(ctx)):
@@ -157,7 +168,8 @@ for (lo, hi), t, k in zip(buckets, tries, kept):
     print(f"| {name} | " + " | ".join(f"{k[d] / t[d]:.2f} ({t[d]})" if t[d] else "-" for d in range(6)) + " |")
 for slope in a.slope:
     print(f"\npass over 1 + k tokens = 1 + {slope} k one-token passes\n| rule | tokens per pass | speedup |\n|---|---|---|")
-    rules = [(f"hf K={k}", hf(k)) for k in (1, 2, 3, 5, 10)] + [("estimate (cut)", by_estimate(slope)), ("oracle", oracle)]
+    rules = [(f"hf K={k}", hf(k)) for k in (1, 2, 3, 5, 10)] + [("estimate (cut)", by_estimate(slope)),
+                                                         ("hf, cut right", hf_cut_right), ("oracle", oracle)]
     for name, rule in rules:
         tpp, speedup = replay(rule, slope)
         print(f"| {name} | {tpp:.2f} | {speedup:.2f}x |")
