@@ -127,6 +127,17 @@ int64_t SuffixTree::count(const std::vector<int64_t>& s) const {
   return nodes_[node].count;
 }
 
+namespace {
+// A continuation's probability: `count` of the `total` times its context occurred, with a
+// pseudo-count for what the tree has not seen that shrinks as the context grows (x: the match's
+// length plus the continuation's depth); one occurrence after a match of x tokens gives
+// (x - 0.8) / (x + 0.2), how often a copy of a match that long goes on (PromptLookupGenerator).
+double continues(int64_t count, int64_t total, int64_t x) {
+  return static_cast<double>(count) /
+         (static_cast<double>(total) + 1.0 / (static_cast<double>(x) - 0.8));
+}
+}  // namespace
+
 int32_t SuffixTree::match_node(const std::vector<int64_t>& context, int64_t m) const {
   int32_t node = 0;
   for (auto j = static_cast<int64_t>(context.size()) - m;
@@ -165,7 +176,8 @@ SuffixTree::Proposal SuffixTree::propose(const std::vector<int64_t>& context, in
             (nodes_[c].count == nodes_[next].count && nodes_[c].token < nodes_[next].token))
           next = c;
       }
-      const double own = static_cast<double>(nodes_[next].count) / static_cast<double>(total);
+      const double own =
+          continues(nodes_[next].count, total, m + static_cast<int64_t>(p.tokens.size()));
       prob *= own;
       if (prob < min_prob) break;
       p.tokens.push_back(nodes_[next].token);
@@ -217,7 +229,7 @@ SuffixTree::Proposal SuffixTree::propose_tree(const std::vector<int64_t>& contex
                                                   : nodes_[a].token < nodes_[b].token;
       });
       for (const int32_t c : kids) {
-        const double own = nodes_[c].count / static_cast<double>(total);
+        const double own = continues(nodes_[c].count, total, m + depth - 1);
         if (prob * own < min_prob) break;  // the rest are less probable still
         open.push_back({prob * own, own, found++, parent, c, depth});
         std::push_heap(open.begin(), open.end());

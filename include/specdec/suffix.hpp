@@ -61,7 +61,10 @@ class SuffixTree {
   };
   // For each suffix of `context` (up to max_depth - 1 tokens) that occurs followed by something,
   // its most frequent continuation, token by token (ties: the smaller id): each token's
-  // probability is its count over the counts of its siblings, and the continuation stops before
+  // probability is its count over the counts of its siblings plus 1 / (x - 0.8), x the match
+  // length plus the token's depth (an unseen continuation's room: one occurrence after a match
+  // of x tokens gives (x - 0.8) / (x + 0.2), how often such a copy goes on in SmolLM2's answers,
+  // as PromptLookupGenerator estimates), and the continuation stops before
   // the product of them drops below `min_prob`, after `max_tokens` tokens, after
   // max(1, floor(factor x match length)) tokens, at the tree's depth, or after a token of
   // `stop_ids` (which it keeps). Of these, the one with the highest score (ties: the longer match).

@@ -57,7 +57,10 @@ Seq brute_propose(const std::map<int64_t, Seq>& seqs, const Seq& ctx, int64_t de
       const auto next = std::max_element(c.begin(), c.end()) - c.begin();  // first max: smallest id
       int64_t total = 0;
       for (int64_t x : c) total += x;
-      prob *= static_cast<double>(c[next]) / static_cast<double>(total);
+      // the continuation's count, with the pseudo-count 1 / (x - 0.8) for what was not seen (x: the
+      // match's length plus the continuation's depth)
+      const double x = static_cast<double>(m + static_cast<int64_t>(out.size()));
+      prob *= static_cast<double>(c[next]) / (static_cast<double>(total) + 1.0 / (x - 0.8));
       if (prob < min_prob) break;
       out.push_back(next);
       sum += prob;
@@ -148,21 +151,30 @@ SuffixTree hand_worked_tree() {
   return tree;
 }
 
+// A continuation seen `count` of `total` times after a match of x tokens (plus its depth).
+double continues(double count, double total, double x) { return count / (total + 1 / (x - 0.8)); }
+
 TEST(SuffixTree, HandWorkedProposals) {
   SuffixTree tree = hand_worked_tree();
-  // [9, 1, 2]: [2] and [1, 2] occur ([9, 1, 2] does not); 3 follows each 3 times of 3
-  // (probability 1), then 5 twice of 3 (2/3, product 2/3). The factor 1 allows [2] 1 token
-  // (score 1) and [1, 2] 2 (score 1 + 2/3), which wins.
+  // [9, 1, 2]: [2] and [1, 2] occur ([9, 1, 2] does not). After [1, 2], 3 follows 3 times of 3
+  // (x = 2: 18/23), then 5 twice of 3 (x = 3: 11/19); the factor 1 allows it 2 tokens (score
+  // 18/23 + 18/23 * 11/19). After [2], 3 (x = 1: 3/8) is all the factor allows. [1, 2] wins.
+  const double p3 = continues(3, 3, 2), p5 = p3 * continues(2, 3, 3);
   SuffixTree::Proposal p = tree.propose({9, 1, 2}, 10, 0.1, 1.0);
   EXPECT_EQ(p.tokens, (Seq{3, 5}));
   EXPECT_EQ(p.match, 2);
-  EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.1, 3.0).match, 2);  // a tie: the longer match
-  EXPECT_NEAR(p.score, 1.0 + 2.0 / 3.0, 1e-12);
+  EXPECT_NEAR(p3, 18.0 / 23.0, 1e-12);
+  EXPECT_NEAR(p.score, p3 + p5, 1e-12);
   // The factor 3 allows 6: after [3, 5], 6 is all that followed (one of its two occurrences ends
-  // its sequence, which says nothing), so the product stays 2/3; then nothing follows.
-  EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.1, 3.0).tokens, (Seq{3, 5, 6}));
-  EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.6, 3.0).tokens, (Seq{3, 5, 6}));
-  EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.7, 3.0).tokens, (Seq{3}));          // 2/3 < 0.7
+  // its sequence, which says nothing): x = 4, 1 of 1; then nothing follows.
+  const double p6 = p5 * continues(1, 1, 4);
+  p = tree.propose({9, 1, 2}, 10, 0.1, 3.0);
+  EXPECT_EQ(p.tokens, (Seq{3, 5, 6}));
+  EXPECT_EQ(p.match, 2);
+  EXPECT_NEAR(p.score, p3 + p5 + p6, 1e-12);
+  EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.3, 3.0).tokens, (Seq{3, 5, 6}));  // p6 = 0.345
+  EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.4, 3.0).tokens, (Seq{3, 5}));     // p5 = 0.453
+  EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.5, 3.0).tokens, (Seq{3}));
   EXPECT_EQ(tree.propose({9, 1, 2}, 1, 0.1, 3.0).tokens, (Seq{3}));           // max_tokens
   EXPECT_EQ(tree.propose({9, 1, 2}, 10, 0.1, 3.0, {5}).tokens, (Seq{3, 5}));  // stops after 5
   // [4]: it occurs, but nothing follows it; no shorter suffix: no proposal.
@@ -173,12 +185,17 @@ TEST(SuffixTree, HandWorkedProposals) {
   // A tie (4 once, 5 once after [2, 3] once sequence 2 is gone): the smaller id.
   tree.remove(2);
   EXPECT_EQ(tree.propose({2, 3}, 10, 0.1, 1.0).tokens, (Seq{4}));
-  // Depth 3 keeps strings of 3 tokens: [1, 2] is followed by 3 and no further, [2] by 3, 4, which
-  // scores higher.
+  // Depth 3 keeps strings of 3 tokens: after [1, 2] (x = 2) 3, and nothing deeper; after [2]
+  // alone, 3 (x = 1) and 4 (x = 2).
   SuffixTree shallow(3);
   shallow.extend(0, {1, 2, 3, 4, 1, 2});
-  EXPECT_EQ(shallow.propose({1, 2}, 10, 0.0, 10.0).tokens, (Seq{3, 4}));
-  EXPECT_EQ(shallow.propose({1, 2}, 10, 0.0, 10.0).match, 1);
+  p = shallow.propose({1, 2}, 10, 0.0, 10.0);
+  EXPECT_EQ(p.tokens, (Seq{3}));
+  EXPECT_EQ(p.match, 2);
+  EXPECT_NEAR(p.score, continues(1, 1, 2), 1e-12);  // more than [2]'s 3, 4: 1/6 + 1/6 * 6/11
+  p = shallow.propose({5, 2}, 10, 0.0, 10.0);
+  EXPECT_EQ(p.tokens, (Seq{3, 4}));
+  EXPECT_EQ(p.match, 1);
   EXPECT_EQ(shallow.count({1, 2, 3}), 1);
   EXPECT_EQ(shallow.count({1, 2, 3, 4}), 0);
   EXPECT_EQ(shallow.count({1, 2}), 2);
@@ -186,17 +203,19 @@ TEST(SuffixTree, HandWorkedProposals) {
 
 TEST(SuffixTree, HandWorkedTreeProposals) {
   SuffixTree tree = hand_worked_tree();
-  // After [1, 2] (as in HandWorkedProposals, factor 3: 6 levels): 3 (probability 1); under it 5
-  // (2/3) and 4 (1/3); under the 5, 6 (2/3). Best first: 3, 5, 6, 4; the score is their sum. [2]
-  // gives the same tree (3 levels suffice) and the tie goes to the longer match.
+  // After [1, 2] (as in HandWorkedProposals, factor 3: 6 levels): 3 (p3); under it 5 (p5) and 4
+  // (p3 * 1 of 3 at x = 3); under the 5, 6 (p6). Best first: 3, 5, 6, 4; the score is their sum.
+  // [2]'s tree (3 at x = 1, ...) scores less.
+  const double p3 = continues(3, 3, 2), p5 = p3 * continues(2, 3, 3), p4 = p3 * continues(1, 3, 3),
+               p6 = p5 * continues(1, 1, 4);
   SuffixTree::Proposal p = tree.propose_tree({9, 1, 2}, 10, 0.1, 3.0);
   EXPECT_EQ(p.tokens, (Seq{3, 5, 6, 4}));
   EXPECT_EQ(p.parents, (Seq{-1, 0, 1, 0}));
   EXPECT_EQ(p.match, 2);
-  EXPECT_NEAR(p.score, 1.0 + 2.0 / 3.0 + 2.0 / 3.0 + 1.0 / 3.0, 1e-12);
+  EXPECT_NEAR(p.score, p3 + p5 + p6 + p4, 1e-12);
   EXPECT_EQ(tree.propose_tree({9, 1, 2}, 2, 0.1, 3.0).tokens, (Seq{3, 5}));  // the node budget
   EXPECT_EQ(tree.propose_tree({9, 1, 2}, 2, 0.1, 3.0).parents, (Seq{-1, 0}));
-  p = tree.propose_tree({9, 1, 2}, 10, 0.4, 3.0);  // 4's 1/3 is below 0.4
+  p = tree.propose_tree({9, 1, 2}, 10, 0.3, 3.0);  // 4's 0.23 is below 0.3, 6's 0.35 is not
   EXPECT_EQ(p.tokens, (Seq{3, 5, 6}));
   EXPECT_EQ(p.parents, (Seq{-1, 0, 1}));
   p = tree.propose_tree({9, 1, 2}, 10, 0.1, 3.0, {5});  // nothing under a stop token
@@ -298,8 +317,8 @@ TEST(SuffixGenerator, ProposesFromItsOwnSequenceAndFromEarlierOutputs) {
   cache->add({20, 30, 31, 40, 41, 42, 43, 44, 45, 99}, 3);
   SuffixGenerator next(cache, {99});
   EXPECT_EQ(next.propose({10, 30, 31}, 20).tokens, (Seq{40, 41, 42, 43, 44, 45, 99}));  // EOS kept
-  // The higher score wins: the own tree's [30, 31] -> 50, 30, 31 (score 3) loses to the cache's
-  // 7 tokens.
+  // The higher score wins: the own tree's [30, 31] -> 50, 30, 31 (3 tokens) loses to the cache's
+  // 7 tokens after the same match.
   SuffixGenerator mixed(cache, {99});
   EXPECT_EQ(mixed.propose({30, 31, 50, 30, 31}, 20).tokens, (Seq{40, 41, 42, 43, 44, 45, 99}));
   EXPECT_TRUE(mixed.propose({30, 31, 50, 30, 31}, 0).tokens.empty());
