@@ -168,6 +168,20 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
     const double rate = tokens / seconds;
     if (rate > best_rate) best_rate = rate, best = n;  // ties keep the smaller n
   }
+  {
+    // Every candidate cut: the costs and calibration that say so learn nothing more unless a
+    // candidate is verified now and then (a pass timed on a busy moment, or a calibration driven
+    // down by weak proposals, would otherwise keep speculation off for the Generator's life).
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (best > 0) {
+      empty_cuts_ = 0;
+      recheck_after_ = Generator::kRetimeFirst;
+    } else if (++empty_cuts_ > recheck_after_) {
+      best = 1;
+      empty_cuts_ = 0;
+      recheck_after_ = std::min(2 * recheck_after_, Generator::kRetimeLast);
+    }
+  }
   for (const auto& row : rows) row.second->truncate(best);
 }
 

@@ -45,7 +45,10 @@ class GoodputPlanner {
   // follows the measured costs and acceptance. `fewest` 0 lets the cut drop every candidate, once
   // a pass over batch x 2 tokens was timed: for estimates that price in what has not been seen
   // (prompt lookup's); the calibration learns only from what is verified, so estimates that start
-  // too low and are never verified would stay low. Nothing is cut until a pass was timed.
+  // too low and are never verified would stay low. After recheck_after_ passes whose candidates
+  // were all cut, the next keeps each row's first candidate (recheck_after_ starts at
+  // Generator::kRetimeFirst, doubles with each such pass up to kRetimeLast, and starts again once a
+  // cut keeps candidates of its own accord). Nothing is cut until a pass was timed.
   void cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch, int64_t others,
            size_t fewest = 1);
   // A proposal of proposer `kind` that cut() saw kept the candidates `path` (Verdict::path).
@@ -79,6 +82,7 @@ class GoodputPlanner {
   std::mutex mutex_;
   PassCost target_cost_, draft_cost_;
   int64_t costly_draft_iterations_ = 0, retime_after_ = Generator::kRetimeFirst;
+  int64_t empty_cuts_ = 0, recheck_after_ = Generator::kRetimeFirst;  // cut()'s
   // The calibration passes over B and (prompt lookup) cap / 2 + 1 tokens were run.
   bool calibrated_first_ = false, calibrated_ = false;
 };

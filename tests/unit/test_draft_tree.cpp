@@ -208,6 +208,38 @@ TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWhenAllowed) {
   EXPECT_EQ(c.size(), 1u);
 }
 
+// A cut to nothing, again and again: after Generator::kRetimeFirst such passes the next keeps the
+// first candidate (verified, it times the pass and calibrates the estimates again); the wait then
+// doubles, and starts over once a cut keeps candidates of its own accord.
+TEST(GoodputCut, VerifiesACandidateNowAndThenWhenEveryOneIsCut) {
+  const auto model = test_model(cached_fixture("tree_draft", small_fixture(11, 1)));
+  detail::GoodputPlanner planner(*model);
+  planner.observe_target(1, 1.0);
+  planner.observe_target(2, 1.5);
+  Candidates weak;
+  weak.tokens = {5, 6};
+  weak.probs = {0.1, 0.9};
+  // The passes until one keeps a candidate (that one included).
+  const auto until_kept = [&] {
+    for (int64_t n = 1; n <= 4 * Generator::kRetimeLast; ++n) {
+      Candidates c = weak;
+      planner.cut({{1, &c}}, 1, 0, 0);
+      if (c.size() > 0) {
+        EXPECT_EQ(c.size(), 1u);
+        return n;
+      }
+    }
+    return int64_t{0};
+  };
+  EXPECT_EQ(until_kept(), Generator::kRetimeFirst + 1);
+  EXPECT_EQ(until_kept(), 2 * Generator::kRetimeFirst + 1);
+  Candidates strong = weak;
+  strong.probs = {0.9, 0.9};
+  planner.cut({{1, &strong}}, 1, 0, 0);
+  EXPECT_EQ(strong.size(), 2u);
+  EXPECT_EQ(until_kept(), Generator::kRetimeFirst + 1);
+}
+
 // Acceptance is measured by rank too: a tree of a first choice (0.6) and its sibling (0.35) at a
 // pass of 2 tokens costing 1 s and of 3 tokens 1.1 s keeps both (1.95 / 1.1 = 1.77 against 1.6).
 // After 5 proposals in which the first choice was kept and the sibling never, the ratio (decay
