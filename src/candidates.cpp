@@ -329,14 +329,11 @@ namespace {
 // copied after it, which are also the sequence's last n + d tokens once the first d are kept).
 // Of the N places where c_d occurs followed by a token (in the sequence with the first d
 // candidates appended), `hits` are followed by candidate d: its estimate is
-// hits / N * (x - 0.8) / (x + 0.2), where x is how many tokens the match really spans (the n-gram
+// hits / N * copy_goes_on(x), where x is how many tokens the match really spans (the n-gram
 // extended back while the tokens before both occurrences agree) plus d. A common token's many
 // continuations make a 1-gram's estimate small; the second factor is how often a copy of a match
-// that long goes on at all, whatever the counts: in SmolLM2-135M-Instruct's greedy answers to
-// chat, extraction and rewriting prompts, a copy's next token was kept about 20% of the time after
-// a 1-token match, 50% after 2, 65% after 3, 80% after 5 to 7 and 90% or more after 16
-// (benchmarks/lookup_replay.py prints this table for a workload). [from, to): where the n-gram can
-// occur (the leftmost match has no occurrence before s, the most recent one none after it).
+// that long goes on at all, whatever the counts. [from, to): where the n-gram can occur (the
+// leftmost match has no occurrence before s, the most recent one none after it).
 std::vector<double> lookup_probs(const std::vector<int64_t>& tokens, int64_t s, int64_t n,
                                  const std::vector<int64_t>& copied, int64_t from, int64_t to) {
   const auto len = static_cast<int64_t>(tokens.size());
@@ -362,9 +359,8 @@ std::vector<double> lookup_probs(const std::vector<int64_t>& tokens, int64_t s, 
           starts.end());
     const auto hits = std::count_if(starts.begin(), starts.end(),
                                     [&](int64_t i) { return at(i + n + depth) == copied[d]; });
-    const auto x = static_cast<double>(span + depth);
-    probs.push_back(static_cast<double>(hits) / static_cast<double>(starts.size()) * (x - 0.8) /
-                    (x + 0.2));
+    probs.push_back(static_cast<double>(hits) / static_cast<double>(starts.size()) *
+                    copy_goes_on(static_cast<double>(span + depth)));
   }
   return probs;
 }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "specdec/error.hpp"
+#include "util.hpp"
 
 namespace specdec {
 
@@ -130,11 +131,10 @@ int64_t SuffixTree::count(const std::vector<int64_t>& s) const {
 namespace {
 // A continuation's probability: `count` of the `total` times its context occurred, with a
 // pseudo-count for what the tree has not seen that shrinks as the context grows (x: the match's
-// length plus the continuation's depth); one occurrence after a match of x tokens gives
-// (x - 0.8) / (x + 0.2), how often a copy of a match that long goes on (PromptLookupGenerator).
+// length plus the continuation's depth), so that one occurrence gives copy_goes_on(x).
 double continues(int64_t count, int64_t total, int64_t x) {
-  return static_cast<double>(count) /
-         (static_cast<double>(total) + 1.0 / (static_cast<double>(x) - 0.8));
+  const double unseen = 1.0 / copy_goes_on(static_cast<double>(x)) - 1.0;
+  return static_cast<double>(count) / (static_cast<double>(total) + unseen);
 }
 }  // namespace
 
