@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 namespace specdec::test {
 
@@ -29,6 +31,25 @@ void mkdirs(const std::string& path) {
     ::mkdir(cur.c_str(), 0755);
   }
 }
+
+// The directories this process made. A run that passed removes them as it ends (models written by
+// make-draft and the fixtures reach gigabytes over a suite, and CI runs four builds on one disk); a
+// failed run keeps them to look at.
+std::mutex temp_dirs_mutex;
+std::vector<std::string> temp_dirs;
+
+class RemoveTempDirsWhenPassed : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Passed()) return;
+    std::lock_guard<std::mutex> lock(temp_dirs_mutex);
+    std::error_code ignored;
+    for (const auto& dir : temp_dirs) std::filesystem::remove_all(dir, ignored);
+    temp_dirs.clear();
+  }
+};
+const auto* const remove_temp_dirs =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDirsWhenPassed);
 }  // namespace
 
 std::string temp_dir(const std::string& name) {
@@ -37,6 +58,8 @@ std::string temp_dir(const std::string& name) {
                           std::to_string(counter++) + "_" + name;
   std::system(("rm -rf '" + dir + "'").c_str());
   mkdirs(dir);
+  std::lock_guard<std::mutex> lock(temp_dirs_mutex);
+  temp_dirs.push_back(dir);
   return dir;
 }
 
