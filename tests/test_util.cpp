@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -43,8 +43,13 @@ class RemoveTempDirsWhenPassed : public ::testing::Environment {
   void TearDown() override {
     if (!::testing::UnitTest::GetInstance()->Passed()) return;
     std::lock_guard<std::mutex> lock(temp_dirs_mutex);
-    std::error_code ignored;
-    for (const auto& dir : temp_dirs) std::filesystem::remove_all(dir, ignored);
+    for (const auto& dir : temp_dirs) {
+      try {
+        remove_tree(dir);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "test_util: %s\n", e.what());
+      }
+    }
     temp_dirs.clear();
   }
 };
@@ -56,7 +61,7 @@ std::string temp_dir(const std::string& name) {
   static std::atomic<int> counter{0};
   const std::string dir = std::string(SPECDEC_TEST_TMP) + "/" + std::to_string(::getpid()) + "_" +
                           std::to_string(counter++) + "_" + name;
-  std::system(("rm -rf '" + dir + "'").c_str());
+  remove_tree(dir);
   mkdirs(dir);
   std::lock_guard<std::mutex> lock(temp_dirs_mutex);
   temp_dirs.push_back(dir);
