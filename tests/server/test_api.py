@@ -84,6 +84,35 @@ def test_health(server):
     assert r.status_code == 200 and r.json() == {"status": "ok"}, f"{r.status_code} {r.text}"
 
 
+def test_connections_arriving_while_the_server_cannot_accept_all_complete(server):
+    """Clients that connect at once while the server's threads are busy (the engine keeps every core
+    computing) wait in the kernel's accept queue: a queue of 5 (httplib's default) dropped the rest,
+    whose connections then waited a second for TCP to send their SYN again. Stopped, the server
+    accepts nothing; all 32 handshakes must still complete at once."""
+    import select
+    import signal
+    import socket
+    socks = []
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        for _ in range(32):
+            s = socket.socket()
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", server.port))
+            socks.append(s)
+        pending, deadline = set(socks), time.monotonic() + 0.5
+        while pending and time.monotonic() < deadline:
+            _, ready, _ = select.select([], list(pending), [], max(0.0, deadline - time.monotonic()))
+            pending -= set(ready)
+        assert not pending, f"{len(pending)} of 32 connections not established within 0.5 s"
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+        for s in socks:
+            s.close()
+    server.assert_healthy("after the burst of connections")
+    assert server.get("/health").status_code == 200
+
+
 def test_models(server, client):
     r = server.get("/v1/models")
     assert r.status_code == 200, r.text

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <signal.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -49,8 +50,9 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
                   "(a chat's next turn, a shared system prompt) computes only the rest; 0: off")
       ->check(CLI::Range(int64_t{0}, int64_t{4096}))
       ->capture_default_str();
-  app->add_option("--prefill-chunk", o.prefill_chunk,
-                  "Prompt tokens a joining request puts in per step while the others decode")
+  app->add_option(
+         "--prefill-chunk", o.prefill_chunk,
+         "Prompt tokens the joining requests put in per step, together, while others decode")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app->add_option("--api-key", o.api_key,
@@ -166,9 +168,11 @@ class Server {
     routes();
     // httplib's default also sets SO_REUSEPORT, with which a second server on a port in use would
     // start and take half of its connections: SO_REUSEADDR only, so that it fails to bind instead.
-    http_.set_socket_options([](socket_t sock) {
+    socket_t listening = -1;  // the socket bound last (the one that listens)
+    http_.set_socket_options([&listening](socket_t sock) {
       int yes = 1;
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listening = sock;
     });
     const int port = o_.port == 0 ? http_.bind_to_any_port(o_.host)
                                   : (http_.bind_to_port(o_.host, o_.port) ? o_.port : -1);
@@ -176,6 +180,10 @@ class Server {
       std::cerr << "specdec serve: error: cannot listen on " << o_.host << ":" << o_.port << "\n";
       return 1;
     }
+    // httplib (Debian's build) listens with a backlog of 5: clients that connect at once while
+    // the engine keeps both cores busy overflowed it, and each dropped connection waited a second
+    // for TCP to try again. Listening again on a listening socket sets its backlog.
+    ::listen(listening, SOMAXCONN);
     std::thread listener([&] { http_.listen_after_bind(); });
     log("specdec serve: listening on http://" + o_.host + ":" + std::to_string(port) +
         " (loading the model)\n");
