@@ -157,8 +157,8 @@ class Engine {
   // The slots no joining row took (the batch shrank): the last rows move into them, so that every
   // pass covers rows [0, B).
   void compact();
-  // One chunk of each joining row's prompt, each in its own 1-row cache; a row whose prompt is in
-  // (all but its last token) takes a slot. True when there was such a row.
+  // The joining rows' next prompt tokens, each row in its own 1-row cache (admit() says how many);
+  // a row whose prompt is in (all but its last token) takes a slot. True when there was such a row.
   bool advance_joining();
   // The row's stats when it leaves the batch, its on_finished, and what the Generator carries
   // from it to the next request.
@@ -180,11 +180,8 @@ class Engine {
                                                      : 0;
   }
   // Prefix reuse (max_prefixes_ > 0): a finished row's sequence and target cache join the LRU; a
-  // joining row starts from the longest prefix of its sequence held there. Its new tokens then go
-  // into its first verification pass when they fit first_pass_limit() (reuse(), which returns the
-  // positions reused, 0 when they do not fit), else in chunks as a joining row's.
+  // joining row starts from the longest prefix of its sequence held there (admit()).
   void remember(int64_t slot);
-  int64_t reuse(int64_t slot);
   // The most a row's first verification pass takes of its prompt: every row of the pass is
   // padded to it.
   int64_t first_pass_limit() const { return std::min(prefill_chunk_, kPrefillChunk); }
@@ -225,14 +222,21 @@ class Engine {
   // returns `length`, or 0 for end().
   int64_t take_prefix(std::list<Prefix>::iterator entry, int64_t length, KVCache& cache,
                       int64_t row);
-  // Rows whose prompts go in prefill_chunk_ tokens per step while the running rows decode (a long
-  // prompt does not stall them), or after a cached prefix; each holds a slot's place in the width.
+  // Rows whose prompts go in a part per step (admit()), or after a cached prefix; each holds a
+  // slot's place in the width.
   struct Joining {
     Row* row;
     KVCache cache;  // one row, max_length_ positions
   };
   std::vector<Joining> joining_;
+  int64_t unprefilled(const Joining& j) const {
+    return static_cast<int64_t>(j.row->tokens.size()) - 1 - j.cache.length(0);
+  }
   const int64_t prefill_chunk_;
+  // This step's: rows were decoding when it began (their pass waits for its prefill), and the
+  // prompt tokens the joining rows may still put in (prefill_chunk_ in all while rows decode).
+  bool decoding_ = false;
+  int64_t prefill_left_ = 0;
   KVCache cache_;
   std::unique_ptr<DraftModelGenerator> drafter_;
   BatchStats bs_;

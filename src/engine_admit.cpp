@@ -40,10 +40,20 @@ void Engine::compact() {
 }
 
 // Continuous batching: the next prompts take the slots finished rows freed (in place), else new
-// ones at the end, each prefilled on its own (the draft's too when it drafts now); their last
-// prompt token goes into the next pass.
+// ones at the end; their last prompt token goes into the next pass. With no row decoding, every
+// prompt goes in now: in one batched prefill (the draft's at the next pass if it drafts in it), or
+// after the longest cached prefix of it with the rest in the first verification pass. While rows
+// decode, a row whose whole prompt is cached but its last token starts at once; the others share
+// prefill_chunk_ prompt tokens per step, the rows already joining first (advance_joining): a
+// short prompt that fits what is left goes into this step's batched prefill, the rest join in
+// 1-row caches (from their cached prefix), so that however many requests arrive, a step stalls the
+// decoding rows by about one chunk's prefill, and no rest of a prompt pads their pass.
 void Engine::admit() {
   const auto taken = [&] { return running() + static_cast<int64_t>(joining_.size()); };
+  decoding_ = running() > 0;
+  prefill_left_ = prefill_chunk_;  // (advance_joining's: what this batched prefill leaves)
+  int64_t left = prefill_chunk_;   // what the rows already joining leave
+  for (const Joining& j : joining_) left -= std::min(left, unprefilled(j));
   if (taken() >= width_) return;
   const auto t1 = Clock::now();
   std::vector<int64_t> joined;
@@ -63,31 +73,31 @@ void Engine::admit() {
     if (!next) break;
     Row& row = *next;
     set_up(row, evidence[proposer_kind(row)]);
-    // A prompt longer than a chunk goes in a chunk per step beside the decoding rows, after the
-    // longest cached prefix of it, unless what that prefix leaves fits the first verification pass.
-    const auto uncached_prompt = static_cast<int64_t>(row.tokens.size()) - 1;
-    if (!tc_.is_encoder_decoder && uncached_prompt > prefill_chunk_) {
-      int64_t longest = 0;
-      const auto best = longest_prefix(row.tokens, longest);
-      if ((running() > 0 || best != prefixes_.end()) &&
-          uncached_prompt - longest > first_pass_limit()) {
-        joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
-        row.result.stats.cached_prompt_tokens =
-            take_prefix(best, longest, joining_.back().cache, 0);
-        continue;
-      }
-    }
-    const int64_t slot = take_slot(row);  // prefill_into and reuse overwrite its cache row
     if (tc_.is_encoder_decoder) {
       // Its encoder pass is its prefill: the decoder starts from one token.
+      const int64_t slot = take_slot(row);
       row.result.stats.encoder_passes = encode(row, slot);
       joined.push_back(slot);
-    } else {
-      row.result.stats.cached_prompt_tokens = max_prefixes_ > 0 ? reuse(slot) : 0;
-      if (row.result.stats.cached_prompt_tokens == 0) {
-        joined.push_back(slot);
-        joined_tokens.push_back(&row.tokens);
-      }
+      if (drafter_) drafter_->reset_row(slot, draft_row(row));
+      continue;
+    }
+    int64_t longest = 0;
+    const auto best = max_prefixes_ > 0 ? longest_prefix(row.tokens, longest) : prefixes_.end();
+    const int64_t rest = static_cast<int64_t>(row.tokens.size()) - 1 - longest;
+    const bool now = decoding_ ? rest == 0 || (longest == 0 && rest <= left)
+                               : longest == 0 || rest <= first_pass_limit();
+    if (!now) {
+      left -= std::min(left, rest);  // (its share comes first)
+      joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
+      row.result.stats.cached_prompt_tokens = take_prefix(best, longest, joining_.back().cache, 0);
+      continue;
+    }
+    const int64_t slot = take_slot(row);  // prefill_into and take_prefix overwrite its cache row
+    row.result.stats.cached_prompt_tokens = take_prefix(best, longest, cache_, slot);
+    if (longest == 0) {
+      joined.push_back(slot);
+      joined_tokens.push_back(&row.tokens);
+      if (decoding_) left -= rest, prefill_left_ -= rest;
     }
     if (drafter_) drafter_->reset_row(slot, draft_row(row));
   }
@@ -157,11 +167,14 @@ bool Engine::advance_joining() {
   }
   const auto t0 = Clock::now();
   for (Joining& j : joining_) {
+    // While rows decode the joining rows share this step's prefill tokens in order; otherwise each
+    // puts in a chunk.
+    const int64_t take = std::min(unprefilled(j), decoding_ ? prefill_left_ : prefill_chunk_);
+    if (take == 0) continue;
+    if (decoding_) prefill_left_ -= take;
     const std::vector<int64_t>& tokens = j.row->tokens;
-    const int64_t upto =
-        std::min(static_cast<int64_t>(tokens.size()) - 1, j.cache.length(0) + prefill_chunk_);
     // prefill_rows puts in all but the last token of what it is given.
-    const std::vector<int64_t> part(tokens.begin(), tokens.begin() + upto + 1);
+    const std::vector<int64_t> part(tokens.begin(), tokens.begin() + j.cache.length(0) + take + 1);
     j.row->result.stats.prefill_passes += prefill_rows(*m_.target, j.cache, {&part});
   }
   const double s = seconds_since(t0);
@@ -169,7 +182,7 @@ bool Engine::advance_joining() {
   for (auto it = joining_.begin(); it != joining_.end();) {
     Row& row = *it->row;
     row.prefill_seconds += s / static_cast<double>(joining_.size());
-    if (it->cache.length(0) < static_cast<int64_t>(row.tokens.size()) - 1) {
+    if (unprefilled(*it) > 0) {
       ++it;
       continue;
     }
@@ -179,14 +192,6 @@ bool Engine::advance_joining() {
     it = joining_.erase(it);
   }
   return true;
-}
-
-int64_t Engine::reuse(int64_t slot) {
-  const std::vector<int64_t>& tokens = slots_[slot]->tokens;
-  int64_t longest = 0;
-  const auto best = longest_prefix(tokens, longest);
-  if (static_cast<int64_t>(tokens.size()) - 1 - longest > first_pass_limit()) return 0;
-  return take_prefix(best, longest, cache_, slot);
 }
 
 }  // namespace specdec::detail

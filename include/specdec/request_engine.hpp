@@ -54,8 +54,9 @@ class RequestEngine {
     // shared system prompt) computes only the rest (GenerationStats::cached_prompt_tokens). Each
     // holds its positions' keys and values. 0: off.
     int64_t prefix_cache = 8;
-    // A prompt that joins while other requests decode goes in this many tokens per step, each
-    // step also decoding the running rows, so that a long prompt does not stall them.
+    // The prompts that join while other requests decode go in this many tokens per step in all
+    // (the first to come first), each step also decoding the running rows, so that neither a long
+    // prompt nor many arriving at once stall them.
     int64_t prefill_chunk = 256;
   };
   using Id = uint64_t;

@@ -91,8 +91,9 @@ GenerationConfig config_of(int64_t i, bool sampled) {
 enum class Kind { kTargetOnly, kDraft, kLookup, kMixed };
 
 // A request joins the running batch at every step position: the first request runs alone for `s`
-// steps before the others arrive, one per step; each output equals generate() alone.
-void check_joins(Kind kind, bool sampled, const Models& m = models()) {
+// steps before the others arrive, one per step; each output equals generate() alone. A small
+// `prefill_chunk` makes the joining prompts share a few prompt tokens per step.
+void check_joins(Kind kind, bool sampled, const Models& m = models(), int64_t prefill_chunk = 256) {
   const bool draft = kind == Kind::kDraft || kind == Kind::kMixed;
   const Generator alone(m.target, draft ? m.draft : nullptr);
   const int64_t n = 7;
@@ -112,6 +113,7 @@ void check_joins(Kind kind, bool sampled, const Models& m = models()) {
     RequestEngine::Options o;
     o.max_rows = 3;  // fewer rows than requests: some wait in the queue
     o.context = 64;
+    o.prefill_chunk = prefill_chunk;
     RequestEngine engine(gen, o);
     std::vector<Output> out(n);
     engine.submit(request(prompt_of(0), configs[0], out[0]));
@@ -147,6 +149,15 @@ TEST(RequestEngine, SeededSampledRequestsJoiningAtEveryStepEqualGenerateAlone) {
   check_joins(Kind::kDraft, true);
   check_joins(Kind::kMixed, true);
   check_joins(Kind::kDraft, true, t5_models());
+}
+
+TEST(RequestEngine, RequestsSharingAFewPromptTokensPerStepEqualGenerateAlone) {
+  for (const int64_t chunk : {1, 5}) {
+    SCOPED_TRACE("prefill_chunk " + std::to_string(chunk));
+    check_joins(Kind::kTargetOnly, false, models(), chunk);
+    check_joins(Kind::kMixed, false, models(), chunk);
+    check_joins(Kind::kMixed, true, models(), chunk);
+  }
 }
 
 // Cancelled at every step: the row leaves at that step with the tokens it had, the others go on.
@@ -448,6 +459,63 @@ TEST(RequestEngine, ALongPromptJoinsInChunksWhileTheOthersDecode) {
     }
     EXPECT_EQ(running.finished, gen.generate(prompt_of(1), c).tokens);
     EXPECT_EQ(joining.finished, gen.generate(longer, c).tokens);
+  }
+}
+
+// Prompts that arrive together while a request decodes share prefill_chunk prompt tokens per step,
+// in the order they came: 16 per step for prompts of 11, 11 and 11 positions to put in lets the
+// first start at once, the second in the next step (5 + 6) and the third in the one after
+// (5 + 6 wait, then the last). A prompt whose prefix is cached goes in apart from the decoding rows
+// too. The running request gets a token at every step, and every output is the one it gets alone.
+TEST(RequestEngine, PromptsArrivingTogetherShareThePrefillTokensOfAStep) {
+  const Models m = models();
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft ? "with a draft" : "target-only");
+    const Generator gen(m.target, draft ? m.draft : nullptr);
+    RequestEngine::Options o;
+    o.context = 96;
+    o.prefill_chunk = 16;
+    RequestEngine engine(gen, o);
+    GenerationConfig c = config_of(1, false);
+    c.max_new_tokens = 12;
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t i = 0; i < 3; ++i) {
+      std::vector<int64_t> p;
+      for (int64_t j = 0; j < 12; ++j) p.push_back((i * 11 + j * 5) % 50 + 3);
+      prompts.push_back(p);
+    }
+    Output running;
+    engine.submit(request(prompt_of(1), c, running));
+    engine.step();
+    std::vector<Output> out(3);
+    for (int64_t i = 0; i < 3; ++i) engine.submit(request(prompts[i], c, out[i]));
+    const std::vector<std::vector<bool>> started = {
+        {true, false, false}, {true, true, false}, {true, true, true}};
+    for (size_t s = 0; s < started.size(); ++s) {
+      const size_t before = running.streamed.size();
+      engine.step();
+      EXPECT_GT(running.streamed.size(), before) << "step " << s;
+      for (int64_t i = 0; i < 3; ++i)
+        EXPECT_EQ(!out[i].streamed.empty(), started[s][i]) << "step " << s << ", prompt " << i;
+    }
+    while (engine.step()) {
+    }
+    EXPECT_EQ(running.finished, gen.generate(prompt_of(1), c).tokens);
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(out[i].finished, gen.generate(prompts[i], c).tokens) << "prompt " << i;
+    // The first prompt's sequence is cached: a continuation of it joins beside a decoding request.
+    std::vector<int64_t> next = prompts[0];
+    next.insert(next.end(), out[0].finished.begin(), out[0].finished.end());
+    next.insert(next.end(), {7, 8, 9, 10});
+    Output other, continued;
+    engine.submit(request(prompt_of(2), c, other));
+    engine.step();
+    engine.submit(request(next, c, continued));
+    while (engine.step()) {
+    }
+    EXPECT_GT(continued.cached, 0);
+    EXPECT_EQ(continued.finished, gen.generate(next, c).tokens);
+    EXPECT_EQ(other.finished, gen.generate(prompt_of(2), c).tokens);
   }
 }
 
