@@ -2,6 +2,9 @@
 
 import json
 import os
+import select
+import signal
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import subprocess
@@ -89,9 +92,6 @@ def test_connections_arriving_while_the_server_cannot_accept_all_complete(server
     computing) wait in the kernel's accept queue: a queue of 5 (httplib's default) dropped the rest,
     whose connections then waited a second for TCP to send their SYN again. Stopped, the server
     accepts nothing; all 32 handshakes must still complete at once."""
-    import select
-    import signal
-    import socket
     socks = []
     server.proc.send_signal(signal.SIGSTOP)
     try:
