@@ -27,6 +27,14 @@ bool amd_family_26() {
   return yes;
 }
 
+bool intel() {
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;  // "GenuineIntel"
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
+  }();
+  return yes;
+}
+
 bool has_avx512_vnni() { return __builtin_cpu_supports("avx512vnni"); }
 
 namespace {

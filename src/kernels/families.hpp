@@ -15,6 +15,8 @@ RowsFn rows(GgmlType type, bool int8_activations);
 namespace avx512 {
 // int8_activations: the VNNI kernels (the CPU must have AVX-512 VNNI).
 RowsFn rows(GgmlType type, bool int8_activations);
+// The VNNI kernel of a block format prefetching tuning::kPrefetchAheadLong ahead.
+RowsFn rows_long(GgmlType type);
 }  // namespace avx512
 namespace amx {
 RowsFn rows_q8_0();  // Q8_0 with 8-bit activations

@@ -21,6 +21,9 @@ using RowsFn = void (*)(const void* x, int64_t t_rows, int64_t k, const uint8_t*
                         int64_t row_bytes, int64_t n0, int64_t n1, int64_t n_total, float* y);
 struct LinearKernel {
   RowsFn rows = nullptr;
+  // Where set, `rows` with another prefetch distance, for matrices of tuning::kLongStream bytes
+  // or more (the same bits).
+  RowsFn rows_long = nullptr;
   // x reaches `rows` as an ActView (ActRows) instead of floats: an exact integer dot product per
   // block of 32, as llama.cpp computes Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K (faster; the values differ
   // from the float32 kernel's on the dequantized weights, still batch-invariant).

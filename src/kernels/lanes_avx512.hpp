@@ -218,8 +218,8 @@ struct Q6_KLanes {
   }
 };
 
-template <class F>
-struct Lanes16 {  // AVX-512 VNNI
+template <class F, int64_t Ahead = tuning::kPrefetchAhead>
+struct Lanes16 {  // AVX-512 VNNI; Ahead: the prefetch distance
   static constexpr GgmlType kType = F::kType;
   static constexpr int kMaxRows = 8;
   template <int TB>
@@ -229,7 +229,7 @@ struct Lanes16 {  // AVX-512 VNNI
     __m512 acc[TB];
     for (int j = 0; j < TB; ++j) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < k / Interleaved<kType>::kValues; ++b) {
-      prefetch_ahead(gw + b * bytes, bytes);
+      prefetch_ahead<Ahead>(gw + b * bytes, bytes);
       F::template block<TB>(gw + b * bytes, x, k, b, t, acc);
     }
     for (int j = 0; j < TB; ++j) _mm512_storeu_ps(y + (t + j) * n_total + n, acc[j]);

@@ -27,6 +27,7 @@ LinearKernel linear_kernel(GgmlType type, bool int8_activations, [[maybe_unused]
   // AVX-512 without VNNI takes the AVX2 8-bit kernels (the same bits).
   if ((isa == Isa::kAvx512 || isa == Isa::kAmx) && (!int8 || has_avx512_vnni())) {
     kernel.rows = avx512::rows(type, int8);
+    if (int8 && intel()) kernel.rows_long = avx512::rows_long(type);
     return kernel;
   }
   if (isa != Isa::kPortable) {
@@ -241,9 +242,11 @@ at::Tensor linear_packed(const at::Tensor& x, const LinearKernel& kernel, const 
     const void* xr = kernel.int8_activations ? static_cast<const void*>(&view)
                                              : static_cast<const void*>(xp + r0 * k);
     // whole groups of 16 weight rows per thread (an interleaved kernel needs them)
+    const RowsFn fn =
+        kernel.rows_long && n * row_bytes >= tuning::kLongStream ? kernel.rows_long : kernel.rows;
     at::parallel_for(0, (n + kInterleave - 1) / kInterleave, 1, [&](int64_t g0, int64_t g1) {
       const int64_t c0 = g0 * kInterleave, c1 = std::min(n, g1 * kInterleave);
-      kernel.rows(xr, r, k, w, row_bytes, c0, c1, n, yp + r0 * n);
+      fn(xr, r, k, w, row_bytes, c0, c1, n, yp + r0 * n);
       if (!bp && !resp) return;
       for (int64_t i = r0; i < r0 + r; ++i) {
         float* yr = yp + i * n;

@@ -350,5 +350,15 @@ RowsFn rows(GgmlType type, bool int8_activations) {
   });
 }
 
+RowsFn rows_long(GgmlType type) {
+  return with_format(type, [&](auto format) -> RowsFn {
+    constexpr GgmlType T = decltype(format)::value;
+    if constexpr (kHasInt8<T>)
+      return rows_interleaved<Lanes16<LanesOf<T>, tuning::kPrefetchAheadLong>>;
+    else
+      throw Error("no 8-bit-activation kernel for this format");
+  });
+}
+
 }  // namespace specdec::kernels::avx512
 #endif  // SPECDEC_X86

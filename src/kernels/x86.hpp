@@ -88,9 +88,10 @@ auto lanes_of() {  // Tag<the struct>
 
 // Prefetch of the `bytes` bytes tuning::kPrefetchAhead past p (docs/kernels.md: without it a
 // one-token decode ran about 15% slower).
+template <int64_t Ahead = tuning::kPrefetchAhead>
 SPECDEC_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + tuning::kPrefetchAhead + i), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + Ahead + i), _MM_HINT_T0);
 }
 
 // --- The interleaved 8-bit kernels (rows_interleaved): row r of a group of 16 in lane r ---

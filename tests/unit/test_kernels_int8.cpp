@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu_features.hpp"
+#include "kernels/families.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels_test_util.hpp"
 #include "linear.hpp"
@@ -261,8 +263,19 @@ TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) 
       for (int64_t t = 0; t < 20; ++t)
         for (int64_t r = 0; r < n; ++r)
           want[t * n + r] = documented_int8_order(type, plain[r].data_ptr<uint8_t>(), act, t);
+      std::vector<std::pair<std::string, kernels::LinearKernel>> kernels;
       for (kernels::Isa isa : kernels::available_isas()) {
-        const kernels::LinearKernel kernel = kernels::linear_kernel(type, true, isa);
+        kernels.emplace_back(kernels::isa_name(isa), kernels::linear_kernel(type, true, isa));
+#ifdef SPECDEC_X86
+        if (isa == kernels::Isa::kAvx512 && kernels::has_avx512_vnni()) {
+          // the long streams' prefetch distance (LinearKernel::rows_long, Intel)
+          kernels::LinearKernel long_streams = kernels.back().second;
+          long_streams.rows = kernels::avx512::rows_long(type);
+          kernels.emplace_back("avx512 long streams", long_streams);
+        }
+#endif
+      }
+      for (const auto& [isa, kernel] : kernels) {
         ASSERT_TRUE(kernel.interleaved) << name;
         at::Tensor w = plain.clone();
         kernels::prepare_weights(kernel, type, w.data_ptr<uint8_t>(), n, w.size(1));
@@ -276,8 +289,8 @@ TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) 
             for (int64_t i = 0; i < t; ++i)
               for (int64_t r = 0; r < n; ++r)
                 ASSERT_EQ(y[i][r].item<float>(), want[i * n + r])
-                    << name << " " << kernels::isa_name(isa) << " K " << k << " rows " << t
-                    << " threads " << nt << " (" << i << ", " << r << ")";
+                    << name << " " << isa << " K " << k << " rows " << t << " threads " << nt
+                    << " (" << i << ", " << r << ")";
           }
         }
       }
