@@ -226,7 +226,7 @@ class Engine {
   // slot's place in the width.
   struct Joining {
     Row* row;
-    KVCache cache;  // one row, max_length_ positions
+    KVCache cache;  // one row, the prompt's positions
   };
   std::vector<Joining> joining_;
   int64_t unprefilled(const Joining& j) const {

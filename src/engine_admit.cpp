@@ -88,7 +88,11 @@ void Engine::admit() {
                                : longest == 0 || rest <= first_pass_limit();
     if (!now) {
       left -= std::min(left, rest);  // (its share comes first)
-      joining_.push_back({&row, m_.target->make_cache(max_length_, 1, cache_.keeps_hidden())});
+      // Its prompt's positions (and the cached sequence's, copied before it is cropped), not the
+      // whole context: a cache is zeroed as it is made.
+      const auto capacity = static_cast<int64_t>(
+          std::max(row.tokens.size(), best == prefixes_.end() ? 0 : best->tokens.size()));
+      joining_.push_back({&row, m_.target->make_cache(capacity, 1, cache_.keeps_hidden())});
       row.result.stats.cached_prompt_tokens = take_prefix(best, longest, joining_.back().cache, 0);
       continue;
     }

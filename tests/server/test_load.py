@@ -346,8 +346,8 @@ def test_load_200_requests_16_clients():
         f"generation_tokens_total grew by {tokens_grew}, less than the {completed_tokens} tokens answered"
 
     # Resident memory: the caches are preallocated and the prefix cache's LRU is full after the
-    # warm phase, so 150 more requests must not grow it.
-    assert abs(rss_end - rss_warm) <= RSS_TOLERANCE * rss_warm, \
+    # warm phase, so 150 more requests must not grow it (the allocator may hand memory back).
+    assert rss_end - rss_warm <= RSS_TOLERANCE * rss_warm, \
         f"VmRSS {rss_warm} kB after {N_WARM} requests, {rss_end} kB after {N_REQUESTS} " \
         f"({100 * (rss_end - rss_warm) / rss_warm:+.1f}%)"
     print(f"\nload: {N_REQUESTS} requests in {t_load:.1f} s (warm {N_WARM} in {t_warm:.1f} s); "
