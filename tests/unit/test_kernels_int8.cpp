@@ -6,8 +6,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu_features.hpp"
-#include "kernels/families.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels_test_util.hpp"
 #include "linear.hpp"
@@ -266,14 +264,11 @@ TEST(LinearKernel, InterleavedInt8KernelsFollowTheDocumentedOrderOnEveryFamily) 
       std::vector<std::pair<std::string, kernels::LinearKernel>> kernels;
       for (kernels::Isa isa : kernels::available_isas()) {
         kernels.emplace_back(kernels::isa_name(isa), kernels::linear_kernel(type, true, isa));
-#ifdef SPECDEC_X86
-        if (isa == kernels::Isa::kAvx512 && kernels::has_avx512_vnni()) {
-          // the long streams' prefetch distance (LinearKernel::rows_long, Intel)
+        if (kernels.back().second.rows_long) {  // the long streams' prefetch distance (Intel)
           kernels::LinearKernel long_streams = kernels.back().second;
-          long_streams.rows = kernels::avx512::rows_long(type);
-          kernels.emplace_back("avx512 long streams", long_streams);
+          long_streams.rows = long_streams.rows_long;
+          kernels.emplace_back(std::string(kernels::isa_name(isa)) + " long streams", long_streams);
         }
-#endif
       }
       for (const auto& [isa, kernel] : kernels) {
         ASSERT_TRUE(kernel.interleaved) << name;
