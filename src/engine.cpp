@@ -258,8 +258,9 @@ int64_t Engine::uncached(int64_t slot) const {
 }
 
 bool Engine::step() {
-  admit();
-  const bool prefilled = advance_joining();
+  const bool decoding = running() > 0;
+  const int64_t budget = admit(decoding);
+  const bool prefilled = advance_joining(decoding, budget);
   compact();
   if (slots_.empty()) return prefilled;
   // goodput plans the first iteration too once the Generator has measured its costs: a request

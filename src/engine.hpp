@@ -150,16 +150,19 @@ class Engine {
   void verify();
   void commit();
   void retire();
-  void admit();
+  // `decoding`: rows were running when the step began (their pass waits for its prefill). Returns
+  // the prompt tokens the joining rows may still put in this step while rows decode.
+  int64_t admit(bool decoding);
   // The slot a joining row takes: the first one a finished row freed (its cache row is
   // overwritten), else a new one at the end.
   int64_t take_slot(Row& row);
   // The slots no joining row took (the batch shrank): the last rows move into them, so that every
   // pass covers rows [0, B).
   void compact();
-  // The joining rows' next prompt tokens, each row in its own 1-row cache (admit() says how many);
-  // a row whose prompt is in (all but its last token) takes a slot. True when there was such a row.
-  bool advance_joining();
+  // The joining rows' next prompt tokens, each row in its own 1-row cache: `budget` in all, in
+  // order, while rows decode, else a chunk each; a row whose prompt is in (all but its last token)
+  // takes a slot. True when there was such a row.
+  bool advance_joining(bool decoding, int64_t budget);
   // The row's stats when it leaves the batch, its on_finished, and what the Generator carries
   // from it to the next request.
   void finish_row(Row& row);
@@ -233,10 +236,6 @@ class Engine {
     return static_cast<int64_t>(j.row->tokens.size()) - 1 - j.cache.length(0);
   }
   const int64_t prefill_chunk_;
-  // This step's: rows were decoding when it began (their pass waits for its prefill), and the
-  // prompt tokens the joining rows may still put in (prefill_chunk_ in all while rows decode).
-  bool decoding_ = false;
-  int64_t prefill_left_ = 0;
   KVCache cache_;
   std::unique_ptr<DraftModelGenerator> drafter_;
   BatchStats bs_;

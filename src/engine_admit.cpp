@@ -48,13 +48,12 @@ void Engine::compact() {
 // short prompt that fits what is left goes into this step's batched prefill, the rest join in
 // 1-row caches (from their cached prefix), so that however many requests arrive, a step stalls the
 // decoding rows by about one chunk's prefill, and no rest of a prompt pads their pass.
-void Engine::admit() {
+int64_t Engine::admit(bool decoding) {
   const auto taken = [&] { return running() + static_cast<int64_t>(joining_.size()); };
-  decoding_ = running() > 0;
-  prefill_left_ = prefill_chunk_;  // (advance_joining's: what this batched prefill leaves)
-  int64_t left = prefill_chunk_;   // what the rows already joining leave
+  int64_t for_joining = prefill_chunk_;  // what this step's batched prefill leaves
+  int64_t left = prefill_chunk_;         // what the rows already joining leave
   for (const Joining& j : joining_) left -= std::min(left, unprefilled(j));
-  if (taken() >= width_) return;
+  if (taken() >= width_) return for_joining;
   const auto t1 = Clock::now();
   std::vector<int64_t> joined;
   std::vector<const std::vector<int64_t>*> joined_tokens;
@@ -84,8 +83,8 @@ void Engine::admit() {
     int64_t longest = 0;
     const auto best = max_prefixes_ > 0 ? longest_prefix(row.tokens, longest) : prefixes_.end();
     const int64_t rest = static_cast<int64_t>(row.tokens.size()) - 1 - longest;
-    const bool now = decoding_ ? rest == 0 || (longest == 0 && rest <= left)
-                               : longest == 0 || rest <= first_pass_limit();
+    const bool now = decoding ? rest == 0 || (longest == 0 && rest <= left)
+                              : longest == 0 || rest <= first_pass_limit();
     if (!now) {
       left -= std::min(left, rest);  // (its share comes first)
       // Its prompt's positions (and the cached sequence's, copied before it is cropped), not the
@@ -101,11 +100,11 @@ void Engine::admit() {
     if (longest == 0) {
       joined.push_back(slot);
       joined_tokens.push_back(&row.tokens);
-      if (decoding_) left -= rest, prefill_left_ -= rest;
+      if (decoding) left -= rest, for_joining -= rest;
     }
     if (drafter_) drafter_->reset_row(slot, draft_row(row));
   }
-  if (joined.empty()) return;
+  if (joined.empty()) return for_joining;
   // The draft prefills them at the next pass if they draft in it.
   const int64_t passes =
       joined_tokens.empty() ? 0 : prefill_into(*m_.target, cache_, joined, joined_tokens);
@@ -115,6 +114,7 @@ void Engine::admit() {
     slots_[slot]->prefill_seconds = s;
     slots_[slot]->result.stats.prefill_passes = passes;
   }
+  return for_joining;
 }
 
 void Engine::remember(int64_t slot) {
@@ -157,7 +157,7 @@ int64_t Engine::take_prefix(std::list<Prefix>::iterator entry, int64_t length, K
   return length;
 }
 
-bool Engine::advance_joining() {
+bool Engine::advance_joining(bool decoding, int64_t budget) {
   if (joining_.empty()) return false;
   // A row cancelled while its prompt goes in leaves before the next chunk.
   for (auto it = joining_.begin(); it != joining_.end();) {
@@ -173,9 +173,9 @@ bool Engine::advance_joining() {
   for (Joining& j : joining_) {
     // While rows decode the joining rows share this step's prefill tokens in order; otherwise each
     // puts in a chunk.
-    const int64_t take = std::min(unprefilled(j), decoding_ ? prefill_left_ : prefill_chunk_);
+    const int64_t take = std::min(unprefilled(j), decoding ? budget : prefill_chunk_);
     if (take == 0) continue;
-    if (decoding_) prefill_left_ -= take;
+    if (decoding) budget -= take;
     const std::vector<int64_t>& tokens = j.row->tokens;
     // prefill_rows puts in all but the last token of what it is given.
     const std::vector<int64_t> part(tokens.begin(), tokens.begin() + j.cache.length(0) + take + 1);

@@ -1,6 +1,7 @@
 #include "kernels/cpu_features.hpp"
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/common.hpp"
@@ -16,22 +17,26 @@
 namespace specdec::kernels {
 
 #ifdef SPECDEC_X86
+namespace {
+// CPUID's vendor string is `name` ("AuthenticAMD", "GenuineIntel"): EBX, EDX, ECX of leaf 0.
+bool vendor_is(const char* name) {
+  unsigned a = 0, regs[3] = {0, 0, 0};
+  if (!__get_cpuid(0, &a, &regs[0], &regs[2], &regs[1])) return false;
+  return std::memcmp(regs, name, 12) == 0;
+}
+}  // namespace
+
 bool amd_family_26() {
   static const bool yes = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541 || d != 0x69746e65 || c != 0x444d4163)
-      return false;  // not "AuthenticAMD"
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    if (!vendor_is("AuthenticAMD") || !__get_cpuid(1, &a, &b, &c, &d)) return false;
     return ((a >> 8) & 0xF) == 0xF && ((a >> 20) & 0xFF) + 0xF == 26;
   }();
   return yes;
 }
 
 bool intel() {
-  static const bool yes = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;  // "GenuineIntel"
-    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;
-  }();
+  static const bool yes = vendor_is("GenuineIntel");
   return yes;
 }
 
