@@ -376,8 +376,9 @@ void Engine::draft() {
     // always (the cut may drop all of it: its estimates price in what it has not seen, so it
     // needs no evidence that drafting pays), and the cut below decides.
     const bool goodput = row.schedule->kind() == Schedule::kGoodput;
-    const bool cut_later = !first_ && uncached(i) == 0 && row.proposer &&
-                           (row.schedule->num_tokens() > 0 || proposer_kind(row) == kLookup);
+    const bool cut_later =
+        !first_ && uncached(i) == 0 && row.proposer &&
+        (row.schedule->num_tokens() > 0 || proposer_kind(row) == detail::kPromptLookup);
     const int64_t k = std::min(
         max_tokens_[i], !goodput || cut_later ? row.schedule->cap() : row.schedule->num_tokens());
     row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
@@ -385,7 +386,7 @@ void Engine::draft() {
   // goodput's cut of the proposals whose tokens come with probabilities: prompt lookup's and
   // suffix speculation's, a draft's trees (its chains are goodput's K already). Not in the pass
   // that prefills, whose cost is the prompt's, nor for a row that puts in more than its last token.
-  std::vector<std::pair<int, Candidates*>> cuttable;
+  std::vector<std::pair<detail::Proposer, Candidates*>> cuttable;
   int64_t others = 0;  // the most tokens another row puts in after its last one
   for (int64_t i = 0; i < b; ++i) {
     Row* row = slots_[i];
@@ -398,11 +399,7 @@ void Engine::draft() {
     else
       others = std::max(others, extra + static_cast<int64_t>(row->cand.size()));
   }
-  // Prompt lookup's estimates price in an unseen continuation (PromptLookupGenerator): a pass of
-  // its rows alone may verify nothing, where a weak first candidate does not pay.
-  const bool all_lookup = std::all_of(cuttable.begin(), cuttable.end(),
-                                      [](const auto& row) { return row.first == kLookup; });
-  if (!cuttable.empty()) state_.goodput.cut(cuttable, b, others, all_lookup ? 0 : 1);
+  if (!cuttable.empty()) state_.goodput.cut(cuttable, b, others);
   draft_seconds_ = seconds_since(t0);
 }
 

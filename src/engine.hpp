@@ -174,13 +174,12 @@ class Engine {
   bool by_model(const Row& row) const {
     return use_draft_ && !row.config.speculates_without_model();
   }
-  // What proposes the row's candidates: 0 the draft model (or nothing), kLookup prompt lookup, 2
-  // suffix speculation (goodput's evidence is carried for each apart).
-  static constexpr int kLookup = 1;
-  static int proposer_kind(const Row& row) {
-    return row.config.suffix_speculation             ? 2
-           : row.config.prompt_lookup_num_tokens > 0 ? kLookup
-                                                     : 0;
+  // What proposes the row's candidates (kDraftModel: the draft model, or nothing); goodput's
+  // evidence is carried for each apart.
+  static detail::Proposer proposer_kind(const Row& row) {
+    return row.config.suffix_speculation             ? detail::kSuffix
+           : row.config.prompt_lookup_num_tokens > 0 ? detail::kPromptLookup
+                                                     : detail::kDraftModel;
   }
   // Prefix reuse (max_prefixes_ > 0): a finished row's sequence and target cache join the LRU; a
   // joining row starts from the longest prefix of its sequence held there (admit()).

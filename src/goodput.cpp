@@ -135,8 +135,12 @@ std::vector<size_t> GoodputPlanner::slots(const Candidates& c) {
   return out;
 }
 
-void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch,
-                         int64_t others, size_t fewest) {
+void GoodputPlanner::cut(const std::vector<std::pair<Proposer, Candidates*>>& rows, int64_t batch,
+                         int64_t others) {
+  size_t fewest = std::all_of(rows.begin(), rows.end(),
+                              [](const auto& row) { return row.first != kDraftModel; })
+                      ? 0
+                      : 1;
   std::vector<std::vector<double>> gains;  // each row's calibrated reach, best first
   size_t longest = 0;
   PassCost target_cost;
@@ -185,7 +189,8 @@ void GoodputPlanner::cut(const std::vector<std::pair<int, Candidates*>>& rows, i
   for (const auto& row : rows) row.second->truncate(best);
 }
 
-void GoodputPlanner::observe_kept(int kind, const Candidates& c, const std::vector<int64_t>& path) {
+void GoodputPlanner::observe_kept(Proposer kind, const Candidates& c,
+                                  const std::vector<int64_t>& path) {
   const std::vector<double> reach = c.reach();
   const std::vector<size_t> slot = slots(c);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -16,6 +16,9 @@
 
 namespace specdec::detail {
 
+// What proposes a row's candidates; goodput measures each one's acceptance apart.
+enum Proposer : int { kDraftModel = 0, kPromptLookup = 1, kSuffix = 2 };
+
 // The target's pass cost by rows (one timed pass over B tokens in the first request, one over
 // cap / 2 + 1 for prompt lookup, then every real pass) and the draft's cost per token, measured on
 // one Generator's models and shared by its concurrent requests (every member guarded).
@@ -35,24 +38,26 @@ class GoodputPlanner {
             const std::vector<int64_t>& tokens, int64_t rows, bool free_drafts, bool may_calibrate);
   // Cuts the proposals `rows` (goodput rows whose candidates carry probabilities and no
   // distribution: a draft's trees, prompt lookup's and suffix speculation's proposals), each paired
-  // with its proposer kind, to their first n candidates (best first), for the n in [fewest, the
+  // with its Proposer, to their first n candidates (best first), for the n in [fewest, the
   // longest] with the most expected tokens per second of the pass: every one of its `batch` rows
   // gains one token, and each row of `rows` the reach of its kept candidates (Candidates::reach)
   // times the kept / estimated ratio measured for that kind at their depth and rank
   // (observe_kept), for a pass over batch x (max(n, others) + 1) tokens; `others`: the most tokens
   // another row of the pass puts in after its last one. A chain is cut where its next token does
   // not pay, a tree's branches go where they do not: the shape (one token, a chain, a tree)
-  // follows the measured costs and acceptance. `fewest` 0 lets the cut drop every candidate, once
-  // a pass over batch x 2 tokens was timed: for estimates that price in what has not been seen
-  // (prompt lookup's); the calibration learns only from what is verified, so estimates that start
-  // too low and are never verified would stay low. After recheck_after_ passes whose candidates
+  // follows the measured costs and acceptance. `fewest` is 0 (the cut may drop every candidate,
+  // once a pass over batch x 2 tokens was timed) when every row is prompt lookup's or suffix
+  // speculation's, whose estimates price in a continuation not seen yet, so that a weak lone
+  // candidate is not verified for nothing; a draft's trees keep their first candidate, which the
+  // draft has paid for. The calibration learns only from what is verified, so estimates that start
+  // too low and are never verified would stay low: after recheck_after_ passes whose candidates
   // were all cut, the next keeps each row's first candidate (recheck_after_ starts at
   // Generator::kRetimeFirst, doubles with each such pass up to kRetimeLast, and starts again once a
   // cut keeps candidates of its own accord). Nothing is cut until a pass was timed.
-  void cut(const std::vector<std::pair<int, Candidates*>>& rows, int64_t batch, int64_t others,
-           size_t fewest = 1);
-  // A proposal of proposer `kind` that cut() saw kept the candidates `path` (Verdict::path).
-  void observe_kept(int kind, const Candidates& c, const std::vector<int64_t>& path);
+  void cut(const std::vector<std::pair<Proposer, Candidates*>>& rows, int64_t batch,
+           int64_t others);
+  // A proposal of `kind` that cut() saw kept the candidates `path` (Verdict::path).
+  void observe_kept(Proposer kind, const Candidates& c, const std::vector<int64_t>& path);
   // A real target pass over `rows` tokens took `seconds`.
   void observe_target(int64_t rows, double seconds);
   // The draft drafted one token for each of `rows` rows in `seconds` per pass.
@@ -77,7 +82,7 @@ class GoodputPlanner {
     double factor(size_t slot) const;  // (kept + 1) / (estimated + 1)
   };
   static std::vector<size_t> slots(const Candidates& c);  // each candidate's Calibration slot
-  std::map<int, Calibration> calibration_;
+  std::map<Proposer, Calibration> calibration_;
   const Model& target_;
   std::mutex mutex_;
   PassCost target_cost_, draft_cost_;

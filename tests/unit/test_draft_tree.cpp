@@ -154,34 +154,35 @@ TEST(GoodputCut, KeepsTheCandidatesThatPayAtTheMeasuredCostsAndAcceptance) {
   chain.tokens = {1, 2, 3};
   chain.probs = {0.9, 0.9, 0.5};
   Candidates c = chain;
-  planner.cut({{2, &c}}, 1, 0);
+  planner.cut({{detail::kSuffix, &c}}, 1, 0);
   EXPECT_EQ(c.tokens, (std::vector<int64_t>{1, 2}));
   // Another row of the pass verifying 3 candidates pads it: every n costs the 4-token pass.
   c = chain;
-  planner.cut({{2, &c}}, 1, 3);
+  planner.cut({{detail::kSuffix, &c}}, 1, 3);
   EXPECT_EQ(c.size(), 3u);
-  for (int i = 0; i < 2; ++i) planner.observe_kept(2, chain, {});
+  for (int i = 0; i < 2; ++i) planner.observe_kept(detail::kSuffix, chain, {});
   c = chain;
-  planner.cut({{2, &c}}, 1, 0);
+  planner.cut({{detail::kSuffix, &c}}, 1, 0);
   EXPECT_EQ(c.size(), 2u);
   Candidates tree;
   tree.tokens = {1, 4};
   tree.parents = {-1, -1};
   tree.probs = {0.9, 0.05};
-  planner.cut({{2, &tree}}, 1, 0);
+  planner.cut({{detail::kSuffix, &tree}}, 1, 0);
   EXPECT_EQ(tree.tokens, (std::vector<int64_t>{1}));
   EXPECT_FALSE(tree.tree());
   // Another proposer's estimates are its own: kind 0 has seen nothing, its chain keeps 2.
   c = chain;
-  planner.cut({{0, &c}}, 1, 0);
+  planner.cut({{detail::kDraftModel, &c}}, 1, 0);
   EXPECT_EQ(c.size(), 2u);
 }
 
-// No candidate at all when none pays and the caller allows it (fewest 0: prompt lookup's rows):
-// with a 1-token pass at 1 s and a 2-token one at 1.5 s, a candidate of probability 0.1 gives
-// 1.1 / 1.5 = 0.73 tokens/s against 1 without it, one of 0.9 gives 1.9 / 1.5 = 1.27. By default
-// the first candidate stays, and so it does until a pass over one candidate per row was timed.
-TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWhenAllowed) {
+// No candidate at all when none pays, in a pass whose rows are all prompt lookup's or suffix
+// speculation's: with a 1-token pass at 1 s and a 2-token one at 1.5 s, a candidate of
+// probability 0.1 gives 1.1 / 1.5 = 0.73 tokens/s against 1 without it, one of 0.9 gives 1.9 / 1.5
+// = 1.27. A draft's tree keeps its first candidate (so does every row of a pass that holds one),
+// and so does every proposal until a pass over one candidate per row was timed.
+TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWithoutADraftModel) {
   const auto model = test_model(cached_fixture("tree_draft", small_fixture(11, 1)));
   detail::GoodputPlanner planner(*model);
   planner.observe_target(1, 1.0);
@@ -190,13 +191,31 @@ TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWhenAllowed) {
   weak.tokens = {5};
   weak.probs = {0.1};
   Candidates c = weak;
-  planner.cut({{1, &c}}, 1, 0, 0);
+  planner.cut({{detail::kPromptLookup, &c}}, 1, 0);
   EXPECT_EQ(c.size(), 0u);
   c = weak;
-  planner.cut({{1, &c}}, 1, 0);
+  planner.cut({{detail::kSuffix, &c}}, 1, 0);
+  EXPECT_EQ(c.size(), 0u);
+  c = weak;
+  planner.cut({{detail::kDraftModel, &c}}, 1, 0);
   EXPECT_EQ(c.size(), 1u);
+  // Two rows at the same costs per row (2 tokens 1 s, 4 tokens 1.5 s): 2.2 / 1.5 = 1.47 tokens/s
+  // against 2, but a row drafts with the draft model.
+  detail::GoodputPlanner pair(*model);
+  pair.observe_target(2, 1.0);
+  pair.observe_target(4, 1.5);
+  c = weak;
+  Candidates other = weak;
+  pair.cut({{detail::kSuffix, &c}, {detail::kSuffix, &other}}, 2, 0);
+  EXPECT_EQ(c.size() + other.size(), 0u);
+  c = weak;
+  other = weak;
+  pair.cut({{detail::kSuffix, &c}, {detail::kDraftModel, &other}}, 2, 0);
+  EXPECT_EQ(c.size(), 1u);
+  EXPECT_EQ(other.size(), 1u);
+  c = weak;
   c.probs = {0.9};
-  planner.cut({{1, &c}}, 1, 0, 0);
+  planner.cut({{detail::kPromptLookup, &c}}, 1, 0);
   EXPECT_EQ(c.size(), 1u);
   // Not before a pass over one candidate was timed: here only 1- and 4-token passes were, and the
   // cost of 2 tokens would be interpolated (1.33 s: the weak candidate would go).
@@ -204,7 +223,7 @@ TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWhenAllowed) {
   untimed.observe_target(1, 1.0);
   untimed.observe_target(4, 2.0);
   c = weak;
-  untimed.cut({{1, &c}}, 1, 0, 0);
+  untimed.cut({{detail::kPromptLookup, &c}}, 1, 0);
   EXPECT_EQ(c.size(), 1u);
 }
 
@@ -223,7 +242,7 @@ TEST(GoodputCut, VerifiesACandidateNowAndThenWhenEveryOneIsCut) {
   const auto until_kept = [&] {
     for (int64_t n = 1; n <= 4 * Generator::kRetimeLast; ++n) {
       Candidates c = weak;
-      planner.cut({{1, &c}}, 1, 0, 0);
+      planner.cut({{detail::kPromptLookup, &c}}, 1, 0);
       if (c.size() > 0) {
         EXPECT_EQ(c.size(), 1u);
         return n;
@@ -235,7 +254,7 @@ TEST(GoodputCut, VerifiesACandidateNowAndThenWhenEveryOneIsCut) {
   EXPECT_EQ(until_kept(), 2 * Generator::kRetimeFirst + 1);
   Candidates strong = weak;
   strong.probs = {0.9, 0.9};
-  planner.cut({{1, &strong}}, 1, 0, 0);
+  planner.cut({{detail::kPromptLookup, &strong}}, 1, 0);
   EXPECT_EQ(strong.size(), 2u);
   EXPECT_EQ(until_kept(), Generator::kRetimeFirst + 1);
 }
@@ -256,11 +275,11 @@ TEST(GoodputCut, MeasuresSiblingsApartFromFirstChoices) {
   tree.parents = {-1, -1};
   tree.probs = {0.6, 0.35};
   Candidates c = tree;
-  planner.cut({{1, &c}}, 1, 0);
+  planner.cut({{detail::kPromptLookup, &c}}, 1, 0);
   EXPECT_EQ(c.size(), 2u);
-  for (int i = 0; i < 5; ++i) planner.observe_kept(1, tree, {0});
+  for (int i = 0; i < 5; ++i) planner.observe_kept(detail::kPromptLookup, tree, {0});
   c = tree;
-  planner.cut({{1, &c}}, 1, 0);
+  planner.cut({{detail::kPromptLookup, &c}}, 1, 0);
   EXPECT_EQ(c.tokens, (std::vector<int64_t>{1}));
 }
 
