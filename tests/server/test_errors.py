@@ -70,6 +70,18 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/completions", {"prompt": "Hi", "echo": True}, "echo"),
     ("/v1/completions", {"prompt": "Hi", "best_of": 3}, "best_of"),
+    # fields that would change the answer and are not served
+    ("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/chat/completions", {"messages": MSGS, "tools": [{"type": "function", "function": {"name": "f"}}]},
+     "tools"),
+    ("/v1/chat/completions", {"messages": MSGS, "tool_choice": "required"}, "tool_choice"),
+    ("/v1/chat/completions", {"messages": MSGS, "functions": [{"name": "f"}]}, "functions"),
+    ("/v1/chat/completions", {"messages": MSGS, "logit_bias": {"50": 100}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "Hi", "logit_bias": {"50": -100}}, "logit_bias"),
+    ("/v1/completions", {"prompt": "def f(", "suffix": "return x"}, "suffix"),
+    ("/v1/chat/completions", {"messages": MSGS, "prediction": {"type": "content", "content": "Hi"}},
+     "prediction"),
+    ("/v1/chat/completions", {"messages": MSGS, "modalities": ["text", "audio"]}, "modalities"),
     ("/v1/completions", {"prompt": [99999999], "max_tokens": 2}, "prompt"),  # not a token id
     ("/v1/completions", {"prompt": [-1], "max_tokens": 2}, "prompt"),
     ("/v1/chat/completions", {"messages": MSGS, "num_assistant_tokens_schedule": "banana"},
@@ -87,6 +99,21 @@ def test_bad_request(server, route, body, param):
     body = dict(body)
     body.setdefault("model", MODEL_ID)
     assert_error(server, server.post(route, json=body), 400, param=param)
+
+
+# The neutral values of the fields above, which clients send by default, are served.
+NEUTRAL_BODIES = [
+    ("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "text"}, "tools": [],
+                              "tool_choice": "none", "logit_bias": {}, "modalities": ["text"]}),
+    ("/v1/completions", {"prompt": "Hi", "logit_bias": {}, "suffix": None}),
+]
+
+
+@pytest.mark.parametrize("route,body", NEUTRAL_BODIES, ids=["chat", "completions"])
+def test_neutral_values_of_unserved_fields(server, route, body):
+    r = server.post(route, json=dict(body, model=MODEL_ID, max_tokens=2))
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 2
 
 
 @pytest.mark.parametrize("data", [b'{"prompt": "Hi", ', b"", b"not json", b"[1, 2]", b'"a string"'],

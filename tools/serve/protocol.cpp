@@ -151,6 +151,37 @@ std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
   bad("prompt", "'prompt' must be a string or a list of token ids, got " + p->dump());
 }
 
+// OpenAI fields that would change the answer and that this server does not serve: refused by
+// name, so that a client never takes an answer made without them for one made with them. Their
+// neutral values (a text response format, no tools, no bias) pass.
+void refuse_unserved(const json& body, bool chat) {
+  const auto given = [&](const char* name) {
+    const json* v = field(body, name);
+    return v && !(v->is_array() && v->empty()) && !(v->is_object() && v->empty()) &&
+           !(v->is_string() && v->get<std::string>().empty());
+  };
+  const auto refuse = [](const std::string& name, const std::string& what) {
+    bad(name, "'" + name + "' is not supported: " + what);
+  };
+  if (given("logit_bias")) refuse("logit_bias", "no logit bias is applied");
+  if (!chat) {
+    if (given("suffix")) refuse("suffix", "no insertion: the answer continues the prompt");
+    return;
+  }
+  if (const json* f = field(body, "response_format");
+      f && !(f->is_object() && f->value("type", json()) == "text"))
+    refuse("response_format", "answers are free text (only {\"type\": \"text\"})");
+  for (const char* name : {"tools", "functions"})
+    if (given(name)) refuse(name, "this server does not call tools");
+  for (const char* name : {"tool_choice", "function_call"})
+    if (const json* v = field(body, name); v && !(v->is_string() && (*v == "none" || *v == "auto")))
+      refuse(name, "this server does not call tools");
+  if (given("prediction")) refuse("prediction", "use prompt_lookup_num_tokens or speculate");
+  if (given("audio")) refuse("audio", "answers are text");
+  if (const json* m = field(body, "modalities"); m && *m != json::array({"text"}))
+    refuse("modalities", "answers are text (only [\"text\"])");
+}
+
 }  // namespace
 
 namespace {
@@ -218,6 +249,7 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     bad("echo", "'echo' is not supported (the answer never repeats the prompt)");
   if (const auto b = number(body, "best_of", -1e18, 1e18, true); b && *b != 1)
     bad("best_of", "only best_of = 1 is supported (one candidate per request)");
+  refuse_unserved(body, chat);
   r.prompt = chat ? encode_chat(body, ctx) : completion_prompt(body, ctx);
 
   GenerationConfig& c = r.config;
