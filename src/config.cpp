@@ -477,6 +477,15 @@ void GenerationConfig::validate() const {
                 "GenerationConfig.frequency_penalty must be in [-2, 2], got ", frequency_penalty);
   SPECDEC_CHECK(presence_penalty >= -2 && presence_penalty <= 2,
                 "GenerationConfig.presence_penalty must be in [-2, 2], got ", presence_penalty);
+  for (size_t i = 0; i < logit_bias.size(); ++i) {
+    const auto& [id, bias] = logit_bias[i];
+    SPECDEC_CHECK(id >= 0, "GenerationConfig.logit_bias: token id ", id, " is negative");
+    SPECDEC_CHECK(bias >= -100 && bias <= 100, "GenerationConfig.logit_bias: the bias of token ",
+                  id, " must be in [-100, 100], got ", bias);
+    for (size_t j = 0; j < i; ++j)
+      SPECDEC_CHECK(logit_bias[j].first != id, "GenerationConfig.logit_bias: token id ", id,
+                    " is given twice");
+  }
 }
 
 }  // namespace specdec

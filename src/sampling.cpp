@@ -46,6 +46,30 @@ class RepetitionPenalty final : public LogitsProcessor {
   double penalty_;
 };
 
+class LogitBias final : public LogitsProcessor {
+ public:
+  explicit LogitBias(std::vector<std::pair<int64_t, double>> bias) : bias_(std::move(bias)) {}
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
+    const int64_t vocab = scores.size(-1), n = static_cast<int64_t>(bias_.size());
+    std::vector<int64_t> ids;
+    std::vector<float> values;
+    for (const auto& [id, bias] : bias_) {
+      SPECDEC_CHECK(id >= 0 && id < vocab, "logit_bias: token id ", id,
+                    " is not in the vocabulary of ", vocab, " tokens");
+      ids.push_back(id);
+      values.push_back(static_cast<float>(bias));
+    }
+    const at::Tensor index = detail::to_device(at::tensor(ids, at::kLong), scores.device());
+    const at::Tensor add = detail::to_device(at::tensor(values, at::kFloat), scores.device())
+                               .to(scores.scalar_type())
+                               .expand({scores.size(0), n});
+    return scores.index_add(-1, index, add);
+  }
+
+ private:
+  std::vector<std::pair<int64_t, double>> bias_;
+};
+
 class OccurrencePenalty final : public LogitsProcessor {
  public:
   OccurrencePenalty(double frequency, double presence, int64_t prompt_length)
@@ -154,6 +178,9 @@ std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty) {
   SPECDEC_CHECK(penalty > 0, "repetition_penalty must be > 0, got ", penalty);
   return std::make_unique<RepetitionPenalty>(penalty);
 }
+std::unique_ptr<LogitsProcessor> make_logit_bias(std::vector<std::pair<int64_t, double>> bias) {
+  return std::make_unique<LogitBias>(std::move(bias));
+}
 std::unique_ptr<LogitsProcessor> make_occurrence_penalty(double frequency, double presence,
                                                          int64_t prompt_length) {
   SPECDEC_CHECK(prompt_length >= 0, "occurrence penalty: prompt_length must be >= 0");
@@ -177,6 +204,7 @@ std::unique_ptr<LogitsProcessor> make_min_p(double p) {
 }
 
 LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c, int64_t prompt_length) {
+  if (!c.logit_bias.empty()) processors_.push_back(make_logit_bias(c.logit_bias));
   if (c.frequency_penalty != 0.0 || c.presence_penalty != 0.0)
     processors_.push_back(
         make_occurrence_penalty(c.frequency_penalty, c.presence_penalty, prompt_length));

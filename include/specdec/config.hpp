@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace specdec {
@@ -182,6 +183,10 @@ struct GenerationConfig {
   // occurred. Applied before the repetition penalty, greedy or sampled.
   double frequency_penalty = 0.0;
   double presence_penalty = 0.0;
+  // OpenAI's logit_bias, as Hugging Face's sequence_bias of one-token sequences: (token id, bias in
+  // [-100, 100]) added to that token's logit before every other processor, greedy or sampled
+  // (-100 in effect bans a token, 100 forces it). Each id at most once.
+  std::vector<std::pair<int64_t, double>> logit_bias;
   uint64_t seed = 0;  // seed of the request's random generator (sampling only)
 
   // Effective number of draft tokens after resolving the default (see num_assistant_tokens);

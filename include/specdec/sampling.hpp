@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "specdec/config.hpp"
@@ -35,12 +36,12 @@ class LogitsProcessor {
   virtual bool reads_history() const { return false; }
 };
 
-// The chain Hugging Face builds for a GenerationConfig, in its order: repetition penalty, then
-// (sampling only) temperature, top-k, top-p, min-p; OpenAI's frequency and presence penalties
-// before them. The same chain processes the draft's logits (giving q) and the target's (giving p).
-// `prompt_length`: where the generated tokens start in the history (the OpenAI penalties count
-// only those; a draft's chain, made without it, counts the prompt too: its q differs, which
-// lowers acceptance only).
+// The chain Hugging Face builds for a GenerationConfig, in its order: the logit bias (its
+// sequence_bias), repetition penalty, then (sampling only) temperature, top-k, top-p, min-p;
+// OpenAI's frequency and presence penalties after the bias and before the repetition penalty. The
+// same chain processes the draft's logits (giving q) and the target's (giving p). `prompt_length`:
+// where the generated tokens start in the history (the OpenAI penalties count only those; a draft's
+// chain, made without it, counts the prompt too: its q differs, which lowers acceptance only).
 class LogitsProcessorChain {
  public:
   explicit LogitsProcessorChain(const GenerationConfig& config, int64_t prompt_length = 0);
@@ -60,6 +61,8 @@ class LogitsProcessorChain {
 };
 
 // Individual processors (exposed for tests and custom chains).
+// OpenAI's logit_bias: each (token id, bias) adds bias to that token's logit in every row.
+std::unique_ptr<LogitsProcessor> make_logit_bias(std::vector<std::pair<int64_t, double>> bias);
 std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty);
 // OpenAI's: logit - frequency x count - presence x (count > 0), counting history[prompt_length ..).
 std::unique_ptr<LogitsProcessor> make_occurrence_penalty(double frequency, double presence,

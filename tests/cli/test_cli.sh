@@ -316,6 +316,18 @@ expect_error "--prompts-file: id outside the vocabulary names the line" "bad1.js
   generate --model "$work/tt" --prompts-file "$work/bad1.jsonl"
 expect_error "--prompts-file: malformed JSON names the line" "bad2.jsonl:2: " generate --model "$work/tt" --prompts-file "$work/bad2.jsonl"
 expect_error "--prompts-file: unknown knob" 'unknown key "max_new_token"' generate --model "$work/tt" --prompts-file "$work/bad3.jsonl"
+printf '{"prompt_ids": [5], "logit_bias": {"5000": 1}}\n' > "$work/bad_bias1.jsonl"
+printf '{"prompt_ids": [5], "logit_bias": {"7": 101}}\n' > "$work/bad_bias2.jsonl"
+expect_error "--prompts-file: logit_bias id outside the vocabulary" "bad_bias1.jsonl:1: logit_bias token id 5000 is outside" \
+  generate --model "$work/tt" --prompts-file "$work/bad_bias1.jsonl"
+expect_error "--prompts-file: logit_bias out of range" "bad_bias2.jsonl:1: GenerationConfig.logit_bias: the bias of token 7 must be in [-100, 100]" \
+  generate --model "$work/tt" --prompts-file "$work/bad_bias2.jsonl"
+printf '{"prompt_ids": [5, 6, 5], "max_new_tokens": 4, "logit_bias": {"9": 100}}\n' > "$work/bias.jsonl"
+check "--prompts-file: logit_bias +100 forces its token" python3 -c "
+import json,subprocess,sys
+out=subprocess.run(sys.argv[1:],capture_output=True,text=True,check=True).stdout
+assert json.loads(out)['tokens']==[9]*4, out
+" "$SPECDEC" generate --model "$work/tt" --prompts-file "$work/bias.jsonl" --prompt-lookup 2
 printf '{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6}\n{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6, "prompt_lookup_num_tokens": 2}\n{"prompt_ids": [7, 8, 7], "max_new_tokens": 5}\n' > "$work/mixed.jsonl"
 mixed_alone=$("$SPECDEC" generate --model "$work/tt" --prompt-ids 7,8,7 --max-new-tokens 5 --json)
 check "--prompts-file: requests with and without prompt lookup in one file, --batch-size 2" python3 -c "

@@ -229,7 +229,8 @@ TEST(Exactness, PromptLookupCopiesAQuotedPassageOfABigramTarget) {
 
 // Suffix speculation's trees (branches down to 2% of the mass) on every architecture: requests
 // with different prompts through one Generator, each equal to target-only greedy, a repetition
-// penalty too (each node's scores follow its own path's tokens); the proposals did branch. T5
+// penalty (each node's scores follow its own path's tokens) or a logit bias too; the proposals did
+// branch. T5
 // verifies chains only: its rows propose chains.
 TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
   for (const char* arch :
@@ -253,6 +254,7 @@ TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
       cfg.max_new_tokens = 40;
       cfg.eos_token_ids = {95};
       cfg.repetition_penalty = i % 3 == 2 ? 1.3 : 1.0;
+      if (i % 3 == 1) cfg.logit_bias = {{7, 3.0}, {12, -100}};
       const auto prompt = prompt_for(i % 4, 3 + i);
       const auto want = Generator(p.target).generate(prompt, cfg).tokens;
       cfg.suffix_speculation = true;
@@ -270,8 +272,8 @@ TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
 }
 
 // A draft model's trees (its 3 most probable tokens at each position) on every architecture, under
-// constant K and goodput (whose cut keeps the candidates that pay), a repetition penalty too: each
-// request equals target-only greedy, and trees were verified. T5 verifies chains only. A sampled
+// constant K and goodput (whose cut keeps the candidates that pay), a repetition penalty or a logit
+// bias too: each request equals target-only greedy, and trees were verified. T5 verifies chains only. A sampled
 // request verifies trees too (its distribution: test_statistical.cpp).
 TEST(Exactness, DraftTreesGiveTargetOnlyTokensOnEveryArchitecture) {
   for (const char* arch :
@@ -285,6 +287,7 @@ TEST(Exactness, DraftTreesGiveTargetOnlyTokensOnEveryArchitecture) {
       cfg.max_new_tokens = 30;
       cfg.eos_token_ids = {95};
       cfg.repetition_penalty = i % 3 == 2 ? 1.3 : 1.0;
+      if (i % 3 == 1) cfg.logit_bias = {{7, 3.0}, {12, -100}};
       const auto prompt = prompt_for(i, 2 + 2 * i);
       const auto want = target_only.generate(prompt, cfg).tokens;
       cfg.draft_tree_width = 3;

@@ -317,6 +317,22 @@ def test_sampling_knobs(server):
          num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
 
 
+def test_logit_bias(server):
+    # -100 bans greedy's first token (one token, whose text tokenizes back to it): another comes
+    first = complete(server, prompt=STORY, max_tokens=1, temperature=0)["choices"][0]["text"]
+    ids = server.post("/tokenize", json={"content": first}).json()["tokens"]
+    assert len(ids) == 1, (first, ids)
+    banned = complete(server, prompt=STORY, max_tokens=1, temperature=0, logit_bias={str(ids[0]): -100})
+    assert banned["choices"][0]["text"] != first, (first, banned)
+    # +100 forces a token at every step, greedy or sampled, in a completion or a chat
+    forced = 1000
+    want = server.post("/detokenize", json={"tokens": [forced] * 3}).json()["content"]
+    j = complete(server, prompt=STORY, max_tokens=3, temperature=0, logit_bias={str(forced): 100})
+    assert j["choices"][0]["text"] == want, (j["choices"][0]["text"], want)
+    j = chat(server, messages=CAPITAL, max_tokens=3, temperature=0.9, seed=5, logit_bias={str(forced): 100})
+    assert j["choices"][0]["message"]["content"] == want
+
+
 def test_completion_logprobs(server):
     j = complete(server, prompt=STORY, max_tokens=6, temperature=0, logprobs=3)
     c = check_completion(j)

@@ -118,6 +118,28 @@ TEST(Processors, OccurrencePenaltyCountsGeneratedTokensOnly) {
   EXPECT_THROW(c.validate(), Error);
 }
 
+// OpenAI's logit_bias adds each token's bias in every row; the chain applies it before the
+// repetition penalty, as Hugging Face its sequence_bias: a seen token of logit 2, bias +1, penalty
+// 2 gives (2 + 1) / 2 = 1.5 (the other order would give 2 / 2 + 1 = 2).
+TEST(Processors, LogitBiasComesFirst) {
+  EXPECT_EQ(vec(make_logit_bias({{2, 100}, {0, -1.5}})->apply(at::zeros({2, 3}), {})),
+            (std::vector<float>{-1.5, 0, 100, -1.5, 0, 100}));
+  EXPECT_THROW(make_logit_bias({{3, 1}})->apply(at::zeros({1, 3}), {}), Error);  // not a token
+  GenerationConfig c;
+  c.logit_bias = {{1, 1.0}};
+  c.repetition_penalty = 2;
+  EXPECT_EQ(vec(LogitsProcessorChain(c).apply(row({2, 2, 2}), {1})),
+            (std::vector<float>{2, 1.5, 2}));
+  c.repetition_penalty = 1;
+  EXPECT_FALSE(LogitsProcessorChain(c).empty());  // greedy too
+  EXPECT_NO_THROW(c.validate());
+  for (const std::vector<std::pair<int64_t, double>>& bad :
+       {std::vector<std::pair<int64_t, double>>{{-1, 1}}, {{1, 100.5}}, {{1, 1}, {1, 2}}}) {
+    c.logit_bias = bad;
+    EXPECT_THROW(c.validate(), Error);
+  }
+}
+
 TEST(Processors, ChainFollowsConfigAndHuggingFaceOrder) {
   GenerationConfig c;
   EXPECT_TRUE(LogitsProcessorChain(c).empty());  // greedy, no penalty

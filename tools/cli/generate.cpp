@@ -102,7 +102,16 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           number(c.frequency_penalty);
         else if (key == "presence_penalty")
           number(c.presence_penalty);
-        else if (key == "do_sample") {
+        else if (key == "logit_bias") {  // OpenAI's shape: {"token id": bias}
+          if (!value.is_object()) throw Error("\"logit_bias\" must be an object {\"ID\": BIAS}");
+          for (const auto& [id, bias] : value.items()) {
+            const bool digits = !id.empty() && id.size() < 19 &&
+                                id.find_first_not_of("0123456789") == std::string::npos;
+            if (!digits || !bias.is_number())
+              throw Error("\"logit_bias\" must be an object {\"ID\": BIAS}, got " + value.dump());
+            c.logit_bias.emplace_back(std::stoll(id), bias.get<double>());
+          }
+        } else if (key == "do_sample") {
           if (!value.is_boolean()) throw Error("\"do_sample\" must be true or false");
           c.do_sample = value.get<bool>();
         } else if (key == "speculate") {
@@ -125,6 +134,10 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
         if (id < 0 || id >= vocab)
           throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                       std::to_string(vocab) + ")");
+      for (const auto& bias : c.logit_bias)
+        if (bias.first >= vocab)
+          throw Error("logit_bias token id " + std::to_string(bias.first) +
+                      " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
       c.validate();
     } catch (const std::exception& e) {  // json's parse and type errors included
       throw Error(where + e.what());

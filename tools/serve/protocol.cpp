@@ -163,7 +163,6 @@ void refuse_unserved(const json& body, bool chat) {
   const auto refuse = [](const std::string& name, const std::string& what) {
     bad(name, "'" + name + "' is not supported: " + what);
   };
-  if (given("logit_bias")) refuse("logit_bias", "no logit bias is applied");
   if (!chat) {
     if (given("suffix")) refuse("suffix", "no insertion: the answer continues the prompt");
     return;
@@ -297,6 +296,22 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   }
   if (const auto v = number(body, "frequency_penalty", -2, 2)) c.frequency_penalty = *v;
   if (const auto v = number(body, "presence_penalty", -2, 2)) c.presence_penalty = *v;
+  if (const json* b = field(body, "logit_bias")) {
+    if (!b->is_object())
+      bad("logit_bias", "'logit_bias' must be an object of token ids and biases, got " + b->dump());
+    for (const auto& [key, value] : b->items()) {
+      const std::string what = "'logit_bias' key \"" + key + "\"";
+      const bool digits = !key.empty() && key.size() < 19 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      const int64_t id = digits ? std::stoll(key) : -1;
+      if (id < 0 || id >= ctx.vocab_size)
+        bad("logit_bias", what + " is not a token id of this model (0 to " +
+                              std::to_string(ctx.vocab_size - 1) + ")");
+      if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100)
+        bad("logit_bias", what + ": the bias must be a number in [-100, 100], got " + value.dump());
+      c.logit_bias.emplace_back(id, value.get<double>());
+    }
+  }
   if (const auto v = number(body, "seed", -9.3e18, 9.3e18, true)) {
     c.seed = static_cast<uint64_t>(field(body, "seed")->get<int64_t>());
   } else {
