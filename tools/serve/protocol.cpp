@@ -153,7 +153,7 @@ std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
 
 // OpenAI fields that would change the answer and that this server does not serve: refused by
 // name, so that a client never takes an answer made without them for one made with them. Their
-// neutral values (a text response format, no tools, no bias) pass.
+// neutral values (a text response format, no tools) pass.
 void refuse_unserved(const json& body, bool chat) {
   const auto given = [&](const char* name) {
     const json* v = field(body, name);
