@@ -190,22 +190,23 @@ TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWithoutADraftModel) {
   Candidates weak;
   weak.tokens = {5};
   weak.probs = {0.1};
-  Candidates c = weak;
-  planner.cut({{detail::kPromptLookup, &c}}, 1, 0);
-  EXPECT_EQ(c.size(), 0u);
-  c = weak;
-  planner.cut({{detail::kSuffix, &c}}, 1, 0);
-  EXPECT_EQ(c.size(), 0u);
-  c = weak;
-  planner.cut({{detail::kDraftModel, &c}}, 1, 0);
-  EXPECT_EQ(c.size(), 1u);
+  // The candidates a one-row pass keeps of a proposal of `kind` with first probability `prob`.
+  const auto kept = [&](detail::GoodputPlanner& p, detail::Proposer kind, double prob = 0.1) {
+    Candidates c = weak;
+    c.probs = {prob};
+    p.cut({{kind, &c}}, 1, 0);
+    return c.size();
+  };
+  EXPECT_EQ(kept(planner, detail::kPromptLookup), 0u);
+  EXPECT_EQ(kept(planner, detail::kSuffix), 0u);
+  EXPECT_EQ(kept(planner, detail::kDraftModel), 1u);
+  EXPECT_EQ(kept(planner, detail::kPromptLookup, 0.9), 1u);
   // Two rows at the same costs per row (2 tokens 1 s, 4 tokens 1.5 s): 2.2 / 1.5 = 1.47 tokens/s
   // against 2, but a row drafts with the draft model.
   detail::GoodputPlanner pair(*model);
   pair.observe_target(2, 1.0);
   pair.observe_target(4, 1.5);
-  c = weak;
-  Candidates other = weak;
+  Candidates c = weak, other = weak;
   pair.cut({{detail::kSuffix, &c}, {detail::kSuffix, &other}}, 2, 0);
   EXPECT_EQ(c.size() + other.size(), 0u);
   c = weak;
@@ -213,18 +214,12 @@ TEST(GoodputCut, CutsAProposalThatDoesNotPayToNothingWithoutADraftModel) {
   pair.cut({{detail::kSuffix, &c}, {detail::kDraftModel, &other}}, 2, 0);
   EXPECT_EQ(c.size(), 1u);
   EXPECT_EQ(other.size(), 1u);
-  c = weak;
-  c.probs = {0.9};
-  planner.cut({{detail::kPromptLookup, &c}}, 1, 0);
-  EXPECT_EQ(c.size(), 1u);
   // Not before a pass over one candidate was timed: here only 1- and 4-token passes were, and the
   // cost of 2 tokens would be interpolated (1.33 s: the weak candidate would go).
   detail::GoodputPlanner untimed(*model);
   untimed.observe_target(1, 1.0);
   untimed.observe_target(4, 2.0);
-  c = weak;
-  untimed.cut({{detail::kPromptLookup, &c}}, 1, 0);
-  EXPECT_EQ(c.size(), 1u);
+  EXPECT_EQ(kept(untimed, detail::kPromptLookup), 1u);
 }
 
 // A cut to nothing, again and again: after Generator::kRetimeFirst such passes the next keeps the
