@@ -48,26 +48,31 @@ class RepetitionPenalty final : public LogitsProcessor {
 
 class LogitBias final : public LogitsProcessor {
  public:
-  explicit LogitBias(std::vector<std::pair<int64_t, double>> bias) : bias_(std::move(bias)) {}
-  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
-    const int64_t vocab = scores.size(-1), n = static_cast<int64_t>(bias_.size());
+  // The ids and biases as tensors once, on the CPU (moved per call where the scores are elsewhere).
+  explicit LogitBias(const std::vector<std::pair<int64_t, double>>& bias) {
     std::vector<int64_t> ids;
     std::vector<float> values;
-    for (const auto& [id, bias] : bias_) {
-      SPECDEC_CHECK(id >= 0 && id < vocab, "logit_bias: token id ", id,
-                    " is not in the vocabulary of ", vocab, " tokens");
+    for (const auto& [id, b] : bias) {
       ids.push_back(id);
-      values.push_back(static_cast<float>(bias));
+      values.push_back(static_cast<float>(b));
+      largest_ = std::max(largest_, id);
     }
-    const at::Tensor index = detail::to_device(at::tensor(ids, at::kLong), scores.device());
-    const at::Tensor add = detail::to_device(at::tensor(values, at::kFloat), scores.device())
+    ids_ = at::tensor(ids, at::kLong);
+    values_ = at::tensor(values, at::kFloat);
+  }
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>&) const override {
+    const int64_t vocab = scores.size(-1);
+    SPECDEC_CHECK(largest_ < vocab, "logit_bias: token id ", largest_,
+                  " is not in the vocabulary of ", vocab, " tokens");
+    const at::Tensor add = detail::to_device(values_, scores.device())
                                .to(scores.scalar_type())
-                               .expand({scores.size(0), n});
-    return scores.index_add(-1, index, add);
+                               .expand({scores.size(0), values_.size(0)});
+    return scores.index_add(-1, detail::to_device(ids_, scores.device()), add);
   }
 
  private:
-  std::vector<std::pair<int64_t, double>> bias_;
+  at::Tensor ids_, values_;  // [N]
+  int64_t largest_ = -1;
 };
 
 class OccurrencePenalty final : public LogitsProcessor {
@@ -179,7 +184,9 @@ std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty) {
   return std::make_unique<RepetitionPenalty>(penalty);
 }
 std::unique_ptr<LogitsProcessor> make_logit_bias(std::vector<std::pair<int64_t, double>> bias) {
-  return std::make_unique<LogitBias>(std::move(bias));
+  for (const auto& [id, b] : bias)
+    SPECDEC_CHECK(id >= 0, "logit_bias: token id ", id, " is negative");
+  return std::make_unique<LogitBias>(bias);
 }
 std::unique_ptr<LogitsProcessor> make_occurrence_penalty(double frequency, double presence,
                                                          int64_t prompt_length) {
