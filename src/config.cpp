@@ -444,16 +444,16 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(max_new_tokens <= limits().max_sequence_length, "GenerationConfig.max_new_tokens ",
                 max_new_tokens, " exceeds the limit of ", limits().max_sequence_length,
                 " positions (Limits::max_sequence_length)");
-  SPECDEC_CHECK(num_assistant_tokens >= 0,
-                "GenerationConfig.num_assistant_tokens must be >= 0 (0 = default), got ",
-                num_assistant_tokens);
+  SPECDEC_CHECK(num_assistant_tokens >= 0 && num_assistant_tokens <= kMaxLookahead,
+                "GenerationConfig.num_assistant_tokens must be in [0, ", kMaxLookahead,
+                "] (0 = default), got ", num_assistant_tokens);
   (void)schedule();  // a known name
   SPECDEC_CHECK(assistant_confidence_threshold >= 0 && assistant_confidence_threshold <= 1,
                 "GenerationConfig.assistant_confidence_threshold must be in [0, 1], got ",
                 assistant_confidence_threshold);
-  SPECDEC_CHECK(prompt_lookup_num_tokens >= 0,
-                "GenerationConfig.prompt_lookup_num_tokens must be >= 0, got ",
-                prompt_lookup_num_tokens);
+  SPECDEC_CHECK(prompt_lookup_num_tokens >= 0 && prompt_lookup_num_tokens <= kMaxLookahead,
+                "GenerationConfig.prompt_lookup_num_tokens must be in [0, ", kMaxLookahead,
+                "], got ", prompt_lookup_num_tokens);
   SPECDEC_CHECK(prompt_lookup_match == "first" || prompt_lookup_match == "last",
                 "GenerationConfig.prompt_lookup_match must be \"first\" or \"last\", got \"",
                 prompt_lookup_match, "\"");

@@ -15,7 +15,8 @@ LookaheadSchedule::LookaheadSchedule(const GenerationConfig& c)
       k_(kind_ == Schedule::kGoodput ? std::min<int64_t>(c.speculates_without_model() ? 5 : 2,
                                                          c.resolved_num_assistant_tokens())
                                      : c.resolved_num_assistant_tokens()),
-      cap_(c.resolved_num_assistant_tokens()),
+      // a proposal longer than the request's tokens is never used
+      cap_(std::min(c.resolved_num_assistant_tokens(), std::max<int64_t>(1, c.max_new_tokens))),
       threshold_(c.assistant_confidence_threshold),
       adaptive_(c.adaptive_threshold) {}
 
@@ -86,11 +87,14 @@ int64_t LookaheadSchedule::best_lookahead(const std::function<double(int64_t)>& 
   if (rows == 0) rows = static_cast<int64_t>(alphas.size());
   int64_t best = 0;
   double best_rate = -1;
+  // expected_tokens(alpha, k) of each row, a term more per k
+  std::vector<double> tokens(alphas.size(), 1.0), term(alphas.size(), 1.0);
   for (int64_t k = 0; k <= max_k; ++k) {
+    if (k > 0)
+      for (size_t r = 0; r < alphas.size(); ++r) tokens[r] += (term[r] *= alphas[r]);
     const double seconds = target_cost(rows * (k + 1)) + static_cast<double>(k) * draft_cost;
-    double tokens = 0;
-    for (const double alpha : alphas) tokens += expected_tokens(alpha, k);
-    const double rate = seconds > 0 ? tokens / seconds : 0;
+    const double total = std::accumulate(tokens.begin(), tokens.end(), 0.0);
+    const double rate = seconds > 0 ? total / seconds : 0;
     if (rate > best_rate) best_rate = rate, best = k;
   }
   return best;

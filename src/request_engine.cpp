@@ -95,9 +95,12 @@ RequestEngine::Id RequestEngine::submit(Request request) {
   row->on_finished = std::move(request.on_finished);
   row->top_logprobs = request.top_logprobs;
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  if (static_cast<int64_t>(impl_->waiting.size()) >= options_.max_queue)
+  // The waiting requests that the free rows take at the next step do not wait for a row.
+  const auto free_rows =
+      std::max<int64_t>(0, options_.max_rows - static_cast<int64_t>(impl_->running.size()));
+  if (static_cast<int64_t>(impl_->waiting.size()) >= options_.max_queue + free_rows)
     throw QueueFull("the queue is full (" + std::to_string(options_.max_queue) +
-                    " requests waiting)");
+                    " requests waiting for a row)");
   const Id id = impl_->next_id++;
   row->index = id;
   impl_->rows[id] = row.get();

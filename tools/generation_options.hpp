@@ -17,8 +17,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
   app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str();
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
-                  "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 20 for "
-                  "dynamic, 12 for goodput)")
+                  "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 16 with "
+                  "--speculate suffix, 20 for dynamic, 12 for goodput; at most 256)")
       ->capture_default_str();
   app->add_option("--schedule,--num-assistant-tokens-schedule", gen.num_assistant_tokens_schedule,
                   "Lookahead schedule (default: goodput, which never plans a pass that costs more "
@@ -39,8 +39,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
   app->add_flag("--no-adaptive-threshold", no_adaptive,
                 "dynamic: keep the confidence threshold fixed");
   app->add_option("--prompt-lookup,--prompt-lookup-num-tokens", gen.prompt_lookup_num_tokens,
-                  "Prompt lookup decoding with up to N tokens per iteration, as in Hugging Face "
-                  "(no draft model: not with --draft)")
+                  "Prompt lookup decoding with up to N tokens per iteration (at most 256), as in "
+                  "Hugging Face (no draft model: not with --draft)")
       ->capture_default_str();
   app->add_option("--max-matching-ngram,--max-matching-ngram-size", gen.max_matching_ngram_size,
                   "Prompt lookup: longest n-gram to match")

@@ -136,8 +136,12 @@ struct GenerationConfig {
   // --- assisted generation ---
   // Draft tokens per iteration: the fixed K (constant), the start value (heuristic*), or the cap
   // (dynamic, goodput). 0 = default: 20 for "dynamic", 16 under suffix speculation, 12 for
-  // "goodput", 5 otherwise. Under prompt lookup, prompt_lookup_num_tokens takes its place.
+  // "goodput", 5 otherwise. Under prompt lookup, prompt_lookup_num_tokens takes its place. At most
+  // kMaxLookahead.
   int64_t num_assistant_tokens = 0;
+  // The most tokens one iteration may propose (num_assistant_tokens, prompt_lookup_num_tokens): a
+  // pass verifies them at once, and more only costs.
+  static constexpr int64_t kMaxLookahead = 256;
   // "constant" | "heuristic" (value carried over between requests of one Generator) |
   // "heuristic_transient" (reset each request) | "dynamic" (confidence-threshold stop) |
   // "goodput" (specdec's: the K with the most expected tokens per second, from measured costs;
@@ -153,7 +157,7 @@ struct GenerationConfig {
   // dynamic: re-fit the threshold from this request's acceptance history (minimise FPR + 3 FNR).
   bool adaptive_threshold = true;
   // > 0: use prompt lookup (n-gram copying from prompt + output) instead of a draft model,
-  // proposing up to this many tokens per iteration.
+  // proposing up to this many tokens per iteration (at most kMaxLookahead).
   int64_t prompt_lookup_num_tokens = 0;
   // Longest n-gram prompt lookup tries to match (it falls back to shorter ones down to 1).
   int64_t max_matching_ngram_size = 2;

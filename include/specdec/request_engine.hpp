@@ -48,7 +48,9 @@ class RequestEngine {
   struct Options {
     int64_t max_rows = 8;    // requests generated at once; the others wait in the queue
     int64_t context = 2048;  // positions per request (prompt + new tokens), the caches' capacity
-    int64_t max_queue = 64;  // requests waiting at most (submit throws QueueFull past it)
+    // Requests waiting for a row at most, beside those the free rows take at the next step
+    // (submit throws QueueFull past it). 0: a request is taken only when a row is free.
+    int64_t max_queue = 64;
     // Finished requests whose sequences (prompt and answer) and target caches are kept, least
     // recently used dropped first: a request that begins with one (the next turn of a chat, a
     // shared system prompt) computes only the rest (GenerationStats::cached_prompt_tokens). Each

@@ -550,6 +550,7 @@ TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   const Generator gen(m.target, m.draft);
   RequestEngine::Options o;
   o.context = 32;
+  o.max_rows = 1;
   o.max_queue = 2;
   RequestEngine engine(gen, o);
   Output out;
@@ -571,8 +572,17 @@ TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   EXPECT_EQ(message({1, 2}, c), "accepted");
   c.prompt_lookup_num_tokens = 0;
   EXPECT_EQ(message({1, 2}, c), "accepted");
+  EXPECT_EQ(message({1, 2}, c), "accepted");  // the free row's, and two waiting for a row
   EXPECT_THROW(engine.submit(request({1, 2}, c, out)), QueueFull);
-  EXPECT_EQ(engine.load().waiting, 2);
+  EXPECT_EQ(engine.load().waiting, 3);
+  // No queue: a request is taken while a row is free, and refused while none is.
+  RequestEngine::Options no_queue = o;
+  no_queue.max_queue = 0;
+  RequestEngine unqueued(gen, no_queue);
+  unqueued.submit(request({1, 2}, c, out));
+  EXPECT_THROW(unqueued.submit(request({1, 2}, c, out)), QueueFull);
+  unqueued.step();  // the row is taken: still none free
+  EXPECT_THROW(unqueued.submit(request({1, 2}, c, out)), QueueFull);
   RequestEngine::Options zero;
   zero.max_rows = 0;
   EXPECT_THROW(RequestEngine(gen, zero), Error);

@@ -355,6 +355,23 @@ def test_completion_logprobs(server):
     assert any(len(top) == 3 for top in lp["top_logprobs"]), f"logprobs=3 never gave 3 alternatives: {lp}"
 
 
+def test_completion_text_offset_counts_characters(server):
+    # OpenAI's text_offset indexes the text as a string of characters (Python's), not bytes.
+    j = complete(server, prompt="Le café est très bon. Le café est très bon. Le café", max_tokens=8,
+                 temperature=0, logprobs=0)
+    c = check_completion(j)
+    text, lp = c["text"], c["logprobs"]
+    assert not text.isascii(), f"the answer has no non-ASCII character to test with; change the prompt: {text!r}"
+    assert "".join(lp["tokens"]) == text, (lp["tokens"], text)
+    for token, offset in zip(lp["tokens"], lp["text_offset"]):
+        assert text[offset:offset + len(token)] == token, (token, offset, text, lp["text_offset"])
+
+
+def test_chat_text_parts_are_joined_by_line_breaks(server):
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}]
+    assert tokenize(server, messages=parts) == tokenize(server, messages=[{"role": "user", "content": "Hi\nthere"}])
+
+
 def test_chat_logprobs(server):
     j = chat(server, messages=CAPITAL, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2)
     c = check_chat(j)

@@ -94,6 +94,16 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "speculate": "tree"}, "speculate"),
     ("/v1/completions", {"prompt": "Hi", "speculate": 3}, "speculate"),
     ("/v1/completions", {"prompt": "Hi", "speculate": "suffix", "prompt_lookup_num_tokens": 3}, UNSET),  # both
+    ("/v1/chat/completions", {"messages": MSGS, "echo": True}, "echo"),
+    ("/v1/completions", {"prompt": "Hi", "seed": 18446744073709551615}, "seed"),  # past int64
+    ("/v1/completions", {"prompt": "Hi", "seed": 9223372036854775808}, "seed"),
+    ("/v1/completions", {"prompt": "Hi", "seed": 1.5}, "seed"),
+    ("/v1/completions", {"prompt": [[]]}, "prompt"),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 2.5}, "max_tokens"),
+    ("/v1/chat/completions", {"messages": MSGS, "stream": True, "stream_options": {"include_usage": "yes"}},
+     "stream_options.include_usage"),
+    ("/v1/completions", {"prompt": "Hi", "prompt_lookup_num_tokens": 100000}, "prompt_lookup_num_tokens"),
+    ("/v1/completions", {"prompt": "Hi", "num_assistant_tokens": 257}, "num_assistant_tokens"),
 ]
 
 
@@ -110,10 +120,14 @@ NEUTRAL_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "text"}, "tools": [],
                               "tool_choice": "none", "logit_bias": {}, "modalities": ["text"]}),
     ("/v1/completions", {"prompt": "Hi", "logit_bias": {}, "suffix": None}),
+    # an empty stream_options, an empty modalities list; integers written as floats (as pydantic
+    # takes them for vLLM); the largest 64-bit seed
+    ("/v1/chat/completions", {"messages": MSGS, "stream": False, "stream_options": {}, "modalities": [],
+                              "n": 1.0, "seed": 9223372036854775807, "temperature": 0.5}),
 ]
 
 
-@pytest.mark.parametrize("route,body", NEUTRAL_BODIES, ids=["chat", "completions"])
+@pytest.mark.parametrize("route,body", NEUTRAL_BODIES, ids=["chat", "completions", "lax"])
 def test_neutral_values_of_unserved_fields(server, route, body):
     r = server.post(route, json=dict(body, model=MODEL_ID, max_tokens=2))
     assert r.status_code == 200, r.text
@@ -300,5 +314,42 @@ def test_queue_full_429():
                 assert content and content[-1]["choices"][0]["finish_reason"] in ("stop", "length"), r[-3:]
         after = s.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
         assert after.status_code == 200, f"after the 429s: {after.status_code} {after.text[:300]}"
+    finally:
+        s.stop()
+
+
+def test_range_messages_name_the_same_bounds(server):
+    # Each bound once, whichever side a value falls on; a seed's bounds are int64's.
+    for field, values, bounds in (("top_p", (0, -0.1, 1.5), "(0, 1]"), ("min_p", (1, -1), "[0, 1)"),
+                                  ("temperature", (-1, 3), "[0, 2]")):
+        for v in values:
+            assert_error(server, server.post("/v1/completions", json={"prompt": "Hi", field: v}), 400,
+                         param=field, message_contains=bounds)
+    assert_error(server, server.post("/v1/completions", json={"prompt": "Hi", "seed": 2**64 - 1}), 400,
+                 param="seed", message_contains="[-9223372036854775808, 9223372036854775807]")
+
+
+def test_wrong_method_is_405_naming_the_allowed_one(server):
+    for method, path, allowed in (("GET", "/v1/chat/completions", "POST"), ("GET", "/v1/completions", "POST"),
+                                  ("GET", "/tokenize", "POST"), ("POST", "/v1/models", "GET"),
+                                  ("POST", "/health", "GET")):
+        r = server.http.request(method, server.url + path, json={}, timeout=30)
+        assert_error(server, r, 405)
+        assert r.headers.get("Allow") == allowed, (method, path, dict(r.headers))
+    assert_error(server, server.get("/no/such/route"), 404)
+
+
+def test_model_by_id(server):
+    m = make_client(server).models.retrieve(MODEL_ID)
+    assert m.id == MODEL_ID and m.object == "model", m
+    assert_error(server, server.get("/v1/models/no-such-model"), 404, param="model", code="model_not_found")
+
+
+def test_no_queue_serves_while_a_row_is_free():
+    # --max-queue 0: a request is taken while a row is free (the server's own warm-up request too).
+    s = start_server("--max-batch", "1", "--max-queue", "0")
+    try:
+        r = s.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2, r.text
     finally:
         s.stop()

@@ -145,6 +145,40 @@ def test_client_disconnect_cancels(server):
         time.sleep(0.2)
     assert m.value(*label, status="ok") == ok0, "the abandoned request was counted as ok"
     server.assert_healthy("after a client disconnected")
+    # Its log line says so, with the tokens it had.
+    deadline = time.monotonic() + 10
+    while not (cancelled_lines := [l for l in server.log_text().splitlines()
+                                   if "POST /v1/completions 200" in l and l.endswith(" cancelled")]):
+        assert time.monotonic() < deadline, server.log_tail()
+        time.sleep(0.1)
+    completion = int(cancelled_lines[-1].split(" completion ")[1].split()[0])
+    assert 1 <= completion < 400, cancelled_lines[-1]
+
+
+def test_client_disconnect_cancels_a_request_that_does_not_stream(server):
+    # The client's socket closes while its (non-streamed) answer is being generated: the request
+    # is cancelled and its row freed, as a stream's is.
+    label = ("specdec:requests", "specdec:requests_total")
+    cancelled0 = metrics(server).value(*label, status="cancelled")
+    data = json.dumps({"prompt": COUNT, "max_tokens": 600, "temperature": 0}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+                 f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+    t0 = time.monotonic()
+    while metrics(server).value("specdec:num_requests_running", "specdec:num_requests_running") == 0:
+        assert time.monotonic() - t0 < 10, "the request never ran"
+        time.sleep(0.05)
+    sock.close()
+    while True:
+        m = metrics(server)
+        running = m.value("specdec:num_requests_running", "specdec:num_requests_running")
+        cancelled = m.value(*label, status="cancelled")
+        if running == 0 and cancelled > cancelled0:
+            break
+        assert time.monotonic() - t0 < 10, \
+            f"10 s after the client left: running {running}, cancelled {cancelled0} -> {cancelled}"
+        time.sleep(0.1)
+    server.assert_healthy("after a client left before its answer")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,6 +207,12 @@ def sigterm_mid_stream(s, body):
         if b"\n\n" in buf:
             break
     s.proc.send_signal(signal.SIGTERM)
+    # While it drains, /health says so (a load balancer stops sending it requests).
+    deadline = time.monotonic() + 5
+    while (h := requests.get(s.url + "/health", timeout=5)).status_code == 200:
+        assert time.monotonic() < deadline, "GET /health still 200 5 s after SIGTERM"
+        time.sleep(0.02)
+    assert h.status_code == 503 and h.json() == {"status": "shutting down"}, (h.status_code, h.text)
     for piece in it:
         buf += piece
     content = [c for c in parse_sse_bytes(buf) if c.get("choices")]  # ends with data: [DONE]

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "specdec/error.hpp"
 #include "specdec/lookahead.hpp"
 
 namespace specdec {
@@ -188,6 +189,21 @@ TEST(Lookahead, PromptLookupTokensAreGoodputsCap) {
     EXPECT_EQ(s.cap(), cap);
     EXPECT_EQ(s.num_tokens(), start);
   }
+}
+
+// A request never proposes more than its own tokens: the cap stops at max_new_tokens, so that the
+// cost of planning follows what a request can use, not the number it was given.
+TEST(Lookahead, TheCapIsNoMoreThanTheRequestsTokens) {
+  GenerationConfig c = with("goodput", GenerationConfig::kMaxLookahead);
+  c.max_new_tokens = 6;
+  EXPECT_EQ(LookaheadSchedule(c).cap(), 6);
+  c.max_new_tokens = 1000;
+  EXPECT_EQ(LookaheadSchedule(c).cap(), GenerationConfig::kMaxLookahead);
+  c.num_assistant_tokens = GenerationConfig::kMaxLookahead + 1;
+  EXPECT_THROW(c.validate(), Error);
+  c.num_assistant_tokens = 0;
+  c.prompt_lookup_num_tokens = GenerationConfig::kMaxLookahead + 1;
+  EXPECT_THROW(c.validate(), Error);
 }
 
 TEST(Lookahead, PassCostInterpolatesAndExtrapolates) {

@@ -1,6 +1,9 @@
 #include "serve/protocol.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <mutex>
 #include <random>
 
@@ -33,21 +36,35 @@ const json* field(const json& body, const char* name) {
   return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
-// A number field in [lo, hi]; ints too when `integer`.
-std::optional<double> number(const json& body, const char* name, double lo, double hi,
-                             bool integer = false) {
+// The values a number field may take: [lo, hi], either end open.
+struct Bounds {
+  double lo, hi;
+  bool lo_open = false, hi_open = false;
+};
+
+// Whether a JSON number is an integer: a float with an integral value counts (2.0, as pydantic's
+// lax mode takes it for vLLM).
+bool integral(const json& v) {
+  return v.is_number_integer() ||
+         (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+}
+
+// A number field within its bounds (an integer when `integer`).
+std::optional<double> number(const json& body, const char* name, Bounds b, bool integer = false) {
   const json* v = field(body, name);
   if (!v) return std::nullopt;
-  if (integer ? !v->is_number_integer() : !v->is_number())
+  if (!v->is_number() || (integer && !integral(*v)))
     bad(name, std::string("'") + name + "' must be " + (integer ? "an integer" : "a number") +
                   ", got " + v->dump());
   const double x = v->get<double>();
-  const auto bound = [integer](double b) {
-    return integer ? std::to_string(static_cast<long long>(b)) : json(b).dump();
+  const auto text = [](double d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.15g", d);
+    return std::string(buf);
   };
-  if (!(x >= lo && x <= hi))
-    bad(name, std::string("'") + name + "' must be in [" + bound(lo) + ", " + bound(hi) +
-                  "], got " + v->dump());
+  if (!(b.lo_open ? x > b.lo : x >= b.lo) || !(b.hi_open ? x < b.hi : x <= b.hi))
+    bad(name, std::string("'") + name + "' must be in " + (b.lo_open ? "(" : "[") + text(b.lo) +
+                  ", " + text(b.hi) + (b.hi_open ? ")" : "]") + ", got " + v->dump());
   return x;
 }
 
@@ -110,7 +127,8 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
         if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
             !part["text"].is_string())
           bad("messages", "only text content parts are supported, got " + part.dump());
-        text += part["text"].get<std::string>();
+        // parts joined by a line break, as vLLM joins them
+        text += (text.empty() ? "" : "\n") + part["text"].get<std::string>();
       }
     } else if (content) {
       bad("messages", "a message's 'content' must be a string, got " + content->dump());
@@ -146,7 +164,7 @@ std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
     if (p->size() > 1)
       bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
     if ((*p)[0].is_string()) return encode_text((*p)[0].get<std::string>(), ctx, "prompt");
-    if ((*p)[0].is_array()) return ids_of((*p)[0], "prompt", ctx.vocab_size);
+    if ((*p)[0].is_array() && !(*p)[0].empty()) return ids_of((*p)[0], "prompt", ctx.vocab_size);
   }
   bad("prompt", "'prompt' must be a string or a list of token ids, got " + p->dump());
 }
@@ -177,7 +195,8 @@ void refuse_unserved(const json& body, bool chat) {
       refuse(name, "this server does not call tools");
   if (given("prediction")) refuse("prediction", "use prompt_lookup_num_tokens or speculate");
   if (given("audio")) refuse("audio", "answers are text");
-  if (const json* m = field(body, "modalities"); m && *m != json::array({"text"}))
+  if (const json* m = field(body, "modalities");
+      m && *m != json::array() && *m != json::array({"text"}))
     refuse("modalities", "answers are text (only [\"text\"])");
 }
 
@@ -242,11 +261,11 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     throw ApiError(
         404, "the model '" + *model + "' does not exist (this server has '" + ctx.model_id + "')",
         "model", "model_not_found");
-  if (const auto n = number(body, "n", -1e18, 1e18, true); n && *n != 1)
+  if (const auto n = number(body, "n", {-1e18, 1e18}, true); n && *n != 1)
     bad("n", "only n = 1 is supported (one choice per request)");
-  if (!chat && boolean(body, "echo").value_or(false))
+  if (boolean(body, "echo").value_or(false))
     bad("echo", "'echo' is not supported (the answer never repeats the prompt)");
-  if (const auto b = number(body, "best_of", -1e18, 1e18, true); b && *b != 1)
+  if (const auto b = number(body, "best_of", {-1e18, 1e18}, true); b && *b != 1)
     bad("best_of", "only best_of = 1 is supported (one candidate per request)");
   refuse_unserved(body, chat);
   r.prompt = chat ? encode_chat(body, ctx) : completion_prompt(body, ctx);
@@ -258,9 +277,9 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
         c.eos_token_ids.push_back(id);
   const double room = static_cast<double>(ctx.context) - static_cast<double>(r.prompt.size());
-  std::optional<double> max_tokens = number(body, "max_tokens", 1, 1e9, true);
+  std::optional<double> max_tokens = number(body, "max_tokens", {1, 1e9}, true);
   if (chat)
-    if (const auto m = number(body, "max_completion_tokens", 1, 1e9, true)) max_tokens = m;
+    if (const auto m = number(body, "max_completion_tokens", {1, 1e9}, true)) max_tokens = m;
   if (room <= 0)
     bad(chat ? "messages" : "prompt",
         "the prompt is " + std::to_string(r.prompt.size()) + " tokens, the context holds " +
@@ -278,24 +297,15 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
                      : chat           ? fits
                                       : std::min<int64_t>(16, fits);
   // A request without a temperature gets the server's --temperature (1 by default, as OpenAI's).
-  if (const auto t = number(body, "temperature", 0, 2)) c.temperature = *t;
+  if (const auto t = number(body, "temperature", {0, 2})) c.temperature = *t;
   c.do_sample = c.temperature > 0;
-  if (const auto v = number(body, "top_p", 0, 1)) {
-    if (*v <= 0) bad("top_p", "'top_p' must be in (0, 1]");
-    c.top_p = *v;
-  }
-  if (const auto v = number(body, "top_k", -1, 1e9, true))
+  if (const auto v = number(body, "top_p", {0, 1, true})) c.top_p = *v;
+  if (const auto v = number(body, "top_k", {-1, 1e9}, true))
     c.top_k = *v < 0 ? 0 : static_cast<int64_t>(*v);
-  if (const auto v = number(body, "min_p", 0, 1)) {
-    if (*v >= 1) bad("min_p", "'min_p' must be in [0, 1)");
-    c.min_p = *v;
-  }
-  if (const auto v = number(body, "repetition_penalty", 0, 1e9)) {
-    if (*v <= 0) bad("repetition_penalty", "'repetition_penalty' must be > 0");
-    c.repetition_penalty = *v;
-  }
-  if (const auto v = number(body, "frequency_penalty", -2, 2)) c.frequency_penalty = *v;
-  if (const auto v = number(body, "presence_penalty", -2, 2)) c.presence_penalty = *v;
+  if (const auto v = number(body, "min_p", {0, 1, false, true})) c.min_p = *v;
+  if (const auto v = number(body, "repetition_penalty", {0, 1e9, true})) c.repetition_penalty = *v;
+  if (const auto v = number(body, "frequency_penalty", {-2, 2})) c.frequency_penalty = *v;
+  if (const auto v = number(body, "presence_penalty", {-2, 2})) c.presence_penalty = *v;
   if (const json* b = field(body, "logit_bias")) {
     if (!b->is_object())
       bad("logit_bias", "'logit_bias' must be an object of token ids and biases, got " + b->dump());
@@ -312,8 +322,17 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       c.logit_bias.emplace_back(id, value.get<double>());
     }
   }
-  if (const auto v = number(body, "seed", -9.3e18, 9.3e18, true)) {
-    c.seed = static_cast<uint64_t>(field(body, "seed")->get<int64_t>());
+  if (const json* seed = field(body, "seed")) {
+    // A 64-bit signed integer, as OpenAI's and vLLM's (a double of 2^63 is past it).
+    const bool fits =
+        seed->is_number_float()      ? integral(*seed) && std::fabs(seed->get<double>()) < 0x1p63
+        : seed->is_number_unsigned() ? seed->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+                                     : seed->is_number_integer();
+    if (!fits)
+      bad("seed", "'seed' must be an integer in [-9223372036854775808, 9223372036854775807], got " +
+                      seed->dump());
+    c.seed = static_cast<uint64_t>(
+        seed->is_number_float() ? static_cast<int64_t>(seed->get<double>()) : seed->get<int64_t>());
   } else {
     // Unseeded sampled requests draw distinct seeds (each its own random stream).
     static std::mt19937_64 seeds{std::random_device{}()};
@@ -321,13 +340,15 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     std::lock_guard<std::mutex> lock(mutex);
     c.seed = seeds();
   }
-  if (const auto v = number(body, "num_assistant_tokens", 0, 1e6, true))
+  if (const auto v =
+          number(body, "num_assistant_tokens", {0, GenerationConfig::kMaxLookahead}, true))
     c.num_assistant_tokens = *v;
-  if (const auto v = number(body, "draft_tree_width", 1, 16, true)) c.draft_tree_width = *v;
+  if (const auto v = number(body, "draft_tree_width", {1, 16}, true)) c.draft_tree_width = *v;
   if (const auto v = string(body, "num_assistant_tokens_schedule"))
     c.num_assistant_tokens_schedule = *v;
   // The request's choice of proposer over the server's default; both at once fail validation.
-  const auto lookup = number(body, "prompt_lookup_num_tokens", 0, 1e6, true);
+  const auto lookup =
+      number(body, "prompt_lookup_num_tokens", {0, GenerationConfig::kMaxLookahead}, true);
   if (lookup) {
     c.prompt_lookup_num_tokens = *lookup;
     c.suffix_speculation = false;
@@ -357,21 +378,25 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   }
   if (chat) {
     r.logprobs = boolean(body, "logprobs").value_or(false);
-    if (const auto k = number(body, "top_logprobs", 0, 20, true)) {
+    if (const auto k = number(body, "top_logprobs", {0, 20}, true)) {
       if (!r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
       r.top_logprobs = static_cast<int64_t>(*k);
     } else if (r.logprobs) {
       r.top_logprobs = 0;
     }
-  } else if (const auto k = number(body, "logprobs", 0, 20, true)) {
+  } else if (const auto k = number(body, "logprobs", {0, 20}, true)) {
     r.logprobs = true;
     r.top_logprobs = static_cast<int64_t>(*k);
   }
   r.stream = boolean(body, "stream").value_or(false);
   if (const json* o = field(body, "stream_options")) {
     if (!o->is_object()) bad("stream_options", "'stream_options' must be an object");
-    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
-    r.include_usage = boolean(*o, "include_usage").value_or(false);
+    if (!r.stream && !o->empty())
+      bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (const json* u = field(*o, "include_usage"); u && !u->is_boolean())
+      bad("stream_options.include_usage",
+          "'stream_options.include_usage' must be a boolean, got " + u->dump());
+    r.include_usage = o->value("include_usage", false);
   }
   try {
     c.validate();

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -14,12 +15,14 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
 #include "chat_html.hpp"
+#include "serve/connection.hpp"
 #include "serve/metrics.hpp"
 #include "serve/protocol.hpp"
 
@@ -95,6 +98,7 @@ struct Job {
   std::string text;                        // produced and not yet taken
   std::vector<json> logprobs;              // chat-style entries not yet taken
   bool finished = false, stopped = false;  // stopped: by a stop string
+  int64_t tokens = 0;                      // generated so far
   GenerationResult result;
   Clock::time_point arrived = Clock::now(), last;
   bool first = true;
@@ -104,7 +108,8 @@ struct Job {
 struct LogFields {
   Clock::time_point start;
   int64_t prompt_tokens = -1, completion_tokens = -1;
-  bool counted = false;  // in Server::in_flight_ (a request that reached routing)
+  bool cancelled = false;  // its client left before the answer's end
+  bool counted = false;    // in Server::in_flight_ (a request that reached routing)
 };
 thread_local LogFields t_log;
 
@@ -136,6 +141,13 @@ const char* status_text(int status) {
     default:
       return status >= 500 ? "internal server error" : "request refused";
   }
+}
+
+// Unicode characters in UTF-8 text (a legacy completion's text_offset counts them, as Python's
+// string indices do).
+size_t characters(const std::string& s) {
+  return static_cast<size_t>(std::count_if(
+      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
 }
 
 json bytes_of(const std::string& s) {
@@ -337,6 +349,12 @@ class Server {
       http_.Post(path, handler);
     else
       http_.Get(path, handler);
+    methods_[path] = post ? "POST" : "GET";
+  }
+
+  void get(const char* path, httplib::Server::Handler handler) {
+    http_.Get(path, std::move(handler));
+    methods_[path] = "GET";
   }
 
   void routes() {
@@ -348,7 +366,7 @@ class Server {
     http_.set_keep_alive_timeout(o_.idle_timeout);
     http_.set_read_timeout(o_.idle_timeout);
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      t_log = {Clock::now(), -1, -1, true};
+      t_log = {Clock::now(), -1, -1, false, true};
       ++in_flight_;  // until its log line, once the response is written
       if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
       // cpp-httplib bounds a body by its Content-Length only and would read a chunked one whole:
@@ -361,10 +379,21 @@ class Server {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    http_.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       std::string message = status_text(res.status);
-      if (res.status == 404) message = "no route " + req.method + " " + req.path;
+      if (const auto route = methods_.find(req.path);
+          res.status == 404 && route != methods_.end()) {
+        res.status = 405;  // a route of another method
+        res.set_header("Allow", route->second);
+        message = req.path + " takes " + route->second + ", not " + req.method;
+      } else if (res.status == 404) {
+        message = "no route " + req.method + " " + req.path;
+      }
+      // cpp-httplib reads no body for a GET it has no route for: closing the connection keeps
+      // that body from being read as the next request.
+      if (req.body.empty() && std::atoll(req.get_header_value("Content-Length").c_str()) > 0)
+        res.set_header("Connection", "close");
       res.set_content(
           error_json(res.status, message).dump(-1, ' ', false, json::error_handler_t::replace),
           "application/json");
@@ -379,28 +408,41 @@ class Server {
         res.set_header("Access-Control-Max-Age", "600");
       }
     });
-    http_.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    get("/", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(kChatHtml, "text/html; charset=utf-8");
     });
-    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      if (ready_)
+    get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (draining_)
+        send_json(res, 503, {{"status", "shutting down"}});
+      else if (ready_)
         send_json(res, 200, {{"status", "ok"}});
       else
         send_json(res, 503, {{"status", "loading"}});
     });
-    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       const RequestEngine::Load l = ready_ ? engine_->load() : RequestEngine::Load{};
       res.set_content(metrics_.render(l.waiting, l.running), "text/plain; version=0.0.4");
     });
-    api_route(false, "/v1/models", false, [this](const httplib::Request&, httplib::Response& res) {
-      send_json(res, 200,
-                {{"object", "list"},
-                 {"data", json::array({{{"id", ctx_.model_id},
-                                        {"object", "model"},
-                                        {"created", started_},
-                                        {"owned_by", "specdec"},
-                                        {"max_model_len", o_.ctx}}})}});
-    });
+    const auto model = [this] {
+      return json{{"id", ctx_.model_id},
+                  {"object", "model"},
+                  {"created", started_},
+                  {"owned_by", "specdec"},
+                  {"max_model_len", o_.ctx}};
+    };
+    api_route(false, "/v1/models", false,
+              [this, model](const httplib::Request&, httplib::Response& res) {
+                send_json(res, 200, {{"object", "list"}, {"data", json::array({model()})}});
+              });
+    api_route(false, "/v1/models/(.+)", false,
+              [this, model](const httplib::Request& req, httplib::Response& res) {
+                if (req.matches[1] != ctx_.model_id)
+                  throw ApiError(404,
+                                 "the model '" + req.matches[1].str() +
+                                     "' does not exist (this server has '" + ctx_.model_id + "')",
+                                 "model", "model_not_found");
+                send_json(res, 200, model());
+              });
     api_route(
         true, "/tokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
           const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
@@ -438,6 +480,7 @@ class Server {
         line["prompt_tokens"] = t_log.prompt_tokens;
         line["completion_tokens"] = t_log.completion_tokens;
       }
+      if (t_log.cancelled) line["cancelled"] = true;
       log(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
     } else {
       char buf[64];
@@ -446,6 +489,7 @@ class Server {
       if (t_log.prompt_tokens >= 0)
         text += " prompt " + std::to_string(t_log.prompt_tokens) + " completion " +
                 std::to_string(t_log.completion_tokens);
+      if (t_log.cancelled) text += " cancelled";
       log(text + "\n");
     }
   }
@@ -495,7 +539,7 @@ class Server {
       for (const json& t : e["top_logprobs"]) top[t["token"].get<std::string>()] = t["logprob"];
       out["top_logprobs"].push_back(top);
       out["text_offset"].push_back(offset);
-      offset += e["token"].get<std::string>().size();
+      offset += characters(e["token"].get<std::string>());
     }
     return out;
   }
@@ -555,6 +599,7 @@ class Server {
             metrics_.inter_token(seconds_between(job->last, now) / static_cast<double>(ids.size()));
         job->first = false;
         job->last = now;
+        job->tokens += static_cast<int64_t>(ids.size());
         job->text += piece;
         for (json& e : entries) job->logprobs.push_back(std::move(e));
         job->stopped = text->stopped();
@@ -597,8 +642,18 @@ class Server {
       ids_.erase(id);
     };
     if (!p.stream) {
+      // A client that leaves before its answer cancels it, as a stream's does (its row is freed
+      // at the next step).
+      const int sock = connection_socket(req.remote_addr, req.remote_port, req.local_port);
       std::unique_lock<std::mutex> lock(job->mutex);
-      job->ready.wait(lock, [&] { return job->finished; });
+      while (
+          !job->ready.wait_for(lock, std::chrono::milliseconds(100), [&] { return job->finished; }))
+        if (sock >= 0 && !t_log.cancelled && client_left(sock)) {
+          t_log.cancelled = true;
+          lock.unlock();
+          engine_->cancel(id);
+          lock.lock();
+        }
       forget();
       const GenerationStats& s = job->result.stats;
       t_log.completion_tokens = s.new_tokens;
@@ -623,6 +678,14 @@ class Server {
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, job, st, head, chat, logprobs, include_usage, id](size_t, httplib::DataSink& sink) {
+          // The client left: its request is cancelled (its row freed at the next step).
+          const auto leave = [&] {
+            engine_->cancel(id);
+            std::lock_guard<std::mutex> lock(job->mutex);
+            t_log.completion_tokens = job->tokens;
+            t_log.cancelled = true;
+            return false;
+          };
           const auto event = [&](const json& j) {
             const std::string line =
                 "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
@@ -635,7 +698,7 @@ class Server {
                                          {"logprobs", nullptr},
                                          {"finish_reason", nullptr}}});
             st->sent_role = true;
-            if (!event(c)) return engine_->cancel(id), false;
+            if (!event(c)) return leave();
           }
           std::string piece;
           std::vector<json> entries;
@@ -653,8 +716,8 @@ class Server {
             json c = head;
             c["choices"] = json::array(
                 {choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr, st->offset)});
-            st->offset += piece.size();
-            if (!event(c)) return engine_->cancel(id), false;
+            st->offset += characters(piece);
+            if (!event(c)) return leave();
           }
           if (!finished) return true;
           const GenerationStats& s = job->result.stats;
@@ -699,6 +762,7 @@ class Server {
   std::condition_variable shutdown_;
   std::mutex ids_mutex_;
   std::set<RequestEngine::Id> ids_;  // requests not answered yet (cancelled at the deadline)
+  std::map<std::string, std::string> methods_;  // the method of each route (others get 405)
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
 };
 
