@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -181,7 +182,17 @@ void FixtureOptions::validate() const {
   SPECDEC_CHECK(kv > 0 && heads % kv == 0, "make-fixture: heads (", heads,
                 ") must be a multiple of kv-heads (", kv, ")");
   SPECDEC_CHECK(intermediate >= 0, "make-fixture: intermediate must be >= 0");
-  SPECDEC_CHECK(init_std > 0, "make-fixture: init-std must be > 0");
+  SPECDEC_CHECK(init_std > 0 && std::isfinite(init_std),
+                "make-fixture: init-std must be finite and > 0, got ", init_std);
+  SPECDEC_CHECK(exit_scale >= 0 && std::isfinite(exit_scale),
+                "make-fixture: exit-scale must be finite and >= 0, got ", exit_scale);
+  // The weights are made in memory first: a size past this is a typo, not a fixture.
+  const double inter = intermediate == 0 ? 4.0 * static_cast<double>(hidden) : intermediate;
+  const double params = static_cast<double>(layers) * static_cast<double>(hidden) *
+                            (4.0 * static_cast<double>(hidden) + 3.0 * inter) +
+                        2.0 * static_cast<double>(vocab) * static_cast<double>(hidden);
+  SPECDEC_CHECK(params <= 2e9, "make-fixture: about ", static_cast<int64_t>(params),
+                " parameters; a fixture has at most 2e9");
   SPECDEC_CHECK(exit_layers == -1 || (exit_layers >= 0 && exit_layers <= layers),
                 "make-fixture: exit-layers must be in [0, layers]");
   for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})

@@ -96,6 +96,21 @@ expect_error() { # expect_error NAME NEEDLE ARGS...
 expect_error "bad prompt ids" "'x' is not an integer" generate --model "$work/t" --prompt-ids 1,x
 expect_error "missing model folder" "/nonexistent: no such file or folder" generate --model /nonexistent --prompt-ids 1
 expect_error "bad schedule" "--schedule" generate --model "$work/t" --prompt-ids 1 --schedule sometimes
+for flag in "--draft-tree-width 2" "--draft-weights q8_0" "--draft-int8-activations"; do
+  # shellcheck disable=SC2086  # a flag and its value
+  expect_error "$flag without --draft" "${flag%% *} needs --draft" generate --model "$work/t" --prompt-ids 1 $flag
+done
+expect_error "--prompt-lookup past its bound" "must be in [0, 256]" generate --model "$work/t" --prompt-ids 1 --prompt-lookup 257
+# Flags that apply only beside another are warned about (Hugging Face warns of sampling knobs
+# without do_sample), and the run goes on.
+warned() { # warned NEEDLE ARGS...: the run succeeds and stderr holds NEEDLE
+  local needle=$1 err; shift
+  err=$("$SPECDEC" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 2 "$@" 2>&1 >/dev/null) && grep -qF -- "$needle" <<<"$err"
+}
+check "sampling flags without --do-sample are warned about" warned "--temperature, --top-p only apply with --do-sample" --temperature 0.7 --top-p 0.9
+check "prompt lookup flags without --prompt-lookup are warned about" warned "only apply with --prompt-lookup" --max-matching-ngram 4
+check "suffix flags without --speculate suffix are warned about" warned "only apply with --speculate suffix" --suffix-tree
+check "no warning with --do-sample" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --do-sample --temperature 0.7 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model "$work/t" --prompt-ids 1000
 expect_error "--prompt-lookup with --draft" "--prompt-lookup and --draft: give one of them" \
   generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --prompt-lookup 3
@@ -195,6 +210,14 @@ assert j['identical'] is True and a['accepted_tokens']>0 and a['encoder_passes']
 expect_error "t5 draft for a decoder-only target" "both be decoder-only or both encoder-decoder" \
   generate --model "$work/t" --draft "$work/m/t5-d" --prompt-ids 1
 expect_error "--gated without t5" "--gated is for --arch t5 only" make-fixture --out "$work/x" --gated
+expect_error "make-fixture: a scale that is not a number" "exit-scale must be finite" \
+  make-fixture --out "$work/x" --exit-scale nan --exit-layers 1
+expect_error "make-fixture: a size past memory, before any allocation" "a fixture has at most" \
+  make-fixture --out "$work/x" --hidden 1000000 --layers 1000
+: > "$work/empty.txt"
+expect_error "make-tokenizer: no text to train on" "could not train" make-tokenizer --input "$work/empty.txt" --out "$work/mt"
+expect_error "make-tokenizer: a missing input" "no such file" make-tokenizer --input "$work/none.txt" --out "$work/mt"
+check "make-tokenizer leaves no folder when it fails" test ! -e "$work/mt"
 
 # ---- text in, text out (the tiny BPE tokenizer of tests/data) ----
 tok="$data/tiny_bpe"
@@ -215,8 +238,8 @@ assert a['tokens']==b['tokens'] and isinstance(a['text'], str) and a['text']==b[
 expected=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['text'])" "$tj")
 streamed=$("$SPECDEC" generate --model "$work/tt" --draft "$work/td" --prompt "Hello the" --max-new-tokens 12 2>/dev/null)
 check "streamed text equals the decoded tokens" test "$streamed" = "$expected"
-piped=$(printf 'Hello the' | "$SPECDEC" generate --model "$work/tt" --draft "$work/td" --max-new-tokens 12 --no-stream 2>/dev/null)
-check "prompt from stdin, --no-stream" test "$piped" = "$expected"
+piped=$(printf 'Hello the\n' | "$SPECDEC" generate --model "$work/tt" --draft "$work/td" --max-new-tokens 12 --no-stream 2>/dev/null)
+check "prompt from stdin (its last line break dropped), --no-stream" test "$piped" = "$expected"
 mkdir -p "$work/tok2" && cp "$tok"/* "$work/tok2/" && sed -i 's/l l/o l/' "$work/tok2/merges.txt" && rm "$work/tok2/tokenizer.json"
 "$SPECDEC" make-fixture --out "$work/td2" --layers 1 --hidden 64 --heads 4 --tokenizer "$work/tok2" 2>/dev/null
 expect_error "draft with another tokenizer" "tokenizers differ" generate --model "$work/tt" --draft "$work/td2" --prompt "Hello"
@@ -286,6 +309,16 @@ assert s[1]['accepted_tokens'] >= 20 and s[1]['target_passes'] <= 4, s[1]   # 23
 assert s[0]['accepted_tokens'] < s[1]['accepted_tokens'], s
 assert o[1]['accepted_tokens'] == o[0]['accepted_tokens'] == s[0]['accepted_tokens'], (o, s)
 " "$work/twice_plain.jsonl" "$work/twice_65536.jsonl" "$work/twice_0.jsonl"
+# A line's proposer replaces the flags': suffix speculation under --prompt-lookup, and back.
+printf '{"prompt_ids": [9, 3, 4, 8, 1, 2], "max_new_tokens": 24, "speculate": "suffix"}\n{"prompt_ids": [9, 3, 4, 8, 1, 2], "max_new_tokens": 24, "prompt_lookup_num_tokens": 2}\n' > "$work/choice.jsonl"
+for flag in "--prompt-lookup 3" "--speculate suffix"; do
+  "$SPECDEC" generate --model "$work/tt" --prompts-file "$work/choice.jsonl" $flag > "$work/choice_${flag##* }.jsonl" 2>/dev/null
+done
+check "--prompts-file: a line's speculate or prompt_lookup_num_tokens replaces the flags' proposer" python3 -c "
+import json,sys
+plain, a, b = ([json.loads(l)['tokens'] for l in open(p)] for p in sys.argv[1:4])
+assert a == b == plain, (plain, a, b)
+" "$work/twice_plain.jsonl" "$work/choice_3.jsonl" "$work/choice_suffix.jsonl"
 expect_error "--speculate takes suffix or none" "--speculate" generate --model "$work/tt" --prompt-ids 1 --speculate tree
 expect_error "--speculate suffix with --prompt-lookup" "prompt" \
   generate --model "$work/tt" --prompt-ids 1 --speculate suffix --prompt-lookup 3

@@ -125,6 +125,9 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           throw Error("unknown key \"" + key + "\"");
         }
       }
+      // A line's choice of proposer replaces the flags' (as a server request's does).
+      if (j.contains("prompt_lookup_num_tokens")) c.suffix_speculation = false;
+      if (c.suffix_speculation && j.contains("speculate")) c.prompt_lookup_num_tokens = 0;
       if (j.contains("system") && !j.contains("prompt"))
         throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
       if (j.contains("prompt"))
@@ -259,7 +262,6 @@ int run_compare(RunOptions& o) {
   GenerationConfig base = o.gen;
   base.prompt_lookup_num_tokens = 0;
   base.suffix_speculation = false;
-  if (o.warmup < 0) throw Error("--warmup must be >= 0");
   GenerationConfig warm = o.gen, warm_base = base;
   warm.max_new_tokens = warm_base.max_new_tokens = std::min<int64_t>(4, o.gen.max_new_tokens);
   for (int i = 0; i < o.warmup; ++i) {

@@ -42,6 +42,10 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
   return encode_chat(l, messages);
 }
 
+namespace {
+void warn(const std::string& message) { std::cerr << "specdec: warning: " << message << "\n"; }
+}  // namespace
+
 void check_flags(RunOptions& o, bool chat) {
   if (o.threads < 0) throw Error("--threads must be >= 0 (0: the default)");
   try {
@@ -61,12 +65,47 @@ void check_flags(RunOptions& o, bool chat) {
     throw Error(
         "--speculate suffix and --draft: give one of them (suffix speculation runs no draft)");
   o.suffix.validate();
+  // A draft model's flags without one are an error; flags that apply only beside another are
+  // warned about, where every request takes the flags (not a server's or a prompts file's
+  // requests, which may set the knob the flag is the default of).
+  if (o.draft.empty()) {
+    if (o.gen.draft_tree_width > 1) throw Error("--draft-tree-width needs --draft");
+    if (o.draft_weights != "as-stored") throw Error("--draft-weights needs --draft");
+    if (o.draft_int8_activations) throw Error("--draft-int8-activations needs --draft");
+  }
+  if (!o.serve && o.prompts_file.empty()) {
+    const GenerationConfig plain;
+    std::string sampling;
+    for (const auto& [given, flag] :
+         {std::pair{o.gen.temperature != plain.temperature, "--temperature"},
+          {o.gen.top_k != plain.top_k, "--top-k"},
+          {o.gen.top_p != plain.top_p, "--top-p"},
+          {o.gen.min_p != plain.min_p, "--min-p"}})
+      if (given) sampling += (sampling.empty() ? "" : ", ") + std::string(flag);
+    if (!o.gen.do_sample && !sampling.empty())
+      warn(sampling + " only apply with --do-sample: this decoding is greedy");
+    if (o.gen.prompt_lookup_num_tokens == 0 &&
+        (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
+         o.gen.prompt_lookup_match != plain.prompt_lookup_match))
+      warn("--max-matching-ngram and --prompt-lookup-match only apply with --prompt-lookup");
+    const SuffixOptions suffix;
+    if (!o.gen.suffix_speculation &&
+        (o.suffix.max_depth != suffix.max_depth ||
+         o.suffix.min_token_prob != suffix.min_token_prob ||
+         o.suffix.max_spec_factor != suffix.max_spec_factor || o.suffix.tree != suffix.tree ||
+         o.suffix.cache_tokens != suffix.cache_tokens))
+      warn("the --suffix-* flags only apply with --speculate suffix");
+  }
+  if (o.model.empty()) throw Error("--model is empty");
   std::string prompts_file = o.prompts_file == "-" ? "" : o.prompts_file;
   for (const std::string* path : {&o.model, &o.draft, &o.tokenizer, &prompts_file}) {
     struct stat st {};
     if (!path->empty() && ::stat(path->c_str(), &st) != 0)
       throw Error(*path + ": no such file or folder");
   }
+  if (struct stat st{};
+      !prompts_file.empty() && ::stat(prompts_file.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw Error(prompts_file + ": a folder, not a file of requests");
 }
 
 Loaded load(RunOptions& o, bool chat) {
@@ -123,6 +162,14 @@ Loaded load(RunOptions& o, bool chat) {
   draft_lo.int8_activations = o.draft_int8_activations;
   l.target = load_model(o.model, lo);
   if (!o.draft.empty()) l.draft = load_model(o.draft, draft_lo);
+  // A draft without tokenizer files of its own cannot be compared with the target's tokenizer:
+  // a vocabulary of another size at least says it was not made for this target.
+  if (l.draft && !has_tokenizer(o.draft) &&
+      l.draft->config().vocab_size != l.target->config().vocab_size)
+    warn("the draft's vocabulary has " + std::to_string(l.draft->config().vocab_size) +
+         " tokens, the target's " + std::to_string(l.target->config().vocab_size) +
+         ": it was not made for this target (a row whose text holds an id the draft lacks "
+         "does not draft)");
   if (o.gen.eos_token_ids.empty()) {
     o.gen.eos_token_ids = l.target->config().eos_token_ids;
     if (o.gen.eos_token_ids.empty() && l.tokenizer && l.tokenizer->eos_token_id())

@@ -1,8 +1,10 @@
 // The `specdec` command-line program: generate, compare, chat, serve, tokenize, detokenize,
 // make-tokenizer, make-fixture, make-draft (each in tools/cli/; this file parses the flags).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -223,13 +225,31 @@ int main(int argc, char** argv) {
     if (*tokc) return run_tokenize(tk);
     if (*mtok) {
       if (mt_vocab < 8) throw Error("--vocab-size must be >= 8");
-      if (::mkdir(mt_out.c_str(), 0755) != 0 && errno != EEXIST)
+      for (size_t at = 0; at <= mt_input.size();) {  // each input file, before anything is made
+        const size_t end = std::min(mt_input.find(',', at), mt_input.size());
+        const std::string file = mt_input.substr(at, end - at);
+        struct stat st {};
+        if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+          throw Error("--input: " + file + ": no such file");
+        at = end + 1;
+      }
+      const bool created = ::mkdir(mt_out.c_str(), 0755) == 0;
+      if (!created && errno != EEXIST)
         throw Error(mt_out + ": cannot create folder: " + std::strerror(errno));
       std::cerr << "training a " << mt_vocab << "-piece SentencePiece " << mt_type
                 << " model ...\n";
-      train_sentencepiece("--input=" + mt_input + " --model_prefix=" + mt_out +
-                          "/tokenizer --vocab_size=" + std::to_string(mt_vocab) + " --model_type=" +
-                          mt_type + " --byte_fallback=true --character_coverage=1.0");
+      try {
+        train_sentencepiece("--input=" + mt_input + " --model_prefix=" + mt_out +
+                            "/tokenizer --vocab_size=" + std::to_string(mt_vocab) +
+                            " --model_type=" + mt_type +
+                            " --byte_fallback=true --character_coverage=1.0");
+      } catch (const std::exception& e) {  // nothing half-made is left
+        std::remove((mt_out + "/tokenizer.model").c_str());
+        std::remove((mt_out + "/tokenizer.vocab").c_str());
+        if (created) ::rmdir(mt_out.c_str());
+        throw Error(std::string("make-tokenizer: SentencePiece could not train on ") + mt_input +
+                    ": " + e.what());
+      }
       std::remove((mt_out + "/tokenizer.vocab").c_str());
       std::cerr << "wrote " << mt_out << "/tokenizer.model\n";
       return 0;

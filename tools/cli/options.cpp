@@ -116,14 +116,15 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                 "The same for the draft (speculation stays exact whatever the draft computes)");
   app->add_option("--threads", o.threads,
                   "CPU threads of every pool specdec computes with: libtorch's (which runs "
-                  "specdec's kernels) "
-                  "and OpenBLAS's (0 = their defaults)")
+                  "specdec's kernels) and OpenBLAS's (0 = their defaults; at most 4 per logical "
+                  "CPU)")
       ->capture_default_str();
   if (mode != Mode::kChat && mode != Mode::kServe)
     app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
   if (compare)
     app->add_option("--warmup", o.warmup,
                     "Untimed warm-up runs of each mode before timing (a few tokens each)")
+        ->check(CLI::Range(0, 100))
         ->capture_default_str();
 }
 
@@ -151,7 +152,11 @@ std::vector<int64_t> parse_ids(const std::string& text, const char* flag, bool a
 std::string read_stdin() {
   if (isatty(STDIN_FILENO))
     std::cerr << "specdec: reading the prompt from stdin (end with Ctrl-D; or use --prompt TEXT)\n";
-  return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  std::string text(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>{});
+  // The line break that ends the input (echo's, a file's last line) is not part of the prompt.
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  if (!text.empty() && text.back() == '\r') text.pop_back();
+  return text;
 }
 
 }  // namespace specdec::cli
