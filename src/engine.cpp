@@ -67,6 +67,9 @@ int64_t prepare_row(Row& row, const EngineModels& m, const std::vector<int64_t>&
   for (int64_t id : prompt)
     SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: ", row.name, "prompt token id ", id,
                   " is outside the vocabulary [0, ", tc.vocab_size, ")");
+  for (const auto& bias : config.logit_bias)  // before it runs, not when its scores arrive
+    SPECDEC_CHECK(bias.first < tc.vocab_size, "generate: ", row.name, "logit_bias token id ",
+                  bias.first, " is outside the vocabulary [0, ", tc.vocab_size, ")");
   // Encoder-decoder models: the decoder starts from its start token (the prompt goes to the
   // encoder).
   row.tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;
@@ -628,7 +631,15 @@ void Engine::finish_row(Row& row) {
   if (row.suffix)
     row.suffix->add(row.tokens, static_cast<int64_t>(row.tokens.size() - row.result.tokens.size()));
   row.done = true;
-  if (row.on_finished) row.on_finished(row.result);
+  finished(row);
+}
+
+void finished(Row& row) {
+  if (!row.on_finished) return;
+  try {
+    row.on_finished(row.result);
+  } catch (...) {  // the request is over: nothing is left for its exception to fail
+  }
 }
 
 // Finished rows leave the batch; the next step's joining rows take their slots (admit(),

@@ -94,6 +94,10 @@ struct Row {
 int64_t prepare_row(Row& row, const EngineModels& models, const std::vector<int64_t>& prompt,
                     const GenerationConfig& config);
 
+// Calls row.on_finished (a RequestEngine request's) with its result; an exception from it is
+// dropped: the request is over, and the other rows go on.
+void finished(Row& row);
+
 // Where an engine's rows come from: validated rows (Generator::validated_row), in order.
 class RowSource {
  public:

@@ -55,7 +55,7 @@ struct RequestEngine::Impl final : detail::RowSource {
       if (row->done) continue;
       row->result.stats.stop_reason = "error";
       row->result.error = message;
-      if (row->on_finished) row->on_finished(row->result);
+      detail::finished(*row);
     }
   }
 };
@@ -128,7 +128,7 @@ void RequestEngine::cancel(Id id) {
   if (!dropped) return;
   dropped->result.stats.prompt_tokens = static_cast<int64_t>(dropped->prompt.size());
   dropped->result.stats.stop_reason = "cancelled";
-  if (dropped->on_finished) dropped->on_finished(dropped->result);
+  detail::finished(*dropped);
 }
 
 bool RequestEngine::step() {

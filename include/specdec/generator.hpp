@@ -119,8 +119,9 @@ class Generator {
   // Encoder-decoder models: `prompt` is the encoder's input, the decoder starts from
   // decoder_start_token_id, and the result holds the decoder's tokens after it.
   // Greedy output equals the target's own greedy output token for token; sampled output has the
-  // target's distribution. Thread-safe: requests share only the immutable models (and the carried
-  // heuristic lookahead, guarded by a mutex).
+  // target's distribution. Thread-safe: requests share only the immutable models and, each guarded,
+  // the carried heuristic lookahead, goodput's measurements and suffix speculation's earlier
+  // answers.
   GenerationResult generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                             const TokenCallback& on_token = {}) const;
   // The same, continuing `cache` (see PromptCache); GenerationStats::cached_prompt_tokens says how

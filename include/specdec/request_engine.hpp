@@ -33,7 +33,9 @@ struct Request {
   // log-probabilities, when asked for). It must not block: it hands the tokens over and returns.
   TokenSink on_tokens;
   // Called once when the request leaves the batch, with its result (stop_reason "eos",
-  // "max_new_tokens", "cancelled" or "error"). Also on the engine's thread; must not block.
+  // "max_new_tokens", "cancelled" or "error"). Also on the engine's thread (cancel's, for a request
+  // still queued); must not block. An exception from it is dropped: the request is over, and the
+  // others go on.
   std::function<void(const GenerationResult& result)> on_finished;
 };
 
@@ -68,6 +70,8 @@ class RequestEngine {
   // draft with the Generator's draft model (its num_assistant_tokens and schedule), or run
   // target-only without one; all share the running batch. The Generator must outlive this.
   RequestEngine(const Generator& generator, Options options);
+  // Drops the requests still queued or running without calling their on_finished (stop() and
+  // let run() return, or cancel them and step() until it returns false, to finish them first).
   ~RequestEngine();
   RequestEngine(const RequestEngine&) = delete;
   RequestEngine& operator=(const RequestEngine&) = delete;
@@ -89,7 +93,8 @@ class RequestEngine {
   bool step();
   // Calls step() until stop(), waiting while there is nothing to do.
   void run();
-  // Makes run() return after its current step (the requests left stay queued or running).
+  // Makes run() return after its current step (the requests left stay queued or running); made
+  // while run() is not running, the next run() returns at once.
   void stop();
 
   struct Load {

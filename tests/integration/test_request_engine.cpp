@@ -588,6 +588,40 @@ TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   EXPECT_THROW(RequestEngine(gen, zero), Error);
 }
 
+// One request's fault stays its own: a logit_bias id past the vocabulary is refused at submit
+// (it failed every running row when its scores arrived), and an on_finished that throws leaves
+// the other requests to finish with their tokens.
+TEST(RequestEngine, OneRequestsFaultStaysItsOwn) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  RequestEngine engine(gen, RequestEngine::Options{});
+  GenerationConfig c = config_of(0, false);
+  c.max_new_tokens = 6;
+  Output a, b, bad;
+  Request throwing = request(prompt_of(1), c, a);
+  throwing.on_finished = [](const GenerationResult&) {
+    throw std::runtime_error("a's on_finished");
+  };
+  engine.submit(std::move(throwing));
+  engine.submit(request(prompt_of(2), c, b));
+  engine.step();
+  GenerationConfig biased = c;
+  biased.logit_bias = {{m.target->config().vocab_size + 10, 1.0}};
+  try {
+    engine.submit(request(prompt_of(3), biased, bad));
+    ADD_FAILURE() << "a logit_bias id past the vocabulary was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logit_bias token id"), std::string::npos) << e.what();
+  }
+  while (engine.step()) {
+  }
+  EXPECT_EQ(b.stop_reason, "max_new_tokens");
+  EXPECT_EQ(b.finished, gen.generate(prompt_of(2), c).tokens);
+  EXPECT_EQ(b.calls, 1);
+  EXPECT_EQ(engine.load().running, 0);
+  EXPECT_FALSE(bad.done);
+}
+
 // The engine thread runs while four client threads submit, and cancel every third request: every
 // request finishes exactly once, the uncancelled ones with the tokens they get alone.
 TEST(RequestEngineThreads, ClientsSubmitAndCancelWhileTheEngineRuns) {

@@ -19,6 +19,9 @@ for i in $(seq 200); do echo "hello world, the draft proposes and the target ver
 "$build/specdec" make-tokenizer --input "$work/corpus.txt" --out "$work/tok" --vocab-size 400 2>/dev/null
 "$build/specdec" make-fixture --out "$work/model_tok" --layers 1 --hidden 32 --heads 2 --tokenizer "$work/tok" 2>/dev/null
 test -f "$work/prefix/lib/libspecdec_spm.so" || test -n "$(find "$work/prefix" -name libspecdec_spm.so)"
+# A program built anywhere finds the shim on the run path that find_package(specdec) gives it.
+shim_dir=$(dirname "$(find "$work/prefix" -name libspecdec_spm.so | head -1)")
+readelf -d "$work/build/embed" | grep -E 'R(UN)?PATH' | grep -qF "$shim_dir"
 mkdir -p "$work/prefix/bin" && cp "$work/build/embed" "$work/prefix/bin/embed"
 out=$(env -u SPECDEC_SPM_LIBRARY "$work/prefix/bin/embed" "$work/model_tok")
 echo "$out"

@@ -501,6 +501,39 @@ TEST(GgufModel, MissingTensorAndUnsupportedArchitecture) {
               std::string::npos)
         << e.what();
   }
+  // A layer past block_count (a header that undercounts them) is an error, not a smaller model.
+  GgufWriter extra = llama_as_gguf(dir, true);
+  GgufWriter::Tensor copy = extra.tensors[3];
+  copy.name = "blk.1.attn_norm.weight";
+  extra.tensors.push_back(copy);
+  try {
+    load_model(gguf_file("extra_layer.gguf", extra.bytes()));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'blk.1.attn_norm.weight' belongs to layer 1, "
+                                         "but its block_count is 1"),
+              std::string::npos)
+        << e.what();
+  }
+  // The same in a Hugging Face folder whose config.json undercounts them.
+  FixtureOptions two = o;
+  two.layers = 2;
+  const std::string hf = temp_dir("hf_llama_two_layers");
+  make_fixture(hf, two);
+  std::string config = read_file(hf + "/config.json");
+  const size_t at = config.find("\"num_hidden_layers\": 2");
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, 22, "\"num_hidden_layers\": 1");
+  std::ofstream(hf + "/config.json") << config;
+  try {
+    load_model(hf);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("belongs to layer 1, but config.json's num_hidden_layers is 1"),
+        std::string::npos)
+        << e.what();
+  }
   GgufWriter bad;
   bad.str("general.architecture", "mamba");
   try {

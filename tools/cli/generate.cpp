@@ -283,7 +283,7 @@ int run_compare(RunOptions& o) {
                       {"alpha", e.alpha},
                       {"gamma", e.gamma},
                       {"cost_ratio", e.cost_ratio},
-                      {"predicted_speedup", e.predicted}}
+                      {"predicted_speedup", b.stats.tree_passes > 0 ? json(nullptr) : json(e.predicted)}}
                      .dump()
               << "\n";
     return 0;
@@ -304,8 +304,12 @@ int run_compare(RunOptions& o) {
       b.stats.total_seconds, 1e3 * b.stats.total_seconds / std::max<int64_t>(1, b.stats.new_tokens),
       100 * b.stats.acceptance_rate(), b.stats.tokens_per_target_pass(),
       static_cast<long long>(b.stats.target_passes));
-  std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n",
-              e.measured, e.predicted, e.alpha, e.gamma, e.cost_ratio);
+  if (b.stats.tree_passes > 0)  // Leviathan's formula is a chain's
+    std::printf("speedup:     %.2fx (no prediction for trees; alpha %.3f, gamma %.2f, c %.3f)\n",
+                e.measured, e.alpha, e.gamma, e.cost_ratio);
+  else
+    std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n",
+                e.measured, e.predicted, e.alpha, e.gamma, e.cost_ratio);
   return 0;
 }
 
