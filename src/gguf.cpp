@@ -476,8 +476,8 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
       t.shape.assign(ne.rbegin(), ne.rend());
       const uint32_t type = c.read<uint32_t>(what + " type");
       const TypeEntry* e = find_type(type);
-      SPECDEC_CHECK(e != nullptr, path, ": ", what, " has unsupported tensor type ",
-                    ggml_type_name(type),
+      SPECDEC_CHECK(e != nullptr, path, ": ", what, " is stored as ", ggml_type_name(type),
+                    ", a tensor type this build does not read",
                     " (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)");
       t.type = e->type;
       SPECDEC_CHECK(ne[0] % e->block_elements == 0, path, ": ", what, ": its rows of ", ne[0],

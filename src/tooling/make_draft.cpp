@@ -513,6 +513,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
     state.features = o.features;
     state.int8_activations = o.int8_activations;
   }
+  SPECDEC_CHECK(!o.layer_ids.empty() || o.layers <= c.num_hidden_layers, "make-draft: --layers ",
+                o.layers, ", but ", o.target, " has ", c.num_hidden_layers, " layers");
   for (int64_t i : state.layer_ids)
     SPECDEC_CHECK(i < c.num_hidden_layers, "make-draft: layer ", i, " asked for, but ", o.target,
                   " has ", c.num_hidden_layers, " layers (0..", c.num_hidden_layers - 1, ")");

@@ -310,7 +310,8 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
     s.append((size_t{1} << 23) + 1, '\x07');
     expect_gguf_error("many.gguf", s, "exceeds the limit of 8388608 metadata values");
   }  // the builder is well-formed
-  expect_gguf_error("ttype.gguf", with_tensor({32}, 77, 0), "unsupported tensor type");
+  expect_gguf_error("ttype.gguf", with_tensor({32}, 77, 0),
+                    "is stored as type 77, a tensor type this build does not read");
   expect_gguf_error("overflow.gguf", with_tensor({1ull << 40, 1ull << 40}, 0, 0), "overflows");
   expect_gguf_error("align.gguf", with_tensor({32}, 0, 4), "alignment");
   expect_gguf_error("past.gguf", with_tensor({1 << 20}, 0, 0), "past the end");
