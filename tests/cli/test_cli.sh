@@ -218,6 +218,9 @@ expect_error "make-fixture: a size past memory, before any allocation" "a fixtur
 expect_error "make-tokenizer: no text to train on" "could not train" make-tokenizer --input "$work/empty.txt" --out "$work/mt"
 expect_error "make-tokenizer: a missing input" "no such file" make-tokenizer --input "$work/none.txt" --out "$work/mt"
 check "make-tokenizer leaves no folder when it fails" test ! -e "$work/mt"
+mkdir -p "$work/mt_there" && echo keep > "$work/mt_there/tokenizer.model"
+expect_error "make-tokenizer into a folder that was there" "could not train" make-tokenizer --input "$work/empty.txt" --out "$work/mt_there"
+check "... which keeps its files when training fails" grep -qx keep "$work/mt_there/tokenizer.model"
 
 # ---- text in, text out (the tiny BPE tokenizer of tests/data) ----
 tok="$data/tiny_bpe"

@@ -370,6 +370,8 @@ def test_completion_text_offset_counts_characters(server):
 def test_chat_text_parts_are_joined_by_line_breaks(server):
     parts = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}]
     assert tokenize(server, messages=parts) == tokenize(server, messages=[{"role": "user", "content": "Hi\nthere"}])
+    empty_first = [{"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "there"}]}]
+    assert tokenize(server, messages=empty_first) == tokenize(server, messages=[{"role": "user", "content": "\nthere"}])
 
 
 def test_chat_logprobs(server):

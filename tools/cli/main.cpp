@@ -243,10 +243,12 @@ int main(int argc, char** argv) {
                             "/tokenizer --vocab_size=" + std::to_string(mt_vocab) +
                             " --model_type=" + mt_type +
                             " --byte_fallback=true --character_coverage=1.0");
-      } catch (const std::exception& e) {  // nothing half-made is left
-        std::remove((mt_out + "/tokenizer.model").c_str());
-        std::remove((mt_out + "/tokenizer.vocab").c_str());
-        if (created) ::rmdir(mt_out.c_str());
+      } catch (const std::exception& e) {
+        if (created) {  // nothing half-made is left (a folder that was there keeps its files)
+          std::remove((mt_out + "/tokenizer.model").c_str());
+          std::remove((mt_out + "/tokenizer.vocab").c_str());
+          ::rmdir(mt_out.c_str());
+        }
         throw Error(std::string("make-tokenizer: SentencePiece could not train on ") + mt_input +
                     ": " + e.what());
       }

@@ -128,7 +128,7 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
             !part["text"].is_string())
           bad("messages", "only text content parts are supported, got " + part.dump());
         // parts joined by a line break, as vLLM joins them
-        text += (text.empty() ? "" : "\n") + part["text"].get<std::string>();
+        text += (&part == &content->front() ? "" : "\n") + part["text"].get<std::string>();
       }
     } else if (content) {
       bad("messages", "a message's 'content' must be a string, got " + content->dump());
