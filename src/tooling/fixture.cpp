@@ -188,7 +188,8 @@ void FixtureOptions::validate() const {
                 "make-fixture: exit-scale must be finite and >= 0, got ", exit_scale);
   // The weights are made in memory first: a size past this is a typo, not a fixture.
   const double inter = intermediate == 0 ? 4.0 * static_cast<double>(hidden) : intermediate;
-  const double params = static_cast<double>(layers) * static_cast<double>(hidden) *
+  const double stacks = arch == "t5" ? 2.0 : 1.0;  // T5: an encoder and a decoder of `layers`
+  const double params = stacks * static_cast<double>(layers) * static_cast<double>(hidden) *
                             (4.0 * static_cast<double>(hidden) + 3.0 * inter) +
                         2.0 * static_cast<double>(vocab) * static_cast<double>(hidden);
   SPECDEC_CHECK(params <= 2e9, "make-fixture: about ", static_cast<int64_t>(params),

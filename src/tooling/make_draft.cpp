@@ -506,6 +506,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
                   " --int8-activations; resume it the same way");
     data = read_data(out);
   } else {
+    SPECDEC_CHECK(!o.layer_ids.empty() || o.layers <= c.num_hidden_layers, "make-draft: --layers ",
+                  o.layers, ", but ", o.target, " has ", c.num_hidden_layers, " layers");
     state.layer_ids = o.layer_ids;
     if (state.layer_ids.empty())
       for (int64_t i = 0; i < o.layers; ++i) state.layer_ids.push_back(i);
@@ -513,8 +515,6 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
     state.features = o.features;
     state.int8_activations = o.int8_activations;
   }
-  SPECDEC_CHECK(!o.layer_ids.empty() || o.layers <= c.num_hidden_layers, "make-draft: --layers ",
-                o.layers, ", but ", o.target, " has ", c.num_hidden_layers, " layers");
   for (int64_t i : state.layer_ids)
     SPECDEC_CHECK(i < c.num_hidden_layers, "make-draft: layer ", i, " asked for, but ", o.target,
                   " has ", c.num_hidden_layers, " layers (0..", c.num_hidden_layers - 1, ")");

@@ -108,6 +108,8 @@ warned() { # warned NEEDLE ARGS...: the run succeeds and stderr holds NEEDLE
   err=$("$SPECDEC" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 2 "$@" 2>&1 >/dev/null) && grep -qF -- "$needle" <<<"$err"
 }
 check "sampling flags without --do-sample are warned about" warned "--temperature, --top-p only apply with --do-sample" --temperature 0.7 --top-p 0.9
+check "... one of them too" warned "--top-k only applies with --do-sample" --top-k 5
+check "no warning for --temperature 0 (greedy, as documented)" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --temperature 0 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
 check "prompt lookup flags without --prompt-lookup are warned about" warned "only apply with --prompt-lookup" --max-matching-ngram 4
 check "suffix flags without --speculate suffix are warned about" warned "only apply with --speculate suffix" --suffix-tree
 check "no warning with --do-sample" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --do-sample --temperature 0.7 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
@@ -312,16 +314,26 @@ assert s[1]['accepted_tokens'] >= 20 and s[1]['target_passes'] <= 4, s[1]   # 23
 assert s[0]['accepted_tokens'] < s[1]['accepted_tokens'], s
 assert o[1]['accepted_tokens'] == o[0]['accepted_tokens'] == s[0]['accepted_tokens'], (o, s)
 " "$work/twice_plain.jsonl" "$work/twice_65536.jsonl" "$work/twice_0.jsonl"
-# A line's proposer replaces the flags': suffix speculation under --prompt-lookup, and back.
-printf '{"prompt_ids": [9, 3, 4, 8, 1, 2], "max_new_tokens": 24, "speculate": "suffix"}\n{"prompt_ids": [9, 3, 4, 8, 1, 2], "max_new_tokens": 24, "prompt_lookup_num_tokens": 2}\n' > "$work/choice.jsonl"
-for flag in "--prompt-lookup 3" "--speculate suffix"; do
-  "$SPECDEC" generate --model "$work/tt" --prompts-file "$work/choice.jsonl" $flag > "$work/choice_${flag##* }.jsonl" 2>/dev/null
-done
+# A line's proposer replaces the flags': suffix speculation under --prompt-lookup 3 (the second of
+# two such lines, proposed from the first one's answer, drafts more than 3 tokens in a pass),
+# and prompt lookup of 2 under --speculate suffix (at most 2: not suffix speculation, which would
+# propose the first answer's 23 tokens); both keys on one line are refused, as by the server.
+plain_line='{"prompt_ids": [9, 3, 4, 8, 1, 2], "max_new_tokens": 24'
+printf '%s, "speculate": "suffix"}\n%s, "speculate": "suffix"}\n' "$plain_line" "$plain_line" > "$work/choice_suffix.jsonl"
+printf '%s}\n%s, "prompt_lookup_num_tokens": 2}\n' "$plain_line" "$plain_line" > "$work/choice_lookup.jsonl"
+"$SPECDEC" generate --model "$work/tt" --prompts-file "$work/choice_suffix.jsonl" --prompt-lookup 3 --schedule constant > "$work/choice_suffix.out" 2>/dev/null
+"$SPECDEC" generate --model "$work/tt" --prompts-file "$work/choice_lookup.jsonl" --speculate suffix --schedule constant > "$work/choice_lookup.out" 2>/dev/null
 check "--prompts-file: a line's speculate or prompt_lookup_num_tokens replaces the flags' proposer" python3 -c "
 import json,sys
-plain, a, b = ([json.loads(l)['tokens'] for l in open(p)] for p in sys.argv[1:4])
-assert a == b == plain, (plain, a, b)
-" "$work/twice_plain.jsonl" "$work/choice_3.jsonl" "$work/choice_suffix.jsonl"
+plain = [json.loads(l)['tokens'] for l in open(sys.argv[1])]
+s, l = ([json.loads(x) for x in open(p)] for p in sys.argv[2:4])
+assert [r['tokens'] for r in s] == [r['tokens'] for r in l] == plain, (plain, s, l)
+assert len(s[1]['stats']['drafted_at_position']) > 3, s[1]['stats']
+assert 0 < len(l[1]['stats']['drafted_at_position']) <= 2 and l[1]['stats']['drafted_tokens'] > 0, l[1]['stats']
+" "$work/twice_plain.jsonl" "$work/choice_suffix.out" "$work/choice_lookup.out"
+printf '%s, "speculate": "suffix", "prompt_lookup_num_tokens": 2}\n' "$plain_line" > "$work/choice_both.jsonl"
+expect_error "--prompts-file: speculate suffix and prompt lookup on one line" "give one of them" \
+  generate --model "$work/tt" --prompts-file "$work/choice_both.jsonl"
 expect_error "--speculate takes suffix or none" "--speculate" generate --model "$work/tt" --prompt-ids 1 --speculate tree
 expect_error "--speculate suffix with --prompt-lookup" "prompt" \
   generate --model "$work/tt" --prompt-ids 1 --speculate suffix --prompt-lookup 3

@@ -333,7 +333,7 @@ def test_wrong_method_is_405_naming_the_allowed_one(server):
     for method, path, allowed in (("GET", "/v1/chat/completions", "POST"), ("GET", "/v1/completions", "POST"),
                                   ("GET", "/tokenize", "POST"), ("POST", "/v1/models", "GET"),
                                   ("POST", "/health", "GET")):
-        r = server.http.request(method, server.url + path, json={}, timeout=30)
+        r = server.http.request(method, server.url + path, json={} if method == "POST" else None, timeout=30)
         assert_error(server, r, 405)
         assert r.headers.get("Allow") == allowed, (method, path, dict(r.headers))
     assert_error(server, server.get("/no/such/route"), 404)
@@ -353,3 +353,29 @@ def test_no_queue_serves_while_a_row_is_free():
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2, r.text
     finally:
         s.stop()
+
+
+def test_include_usage_null_is_no_usage(server):
+    chunks = read_sse(stream_post(server, "/v1/chat/completions",
+                                  {"messages": MSGS, "max_tokens": 2, "stream_options": {"include_usage": None}}))
+    assert chunks and not any("usage" in c and c["usage"] for c in chunks), chunks
+
+
+def test_a_body_the_server_leaves_unread_ends_the_connection(server):
+    # cpp-httplib reads no body of a GET: it would parse "{}" (or a request smuggled there) as the
+    # next request on the connection. The GET is refused and the connection ends after the answer:
+    # a request sent behind it on the same connection gets no answer.
+    import socket
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
+    buf = b""
+    while True:
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        buf += piece
+    sock.close()
+    assert buf.startswith(b"HTTP/1.1 400"), buf[:300]
+    assert buf.count(b"HTTP/1.1") == 1, f"the body was answered as a request: {buf!r}"
+    server.assert_healthy("after a GET with a body")

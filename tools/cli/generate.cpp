@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "proposer_choice.hpp"
 
 using nlohmann::json;
 
@@ -126,8 +127,7 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
         }
       }
       // A line's choice of proposer replaces the flags' (as a server request's does).
-      if (j.contains("prompt_lookup_num_tokens")) c.suffix_speculation = false;
-      if (c.suffix_speculation && j.contains("speculate")) c.prompt_lookup_num_tokens = 0;
+      choose_proposer(c, j.contains("prompt_lookup_num_tokens"), j.contains("speculate"));
       if (j.contains("system") && !j.contains("prompt"))
         throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
       if (j.contains("prompt"))
@@ -283,7 +283,8 @@ int run_compare(RunOptions& o) {
                       {"alpha", e.alpha},
                       {"gamma", e.gamma},
                       {"cost_ratio", e.cost_ratio},
-                      {"predicted_speedup", b.stats.tree_passes > 0 ? json(nullptr) : json(e.predicted)}}
+                      {"predicted_speedup",
+                       b.stats.tree_passes > 0 ? json(nullptr) : json(e.predicted)}}
                      .dump()
               << "\n";
     return 0;

@@ -76,14 +76,17 @@ void check_flags(RunOptions& o, bool chat) {
   if (!o.serve && o.prompts_file.empty()) {
     const GenerationConfig plain;
     std::string sampling;
+    int flags = 0;
     for (const auto& [given, flag] :
-         {std::pair{o.gen.temperature != plain.temperature, "--temperature"},
+         {std::pair{o.gen.temperature != plain.temperature && o.gen.temperature != 0,
+                    "--temperature"},
           {o.gen.top_k != plain.top_k, "--top-k"},
           {o.gen.top_p != plain.top_p, "--top-p"},
           {o.gen.min_p != plain.min_p, "--min-p"}})
-      if (given) sampling += (sampling.empty() ? "" : ", ") + std::string(flag);
-    if (!o.gen.do_sample && !sampling.empty())
-      warn(sampling + " only apply with --do-sample: this decoding is greedy");
+      if (given) sampling += (flags++ ? ", " : "") + std::string(flag);
+    if (!o.gen.do_sample && flags > 0)
+      warn(sampling + (flags == 1 ? " only applies" : " only apply") +
+           " with --do-sample: this decoding is greedy");
     if (o.gen.prompt_lookup_num_tokens == 0 &&
         (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
          o.gen.prompt_lookup_match != plain.prompt_lookup_match))
@@ -162,12 +165,13 @@ Loaded load(RunOptions& o, bool chat) {
   draft_lo.int8_activations = o.draft_int8_activations;
   l.target = load_model(o.model, lo);
   if (!o.draft.empty()) l.draft = load_model(o.draft, draft_lo);
-  // A draft without tokenizer files of its own cannot be compared with the target's tokenizer:
-  // a vocabulary of another size at least says it was not made for this target.
-  if (l.draft && !has_tokenizer(o.draft) &&
-      l.draft->config().vocab_size != l.target->config().vocab_size)
+  // A draft without tokenizer files of its own cannot be compared with the target's tokenizer: a
+  // vocabulary smaller than the ids the target writes at least says it was not made for it (a
+  // larger one may be padding, as Qwen2.5's sizes differ by model).
+  const int64_t ids = l.tokenizer ? l.tokenizer->size() : l.target->config().vocab_size;
+  if (l.draft && !has_tokenizer(o.draft) && l.draft->config().vocab_size < ids)
     warn("the draft's vocabulary has " + std::to_string(l.draft->config().vocab_size) +
-         " tokens, the target's " + std::to_string(l.target->config().vocab_size) +
+         " tokens, the target writes " + std::to_string(ids) +
          ": it was not made for this target (a row whose text holds an id the draft lacks "
          "does not draft)");
   if (o.gen.eos_token_ids.empty()) {

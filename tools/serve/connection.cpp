@@ -1,8 +1,7 @@
 #include "serve/connection.hpp"
 
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
+#include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,29 +12,27 @@
 namespace specdec::serve {
 namespace {
 
-// The address and port of a socket's end (getpeername or getsockname), or port -1.
+// An end of a socket (getpeername or getsockname) as cpp-httplib writes a request's
+// (getnameinfo, numeric host), or port -1.
 template <class GetName>
 std::pair<std::string, int> end_of(int sock, GetName get_name) {
   sockaddr_storage a{};
   socklen_t size = sizeof a;
-  if (get_name(sock, reinterpret_cast<sockaddr*>(&a), &size) != 0) return {"", -1};
-  char text[INET6_ADDRSTRLEN] = "";
-  if (a.ss_family == AF_INET) {
-    const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
-    inet_ntop(AF_INET, &v4.sin_addr, text, sizeof text);
-    return {text, ntohs(v4.sin_port)};
-  }
-  if (a.ss_family == AF_INET6) {
-    const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
-    inet_ntop(AF_INET6, &v6.sin6_addr, text, sizeof text);
-    return {text, ntohs(v6.sin6_port)};
-  }
-  return {"", -1};
+  char host[NI_MAXHOST] = "";
+  if (get_name(sock, reinterpret_cast<sockaddr*>(&a), &size) != 0 ||
+      (a.ss_family != AF_INET && a.ss_family != AF_INET6) ||
+      getnameinfo(reinterpret_cast<sockaddr*>(&a), size, host, sizeof host, nullptr, 0,
+                  NI_NUMERICHOST) != 0)
+    return {"", -1};
+  const int port = ntohs(a.ss_family == AF_INET ? reinterpret_cast<sockaddr_in&>(a).sin_port
+                                                : reinterpret_cast<sockaddr_in6&>(a).sin6_port);
+  return {host, port};
 }
 
 }  // namespace
 
-int connection_socket(const std::string& remote_addr, int remote_port, int local_port) {
+int connection_socket(const std::string& remote_addr, int remote_port,
+                      const std::string& local_addr, int local_port) {
   const std::unique_ptr<DIR, int (*)(DIR*)> fds(opendir("/proc/self/fd"), closedir);
   if (!fds) return -1;
   while (const dirent* e = readdir(fds.get())) {
@@ -47,7 +44,7 @@ int connection_socket(const std::string& remote_addr, int remote_port, int local
       continue;
     const int sock = static_cast<int>(fd);
     if (end_of(sock, getpeername) == std::make_pair(remote_addr, remote_port) &&
-        end_of(sock, getsockname).second == local_port)
+        end_of(sock, getsockname) == std::make_pair(local_addr, local_port))
       return sock;
   }
   return -1;

@@ -1,5 +1,7 @@
 #include "serve/protocol.hpp"
 
+#include "proposer_choice.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -325,7 +327,8 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   if (const json* seed = field(body, "seed")) {
     // A 64-bit signed integer, as OpenAI's and vLLM's (a double of 2^63 is past it).
     const bool fits =
-        seed->is_number_float()      ? integral(*seed) && std::fabs(seed->get<double>()) < 0x1p63
+        seed->is_number_float()
+            ? integral(*seed) && seed->get<double>() >= -0x1p63 && seed->get<double>() < 0x1p63
         : seed->is_number_unsigned() ? seed->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
                                      : seed->is_number_integer();
     if (!fits)
@@ -346,19 +349,17 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   if (const auto v = number(body, "draft_tree_width", {1, 16}, true)) c.draft_tree_width = *v;
   if (const auto v = string(body, "num_assistant_tokens_schedule"))
     c.num_assistant_tokens_schedule = *v;
-  // The request's choice of proposer over the server's default; both at once fail validation.
+  // The request's choice of proposer over the server's default.
   const auto lookup =
       number(body, "prompt_lookup_num_tokens", {0, GenerationConfig::kMaxLookahead}, true);
-  if (lookup) {
-    c.prompt_lookup_num_tokens = *lookup;
-    c.suffix_speculation = false;
+  if (lookup) c.prompt_lookup_num_tokens = *lookup;
+  const auto speculate = string(body, "speculate");
+  if (speculate) {
+    if (*speculate != "suffix" && *speculate != "none")
+      bad("speculate", "'speculate' must be \"suffix\" or \"none\", got \"" + *speculate + "\"");
+    c.suffix_speculation = *speculate == "suffix";
   }
-  if (const auto v = string(body, "speculate")) {
-    if (*v != "suffix" && *v != "none")
-      bad("speculate", "'speculate' must be \"suffix\" or \"none\", got \"" + *v + "\"");
-    c.suffix_speculation = *v == "suffix";
-    if (c.suffix_speculation && !lookup) c.prompt_lookup_num_tokens = 0;
-  }
+  choose_proposer(c, lookup.has_value(), speculate.has_value());
 
   if (const json* s = field(body, "stop")) {
     if (s->is_string()) {
@@ -393,10 +394,11 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     if (!o->is_object()) bad("stream_options", "'stream_options' must be an object");
     if (!r.stream && !o->empty())
       bad("stream_options", "'stream_options' is only allowed with 'stream': true");
-    if (const json* u = field(*o, "include_usage"); u && !u->is_boolean())
+    const json* u = field(*o, "include_usage");
+    if (u && !u->is_boolean())
       bad("stream_options.include_usage",
           "'stream_options.include_usage' must be a boolean, got " + u->dump());
-    r.include_usage = o->value("include_usage", false);
+    r.include_usage = u && u->get<bool>();
   }
   try {
     c.validate();

@@ -109,6 +109,7 @@ struct LogFields {
   Clock::time_point start;
   int64_t prompt_tokens = -1, completion_tokens = -1;
   bool cancelled = false;  // its client left before the answer's end
+  bool close = false;      // its body is left unread: the connection ends after the response
   bool counted = false;    // in Server::in_flight_ (a request that reached routing)
 };
 thread_local LogFields t_log;
@@ -366,15 +367,26 @@ class Server {
     http_.set_keep_alive_timeout(o_.idle_timeout);
     http_.set_read_timeout(o_.idle_timeout);
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      t_log = {Clock::now(), -1, -1, false, true};
+      t_log = {Clock::now(), -1, -1, false, false, true};
       ++in_flight_;  // until its log line, once the response is written
       if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
-      // cpp-httplib bounds a body by its Content-Length only and would read a chunked one whole:
-      // refused before it is read (and the connection closed, its body unread).
-      if (req.has_header("Transfer-Encoding")) {
-        send_error(res, ApiError(411, "a request body needs a Content-Length (no chunked bodies)",
-                                 "", "length_required"));
+      // Bodies cpp-httplib would not read as this server needs: a chunked one (it bounds a body
+      // by its Content-Length only, and would read a chunked one whole), and one it leaves unread
+      // (it reads bodies of POST, PUT, PATCH and DELETE only), which it would then parse as the
+      // next request on the connection. Refused unread, and the connection ends after the answer
+      // (cpp-httplib keeps it open whatever the response says: see log()).
+      const bool reads_body = req.method == "POST" || req.method == "PUT" ||
+                              req.method == "PATCH" || req.method == "DELETE";
+      const bool chunked = req.has_header("Transfer-Encoding");
+      if (chunked ||
+          (!reads_body && std::atoll(req.get_header_value("Content-Length").c_str()) != 0)) {
+        send_error(res, chunked ? ApiError(411,
+                                           "a request body needs a Content-Length (no chunked "
+                                           "bodies)",
+                                           "", "length_required")
+                                : ApiError(400, "a " + req.method + " request takes no body"));
         res.set_header("Connection", "close");
+        t_log.close = true;
         return httplib::Server::HandlerResponse::Handled;
       }
       return httplib::Server::HandlerResponse::Unhandled;
@@ -390,10 +402,6 @@ class Server {
       } else if (res.status == 404) {
         message = "no route " + req.method + " " + req.path;
       }
-      // cpp-httplib reads no body for a GET it has no route for: closing the connection keeps
-      // that body from being read as the next request.
-      if (req.body.empty() && std::atoll(req.get_header_value("Content-Length").c_str()) > 0)
-        res.set_header("Connection", "close");
       res.set_content(
           error_json(res.status, message).dump(-1, ' ', false, json::error_handler_t::replace),
           "application/json");
@@ -470,6 +478,13 @@ class Server {
       }
     } done{in_flight_, t_log.counted};
     t_log.counted = false;
+    // The response is written: a connection whose request body was left unread ends here (the
+    // socket stays cpp-httplib's to close; its next read sees the end).
+    if (t_log.close)
+      if (const int sock =
+              connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
+          sock >= 0)
+        ::shutdown(sock, SHUT_RDWR);
     const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
     if (o_.log_format == "json") {
       json line = {{"method", req.method},
@@ -608,17 +623,24 @@ class Server {
       if (text->stopped()) throw Cancelled();
     };
     r.on_finished = [this, job, text](const GenerationResult& g) {
-      const std::string tail = text->finish();
-      // Counted before the client can see its answer (a scrape after it counts it).
-      const std::string& why = g.stats.stop_reason;
-      metrics_.finished(why == "error"                           ? "error"
-                        : why == "cancelled" && !text->stopped() ? "cancelled"
-                                                                 : "ok",
-                        g.stats);
+      std::string tail;
+      GenerationResult result = g;
+      try {
+        tail = text->finish();
+        // Counted before the client can see its answer (a scrape after it counts it).
+        const std::string& why = g.stats.stop_reason;
+        metrics_.finished(why == "error"                           ? "error"
+                          : why == "cancelled" && !text->stopped() ? "cancelled"
+                                                                   : "ok",
+                          g.stats);
+      } catch (const std::exception& e) {  // the handler waits for `finished` whatever happens
+        result.stats.stop_reason = "error";
+        result.error = e.what();
+      }
       {
         std::lock_guard<std::mutex> lock(job->mutex);
         job->text += tail;
-        job->result = g;
+        job->result = std::move(result);
         job->finished = true;
       }
       job->ready.notify_all();
@@ -644,7 +666,8 @@ class Server {
     if (!p.stream) {
       // A client that leaves before its answer cancels it, as a stream's does (its row is freed
       // at the next step).
-      const int sock = connection_socket(req.remote_addr, req.remote_port, req.local_port);
+      const int sock =
+          connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
       std::unique_lock<std::mutex> lock(job->mutex);
       while (
           !job->ready.wait_for(lock, std::chrono::milliseconds(100), [&] { return job->finished; }))
