@@ -126,23 +126,30 @@ def _open_raw_stream(server, body, events=3):
     return sock, buf
 
 
+def _wait_for_the_cancel(server, cancelled0):
+    """Waits (10 s at most) until no row runs and one more request was counted cancelled than
+    `cancelled0`; returns the metrics then."""
+    label = ("specdec:requests", "specdec:requests_total")
+    t0 = time.monotonic()
+    while True:
+        m = metrics(server)
+        running = m.value("specdec:num_requests_running", "specdec:num_requests_running")
+        cancelled = m.value(*label, status="cancelled")
+        if running == 0 and cancelled > cancelled0:
+            return m
+        assert time.monotonic() - t0 < 10, \
+            f"10 s after the client left: running {running}, cancelled {cancelled0} -> {cancelled}"
+        time.sleep(0.1)
+
+
 def test_client_disconnect_cancels(server):
     before = metrics(server)
     label = ("specdec:requests", "specdec:requests_total")
     cancelled0 = before.value(*label, status="cancelled")
     ok0 = before.value(*label, status="ok")
     sock, _ = _open_raw_stream(server, {"prompt": COUNT, "max_tokens": 400, "temperature": 0})
-    t0 = time.monotonic()
     sock.close()
-    while True:
-        m = metrics(server)
-        running = m.value("specdec:num_requests_running", "specdec:num_requests_running")
-        cancelled = m.value(*label, status="cancelled")
-        if running == 0 and cancelled > cancelled0:
-            break
-        assert time.monotonic() - t0 < 10, \
-            f"10 s after the client left: running {running}, cancelled {cancelled0} -> {cancelled}"
-        time.sleep(0.2)
+    m = _wait_for_the_cancel(server, cancelled0)
     assert m.value(*label, status="ok") == ok0, "the abandoned request was counted as ok"
     server.assert_healthy("after a client disconnected")
     # Its log line says so, with the tokens it had.
@@ -169,15 +176,7 @@ def test_client_disconnect_cancels_a_request_that_does_not_stream(server):
         assert time.monotonic() - t0 < 10, "the request never ran"
         time.sleep(0.05)
     sock.close()
-    while True:
-        m = metrics(server)
-        running = m.value("specdec:num_requests_running", "specdec:num_requests_running")
-        cancelled = m.value(*label, status="cancelled")
-        if running == 0 and cancelled > cancelled0:
-            break
-        assert time.monotonic() - t0 < 10, \
-            f"10 s after the client left: running {running}, cancelled {cancelled0} -> {cancelled}"
-        time.sleep(0.1)
+    _wait_for_the_cancel(server, cancelled0)
     server.assert_healthy("after a client left before its answer")
 
 
