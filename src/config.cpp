@@ -1,7 +1,5 @@
 #include "specdec/config.hpp"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -297,10 +295,8 @@ void ModelConfig::apply_generation_config_text(const std::string& text, const st
 ModelConfig ModelConfig::from_dir(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
   // Reached by load_model for anything that is not a GGUF checkpoint: say what a checkpoint is.
-  struct stat st {};
-  SPECDEC_CHECK(::stat(dir.c_str(), &st) == 0, dir,
-                ": no such file or folder (a checkpoint is a folder with ", config_path,
-                " or a .gguf file)");
+  SPECDEC_CHECK(path_exists(dir), dir, ": no such file or folder (a checkpoint is a folder with ",
+                config_path, " or a .gguf file)");
   SPECDEC_CHECK(file_exists(config_path), dir, ": not a checkpoint: no ", config_path,
                 " (Hugging Face) and no .gguf file (GGUF)");
   ModelConfig c = from_json_text(read_text_file(config_path), config_path);

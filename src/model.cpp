@@ -7,7 +7,6 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
-#include <regex>
 #include <thread>
 
 #include "gguf_model.hpp"
@@ -143,16 +142,13 @@ std::shared_ptr<const Model> build(const ModelConfig& config, const WeightSource
 }
 
 // A tensor of a layer past the config's count: a header or config.json that undercounts the
-// layers would otherwise load the first ones only, and generate from another model. `layer` is
-// the pattern of a layer's tensor names with the index as its first group.
-void check_layer_count(const std::vector<std::string>& names, const std::regex& layer,
-                       int64_t layers, const std::string& where, const char* count) {
-  for (const std::string& name : names) {
-    std::smatch m;
-    if (std::regex_search(name, m, layer) && std::stoll(m[1].str()) >= layers)
-      throw Error(where + ": tensor '" + name + "' belongs to layer " + m[1].str() + ", but " +
-                  count + " is " + std::to_string(layers));
-  }
+// layers would otherwise load the first ones only, and generate from another model.
+void check_layer_count(const std::vector<std::string>& names, int64_t layers,
+                       const std::string& where, const char* count) {
+  for (const std::string& name : names)
+    if (const int64_t layer = decoder_layer_of(name); layer >= layers)
+      throw Error(where + ": tensor '" + name + "' belongs to layer " + std::to_string(layer) +
+                  ", but " + count + " is " + std::to_string(layers));
 }
 
 std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& options) {
@@ -173,17 +169,14 @@ std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& op
     const ModelConfig config = ModelConfig::from_gguf(file);
     std::vector<std::string> names;
     for (const auto& tensor : file.tensors()) names.push_back(tensor.first);
-    check_layer_count(names, std::regex(R"(^blk\.([0-9]{1,9})\.)"), config.num_hidden_layers, gguf,
-                      "its block_count");
+    check_layer_count(names, config.num_hidden_layers, gguf, "its block_count");
     return build(config, GgufWeights(file, config), options);
   }
   const ModelConfig config = ModelConfig::from_dir(path);
   const WeightStore weights(path);
-  // Hugging Face's decoder layers: "model.layers.N." (Llama, Qwen, Mistral, Gemma 3, and OPT's
-  // "model.decoder.layers.N."), "gpt_neox.layers.N.", GPT-2's "h.N." (T5 counts its blocks apart).
-  if (!config.is_encoder_decoder)
-    check_layer_count(weights.names(), std::regex(R"((?:^|\.)(?:layers|h)\.([0-9]{1,9})\.)"),
-                      config.num_hidden_layers, path, "config.json's num_hidden_layers");
+  if (!config.is_encoder_decoder)  // T5 counts its decoder blocks apart
+    check_layer_count(weights.names(), config.num_hidden_layers, path,
+                      "config.json's num_hidden_layers");
   return build(config, weights, options);
 }
 

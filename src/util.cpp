@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "specdec/error.hpp"
@@ -38,6 +40,21 @@ std::string read_text_file(const std::string& path) {
 bool file_exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int64_t decoder_layer_of(const std::string& name) {
+  if (name.rfind("encoder.", 0) == 0) return -1;
+  for (const char* marker : {"layers.", "h.", "block.", "blk."}) {
+    const size_t at = name.find(marker);
+    if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) continue;
+    const size_t digits = at + std::strlen(marker);
+    size_t end = digits;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    if (end > digits && end < name.size() && name[end] == '.')
+      return end - digits > 9 ? std::numeric_limits<int64_t>::max()
+                              : std::stoll(name.substr(digits, end - digits));
+  }
+  return -1;
 }
 
 bool path_exists(const std::string& path) {

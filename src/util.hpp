@@ -42,6 +42,10 @@ inline double copy_goes_on(double x) { return (x - 0.8) / (x + 0.2); }
 // Whole file as a string; throws specdec::Error naming the path when it cannot be read.
 std::string read_text_file(const std::string& path);
 bool file_exists(const std::string& path);
+// The decoder layer a checkpoint's tensor belongs to, from its name: Hugging Face's
+// "model.layers.3.", "transformer.h.3.", "decoder.block.3." ..., GGUF's "blk.3."; -1 for none (T5's
+// encoder blocks included), INT64_MAX for an index of more than 9 digits.
+int64_t decoder_layer_of(const std::string& name);
 // Folders, through POSIX calls rather than std::filesystem: PyPI's libtorch 2.x exports its own
 // std::filesystem symbols, which then replace the C++ library's and crash (remove_all).
 bool path_exists(const std::string& path);  // a file or folder

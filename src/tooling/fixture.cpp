@@ -6,7 +6,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -141,22 +140,6 @@ const char* architecture_of(const std::string& arch) {
   if (arch == "opt") return "OPTForCausalLM";
   if (arch == "t5") return "T5ForConditionalGeneration";
   return "Qwen2ForCausalLM";
-}
-
-// The decoder layer a tensor belongs to ("model.layers.3.", "transformer.h.3.", "decoder.block.3."
-// ...), or -1 (T5's encoder blocks included: a draft keeps the whole encoder).
-int64_t layer_of(const std::string& name) {
-  if (name.rfind("encoder.", 0) == 0) return -1;
-  for (const char* marker : {"layers.", "h.", "block."}) {
-    const size_t at = name.find(marker);
-    if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) continue;
-    const size_t digits = at + std::strlen(marker);
-    size_t end = digits;
-    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
-    if (end > digits && end < name.size() && name[end] == '.')
-      return std::stoll(name.substr(digits, end - digits));
-  }
-  return -1;
 }
 
 }  // namespace
@@ -467,7 +450,7 @@ void make_draft_of(const std::string& target, const std::string& out_dir, int64_
   at::Generator gen = at::detail::createCPUGenerator(seed);
   std::map<std::string, at::Tensor> t;
   for (const std::string& name : w->names()) {
-    if (layer_of(name) >= layers) continue;
+    if (decoder_layer_of(name) >= layers) continue;
     at::Tensor x = w->load(name, at::kFloat, c10::Device(c10::kCPU));
     if (noise > 0) x = x + at::normal(0.0, noise, x.sizes(), gen);
     t[name] = x.to(w->stored_dtype(name));
