@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cli_range.hpp"
 #include "specdec/config.hpp"
 
 namespace specdec::cli {
@@ -30,7 +31,7 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
                   "With --draft: the draft's W most probable tokens at each position, "
                   "verified as a tree in one pass (1 = a chain; goodput cuts the ones that do not "
                   "pay)")
-      ->check(CLI::Range(1, 16))
+      ->check(in_range(1, 16))
       ->capture_default_str();
   app->add_option("--confidence-threshold,--assistant-confidence-threshold",
                   gen.assistant_confidence_threshold,

@@ -8,9 +8,17 @@
 namespace specdec {
 
 // Every error names what is wrong (file, field or parameter) and what was expected.
+// A NUL byte in the message (a name read from a file) shows as \0: what() would end at it.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what) : std::runtime_error(shown(what)) {}
+
+ private:
+  static std::string shown(std::string s) {
+    for (size_t i = s.find('\0'); i != std::string::npos; i = s.find('\0', i + 2))
+      s.replace(i, 1, "\\0");
+    return s;
+  }
 };
 
 // Thrown by a streaming callback to stop its request: Generator::generate then returns the tokens

@@ -100,6 +100,12 @@ for flag in "--draft-tree-width 2" "--draft-weights q8_0" "--draft-int8-activati
   # shellcheck disable=SC2086  # a flag and its value
   expect_error "$flag without --draft" "${flag%% *} needs --draft" generate --model "$work/t" --prompt-ids 1 $flag
 done
+expect_error "a ranged flag's value that is no number says so" "--port: Value abc is not an integer" \
+  serve --model "$work/t" --port abc
+expect_error "... and one out of range says that" "--port: Value 70000 not in range 0 to 65535" \
+  serve --model "$work/t" --port 70000
+expect_error "... a real number where an integer goes too" "--draft-tree-width: Value 1.5 is not an integer" \
+  generate --model "$work/t" --draft "$work/d" --prompt-ids 1 --draft-tree-width 1.5
 expect_error "--prompt-lookup past its bound" "must be in [0, 256]" generate --model "$work/t" --prompt-ids 1 --prompt-lookup 257
 # Flags that apply only beside another are warned about (Hugging Face warns of sampling knobs
 # without do_sample), and the run goes on.

@@ -332,7 +332,7 @@ def test_range_messages_name_the_same_bounds(server):
 def test_wrong_method_is_405_naming_the_allowed_one(server):
     for method, path, allowed in (("GET", "/v1/chat/completions", "POST"), ("GET", "/v1/completions", "POST"),
                                   ("GET", "/tokenize", "POST"), ("POST", "/v1/models", "GET"),
-                                  ("POST", "/health", "GET")):
+                                  ("POST", "/health", "GET"), ("POST", "/v1/models/" + MODEL_ID, "GET")):
         r = server.http.request(method, server.url + path, json={} if method == "POST" else None, timeout=30)
         assert_error(server, r, 405)
         assert r.headers.get("Allow") == allowed, (method, path, dict(r.headers))

@@ -124,7 +124,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   if (compare)
     app->add_option("--warmup", o.warmup,
                     "Untimed warm-up runs of each mode before timing (a few tokens each)")
-        ->check(CLI::Range(0, 100))
+        ->check(in_range(0, 100))
         ->capture_default_str();
 }
 

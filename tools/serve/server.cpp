@@ -15,9 +15,9 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
-#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -29,60 +29,6 @@
 using nlohmann::json;
 
 namespace specdec::serve {
-
-void add_serve_options(CLI::App* app, ServeOptions& o) {
-  app->add_option("--host", o.host, "Address to bind (127.0.0.1: this machine only)")
-      ->capture_default_str();
-  app->add_option("--port", o.port, "TCP port (0: any free one, printed at start)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
-  app->add_option("--max-batch", o.max_batch,
-                  "Requests generated at once (rows of the running batch)")
-      ->check(CLI::Range(int64_t{1}, int64_t{256}))
-      ->capture_default_str();
-  app->add_option("--ctx", o.ctx,
-                  "Positions per request (prompt and answer); each row's caches hold this many")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
-      ->capture_default_str();
-  app->add_option("--max-queue", o.max_queue,
-                  "Requests waiting for a row at most (then 429 with Retry-After)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
-      ->capture_default_str();
-  app->add_option("--prefix-cache", o.prefix_cache,
-                  "Finished requests whose caches are kept (LRU): a request that begins with one "
-                  "(a chat's next turn, a shared system prompt) computes only the rest; 0: off")
-      ->check(CLI::Range(int64_t{0}, int64_t{4096}))
-      ->capture_default_str();
-  app->add_option(
-         "--prefill-chunk", o.prefill_chunk,
-         "Prompt tokens the joining requests put in per step, together, while others decode")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-      ->capture_default_str();
-  app->add_option("--api-key", o.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: "
-                  "$SPECDEC_API_KEY)");
-  app->add_option("--cors", o.cors,
-                  "Allow this origin (Access-Control-Allow-Origin); none by default");
-  app->add_option("--log-format", o.log_format, "One line per request: text or json")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
-  app->add_option("--max-body", o.max_body, "Largest request body in bytes (413 past it)")
-      ->check(CLI::Range(int64_t{64}, int64_t{1} << 30))
-      ->capture_default_str();
-  app->add_option(
-         "--shutdown-timeout", o.shutdown_timeout,
-         "Seconds running requests get to finish after SIGINT/SIGTERM (then they are cancelled)")
-      ->check(CLI::Range(0.0, 3600.0))
-      ->capture_default_str();
-  app->add_option("--http-threads", o.http_threads,
-                  "Connections served at once (a streaming request holds one for its duration)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
-      ->capture_default_str();
-  app->add_option("--idle-timeout", o.idle_timeout,
-                  "Seconds an idle keep-alive connection stays open")
-      ->check(CLI::Range(int64_t{1}, int64_t{3600}))
-      ->capture_default_str();
-}
 
 namespace {
 
@@ -350,12 +296,12 @@ class Server {
       http_.Post(path, handler);
     else
       http_.Get(path, handler);
-    methods_[path] = post ? "POST" : "GET";
+    methods_.emplace_back(std::regex(path), post ? "POST" : "GET");
   }
 
   void get(const char* path, httplib::Server::Handler handler) {
     http_.Get(path, std::move(handler));
-    methods_[path] = "GET";
+    methods_.emplace_back(std::regex(path), "GET");
   }
 
   void routes() {
@@ -394,8 +340,10 @@ class Server {
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       std::string message = status_text(res.status);
-      if (const auto route = methods_.find(req.path);
-          res.status == 404 && route != methods_.end()) {
+      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const auto& m) {
+        return std::regex_match(req.path, m.first);
+      });
+      if (res.status == 404 && route != methods_.end()) {
         res.status = 405;  // a route of another method
         res.set_header("Allow", route->second);
         message = req.path + " takes " + route->second + ", not " + req.method;
@@ -785,7 +733,8 @@ class Server {
   std::condition_variable shutdown_;
   std::mutex ids_mutex_;
   std::set<RequestEngine::Id> ids_;  // requests not answered yet (cancelled at the deadline)
-  std::map<std::string, std::string> methods_;  // the method of each route (others get 405)
+  // The path pattern and method of each route (other methods get 405).
+  std::vector<std::pair<std::regex, std::string>> methods_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
 };
 

@@ -1,0 +1,26 @@
+// A flag's numeric range for CLI11: CLI11's Range alone calls a value that is not a number at all
+// ("abc") out of range; this says what is wrong with it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <type_traits>
+
+namespace specdec::cli {
+
+template <class T>
+CLI::Validator in_range(T lo, T hi) {
+  const CLI::Range range(lo, hi);
+  return CLI::Validator(
+      [range](std::string& s) -> std::string {
+        T value;
+        if (!CLI::detail::lexical_cast(s, value))
+          return "Value " + s + " is not " +
+                 (std::is_integral<T>::value ? "an integer" : "a number");
+        return range(s);
+      },
+      range.get_description());
+}
+
+}  // namespace specdec::cli
