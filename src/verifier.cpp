@@ -93,23 +93,23 @@ at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c,
 at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Candidates& c,
                                              Rng& rng) const {
   check_shapes(scores, c);
-  if (c.tree()) {  // on the host, each uniform drawn from `rng` as it is needed
-    return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
-      // p of the positions the walk reaches only (a tree may have many more nodes than depth).
-      const at::Tensor p = scores[row].softmax(-1).to(at::kCPU).to(at::kDouble).contiguous();
-      at::Tensor r = p.clone();  // p less the children rejected so far
-      double* rp = r.data_ptr<double>();
-      double mass = r.sum().item<double>();
-      for (size_t i = 0; i < children.size(); ++i) {
-        const int64_t token = c.tokens[static_cast<size_t>(children[i])];
-        if (rng.uniform() * mass < rp[token]) return static_cast<int64_t>(i);
-        mass -= rp[token];
-        rp[token] = 0;
-      }
-      // Every child rejected: the token comes from the residual (from p when rounding left none).
-      next = sample_index(r.sum().item<double>() > 0 ? r : p, rng.uniform());
-      return int64_t{-1};
-    });
+  if (!c.q.defined()) {
+    // Deterministic candidates (a chain or a tree, or none): at each position the walk reaches,
+    // the target's token is drawn from p with one uniform from `rng`, as target-only sampling
+    // draws it, and the candidate holding that token, if one does, is kept.
+    const at::Tensor p = scores.softmax(-1);  // [K+1, V]
+    const auto draw = [&](int64_t row) { return sample_index(p[row], rng.uniform()); };
+    if (c.tree())
+      return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
+        next = draw(row);
+        for (size_t i = 0; i < children.size(); ++i)
+          if (c.tokens[static_cast<size_t>(children[i])] == next) return static_cast<int64_t>(i);
+        return int64_t{-1};
+      });
+    const auto k = static_cast<int64_t>(c.size());
+    int64_t accepted = 0, next = draw(0);
+    while (accepted < k && c.tokens[static_cast<size_t>(accepted)] == next) next = draw(++accepted);
+    return at::tensor(std::vector<int64_t>{accepted, next}, at::kLong);
   }
   const auto k = static_cast<int64_t>(c.size());
   const c10::Device device = scores.device();
@@ -126,10 +126,9 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
   at::Tensor dist = p[0];  // [V]: what the next token is drawn from
   if (k > 0) {
     const at::Tensor idx = detail::to_device(at::tensor(c.tokens, at::kLong), device).view({k, 1});
-    const at::Tensor q = c.q.defined() ? c.q.to(device) : at::Tensor();  // [K, V]
+    const at::Tensor q = c.q.to(device);  // [K, V]
     const at::Tensor p_tok = p.narrow(0, 0, k).gather(1, idx).view({k}).to(at::kDouble);
-    const at::Tensor q_tok = q.defined() ? q.gather(1, idx).view({k}).to(at::kDouble)
-                                         : at::ones({k}, p_tok.options());  // one-hot q
+    const at::Tensor q_tok = q.gather(1, idx).view({k}).to(at::kDouble);
     // Accept with probability min(1, p/q). q == 0 cannot be drafted; treat it as a rejection.
     const at::Tensor reject =
         (q_tok > 0).logical_not().logical_or(u.narrow(0, 0, k) * q_tok >= p_tok);
@@ -137,9 +136,7 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
         reject.logical_not().to(at::kLong).cumprod(0).sum().view({1});  // leading acceptances
     const at::Tensor p_a = p.index_select(0, accepted).view({-1});      // [V]
     const at::Tensor row = accepted.clamp_max(k - 1);                   // the rejected candidate
-    // max(0, p - q); with a one-hot q that is p without the candidate's own token.
-    at::Tensor residual = q.defined() ? (p_a - q.index_select(0, row).view({-1})).clamp_min(0)
-                                      : p_a.index_fill(0, idx.view({k}).index_select(0, row), 0.0);
+    at::Tensor residual = (p_a - q.index_select(0, row).view({-1})).clamp_min(0);
     // p == q up to rounding leaves no mass: any rejection then came from rounding, draw from p.
     residual = at::where(residual.sum() > 0, residual, p_a);
     dist = at::where(accepted == k, p_a, residual);
@@ -150,7 +147,7 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
 }
 
 void RejectionSamplingVerifier::settle(const Verdict& v, const Candidates& c, Rng& rng) const {
-  if (c.tree()) return;  // decide() drew from rng itself
+  if (!c.q.defined()) return;  // decide() drew from rng itself
   const auto k = static_cast<int64_t>(c.size());
   for (int64_t i = std::min(v.accepted + 2, k + 1); i > 0; --i) (void)rng.uniform();
 }

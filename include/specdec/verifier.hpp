@@ -55,11 +55,11 @@ class GreedyVerifier final : public Verifier {
 
 // Leviathan et al. (2211.17192) / Chen et al. (2302.01318): accept candidate i with probability
 // min(1, p_i / q_i); at the first rejection draw from norm(max(0, p - q)); when all are accepted,
-// draw the bonus from p at the next position. Keeps the target's distribution exactly. A
-// deterministic proposal (undefined q) is treated as one-hot q. A tree (deterministic): at each
-// node the target's token is drawn from p by trying the children in turn, child c accepted with
-// probability r(c) / sum(r), r being p less the children already rejected, else drawn from that
-// residual r: each step draws exactly from p, and an accepted child continues the path.
+// draw the bonus from p at the next position. Keeps the target's distribution exactly.
+// Deterministic candidates (undefined q; a chain or a tree): at each position the target's token
+// is drawn from p with one uniform, as target-only sampling draws it, and the candidate (child)
+// holding it continues the path: one-hot q's rejection sampling, one draw per token, so a seed
+// gives target-only sampling's tokens whatever the candidates.
 class RejectionSamplingVerifier final : public Verifier {
  public:
   at::Tensor decide(const at::Tensor& scores, const Candidates& candidates,

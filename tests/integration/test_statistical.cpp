@@ -467,7 +467,7 @@ TEST(Statistical, NegativeControlSiblingsTestedAgainstPIsDetected) {
 }
 
 // A draft model's trees under sampling: its 3 most probable tokens at each position, a
-// deterministic proposal, verified by drawing each node's token from p, its children tried in turn.
+// deterministic proposal, verified by drawing each node's token from p and following the child holding it.
 // 6 new tokens (the first 3 are tested), so that the first proposal has room for 6 nodes.
 GenerationConfig draft_trees(GenerationConfig c) {
   c.draft_tree_width = 3;

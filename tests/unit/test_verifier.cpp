@@ -85,6 +85,8 @@ TEST(RejectionSamplingVerifier, OneStepOutputFollowsTarget) {
 
 // The verifier decides on the device in one pass with its uniforms drawn ahead; the textbook
 // algorithm decides on the host, one draw at a time. Same draws, same decision, same stream after.
+// Deterministic proposals (no q): the target's token is drawn from p at each position, one
+// uniform each, and kept as a candidate while it equals it.
 TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
   const int64_t vocab = 7;
   at::manual_seed(5);
@@ -94,10 +96,10 @@ TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
     const int64_t k = trial % 6;
     const at::Tensor scores = at::randn({k + 1, vocab}) * 2;
     Candidates c;
-    const bool one_hot = trial % 3 == 0;  // deterministic proposals: q one-hot at each token
+    const bool deterministic = trial % 3 == 0;
     at::Tensor q = at::randn({k, vocab}).mul(2).softmax(-1);
     for (int64_t i = 0; i < k; ++i) c.tokens.push_back(sample_index(q[i], pick.uniform()));
-    if (!one_hot) c.q = q;
+    if (!deterministic) c.q = q;
     Rng rng(trial), oracle_rng(trial);
     const Verdict got = v.verify(scores, c, rng);
     // The oracle.
@@ -106,12 +108,20 @@ TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
     bool rejected = false;
     for (int64_t i = 0; i < k && !rejected; ++i) {
       const int64_t t = c.tokens[i];
-      const double pi = p[i][t].item<double>(), qi = one_hot ? 1.0 : q[i][t].item<double>();
+      if (deterministic) {
+        const int64_t drawn = sample_index(p[i], oracle_rng.uniform());
+        if (drawn == t) {
+          ++want.accepted;
+        } else {
+          rejected = true;
+          want.next_token = drawn;
+        }
+        continue;
+      }
+      const double pi = p[i][t].item<double>(), qi = q[i][t].item<double>();
       if (!(qi > 0.0) || oracle_rng.uniform() * qi >= pi) {
         rejected = true;
-        const at::Tensor qrow =
-            one_hot ? at::one_hot(at::tensor(t), vocab).to(at::kFloat).view({vocab}) : q[i];
-        at::Tensor residual = (p[i] - qrow).clamp_min(0);
+        at::Tensor residual = (p[i] - q[i]).clamp_min(0);
         if (!(residual.sum().item<double>() > 0)) residual = p[i];
         want.next_token = sample_index(residual, oracle_rng.uniform());
       } else {
@@ -122,6 +132,50 @@ TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
     ASSERT_EQ(got.accepted, want.accepted) << "trial " << trial;
     ASSERT_EQ(got.next_token, want.next_token) << "trial " << trial;
     ASSERT_EQ(rng.uniform(), oracle_rng.uniform()) << "trial " << trial << ": the streams part";
+  }
+}
+
+// A deterministic proposal changes which positions one pass verifies, never which tokens a seed
+// gives: the tokens of passes with any proposals equal those of target-only passes (no candidates)
+// from the same stream, one uniform per token either way.
+TEST(RejectionSamplingVerifier, DeterministicProposalsGiveTheTargetOnlyTokensOfASeed) {
+  const int64_t vocab = 5, n = 40;
+  at::manual_seed(8);
+  const at::Tensor logits = at::randn({n + 1, vocab});  // the target's scores at each position
+  RejectionSamplingVerifier v;
+  std::vector<int64_t> alone;
+  Rng rng(3);
+  for (int64_t i = 0; i < n; ++i)
+    alone.push_back(v.verify(logits[i].view({1, vocab}), {}, rng).next_token);
+  for (int trial = 0; trial < 20; ++trial) {
+    Rng proposals(trial), stream(3);
+    std::vector<int64_t> out;
+    while (static_cast<int64_t>(out.size()) < n - 2) {
+      const auto at = static_cast<int64_t>(out.size());
+      const int64_t k = std::min<int64_t>(proposals.uniform() * 4, n - at - 3);
+      // Candidates that are right half the time (the target-only token), else a random one.
+      const auto guess = [&](int64_t i) {
+        return proposals.uniform() < 0.5 ? alone[at + i]
+                                         : static_cast<int64_t>(proposals.uniform() * vocab);
+      };
+      Candidates c;
+      at::Tensor scores;
+      if (trial % 2 == 0 || k < 2) {  // a chain
+        for (int64_t i = 0; i < k; ++i) c.tokens.push_back(guess(i));
+        scores = logits.narrow(0, at, k + 1);
+      } else {  // a tree: two children under the root, one under each; a row per node's depth
+        c.tokens = {guess(0), guess(0), guess(1), guess(1)};
+        c.parents = {-1, -1, 0, 1};
+        scores =
+            at::stack({logits[at], logits[at + 1], logits[at + 1], logits[at + 2], logits[at + 2]});
+      }
+      const Verdict r = v.verify(scores, c, stream);
+      for (const int64_t node : r.path) out.push_back(c.tokens[node]);
+      out.push_back(r.next_token);
+    }
+    out.resize(std::min(out.size(), alone.size()));
+    EXPECT_EQ(out, std::vector<int64_t>(alone.begin(), alone.begin() + out.size()))
+        << "trial " << trial;
   }
 }
 
