@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <type_traits>
@@ -36,6 +37,11 @@ json parse_json(const std::string& text, const std::string& source) {
   }
 }
 
+template <class T>
+struct is_vector : std::false_type {};
+template <class T>
+struct is_vector<std::vector<T>> : std::true_type {};
+
 template <typename T>
 void read_field(const json& j, const char* key, T& out, const std::string& source) {
   auto it = j.find(key);
@@ -54,6 +60,14 @@ void read_field(const json& j, const char* key, T& out, const std::string& sourc
   try {
     out = it->get<T>();
   } catch (const json::exception&) {
+    if constexpr (is_vector<T>::value)
+      if (it->is_array())  // a list with an entry of the wrong type names that entry
+        for (size_t i = 0; i < it->size(); ++i) try {
+            (void)(*it)[i].template get<typename T::value_type>();
+          } catch (const json::exception&) {
+            throw Error(detail::concat(source, ": field '", key, "' entry ", i,
+                                       " has the wrong type (", (*it)[i].type_name(), ")"));
+          }
     throw Error(
         detail::concat(source, ": field '", key, "' has the wrong type (", it->type_name(), ")"));
   }
@@ -133,6 +147,14 @@ void read_rope(const json& rs, RopeScaling& scaling, double& theta, const std::s
   SPECDEC_CHECK(type.empty() || type == "linear" || type == "llama3" || type == "default", source,
                 ": unsupported ", key, " type '", type, "' (supported: default, linear, llama3)");
   scaling.type = type == "default" ? "" : type;
+  // Hugging Face's rope validation: the keys each type needs.
+  std::vector<const char*> needs;
+  if (type == "linear") needs = {"factor"};
+  if (type == "llama3")
+    needs = {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+  for (const char* k : needs)
+    SPECDEC_CHECK(rs.contains(k) && !rs[k].is_null(), source, ": ", key, " of type '", type,
+                  "' needs '", k, "'");
   read_field(rs, "factor", scaling.factor, source);
   read_field(rs, "low_freq_factor", scaling.low_freq_factor, source);
   read_field(rs, "high_freq_factor", scaling.high_freq_factor, source);
@@ -165,7 +187,11 @@ void read_gemma3_fields(const json& j, ModelConfig& c, const std::string& source
   } else {
     int64_t pattern = 6;
     read_field(j, "sliding_window_pattern", pattern, source);
-    SPECDEC_CHECK(pattern >= 1, source, ": sliding_window_pattern must be >= 1, got ", pattern);
+    check_layer_count(c.num_hidden_layers, source, "num_hidden_layers");
+    SPECDEC_CHECK(pattern >= 1 && pattern <= c.num_hidden_layers, source,
+                  ": sliding_window_pattern (every n-th layer global) must be from 1 to "
+                  "num_hidden_layers (",
+                  c.num_hidden_layers, "), got ", pattern);
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       c.layer_types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
   }
@@ -203,6 +229,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     read_field(j, gpt2 ? "n_head" : "num_attention_heads", c.num_attention_heads, source);
     c.num_key_value_heads = c.num_attention_heads;
     read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
+    if (gemma3) c.head_dim = 256, c.max_position_embeddings = 131072;  // Gemma3TextConfig's
     read_field(j, "head_dim", c.head_dim, source);
     if (c.head_dim == 0 && c.num_attention_heads > 0) {
       SPECDEC_CHECK(c.hidden_size % c.num_attention_heads == 0, source, ": hidden_size ",
@@ -217,6 +244,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   read_field(j, "rms_norm_eps", c.rms_norm_eps, source);
   read_field(j, "layer_norm_eps", c.rms_norm_eps, source);
   read_field(j, "layer_norm_epsilon", c.rms_norm_eps, source);
+  if (gemma3) c.rope_theta = 1e6;  // Gemma3TextConfig's default for the full-attention layers
   read_field(j, "rope_theta", c.rope_theta, source);
   read_field(j, "rotary_emb_base", c.rope_theta, source);
   read_field(j, "partial_rotary_factor", c.rotary_pct, source);
@@ -321,19 +349,27 @@ void ModelConfig::validate(const std::string& source) const {
                 " exceeds the limit of ", limits().max_vocab_size, " (Limits::max_vocab_size)");
   positive(hidden_size, "hidden_size");
   positive(intermediate_size, "intermediate_size");
-  positive(num_hidden_layers, "num_hidden_layers");
   positive(num_attention_heads, "num_attention_heads");
   positive(num_key_value_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
   positive(max_position_embeddings, "max_position_embeddings");
+  check_layer_count(num_hidden_layers, source, "num_hidden_layers");
+  SPECDEC_CHECK(head_dim <= limits().max_head_dim, source, ": head_dim ", head_dim,
+                " exceeds the limit of ", limits().max_head_dim, " (Limits::max_head_dim)");
   SPECDEC_CHECK(num_attention_heads % num_key_value_heads == 0, source, ": num_attention_heads (",
                 num_attention_heads, ") must be a multiple of num_key_value_heads (",
                 num_key_value_heads, ")");
   if (!is_encoder_decoder)
     SPECDEC_CHECK(head_dim % 2 == 0, source, ": head_dim must be even for rotary embeddings, got ",
                   head_dim);
-  SPECDEC_CHECK(rms_norm_eps > 0, source, ": rms_norm_eps must be > 0");
-  SPECDEC_CHECK(rope_theta > 0, source, ": rope_theta must be > 0");
+  // (as float32, where the kernels use them)
+  const auto finite_positive = [&](double v, const char* name) {
+    SPECDEC_CHECK(v > 0 && v <= std::numeric_limits<float>::max(), source, ": ", name,
+                  " must be a finite number > 0, got ", v);
+  };
+  finite_positive(rms_norm_eps, "rms_norm_eps");
+  finite_positive(rope_theta, "rope_theta");
+  finite_positive(rope_local_theta, "the sliding layers' rope_theta (rope_local_base_freq)");
   for (size_t i = 0; i < head_token_ids.size(); ++i)
     SPECDEC_CHECK(head_token_ids[i] >= 0 && head_token_ids[i] < vocab_size &&
                       (i == 0 || head_token_ids[i] > head_token_ids[i - 1]),
@@ -372,8 +408,6 @@ void ModelConfig::validate(const std::string& source) const {
   SPECDEC_CHECK(query_pre_attn_scalar >= 0, source,
                 ": query_pre_attn_scalar must be > 0 (or 0: head_dim), got ",
                 query_pre_attn_scalar);
-  SPECDEC_CHECK(rope_local_theta > 0, source,
-                ": the sliding layers' rope_theta (rope_local_base_freq) must be > 0");
   if (model_type == "gemma3_text") {
     SPECDEC_CHECK(static_cast<int64_t>(layer_types.size()) == num_hidden_layers, source,
                   ": gemma3_text needs a layer_types entry per layer");
@@ -384,7 +418,7 @@ void ModelConfig::validate(const std::string& source) const {
                                                 "sliding_attention") == layer_types.end(),
                 source, ": layer_types has sliding_attention layers but sliding_window is 0");
   if (is_encoder_decoder) {
-    positive(num_encoder_layers, "num_layers");
+    check_layer_count(num_encoder_layers, source, "num_layers");
     positive(relative_attention_num_buckets, "relative_attention_num_buckets");
     positive(relative_attention_max_distance, "relative_attention_max_distance");
     SPECDEC_CHECK(decoder_start_token_id.has_value(), source,
@@ -403,9 +437,7 @@ void ModelConfig::validate(const std::string& source) const {
   SPECDEC_CHECK(!pad_token_id || *pad_token_id < vocab_size, source, ": pad_token_id ",
                 pad_token_id.value_or(0), " is outside the vocabulary [0, ", vocab_size, ")");
   for (const RopeScaling* r : {&rope_scaling, &rope_local_scaling})
-    if (!r->type.empty())
-      SPECDEC_CHECK(r->factor > 0, source, ": the rope scaling factor must be > 0, got ",
-                    r->factor);
+    if (!r->type.empty()) finite_positive(r->factor, "the rope scaling factor");
 }
 
 namespace {

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 
 namespace specdec {
 
@@ -40,6 +41,11 @@ std::string read_text_file(const std::string& path) {
 bool file_exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void check_layer_count(int64_t layers, const std::string& source, const std::string& field) {
+  SPECDEC_CHECK(layers > 0 && layers <= limits().max_layers, source, ": ", field,
+                " must be from 1 to ", limits().max_layers, " (Limits::max_layers), got ", layers);
 }
 
 int64_t decoder_layer_of(const std::string& name) {

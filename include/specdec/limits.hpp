@@ -26,6 +26,10 @@ struct Limits {
   // Positions of one request (prompt plus max_new_tokens), whatever the model's own limit.
   // 1 M (Qwen2.5-1M's context).
   int64_t max_sequence_length = int64_t{1} << 20;
+  // A configuration's decoder layers and attention head size (real models: under 200 layers,
+  // heads of at most 512), checked before anything is built per layer or per head dimension.
+  int64_t max_layers = 4096;
+  int64_t max_head_dim = 4096;
   // T5Tokenizer's sentinel count (extra_ids: 100 in T5, 125 in ByT5).
   int64_t max_extra_ids = 4096;
 };

@@ -188,6 +188,12 @@ void FixtureOptions::validate() const {
 void make_fixture(const std::string& out_dir, const FixtureOptions& options) {
   FixtureOptions o = options;
   if (!o.tokenizer_dir.empty()) {
+    SPECDEC_CHECK(
+        std::any_of(std::begin(detail::kTokenizerFiles), std::end(detail::kTokenizerFiles),
+                    [&](const char* f) { return file_exists(o.tokenizer_dir + "/" + f); }),
+        o.tokenizer_dir,
+        ": no tokenizer files to copy (tokenizer.model, spiece.model, tokenizer.json or "
+        "vocab.json + merges.txt); a GGUF's vocabulary stays in its GGUF");
     const auto tok = load_tokenizer(o.tokenizer_dir);
     o.vocab = tok->size();
     if (tok->bos_token_id()) o.bos_token_id = *tok->bos_token_id();

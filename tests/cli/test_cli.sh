@@ -138,6 +138,10 @@ check "a flag that does not parse exits 1, as every other error" bash -c '[ "$*"
 serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 --threads 100000 2>&1)
 check "serve refuses a bad flag before it listens" bash -c \
   '[[ $1 == *"--threads: the thread count"* && $1 != *listening* ]]' _ "$serve_err"
+serve_rc=0
+serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 2>&1) || serve_rc=$?
+check "serve exits 1 when the model fails to load (it has no tokenizer), and does not hang" bash -c \
+  '[[ $1 == 1 && $2 == *"has no tokenizer"* ]]' _ "$serve_rc" "$serve_err"
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
 mkdir -p "$work/not_a_checkpoint"
 expect_error "a folder that is no checkpoint is named as such, before its tokenizer" \

@@ -293,6 +293,37 @@ def test_chat_stop(server):
     assert c["message"]["content"] == full[:full.find(stop)] and c["finish_reason"] == "stop", (stop, c, full)
 
 
+def test_a_stop_string_ends_the_answer_at_its_token_whatever_one_pass_verified_after_it(server):
+    # Suffix speculation proposes the whole answer again from the first request, so one pass
+    # verifies a stop string and the tokens after it. The answer ends at the token that completed
+    # the first stop string to complete, with that many tokens and logprobs: the answer without
+    # speculation, which sees the tokens one by one.
+    base = dict(prompt=STORY, max_tokens=32, temperature=0)
+    text = complete(server, **base, speculate="suffix")["choices"][0]["text"]  # remembered
+    words = text.split()
+    # b: a word past the first few whose " b" occurs once; a and c beside it
+    i = next((i for i in range(3, len(words) - 1) if text.count(" " + words[i]) == 1), None)
+    assert i is not None, text
+    a, b, c = words[i - 1:i + 2]
+    # One stop; and two where the later-starting one completes first.
+    for stop in (" " + b, [f"{a} {b} {c}", b]):
+        body = dict(base, stop=stop, logprobs=0)
+        want = complete(server, **body)
+        got = complete(server, **body, speculate="suffix", num_assistant_tokens_schedule="constant")
+        assert got["speculative"]["accepted_tokens"] > 0, got["speculative"]
+        w, g = want["choices"][0], got["choices"][0]
+        assert g["text"] == w["text"] and g["finish_reason"] == w["finish_reason"] == "stop", (stop, g, w)
+        assert got["usage"]["completion_tokens"] == want["usage"]["completion_tokens"], (stop, got["usage"], want["usage"])
+        assert g["logprobs"]["tokens"] == w["logprobs"]["tokens"], (stop, g["logprobs"], w["logprobs"])
+        streamed = stream_post(server, "/v1/completions", dict(body, speculate="suffix"))
+        chunks = [json.loads(line[6:]) for line in streamed.iter_lines(decode_unicode=True)
+                  if line.startswith("data: {")]
+        assert "".join(chunk_text(ch) for ch in chunks) == w["text"], (stop, chunks)
+        tokens = [t for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
+                  for t in ch["choices"][0]["logprobs"]["tokens"]]
+        assert tokens == w["logprobs"]["tokens"], (stop, tokens)
+
+
 def test_seed(server):
     def sample(seed, **kw):
         return complete(server, prompt=STORY, max_tokens=24, temperature=1.0, seed=seed, **kw)["choices"][0]["text"]
@@ -346,13 +377,12 @@ def test_completion_logprobs(server):
     assert all(isinstance(x, int) for x in lp["text_offset"]) and lp["text_offset"] == sorted(lp["text_offset"])
     for chosen, lpv, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
         assert isinstance(lpv, float) and lpv <= 0.0, lpv
-        # 3 alternatives; fewer only where two of them decode to the same string
-        assert isinstance(top, dict) and 1 <= len(top) <= 3, top
-        assert all(v <= 0.0 for v in top.values()), top
+        # 3 alternatives, the most probable first
+        assert isinstance(top, dict) and len(top) == 3, top
+        assert all(v <= 0.0 for v in top.values()) and list(top.values()) == sorted(top.values(), reverse=True), top
         # greedy: the chosen token is the most likely one
         assert abs(max(top.values()) - lpv) < 1e-3, (chosen, lpv, top)
         assert chosen in top, (chosen, top)
-    assert any(len(top) == 3 for top in lp["top_logprobs"]), f"logprobs=3 never gave 3 alternatives: {lp}"
 
 
 def test_completion_text_offset_counts_characters(server):
@@ -365,6 +395,46 @@ def test_completion_text_offset_counts_characters(server):
     assert "".join(lp["tokens"]) == text, (lp["tokens"], text)
     for token, offset in zip(lp["tokens"], lp["text_offset"]):
         assert text[offset:offset + len(token)] == token, (token, offset, text, lp["text_offset"])
+
+
+def test_completion_logprobs_of_tokens_that_hold_part_of_a_character(server):
+    # A token holding part of an emoji is "bytes:\\xNN..." as OpenAI writes it (its U+FFFD would
+    # make alternatives alike and fold them into one key); text_offset counts the characters that
+    # begin before each token, streamed or not, also while a stop string's beginning is held back.
+    prompt = "List: 😀 grinning, 😂 joy, 🥰 love, 😎 cool, 🤔 thinking,"
+    body = dict(prompt=prompt, max_tokens=12, temperature=0, logprobs=3)
+    c = check_completion(complete(server, **body))
+    text, lp = c["text"], c["logprobs"]
+    pieces = [t for t in lp["tokens"] if t.startswith("bytes:")]
+    assert pieces, f"no token held part of a character; change the prompt: {lp['tokens']}"
+    assert all(len(top) == 3 for top in lp["top_logprobs"]), lp["top_logprobs"]
+    raw = b"".join(bytes.fromhex(t[6:].replace("\\x", "")) if t.startswith("bytes:") else t.encode()
+                   for t in lp["tokens"])
+    assert raw.decode() == text, (raw, text)
+    start = 0
+    for token, offset in zip(lp["tokens"], lp["text_offset"]):
+        assert offset == start, (lp["tokens"], lp["text_offset"])
+        b = bytes.fromhex(token[6:].replace("\\x", "")) if token.startswith("bytes:") else token.encode()
+        start += sum(1 for x in b if x & 0xC0 != 0x80)
+        if not token.startswith("bytes:"):
+            assert text[offset:offset + len(token)] == token, (token, offset, text)
+    words = "".join(ch if ch.isalpha() else " " for ch in text).split()
+    assert words, text
+    stop = " " + words[0] + "@"  # never matches, but " word" is held back while it might
+    streamed = stream_post(server, "/v1/completions", dict(body, stop=stop))
+    offsets = [o for line in streamed.iter_lines(decode_unicode=True) if line.startswith("data: {")
+               for ch in [json.loads(line[6:])] if ch["choices"] and ch["choices"][0]["logprobs"]
+               for o in ch["choices"][0]["logprobs"]["text_offset"]]
+    assert offsets == lp["text_offset"], (offsets, lp["text_offset"])
+
+
+def test_detokenize_keeps_special_tokens(server):
+    # As Hugging Face's decode (vLLM's /detokenize) and llama-server's: /tokenize of a chat's
+    # messages, detokenized, is the chat prompt with its template's tokens.
+    ids = tokenize(server, messages=CAPITAL)
+    text = detokenize(server, ids)
+    assert "<|im_start|>" in text and CAPITAL[0]["content"] in text, text
+    assert tokenize(server, text) == ids, text
 
 
 def test_chat_text_parts_are_joined_by_line_breaks(server):
@@ -502,6 +572,20 @@ def test_suffix_speculation_remembers_earlier_answers(server):
     assert s2["tokens_per_target_pass"] > 2, f"the repeated answer was not proposed from the first: {s2}"
     plain = chat(server, messages=CAPITAL, max_tokens=8, temperature=0)
     assert plain["speculative"]["drafted_tokens"] == 0, f"the next request still drafted: {plain['speculative']}"
+
+
+def test_a_seed_gives_the_target_only_text_whatever_proposes(server):
+    # Prompt lookup and suffix speculation propose without a distribution: each position's token
+    # is drawn from the target as target-only sampling draws it, so a seed gives the same text with
+    # them as without, however many candidates each pass verifies (the suffix tree grows with every
+    # answer the server has given).
+    body = dict(messages=CAPITAL, max_tokens=32, temperature=0.9, seed=1234)
+    alone = chat(server, **body)["choices"][0]["message"]["content"]
+    for knobs in (dict(prompt_lookup_num_tokens=4), dict(speculate="suffix"), dict(speculate="suffix"),
+                  dict(speculate="suffix", num_assistant_tokens_schedule="constant")):
+        j = chat(server, **body, **knobs)
+        assert j["choices"][0]["message"]["content"] == alone, (knobs, j["choices"][0]["message"]["content"], alone)
+    assert j["speculative"]["drafted_tokens"] > 0, f"suffix drafted nothing: {j['speculative']}"
 
 
 def test_draft_model_and_prompt_lookup_requests_share_the_batch(draft_server):

@@ -122,11 +122,69 @@ TEST(ModelConfig, Gemma3AndQwen3Fields) {
   expect_error(R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
       "intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,
       "sliding_window_pattern":0})",
-               "sliding_window_pattern must be >= 1");
+               "sliding_window_pattern (every n-th layer global) must be from 1 to "
+               "num_hidden_layers (2), got 0");
+  // A pattern past the layer count would leave no global layer.
+  expect_error(R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
+      "intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,
+      "sliding_window_pattern":3})",
+               "must be from 1 to num_hidden_layers (2), got 3");
+  t = kGemma3;
+  expect_error(t.replace(t.find("[\"sliding_attention\",\"sliding_attention\",\"full_attention\"]"),
+                         58, "[\"sliding_attention\",2,\"full_attention\"]"),
+               "field 'layer_types' entry 1 has the wrong type (number)");
   t = kGemma3;
   expect_error(
       t.replace(t.find("\"sliding_window\":8"), 18, "\"use_bidirectional_attention\":true"),
       "use_bidirectional_attention");
+}
+
+// Gemma3TextConfig's defaults where its config.json says nothing (not the llama family's): the
+// full layers' rope_theta 1e6, head_dim 256, 131072 positions.
+TEST(ModelConfig, Gemma3DefaultsAreGemma3TextConfigs) {
+  const ModelConfig c = ModelConfig::from_json_text(
+      R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,"intermediate_size":64,
+      "num_hidden_layers":2,"num_attention_heads":4,"sliding_window_pattern":2})",
+      "cfg.json");
+  EXPECT_EQ(c.rope_theta, 1e6);
+  EXPECT_EQ(c.rope_local_theta, 1e4);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  // transformers 5: a per-type rope_parameters without rope_theta keeps the default too.
+  const ModelConfig t5 = ModelConfig::from_json_text(
+      R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,"intermediate_size":64,
+      "num_hidden_layers":2,"num_attention_heads":4,"layer_types":["sliding_attention","full_attention"],
+      "rope_parameters":{"full_attention":{"rope_type":"default"},"sliding_attention":{"rope_type":"default"}}})",
+      "cfg.json");
+  EXPECT_EQ(t5.rope_theta, 1e6);
+}
+
+// Numbers the kernels use as float32 must be finite there; rope scaling types need their keys (as
+// Hugging Face's rope validation says); layers and head sizes are bounded before anything is built.
+TEST(ModelConfig, RopeNormAndSizeFieldsAreChecked) {
+  const auto with = [](const std::string& from, const std::string& to) {
+    std::string t = kGood;
+    return t.replace(t.find(from), from.size(), to);
+  };
+  expect_error(with("\"num_key_value_heads\"", "\"rope_theta\":1e39,\"num_key_value_heads\""),
+               "rope_theta must be a finite number > 0, got 1e+39");
+  expect_error(with("\"num_key_value_heads\"", "\"rms_norm_eps\":1e39,\"num_key_value_heads\""),
+               "rms_norm_eps must be a finite number > 0");
+  expect_error(with("\"factor\":8.0", "\"factor\":1e300"),
+               "the rope scaling factor must be a finite number");
+  expect_error(with("\"factor\":8.0,", ""), "rope_scaling of type 'llama3' needs 'factor'");
+  expect_error(with("\"low_freq_factor\":1.0,", ""),
+               "rope_scaling of type 'llama3' needs 'low_freq_factor'");
+  expect_error(with("\"rope_type\":\"llama3\",\"factor\":8.0", "\"rope_type\":\"linear\""),
+               "rope_scaling of type 'linear' needs 'factor'");
+  expect_error(with("\"num_hidden_layers\":1", "\"num_hidden_layers\":400000000"),
+               "num_hidden_layers must be from 1 to 4096 (Limits::max_layers), got 400000000");
+  expect_error(with("\"num_hidden_layers\":1", "\"num_hidden_layers\":1,\"head_dim\":4000000000"),
+               "head_dim 4000000000 exceeds the limit of 4096 (Limits::max_head_dim)");
+  // Gemma 3's layer list is not built for a count past the limit.
+  expect_error(R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
+      "intermediate_size":64,"num_hidden_layers":4000000000,"num_attention_heads":4})",
+               "num_hidden_layers must be from 1 to 4096");
 }
 
 // A flan-t5-small style config.json (as T5Config.to_dict() writes it, minus unrelated fields).

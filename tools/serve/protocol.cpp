@@ -446,8 +446,12 @@ std::string TextStream::release(std::string text, bool last) {
   return out;
 }
 
-std::string TextStream::push(const std::vector<int64_t>& ids) {
-  return release(decoder_.push(ids), false);
+std::string TextStream::push(const std::vector<int64_t>& ids, size_t* taken) {
+  std::string out;
+  size_t n = 0;
+  for (; n < ids.size() && !stopped_; ++n) out += release(decoder_.push({ids[n]}), false);
+  if (taken) *taken = n;
+  return out;
 }
 
 std::string TextStream::finish() { return release(decoder_.finish(), true); }

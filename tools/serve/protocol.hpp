@@ -65,8 +65,9 @@ nlohmann::json parse_body(const std::string& body);
 class TextStream {
  public:
   TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
-  // The text that became safe to show with these tokens.
-  std::string push(const std::vector<int64_t>& ids);
+  // The text that became safe to show with these tokens, put in one at a time as if generated
+  // one by one; `taken` (optional): how many went in, up to the one that completed a stop string.
+  std::string push(const std::vector<int64_t>& ids, size_t* taken = nullptr);
   // What was held back, once generation ended (nothing after a stop string).
   std::string finish();
   bool stopped() const { return stopped_; }

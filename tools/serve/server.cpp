@@ -26,7 +26,7 @@
 #include "serve/metrics.hpp"
 #include "serve/protocol.hpp"
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // responses keep their fields in the order written
 
 namespace specdec::serve {
 
@@ -90,11 +90,26 @@ const char* status_text(int status) {
   }
 }
 
-// Unicode characters in UTF-8 text (a legacy completion's text_offset counts them, as Python's
-// string indices do).
-size_t characters(const std::string& s) {
-  return static_cast<size_t>(std::count_if(
-      s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+// Unicode characters that begin in UTF-8 bytes (a legacy completion's text_offset counts them,
+// as Python's string indices do).
+size_t characters(const json& bytes) {
+  return static_cast<size_t>(std::count_if(bytes.begin(), bytes.end(), [](const json& b) {
+    return (b.get<unsigned>() & 0xC0) != 0x80;
+  }));
+}
+
+// A token of a legacy completion's logprobs: its text, or for a token that holds part of a
+// character "bytes:\xNN..." as OpenAI writes it (its U+FFFD would make tokens alike).
+std::string legacy_token(const json& entry) {
+  const std::string& text = entry["token"].get_ref<const std::string&>();
+  if (text.find("\xEF\xBF\xBD") == std::string::npos) return text;
+  std::string out = "bytes:";
+  char hex[5];
+  for (const json& b : entry["bytes"]) {
+    std::snprintf(hex, sizeof hex, "\\x%02x", b.get<unsigned>());
+    out += hex;
+  }
+  return out;
 }
 
 json bytes_of(const std::string& s) {
@@ -159,10 +174,10 @@ class Server {
       models_ = load();
       start_engine();
     } catch (const std::exception& e) {
-      std::cerr << "specdec serve: error: " << e.what() << "\n";
-      http_.stop();
-      listener.join();
-      std::_Exit(1);  // the signal thread still waits on its pipe
+      std::cerr << "specdec serve: error: " << e.what() << std::endl;
+      // Not http_.stop(): before the listener thread is in its accept loop it does nothing, and
+      // joining the listener then waited forever. The HTTP and signal threads end with the process.
+      std::_Exit(1);
     }
     ready_ = true;
     log("specdec serve: ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
@@ -407,7 +422,7 @@ class Server {
     api_route(true, "/detokenize", false,
               [this](const httplib::Request& req, httplib::Response& res) {
                 const std::vector<int64_t> ids = parse_detokenize(parse_body(req.body), ctx_);
-                send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, true)}});
+                send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, false)}});
               });
     api_route(
         true, "/v1/completions", true,
@@ -489,26 +504,27 @@ class Server {
             {"tokens_per_target_pass", s.tokens_per_target_pass()}};
   }
 
-  // Chat-style logprob entries as the legacy completions object.
-  static json legacy_logprobs(const std::vector<json>& entries, size_t offset) {
+  // Chat-style logprob entries as the legacy completions object; `offset`: the characters of the
+  // answer before them, advanced past them.
+  static json legacy_logprobs(const std::vector<json>& entries, size_t& offset) {
     json out = {{"tokens", json::array()},
                 {"token_logprobs", json::array()},
                 {"top_logprobs", json::array()},
                 {"text_offset", json::array()}};
     for (const json& e : entries) {
-      out["tokens"].push_back(e["token"]);
+      out["tokens"].push_back(legacy_token(e));
       out["token_logprobs"].push_back(e["logprob"]);
-      json top = json::object();
-      for (const json& t : e["top_logprobs"]) top[t["token"].get<std::string>()] = t["logprob"];
+      json top = json::object();  // most probable first
+      for (const json& t : e["top_logprobs"]) top[legacy_token(t)] = t["logprob"];
       out["top_logprobs"].push_back(top);
       out["text_offset"].push_back(offset);
-      offset += characters(e["token"].get<std::string>());
+      offset += characters(e["bytes"]);
     }
     return out;
   }
 
   json choice(bool chat, const std::string& text, const std::vector<json>* logprobs, bool delta,
-              const json& finish, size_t offset) const {
+              const json& finish, size_t& offset) const {
     json c = {{"index", 0}, {"finish_reason", finish}};
     if (chat)
       c[delta ? "delta" : "message"] =
@@ -537,9 +553,11 @@ class Server {
     // On the engine's thread: decode, hold back stop strings, hand over, never wait.
     r.on_tokens = [this, job, text, tok](const std::vector<int64_t>& ids,
                                          const std::vector<TokenLogprob>& lps) {
-      const std::string piece = text->push(ids);
+      size_t taken = 0;  // the tokens after a stop string's end are not the answer's
+      const std::string piece = text->push(ids, &taken);
       std::vector<json> entries;
       for (const TokenLogprob& t : lps) {
+        if (entries.size() == taken) break;
         const std::string s = token_text(*tok, t.token);
         json top = json::array();
         for (const auto& [id, lp] : t.top) {
@@ -558,11 +576,11 @@ class Server {
         if (job->first)
           metrics_.first_token(seconds_between(job->arrived, now));
         else
-          for (size_t i = 0; i < ids.size(); ++i)
-            metrics_.inter_token(seconds_between(job->last, now) / static_cast<double>(ids.size()));
+          for (size_t i = 0; i < taken; ++i)
+            metrics_.inter_token(seconds_between(job->last, now) / static_cast<double>(taken));
         job->first = false;
         job->last = now;
-        job->tokens += static_cast<int64_t>(ids.size());
+        job->tokens += static_cast<int64_t>(taken);
         job->text += piece;
         for (json& e : entries) job->logprobs.push_back(std::move(e));
         job->stopped = text->stopped();
@@ -573,6 +591,9 @@ class Server {
     r.on_finished = [this, job, text](const GenerationResult& g) {
       std::string tail;
       GenerationResult result = g;
+      // A stop string ends the answer at the token that completed it, whatever the engine
+      // verified after it in the same pass (job->tokens: written on this thread only).
+      if (text->stopped()) result.stats.new_tokens = job->tokens;
       try {
         tail = text->finish();
         // Counted before the client can see its answer (a scrape after it counts it).
@@ -580,7 +601,7 @@ class Server {
         metrics_.finished(why == "error"                           ? "error"
                           : why == "cancelled" && !text->stopped() ? "cancelled"
                                                                    : "ok",
-                          g.stats);
+                          result.stats);
       } catch (const std::exception& e) {  // the handler waits for `finished` whatever happens
         result.stats.stop_reason = "error";
         result.error = e.what();
@@ -630,8 +651,9 @@ class Server {
       t_log.completion_tokens = s.new_tokens;
       if (s.stop_reason == "error") throw ApiError(500, "generation failed: " + job->result.error);
       json out = head;
+      size_t offset = 0;
       out["choices"] = json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr,
-                                           false, finish_reason(*job), 0)});
+                                           false, finish_reason(*job), offset)});
       out["usage"] = usage(s);
       out["speculative"] = speculative(s);
       send_json(res, 200, out);
@@ -687,7 +709,6 @@ class Server {
             json c = head;
             c["choices"] = json::array(
                 {choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr, st->offset)});
-            st->offset += characters(piece);
             if (!event(c)) return leave();
           }
           if (!finished) return true;
