@@ -168,15 +168,15 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
   row.verifier = m_.custom_verifier  ? m_.custom_verifier
                  : config.sampling() ? static_cast<const Verifier*>(&rejection_)
                                      : &greedy_;
+  {  // every row's answer goes into the shared tree as it finishes, whatever it drafted by
+    std::lock_guard<std::mutex> lock(state_.carried_mutex);
+    row.suffix = state_.suffix;
+  }
   if (config.prompt_lookup_num_tokens > 0) {
     row.proposer = std::make_unique<PromptLookupGenerator>(
         config.prompt_lookup_num_tokens, config.max_matching_ngram_size, config.eos_token_ids,
         config.prompt_lookup_match == "last");
   } else if (config.suffix_speculation) {
-    {
-      std::lock_guard<std::mutex> lock(state_.carried_mutex);
-      row.suffix = state_.suffix;
-    }
     // Trees where the target and the verifier take them.
     row.proposer = std::make_unique<SuffixGenerator>(
         row.suffix, config.eos_token_ids,
@@ -627,7 +627,7 @@ void Engine::finish_row(Row& row) {
       state_.carried_evidence[proposer_kind(row)] =
           LookaheadSchedule::carry_evidence({row.schedule.get()});
   }
-  // Suffix speculation remembers what the target wrote (the tokens it verified).
+  // Suffix speculation remembers what the target wrote (the tokens it verified), for every row.
   if (row.suffix)
     row.suffix->add(row.tokens, static_cast<int64_t>(row.tokens.size() - row.result.tokens.size()));
   row.done = true;

@@ -71,7 +71,7 @@ struct Row {
   std::unique_ptr<LogitsProcessorChain> processors;
   // Prompt lookup's or suffix speculation's (null for the draft model's rows and target-only ones).
   std::unique_ptr<SequenceProposer> proposer;
-  std::shared_ptr<SuffixCache> suffix;  // suffix speculation: the Generator's shared tree
+  std::shared_ptr<SuffixCache> suffix;  // the Generator's shared tree, which the row feeds
   at::Tensor draft_encoder_states;      // encoder-decoder: what the draft's decoder attends to
   const Verifier* verifier = nullptr;
   GenerationResult result;

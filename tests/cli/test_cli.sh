@@ -115,6 +115,7 @@ warned() { # warned NEEDLE ARGS...: the run succeeds and stderr holds NEEDLE
 }
 check "sampling flags without --do-sample are warned about" warned "--temperature, --top-p only apply with --do-sample" --temperature 0.7 --top-p 0.9
 check "... one of them too" warned "--top-k only applies with --do-sample" --top-k 5
+check "--num-assistant-tokens beside --prompt-lookup is warned about" warned "--num-assistant-tokens does not apply with --prompt-lookup N" --prompt-lookup 4 --num-assistant-tokens 2
 check "no warning for --temperature 0 (greedy, as documented)" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --temperature 0 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
 check "prompt lookup flags without --prompt-lookup are warned about" warned "only apply with --prompt-lookup" --max-matching-ngram 4
 check "suffix flags without --speculate suffix are warned about" warned "only apply with --speculate suffix" --suffix-tree
@@ -378,6 +379,17 @@ printf '{"prompt_ids": [5], "logit_bias": {"5000": 1}}\n' > "$work/bad_bias1.jso
 printf '{"prompt_ids": [5], "logit_bias": {"7": 101}}\n' > "$work/bad_bias2.jsonl"
 expect_error "--prompts-file: logit_bias id outside the vocabulary" "bad_bias1.jsonl:1: logit_bias token id 5000 is outside" \
   generate --model "$work/tt" --prompts-file "$work/bad_bias1.jsonl"
+printf '{"prompt_ids": [5], "draft_tree_width": 3}\n' > "$work/bad_tree.jsonl"
+expect_error "--prompts-file: a line's draft_tree_width needs --draft" 'bad_tree.jsonl:1: "draft_tree_width" needs --draft' \
+  generate --model "$work/tt" --prompts-file "$work/bad_tree.jsonl"
+printf '{"prompt_ids": [5], "max_matching_ngram_size": 18446744073709551615}\n' > "$work/bad_big.jsonl"
+expect_error "--prompts-file: an integer past int64 is named, not wrapped" \
+  'bad_big.jsonl:1: "max_matching_ngram_size" is out of range, got 18446744073709551615' \
+  generate --model "$work/tt" --prompts-file "$work/bad_big.jsonl"
+printf '{"prompt_ids": [5, 6, 5, 6, 5, 6, 5], "speculate": "none"}\n' > "$work/none.jsonl"
+check '--prompts-file: "speculate": "none" turns --prompt-lookup off' python3 -c "
+import json,sys; s=json.loads(sys.argv[1].splitlines()[0])['stats']; assert s['drafted_tokens']==0, s" \
+  "$("$SPECDEC" generate --model "$work/tt" --prompts-file "$work/none.jsonl" --prompt-lookup 3 --schedule constant --max-new-tokens 6)"
 expect_error "--prompts-file: logit_bias out of range" "bad_bias2.jsonl:1: GenerationConfig.logit_bias: the bias of token 7 must be in [-100, 100]" \
   generate --model "$work/tt" --prompts-file "$work/bad_bias2.jsonl"
 printf '{"prompt_ids": [5, 6, 5], "max_new_tokens": 4, "logit_bias": {"9": 100}}\n' > "$work/bias.jsonl"

@@ -544,6 +544,9 @@ def test_prompt_lookup_completion(lookup_server):
     c = check_completion(j)
     assert c["text"] == want["text"], f"lookup server {c['text']!r}\noracle {want['text']!r}"
     assert j["speculative"]["drafted_tokens"] > 0, f"nothing drafted: {j['speculative']}"
+    # "speculate": "none" turns the server's prompt lookup off for one request.
+    j = complete(lookup_server, prompt=prompt, max_tokens=40, temperature=0, speculate="none")
+    assert j["choices"][0]["text"] == want["text"] and j["speculative"]["drafted_tokens"] == 0, j
 
 
 def test_prompt_lookup_per_request(server):
@@ -555,6 +558,16 @@ def test_prompt_lookup_per_request(server):
     assert j["speculative"]["drafted_tokens"] > 0, f"prompt_lookup_num_tokens drafted nothing: {j['speculative']}"
     plain = chat(server, messages=NAMES, max_tokens=8, temperature=0)
     assert plain["speculative"]["drafted_tokens"] == 0, f"the next request still drafted: {plain['speculative']}"
+
+
+def test_suffix_speculation_remembers_answers_of_requests_that_did_not_use_it(server):
+    # Every finished request feeds the server's shared tree, whatever it drafted by.
+    messages = [{"role": "user", "content": "Name the three primary colours, one per line."}]
+    plain = chat(server, messages=messages, max_tokens=24, temperature=0)
+    again = chat(server, messages=messages, max_tokens=24, temperature=0, speculate="suffix",
+                 num_assistant_tokens_schedule="constant")
+    assert again["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    assert again["speculative"]["tokens_per_target_pass"] > 2, f"the plain answer was not remembered: {again['speculative']}"
 
 
 def test_suffix_speculation_remembers_earlier_answers(server):

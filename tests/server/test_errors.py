@@ -93,6 +93,7 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "Hi"}]}, UNSET),
     ("/v1/chat/completions", {"messages": MSGS, "speculate": "tree"}, "speculate"),
     ("/v1/completions", {"prompt": "Hi", "speculate": 3}, "speculate"),
+    ("/v1/completions", {"prompt": "Hi", "draft_tree_width": 3}, "draft_tree_width"),  # no draft
     ("/v1/completions", {"prompt": "Hi", "speculate": "suffix", "prompt_lookup_num_tokens": 3}, UNSET),  # both
     ("/v1/chat/completions", {"messages": MSGS, "echo": True}, "echo"),
     ("/v1/completions", {"prompt": "Hi", "seed": 18446744073709551615}, "seed"),  # past int64

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <optional>
 
 #include "cli.hpp"
@@ -51,6 +52,9 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
       for (const auto& [key, value] : j.items()) {
         const auto integer = [&](auto& field) {
           if (!value.is_number_integer()) throw Error("\"" + key + "\" must be an integer");
+          if (value.is_number_unsigned() &&
+              value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            throw Error("\"" + key + "\" is out of range, got " + value.dump());
           field = value.get<std::remove_reference_t<decltype(field)>>();
         };
         const auto number = [&](double& field) {
@@ -126,6 +130,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           throw Error("unknown key \"" + key + "\"");
         }
       }
+      if (c.draft_tree_width > 1 && j.contains("draft_tree_width") && o.draft.empty())
+        throw Error("\"draft_tree_width\" needs --draft");
       // A line's choice of proposer replaces the flags' (as a server request's does).
       choose_proposer(c, j.contains("prompt_lookup_num_tokens"), j.contains("speculate"));
       if (j.contains("system") && !j.contains("prompt"))

@@ -91,6 +91,11 @@ void check_flags(RunOptions& o, bool chat) {
         (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
          o.gen.prompt_lookup_match != plain.prompt_lookup_match))
       warn("--max-matching-ngram and --prompt-lookup-match only apply with --prompt-lookup");
+    if (o.gen.prompt_lookup_num_tokens > 0 &&
+        o.gen.num_assistant_tokens != plain.num_assistant_tokens)
+      warn(
+          "--num-assistant-tokens does not apply with --prompt-lookup N, whose N caps a proposal "
+          "(as in Hugging Face)");
     const SuffixOptions suffix;
     if (!o.gen.suffix_speculation &&
         (o.suffix.max_depth != suffix.max_depth ||

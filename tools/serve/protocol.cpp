@@ -346,7 +346,11 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   if (const auto v =
           number(body, "num_assistant_tokens", {0, GenerationConfig::kMaxLookahead}, true))
     c.num_assistant_tokens = *v;
-  if (const auto v = number(body, "draft_tree_width", {1, 16}, true)) c.draft_tree_width = *v;
+  if (const auto v = number(body, "draft_tree_width", {1, 16}, true)) {
+    if (*v > 1 && !ctx.has_draft)
+      bad("draft_tree_width", "'draft_tree_width' needs a server with a draft model (--draft)");
+    c.draft_tree_width = *v;
+  }
   if (const auto v = string(body, "num_assistant_tokens_schedule"))
     c.num_assistant_tokens_schedule = *v;
   // The request's choice of proposer over the server's default.

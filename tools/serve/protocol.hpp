@@ -33,6 +33,7 @@ struct Context {
   std::string model_id;
   int64_t context = 0;            // positions per request
   int64_t vocab_size = 0;         // the target's: the token ids a prompt may hold
+  bool has_draft = false;         // a draft model (draft_tree_width needs one)
   GenerationConfig defaults;      // the server's flags (EOS ids filled in)
   std::vector<int64_t> chat_eos;  // a chat answer ends at these too (the template's end of turn)
   // --max-new-tokens when given: the max_tokens of a request that sets none (else OpenAI's

@@ -225,6 +225,7 @@ class Server {
     ctx_.model_id = models_.model_id;
     ctx_.context = o_.ctx;
     ctx_.vocab_size = models_.target->config().vocab_size;
+    ctx_.has_draft = models_.draft != nullptr;
     ctx_.defaults = models_.defaults;
     ctx_.chat_eos = models_.chat_eos;
     ctx_.max_tokens = models_.max_tokens;
