@@ -194,7 +194,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
         q_rows[r].push_back(q);
       } else if (width > 1) {
         // Ranked, as argmax ranks the first; a sampled row's tree is deterministic too (the
-        // verifier draws from p at each node, trying its children in turn).
+        // verifier draws each node's token from p and follows the child holding it).
         idx = std::get<1>(scores[0].topk(width));
         prob = (scores[0].index_select(0, idx) - scores[0].logsumexp(0)).exp();
       } else {

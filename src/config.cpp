@@ -188,10 +188,8 @@ void read_gemma3_fields(const json& j, ModelConfig& c, const std::string& source
     int64_t pattern = 6;
     read_field(j, "sliding_window_pattern", pattern, source);
     check_layer_count(c.num_hidden_layers, source, "num_hidden_layers");
-    SPECDEC_CHECK(pattern >= 1 && pattern <= c.num_hidden_layers, source,
-                  ": sliding_window_pattern (every n-th layer global) must be from 1 to "
-                  "num_hidden_layers (",
-                  c.num_hidden_layers, "), got ", pattern);
+    // (a pattern past the layer count makes every layer sliding, as Hugging Face reads it)
+    SPECDEC_CHECK(pattern >= 1, source, ": sliding_window_pattern must be >= 1, got ", pattern);
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       c.layer_types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
   }
@@ -437,7 +435,18 @@ void ModelConfig::validate(const std::string& source) const {
   SPECDEC_CHECK(!pad_token_id || *pad_token_id < vocab_size, source, ": pad_token_id ",
                 pad_token_id.value_or(0), " is outside the vocabulary [0, ", vocab_size, ")");
   for (const RopeScaling* r : {&rope_scaling, &rope_local_scaling})
-    if (!r->type.empty()) finite_positive(r->factor, "the rope scaling factor");
+    if (!r->type.empty()) {
+      finite_positive(r->factor, "the rope scaling factor");
+      if (r->type == "llama3") {
+        finite_positive(r->low_freq_factor, "llama3 rope scaling's low_freq_factor");
+        finite_positive(r->high_freq_factor, "llama3 rope scaling's high_freq_factor");
+        SPECDEC_CHECK(
+            r->high_freq_factor > r->low_freq_factor && r->original_max_position_embeddings > 0,
+            source,
+            ": llama3 rope scaling needs high_freq_factor > low_freq_factor and "
+            "original_max_position_embeddings > 0");
+      }
+    }
 }
 
 namespace {

@@ -268,6 +268,14 @@ at::Tensor sample_index_tensor(const at::Tensor& probs, const at::Tensor& u) {
   return inverse_cdf(probs, u);
 }
 
+at::Tensor sample_rows_tensor(const at::Tensor& probs, const at::Tensor& u) {
+  const at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);  // [R, V]
+  const at::Tensor target = cdf.narrow(1, cdf.size(1) - 1, 1) * u.view({-1, 1});
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true)
+      .clamp_max(probs.size(1) - 1)
+      .view({-1});
+}
+
 int64_t sample_index(const at::Tensor& probs, double u) {
   return sample_index_tensor(probs, u).item<int64_t>();
 }

@@ -20,6 +20,13 @@ void check_shapes(const at::Tensor& scores, const Candidates& c) {
                   "verifier: candidate ", i, "'s parent ", c.parents[i], " is not an earlier one");
 }
 
+// The child (an index into `children`) holding `token`, or -1.
+int64_t child_holding(const Candidates& c, const std::vector<int64_t>& children, int64_t token) {
+  for (size_t i = 0; i < children.size(); ++i)
+    if (c.tokens[static_cast<size_t>(children[i])] == token) return static_cast<int64_t>(i);
+  return -1;
+}
+
 // A tree's verdict, decided on the host one level at a time: `pick(row, children)` returns the
 // child (an index into `children`, the candidates under the node whose scores are row `row`) the
 // target keeps, or -1 with the target's own token in `next`.
@@ -73,9 +80,7 @@ at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c,
     const int64_t* b = best.data_ptr<int64_t>();
     return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
       next = b[row];
-      for (size_t i = 0; i < children.size(); ++i)
-        if (c.tokens[static_cast<size_t>(children[i])] == next) return static_cast<int64_t>(i);
-      return int64_t{-1};
+      return child_holding(c, children, next);
     });
   }
   const auto k = static_cast<int64_t>(c.size());
@@ -95,21 +100,17 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
   check_shapes(scores, c);
   if (!c.q.defined()) {
     // Deterministic candidates (a chain or a tree, or none): at each position the walk reaches,
-    // the target's token is drawn from p with one uniform from `rng`, as target-only sampling
-    // draws it, and the candidate holding that token, if one does, is kept.
+    // the target's token is drawn from p with one uniform, as target-only sampling draws it, and
+    // the candidate holding that token, if one does, is kept.
     const at::Tensor p = scores.softmax(-1);  // [K+1, V]
-    const auto draw = [&](int64_t row) { return sample_index(p[row], rng.uniform()); };
-    if (c.tree())
+    if (c.tree())  // on the host, each uniform drawn from `rng` as it is needed
       return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
-        next = draw(row);
-        for (size_t i = 0; i < children.size(); ++i)
-          if (c.tokens[static_cast<size_t>(children[i])] == next) return static_cast<int64_t>(i);
-        return int64_t{-1};
+        next = sample_index(p[row], rng.uniform());
+        return child_holding(c, children, next);
       });
-    const auto k = static_cast<int64_t>(c.size());
-    int64_t accepted = 0, next = draw(0);
-    while (accepted < k && c.tokens[static_cast<size_t>(accepted)] == next) next = draw(++accepted);
-    return at::tensor(std::vector<int64_t>{accepted, next}, at::kLong);
+    // A chain: from a copy of the stream (settle() advances past the uniforms used).
+    Rng ahead = rng;
+    return detail::draw_along_chain(p, c.tokens, ahead);
   }
   const auto k = static_cast<int64_t>(c.size());
   const c10::Device device = scores.device();
@@ -147,9 +148,39 @@ at::Tensor RejectionSamplingVerifier::decide(const at::Tensor& scores, const Can
 }
 
 void RejectionSamplingVerifier::settle(const Verdict& v, const Candidates& c, Rng& rng) const {
-  if (!c.q.defined()) return;  // decide() drew from rng itself
+  if (c.tree()) return;  // decide() drew from rng itself
   const auto k = static_cast<int64_t>(c.size());
-  for (int64_t i = std::min(v.accepted + 2, k + 1); i > 0; --i) (void)rng.uniform();
+  // One uniform per token of a deterministic chain; a drafted one's tests and its final draw.
+  const int64_t used = c.q.defined() ? std::min(v.accepted + 2, k + 1) : v.accepted + 1;
+  for (int64_t i = used; i > 0; --i) (void)rng.uniform();
 }
+
+namespace detail {
+
+at::Tensor draw_along_chain(const at::Tensor& p, const std::vector<int64_t>& tokens, Rng& rng) {
+  const auto k = static_cast<int64_t>(tokens.size());
+  if (p.device().is_cpu()) {  // one position at a time, up to the first mismatch
+    int64_t accepted = 0, next = sample_index(p[0], rng.uniform());
+    while (accepted < k && tokens[static_cast<size_t>(accepted)] == next)
+      next = sample_index(p[++accepted], rng.uniform());
+    return at::tensor(std::vector<int64_t>{accepted, next}, at::kLong);
+  }
+  // On a device: every position's draw at once (the same inverse-CDF draws, row by row), so
+  // the pass's verdicts still reach the host in one copy.
+  std::vector<double> draws(static_cast<size_t>(k) + 1);
+  for (double& x : draws) x = rng.uniform();
+  const at::Tensor drawn = sample_rows_tensor(p, at::tensor(draws, at::kDouble).to(p.device()));
+  at::Tensor accepted = at::zeros({1}, drawn.options());
+  if (k > 0)
+    accepted = drawn.narrow(0, 0, k)
+                   .eq(at::tensor(tokens, at::kLong).to(p.device()))
+                   .to(at::kLong)
+                   .cumprod(0)
+                   .sum()
+                   .view({1});
+  return at::cat({accepted, drawn.index_select(0, accepted)});
+}
+
+}  // namespace detail
 
 }  // namespace specdec

@@ -79,5 +79,8 @@ int64_t sample_index(const at::Tensor& probs, double u);
 at::Tensor sample_index_tensor(const at::Tensor& probs, double u);
 // ... with `u` a one-element double tensor on probs' device (no host value needed).
 at::Tensor sample_index_tensor(const at::Tensor& probs, const at::Tensor& u);
+// Row r's index drawn from probs[r] ([R, V]) with u[r] ([R] double on probs' device), each as
+// sample_index draws it: [R] int64 on the device.
+at::Tensor sample_rows_tensor(const at::Tensor& probs, const at::Tensor& u);
 
 }  // namespace specdec

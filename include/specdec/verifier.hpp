@@ -68,4 +68,11 @@ class RejectionSamplingVerifier final : public Verifier {
   bool verifies_trees() const override { return true; }
 };
 
+namespace detail {
+// A deterministic chain's verdict {accepted, next} from p [K+1, V]: the token of each position
+// drawn with the next uniform of `rng` until one differs from its candidate (one uniform per
+// token). On the CPU one position at a time; on a device all at once, without leaving it.
+at::Tensor draw_along_chain(const at::Tensor& p, const std::vector<int64_t>& tokens, Rng& rng);
+}  // namespace detail
+
 }  // namespace specdec

@@ -386,6 +386,10 @@ printf '{"prompt_ids": [5], "max_matching_ngram_size": 18446744073709551615}\n' 
 expect_error "--prompts-file: an integer past int64 is named, not wrapped" \
   'bad_big.jsonl:1: "max_matching_ngram_size" is out of range, got 18446744073709551615' \
   generate --model "$work/tt" --prompts-file "$work/bad_big.jsonl"
+printf '{"prompt_ids": [18446744073709551615]}\n' > "$work/bad_id.jsonl"
+expect_error "--prompts-file: a prompt id past int64 is named, not wrapped" \
+  'bad_id.jsonl:1: prompt token id 18446744073709551615 is outside the vocabulary' \
+  generate --model "$work/tt" --prompts-file "$work/bad_id.jsonl"
 printf '{"prompt_ids": [5, 6, 5, 6, 5, 6, 5], "speculate": "none"}\n' > "$work/none.jsonl"
 check '--prompts-file: "speculate": "none" turns --prompt-lookup off' python3 -c "
 import json,sys; s=json.loads(sys.argv[1].splitlines()[0])['stats']; assert s['drafted_tokens']==0, s" \

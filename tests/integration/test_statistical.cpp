@@ -416,8 +416,8 @@ class AlwaysAccept final : public Verifier {
   bool verifies_trees() const override { return true; }
 };
 
-// A tree verifier that tests each child against p itself, not against what the rejected siblings
-// leave (SpecInfer's residual skipped): a second child is then kept too rarely.
+// A tree verifier that tests each child against p on a draw of its own instead of drawing the
+// position's token once: a second child is then kept too rarely.
 class SiblingsAgainstP final : public Verifier {
  public:
   at::Tensor decide(const at::Tensor& scores, const Candidates& c, Rng& rng) const override {
@@ -467,8 +467,9 @@ TEST(Statistical, NegativeControlSiblingsTestedAgainstPIsDetected) {
 }
 
 // A draft model's trees under sampling: its 3 most probable tokens at each position, a
-// deterministic proposal, verified by drawing each node's token from p and following the child holding it.
-// 6 new tokens (the first 3 are tested), so that the first proposal has room for 6 nodes.
+// deterministic proposal, verified by drawing each node's token from p and following the child
+// holding it. 6 new tokens (the first 3 are tested), so that the first proposal has room for 6
+// nodes.
 GenerationConfig draft_trees(GenerationConfig c) {
   c.draft_tree_width = 3;
   c.max_new_tokens = 6;

@@ -122,13 +122,14 @@ TEST(ModelConfig, Gemma3AndQwen3Fields) {
   expect_error(R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
       "intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,
       "sliding_window_pattern":0})",
-               "sliding_window_pattern (every n-th layer global) must be from 1 to "
-               "num_hidden_layers (2), got 0");
-  // A pattern past the layer count would leave no global layer.
-  expect_error(R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
-      "intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16,
-      "sliding_window_pattern":3})",
-               "must be from 1 to num_hidden_layers (2), got 3");
+               "sliding_window_pattern must be >= 1");
+  // A pattern past the layer count makes every layer sliding, as Hugging Face reads it (a
+  // draft cut to its first layers keeps its target's pattern).
+  const ModelConfig few = ModelConfig::from_json_text(
+      R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
+      "intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,"head_dim":16})",
+      "cfg.json");
+  EXPECT_EQ(few.layer_types, (std::vector<std::string>{"sliding_attention", "sliding_attention"}));
   t = kGemma3;
   expect_error(t.replace(t.find("[\"sliding_attention\",\"sliding_attention\",\"full_attention\"]"),
                          58, "[\"sliding_attention\",2,\"full_attention\"]"),
@@ -175,6 +176,8 @@ TEST(ModelConfig, RopeNormAndSizeFieldsAreChecked) {
   expect_error(with("\"factor\":8.0,", ""), "rope_scaling of type 'llama3' needs 'factor'");
   expect_error(with("\"low_freq_factor\":1.0,", ""),
                "rope_scaling of type 'llama3' needs 'low_freq_factor'");
+  expect_error(with("\"low_freq_factor\":1.0", "\"low_freq_factor\":4.0"),
+               "needs high_freq_factor > low_freq_factor");
   expect_error(with("\"rope_type\":\"llama3\",\"factor\":8.0", "\"rope_type\":\"linear\""),
                "rope_scaling of type 'linear' needs 'factor'");
   expect_error(with("\"num_hidden_layers\":1", "\"num_hidden_layers\":400000000"),

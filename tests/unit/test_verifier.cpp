@@ -83,7 +83,7 @@ TEST(RejectionSamplingVerifier, OneStepOutputFollowsTarget) {
   }
 }
 
-// The verifier decides on the device in one pass with its uniforms drawn ahead; the textbook
+// The verifier decides from uniforms drawn ahead (on a device, in one pass); the textbook
 // algorithm decides on the host, one draw at a time. Same draws, same decision, same stream after.
 // Deterministic proposals (no q): the target's token is drawn from p at each position, one
 // uniform each, and kept as a candidate while it equals it.
@@ -132,6 +132,21 @@ TEST(RejectionSamplingVerifier, DecidesAsTheOneDrawAtATimeAlgorithm) {
     ASSERT_EQ(got.accepted, want.accepted) << "trial " << trial;
     ASSERT_EQ(got.next_token, want.next_token) << "trial " << trial;
     ASSERT_EQ(rng.uniform(), oracle_rng.uniform()) << "trial " << trial << ": the streams part";
+  }
+}
+
+// A device's chain verdict draws every position at once (sample_rows_tensor): each row's index is
+// the one sample_index draws from it with the same uniform.
+TEST(Sampling, RowsAtOnceDrawAsOneRowAtATime) {
+  at::manual_seed(4);
+  Rng rng(6);
+  for (int trial = 0; trial < 50; ++trial) {
+    const at::Tensor p = (at::randn({5, 11}) * 3).softmax(-1);
+    std::vector<double> u(5);
+    for (double& x : u) x = rng.uniform();
+    const at::Tensor rows = sample_rows_tensor(p, at::tensor(u, at::kDouble));
+    for (int64_t r = 0; r < 5; ++r)
+      ASSERT_EQ(rows[r].item<int64_t>(), sample_index(p[r], u[static_cast<size_t>(r)])) << trial;
   }
 }
 

@@ -74,6 +74,9 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           if (!value.is_array()) throw Error("\"prompt_ids\" must be an array of integers");
           for (const json& id : value) {
             if (!id.is_number_integer()) throw Error("\"prompt_ids\" must be an array of integers");
+            if (id.is_number_unsigned() && id.get<uint64_t>() > static_cast<uint64_t>(vocab))
+              throw Error("prompt token id " + id.dump() + " is outside the vocabulary [0, " +
+                          std::to_string(vocab) + ")");
             r.prompt.push_back(id.get<int64_t>());
           }
         } else if (key == "id") {

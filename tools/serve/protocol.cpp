@@ -204,7 +204,6 @@ void refuse_unserved(const json& body, bool chat) {
 
 }  // namespace
 
-namespace {
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
@@ -224,7 +223,8 @@ bool valid_utf8(const std::string& s) {
   }
   return true;
 }
-}  // namespace
+
+namespace {}  // namespace
 
 json parse_body(const std::string& body) {
   if (!valid_utf8(body)) throw ApiError(400, "the body is not valid UTF-8", "", "invalid_utf8");

@@ -81,6 +81,9 @@ class TextStream {
   bool stopped_ = false;
 };
 
+// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(const std::string& s);
+
 // A token's text for the logprobs objects (its "bytes" are Tokenizer::token_bytes).
 std::string token_text(const Tokenizer& tokenizer, int64_t id);
 

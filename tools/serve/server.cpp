@@ -98,15 +98,16 @@ size_t characters(const json& bytes) {
   }));
 }
 
-// A token of a legacy completion's logprobs: its text, or for a token that holds part of a
-// character "bytes:\xNN..." as OpenAI writes it (its U+FFFD would make tokens alike).
+// A token of a legacy completion's logprobs: its text, or for a token whose bytes are not whole
+// characters "bytes:\\xNN..." as OpenAI writes it (its U+FFFD would make tokens alike).
 std::string legacy_token(const json& entry) {
-  const std::string& text = entry["token"].get_ref<const std::string&>();
-  if (text.find("\xEF\xBF\xBD") == std::string::npos) return text;
+  std::string raw;
+  for (const json& b : entry["bytes"]) raw += static_cast<char>(b.get<unsigned>());
+  if (valid_utf8(raw)) return entry["token"].get<std::string>();
   std::string out = "bytes:";
   char hex[5];
-  for (const json& b : entry["bytes"]) {
-    std::snprintf(hex, sizeof hex, "\\x%02x", b.get<unsigned>());
+  for (const unsigned char b : raw) {
+    std::snprintf(hex, sizeof hex, "\\x%02x", b);
     out += hex;
   }
   return out;
