@@ -187,7 +187,7 @@ void read_gemma3_fields(const json& j, ModelConfig& c, const std::string& source
   } else {
     int64_t pattern = 6;
     read_field(j, "sliding_window_pattern", pattern, source);
-    check_layer_count(c.num_hidden_layers, source, "num_hidden_layers");
+    check_layer_limit(c.num_hidden_layers, source, "num_hidden_layers");
     // (a pattern past the layer count makes every layer sliding, as Hugging Face reads it)
     SPECDEC_CHECK(pattern >= 1, source, ": sliding_window_pattern must be >= 1, got ", pattern);
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
@@ -351,7 +351,7 @@ void ModelConfig::validate(const std::string& source) const {
   positive(num_key_value_heads, "num_key_value_heads");
   positive(head_dim, "head_dim");
   positive(max_position_embeddings, "max_position_embeddings");
-  check_layer_count(num_hidden_layers, source, "num_hidden_layers");
+  check_layer_limit(num_hidden_layers, source, "num_hidden_layers");
   SPECDEC_CHECK(head_dim <= limits().max_head_dim, source, ": head_dim ", head_dim,
                 " exceeds the limit of ", limits().max_head_dim, " (Limits::max_head_dim)");
   SPECDEC_CHECK(num_attention_heads % num_key_value_heads == 0, source, ": num_attention_heads (",
@@ -416,7 +416,7 @@ void ModelConfig::validate(const std::string& source) const {
                                                 "sliding_attention") == layer_types.end(),
                 source, ": layer_types has sliding_attention layers but sliding_window is 0");
   if (is_encoder_decoder) {
-    check_layer_count(num_encoder_layers, source, "num_layers");
+    check_layer_limit(num_encoder_layers, source, "num_layers");
     positive(relative_attention_num_buckets, "relative_attention_num_buckets");
     positive(relative_attention_max_distance, "relative_attention_max_distance");
     SPECDEC_CHECK(decoder_start_token_id.has_value(), source,

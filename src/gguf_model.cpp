@@ -72,7 +72,7 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   c.hidden_size = f.get_int(p + "embedding_length");
   c.intermediate_size = f.get_int(p + "feed_forward_length");
   c.num_hidden_layers = f.get_int(p + "block_count");
-  check_layer_count(c.num_hidden_layers, src, p + "block_count");
+  check_layer_limit(c.num_hidden_layers, src, p + "block_count");
   c.num_attention_heads = f.get_int(p + "attention.head_count");
   c.num_key_value_heads = f.find_int(p + "attention.head_count_kv").value_or(c.num_attention_heads);
   SPECDEC_CHECK(c.num_attention_heads > 0, src, ": ", p, "attention.head_count must be > 0");

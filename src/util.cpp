@@ -43,7 +43,7 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-void check_layer_count(int64_t layers, const std::string& source, const std::string& field) {
+void check_layer_limit(int64_t layers, const std::string& source, const std::string& field) {
   SPECDEC_CHECK(layers > 0 && layers <= limits().max_layers, source, ": ", field,
                 " must be from 1 to ", limits().max_layers, " (Limits::max_layers), got ", layers);
 }

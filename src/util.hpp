@@ -48,7 +48,7 @@ bool file_exists(const std::string& path);
 int64_t decoder_layer_of(const std::string& name);
 // A configuration's layer count (`field` of `source`) is from 1 to Limits::max_layers: checked
 // before anything is built per layer.
-void check_layer_count(int64_t layers, const std::string& source, const std::string& field);
+void check_layer_limit(int64_t layers, const std::string& source, const std::string& field);
 // Folders, through POSIX calls rather than std::filesystem: PyPI's libtorch 2.x exports its own
 // std::filesystem symbols, which then replace the C++ library's and crash (remove_all).
 bool path_exists(const std::string& path);  // a file or folder

@@ -169,11 +169,12 @@ at::Tensor draw_along_chain(const at::Tensor& p, const std::vector<int64_t>& tok
   // the pass's verdicts still reach the host in one copy.
   std::vector<double> draws(static_cast<size_t>(k) + 1);
   for (double& x : draws) x = rng.uniform();
-  const at::Tensor drawn = sample_rows_tensor(p, at::tensor(draws, at::kDouble).to(p.device()));
+  const at::Tensor drawn =
+      sample_rows_tensor(p, detail::to_device(at::tensor(draws, at::kDouble), p.device()));
   at::Tensor accepted = at::zeros({1}, drawn.options());
   if (k > 0)
     accepted = drawn.narrow(0, 0, k)
-                   .eq(at::tensor(tokens, at::kLong).to(p.device()))
+                   .eq(detail::to_device(at::tensor(tokens, at::kLong), p.device()))
                    .to(at::kLong)
                    .cumprod(0)
                    .sum()

@@ -224,8 +224,6 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
-namespace {}  // namespace
-
 json parse_body(const std::string& body) {
   if (!valid_utf8(body)) throw ApiError(400, "the body is not valid UTF-8", "", "invalid_utf8");
   json j;
