@@ -554,8 +554,13 @@ void Engine::commit() {
     } else if (row.sink || on_tokens_) {
       try {
         deliver(i, fresh);
-      } catch (const Cancelled&) {
-        if (!done) st.stop_reason = "cancelled";  // a row that had ended keeps its reason
+      } catch (const Cancelled& c) {
+        // A row that had ended keeps its reason, unless the token that ended it is dropped.
+        if (c.kept() < fresh.size()) {
+          keep_first(row, fresh.size(), c.kept(), accepted);
+          done = false;
+        }
+        if (!done) st.stop_reason = "cancelled";
         done = true;
       } catch (...) {
         row.error = std::current_exception();
@@ -570,6 +575,21 @@ void Engine::commit() {
   for (LookaheadSchedule* s : waiting_)
     s->set_evidence(LookaheadSchedule::carry_evidence({probe_}));
   waiting_.clear();
+}
+
+void Engine::keep_first(Row& row, size_t delivered, size_t kept, int64_t accepted) {
+  GenerationStats& st = row.result.stats;
+  const auto dropped = static_cast<int64_t>(delivered - kept);
+  row.tokens.resize(row.tokens.size() - dropped);
+  row.result.tokens.resize(row.result.tokens.size() - dropped);
+  st.new_tokens -= dropped;
+  bs_.new_tokens -= dropped;
+  // The last token kept counts as the target's own, as an accepted EOS does.
+  const int64_t still =
+      std::min<int64_t>(accepted, std::max<int64_t>(0, static_cast<int64_t>(kept) - 1));
+  st.accepted_tokens -= accepted - still;
+  st.trace.back()[1] = still;
+  for (int64_t j = still; j < accepted; ++j) --st.accepted_at_position[j];
 }
 
 void Engine::deliver(int64_t slot, const std::vector<int64_t>& fresh) {

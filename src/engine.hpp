@@ -172,6 +172,9 @@ class Engine {
   void finish_row(Row& row);
   // Row `slot`'s new tokens to its sink or the batch's callback (their log-probabilities first).
   void deliver(int64_t slot, const std::vector<int64_t>& fresh);
+  // A callback kept only the first `kept` of the `delivered` tokens: the row and its statistics
+  // end there (`accepted`: the candidates this pass accepted).
+  void keep_first(Row& row, size_t delivered, size_t kept, int64_t accepted);
   bool uses_goodput(const Row& row) const;  // (once set_up made its schedule)
   std::vector<TokenTree> pass_trees(const std::vector<std::vector<int64_t>>& inputs) const;
   // The row drafts with the draft model (else by prompt lookup, suffix speculation or not at all).

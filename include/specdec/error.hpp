@@ -1,6 +1,7 @@
 // specdec::Error: the one exception type the library throws for bad input or misuse.
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -22,11 +23,20 @@ class Error : public std::runtime_error {
 };
 
 // Thrown by a streaming callback to stop its request: Generator::generate then returns the tokens
-// delivered so far, with stats.stop_reason "cancelled". Any other exception a callback throws
-// leaves generate() as it is; in both cases the Generator stays usable.
+// delivered so far, with stats.stop_reason "cancelled". Cancelled(n) keeps only the first n of the
+// tokens the callback was just given (a stop string that ended among them): the result, its token
+// counts and its acceptance statistics end there. Any other exception a callback throws leaves
+// generate() as it is; in both cases the Generator stays usable.
 class Cancelled : public std::exception {
  public:
+  Cancelled() = default;
+  explicit Cancelled(size_t kept) : kept_(kept) {}
   const char* what() const noexcept override { return "generation cancelled by the callback"; }
+  // How many of the tokens just delivered the request keeps (all of them by default).
+  size_t kept() const { return kept_; }
+
+ private:
+  size_t kept_ = static_cast<size_t>(-1);
 };
 
 namespace detail {

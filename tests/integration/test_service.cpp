@@ -113,6 +113,47 @@ TEST(Service, CallbackCancelsOrFailsAndTheGeneratorGoesOn) {
   EXPECT_EQ(g.generate(prompt, c).tokens, full);
 }
 
+// Cancelled(n) keeps the first n tokens of the group just delivered (a stop string that ended
+// inside it): the result and its statistics end there, as if the pass had verified no further.
+TEST(Service, CancelledKeepingSomeTokensEndsTheResultAndItsStatisticsThere) {
+  const auto target = cached_model(cached_fixture("svc_t", small_llama(4, 3)));
+  const Generator g(target, target);  // its own draft: every candidate accepted
+  GenerationConfig c;
+  c.max_new_tokens = 30;
+  c.num_assistant_tokens = 4;
+  c.num_assistant_tokens_schedule = "constant";
+  const std::vector<int64_t> prompt = {5, 9, 12};
+  const auto full = g.generate(prompt, c).tokens;
+  for (const size_t kept : {0, 1, 2, 5}) {
+    std::vector<int64_t> streamed;
+    int groups = 0;
+    int64_t before = 0;  // tokens of the first two passes
+    const auto r = g.generate(prompt, c, [&](const std::vector<int64_t>& t) {
+      if (++groups < 3) return streamed.insert(streamed.end(), t.begin(), t.end()), void();
+      ASSERT_EQ(t.size(), 5u);  // 4 accepted candidates and the target's own token
+      before = static_cast<int64_t>(streamed.size());
+      streamed.insert(streamed.end(), t.begin(), t.begin() + kept);
+      throw Cancelled(kept);
+    });
+    SCOPED_TRACE(kept);
+    EXPECT_EQ(r.stats.stop_reason, "cancelled");
+    EXPECT_EQ(r.tokens, streamed);
+    EXPECT_TRUE(std::equal(r.tokens.begin(), r.tokens.end(), full.begin()));
+    const GenerationStats& s = r.stats;
+    EXPECT_EQ(s.new_tokens, static_cast<int64_t>(r.tokens.size()));
+    EXPECT_EQ(s.target_passes, 3);
+    // Each pass keeps its accepted candidates and one token of the target's; the last one kept
+    // counts as the target's (as an accepted EOS does).
+    EXPECT_EQ(s.accepted_tokens,
+              (before - 2) + std::max<int64_t>(0, static_cast<int64_t>(kept) - 1));
+    int64_t traced = 0, by_position = 0;
+    for (const auto& [drafted, accepted] : s.trace) traced += accepted;
+    for (const int64_t a : s.accepted_at_position) by_position += a;
+    EXPECT_EQ(traced, s.accepted_tokens);
+    EXPECT_EQ(by_position, s.accepted_tokens);
+  }
+}
+
 // --threads (set_num_threads) governs both pools the library computes with: libtorch's intra-op
 // pool and OpenBLAS's own, which at::set_num_threads alone leaves at every core.
 TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {

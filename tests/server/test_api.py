@@ -314,6 +314,9 @@ def test_a_stop_string_ends_the_answer_at_its_token_whatever_one_pass_verified_a
         w, g = want["choices"][0], got["choices"][0]
         assert g["text"] == w["text"] and g["finish_reason"] == w["finish_reason"] == "stop", (stop, g, w)
         assert got["usage"]["completion_tokens"] == want["usage"]["completion_tokens"], (stop, got["usage"], want["usage"])
+        # Each pass keeps its accepted candidates and one token of the target's, up to the stop.
+        spec = got["speculative"]
+        assert spec["accepted_tokens"] + spec["target_passes"] == got["usage"]["completion_tokens"], (spec, got["usage"])
         assert g["logprobs"]["tokens"] == w["logprobs"]["tokens"], (stop, g["logprobs"], w["logprobs"])
         streamed = stream_post(server, "/v1/completions", dict(body, speculate="suffix"))
         chunks = [json.loads(line[6:]) for line in streamed.iter_lines(decode_unicode=True)

@@ -588,14 +588,11 @@ class Server {
         job->stopped = text->stopped();
       }
       job->ready.notify_all();
-      if (text->stopped()) throw Cancelled();
+      if (text->stopped()) throw Cancelled(taken);  // the answer ends where the stop string did
     };
     r.on_finished = [this, job, text](const GenerationResult& g) {
       std::string tail;
       GenerationResult result = g;
-      // A stop string ends the answer at the token that completed it, whatever the engine
-      // verified after it in the same pass (job->tokens: written on this thread only).
-      if (text->stopped()) result.stats.new_tokens = job->tokens;
       try {
         tail = text->finish();
         // Counted before the client can see its answer (a scrape after it counts it).
