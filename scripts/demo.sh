@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/get_models.sh
+bash scripts/get_models.sh smollm2
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
 cmake --build build -j"$(nproc)" --target specdec_cli >> build.log 2>&1 || { tail -50 build.log; exit 1; }
 model=models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf

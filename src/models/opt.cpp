@@ -66,6 +66,7 @@ class OptModel final : public Model {
   at::Tensor forward(const at::Tensor& input_ids, KVCache& cache, int64_t keep_last,
                      const std::vector<int64_t>& row_tokens,
                      const std::vector<TokenTree>& trees) const override {
+    check_pass(input_ids, cache, keep_last);
     const layers::Pass pass(input_ids, cache, row_tokens, device_, trees);
     const ModelConfig& c = config_;
     const double eps = c.rms_norm_eps;

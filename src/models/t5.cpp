@@ -213,6 +213,7 @@ class T5Model final : public Model {
                      const std::vector<TokenTree>& trees) const override {
     // T5's relative position bias is computed between positions, not along a path: chains only.
     SPECDEC_CHECK(trees.empty(), "T5 verifies chains only, not trees of candidates");
+    check_pass(input_ids, cache, keep_last);
     const layers::Pass pass(input_ids, cache, row_tokens, device_);
     const double eps = config_.rms_norm_eps;
     const int64_t t = input_ids.size(1);

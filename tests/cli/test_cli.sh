@@ -147,6 +147,10 @@ expect_error "draft of a missing target" "config.json" make-fixture --draft-of /
 mkdir -p "$work/not_a_checkpoint"
 expect_error "a folder that is no checkpoint is named as such, before its tokenizer" \
   "not_a_checkpoint: not a checkpoint: no " generate --model "$work/not_a_checkpoint" --prompt "Hello"
+echo "not weights" > "$work/weights.bin"
+expect_error "a file that is not GGUF is named as no checkpoint, not as a folder" \
+  "weights.bin: not a checkpoint: a file whose name does not end in .gguf" \
+  generate --model "$work/weights.bin" --prompt "Hello"
 expect_error "unknown subcommand" "" nosuchcommand
 if ! nvidia-smi -L >/dev/null 2>&1; then  # on a GPU host these succeed
   expect_error "--device cuda without a GPU" "has no CUDA" generate --model "$work/t" --prompt-ids 1 --device cuda

@@ -228,3 +228,39 @@ TEST(BatchInvariance, TreePassNodesEqualTheirPathsAsChainsBitwise) {
     }
   }
 }
+
+// Every architecture's forward and make_cache refuse bad arguments with a specdec::Error (not a
+// libtorch error from deep inside, nor a silent pass).
+TEST(ModelApi, ForwardAndMakeCacheRefuseBadArgumentsOnEveryArchitecture) {
+  c10::InferenceMode guard;
+  const auto other = cached_model(cached_fixture("bi_llama", fixture("llama", 1100, 5)));
+  int foreign_shapes = 0;
+  for (const std::string arch :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
+    SCOPED_TRACE(arch);
+    const auto m = cached_model(cached_fixture("bi_" + arch, fixture(arch, 1100, 5)));
+    EXPECT_THROW(m->make_cache(int64_t{1} << 40), Error);
+    EXPECT_THROW(m->make_cache(0), Error);
+    EXPECT_THROW(m->make_cache(8, 0), Error);
+    KVCache cache = m->make_cache(16);
+    if (m->config().is_encoder_decoder)
+      m->attach_encoder(m->encode(at::tensor({5, 6, 7}, at::kLong).view({1, 3})), cache);
+    const auto ids = at::tensor({5, 6}, at::kLong).view({1, 2});
+    EXPECT_THROW(m->forward(ids.to(at::kFloat), cache), Error);
+    EXPECT_THROW(m->forward(ids.to(at::kInt), cache), Error);
+    EXPECT_THROW(m->forward(at::zeros({1, 0}, at::kLong), cache), Error);
+    EXPECT_THROW(m->forward(ids, cache, -5), Error);
+    KVCache wrong(1, 1, 1, 16, 4, at::TensorOptions());
+    EXPECT_THROW(m->forward(ids, wrong), Error);
+    const ModelConfig &a = m->config(), &b = other->config();
+    if (a.num_hidden_layers != b.num_hidden_layers ||
+        a.num_key_value_heads != b.num_key_value_heads || a.head_dim != b.head_dim) {
+      KVCache foreign = other->make_cache(16);  // another model's, of another shape
+      EXPECT_THROW(m->forward(ids, foreign), Error);
+      ++foreign_shapes;
+    }
+    EXPECT_EQ(cache.length(0), 0);  // nothing was appended by the refused passes
+    EXPECT_EQ(m->forward(ids, cache).size(1), 2);
+  }
+  EXPECT_GE(foreign_shapes, 3);
+}

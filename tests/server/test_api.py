@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -176,6 +177,67 @@ def test_tokenize_matches_cli(server):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert tokenize(server, text) == json.loads(r.stdout)["ids"]
+
+
+def test_tokenize_options(server):
+    # llama-server's with_pieces: each id with its text; vLLM's "prompt" and add_special_tokens;
+    # add_generation_prompt false leaves the answer's header out of a chat prompt.
+    text = "Hello, world! Café au lait."
+    ids = tokenize(server, text)
+    r = server.post("/tokenize", json={"prompt": text, "with_pieces": True, "add_special_tokens": False})
+    assert r.status_code == 200, r.text
+    pieces = r.json()["tokens"]
+    assert [p["id"] for p in pieces] == ids, pieces
+    assert "".join(p["piece"] for p in pieces) == text, pieces  # byte-level BPE: whole characters here
+    full = tokenize(server, messages=CAPITAL)
+    r = server.post("/tokenize", json={"messages": CAPITAL, "add_generation_prompt": False})
+    assert r.status_code == 200, r.text
+    bare = r.json()["tokens"]
+    assert len(bare) < len(full) and full[:len(bare)] == bare, (bare, full)
+    assert detokenize(server, full[len(bare):]) == "<|im_start|>assistant\n"
+
+
+def test_ignore_eos_stop_token_ids_and_special_tokens(server):
+    # vLLM's ignore_eos: the answer runs to max_tokens past the end of turn, which it then shows
+    # with skip_special_tokens false; stop_token_ids ends it at the first of those ids.
+    base = dict(messages=CAPITAL, max_tokens=40, temperature=0)
+    short = chat(server, **base)
+    n = short["usage"]["completion_tokens"]
+    assert short["choices"][0]["finish_reason"] == "stop" and n < 40, short
+    long = chat(server, **base, ignore_eos=True, skip_special_tokens=False)
+    assert long["usage"]["completion_tokens"] == 40 and long["choices"][0]["finish_reason"] == "length", long
+    content = long["choices"][0]["message"]["content"]
+    assert content.startswith(short["choices"][0]["message"]["content"] + "<|im_end|>"), (content, short)
+    hidden = chat(server, **base, ignore_eos=True)["choices"][0]["message"]["content"]
+    assert "<|im_end|>" not in hidden and hidden.startswith(short["choices"][0]["message"]["content"]), hidden
+    out = oracle(STORY, 12)
+    i = next(i for i in range(3, 12) if out["tokens"][i] not in out["tokens"][:i])
+    got = complete(server, prompt=STORY, max_tokens=12, temperature=0, stop_token_ids=[out["tokens"][i]])
+    assert got["usage"]["completion_tokens"] == i + 1 and got["choices"][0]["finish_reason"] == "stop", got
+    assert got["choices"][0]["text"] == detokenize(server, out["tokens"][:i + 1]), got
+
+
+def test_continue_final_message(server):
+    # vLLM's (and Hugging Face's) continue_final_message: the answer goes on from the assistant's
+    # last message, as a completion of that prompt's ids does.
+    start = "The capital of France is"
+    msgs = CAPITAL + [{"role": "assistant", "content": start}]
+    r = server.post("/tokenize", json={"messages": msgs, "continue_final_message": True,
+                                       "add_generation_prompt": False})
+    assert r.status_code == 200, r.text
+    ids = r.json()["tokens"]
+    assert detokenize(server, ids).endswith("<|im_start|>assistant\n" + start), detokenize(server, ids)
+    got = chat(server, messages=msgs, continue_final_message=True, add_generation_prompt=False,
+               max_tokens=8, temperature=0)
+    want = complete(server, prompt=ids, max_tokens=8, temperature=0)
+    assert got["choices"][0]["message"]["content"] == want["choices"][0]["text"], (got, want)
+
+
+def test_ids_are_random_and_token_ids_may_be_integral_floats(server):
+    a, b = (complete(server, prompt=[1, 2, 3], max_tokens=2, temperature=0) for _ in range(2))
+    assert re.fullmatch(r"cmpl-[0-9a-f]{24}", a["id"]) and a["id"] != b["id"], (a["id"], b["id"])
+    c = complete(server, prompt=[1.0, 2.0, 3.0], max_tokens=2, temperature=0)
+    assert c["choices"][0]["text"] == a["choices"][0]["text"], (a, c)
 
 
 def test_detokenize(server):

@@ -105,6 +105,21 @@ BAD_BODIES = [
      "stream_options.include_usage"),
     ("/v1/completions", {"prompt": "Hi", "prompt_lookup_num_tokens": 100000}, "prompt_lookup_num_tokens"),
     ("/v1/completions", {"prompt": "Hi", "num_assistant_tokens": 257}, "num_assistant_tokens"),
+    # vLLM's fields that would change the answer and are not served, or are malformed
+    ("/v1/completions", {"prompt": "Hi", "min_tokens": 5}, "min_tokens"),
+    ("/v1/completions", {"prompt": "Hi", "stop": ["x"], "include_stop_str_in_output": True},
+     "include_stop_str_in_output"),
+    ("/v1/completions", {"prompt": "Hi", "stop_token_ids": [99999999]}, "stop_token_ids"),
+    ("/v1/completions", {"prompt": "Hi", "stop_token_ids": 5}, "stop_token_ids"),
+    ("/v1/chat/completions", {"messages": MSGS, "continue_final_message": True}, "continue_final_message"),
+    ("/v1/chat/completions", {"messages": MSGS + [{"role": "assistant", "content": "Sure"}],
+                              "continue_final_message": True, "add_generation_prompt": True},
+     "continue_final_message"),
+    # tool-call history, which this server cannot answer after
+    ("/v1/chat/completions", {"messages": MSGS + [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}]}, "messages"),
 ]
 
 
@@ -125,10 +140,12 @@ NEUTRAL_BODIES = [
     # takes them for vLLM); the largest 64-bit seed
     ("/v1/chat/completions", {"messages": MSGS, "stream": False, "stream_options": {}, "modalities": [],
                               "n": 1.0, "seed": 9223372036854775807, "temperature": 0.5}),
+    ("/v1/completions", {"prompt": "Hi", "min_tokens": 0, "include_stop_str_in_output": False,
+                         "ignore_eos": False, "stop_token_ids": []}),
 ]
 
 
-@pytest.mark.parametrize("route,body", NEUTRAL_BODIES, ids=["chat", "completions", "lax"])
+@pytest.mark.parametrize("route,body", NEUTRAL_BODIES, ids=["chat", "completions", "lax", "vllm"])
 def test_neutral_values_of_unserved_fields(server, route, body):
     r = server.post(route, json=dict(body, model=MODEL_ID, max_tokens=2))
     assert r.status_code == 200, r.text
@@ -247,8 +264,9 @@ def test_api_key(key_server):
 # CORS
 
 ORIGIN = "http://example.com"
+# (OpenAI's JavaScript client sends X-Stainless-* headers with every request.)
 PREFLIGHT = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST",
-             "Access-Control-Request-Headers": "authorization, content-type"}
+             "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
 
 
 def test_no_cors_by_default(server):
@@ -267,6 +285,8 @@ def test_cors():
         r = s.options("/v1/chat/completions", headers=PREFLIGHT)
         assert r.status_code == 204, (r.status_code, r.text)
         assert r.headers.get("Access-Control-Allow-Origin") == ORIGIN, dict(r.headers)
+        allowed = {h.strip().lower() for h in r.headers.get("Access-Control-Allow-Headers", "").split(",")}
+        assert {"authorization", "content-type", "x-stainless-os"} <= allowed, dict(r.headers)
         r = s.post("/v1/chat/completions", json={"messages": MSGS, "max_tokens": 2}, headers={"Origin": ORIGIN})
         assert r.status_code == 200 and r.headers.get("Access-Control-Allow-Origin") == ORIGIN, dict(r.headers)
     finally:
@@ -380,3 +400,28 @@ def test_a_body_the_server_leaves_unread_ends_the_connection(server):
     assert buf.startswith(b"HTTP/1.1 400"), buf[:300]
     assert buf.count(b"HTTP/1.1") == 1, f"the body was answered as a request: {buf!r}"
     server.assert_healthy("after a GET with a body")
+
+
+def test_a_connection_serves_many_requests_and_garbage_is_logged_sanely(server):
+    # Keep-alive holds past cpp-httplib's default of 5 requests per connection; a line the server
+    # cannot parse is answered 400 and logged with no time taken from an earlier request.
+    import re
+    import socket
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    for i in range(12):
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        buf = b""
+        while b"\r\n\r\n" not in buf or len(buf.split(b"\r\n\r\n", 1)[1]) < int(
+                re.search(rb"Content-Length: (\d+)", buf).group(1) if b"Content-Length" in buf else b"1"):
+            piece = sock.recv(65536)
+            assert piece, f"request {i + 1} on one connection got no answer"
+            buf += piece
+        assert buf.startswith(b"HTTP/1.1 200") and b"Connection: close" not in buf, (i, buf[:300])
+    sock.close()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    sock.sendall(b"GARBAGE\r\n\r\n")
+    assert sock.recv(65536).startswith(b"HTTP/1.1 400")
+    sock.close()
+    server.assert_healthy("after a line of garbage")
+    lines = [line for line in server.log_text().splitlines() if line.startswith("GARBAGE")]
+    assert lines and all(re.search(r" 400 0\.0 ms$", line) for line in lines), lines

@@ -169,6 +169,19 @@ TEST(Sampling, InverseCdfNeverDrawsZeroProbability) {
   EXPECT_EQ(sample_index(at::tensor({0.f, 0.f, 2.f}), 0.7), 2);  // unnormalised is fine
 }
 
+// Bad input is a specdec::Error, never an index of probability 0 or a libtorch error.
+TEST(Sampling, BadInputIsRefused) {
+  EXPECT_THROW(sample_index(at::zeros({4}), 0.5), Error);
+  EXPECT_THROW(sample_index(at::full({4}, NAN), 0.5), Error);
+  EXPECT_THROW(sample_index(at::ones({4}), 1.0), Error);
+  EXPECT_THROW(sample_index(at::ones({4}), -1.0), Error);
+  EXPECT_THROW(sample_index(at::ones({2, 4}), 0.5), Error);
+  GenerationConfig c;
+  c.do_sample = true;
+  c.top_p = 5;
+  EXPECT_THROW(LogitsProcessorChain{c}, Error);  // as generate() refuses it
+}
+
 TEST(Sampling, RngIsTheStandardMt19937_64) {
   Rng a(42), b(42), c(43);
   std::mt19937_64 ref(42);

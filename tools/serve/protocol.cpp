@@ -3,6 +3,7 @@
 #include "proposer_choice.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -88,13 +89,14 @@ std::optional<std::string> string(const json& body, const char* name) {
 std::vector<int64_t> ids_of(const json& list, const char* param, int64_t vocab_size) {
   std::vector<int64_t> ids;
   for (const json& v : list) {
-    if (!v.is_number_integer())
+    if (!v.is_number() || !integral(v))
       bad(param, std::string("'") + param + "' holds a non-integer token id: " + v.dump());
-    if (vocab_size > 0 && (v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size))
+    const double d = v.get<double>();  // (exact for every id a vocabulary can hold)
+    if (vocab_size > 0 && (d < 0 || d >= static_cast<double>(vocab_size)))
       bad(param, std::string("'") + param + "' holds " + v.dump() +
                      ", not a token id of this model (0 to " + std::to_string(vocab_size - 1) +
                      ")");
-    ids.push_back(v.get<int64_t>());
+    ids.push_back(v.is_number_float() ? static_cast<int64_t>(d) : v.get<int64_t>());
   }
   return ids;
 }
@@ -121,6 +123,11 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
     if (!role->is_string())
       bad("messages", "a message's 'role' must be a string, got " + role->dump());
     const json* content = field(m, "content");
+    const std::string given = role->get<std::string>();
+    if (given == "tool" || given == "function" || field(m, "tool_calls") ||
+        field(m, "function_call"))
+      bad("messages", "tool calls and '" + given +
+                          "' messages of them are not supported: this server does not call tools");
     std::string text;
     if (content && content->is_string()) {
       text = content->get<std::string>();
@@ -137,7 +144,6 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
     } else {
       bad("messages", "a message has no 'content'");
     }
-    const std::string given = role->get<std::string>();
     const std::string r = given == "developer" ? "system" : given;
     if (r != "system" && r != "user" && r != "assistant")
       bad("messages", "unknown role '" + given + "' (expected system, user or assistant)");
@@ -146,13 +152,29 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
   return out;
 }
 
+// vLLM's add_generation_prompt (default true: the answer's header follows the messages) and
+// continue_final_message (the answer continues the last, assistant, message instead).
 std::vector<int64_t> encode_chat(const json& body, const Context& ctx) {
   const std::vector<ChatMessage> messages = messages_of(body, ctx);
+  const bool header = boolean(body, "add_generation_prompt").value_or(true);
+  const bool continued = boolean(body, "continue_final_message").value_or(false);
+  if (continued && field(body, "add_generation_prompt") && header)
+    bad("continue_final_message",
+        "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+  if (continued && (messages.back().role != "assistant" || messages.back().content.empty()))
+    bad("continue_final_message",
+        "'continue_final_message' needs a last message from the assistant with content");
   std::string text;
   try {
-    text = ctx.chat->render(messages, true);
+    text = ctx.chat->render(messages, header && !continued);
   } catch (const Error& e) {
     bad("messages", e.what());
+  }
+  if (continued) {  // as Hugging Face's apply_chat_template: cut after the final message's text
+    const size_t at = text.rfind(messages.back().content);
+    if (at == std::string::npos)
+      bad("continue_final_message", "the chat template does not keep the final message verbatim");
+    text.resize(at + messages.back().content.size());
   }
   return ctx.tokenizer->encode(text, false);
 }
@@ -162,7 +184,7 @@ std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
   if (!p) bad("prompt", "'prompt' is required");
   if (p->is_string()) return encode_text(p->get<std::string>(), ctx, "prompt");
   if (p->is_array() && !p->empty()) {
-    if ((*p)[0].is_number_integer()) return ids_of(*p, "prompt", ctx.vocab_size);
+    if ((*p)[0].is_number()) return ids_of(*p, "prompt", ctx.vocab_size);
     if (p->size() > 1)
       bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
     if ((*p)[0].is_string()) return encode_text((*p)[0].get<std::string>(), ctx, "prompt");
@@ -204,7 +226,25 @@ void refuse_unserved(const json& body, bool chat) {
 
 }  // namespace
 
-// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+std::string random_id() {
+  thread_local std::mt19937_64 rng{(uint64_t{std::random_device{}()} << 32) ^
+                                   std::random_device{}()};
+  char buf[25];
+  std::snprintf(buf, sizeof buf, "%08llx%016llx",
+                static_cast<unsigned long long>(rng() & 0xffffffffu),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+std::string allowed_headers(const std::string& requested) {
+  const bool names = !requested.empty() && requested.size() <= 1024 &&
+                     std::all_of(requested.begin(), requested.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ||
+                              c == ',' || c == ' ';
+                     });
+  return names ? requested : "Authorization, Content-Type";
+}
+
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -240,12 +280,23 @@ json parse_body(const std::string& body) {
   return j;
 }
 
-std::vector<int64_t> parse_tokenize(const json& body, const Context& ctx) {
-  if (field(body, "messages")) return encode_chat(body, ctx);
-  const std::optional<std::string> content = string(body, "content");
+TokenizeRequest parse_tokenize(const json& body, const Context& ctx) {
+  TokenizeRequest r;
+  r.with_pieces = boolean(body, "with_pieces").value_or(false);
+  if (field(body, "messages")) {
+    r.ids = encode_chat(body, ctx);
+    return r;
+  }
+  const char* name = field(body, "prompt") && !field(body, "content") ? "prompt" : "content";
+  const std::optional<std::string> content = string(body, name);
   if (!content) bad("content", "'content' (text) or 'messages' is required");
   if (!ctx.tokenizer) bad("content", "this model has no tokenizer");
-  return ctx.tokenizer->encode(*content, true);
+  // vLLM's add_special_tokens or llama-server's add_special; with neither, as `generate --prompt`
+  const std::optional<bool> special = field(body, "add_special_tokens")
+                                          ? boolean(body, "add_special_tokens")
+                                          : boolean(body, "add_special");
+  r.ids = ctx.tokenizer->encode(*content, special.value_or(true));
+  return r;
 }
 
 std::vector<int64_t> parse_detokenize(const json& body, const Context& ctx) {
@@ -362,6 +413,22 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     c.suffix_speculation = *speculate == "suffix";
   }
   choose_proposer(c, lookup.has_value(), speculate.has_value());
+  // vLLM's: ignore_eos (the answer runs to max_tokens) and stop_token_ids (more ids that end it,
+  // kept in the answer as an EOS is).
+  if (boolean(body, "ignore_eos").value_or(false)) c.eos_token_ids.clear();
+  if (const json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array())
+      bad("stop_token_ids", "'stop_token_ids' must be a list of token ids, got " + ids->dump());
+    for (const int64_t id : ids_of(*ids, "stop_token_ids", ctx.vocab_size))
+      c.eos_token_ids.push_back(id);
+  }
+  if (c.eos_token_ids.empty()) c.eos_token_ids = {-1};  // (empty would mean the model's)
+  if (const auto v = number(body, "min_tokens", {0, 1e9}, true); v && *v > 0)
+    bad("min_tokens", "'min_tokens' is not supported: an answer may end before it");
+  if (boolean(body, "include_stop_str_in_output").value_or(false))
+    bad("include_stop_str_in_output",
+        "'include_stop_str_in_output' is not supported: the answer ends before its stop string");
+  r.skip_special_tokens = boolean(body, "skip_special_tokens").value_or(true);
 
   if (const json* s = field(body, "stop")) {
     if (s->is_string()) {
@@ -419,8 +486,9 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   return r;
 }
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : decoder_(tokenizer, true), stop_(std::move(stop)) {}
+TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
+                       bool skip_special_tokens)
+    : decoder_(tokenizer, skip_special_tokens), stop_(std::move(stop)) {}
 
 std::string TextStream::release(std::string text, bool last) {
   if (stopped_) return "";

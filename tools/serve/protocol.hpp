@@ -50,12 +50,19 @@ struct ParsedRequest {
   GenerationConfig config;
   int64_t top_logprobs = -1;  // the engine's: -1 none
   std::vector<std::string> stop;
+  bool skip_special_tokens = true;  // vLLM's: the answer's text without special tokens
 };
 // `chat`: /v1/chat/completions (messages), else /v1/completions (prompt).
 ParsedRequest parse_request(const nlohmann::json& body, bool chat, const Context& ctx);
-// The prompt ids of a /tokenize body: {"content": text} (encoded as `generate --prompt` does) or
-// {"messages": [...]} (the chat prompt with its generation header).
-std::vector<int64_t> parse_tokenize(const nlohmann::json& body, const Context& ctx);
+// A /tokenize body: {"content": text} (or vLLM's "prompt"; encoded as `generate --prompt` does,
+// unless "add_special_tokens" or llama-server's "add_special" says otherwise) or {"messages":
+// [...]} (the chat prompt, with its generation header unless "add_generation_prompt" is false);
+// "with_pieces": each token with its text, as llama-server answers.
+struct TokenizeRequest {
+  std::vector<int64_t> ids;
+  bool with_pieces = false;
+};
+TokenizeRequest parse_tokenize(const nlohmann::json& body, const Context& ctx);
 // The ids of a /detokenize body, {"tokens": [...]}, each a token id of the tokenizer.
 std::vector<int64_t> parse_detokenize(const nlohmann::json& body, const Context& ctx);
 // The body as JSON: ApiError 400 for malformed JSON or invalid UTF-8, or not an object.
@@ -65,7 +72,8 @@ nlohmann::json parse_body(const std::string& body);
 // character, never any part of a stop string; generation stops at the first stop string.
 class TextStream {
  public:
-  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop);
+  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
+             bool skip_special_tokens = true);
   // The text that became safe to show with these tokens, put in one at a time as if generated
   // one by one; `taken` (optional): how many went in, up to the one that completed a stop string.
   std::string push(const std::vector<int64_t>& ids, size_t* taken = nullptr);
@@ -80,6 +88,13 @@ class TextStream {
   std::string held_;  // a tail that could begin a stop string
   bool stopped_ = false;
 };
+
+// A response id's random part: 24 hex digits, distinct across requests and restarts.
+std::string random_id();
+
+// What a CORS preflight allows: the requested headers (comma-separated header names), or
+// "Authorization, Content-Type" when there are none or they are not header names.
+std::string allowed_headers(const std::string& requested);
 
 // Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
 bool valid_utf8(const std::string& s);

@@ -328,6 +328,7 @@ class Server {
     http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
     http_.set_tcp_nodelay(true);  // each streamed event goes out at once (no Nagle wait for an ACK)
     http_.set_keep_alive_timeout(o_.idle_timeout);
+    http_.set_keep_alive_max_count(1000);  // (cpp-httplib's default closes after 5 requests)
     http_.set_read_timeout(o_.idle_timeout);
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       t_log = {Clock::now(), -1, -1, false, false, true};
@@ -373,11 +374,14 @@ class Server {
     });
     http_.set_logger(
         [this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
-    http_.Options(".*", [this](const httplib::Request&, httplib::Response& res) {
+    http_.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
       res.status = 204;
       if (!o_.cors.empty()) {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        // The headers the page asked for (OpenAI's JavaScript client sends X-Stainless-* ones);
+        // a "*" would not cover Authorization.
+        res.set_header("Access-Control-Allow-Headers",
+                       allowed_headers(req.get_header_value("Access-Control-Request-Headers")));
         res.set_header("Access-Control-Max-Age", "600");
       }
     });
@@ -418,8 +422,17 @@ class Server {
               });
     api_route(
         true, "/tokenize", false, [this](const httplib::Request& req, httplib::Response& res) {
-          const std::vector<int64_t> ids = parse_tokenize(parse_body(req.body), ctx_);
-          send_json(res, 200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", o_.ctx}});
+          const TokenizeRequest t = parse_tokenize(parse_body(req.body), ctx_);
+          json tokens = t.ids;
+          if (t.with_pieces) {  // llama-server's: a piece that is no whole UTF-8 text as bytes
+            tokens = json::array();
+            for (const int64_t id : t.ids) {
+              const std::string b = ctx_.tokenizer->token_bytes(id);
+              tokens.push_back({{"id", id}, {"piece", valid_utf8(b) ? json(b) : bytes_of(b)}});
+            }
+          }
+          send_json(res, 200,
+                    {{"tokens", tokens}, {"count", t.ids.size()}, {"max_model_len", o_.ctx}});
         });
     api_route(true, "/detokenize", false,
               [this](const httplib::Request& req, httplib::Response& res) {
@@ -450,10 +463,12 @@ class Server {
               connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
           sock >= 0)
         ::shutdown(sock, SHUT_RDWR);
-    const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
+    // (A request cpp-httplib could not parse never reached the pre-routing handler.)
+    const double ms = done.counted ? seconds_between(t_log.start, Clock::now()) * 1000 : 0.0;
+    const std::string path = req.path.empty() ? "-" : req.path;
     if (o_.log_format == "json") {
       json line = {{"method", req.method},
-                   {"path", req.path},
+                   {"path", path},
                    {"status", res.status},
                    {"ms", std::round(ms * 10) / 10}};
       if (t_log.prompt_tokens >= 0) {
@@ -465,7 +480,7 @@ class Server {
     } else {
       char buf[64];
       std::snprintf(buf, sizeof buf, "%.1f ms", ms);
-      std::string text = req.method + " " + req.path + " " + std::to_string(res.status) + " " + buf;
+      std::string text = req.method + " " + path + " " + std::to_string(res.status) + " " + buf;
       if (t_log.prompt_tokens >= 0)
         text += " prompt " + std::to_string(t_log.prompt_tokens) + " completion " +
                 std::to_string(t_log.completion_tokens);
@@ -546,7 +561,7 @@ class Server {
     const ParsedRequest p = parse_request(parse_body(req.body), chat, ctx_);
     auto job = std::make_shared<Job>();
     job->arrived = t_log.start;  // time to first token counts from the request's arrival
-    auto text = std::make_shared<TextStream>(*ctx_.tokenizer, p.stop);
+    auto text = std::make_shared<TextStream>(*ctx_.tokenizer, p.stop, p.skip_special_tokens);
     Request r;
     r.prompt = p.prompt;
     r.config = p.config;
@@ -620,7 +635,7 @@ class Server {
     }
     t_log.prompt_tokens = static_cast<int64_t>(p.prompt.size());
     t_log.completion_tokens = 0;
-    const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
+    const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + random_id();
     const auto created = static_cast<int64_t>(std::time(nullptr));
     const json head = {{"id", rid},
                        {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion")
