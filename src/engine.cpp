@@ -549,7 +549,9 @@ void Engine::commit() {
     if (stop_eos) st.stop_reason = "eos";
     bool done = stop_eos || st.new_tokens >= row.config.max_new_tokens;
     if (row.cancelled.load()) {
-      if (!done) st.stop_reason = "cancelled";
+      // Cancelled before this pass's tokens went out: the result is what was delivered.
+      keep_first(row, fresh.size(), 0, accepted);
+      st.stop_reason = "cancelled";
       done = true;
     } else if (row.sink || on_tokens_) {
       try {

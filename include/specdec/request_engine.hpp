@@ -81,8 +81,9 @@ class RequestEngine {
   // Thread-safe. Its output is the one Generator::generate gives for it alone (greedy: token for
   // token; sampling: the same tokens for the same seed), whatever else runs beside it.
   Id submit(Request request);
-  // The request leaves the batch at the next step (stop_reason "cancelled"), or the queue at once;
-  // its on_finished is called either way. Thread-safe; an id that is done already is ignored.
+  // The request leaves the batch at the next step (stop_reason "cancelled"; its result holds the
+  // tokens its sink was given, none of that step's), or the queue at once; its on_finished is
+  // called either way. Thread-safe; an id that is done already is ignored.
   void cancel(Id id);
 
   // One iteration: the queued requests take the free rows (each prefilled), then every running

@@ -184,6 +184,7 @@ TEST(RequestEngine, ACancelledRequestLeavesAtThatStep) {
     if (!a.done || a.stop_reason == "max_new_tokens") continue;  // it had finished already
     EXPECT_EQ(a.stop_reason, "cancelled");
     EXPECT_EQ(a.streamed.size(), before) << "tokens after the cancellation";
+    EXPECT_EQ(a.finished, a.streamed) << "the result is what was delivered";
     EXPECT_EQ(
         a.finished,
         std::vector<int64_t>(full.begin(), full.begin() + static_cast<int64_t>(a.finished.size())));
