@@ -425,3 +425,22 @@ def test_a_connection_serves_many_requests_and_garbage_is_logged_sanely(server):
     server.assert_healthy("after a line of garbage")
     lines = [line for line in server.log_text().splitlines() if line.startswith("GARBAGE")]
     assert lines and all(re.search(r" 400 0\.0 ms$", line) for line in lines), lines
+
+
+def test_differing_content_lengths_are_refused(server):
+    # RFC 9112 6.3: a message with differing Content-Length headers is unrecoverable; a proxy in
+    # front may have framed the body by the other one.
+    import socket
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    body = b'{"prompt": "Hi", "max_tokens": 1}'
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
+    buf = b""
+    while True:
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        buf += piece
+    sock.close()
+    assert buf.startswith(b"HTTP/1.1 400") and b"Content-Length headers" in buf, buf[:400]
+    server.assert_healthy("after differing Content-Length headers")

@@ -342,13 +342,22 @@ class Server {
       const bool reads_body = req.method == "POST" || req.method == "PUT" ||
                               req.method == "PATCH" || req.method == "DELETE";
       const bool chunked = req.has_header("Transfer-Encoding");
-      if (chunked ||
+      // Differing lengths (RFC 9112 6.3): a proxy in front may have framed the body otherwise.
+      bool conflicting = false;
+      for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+        conflicting = conflicting || req.get_header_value("Content-Length", i) !=
+                                         req.get_header_value("Content-Length", 0);
+      if (chunked || conflicting ||
           (!reads_body && std::atoll(req.get_header_value("Content-Length").c_str()) != 0)) {
         send_error(res, chunked ? ApiError(411,
-                                           "a request body needs a Content-Length (no chunked "
-                                           "bodies)",
+                                           "a request body needs a Content-Length (no "
+                                           "chunked bodies)",
                                            "", "length_required")
-                                : ApiError(400, "a " + req.method + " request takes no body"));
+                        : conflicting
+                            ? ApiError(400,
+                                       "the request has differing Content-Length "
+                                       "headers")
+                            : ApiError(400, "a " + req.method + " request takes no body"));
         res.set_header("Connection", "close");
         t_log.close = true;
         return httplib::Server::HandlerResponse::Handled;
