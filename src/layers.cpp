@@ -24,8 +24,8 @@ Pass::Pass(const at::Tensor& input_ids, const KVCache& cache,
            const std::vector<int64_t>& row_tokens, c10::Device device,
            const std::vector<TokenTree>& trees)
     : device_(device) {
-  SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1,
-                "forward: expected input ids [B, T], got ", input_ids.sizes());
+  SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1 && input_ids.size(1) >= 1,
+                "forward: expected input ids [B, T] with B, T >= 1, got ", input_ids.sizes());
   const int64_t b = input_ids.size(0);
   t_ = input_ids.size(1);
   SPECDEC_CHECK(b <= cache.batch(), "forward: a pass of ", b, " rows on a cache of ", cache.batch(),

@@ -31,7 +31,7 @@ KVCache Model::make_cache(int64_t max_length, int64_t batch, bool keep_hidden) c
                   config_.head_dim, options);
     if (keep_hidden || config_.feature_size > 0) cache.keep_hidden(config_.hidden_size, options);
     return cache;
-  } catch (const c10::Error& e) {  // out of memory
+  } catch (const c10::Error& e) {  // the allocation failed
     throw Error(detail::concat("make_cache: a cache of ", batch, " x ", max_length,
                                " positions: ", e.what_without_backtrace()));
   }
@@ -40,8 +40,6 @@ KVCache Model::make_cache(int64_t max_length, int64_t batch, bool keep_hidden) c
 void Model::check_pass(const at::Tensor& input_ids, const KVCache& cache, int64_t keep_last) const {
   SPECDEC_CHECK(input_ids.scalar_type() == at::kLong, "forward: input ids must be int64, got ",
                 input_ids.scalar_type());
-  SPECDEC_CHECK(input_ids.dim() == 2 && input_ids.size(0) >= 1 && input_ids.size(1) >= 1,
-                "forward: expected input ids [B, T] with B, T >= 1, got ", input_ids.sizes());
   SPECDEC_CHECK(keep_last >= kCacheOnly, "forward: keep_last must be 0 (all), positive or ",
                 "kCacheOnly, got ", keep_last);
   SPECDEC_CHECK(cache.num_layers() == config_.num_hidden_layers, "forward: the cache has ",

@@ -281,11 +281,14 @@ int64_t sample_index(const at::Tensor& probs, double u) {
   SPECDEC_CHECK(probs.dim() == 1 && probs.numel() > 0,
                 "sample_index: expected probabilities [V], got ", probs.sizes());
   SPECDEC_CHECK(u >= 0.0 && u < 1.0, "sample_index: u must be in [0, 1), got ", u);
-  const int64_t i = sample_index_tensor(probs, u).item<int64_t>();
-  // (The draw lands on a positive entry whenever the sum is positive and finite.)
-  SPECDEC_CHECK(probs[i].item<double>() > 0.0,
+  // The index and its probability in one copy to the host (the draw lands on a positive entry
+  // whenever the sum is positive and finite).
+  const at::Tensor i = sample_index_tensor(probs, u).view({1});
+  const at::Tensor both = at::cat({i.to(at::kDouble), probs.index_select(0, i).to(at::kDouble)});
+  const at::Tensor host = both.cpu();
+  SPECDEC_CHECK(host.data_ptr<double>()[1] > 0.0,
                 "sample_index: the probabilities must be non-negative with a positive, finite sum");
-  return i;
+  return static_cast<int64_t>(host.data_ptr<double>()[0]);
 }
 
 }  // namespace specdec

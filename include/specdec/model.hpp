@@ -67,8 +67,8 @@ class Model {
   virtual bool same_encoder(const Model& other) const;
 
  protected:
-  // forward's checks of its arguments (ids int64 [B >= 1, T >= 1], keep_last, a cache made by
-  // this model's make_cache); every model's forward runs them first.
+  // forward's checks of its arguments (ids int64, keep_last, a cache made by this model's
+  // make_cache; layers::Pass checks the shapes); every model's forward runs them first.
   void check_pass(const at::Tensor& input_ids, const KVCache& cache, int64_t keep_last) const;
   Model(ModelConfig config, c10::Device device, at::ScalarType dtype)
       : config_(std::move(config)), device_(device), dtype_(dtype) {}

@@ -210,11 +210,37 @@ def test_ignore_eos_stop_token_ids_and_special_tokens(server):
     assert content.startswith(short["choices"][0]["message"]["content"] + "<|im_end|>"), (content, short)
     hidden = chat(server, **base, ignore_eos=True)["choices"][0]["message"]["content"]
     assert "<|im_end|>" not in hidden and hidden.startswith(short["choices"][0]["message"]["content"]), hidden
+    # The stop token's text is left out, as vLLM leaves it, unless include_stop_str_in_output.
     out = oracle(STORY, 12)
     i = next(i for i in range(3, 12) if out["tokens"][i] not in out["tokens"][:i])
-    got = complete(server, prompt=STORY, max_tokens=12, temperature=0, stop_token_ids=[out["tokens"][i]])
-    assert got["usage"]["completion_tokens"] == i + 1 and got["choices"][0]["finish_reason"] == "stop", got
-    assert got["choices"][0]["text"] == detokenize(server, out["tokens"][:i + 1]), got
+    for include in (False, True):
+        got = complete(server, prompt=STORY, max_tokens=12, temperature=0, stop_token_ids=[out["tokens"][i]],
+                       include_stop_str_in_output=include)
+        assert got["usage"]["completion_tokens"] == i + 1 and got["choices"][0]["finish_reason"] == "stop", got
+        kept = i + 1 if include else i
+        assert got["choices"][0]["text"] == detokenize(server, out["tokens"][:kept]), (include, got)
+
+
+def test_include_stop_str_in_output(server):
+    full = complete(server, prompt=STORY, max_tokens=24, temperature=0)["choices"][0]["text"]
+    words = full.split()
+    stop = " " + words[len(words) // 2]
+    got = complete(server, prompt=STORY, max_tokens=24, temperature=0, stop=stop, include_stop_str_in_output=True)
+    assert got["choices"][0]["text"] == full[:full.find(stop) + len(stop)], (stop, got, full)
+    assert got["choices"][0]["finish_reason"] == "stop", got
+
+
+def test_text_offset_counts_only_the_characters_shown(server):
+    # Hidden special tokens (skip_special_tokens, the default) take no characters of the text.
+    got = complete(server, prompt=STORY, max_tokens=4, temperature=0, logprobs=1, ignore_eos=True,
+                   logit_bias={"0": 100})
+    c = got["choices"][0]
+    assert c["text"] == "" and c["logprobs"]["text_offset"] == [0, 0, 0, 0], c
+    shown = complete(server, prompt=STORY, max_tokens=4, temperature=0, logprobs=1, ignore_eos=True,
+                     logit_bias={"0": 100}, skip_special_tokens=False)["choices"][0]
+    special = shown["logprobs"]["tokens"][0]
+    assert shown["text"] == special * 4, shown
+    assert shown["logprobs"]["text_offset"] == [i * len(special) for i in range(4)], shown
 
 
 def test_continue_final_message(server):
@@ -231,6 +257,22 @@ def test_continue_final_message(server):
                max_tokens=8, temperature=0)
     want = complete(server, prompt=ids, max_tokens=8, temperature=0)
     assert got["choices"][0]["message"]["content"] == want["choices"][0]["text"], (got, want)
+
+
+def test_continue_final_message_with_a_template_that_trims():
+    # Gemma's template trims each message: the continued message is cut where its rendering ends,
+    # not at an earlier occurrence of its text (Hugging Face's own rindex would find "Hi " in the
+    # user's message).
+    s = start_server("--chat-template", "gemma")
+    try:
+        msgs = [{"role": "user", "content": "Say Hi now"}, {"role": "assistant", "content": "Hi "}]
+        r = s.post("/tokenize", json={"messages": msgs, "continue_final_message": True,
+                                      "add_generation_prompt": False})
+        assert r.status_code == 200, r.text
+        text = detokenize(s, r.json()["tokens"])
+        assert text.endswith("<start_of_turn>user\nSay Hi now<end_of_turn>\n<start_of_turn>model\nHi"), text
+    finally:
+        s.stop()
 
 
 def test_ids_are_random_and_token_ids_may_be_integral_floats(server):

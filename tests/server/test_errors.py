@@ -107,8 +107,6 @@ BAD_BODIES = [
     ("/v1/completions", {"prompt": "Hi", "num_assistant_tokens": 257}, "num_assistant_tokens"),
     # vLLM's fields that would change the answer and are not served, or are malformed
     ("/v1/completions", {"prompt": "Hi", "min_tokens": 5}, "min_tokens"),
-    ("/v1/completions", {"prompt": "Hi", "stop": ["x"], "include_stop_str_in_output": True},
-     "include_stop_str_in_output"),
     ("/v1/completions", {"prompt": "Hi", "stop_token_ids": [99999999]}, "stop_token_ids"),
     ("/v1/completions", {"prompt": "Hi", "stop_token_ids": 5}, "stop_token_ids"),
     ("/v1/chat/completions", {"messages": MSGS, "continue_final_message": True}, "continue_final_message"),

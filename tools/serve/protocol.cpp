@@ -124,10 +124,14 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
       bad("messages", "a message's 'role' must be a string, got " + role->dump());
     const json* content = field(m, "content");
     const std::string given = role->get<std::string>();
-    if (given == "tool" || given == "function" || field(m, "tool_calls") ||
-        field(m, "function_call"))
-      bad("messages", "tool calls and '" + given +
-                          "' messages of them are not supported: this server does not call tools");
+    const auto holds = [&](const char* name) {
+      const json* f = field(m, name);
+      return f && !(f->is_array() && f->empty()) && !(f->is_object() && f->empty());
+    };
+    if (given == "tool" || given == "function" || holds("tool_calls") || holds("function_call"))
+      bad("messages",
+          "messages with tool calls or their results are not supported: this server "
+          "does not call tools");
     std::string text;
     if (content && content->is_string()) {
       text = content->get<std::string>();
@@ -164,17 +168,28 @@ std::vector<int64_t> encode_chat(const json& body, const Context& ctx) {
   if (continued && (messages.back().role != "assistant" || messages.back().content.empty()))
     bad("continue_final_message",
         "'continue_final_message' needs a last message from the assistant with content");
-  std::string text;
+  std::string text, marked;
+  // A continued message's rendering ends where the same rendering with a mark for its text puts
+  // what follows the mark: the template may trim the text, and the text may occur earlier.
+  const std::string mark = "specdec-final-message-mark";
   try {
     text = ctx.chat->render(messages, header && !continued);
+    if (continued) {
+      std::vector<ChatMessage> with_mark = messages;
+      with_mark.back().content = mark;
+      marked = ctx.chat->render(with_mark, false);
+    }
   } catch (const Error& e) {
     bad("messages", e.what());
   }
-  if (continued) {  // as Hugging Face's apply_chat_template: cut after the final message's text
-    const size_t at = text.rfind(messages.back().content);
-    if (at == std::string::npos)
-      bad("continue_final_message", "the chat template does not keep the final message verbatim");
-    text.resize(at + messages.back().content.size());
+  if (continued) {
+    const size_t at = marked.rfind(mark);
+    const size_t tail = at == std::string::npos ? 0 : marked.size() - at - mark.size();
+    if (at == std::string::npos || text.size() < at + tail ||
+        text.compare(0, at, marked, 0, at) != 0 ||
+        text.compare(text.size() - tail, tail, marked, at + mark.size(), tail) != 0)
+      bad("continue_final_message", "the chat template does not render the final message apart");
+    text.resize(text.size() - tail);
   }
   return ctx.tokenizer->encode(text, false);
 }
@@ -425,9 +440,7 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   if (c.eos_token_ids.empty()) c.eos_token_ids = {-1};  // (empty would mean the model's)
   if (const auto v = number(body, "min_tokens", {0, 1e9}, true); v && *v > 0)
     bad("min_tokens", "'min_tokens' is not supported: an answer may end before it");
-  if (boolean(body, "include_stop_str_in_output").value_or(false))
-    bad("include_stop_str_in_output",
-        "'include_stop_str_in_output' is not supported: the answer ends before its stop string");
+  r.include_stop = boolean(body, "include_stop_str_in_output").value_or(false);
   r.skip_special_tokens = boolean(body, "skip_special_tokens").value_or(true);
 
   if (const json* s = field(body, "stop")) {
@@ -486,18 +499,30 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   return r;
 }
 
-TextStream::TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
-                       bool skip_special_tokens)
-    : decoder_(tokenizer, skip_special_tokens), stop_(std::move(stop)) {}
+TextStream::TextStream(const Tokenizer& tokenizer, const ParsedRequest& request)
+    : decoder_(tokenizer, request.skip_special_tokens),
+      stop_(request.stop),
+      tokenizer_(tokenizer),
+      end_ids_(request.config.eos_token_ids),
+      skip_special_(request.skip_special_tokens),
+      include_stop_(request.include_stop) {}
+
+bool TextStream::shows(int64_t id) const {
+  const bool ends = std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
+  return !(ends && !include_stop_) && !(skip_special_ && tokenizer_.is_special(id));
+}
 
 std::string TextStream::release(std::string text, bool last) {
   if (stopped_) return "";
   held_ += text;
-  size_t first = std::string::npos;
-  for (const std::string& s : stop_) first = std::min(first, held_.find(s));
+  size_t first = std::string::npos, end = 0;  // where the first stop string begins and ends
+  for (const std::string& s : stop_) {
+    const size_t at = held_.find(s);
+    if (at < first || (at == first && at + s.size() < end)) first = at, end = at + s.size();
+  }
   if (first != std::string::npos) {
     stopped_ = true;
-    std::string out = held_.substr(0, first);
+    std::string out = held_.substr(0, include_stop_ ? end : first);
     held_.clear();
     return out;
   }
@@ -519,7 +544,10 @@ std::string TextStream::release(std::string text, bool last) {
 std::string TextStream::push(const std::vector<int64_t>& ids, size_t* taken) {
   std::string out;
   size_t n = 0;
-  for (; n < ids.size() && !stopped_; ++n) out += release(decoder_.push({ids[n]}), false);
+  for (; n < ids.size() && !stopped_; ++n) {
+    const bool ends = std::find(end_ids_.begin(), end_ids_.end(), ids[n]) != end_ids_.end();
+    if (!ends || include_stop_) out += release(decoder_.push({ids[n]}), false);
+  }
   if (taken) *taken = n;
   return out;
 }

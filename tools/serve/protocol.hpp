@@ -51,6 +51,7 @@ struct ParsedRequest {
   int64_t top_logprobs = -1;  // the engine's: -1 none
   std::vector<std::string> stop;
   bool skip_special_tokens = true;  // vLLM's: the answer's text without special tokens
+  bool include_stop = false;        // vLLM's include_stop_str_in_output
 };
 // `chat`: /v1/chat/completions (messages), else /v1/completions (prompt).
 ParsedRequest parse_request(const nlohmann::json& body, bool chat, const Context& ctx);
@@ -69,22 +70,28 @@ std::vector<int64_t> parse_detokenize(const nlohmann::json& body, const Context&
 nlohmann::json parse_body(const std::string& body);
 
 // The text of a generation as the client sees it: decoded incrementally, never a partial UTF-8
-// character, never any part of a stop string; generation stops at the first stop string.
+// character, never any part of a stop string, nor the text of the EOS or stop token id that ended
+// it (as vLLM, unless include_stop_str_in_output); generation stops at the first stop string.
 class TextStream {
  public:
-  TextStream(const Tokenizer& tokenizer, std::vector<std::string> stop,
-             bool skip_special_tokens = true);
+  TextStream(const Tokenizer& tokenizer, const ParsedRequest& request);
   // The text that became safe to show with these tokens, put in one at a time as if generated
   // one by one; `taken` (optional): how many went in, up to the one that completed a stop string.
   std::string push(const std::vector<int64_t>& ids, size_t* taken = nullptr);
   // What was held back, once generation ended (nothing after a stop string).
   std::string finish();
   bool stopped() const { return stopped_; }
+  // Whether token `id`'s text is part of the text (not a skipped special token, nor the EOS or
+  // stop token id that ends it).
+  bool shows(int64_t id) const;
 
  private:
   std::string release(std::string text, bool last);
   StreamDecoder decoder_;
   std::vector<std::string> stop_;
+  const Tokenizer& tokenizer_;
+  std::vector<int64_t> end_ids_;  // EOS and stop token ids: their text is not shown
+  bool skip_special_, include_stop_;
   std::string held_;  // a tail that could begin a stop string
   bool stopped_ = false;
 };

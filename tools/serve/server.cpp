@@ -45,6 +45,7 @@ struct Job {
   std::vector<json> logprobs;              // chat-style entries not yet taken
   bool finished = false, stopped = false;  // stopped: by a stop string
   int64_t tokens = 0;                      // generated so far
+  size_t shown = 0;  // characters of them the client sees (engine's thread only)
   GenerationResult result;
   Clock::time_point arrived = Clock::now(), last;
   bool first = true;
@@ -464,6 +465,9 @@ class Server {
         if (counted) --n;
       }
     } done{in_flight_, t_log.counted};
+    // (A request cpp-httplib could not parse never reached the pre-routing handler: nothing of
+    // the thread's last request is its.)
+    if (!done.counted) t_log = {Clock::now(), -1, -1, false, false, false};
     t_log.counted = false;
     // The response is written: a connection whose request body was left unread ends here (the
     // socket stays cpp-httplib's to close; its next read sees the end).
@@ -472,8 +476,7 @@ class Server {
               connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
           sock >= 0)
         ::shutdown(sock, SHUT_RDWR);
-    // (A request cpp-httplib could not parse never reached the pre-routing handler.)
-    const double ms = done.counted ? seconds_between(t_log.start, Clock::now()) * 1000 : 0.0;
+    const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
     const std::string path = req.path.empty() ? "-" : req.path;
     if (o_.log_format == "json") {
       json line = {{"method", req.method},
@@ -530,9 +533,8 @@ class Server {
             {"tokens_per_target_pass", s.tokens_per_target_pass()}};
   }
 
-  // Chat-style logprob entries as the legacy completions object; `offset`: the characters of the
-  // answer before them, advanced past them.
-  static json legacy_logprobs(const std::vector<json>& entries, size_t& offset) {
+  // Chat-style logprob entries (with their text_offset) as the legacy completions object.
+  static json legacy_logprobs(const std::vector<json>& entries) {
     json out = {{"tokens", json::array()},
                 {"token_logprobs", json::array()},
                 {"top_logprobs", json::array()},
@@ -543,14 +545,13 @@ class Server {
       json top = json::object();  // most probable first
       for (const json& t : e["top_logprobs"]) top[legacy_token(t)] = t["logprob"];
       out["top_logprobs"].push_back(top);
-      out["text_offset"].push_back(offset);
-      offset += characters(e["bytes"]);
+      out["text_offset"].push_back(e["text_offset"]);
     }
     return out;
   }
 
   json choice(bool chat, const std::string& text, const std::vector<json>* logprobs, bool delta,
-              const json& finish, size_t& offset) const {
+              const json& finish) const {
     json c = {{"index", 0}, {"finish_reason", finish}};
     if (chat)
       c[delta ? "delta" : "message"] =
@@ -562,7 +563,7 @@ class Server {
     else if (chat)
       c["logprobs"] = {{"content", *logprobs}};
     else
-      c["logprobs"] = legacy_logprobs(*logprobs, offset);
+      c["logprobs"] = legacy_logprobs(*logprobs);
     return c;
   }
 
@@ -570,15 +571,15 @@ class Server {
     const ParsedRequest p = parse_request(parse_body(req.body), chat, ctx_);
     auto job = std::make_shared<Job>();
     job->arrived = t_log.start;  // time to first token counts from the request's arrival
-    auto text = std::make_shared<TextStream>(*ctx_.tokenizer, p.stop, p.skip_special_tokens);
+    auto text = std::make_shared<TextStream>(*ctx_.tokenizer, p);
     Request r;
     r.prompt = p.prompt;
     r.config = p.config;
     r.top_logprobs = p.top_logprobs;
     const Tokenizer* tok = ctx_.tokenizer;
     // On the engine's thread: decode, hold back stop strings, hand over, never wait.
-    r.on_tokens = [this, job, text, tok](const std::vector<int64_t>& ids,
-                                         const std::vector<TokenLogprob>& lps) {
+    r.on_tokens = [this, job, text, tok, legacy = !chat](const std::vector<int64_t>& ids,
+                                                         const std::vector<TokenLogprob>& lps) {
       size_t taken = 0;  // the tokens after a stop string's end are not the answer's
       const std::string piece = text->push(ids, &taken);
       std::vector<json> entries;
@@ -591,10 +592,14 @@ class Server {
           top.push_back(
               {{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(tok->token_bytes(id))}});
         }
-        entries.push_back({{"token", s},
-                           {"logprob", t.logprob},
-                           {"bytes", bytes_of(tok->token_bytes(t.token))},
-                           {"top_logprobs", top}});
+        json bytes = bytes_of(tok->token_bytes(t.token));
+        json entry = {
+            {"token", s}, {"logprob", t.logprob}, {"bytes", bytes}, {"top_logprobs", top}};
+        if (legacy) {  // the characters shown before it (none for a token whose text is hidden)
+          entry["text_offset"] = job->shown;
+          if (text->shows(t.token)) job->shown += characters(bytes);
+        }
+        entries.push_back(std::move(entry));
       }
       const auto now = Clock::now();
       {
@@ -674,9 +679,8 @@ class Server {
       t_log.completion_tokens = s.new_tokens;
       if (s.stop_reason == "error") throw ApiError(500, "generation failed: " + job->result.error);
       json out = head;
-      size_t offset = 0;
       out["choices"] = json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr,
-                                           false, finish_reason(*job), offset)});
+                                           false, finish_reason(*job))});
       out["usage"] = usage(s);
       out["speculative"] = speculative(s);
       send_json(res, 200, out);
@@ -686,7 +690,6 @@ class Server {
     // (stream_options.include_usage), then [DONE].
     struct StreamState {
       bool sent_role = false;
-      size_t offset = 0;
     };
     auto st = std::make_shared<StreamState>();
     const bool logprobs = p.logprobs, include_usage = p.include_usage;
@@ -730,8 +733,8 @@ class Server {
           }
           if (!piece.empty() || !entries.empty()) {
             json c = head;
-            c["choices"] = json::array(
-                {choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr, st->offset)});
+            c["choices"] =
+                json::array({choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr)});
             if (!event(c)) return leave();
           }
           if (!finished) return true;
@@ -741,8 +744,7 @@ class Server {
             event(error_json(500, "generation failed: " + job->result.error));
           } else {
             json c = head;
-            c["choices"] =
-                json::array({choice(chat, "", nullptr, true, finish_reason(*job), st->offset)});
+            c["choices"] = json::array({choice(chat, "", nullptr, true, finish_reason(*job))});
             if (chat) c["choices"][0]["delta"] = json::object();
             event(c);
             if (include_usage) {
