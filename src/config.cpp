@@ -490,6 +490,9 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(max_new_tokens <= limits().max_sequence_length, "GenerationConfig.max_new_tokens ",
                 max_new_tokens, " exceeds the limit of ", limits().max_sequence_length,
                 " positions (Limits::max_sequence_length)");
+  SPECDEC_CHECK(min_new_tokens >= 0 && min_new_tokens <= limits().max_sequence_length,
+                "GenerationConfig.min_new_tokens must be in [0, ", limits().max_sequence_length,
+                "], got ", min_new_tokens);
   SPECDEC_CHECK(num_assistant_tokens >= 0 && num_assistant_tokens <= kMaxLookahead,
                 "GenerationConfig.num_assistant_tokens must be in [0, ", kMaxLookahead,
                 "] (0 = default), got ", num_assistant_tokens);

@@ -75,6 +75,30 @@ class LogitBias final : public LogitsProcessor {
   int64_t largest_ = -1;
 };
 
+class MinNewTokens final : public LogitsProcessor {
+ public:
+  MinNewTokens(int64_t min_new_tokens, std::vector<int64_t> eos, int64_t prompt_length)
+      : min_(min_new_tokens), eos_(std::move(eos)), prompt_length_(prompt_length) {}
+  bool reads_history() const override { return true; }  // (its length)
+  at::Tensor apply(const at::Tensor& scores, const std::vector<int64_t>& history) const override {
+    const int64_t rows = scores.size(0), vocab = scores.size(1);
+    const int64_t end = static_cast<int64_t>(history.size()) - (rows - 1);  // row 0's history
+    // Row r follows end + r - prompt_length new tokens: rows [0, banned) have fewer than min.
+    const int64_t banned = std::clamp<int64_t>(prompt_length_ + min_ - end, 0, rows);
+    if (banned == 0) return scores;
+    at::Tensor out = scores.clone();
+    for (const int64_t id : eos_)
+      if (id >= 0 && id < vocab)
+        out.narrow(0, 0, banned).select(1, id).fill_(-std::numeric_limits<float>::infinity());
+    return out;
+  }
+
+ private:
+  int64_t min_;
+  std::vector<int64_t> eos_;
+  int64_t prompt_length_;
+};
+
 class OccurrencePenalty final : public LogitsProcessor {
  public:
   OccurrencePenalty(double frequency, double presence, int64_t prompt_length)
@@ -179,6 +203,12 @@ class MinP final : public LogitsProcessor {
 
 }  // namespace
 
+std::unique_ptr<LogitsProcessor> make_min_new_tokens(int64_t min_new_tokens,
+                                                     std::vector<int64_t> eos,
+                                                     int64_t prompt_length) {
+  return std::make_unique<MinNewTokens>(min_new_tokens, std::move(eos), prompt_length);
+}
+
 std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty) {
   SPECDEC_CHECK(penalty > 0, "repetition_penalty must be > 0, got ", penalty);
   return std::make_unique<RepetitionPenalty>(penalty);
@@ -218,6 +248,8 @@ LogitsProcessorChain::LogitsProcessorChain(const GenerationConfig& c, int64_t pr
         make_occurrence_penalty(c.frequency_penalty, c.presence_penalty, prompt_length));
   if (c.repetition_penalty != 1.0)
     processors_.push_back(make_repetition_penalty(c.repetition_penalty));
+  if (c.min_new_tokens > 0)
+    processors_.push_back(make_min_new_tokens(c.min_new_tokens, c.eos_token_ids, prompt_length));
   if (!c.sampling()) return;
   if (c.temperature != 1.0) processors_.push_back(make_temperature(c.temperature));
   if (c.top_k > 0) processors_.push_back(make_top_k(c.top_k));

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -133,7 +134,8 @@ void write_file(const std::string& path, const std::string& data) {
 nlohmann::json read_json(const std::string& path) { return nlohmann::json::parse(read_file(path)); }
 
 std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t>& prompt,
-                                   int64_t max_new_tokens, const std::vector<int64_t>& eos) {
+                                   int64_t max_new_tokens, const std::vector<int64_t>& eos,
+                                   int64_t min_new_tokens) {
   c10::InferenceMode guard;
   const bool enc_dec = model.config().is_encoder_decoder;
   // Encoder-decoder: the prompt is re-encoded every step too, and the decoder starts from its
@@ -146,7 +148,10 @@ std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t
     if (enc_dec)
       model.attach_encoder(model.encode(at::tensor(prompt, at::kLong).view({1, -1})), cache);
     const at::Tensor logits = model.forward(at::tensor(seq, at::kLong).view({1, -1}), cache, 1);
-    const int64_t tok = logits[0][0].argmax().item<int64_t>();
+    at::Tensor last = logits[0][0].clone();
+    if (i < min_new_tokens)
+      for (const int64_t e : eos) last[e] = -std::numeric_limits<float>::infinity();
+    const int64_t tok = last.argmax().item<int64_t>();
     seq.push_back(tok);
     out.push_back(tok);
     if (std::find(eos.begin(), eos.end(), tok) != eos.end()) break;

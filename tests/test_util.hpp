@@ -63,8 +63,10 @@ void write_file(const std::string& path, const std::string& data);
 // Target-only greedy continuation computed the slow, obvious way: the whole sequence is re-run
 // through the model without any cache for every token (encoder-decoder models: the decoder's
 // sequence, with the prompt re-encoded each time). An independent oracle for the cached paths.
+// `min_new_tokens`: the eos ids are never picked before that many new tokens.
 std::vector<int64_t> oracle_greedy(const Model& model, const std::vector<int64_t>& prompt,
-                                   int64_t max_new_tokens, const std::vector<int64_t>& eos);
+                                   int64_t max_new_tokens, const std::vector<int64_t>& eos,
+                                   int64_t min_new_tokens = 0);
 
 // The logits of the last `n` tokens of `ids` ([1, T], after T - n tokens of context) computed three
 // ways: one verification pass over the n tokens, n one-token decode steps, and the last n rows of

@@ -17,6 +17,9 @@ namespace specdec::cli {
 inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& no_adaptive) {
   app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")
       ->capture_default_str();
+  app->add_option("--min-new-tokens", gen.min_new_tokens,
+                  "No end of sequence before this many new tokens (0 = off)")
+      ->capture_default_str();
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
                   "Draft tokens per iteration; the cap for dynamic and goodput (0 = 5; 16 with "
                   "--speculate suffix, 20 for dynamic, 12 for goodput; at most 256); with "

@@ -130,6 +130,9 @@ enum class Schedule { kConstant, kHeuristic, kHeuristicTransient, kDynamic, kGoo
 struct GenerationConfig {
   // Number of new tokens to generate at most (prompt excluded). Must be >= 1.
   int64_t max_new_tokens = 20;
+  // No EOS before this many new tokens (their logits are -inf until then), as Hugging Face's
+  // MinNewTokensLengthLogitsProcessor; 0 = off.
+  int64_t min_new_tokens = 0;
   // EOS ids that end generation; empty = the target model's eos ids. An id outside the vocabulary
   // (e.g. {-1}) never matches: generation then runs to max_new_tokens.
   std::vector<int64_t> eos_token_ids;

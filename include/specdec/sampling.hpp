@@ -37,7 +37,8 @@ class LogitsProcessor {
 };
 
 // The chain Hugging Face builds for a GenerationConfig, in its order: the logit bias (its
-// sequence_bias), repetition penalty, then (sampling only) temperature, top-k, top-p, min-p;
+// sequence_bias), repetition penalty, min_new_tokens (over config.eos_token_ids), then (sampling
+// only) temperature, top-k, top-p, min-p;
 // OpenAI's frequency and presence penalties after the bias and before the repetition penalty. The
 // same chain processes the draft's logits (giving q) and the target's (giving p). `prompt_length`:
 // where the generated tokens start in the history (the OpenAI penalties count only those; a draft's
@@ -64,6 +65,11 @@ class LogitsProcessorChain {
 // OpenAI's logit_bias: each (token id, bias) adds bias to that token's logit in every row.
 std::unique_ptr<LogitsProcessor> make_logit_bias(std::vector<std::pair<int64_t, double>> bias);
 std::unique_ptr<LogitsProcessor> make_repetition_penalty(double penalty);
+// Hugging Face's MinNewTokensLengthLogitsProcessor: the `eos` ids get -inf at every position with
+// fewer than `min_new_tokens` tokens after history[prompt_length] before it.
+std::unique_ptr<LogitsProcessor> make_min_new_tokens(int64_t min_new_tokens,
+                                                     std::vector<int64_t> eos,
+                                                     int64_t prompt_length);
 // OpenAI's: logit - frequency x count - presence x (count > 0), counting history[prompt_length ..).
 std::unique_ptr<LogitsProcessor> make_occurrence_penalty(double frequency, double presence,
                                                          int64_t prompt_length);

@@ -273,8 +273,8 @@ TEST(Exactness, SuffixTreesGiveTargetOnlyTokensOnEveryArchitecture) {
 
 // A draft model's trees (its 3 most probable tokens at each position) on every architecture, under
 // constant K and goodput (whose cut keeps the candidates that pay), a repetition penalty or a logit
-// bias too: each request equals target-only greedy, and trees were verified. T5 verifies chains only. A sampled
-// request verifies trees too (its distribution: test_statistical.cpp).
+// bias too: each request equals target-only greedy, and trees were verified. T5 verifies chains
+// only. A sampled request verifies trees too (its distribution: test_statistical.cpp).
 TEST(Exactness, DraftTreesGiveTargetOnlyTokensOnEveryArchitecture) {
   for (const char* arch :
        {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}) {
@@ -408,6 +408,53 @@ TEST(Exactness, EosInsideAnAcceptedBlockEndsGenerationThere) {
         EXPECT_EQ(streamed, expected) << "nothing after EOS may be streamed";
         EXPECT_EQ(got.stats.stop_reason, "eos");
       }
+    }
+  }
+}
+
+// min_new_tokens keeps the EOS out until then (Hugging Face's MinNewTokensLengthLogitsProcessor):
+// target-only, with a draft and with prompt lookup, the tokens are the slow oracle's, which masks
+// the EOS logit by hand.
+TEST(Exactness, MinNewTokensKeepsTheEosOutUntilThenUnderSpeculation) {
+  for (const char* arch : {"llama", "t5"}) {
+    const Pair p = pair_for(6, arch);
+    const auto prompt = prompt_for(6, 5);
+    GenerationConfig probe;
+    probe.max_new_tokens = 30;
+    probe.eos_token_ids = {95};
+    const auto free_run = Generator(p.target).generate(prompt, probe).tokens;
+    ASSERT_GE(free_run.size(), 12u);
+    const int64_t eos = free_run[2];  // would end the answer by its third token
+    const auto want = oracle_greedy(*p.target, prompt, 30, {eos}, 8);
+    const size_t first = std::find(want.begin(), want.end(), eos) - want.begin();
+    ASSERT_GE(first, 8u) << arch << ": the oracle let the EOS in early";
+    for (const bool lookup : {false, true})
+      for (const auto& draft : {std::shared_ptr<const Model>(), p.target, p.early_exit}) {
+        if (lookup && draft) continue;
+        GenerationConfig cfg = probe;
+        cfg.eos_token_ids = {eos};
+        cfg.min_new_tokens = 8;
+        cfg.num_assistant_tokens = 5;
+        cfg.prompt_lookup_num_tokens = lookup ? 4 : 0;
+        EXPECT_EQ(Generator(p.target, draft).generate(prompt, cfg).tokens, want)
+            << arch
+            << (lookup  ? " prompt lookup"
+                : draft ? " draft"
+                        : " target-only");
+      }
+    // Sampled: prompt lookup's proposals give a seed's target-only tokens, EOS-free until then.
+    GenerationConfig sampled = probe;
+    sampled.eos_token_ids = {eos};
+    sampled.min_new_tokens = 8;
+    sampled.do_sample = true;
+    for (uint64_t seed = 1; seed <= 4; ++seed) {
+      sampled.seed = seed;
+      sampled.prompt_lookup_num_tokens = 0;
+      const auto alone = Generator(p.target).generate(prompt, sampled).tokens;
+      EXPECT_GE(std::find(alone.begin(), alone.end(), eos) - alone.begin(), 8) << arch;
+      sampled.prompt_lookup_num_tokens = 4;
+      EXPECT_EQ(Generator(p.target).generate(prompt, sampled).tokens, alone)
+          << arch << " seed " << seed;
     }
   }
 }

@@ -221,6 +221,19 @@ def test_ignore_eos_stop_token_ids_and_special_tokens(server):
         assert got["choices"][0]["text"] == detokenize(server, out["tokens"][:kept]), (include, got)
 
 
+def test_min_tokens(server):
+    # vLLM's min_tokens (Hugging Face's min_new_tokens): no end of turn before that many tokens.
+    base = dict(messages=CAPITAL, max_tokens=40, temperature=0)
+    short = chat(server, **base)
+    n = short["usage"]["completion_tokens"]
+    assert n < 30 and short["choices"][0]["finish_reason"] == "stop", short
+    got = chat(server, **base, min_tokens=n + 5)
+    assert got["usage"]["completion_tokens"] >= n + 5, (n, got)
+    content = got["choices"][0]["message"]["content"]
+    assert content.startswith(short["choices"][0]["message"]["content"]) and len(content) > len(
+        short["choices"][0]["message"]["content"]), (short, got)
+
+
 def test_include_stop_str_in_output(server):
     full = complete(server, prompt=STORY, max_tokens=24, temperature=0)["choices"][0]["text"]
     words = full.split()

@@ -106,7 +106,7 @@ BAD_BODIES = [
     ("/v1/completions", {"prompt": "Hi", "prompt_lookup_num_tokens": 100000}, "prompt_lookup_num_tokens"),
     ("/v1/completions", {"prompt": "Hi", "num_assistant_tokens": 257}, "num_assistant_tokens"),
     # vLLM's fields that would change the answer and are not served, or are malformed
-    ("/v1/completions", {"prompt": "Hi", "min_tokens": 5}, "min_tokens"),
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": 2, "min_tokens": 5}, "min_tokens"),  # as vLLM
     ("/v1/completions", {"prompt": "Hi", "stop_token_ids": [99999999]}, "stop_token_ids"),
     ("/v1/completions", {"prompt": "Hi", "stop_token_ids": 5}, "stop_token_ids"),
     ("/v1/chat/completions", {"messages": MSGS, "continue_final_message": True}, "continue_final_message"),

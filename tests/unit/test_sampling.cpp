@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "specdec/error.hpp"
 #include "specdec/sampling.hpp"
@@ -167,6 +168,23 @@ TEST(Sampling, InverseCdfNeverDrawsZeroProbability) {
   EXPECT_EQ(sample_index(p, 0.5), 3);
   EXPECT_EQ(sample_index(p, 0.999999), 3);
   EXPECT_EQ(sample_index(at::tensor({0.f, 0.f, 2.f}), 0.7), 2);  // unnormalised is fine
+}
+
+// By hand: prompt of 2, then 1 new token and the 2 rows' tokens; min 3 bans the EOS ids (2 and 4)
+// in rows 0 and 1 (1 and 2 new tokens before them), not in row 2 (3 before it).
+TEST(Sampling, MinNewTokensBansTheEosIdsBeforeThen) {
+  const auto p = make_min_new_tokens(3, {2, 4, -1, 99}, 2);
+  const at::Tensor out = p->apply(at::zeros({3, 5}), {7, 7, 7, 7, 7});
+  const float inf = std::numeric_limits<float>::infinity();
+  const at::Tensor want = at::tensor({0.f, 0.f, -inf, 0.f, -inf,  //
+                                      0.f, 0.f, -inf, 0.f, -inf,  //
+                                      0.f, 0.f, 0.f, 0.f, 0.f})
+                              .view({3, 5});
+  EXPECT_TRUE(at::equal(out, want)) << out;
+  EXPECT_TRUE(at::equal(p->apply(at::zeros({1, 5}), {7, 7, 7, 7, 7}), at::zeros({1, 5})));
+  GenerationConfig c;
+  c.min_new_tokens = -1;
+  EXPECT_THROW(c.validate(), Error);
 }
 
 // Bad input is a specdec::Error, never an index of probability 0 or a libtorch error.

@@ -83,6 +83,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           r.id = value;
         } else if (key == "max_new_tokens")
           integer(c.max_new_tokens);
+        else if (key == "min_new_tokens")
+          integer(c.min_new_tokens);
         else if (key == "top_k")
           integer(c.top_k);
         else if (key == "seed") {

@@ -438,8 +438,12 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       c.eos_token_ids.push_back(id);
   }
   if (c.eos_token_ids.empty()) c.eos_token_ids = {-1};  // (empty would mean the model's)
-  if (const auto v = number(body, "min_tokens", {0, 1e9}, true); v && *v > 0)
-    bad("min_tokens", "'min_tokens' is not supported: an answer may end before it");
+  if (const auto v = number(body, "min_tokens", {0, 1e9}, true)) {
+    if (*v > static_cast<double>(c.max_new_tokens))
+      bad("min_tokens", "'min_tokens' (" + std::to_string(static_cast<int64_t>(*v)) +
+                            ") exceeds max_tokens (" + std::to_string(c.max_new_tokens) + ")");
+    c.min_new_tokens = static_cast<int64_t>(*v);
+  }
   r.include_stop = boolean(body, "include_stop_str_in_output").value_or(false);
   r.skip_special_tokens = boolean(body, "skip_special_tokens").value_or(true);
 
