@@ -380,21 +380,24 @@ def test_include_usage_null_is_no_usage(server):
     assert chunks and not any("usage" in c and c["usage"] for c in chunks), chunks
 
 
+def raw_exchange(server, request):
+    """Sends raw bytes on a new connection and reads until the server closes it."""
+    import socket
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(request)
+        buf = b""
+        while piece := sock.recv(65536):
+            buf += piece
+    return buf
+
+
 def test_a_body_the_server_leaves_unread_ends_the_connection(server):
     # cpp-httplib reads no body of a GET: it would parse "{}" (or a request smuggled there) as the
     # next request on the connection. The GET is refused and the connection ends after the answer:
     # a request sent behind it on the same connection gets no answer.
-    import socket
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
-    buf = b""
-    while True:
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        buf += piece
-    sock.close()
+    buf = raw_exchange(server, b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled)
+                       + smuggled)
     assert buf.startswith(b"HTTP/1.1 400"), buf[:300]
     assert buf.count(b"HTTP/1.1") == 1, f"the body was answered as a request: {buf!r}"
     server.assert_healthy("after a GET with a body")
@@ -428,17 +431,8 @@ def test_a_connection_serves_many_requests_and_garbage_is_logged_sanely(server):
 def test_differing_content_lengths_are_refused(server):
     # RFC 9112 6.3: a message with differing Content-Length headers is unrecoverable; a proxy in
     # front may have framed the body by the other one.
-    import socket
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
     body = b'{"prompt": "Hi", "max_tokens": 1}'
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
-    buf = b""
-    while True:
-        piece = sock.recv(65536)
-        if not piece:
-            break
-        buf += piece
-    sock.close()
+    buf = raw_exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
     assert buf.startswith(b"HTTP/1.1 400") and b"Content-Length headers" in buf, buf[:400]
     server.assert_healthy("after differing Content-Length headers")

@@ -429,7 +429,7 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   }
   choose_proposer(c, lookup.has_value(), speculate.has_value());
   // vLLM's: ignore_eos (the answer runs to max_tokens) and stop_token_ids (more ids that end it,
-  // kept in the answer as an EOS is).
+  // counted in it as an EOS is, their text left out: TextStream).
   if (boolean(body, "ignore_eos").value_or(false)) c.eos_token_ids.clear();
   if (const json* ids = field(body, "stop_token_ids")) {
     if (!ids->is_array())
@@ -522,6 +522,7 @@ std::string TextStream::release(std::string text, bool last) {
   size_t first = std::string::npos, end = 0;  // where the first stop string begins and ends
   for (const std::string& s : stop_) {
     const size_t at = held_.find(s);
+    if (at == std::string::npos) continue;
     if (at < first || (at == first && at + s.size() < end)) first = at, end = at + s.size();
   }
   if (first != std::string::npos) {
