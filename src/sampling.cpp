@@ -286,13 +286,14 @@ at::Tensor LogitsProcessorChain::apply(const at::Tensor& scores,
 }
 
 namespace {
-// Inverse-CDF draw with u in [0, 1) a double or a one-element double tensor on probs' device.
+// Inverse-CDF draws along the last dimension of probs ([V], or [R, V] with u [R, 1]), u in [0, 1)
+// a double or a double tensor on probs' device: [1], or [R, 1].
 template <class U>
 at::Tensor inverse_cdf(const at::Tensor& probs, const U& u) {
-  const at::Tensor cdf = probs.to(at::kDouble).cumsum(0);  // [V]
-  const at::Tensor target = cdf.narrow(0, cdf.size(0) - 1, 1) * u;
-  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true)
-      .clamp_max(probs.size(0) - 1);  // [1]
+  const int64_t v = probs.size(-1);
+  const at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);
+  const at::Tensor target = cdf.narrow(-1, v - 1, 1) * u;
+  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(v - 1);
 }
 }  // namespace
 
@@ -302,11 +303,7 @@ at::Tensor sample_index_tensor(const at::Tensor& probs, const at::Tensor& u) {
 }
 
 at::Tensor sample_rows_tensor(const at::Tensor& probs, const at::Tensor& u) {
-  const at::Tensor cdf = probs.to(at::kDouble).cumsum(-1);  // [R, V]
-  const at::Tensor target = cdf.narrow(1, cdf.size(1) - 1, 1) * u.view({-1, 1});
-  return at::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true)
-      .clamp_max(probs.size(1) - 1)
-      .view({-1});
+  return inverse_cdf(probs, u.view({-1, 1})).view({-1});
 }
 
 int64_t sample_index(const at::Tensor& probs, double u) {

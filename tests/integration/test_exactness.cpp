@@ -35,6 +35,22 @@ std::vector<int64_t> prompt_for(uint64_t seed, size_t len) {
   return p;
 }
 
+// The EOS tests' setting on `arch`: seed 6's pair and prompt, at most 30 new tokens with EOS 95,
+// and the target-only answer under it (from which a test picks another EOS).
+struct EosCase {
+  Pair p;
+  std::vector<int64_t> prompt;
+  GenerationConfig probe;
+  std::vector<int64_t> free_run;
+};
+EosCase eos_case(const char* arch) {
+  EosCase e{pair_for(6, arch), prompt_for(6, 5), {}, {}};
+  e.probe.max_new_tokens = 30;
+  e.probe.eos_token_ids = {95};
+  e.free_run = Generator(e.p.target).generate(e.prompt, e.probe).tokens;
+  return e;
+}
+
 TEST(Exactness, TargetOnlyGreedyEqualsUncachedOracle) {
   for (uint64_t seed : {1, 2}) {
     const Pair p = pair_for(seed);
@@ -382,12 +398,7 @@ TEST(Exactness, UnrelatedDraftIsRarelyAcceptedButStillExact) {
 
 TEST(Exactness, EosInsideAnAcceptedBlockEndsGenerationThere) {
   for (const char* arch : {"llama", "t5"}) {
-    const Pair p = pair_for(6, arch);
-    const auto prompt = prompt_for(6, 5);
-    GenerationConfig probe;
-    probe.max_new_tokens = 30;
-    probe.eos_token_ids = {95};
-    const auto free_run = Generator(p.target).generate(prompt, probe).tokens;
+    const auto [p, prompt, probe, free_run] = eos_case(arch);
     ASSERT_GE(free_run.size(), 12u);
     // Make the token at position 9 the EOS: with a draft identical to the target it sits inside a
     // fully accepted block for K = 5 and 8.
@@ -417,12 +428,7 @@ TEST(Exactness, EosInsideAnAcceptedBlockEndsGenerationThere) {
 // the EOS logit by hand.
 TEST(Exactness, MinNewTokensKeepsTheEosOutUntilThenUnderSpeculation) {
   for (const char* arch : {"llama", "t5"}) {
-    const Pair p = pair_for(6, arch);
-    const auto prompt = prompt_for(6, 5);
-    GenerationConfig probe;
-    probe.max_new_tokens = 30;
-    probe.eos_token_ids = {95};
-    const auto free_run = Generator(p.target).generate(prompt, probe).tokens;
+    const auto [p, prompt, probe, free_run] = eos_case(arch);
     ASSERT_GE(free_run.size(), 12u);
     const int64_t eos = free_run[2];  // would end the answer by its third token
     const auto want = oracle_greedy(*p.target, prompt, 30, {eos}, 8);

@@ -511,9 +511,12 @@ TextStream::TextStream(const Tokenizer& tokenizer, const ParsedRequest& request)
       skip_special_(request.skip_special_tokens),
       include_stop_(request.include_stop) {}
 
+bool TextStream::ends(int64_t id) const {
+  return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
+}
+
 bool TextStream::shows(int64_t id) const {
-  const bool ends = std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
-  return !(ends && !include_stop_) && !(skip_special_ && tokenizer_.is_special(id));
+  return !(ends(id) && !include_stop_) && !(skip_special_ && tokenizer_.is_special(id));
 }
 
 std::string TextStream::release(std::string text, bool last) {
@@ -549,10 +552,8 @@ std::string TextStream::release(std::string text, bool last) {
 std::string TextStream::push(const std::vector<int64_t>& ids, size_t* taken) {
   std::string out;
   size_t n = 0;
-  for (; n < ids.size() && !stopped_; ++n) {
-    const bool ends = std::find(end_ids_.begin(), end_ids_.end(), ids[n]) != end_ids_.end();
-    if (!ends || include_stop_) out += release(decoder_.push({ids[n]}), false);
-  }
+  for (; n < ids.size() && !stopped_; ++n)
+    if (!ends(ids[n]) || include_stop_) out += release(decoder_.push({ids[n]}), false);
   if (taken) *taken = n;
   return out;
 }

@@ -87,6 +87,7 @@ class TextStream {
 
  private:
   std::string release(std::string text, bool last);
+  bool ends(int64_t id) const;  // an EOS or stop token id
   StreamDecoder decoder_;
   std::vector<std::string> stop_;
   const Tokenizer& tokenizer_;
