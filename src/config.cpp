@@ -9,6 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "json.hpp"
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
 #include "util.hpp"
@@ -31,7 +32,7 @@ namespace {
 
 json parse_json(const std::string& text, const std::string& source) {
   try {
-    return json::parse(text);
+    return detail::parse_json_bounded(text, source);
   } catch (const json::exception& e) {
     throw Error(detail::concat(source, ": invalid JSON: ", e.what()));
   }
@@ -228,6 +229,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     c.num_key_value_heads = c.num_attention_heads;
     read_field(j, "num_key_value_heads", c.num_key_value_heads, source);
     if (gemma3) c.head_dim = 256, c.max_position_embeddings = 131072;  // Gemma3TextConfig's
+    if (c.model_type == "qwen3") c.head_dim = 128;                     // Qwen3Config's
     read_field(j, "head_dim", c.head_dim, source);
     if (c.head_dim == 0 && c.num_attention_heads > 0) {
       SPECDEC_CHECK(c.hidden_size % c.num_attention_heads == 0, source, ": hidden_size ",
@@ -297,8 +299,15 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
     // transformers 5: one object, or (Gemma 3) one per layer type.
     const json& rp = j["rope_parameters"];
-    const bool per_type =
-        rp.is_object() && (rp.contains("full_attention") || rp.contains("sliding_attention"));
+    // (per layer type when it holds objects; then only the two types Gemma 3 has)
+    const bool per_type = rp.is_object() && std::any_of(rp.begin(), rp.end(), [](const json& v) {
+                            return v.is_object();
+                          });
+    if (per_type)
+      for (const auto& [type, v] : rp.items())
+        SPECDEC_CHECK(type == "full_attention" || type == "sliding_attention", source,
+                      ": rope_parameters names the layer type '", type,
+                      "' (supported: full_attention, sliding_attention)");
     if (!per_type) read_rope(rp, c.rope_scaling, c.rope_theta, source, "rope_parameters");
     if (per_type && rp.contains("full_attention"))
       read_rope(rp["full_attention"], c.rope_scaling, c.rope_theta, source,
@@ -343,6 +352,7 @@ bool ModelConfig::is_eos(int64_t token) const {
 
 void ModelConfig::validate(const std::string& source) const {
   auto positive = [&](int64_t v, const char* name) {
+    SPECDEC_CHECK(v != 0, source, ": field '", name, "' is missing (or 0)");
     SPECDEC_CHECK(v > 0, source, ": field '", name, "' must be a positive integer, got ", v);
   };
   positive(vocab_size, "vocab_size");
@@ -371,6 +381,17 @@ void ModelConfig::validate(const std::string& source) const {
   finite_positive(rms_norm_eps, "rms_norm_eps");
   finite_positive(rope_theta, "rope_theta");
   finite_positive(rope_local_theta, "the sliding layers' rope_theta (rope_local_base_freq)");
+  // Hugging Face rotates int(head_dim * rotary_pct) dimensions, in halves
+  SPECDEC_CHECK(rotary_pct > 0 && rotary_pct <= 1, source,
+                ": rotary_pct (partial_rotary_factor) must be in (0, 1], got ", rotary_pct);
+  if (rotary_pct != 1) {
+    SPECDEC_CHECK(model_type == "gpt_neox", source,
+                  ": partial rotary embeddings (partial_rotary_factor ", rotary_pct,
+                  ") are supported for gpt_neox only");
+    const auto rotated = static_cast<int64_t>(static_cast<double>(head_dim) * rotary_pct);
+    SPECDEC_CHECK(rotated > 0 && rotated % 2 == 0, source, ": rotary_pct ", rotary_pct, " rotates ",
+                  rotated, " of head_dim ", head_dim, " dimensions: an even number > 0 is needed");
+  }
   for (size_t i = 0; i < head_token_ids.size(); ++i)
     SPECDEC_CHECK(head_token_ids[i] >= 0 && head_token_ids[i] < vocab_size &&
                       (i == 0 || head_token_ids[i] > head_token_ids[i - 1]),

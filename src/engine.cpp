@@ -62,14 +62,13 @@ int64_t prepare_row(Row& row, const EngineModels& m, const std::vector<int64_t>&
   row.config = user_config;
   GenerationConfig& config = row.config;
   if (config.eos_token_ids.empty()) config.eos_token_ids = tc.eos_token_ids;
-  SPECDEC_CHECK(!prompt.empty(), "generate: ", row.name,
-                "the prompt is empty (at least one token is needed)");
+  SPECDEC_CHECK(!prompt.empty(), row.name, "the prompt is empty (at least one token is needed)");
   for (int64_t id : prompt)
-    SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, "generate: ", row.name, "prompt token id ", id,
+    SPECDEC_CHECK(id >= 0 && id < tc.vocab_size, row.name, "prompt token id ", id,
                   " is outside the vocabulary [0, ", tc.vocab_size, ")");
   for (const auto& bias : config.logit_bias)  // before it runs, not when its scores arrive
-    SPECDEC_CHECK(bias.first < tc.vocab_size, "generate: ", row.name, "logit_bias token id ",
-                  bias.first, " is outside the vocabulary [0, ", tc.vocab_size, ")");
+    SPECDEC_CHECK(bias.first < tc.vocab_size, row.name, "logit_bias token id ", bias.first,
+                  " is outside the vocabulary [0, ", tc.vocab_size, ")");
   // Encoder-decoder models: the decoder starts from its start token (the prompt goes to the
   // encoder).
   row.tokens = tc.is_encoder_decoder ? std::vector<int64_t>{*tc.decoder_start_token_id} : prompt;

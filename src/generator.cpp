@@ -92,6 +92,11 @@ BatchResult Generator::generate_batch(const std::vector<std::vector<int64_t>>& p
                                  [&] { return run(prompts, configs, on_tokens, options); });
 }
 
+void Generator::check(const std::vector<int64_t>& prompt, const GenerationConfig& config) const {
+  detail::Row row;
+  (void)detail::prepare_row(row, models(), prompt, config);
+}
+
 BatchResult Generator::run(const std::vector<std::vector<int64_t>>& prompts,
                            const std::vector<GenerationConfig>& configs,
                            const BatchTokenCallback& on_tokens, const BatchOptions& options,

@@ -105,9 +105,14 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   SPECDEC_CHECK(!f.tensors().count("rope_freqs.weight"), src,
                 ": per-frequency rope factors (tensor 'rope_freqs.weight', Llama 3.1 style) are "
                 "not supported");
-  c.vocab_size = f.has("tokenizer.ggml.tokens")
-                     ? static_cast<int64_t>(f.value("tokenizer.ggml.tokens").array_size)
-                     : f.get_int(p + "vocab_size");
+  if (f.has("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int64_t>(f.value("tokenizer.ggml.tokens").array_size);
+  } else {
+    const std::optional<int64_t> size = f.find_int(p + "vocab_size");
+    SPECDEC_CHECK(size, src, ": no vocabulary: neither tokenizer.ggml.tokens nor ", p,
+                  "vocab_size is present");
+    c.vocab_size = *size;
+  }
   c.attention_bias = arch == "qwen2" || f.tensors().count("blk.0.attn_q.bias") != 0;
   c.tie_word_embeddings = f.tensors().count("output.weight") == 0;
   c.hidden_act = "silu";

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "json.hpp"
 #include "specdec/error.hpp"
 #include "specdec/limits.hpp"
 #include "util.hpp"
@@ -58,7 +59,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     data_ = bytes + 8 + header_len;
     json header;
     try {
-      header = json::parse(bytes + 8, bytes + 8 + header_len);
+      header =
+          detail::parse_json_bounded(reinterpret_cast<const char*>(bytes) + 8,
+                                     reinterpret_cast<const char*>(bytes) + 8 + header_len, path);
     } catch (const json::exception& e) {
       throw Error(detail::concat(path, ": invalid safetensors header JSON: ", e.what()));
     }
@@ -173,7 +176,7 @@ WeightStore::WeightStore(const std::string& dir) : dir_(dir) {
   SPECDEC_CHECK(file_exists(index), dir, ": no model.safetensors or model.safetensors.index.json");
   json j;
   try {
-    j = json::parse(read_text_file(index));
+    j = detail::parse_json_bounded(read_text_file(index), index);
   } catch (const json::exception& e) {
     throw Error(detail::concat(index, ": invalid JSON: ", e.what()));
   }

@@ -12,6 +12,21 @@
 
 namespace specdec::cli {
 
+// Every --seed: an integer in [0, 2^64) (CLI11 alone would wrap -1 and values past 2^64 around).
+inline CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& v) {
+        errno = 0;
+        const bool digits =
+            !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
+        if (digits) std::strtoull(v.c_str(), nullptr, 10);
+        return digits && errno != ERANGE
+                   ? std::string()
+                   : "the seed must be an integer from 0 to 2^64 - 1, got " + v;
+      },
+      "UINT");
+}
+
 // Adds the flags that fill `gen`; `no_adaptive` receives --no-adaptive-threshold (apply it with
 // finish_generation_options once parsed).
 inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& no_adaptive) {
@@ -80,17 +95,7 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
          "OpenAI's: lower the logit of a token the answer already holds by this, in [-2, 2]")
       ->capture_default_str();
   app->add_option("--seed", gen.seed, "Seed of the request's random generator")
-      ->check(CLI::Validator(
-          [](std::string& v) {  // CLI11 alone would wrap -1 and values past 2^64 around
-            errno = 0;
-            const bool digits = !v.empty() && v.size() <= 20 &&
-                                v.find_first_not_of("0123456789") == std::string::npos;
-            if (digits) std::strtoull(v.c_str(), nullptr, 10);
-            return digits && errno != ERANGE
-                       ? std::string()
-                       : "the seed must be an integer from 0 to 2^64 - 1, got " + v;
-          },
-          "UINT"))
+      ->check(seed_validator())
       ->capture_default_str();
 }
 

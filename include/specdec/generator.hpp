@@ -130,6 +130,11 @@ class Generator {
   GenerationResult generate(const std::vector<int64_t>& prompt, const GenerationConfig& config,
                             PromptCache& cache, const TokenCallback& on_token = {}) const;
 
+  // Throws the specdec::Error generate() would throw for this request before it runs anything (a
+  // bad config, an empty prompt, an id outside the vocabulary, more positions than the limits or
+  // the models allow); checks a list of requests before the first one runs.
+  void check(const std::vector<int64_t>& prompt, const GenerationConfig& config) const;
+
   // Generates for several prompts at once: each step drafts for every active row (one draft pass
   // per drafted position), verifies every row in one target pass, and accepts a different number of
   // tokens per row; a row that hits EOS, its length limit or is cancelled leaves the batch while

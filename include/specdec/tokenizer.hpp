@@ -27,17 +27,20 @@ class Tokenizer {
   // Text (UTF-8; invalid UTF-8 is an error) to ids. Special-token text such as "</s>" is
   // recognised either way; add_special_tokens adds BOS/EOS as the tokenizer is configured to.
   virtual std::vector<int64_t> encode(const std::string& text, bool add_special_tokens) const = 0;
-  // Ids to text. Bytes that do not form valid UTF-8 become U+FFFD. Ids outside [0, size()) are an
-  // error.
+  // Ids to text. Bytes that do not form valid UTF-8 become U+FFFD. An id that names no token (a
+  // model's vocabulary is often padded past its tokenizer's) is no text, as in Hugging Face's fast
+  // tokenizers; a negative id is an error.
   virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const = 0;
 
   // len(tokenizer): the base vocabulary plus added tokens.
   virtual int64_t size() const = 0;
-  // The token string of `id` (convert_ids_to_tokens).
+  // Whether `id` names a token (ids below size() may not: a gap before an added token).
+  virtual bool contains(int64_t id) const { return id >= 0 && id < size(); }
+  // The token string of `id` (convert_ids_to_tokens); empty for an id that names no token.
   virtual std::string token(int64_t id) const = 0;
   // The bytes `id` stands for in a decoded text, as stored: a byte token's one byte (which decode
   // shows as U+FFFD when it is part of a character), SentencePiece's word boundary as a space, an
-  // added token's text. OpenAI's logprobs "bytes".
+  // added token's text (empty for an id that names no token). OpenAI's logprobs "bytes".
   virtual std::string token_bytes(int64_t id) const = 0;
   virtual bool is_special(int64_t id) const = 0;
   virtual std::optional<int64_t> bos_token_id() const = 0;

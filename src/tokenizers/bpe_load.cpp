@@ -1,6 +1,7 @@
 // Byte-level BPE's loaders: tokenizer.json, vocab.json + merges.txt, and GGUF metadata.
 #include <memory>
 
+#include "json.hpp"
 #include "specdec/error.hpp"
 #include "specdec/gguf.hpp"
 #include "tokenizers/bpe.hpp"
@@ -23,7 +24,7 @@ const char* const kQwen2Pattern =
 
 json parse_json_file(const std::string& path) {
   try {
-    return json::parse(read_text_file(path));
+    return detail::parse_json_bounded(read_text_file(path), path);
   } catch (const json::exception& e) {
     throw Error(path + ": not valid JSON: " + e.what());
   }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "json.hpp"
 #include "specdec/error.hpp"
 #include "specdec/gguf.hpp"
 #include "specdec/limits.hpp"
@@ -217,7 +218,7 @@ std::string fnv1a_hex(const std::string& data) {
 std::optional<bool> TokenizerConfig::get_bool(const char* key) const {
   const auto it = json.find(key);
   if (it == json.end() || it->is_null()) return std::nullopt;
-  SPECDEC_CHECK(it->is_boolean(), "tokenizer_config.json: '", key, "' must be true or false");
+  SPECDEC_CHECK(it->is_boolean(), where(key), ": '", key, "' must be true or false");
   return it->get<bool>();
 }
 
@@ -227,27 +228,36 @@ std::optional<std::string> TokenizerConfig::token_text(const char* key) const {
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
     return (*it)["content"].get<std::string>();
-  throw Error(std::string("tokenizer_config.json: '") + key +
-              "' must be a string or {\"content\": ...}");
+  throw Error(where(key) + ": '" + key + "' must be a string or {\"content\": ...}");
+}
+
+const std::string& TokenizerConfig::where(const std::string& key) const {
+  const auto it = origin.find(key);
+  return it == origin.end() ? source : it->second;
 }
 
 std::vector<AddedToken> TokenizerConfig::added_tokens() const {
   std::vector<AddedToken> out;
   const auto it = json.find("added_tokens_decoder");
   if (it == json.end()) return out;
-  SPECDEC_CHECK(it->is_object(), "tokenizer_config.json: added_tokens_decoder must be an object");
+  SPECDEC_CHECK(it->is_object(), source, ": added_tokens_decoder must be an object");
   for (const auto& [key, v] : it->items()) {
     AddedToken t;
+    size_t used = 0;
     try {
-      t.id = std::stoll(key);
+      t.id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+    }
+    SPECDEC_CHECK(used == key.size() && !key.empty(), source, ": added_tokens_decoder key '", key,
+                  "' is not a token id");
+    try {
       t.content = v.at("content").get<std::string>();
       t.special = v.value("special", false);
       t.lstrip = v.value("lstrip", false);
       t.rstrip = v.value("rstrip", false);
       t.single_word = v.value("single_word", false);
     } catch (const std::exception& e) {
-      throw Error("tokenizer_config.json: bad added_tokens_decoder entry '" + key +
-                  "': " + e.what());
+      throw Error(source + ": bad added_tokens_decoder entry '" + key + "': " + e.what());
     }
     out.push_back(t);
   }
@@ -269,11 +279,12 @@ std::vector<std::string> TokenizerConfig::additional_special_tokens() const {
 
 TokenizerConfig read_tokenizer_config(const std::string& dir) {
   TokenizerConfig cfg;
+  cfg.source = dir + "/tokenizer_config.json";
   const auto read = [&](const std::string& name) -> json {
     const std::string path = dir + "/" + name;
     if (!file_exists(path)) return json::object();
     try {
-      json j = json::parse(read_text_file(path));
+      json j = detail::parse_json_bounded(read_text_file(path), "");
       SPECDEC_CHECK(j.is_object(), "not a JSON object");
       return j;
     } catch (const std::exception& e) {
@@ -282,8 +293,9 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
   };
   // special_tokens_map.json first, tokenizer_config.json over it (as from_pretrained does).
   const json special_map = read("special_tokens_map.json"), config = read("tokenizer_config.json");
-  for (const auto& [k, v] : special_map.items()) cfg.json[k] = v;
-  for (const auto& [k, v] : config.items()) cfg.json[k] = v;
+  for (const auto& [k, v] : special_map.items())
+    cfg.json[k] = v, cfg.origin[k] = dir + "/special_tokens_map.json";
+  for (const auto& [k, v] : config.items()) cfg.json[k] = v, cfg.origin.erase(k);
   // added_tokens.json: {content: id}, older checkpoints.
   const json extra = read("added_tokens.json");
   if (!extra.empty()) {
@@ -329,20 +341,19 @@ std::optional<int64_t> TokenizerBase::find_added(const std::string& content) con
   return std::nullopt;
 }
 
-void TokenizerBase::check_id(int64_t id) const {
-  if (id < 0 || id >= size_ || (id >= base_size_ && !added(id)))
-    throw Error("token id " + std::to_string(id) + " is not in the tokenizer (" + source_ + ", " +
-                std::to_string(size_) + " tokens)");
+bool TokenizerBase::unknown(int64_t id) const {
+  SPECDEC_CHECK(id >= 0, "token id ", id, " is negative");
+  return id >= size_ || (id >= base_size_ && !added(id));
 }
 
 std::string TokenizerBase::token(int64_t id) const {
-  check_id(id);
+  if (unknown(id)) return "";
   if (const AddedToken* t = added(id)) return t->content;
   return base_token(id);
 }
 
 std::string TokenizerBase::token_bytes(int64_t id) const {
-  check_id(id);
+  if (unknown(id)) return "";
   if (const AddedToken* t = added(id)) return t->content;
   return base_token_bytes(id);
 }
@@ -454,8 +465,7 @@ std::string TokenizerBase::decode(const std::vector<int64_t>& ids, bool skip_spe
   std::vector<std::string> parts;
   std::vector<int64_t> run;
   for (int64_t id : ids) {
-    check_id(id);
-    if (skip_special_tokens && is_special(id)) continue;
+    if (unknown(id) || (skip_special_tokens && is_special(id))) continue;
     const AddedToken* t = added(id);
     const bool verbatim =
         t && (!is_special(id) || (id >= base_size_ && additional_special_.count(id)));

@@ -53,6 +53,9 @@ std::string clean_up_tokenization(std::string s);
 struct TokenizerConfig {
   nlohmann::json json = nlohmann::json::object();
   std::string tokenizer_class;
+  std::string source = "tokenizer_config.json";  // its path, for messages
+  std::map<std::string, std::string> origin;     // the file each key came from, when not `source`
+  const std::string& where(const std::string& key) const;  // the file `key` came from
   std::optional<bool> get_bool(const char* key) const;
   // The text of a named special token ("bos_token", ...), which may be a string or {"content":
   // ...}.
@@ -69,6 +72,7 @@ class TokenizerBase : public Tokenizer {
   std::vector<int64_t> encode(const std::string& text, bool add_special_tokens) const override;
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override;
   int64_t size() const override { return size_; }
+  bool contains(int64_t id) const override { return id >= 0 && !unknown(id); }
   std::string token(int64_t id) const override;
   std::string token_bytes(int64_t id) const override;
   bool is_special(int64_t id) const override { return special_ids_.count(id) > 0; }
@@ -96,7 +100,8 @@ class TokenizerBase : public Tokenizer {
   void add_token(const AddedToken& t);
   const AddedToken* added(int64_t id) const;
   std::optional<int64_t> find_added(const std::string& content) const;
-  void check_id(int64_t id) const;
+  // Whether `id` (>= 0, else an Error) names no token: past size(), or a gap before an added token.
+  bool unknown(int64_t id) const;
   // Resolves bos/eos/unk/pad and additional special tokens named in the config.
   void apply_config(const TokenizerConfig& cfg);
   std::vector<Segment> split_added(const std::string& text) const;

@@ -14,6 +14,7 @@
 
 #include "checkpoint.hpp"
 #include "gguf_model.hpp"
+#include "json.hpp"
 #include "specdec/config.hpp"
 #include "specdec/error.hpp"
 #include "specdec/tokenizer.hpp"
@@ -111,9 +112,11 @@ SourceCheckpoint open_checkpoint(const std::string& path) {
     s.weights = std::make_unique<GgufWeights>(*s.gguf, s.config);
   } else {
     s.config = ModelConfig::from_dir(path);
-    s.config_json = json::parse(read_text_file(path + "/config.json"));
+    s.config_json =
+        detail::parse_json_bounded(read_text_file(path + "/config.json"), path + "/config.json");
     if (file_exists(path + "/generation_config.json")) {
-      const json g = json::parse(read_text_file(path + "/generation_config.json"));
+      const json g = detail::parse_json_bounded(read_text_file(path + "/generation_config.json"),
+                                                path + "/generation_config.json");
       for (const char* key : kSpecialTokenKeys)
         if (g.contains(key)) s.config_json[key] = g[key];
     }

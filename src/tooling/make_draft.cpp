@@ -21,6 +21,7 @@
 
 #include "checkpoint.hpp"
 #include "draft_net.hpp"
+#include "json.hpp"
 #include "layers.hpp"
 #include "specdec/chat.hpp"
 #include "specdec/error.hpp"
@@ -492,7 +493,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
   RunState state;
   Data data;
   if (o.resume) {
-    const json s = json::parse(read_text_file(out + "/training/state.json"));
+    const json s = detail::parse_json_bounded(read_text_file(out + "/training/state.json"),
+                                              out + "/training/state.json");
     state.target_fingerprint = s.at("target").get<std::string>();
     state.layer_ids = s.at("layer_ids").get<std::vector<int64_t>>();
     state.seq_len = s.at("seq_len").get<int64_t>();
@@ -527,7 +529,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
     SPECDEC_CHECK(path_exists(from + "data.pt") && path_exists(from + "state.json"),
                   "make-draft: --data-from ", o.data_from,
                   ": no training/data.pt (not a make-draft output folder)");
-    const json s = json::parse(read_text_file(from + "state.json"));
+    const json s =
+        detail::parse_json_bounded(read_text_file(from + "state.json"), from + "state.json");
     SPECDEC_CHECK(s.at("seq_len").get<int64_t>() == state.seq_len, "make-draft: --data-from ",
                   o.data_from, " has sequences of ", s.at("seq_len").get<int64_t>(),
                   " tokens; --seq-len is ", state.seq_len);

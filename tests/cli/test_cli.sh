@@ -159,35 +159,35 @@ fi
 expect_error "unknown device" "expected cpu, cuda or cuda:N" generate --model "$work/t" --prompt-ids 1 --device tpu
 
 # make-draft: a draft distilled from a small target with a tokenizer, end to end.
-"$SPECDEC" make-fixture --out "$work/tt" --layers 3 --hidden 64 --heads 4 --kv-heads 2 --init-std 0.1 \
+"$SPECDEC" make-fixture --out "$work/tt0" --layers 3 --hidden 64 --heads 4 --kv-heads 2 --init-std 0.1 \
   --tokenizer "$data/tiny_bpe" --seed 4 2>/dev/null
 python3 -c "print(' '.join(['the cat sat on the mat and the dog ran to the big red house'] * 60))" > "$work/train.txt"
-"$SPECDEC" make-draft --target "$work/tt" --out "$work/md" --layers 1 --vocab-subset 20 --data "$work/train.txt" \
+"$SPECDEC" make-draft --target "$work/tt0" --out "$work/md" --layers 1 --vocab-subset 20 --data "$work/train.txt" \
   --steps 3 --seq-len 32 --batch 2 2>"$work/md_err"
 check "make-draft writes a draft with a reduced head and reports held-out quality" python3 -c "
 import json; c=json.load(open('$work/md/config.json')); assert c['num_hidden_layers']==1 and 20<=len(c['head_token_ids'])<=21, c
 assert 'held-out, after 3 steps' in open('$work/md_err').read()"
-a=$("$SPECDEC" generate --model "$work/tt" --draft "$work/md" --prompt "the cat" --max-new-tokens 16 --json)
-p=$("$SPECDEC" generate --model "$work/tt" --prompt "the cat" --max-new-tokens 16 --json)
+a=$("$SPECDEC" generate --model "$work/tt0" --draft "$work/md" --prompt "the cat" --max-new-tokens 16 --json)
+p=$("$SPECDEC" generate --model "$work/tt0" --prompt "the cat" --max-new-tokens 16 --json)
 check "make-draft: assisted output with the draft equals target-only" python3 -c "
 import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2])['tokens']" "$a" "$p"
 help=$("$SPECDEC" make-draft --help)
 check "make-draft --help names its options" bash -c 'for f in --layers --layer-ids --vocab-subset --data --prompts --self-prompts --gen-temperature --steps --seq-len --lr --threads --seed --resume --data-from; do grep -qF -- "$f" <<<"$1" || exit 1; done' _ "$help"
-expect_error "make-draft: --vocab-subset 0" "--vocab-subset must be >= 1" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --vocab-subset 0
-expect_error "make-draft: more layers than the target" "has 3 layers" make-draft --target "$work/tt" --out "$work/x" --data "$work/train.txt" --layers 4
+expect_error "make-draft: --vocab-subset 0" "--vocab-subset must be >= 1" make-draft --target "$work/tt0" --out "$work/x" --data "$work/train.txt" --vocab-subset 0
+expect_error "make-draft: more layers than the target" "has 3 layers" make-draft --target "$work/tt0" --out "$work/x" --data "$work/train.txt" --layers 4
 "$SPECDEC" make-fixture --arch gpt2 --out "$work/g2" --layers 1 --hidden 32 --heads 2 2>/dev/null
 expect_error "make-draft: unsupported architecture" "supports llama, mistral, qwen2, qwen3 and gemma3 targets" make-draft --target "$work/g2" --out "$work/x" --data "$work/train.txt"
-expect_error "make-draft: output exists" "already exists" make-draft --target "$work/tt" --out "$work/md" --data "$work/train.txt"
+expect_error "make-draft: output exists" "already exists" make-draft --target "$work/tt0" --out "$work/md" --data "$work/train.txt"
 check "make-draft: failed runs leave no folder" test ! -e "$work/x"
 # Ctrl-C: the run stops at the next step, writes a checkpoint and says how to resume.
-"$SPECDEC" make-draft --target "$work/tt" --out "$work/mi" --data "$work/train.txt" --steps 1000000 --seq-len 32 \
+"$SPECDEC" make-draft --target "$work/tt0" --out "$work/mi" --data "$work/train.txt" --steps 1000000 --seq-len 32 \
   --batch 2 --checkpoint-every 3 2>"$work/mi_err" &
 pid=$!
 for _ in $(seq 600); do [ -f "$work/mi/training/state.json" ] && break; sleep 0.1; done
 kill -INT $pid; wait $pid; rc=$?
 check "make-draft: Ctrl-C exits 130 with a checkpoint and a resume hint" bash -c "[ $rc -eq 130 ] && grep -q -- '--resume' '$work/mi_err' && test -f '$work/mi/model.safetensors'"
 step=$(python3 -c "import json; print(json.load(open('$work/mi/training/state.json'))['step'])")
-"$SPECDEC" make-draft --target "$work/tt" --out "$work/mi" --resume --steps $((step + 2)) --seq-len 32 --batch 2 2>/dev/null
+"$SPECDEC" make-draft --target "$work/tt0" --out "$work/mi" --resume --steps $((step + 2)) --seq-len 32 --batch 2 2>/dev/null
 check "make-draft --resume continues to the new total" python3 -c "
 import json; assert json.load(open('$work/mi/training/state.json'))['step']==$step+2"
 expect_error "unknown weight format" "--weights" generate --model "$work/t" --prompt-ids 1 --weights q3
@@ -424,6 +424,43 @@ check "--prompts-file: nothing is written when a request fails validation" test 
 expect_error "--prompts-file and --prompt together" "excludes" generate --model "$work/tt" --prompt "x" --prompts-file "$work/reqs.jsonl"
 expect_error "--batch-size 0" "--batch-size must be >= 1" generate --model "$work/tt" --prompts-file "$work/reqs.jsonl" --batch-size 0
 expect_error "--batch-size without --prompts-file" "--batch-size requires --prompts-file" generate --model "$work/tt" --prompt "x" --batch-size 2
+
+# ---- files written in one call: nothing stale, nothing half-written ----
+mkdir -p "$work/full" && echo keep > "$work/full/tokenizer.json"
+expect_error "make-fixture refuses a folder with files" "exists and is not empty" make-fixture --out "$work/full"
+check "... and leaves them alone" grep -qx keep "$work/full/tokenizer.json"
+expect_error "make-fixture --draft-of takes the target's shape" "--arch excludes --draft-of" \
+  make-fixture --draft-of "$work/t" --out "$work/x" --arch gpt2
+expect_error "--noise needs --draft-of" "--noise requires --draft-of" make-fixture --out "$work/x" --noise 0.1
+expect_error "make-fixture --seed -1 is refused (not wrapped around)" "the seed must be an integer" \
+  make-fixture --out "$work/x" --seed -1
+expect_error "make-draft --layers and --layer-ids together" "excludes" \
+  make-draft --target "$work/t" --out "$work/x" --data "$work/train.txt" --layers 1 --layer-ids 0
+# Ctrl-C once the weights are being written (into a scratch folder beside the output)
+"$SPECDEC" make-fixture --out "$work/int/o" --hidden 1024 --layers 12 --vocab 32000 2>"$work/int_err" &
+pid=$!
+for _ in $(seq 1200); do
+  compgen -G "$work/int/.o.partial-*/*" >/dev/null && break
+  sleep 0.05
+done
+kill -INT $pid
+wait $pid
+rc=$?
+check "Ctrl-C during make-fixture leaves nothing (not even the parent it made), status 130" \
+  bash -c "[ $rc = 130 ] && [ ! -e '$work/int' ] && grep -q 'interrupted: nothing was written' '$work/int_err'"
+cat "$(dirname "$0")"/../../docs/*.md > "$work/a corpus.txt"
+"$SPECDEC" make-tokenizer --input "$work/a corpus.txt" --out "$work/a tok/sub" --vocab-size 500 2>/dev/null
+check "make-tokenizer: paths with spaces, parents made" test -s "$work/a tok/sub/tokenizer.model"
+expect_error "make-tokenizer: too small a vocabulary for the text says so in specdec's words" \
+  "--vocab-size 260 is too small for this text" make-tokenizer --input "$work/a corpus.txt" --out "$work/x" --vocab-size 260
+check "--version" bash -c "'$SPECDEC' --version | grep -q '^specdec [0-9]'"
+printf '%s\n' '{"prompt_ids": [1], "max_new_tokens": 4}' '' '{"prompt_ids": [1], "max_new_tokens": 5000}' > "$work/ctx.jsonl"
+out=$("$SPECDEC" generate --model "$work/t" --prompts-file "$work/ctx.jsonl" --prompt-cache 2>"$work/ctx_err"); rc=$?
+check "--prompts-file: a line past the context names its line, before anything runs" \
+  bash -c "[ $rc -ne 0 ] && [ -z '$out' ] && grep -q 'ctx.jsonl:3: the prompt (1 tokens) plus max_new_tokens (5000)' '$work/ctx_err'"
+echo '{"prompt_ids": [262, 258]}' > "$work/chat_ids.jsonl"
+expect_error "--prompts-file: prompt_ids with --chat is refused, as --prompt-ids is" "a chat turn is text" \
+  generate --model "$work/tt" --chat --chat-template chatml --prompts-file "$work/chat_ids.jsonl"
 
 # The real model, when scripts/get_models.sh has fetched it.
 smol=${SPECDEC_MODELS:-$(dirname "$0")/../../models}/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf

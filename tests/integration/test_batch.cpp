@@ -559,6 +559,20 @@ TEST(Batch, BadBatchesAreClearErrors) {
   GenerationConfig long_one = c;
   long_one.max_new_tokens = p.target->config().max_position_embeddings;
   EXPECT_NE(message({{3}, {4}}, {c, long_one}).find("row 1: the prompt"), std::string::npos);
+  // check() refuses a request as generate() would, before anything runs (a prompts file is
+  // checked line by line with it)
+  const auto checked = [&](const std::vector<int64_t>& prompt, const GenerationConfig& config) {
+    try {
+      g.check(prompt, config);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(checked({3, 4}, c), "no error");
+  EXPECT_EQ(checked({4}, long_one).find("the prompt (1 tokens) plus max_new_tokens"), 0u);
+  EXPECT_EQ(checked({96}, c).find("prompt token id 96 is outside the vocabulary"), 0u);
+  EXPECT_EQ(checked({}, c).find("the prompt is empty"), 0u);
   BatchOptions negative;
   negative.max_rows = -1;
   try {

@@ -1,12 +1,16 @@
 """`specdec serve`: error answers (OpenAI's JSON shape), limits, API key, CORS, a full queue."""
 
+import json
+import signal
 import subprocess
 import threading
+import time
 
 import openai
 import pytest
 
-from conftest import (CTX, MODEL, MODEL_ID, SPECDEC, make_client, read_sse, start_server, stream_post, tokenize)
+from conftest import (CTX, MODEL, MODEL_ID, SPECDEC, make_client, metrics, read_sse, start_server, stream_post,
+                      tokenize)
 
 UNSET = object()
 
@@ -436,3 +440,112 @@ def test_differing_content_lengths_are_refused(server):
                        b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
     assert buf.startswith(b"HTTP/1.1 400") and b"Content-Length headers" in buf, buf[:400]
     server.assert_healthy("after differing Content-Length headers")
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by an operator's review: overload, a hostile body, the log, and a queued stream that leaves
+
+
+def test_deeply_nested_json_is_a_400_and_the_server_goes_on(server):
+    # 100000 levels (200 KB, under --max-body): echoing a part of it in the message recursed until
+    # the HTTP thread's stack overflowed, and the process died.
+    body = '{"prompt": ' + "[" * 100000 + "]" * 100000 + ', "max_tokens": 1}'
+    for path in ("/v1/completions", "/tokenize", "/v1/chat/completions"):
+        r = server.post(path, data=body, headers={"Content-Type": "application/json"})
+        assert_error(server, r, 400, code="invalid_json", message_contains="deeper than 128 levels")
+    server.assert_healthy("after deeply nested bodies")
+
+
+def test_overload_gets_429_with_the_default_connection_threads():
+    # Each request holds a connection thread until its answer ends: with fewer threads than rows
+    # plus queue (32 against 1 + 40 here, before), requests past the threads waited unanswered and
+    # no 429 was ever given, /health included.
+    s = start_server("--max-batch", "1", "--max-queue", "40")
+    try:
+        n = 48
+        barrier = threading.Barrier(n)
+        statuses = [None] * n
+        body = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "max_tokens": 24, "temperature": 0, "ignore_eos": True}
+
+        def one(i):
+            try:
+                barrier.wait(timeout=30)
+                statuses[i] = s.post("/v1/completions", json=body, timeout=120).status_code
+            except Exception as e:  # reported below
+                statuses[i] = repr(e)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        health = s.get("/health", timeout=10)
+        assert health.status_code == 200 and time.monotonic() - t0 < 2, "GET /health under overload"
+        for t in threads:
+            t.join(180)
+        assert all(st in (200, 429) for st in statuses), f"statuses {statuses}"
+        assert statuses.count(429) >= n - 41 and statuses.count(200) >= 1, f"statuses {statuses}"
+    finally:
+        s.stop()
+
+
+def test_a_queued_stream_whose_client_leaves_is_cancelled_while_it_waits():
+    import socket
+    s = start_server("--max-batch", "1")
+    try:
+        long = threading.Thread(target=lambda: s.post("/v1/completions", json={
+            "prompt": "1, 2, 3,", "max_tokens": 1000, "temperature": 0, "ignore_eos": True}, timeout=300))
+        long.start()
+        assert _wait(lambda: metrics(s).value("specdec:num_requests_running", "specdec:num_requests_running") == 1)
+        body = json.dumps({"prompt": "Hi", "max_tokens": 8, "stream": True}).encode()
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert _wait(lambda: metrics(s).value("specdec:num_requests_waiting", "specdec:num_requests_waiting") == 1)
+        sock.close()
+        # cancelled within a poll of the waiting stream (250 ms), while the long request still runs
+        assert _wait(lambda: metrics(s).value("specdec:num_requests_waiting", "specdec:num_requests_waiting") == 0,
+                     timeout=3), s.log_tail()
+        assert long.is_alive(), "the long request ended first: the check proves nothing"
+        assert _wait(lambda: "cancelled" in s.log_text(), timeout=3), s.log_tail()
+        long.join(300)
+    finally:
+        s.stop()
+
+
+def test_the_text_log_shows_control_bytes_escaped(server):
+    # A %0a in the path decodes to a line break: it wrote a second, forged line into the log.
+    forged = "POST /v1/completions 200 1.0 ms prompt 1 completion 1"
+    r = server.get("/x%0a" + forged.replace(" ", "%20"))
+    assert r.status_code == 404
+    assert _wait(lambda: "GET /x\\x0a" in server.log_text()), server.log_tail()
+    assert not any(line.startswith(forged) for line in server.log_text().splitlines()), server.log_tail()
+
+
+def test_a_second_signal_cancels_the_running_requests_at_once():
+    s = start_server("--max-batch", "1", "--shutdown-timeout", "120")
+    try:
+        r = stream_post(s, "/v1/completions", {"prompt": "1, 2, 3,", "max_tokens": 1000, "temperature": 0,
+                                               "ignore_eos": True, "stream": True})
+        lines = r.iter_lines()  # (kept: a generator dropped closes the connection)
+        next(lines)  # streaming
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=20)
+        assert rc == 0 and time.monotonic() - t0 < 10, (rc, s.log_tail())
+        assert "second signal" in s.log_text(), s.log_tail()
+        del lines
+    finally:
+        if s.proc.poll() is None:
+            s.stop()
+
+
+def _wait(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

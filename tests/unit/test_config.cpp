@@ -190,6 +190,44 @@ TEST(ModelConfig, RopeNormAndSizeFieldsAreChecked) {
                "num_hidden_layers must be from 1 to 4096");
 }
 
+// Found by a review of bad configs: each was a crash, a silent divergence from Hugging Face, or a
+// message that pointed elsewhere.
+TEST(ModelConfig, RotaryFractionNestingAndDefaultsAreChecked) {
+  const auto neox = [](const std::string& pct) {
+    return R"({"model_type":"gpt_neox","vocab_size":32,"hidden_size":64,"intermediate_size":64,
+      "num_hidden_layers":1,"num_attention_heads":4,"rotary_pct":)" +
+           pct + "}";
+  };
+  EXPECT_EQ(ModelConfig::from_json_text(neox("0.25"), "cfg.json").rotary_pct, 0.25);
+  // head_dim 16 * 2.0 = 32 rotated dimensions wrote past each head (heap corruption)
+  expect_error(neox("2.0"), "rotary_pct (partial_rotary_factor) must be in (0, 1], got 2");
+  expect_error(neox("-0.5"), "must be in (0, 1], got -0.5");
+  // 16 * 0.3125 = 5: Hugging Face rotates halves of an even count
+  expect_error(neox("0.3125"), "rotary_pct 0.3125 rotates 5 of head_dim 16 dimensions");
+  std::string t = kGood;
+  expect_error(
+      t.replace(t.find("\"vocab_size\""), 12, "\"partial_rotary_factor\":0.5,\"vocab_size\""),
+      "partial rotary embeddings (partial_rotary_factor 0.5) are supported for gpt_neox "
+      "only");
+  // A bracket per level costs tens of bytes once parsed; 128 levels at most
+  expect_error(
+      R"({"model_type":"llama","x":)" + std::string(200, '[') + std::string(200, ']') + "}",
+      "JSON nested deeper than 128 levels");
+  // Qwen3Config's head_dim is 128 unless given (not hidden / heads)
+  const ModelConfig q = ModelConfig::from_json_text(
+      R"({"model_type":"qwen3","vocab_size":32,"hidden_size":64,"intermediate_size":64,
+      "num_hidden_layers":1,"num_attention_heads":4})",
+      "cfg.json");
+  EXPECT_EQ(q.head_dim, 128);
+  t = kGood;
+  expect_error(t.replace(t.find("\"vocab_size\":32,"), 16, ""), "field 'vocab_size' is missing");
+  // transformers 5's per-type rope_parameters names Gemma 3's two layer types only
+  t = kGemma3;
+  expect_error(
+      t.replace(t.find("\"sliding_attention\":{\"rope_type\""), 19, "\"chunked_attention\""),
+      "rope_parameters names the layer type 'chunked_attention'");
+}
+
 // A flan-t5-small style config.json (as T5Config.to_dict() writes it, minus unrelated fields).
 const char* kFlanT5 = R"({"model_type":"t5","architectures":["T5ForConditionalGeneration"],
  "vocab_size":32128,"d_model":512,"d_kv":64,"d_ff":1024,"num_layers":8,"num_decoder_layers":6,

@@ -610,6 +610,27 @@ std::vector<Piece> proto_pieces(const std::string& model) {
 }
 }  // namespace
 
+// The vocabulary's size comes from tokenizer.ggml.tokens (real Gemma 3 files carry no
+// gemma3.vocab_size): a file with neither says so, not that gemma3.vocab_size is missing.
+TEST(GgufConfig, AFileWithoutAVocabularySaysSo) {
+  GgufWriter g;
+  g.str("general.architecture", "gemma3");
+  g.u32("gemma3.embedding_length", 64);
+  g.u32("gemma3.feed_forward_length", 128);
+  g.u32("gemma3.block_count", 2);
+  g.u32("gemma3.attention.head_count", 4);
+  g.f32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+  try {
+    ModelConfig::from_gguf(GgufFile(gguf_file("no_vocab.gguf", g.bytes())));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "no vocabulary: neither tokenizer.ggml.tokens nor gemma3.vocab_size is present"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(GgufTokenizer, SentencePieceVocabularyTokenizesLikeTheOriginalModel) {
   // A Llama-style model: BPE, byte fallback, identity normalizer, no whitespace squeezing.
   const std::string dir = temp_dir("gguf_spm");

@@ -46,7 +46,7 @@ TEST(TinyBpe, IdsFollowTheMergesInBothLayouts) {
     EXPECT_EQ(t->decode({262, 258, 263}, true), "Hello the");
     EXPECT_EQ(t->token(258), "\xC4\xA0the");              // Ġthe
     EXPECT_EQ(t->decode({0xC3}, false), "\xEF\xBF\xBD");  // a lone lead byte is U+FFFD
-    EXPECT_THROW(t->decode({264}, false), Error);
+    EXPECT_EQ(t->decode({264}, false), "");  // past the tokenizer: no text (IdsPastTheTokenizer...)
     EXPECT_THROW(t->encode("bad \xC3", false), Error);
   }
 }
@@ -70,6 +70,57 @@ TEST(TinyBpe, StreamingHoldsBackIncompleteUtf8) {
   EXPECT_EQ(s.push({0xA9}), " \xC3\xA9");
   EXPECT_EQ(s.push({0xE2, 0x82}), "");    // two bytes of €
   EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");  // the stream ended inside a character
+}
+
+// A model's vocabulary is often padded past its tokenizer's (Qwen2.5: 151936 rows, 151665
+// tokens): an id that names no token decodes to no text, as in Hugging Face's fast tokenizers,
+// instead of ending a generation with an error. A negative id stays an error.
+TEST(TinyBpe, IdsPastTheTokenizerAreNoText) {
+  auto t = load_tokenizer(kTinyBpe);
+  const int64_t past = t->size() + 5;
+  EXPECT_EQ(t->decode({262, past, 262}, false), t->decode({262, 262}, false));
+  EXPECT_EQ(t->token(past), "");
+  EXPECT_EQ(t->token_bytes(past), "");
+  StreamDecoder s(*t);
+  EXPECT_EQ(s.push({262, past}) + s.finish(), "Hello");
+  EXPECT_THROW(t->decode({-1}, false), Error);
+  EXPECT_TRUE(t->contains(262));
+  EXPECT_FALSE(t->contains(past));
+  EXPECT_FALSE(t->contains(-1));
+}
+
+// tokenizer_config.json's errors name the file in its folder (not "tokenizer_config.json" alone,
+// not a C++ function's name).
+TEST(TinyBpe, TokenizerConfigErrorsNameTheFile) {
+  const std::string dir = temp_dir("tiny_bpe_bad_config");
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer.json"})
+    write_file(dir + "/" + f, read_file(kTinyBpe + "/" + f));
+  for (const auto& [config, needle] :
+       {std::pair<std::string, std::string>{R"({"bos_token": 5})", "'bos_token' must be a string"},
+        {R"({"added_tokens_decoder": {"abc": {"content": "x"}}})",
+         "added_tokens_decoder key 'abc' is not a token id"}}) {
+    write_file(dir + "/tokenizer_config.json", config);
+    try {
+      load_tokenizer(dir);
+      ADD_FAILURE() << "loaded with " << config;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(dir + "/tokenizer_config.json: "), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("stoll"), std::string::npos) << e.what();
+    }
+  }
+  // A value from special_tokens_map.json names that file.
+  write_file(dir + "/tokenizer_config.json", "{}");
+  write_file(dir + "/special_tokens_map.json", R"({"eos_token": 5})");
+  try {
+    load_tokenizer(dir);
+    ADD_FAILURE() << "loaded with a bad special_tokens_map.json";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir + "/special_tokens_map.json: 'eos_token'"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(TinyBpe, BadFilesGiveClearErrors) {

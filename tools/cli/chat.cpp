@@ -37,7 +37,8 @@ int run_chat(RunOptions& o) {
   while (true) {
     if (tty) std::cerr << "> " << std::flush;
     if (!std::getline(std::cin, line)) break;
-    if (line.empty()) continue;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // a Windows line end
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       reset();

@@ -77,12 +77,25 @@ struct TokenizeOptions {
   bool no_special = false, skip_special = false, json_out = false;
 };
 
+// make-fixture: a checkpoint, or with draft_of an early-exit draft of one.
+struct MakeFixtureOptions {
+  std::string out, draft_of;
+  FixtureOptions fixture;
+  double noise = 0.0;  // draft_of's
+};
+struct MakeTokenizerOptions {
+  std::string input, out, model_type = "bpe";
+  int64_t vocab_size = 4096;
+};
+
 int run_generate(RunOptions& o);
 int run_compare(RunOptions& o);
 int run_chat(RunOptions& o);
 int run_tokenize(const TokenizeOptions& o);
 int run_detokenize(const TokenizeOptions& o);
 int run_make_draft(const MakeDraftOptions& o);
+int run_make_fixture(const MakeFixtureOptions& o);
+int run_make_tokenizer(const MakeTokenizerOptions& o);
 int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given);
 
 }  // namespace specdec::cli

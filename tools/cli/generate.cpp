@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "json.hpp"
 #include "proposer_choice.hpp"
 
 using nlohmann::json;
@@ -25,7 +26,8 @@ struct FileRequest {
 };
 
 // Parses and validates every line before anything is generated: a bad line is an error naming it.
-std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l) {
+std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
+                                           const Generator& gen) {
   std::ifstream file;
   if (o.prompts_file != "-") {
     file.open(o.prompts_file);
@@ -44,7 +46,7 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
     // "prompt", and with --chat the system message (--system unless the line gives its own)
     std::string user, system = o.system;
     try {
-      const json j = json::parse(text);
+      const json j = detail::parse_json_bounded(text, "");
       if (!j.is_object()) throw Error("expected a JSON object");
       if (j.contains("prompt") == j.contains("prompt_ids"))
         throw Error("give exactly one of \"prompt\" and \"prompt_ids\"");
@@ -71,6 +73,7 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
           if (!value.is_string()) throw Error("\"system\" must be a string");
           system = value.get<std::string>();
         } else if (key == "prompt_ids") {
+          if (o.chat) throw Error("\"prompt_ids\" with --chat: a chat turn is text (\"prompt\")");
           if (!value.is_array()) throw Error("\"prompt_ids\" must be an array of integers");
           for (const json& id : value) {
             if (!id.is_number_integer()) throw Error("\"prompt_ids\" must be an array of integers");
@@ -143,16 +146,7 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l)
         throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
       if (j.contains("prompt"))
         r.prompt = o.chat ? encode_turn(l, system, user) : l.tokenizer->encode(user, true);
-      if (r.prompt.empty()) throw Error("the prompt is empty");
-      for (int64_t id : r.prompt)
-        if (id < 0 || id >= vocab)
-          throw Error("prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                      std::to_string(vocab) + ")");
-      for (const auto& bias : c.logit_bias)
-        if (bias.first >= vocab)
-          throw Error("logit_bias token id " + std::to_string(bias.first) +
-                      " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-      c.validate();
+      gen.check(r.prompt, c);  // (the context included: nothing runs unless every line fits)
     } catch (const std::exception& e) {  // json's parse and type errors included
       throw Error(where + e.what());
     }
@@ -172,9 +166,9 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
   if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
   if (o.prompt_cache && o.batch_size > 1)
     throw Error("--prompt-cache runs the requests one after another: it needs --batch-size 1");
-  const std::vector<FileRequest> requests = read_prompts_file(o, l);
   Generator gen(l.target, l.draft);
   gen.set_suffix_options(o.suffix);
+  const std::vector<FileRequest> requests = read_prompts_file(o, l, gen);
   int64_t tokens = 0;
   double seconds = 0, prefill = 0;
   size_t written = 0;
@@ -307,7 +301,10 @@ int run_compare(RunOptions& o) {
   std::printf("assisted:    %s\n", shown(b.tokens).c_str());
   std::printf(
       "identical:   %s%s\n", identical ? "yes" : "no",
-      o.gen.sampling() ? " (sampling: outputs are independent draws, not expected equal)" : "");
+      !identical && o.gen.sampling() && !o.draft.empty() && o.gen.draft_tree_width <= 1
+          ? " (sampling with a draft model's chain: outputs are independent draws, not expected "
+            "equal)"
+          : "");
   std::printf("target only: %.3f s, %.1f ms/token\n", a.stats.total_seconds,
               1e3 * a.stats.total_seconds / std::max<int64_t>(1, a.stats.new_tokens));
   std::printf(

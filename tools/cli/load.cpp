@@ -96,6 +96,23 @@ void check_flags(RunOptions& o, bool chat) {
       warn(
           "--num-assistant-tokens does not apply with --prompt-lookup N, whose N caps a proposal "
           "(as in Hugging Face)");
+    const bool without_model = o.gen.speculates_without_model();
+    const std::string& schedule = o.gen.num_assistant_tokens_schedule;
+    const bool dynamic_knobs =
+        o.gen.assistant_confidence_threshold != plain.assistant_confidence_threshold ||
+        o.gen.adaptive_threshold != plain.adaptive_threshold;
+    if (o.draft.empty() && !without_model &&
+        (!schedule.empty() || o.gen.num_assistant_tokens != plain.num_assistant_tokens ||
+         dynamic_knobs))
+      warn(
+          "--schedule, --num-assistant-tokens and the confidence-threshold flags only apply with "
+          "--draft, --prompt-lookup or --speculate suffix: this is target-only generation");
+    else if (without_model && schedule != "" && schedule != "constant" && schedule != "goodput")
+      warn("--schedule " + schedule +
+           " acts as constant with --prompt-lookup or --speculate suffix (their proposals have "
+           "no draft probabilities); goodput (their default when greedy) or constant apply");
+    else if (schedule != "dynamic" && !o.draft.empty() && dynamic_knobs)
+      warn("--confidence-threshold and --no-adaptive-threshold only apply with --schedule dynamic");
     const SuffixOptions suffix;
     if (!o.gen.suffix_speculation &&
         (o.suffix.max_depth != suffix.max_depth ||
@@ -104,6 +121,10 @@ void check_flags(RunOptions& o, bool chat) {
          o.suffix.cache_tokens != suffix.cache_tokens))
       warn("the --suffix-* flags only apply with --speculate suffix");
   }
+  if (!o.prompts_file.empty() && (o.json_out || o.no_stream))
+    warn(
+        "--json and --no-stream do not apply with --prompts-file, which writes one JSON line per "
+        "request");
   if (o.model.empty()) throw Error("--model is empty");
   std::string prompts_file = o.prompts_file == "-" ? "" : o.prompts_file;
   for (const std::string* path : {&o.model, &o.draft, &o.tokenizer, &prompts_file}) {

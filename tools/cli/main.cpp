@@ -1,16 +1,10 @@
 // The `specdec` command-line program: generate, compare, chat, serve, tokenize, detokenize,
 // make-tokenizer, make-fixture, make-draft (each in tools/cli/; this file parses the flags).
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <iostream>
 
 #include "cli.hpp"
+#include "generation_options.hpp"
 
 using namespace specdec;
 using namespace specdec::cli;
@@ -18,8 +12,10 @@ using namespace specdec::cli;
 int main(int argc, char** argv) {
   CLI::App app{"specdec: speculative decoding (assisted generation) on libtorch"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "specdec " SPECDEC_VERSION);
   RunOptions gen_opts, cmp_opts;
-  auto* gen = app.add_subcommand("generate", "Generate tokens (assisted when --draft is given)");
+  auto* gen = app.add_subcommand(
+      "generate", "Generate tokens (assisted with --draft, --prompt-lookup or --speculate suffix)");
   add_run_options(gen, gen_opts, Mode::kGenerate);
   auto* cmp = app.add_subcommand(
       "compare", "Target-only and assisted generation on the same prompt: outputs, times, speedup");
@@ -68,28 +64,26 @@ int main(int argc, char** argv) {
   detok->add_flag("--skip-special", dtk.skip_special, "Leave special tokens (BOS, EOS, ...) out");
   detok->add_flag("--json", dtk.json_out, "Print {\"text\": \"...\"}");
 
-  std::string mt_input, mt_out, mt_type = "bpe";
-  int64_t mt_vocab = 4096;
+  MakeTokenizerOptions mt;
   auto* mtok = app.add_subcommand(
       "make-tokenizer",
       "Train a SentencePiece tokenizer (tokenizer.model) on text files, for generated checkpoints");
-  mtok->add_option("--input", mt_input, "Text files, comma-separated")->required();
-  mtok->add_option("--out", mt_out, "Output folder (receives tokenizer.model)")->required();
+  mtok->add_option("--input", mt.input, "Text files, comma-separated")->required();
+  mtok->add_option("--out", mt.out, "Output folder (receives tokenizer.model; made if missing)")
+      ->required();
   mtok->add_option(
-          "--vocab-size", mt_vocab,
+          "--vocab-size", mt.vocab_size,
           "Number of pieces, including the 256 byte pieces of byte fallback and <unk>, <s>, </s>")
       ->capture_default_str();
-  mtok->add_option("--model-type", mt_type, "SentencePiece model type")
+  mtok->add_option("--model-type", mt.model_type, "SentencePiece model type")
       ->check(CLI::IsMember({"bpe", "unigram"}))
       ->capture_default_str();
 
-  FixtureOptions fx;
-  std::string out, draft_of;
-  int64_t draft_layers = 1;
-  double noise = 0.0;
+  MakeFixtureOptions mf;
+  FixtureOptions& fx = mf.fixture;
   auto* mk = app.add_subcommand(
       "make-fixture", "Write a deterministic random-weight checkpoint in Hugging Face layout");
-  mk->add_option("--out", out, "Output folder")->required();
+  mk->add_option("--out", mf.out, "Output folder (new, or empty)")->required();
   mk->add_option("--arch", fx.arch, "Architecture (t5: encoder-decoder T5ForConditionalGeneration)")
       ->check(CLI::IsMember(
           {"llama", "mistral", "qwen2", "qwen3", "gemma3", "gpt_neox", "gpt2", "opt", "t5"}))
@@ -106,7 +100,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   mk->add_option("--vocab", fx.vocab, "Vocabulary size")->capture_default_str();
   mk->add_option("--max-pos", fx.max_pos, "max_position_embeddings")->capture_default_str();
-  mk->add_option("--seed", fx.seed, "Seed of the weights")->capture_default_str();
+  mk->add_option("--seed", fx.seed, "Seed of the weights")
+      ->check(seed_validator())
+      ->capture_default_str();
   mk->add_option("--dtype", fx.dtype, "Saved dtype")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}))
       ->capture_default_str();
@@ -125,11 +121,19 @@ int main(int argc, char** argv) {
                "Tie the head to the input embeddings (t5: then scaled by d_model^-0.5)");
   mk->add_option("--tokenizer", fx.tokenizer_dir,
                  "Copy this folder's tokenizer files in; --vocab becomes the tokenizer's size");
-  mk->add_option("--draft-of", draft_of,
-                 "Derive an early-exit draft from this target: its embeddings, first --layers "
-                 "layers, final norm and head");
-  mk->add_option("--noise", noise, "--draft-of: add Gaussian noise of this standard deviation")
+  auto* draft_of =
+      mk->add_option("--draft-of", mf.draft_of,
+                     "Derive an early-exit draft from this target: its embeddings, first --layers "
+                     "layers, final norm and head");
+  mk->add_option("--noise", mf.noise, "--draft-of: add Gaussian noise of this standard deviation")
+      ->needs(draft_of)
       ->capture_default_str();
+  // A draft takes its shape, dtype and tokenizer from its target.
+  for (const char* name : {"--arch", "--hidden", "--heads", "--kv-heads", "--intermediate",
+                           "--vocab", "--max-pos", "--dtype", "--init-std", "--exit-layers",
+                           "--exit-scale", "--gated", "--tie-word-embeddings", "--tokenizer"})
+    draft_of->excludes(mk->get_option(name));
+  mk->get_option("--exit-scale")->needs(mk->get_option("--exit-layers"));
 
   MakeDraftOptions md;
   auto* mkd = app.add_subcommand(
@@ -141,10 +145,12 @@ int main(int argc, char** argv) {
                   "Target checkpoint: folder, or GGUF file / folder holding one")
       ->required();
   mkd->add_option("--out", md.out, "Output folder (must not exist unless --resume)")->required();
-  mkd->add_option("--layers", md.layers, "Keep the target's first N layers")->capture_default_str();
+  auto* layers = mkd->add_option("--layers", md.layers, "Keep the target's first N layers")
+                     ->capture_default_str();
   mkd->add_option("--layer-ids", md.layer_ids,
                   "Keep exactly these target layers (comma-separated), instead of --layers")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->excludes(layers);
   auto* vs = mkd->add_option(
       "--vocab-subset", md.vocab_subset,
       "Head over the V' most frequent tokens of the training text (plus EOS); default: "
@@ -201,6 +207,7 @@ int main(int argc, char** argv) {
   mkd->add_option("--threads", md.threads, "CPU threads (0 = libtorch's default)")
       ->capture_default_str();
   mkd->add_option("--seed", md.seed, "Seed of the data order and of the sampled answers")
+      ->check(seed_validator())
       ->capture_default_str();
   mkd->add_option("--checkpoint-every", md.checkpoint_every,
                   "Steps between checkpoints (one is also written at the end)")
@@ -223,54 +230,14 @@ int main(int argc, char** argv) {
     if (*srv)
       return run_serve(serve_opts, serve_server, srv->get_option("--max-new-tokens")->count() > 0);
     if (*tokc) return run_tokenize(tk);
-    if (*mtok) {
-      if (mt_vocab < 8) throw Error("--vocab-size must be >= 8");
-      for (size_t at = 0; at <= mt_input.size();) {  // each input file, before anything is made
-        const size_t end = std::min(mt_input.find(',', at), mt_input.size());
-        const std::string file = mt_input.substr(at, end - at);
-        struct stat st {};
-        if (::stat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-          throw Error("--input: " + file + ": no such file");
-        at = end + 1;
-      }
-      const bool created = ::mkdir(mt_out.c_str(), 0755) == 0;
-      if (!created && errno != EEXIST)
-        throw Error(mt_out + ": cannot create folder: " + std::strerror(errno));
-      std::cerr << "training a " << mt_vocab << "-piece SentencePiece " << mt_type
-                << " model ...\n";
-      try {
-        train_sentencepiece("--input=" + mt_input + " --model_prefix=" + mt_out +
-                            "/tokenizer --vocab_size=" + std::to_string(mt_vocab) +
-                            " --model_type=" + mt_type +
-                            " --byte_fallback=true --character_coverage=1.0");
-      } catch (const std::exception& e) {
-        if (created) {  // nothing half-made is left (a folder that was there keeps its files)
-          std::remove((mt_out + "/tokenizer.model").c_str());
-          std::remove((mt_out + "/tokenizer.vocab").c_str());
-          ::rmdir(mt_out.c_str());
-        }
-        throw Error(std::string("make-tokenizer: SentencePiece could not train on ") + mt_input +
-                    ": " + e.what());
-      }
-      std::remove((mt_out + "/tokenizer.vocab").c_str());
-      std::cerr << "wrote " << mt_out << "/tokenizer.model\n";
-      return 0;
-    }
+    if (*mtok) return run_make_tokenizer(mt);
     if (*detok) return run_detokenize(dtk);
     if (*mkd) {
       if (vs->count() > 0 && md.vocab_subset < 1)
         throw Error("make-draft: --vocab-subset must be >= 1");
       return run_make_draft(md);
     }
-    if (*mk) {
-      if (!draft_of.empty()) {
-        make_draft_of(draft_of, out, fx.layers, noise, fx.seed);
-      } else {
-        make_fixture(out, fx);
-      }
-      std::cerr << "wrote " << out << "\n";
-      return 0;
-    }
+    if (*mk) return run_make_fixture(mf);
   } catch (const std::exception& e) {
     std::cerr << "specdec: error: " << e.what() << "\n";
     return 1;

@@ -68,15 +68,19 @@ std::string quality_text(const DraftQuality& q) {
 }  // namespace
 
 int run_make_draft(const MakeDraftOptions& o) {
-  // Ctrl-C asks for a clean stop (a checkpoint is written); a second one kills the program.
+  // Ctrl-C or SIGTERM asks for a clean stop (a checkpoint is written); a second one kills the
+  // program.
   g_interrupted = false;
-  std::signal(SIGINT, [](int) {
-    g_interrupted = true;
-    std::signal(SIGINT, SIG_DFL);
-  });
+  for (const int signal : {SIGINT, SIGTERM})
+    std::signal(signal, [](int) {
+      g_interrupted = true;
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+    });
   ProgressPrinter printer;
   const MakeDraftResult r = make_draft(o, std::ref(printer), &g_interrupted);
   std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
   if (r.interrupted && r.steps_done == 0 && !o.resume) {
     std::cerr << "\ninterrupted before the first checkpoint: nothing was written\n";
     return 130;

@@ -17,7 +17,9 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                   "Target checkpoint: a Hugging Face folder, a .gguf file, or a folder holding one")
       ->required();
   app->add_option("--draft", o.draft,
-                  "Draft checkpoint (same forms); omit for target-only generation");
+                  compare ? "Draft checkpoint (same forms); compare needs it, --prompt-lookup or "
+                            "--speculate suffix"
+                          : "Draft checkpoint (same forms); omit for target-only generation");
   if (mode != Mode::kServe)
     app->add_option("--system", o.system,
                     "Chat: the system message (default: the template's own, if any)");
@@ -72,7 +74,7 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   app->add_option(
       "--tokenizer", o.tokenizer,
       "Tokenizer: a folder with tokenizer files or a .gguf (default: --model's, when it has one)");
-  if (mode != Mode::kServe)
+  if (mode != Mode::kServe && !compare)
     app->add_flag("--no-stream", o.no_stream,
                   "Print the generated text at the end, not as it is accepted");
   add_generation_options(app, o.gen, o.no_adaptive);

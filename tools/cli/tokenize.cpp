@@ -22,7 +22,11 @@ int run_tokenize(const TokenizeOptions& o) {
 
 int run_detokenize(const TokenizeOptions& o) {
   const auto tok = load_tokenizer(o.dir);
-  const std::string text = tok->decode(parse_ids(o.ids, "--ids", true), o.skip_special);
+  const std::vector<int64_t> ids = parse_ids(o.ids, "--ids", true);
+  for (const int64_t id : ids)  // (decode shows an id past the tokenizer as nothing)
+    SPECDEC_CHECK(tok->contains(id), "--ids: token id ", id, " is not in the tokenizer (",
+                  tok->size(), " tokens)");
+  const std::string text = tok->decode(ids, o.skip_special);
   if (o.json_out)
     std::cout << json{{"text", text}}.dump() << "\n";
   else

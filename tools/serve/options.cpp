@@ -1,4 +1,6 @@
 // `specdec serve`'s own flags (the generation flags are the CLI's, tools/generation_options.hpp).
+#include <algorithm>
+
 #include "cli_range.hpp"
 #include "serve/server.hpp"
 
@@ -49,13 +51,20 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
       ->check(cli::in_range(0.0, 3600.0))
       ->capture_default_str();
   app->add_option("--http-threads", o.http_threads,
-                  "Connections served at once (a streaming request holds one for its duration)")
-      ->check(cli::in_range(int64_t{1}, int64_t{1024}))
+                  "Connections served at once (a request holds one until its answer ends); 0: "
+                  "--max-batch + --max-queue + 16, so that a request past the queue gets its 429 "
+                  "and /health its answer")
+      ->check(cli::in_range(int64_t{0}, int64_t{1024}))
       ->capture_default_str();
   app->add_option("--idle-timeout", o.idle_timeout,
                   "Seconds an idle keep-alive connection stays open")
       ->check(cli::in_range(int64_t{1}, int64_t{3600}))
       ->capture_default_str();
+}
+
+int64_t ServeOptions::connection_threads() const {
+  return http_threads > 0 ? http_threads
+                          : std::min<int64_t>(max_batch + max_queue + kSpareHttpThreads, 1024);
 }
 
 }  // namespace specdec::serve

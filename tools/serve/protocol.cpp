@@ -1,5 +1,6 @@
 #include "serve/protocol.hpp"
 
+#include "json.hpp"
 #include "proposer_choice.hpp"
 
 #include <algorithm>
@@ -283,7 +284,9 @@ json parse_body(const std::string& body) {
   if (!valid_utf8(body)) throw ApiError(400, "the body is not valid UTF-8", "", "invalid_utf8");
   json j;
   try {
-    j = json::parse(body);
+    j = detail::parse_json_bounded(body, "");
+  } catch (const Error& e) {  // nested too deep
+    throw ApiError(400, std::string("the body is not valid JSON: ") + e.what(), "", "invalid_json");
   } catch (const json::exception& e) {
     // e.what() begins "[json.exception.parse_error.101] ": the library's id, not the client's
     std::string why = e.what();
@@ -317,7 +320,11 @@ TokenizeRequest parse_tokenize(const json& body, const Context& ctx) {
 std::vector<int64_t> parse_detokenize(const json& body, const Context& ctx) {
   const json* tokens = field(body, "tokens");
   if (!tokens || !tokens->is_array()) bad("tokens", "'tokens' (a list of token ids) is required");
-  return ids_of(*tokens, "tokens", ctx.tokenizer->size());
+  std::vector<int64_t> ids = ids_of(*tokens, "tokens", ctx.tokenizer->size());
+  for (const int64_t id : ids)  // (decode would show it as nothing)
+    if (!ctx.tokenizer->contains(id))
+      bad("tokens", "'tokens' holds " + std::to_string(id) + ", which names no token");
+  return ids;
 }
 
 ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {

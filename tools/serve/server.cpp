@@ -25,6 +25,7 @@
 #include "serve/connection.hpp"
 #include "serve/metrics.hpp"
 #include "serve/protocol.hpp"
+#include "serve/request_log.hpp"
 
 using json = nlohmann::ordered_json;  // responses keep their fields in the order written
 
@@ -51,14 +52,6 @@ struct Job {
   bool first = true;
 };
 
-// The per-request fields of the log line, filled by the handler on its thread.
-struct LogFields {
-  Clock::time_point start;
-  int64_t prompt_tokens = -1, completion_tokens = -1;
-  bool cancelled = false;  // its client left before the answer's end
-  bool close = false;      // its body is left unread: the connection ends after the response
-  bool counted = false;    // in Server::in_flight_ (a request that reached routing)
-};
 thread_local LogFields t_log;
 
 int signal_pipe[2] = {-1, -1};  // SIGINT/SIGTERM -> the thread that shuts the server down
@@ -128,6 +121,11 @@ class Server {
   }
 
   int run(const std::function<ServeModels()>& load) {
+    if (o_.connection_threads() <= o_.max_batch + o_.max_queue)
+      write_log("specdec serve: warning: " + std::to_string(o_.connection_threads()) +
+                " connection threads (--http-threads) for " + std::to_string(o_.max_batch) +
+                " rows and a queue of " + std::to_string(o_.max_queue) +
+                ": requests past them wait for a thread instead of getting 429\n");
     // SIGINT/SIGTERM write a byte to a pipe that one thread waits on (a handler, not a signal mask:
     // threads that libraries start before main, OpenBLAS's among them, would not block them).
     if (::pipe(signal_pipe) != 0) throw Error("serve: cannot create the signal pipe");
@@ -161,16 +159,24 @@ class Server {
     // for TCP to try again. Listening again on a listening socket sets its backlog.
     ::listen(listening, SOMAXCONN);
     std::thread listener([&] { http_.listen_after_bind(); });
-    log("specdec serve: listening on http://" + o_.host + ":" + std::to_string(port) +
-        " (loading the model)\n");
+    const bool v6 = o_.host.find(':') != std::string::npos;  // a URL brackets an IPv6 address
+    write_log("specdec serve: listening on http://" + (v6 ? "[" + o_.host + "]" : o_.host) + ":" +
+              std::to_string(port) + " (loading the model)\n");
     std::thread waiter([&] {
       char byte = 0;
       while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
       }
       if (!ready_) std::_Exit(0);  // nothing is running yet
-      std::lock_guard<std::mutex> lock(shutdown_mutex_);
-      shutdown_requested_ = true;
-      shutdown_.notify_all();
+      {
+        std::lock_guard<std::mutex> lock(shutdown_mutex_);
+        shutdown_requested_ = true;
+        shutdown_.notify_all();
+      }
+      // A second signal: the running requests are cancelled now, not at the deadline.
+      while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      write_log("specdec serve: second signal: cancelling the running requests\n");
+      hurry_ = true;
     });
     try {
       models_ = load();
@@ -182,10 +188,10 @@ class Server {
       std::_Exit(1);
     }
     ready_ = true;
-    log("specdec serve: ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
-        (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") +
-        (models_.defaults.suffix_speculation ? ", suffix speculation" : "") + ", " +
-        std::to_string(o_.max_batch) + " rows of " + std::to_string(o_.ctx) + " positions\n");
+    write_log("specdec serve: ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
+              (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") +
+              (models_.defaults.suffix_speculation ? ", suffix speculation" : "") + ", " +
+              std::to_string(o_.max_batch) + " rows of " + std::to_string(o_.ctx) + " positions\n");
     std::thread stopper([&] {
       {
         std::unique_lock<std::mutex> lock(shutdown_mutex_);
@@ -206,7 +212,7 @@ class Server {
     // loader's left every pass waiting for sleeping workers (a batch of 8 took twice as long).
     engine_->run();
     stopper.join();
-    waiter.join();
+    waiter.detach();  // (waiting for a second signal that need not come)
     std::cerr << "specdec serve: stopped" << std::endl;
     std::_Exit(0);  // the HTTP threads still waiting on idle connections end with the process
   }
@@ -248,7 +254,7 @@ class Server {
     std::cerr << "specdec serve: shutting down (running requests get " << o_.shutdown_timeout
               << " s)\n";
     const auto deadline = Clock::now() + std::chrono::duration<double>(o_.shutdown_timeout);
-    while (Clock::now() < deadline) {
+    while (Clock::now() < deadline && !hurry_) {
       const RequestEngine::Load l = engine_->load();
       if (l.waiting == 0 && l.running == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -263,7 +269,7 @@ class Server {
   }
 
   void send_error(httplib::Response& res, const ApiError& e) {
-    if (e.status == 429) res.set_header("Retry-After", "1");
+    if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
     send_json(res, e.status, error_json(e.status, e.what(), e.param, e.code));
   }
 
@@ -323,7 +329,7 @@ class Server {
   }
 
   void routes() {
-    http_.new_task_queue = [n = o_.http_threads] {
+    http_.new_task_queue = [n = o_.connection_threads()] {
       return new httplib::ThreadPool(static_cast<size_t>(n));
     };
     http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
@@ -477,38 +483,8 @@ class Server {
           sock >= 0)
         ::shutdown(sock, SHUT_RDWR);
     const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
-    const std::string path = req.path.empty() ? "-" : req.path;
-    if (o_.log_format == "json") {
-      json line = {{"method", req.method},
-                   {"path", path},
-                   {"status", res.status},
-                   {"ms", std::round(ms * 10) / 10}};
-      if (t_log.prompt_tokens >= 0) {
-        line["prompt_tokens"] = t_log.prompt_tokens;
-        line["completion_tokens"] = t_log.completion_tokens;
-      }
-      if (t_log.cancelled) line["cancelled"] = true;
-      log(line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
-    } else {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.1f ms", ms);
-      std::string text = req.method + " " + path + " " + std::to_string(res.status) + " " + buf;
-      if (t_log.prompt_tokens >= 0)
-        text += " prompt " + std::to_string(t_log.prompt_tokens) + " completion " +
-                std::to_string(t_log.completion_tokens);
-      if (t_log.cancelled) text += " cancelled";
-      log(text + "\n");
-    }
-  }
-
-  // One line to stderr in one write: the HTTP threads log at once, their lines never interleave.
-  static void log(const std::string& line) {
-    for (size_t done = 0; done < line.size();) {
-      const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      done += static_cast<size_t>(n);
-    }
+    write_log(request_log_line(o_.log_format, req.method, req.path.empty() ? "-" : req.path,
+                               res.status, ms, t_log));
   }
 
   // "abort" (vLLM's word): cancelled before its end, by the shutdown deadline or an engine error.
@@ -660,11 +636,12 @@ class Server {
       std::lock_guard<std::mutex> lock(ids_mutex_);
       ids_.erase(id);
     };
+    // A client that leaves before its answer's end cancels it (its row is freed at the next step):
+    // seen when a write fails, and while nothing is written (waiting for a row, or for a
+    // non-streamed answer) by looking at its socket.
+    const int sock =
+        connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
     if (!p.stream) {
-      // A client that leaves before its answer cancels it, as a stream's does (its row is freed
-      // at the next step).
-      const int sock =
-          connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
       std::unique_lock<std::mutex> lock(job->mutex);
       while (
           !job->ready.wait_for(lock, std::chrono::milliseconds(100), [&] { return job->finished; }))
@@ -696,8 +673,8 @@ class Server {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job, st, head, chat, logprobs, include_usage, id](size_t, httplib::DataSink& sink) {
-          // The client left: its request is cancelled (its row freed at the next step).
+        [this, job, st, head, chat, logprobs, include_usage, id, sock](size_t,
+                                                                       httplib::DataSink& sink) {
           const auto leave = [&] {
             engine_->cancel(id);
             std::lock_guard<std::mutex> lock(job->mutex);
@@ -737,7 +714,7 @@ class Server {
                 json::array({choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr)});
             if (!event(c)) return leave();
           }
-          if (!finished) return true;
+          if (!finished) return sock < 0 || !client_left(sock) || leave();
           const GenerationStats& s = job->result.stats;
           t_log.completion_tokens = s.new_tokens;
           if (s.stop_reason == "error") {
@@ -773,7 +750,7 @@ class Server {
   std::unique_ptr<Generator> generator_;
   std::unique_ptr<RequestEngine> engine_;
   Metrics metrics_;
-  std::atomic<bool> ready_{false}, draining_{false}, shutdown_requested_{false};
+  std::atomic<bool> ready_{false}, draining_{false}, shutdown_requested_{false}, hurry_{false};
   std::atomic<int> in_flight_{0};  // requests whose response is not written yet
   std::mutex shutdown_mutex_;
   std::condition_variable shutdown_;

@@ -25,7 +25,10 @@ struct ServeOptions {
   std::string log_format = "text";
   int64_t max_body = 1 << 20;
   double shutdown_timeout = 30;
-  int64_t http_threads = 32;
+  int64_t http_threads = 0;  // 0: max_batch + max_queue + kSpareHttpThreads (at most 1024)
+  static constexpr int64_t kSpareHttpThreads = 16;  // for /health, /metrics and the like
+  // The connection threads: one per running or waiting request, and spare ones.
+  int64_t connection_threads() const;
   int64_t idle_timeout = 5;
 };
 

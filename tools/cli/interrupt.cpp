@@ -1,0 +1,63 @@
+#include "interrupt.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+namespace specdec::cli {
+namespace {
+
+std::atomic<int> g_wake{-1};  // the write end of the live CleanupOnInterrupt's pipe
+static_assert(std::atomic<int>::is_always_lock_free);
+struct sigaction g_old_int {
+}, g_old_term{};
+
+}  // namespace
+
+CleanupOnInterrupt::CleanupOnInterrupt(std::function<std::string()> cleanup)
+    : cleanup_(std::move(cleanup)) {
+  if (::pipe(pipe_) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
+  g_wake = pipe_[1];
+  struct sigaction sa {};
+  sa.sa_handler = [](int signal) {
+    const char c = static_cast<char>(signal);
+    (void)!::write(g_wake.load(), &c, 1);  // async-signal-safe; the watcher does the rest
+  };
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, &g_old_int);
+  ::sigaction(SIGTERM, &sa, &g_old_term);
+  watcher_ = std::thread([this] {
+    char signal = 0;
+    if (::read(pipe_[0], &signal, 1) != 1) return;  // closed: the command finished
+    const std::string what = cleanup_();
+    std::fprintf(stderr, "\ninterrupted: %s\n", what.c_str());
+    std::_Exit(128 + signal);
+  });
+}
+
+CleanupOnInterrupt::~CleanupOnInterrupt() {
+  ::sigaction(SIGINT, &g_old_int, nullptr);
+  ::sigaction(SIGTERM, &g_old_term, nullptr);
+  g_wake = -1;
+  ::close(pipe_[1]);
+  watcher_.join();
+  ::close(pipe_[0]);
+}
+
+bool remove_tree(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    fs::remove_all(path, ec);
+    if (!fs::exists(path, ec)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+}  // namespace specdec::cli

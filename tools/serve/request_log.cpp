@@ -1,0 +1,61 @@
+#include "serve/request_log.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace specdec::serve {
+namespace {
+
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const unsigned char c : s) {
+    if (c >= 0x20 && c != 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+      continue;
+    }
+    char hex[5];
+    std::snprintf(hex, sizeof hex, "\\x%02x", c);
+    out += hex;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string request_log_line(const std::string& format, const std::string& method,
+                             const std::string& path, int status, double ms, const LogFields& f) {
+  if (format == "json") {
+    nlohmann::ordered_json line = {
+        {"method", method}, {"path", path}, {"status", status}, {"ms", std::round(ms * 10) / 10}};
+    if (f.prompt_tokens >= 0) {
+      line["prompt_tokens"] = f.prompt_tokens;
+      line["completion_tokens"] = f.completion_tokens;
+    }
+    if (f.cancelled) line["cancelled"] = true;
+    return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f ms", ms);
+  std::string text =
+      printable(method) + " " + printable(path) + " " + std::to_string(status) + " " + buf;
+  if (f.prompt_tokens >= 0)
+    text += " prompt " + std::to_string(f.prompt_tokens) + " completion " +
+            std::to_string(f.completion_tokens);
+  if (f.cancelled) text += " cancelled";
+  return text + "\n";
+}
+
+void write_log(const std::string& line) {
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(STDERR_FILENO, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace specdec::serve

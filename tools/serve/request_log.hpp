@@ -1,0 +1,29 @@
+// The server's log: one line per request on stderr, as text or JSON.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace specdec::serve {
+
+// The per-request fields of the log line, filled by the handler on its thread.
+struct LogFields {
+  std::chrono::steady_clock::time_point start;
+  int64_t prompt_tokens = -1, completion_tokens = -1;
+  bool cancelled = false;  // its client left before the answer's end
+  bool close = false;      // its body is left unread: the connection ends after the response
+  bool counted = false;    // in Server::in_flight_ (a request that reached routing)
+};
+
+// A request's line (ending in "\n"): method, path, status, milliseconds, the generation routes'
+// tokens and whether the client left. `format`: "text" (the client's control bytes as \xNN, so
+// that a decoded %0a cannot start a forged line) or "json".
+std::string request_log_line(const std::string& format, const std::string& method,
+                             const std::string& path, int status, double ms, const LogFields& f);
+
+// Writes `line` to stderr in one write: the HTTP threads log at once, their lines never
+// interleave.
+void write_log(const std::string& line);
+
+}  // namespace specdec::serve
