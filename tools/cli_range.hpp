@@ -1,5 +1,5 @@
-// A flag's numeric range for CLI11: CLI11's Range alone calls a value that is not a number at all
-// ("abc") out of range; this says what is wrong with it.
+// Checks of flag values for CLI11. A flag's numeric range: CLI11's Range alone calls a value that
+// is not a number at all ("abc") out of range; this says what is wrong with it.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -21,6 +21,13 @@ CLI::Validator in_range(T lo, T hi) {
         return range(s);
       },
       range.get_description());
+}
+
+// A text flag given an empty value ("").
+inline CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& s) { return s.empty() ? std::string("the value is empty") : std::string(); },
+      "TEXT");
 }
 
 }  // namespace specdec::cli

@@ -450,8 +450,8 @@ void MakeDraftOptions::validate() const {
   SPECDEC_CHECK(!gen_temperatures.empty(),
                 "make-draft: --gen-temperature needs at least one value");
   for (double t : gen_temperatures)
-    SPECDEC_CHECK(t >= 0 && std::isfinite(t), "make-draft: --gen-temperature must be >= 0, got ",
-                  t);
+    SPECDEC_CHECK(t >= 0 && std::isfinite(t),
+                  "make-draft: --gen-temperature must be a finite number >= 0, got ", t);
   SPECDEC_CHECK(steps >= 0, "make-draft: --steps must be >= 0");
   SPECDEC_CHECK(seq_len >= 2, "make-draft: --seq-len must be >= 2");
   SPECDEC_CHECK(batch >= 1, "make-draft: --batch must be >= 1");

@@ -453,6 +453,9 @@ cat "$(dirname "$0")"/../../docs/*.md > "$work/a corpus.txt"
 check "make-tokenizer: paths with spaces, parents made" test -s "$work/a tok/sub/tokenizer.model"
 expect_error "make-tokenizer: too small a vocabulary for the text says so in specdec's words" \
   "--vocab-size 260 is too small for this text" make-tokenizer --input "$work/a corpus.txt" --out "$work/x" --vocab-size 260
+expect_error "--prompt \"\" is an error, not a read of stdin" "--prompt: the value is empty" \
+  generate --model "$work/t" --prompt ""
+expect_error "--prompt-ids with a trailing comma" "ends with a comma" generate --model "$work/t" --prompt-ids 1,
 check "--version" bash -c "'$SPECDEC' --version | grep -q '^specdec [0-9]'"
 printf '%s\n' '{"prompt_ids": [1], "max_new_tokens": 4}' '' '{"prompt_ids": [1], "max_new_tokens": 5000}' > "$work/ctx.jsonl"
 out=$("$SPECDEC" generate --model "$work/t" --prompts-file "$work/ctx.jsonl" --prompt-cache 2>"$work/ctx_err"); rc=$?

@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
   tokc->add_option("--tokenizer", tk.dir,
                    "The tokenizer: a folder with its files, or a GGUF file (or its folder)")
       ->required();
-  tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read");
+  tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read")
+      ->check(non_empty());
   tokc->add_flag("--no-special", tk.no_special,
                  "Do not add BOS/EOS (special-token text is still recognised)");
   tokc->add_flag("--json", tk.json_out, "Print {\"ids\": [...]}");

@@ -38,6 +38,9 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
     auto* ids = app->add_option("--prompt-ids", o.prompt_ids,
                                 "Prompt token ids, comma-separated (e.g. 1,2,3)")
                     ->excludes(text);
+    // (an empty value would read stdin as if the flag were not there)
+    text->check(non_empty());
+    ids->check(non_empty());
     if (mode == Mode::kGenerate) {
       auto* file =
           app->add_option("--prompts-file", o.prompts_file,
@@ -134,6 +137,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
 std::vector<int64_t> parse_ids(const std::string& text, const char* flag, bool allow_empty) {
   std::vector<int64_t> ids;
   if (allow_empty && text.empty()) return ids;
+  if (!text.empty() && text.back() == ',')
+    throw Error(std::string(flag) + ": '" + text + "' ends with a comma (expected e.g. 1,2,3)");
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
