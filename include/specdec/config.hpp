@@ -60,8 +60,9 @@ struct ModelConfig {
   // vocab_size), and the logits of every other id are -inf. Empty = the head covers the whole
   // vocabulary.
   std::vector<int64_t> head_token_ids;
-  // A feature-fed (EAGLE-style) draft (`specdec make-draft --features`; llama family only), when >
-  // 0: its input at position p is fc([embed(x_p); h_{p-1}]) ("fc.weight" [hidden_size, hidden_size
+  // A feature-fed (EAGLE-style) draft (`specdec make-draft --features`; llama family and Gemma 3),
+  // when > 0: its input at position p is fc([embed(x_p); h_{p-1}]) ("fc.weight" [hidden_size,
+  // hidden_size
   // + feature_size]), where h_{p-1} is the target's last-layer hidden state (before its final norm)
   // at position p - 1 (zeros at p = 0), or, past what the target has verified, the draft's own
   // last-layer output there (its prediction of that state). 0 = an ordinary model. Config key:
@@ -118,8 +119,7 @@ struct ModelConfig {
 
 // The model types this build can run.
 const std::vector<std::string>& supported_model_types();
-// Whether `model_type` is one of the Llama decoder's (llama, mistral, qwen2, qwen3): the family
-// with feature-fed drafts (make-draft distils from all but qwen3).
+// Whether `model_type` is one of the Llama decoder's (llama, mistral, qwen2, qwen3).
 bool llama_family(const std::string& model_type);
 
 // GenerationConfig::num_assistant_tokens_schedule, parsed (its strings stay Hugging Face's).

@@ -106,12 +106,12 @@ class PromptCache {
 
 class Generator {
  public:
-  // `draft` may be null: generation is then target-only, or prompt lookup when the request sets
-  // prompt_lookup_num_tokens. Throws specdec::Error when draft and target are incompatible (EOS
-  // ids, device, decoder-only with encoder-decoder, decoder start token, feature size); their
-  // vocabularies may differ in size (padded rows), their tokenizers must agree
-  // (require_same_tokenizer).
-  // Encoder-decoder pairs share one encoder pass per request when Model::same_encoder says so.
+  // `draft` may be null: generation is then target-only, or prompt lookup or suffix speculation
+  // when the request sets prompt_lookup_num_tokens or suffix_speculation. Throws specdec::Error
+  // when draft and target are incompatible (EOS ids, device, decoder-only with encoder-decoder,
+  // decoder start token, feature size); their vocabularies may differ in size (padded rows), their
+  // tokenizers must agree (require_same_tokenizer). Encoder-decoder pairs share one encoder pass
+  // per request when Model::same_encoder says so.
   explicit Generator(std::shared_ptr<const Model> target,
                      std::shared_ptr<const Model> draft = nullptr);
   ~Generator();
@@ -142,7 +142,8 @@ class Generator {
   // all; each row has its own schedule state, Rng (its config's seed) and stats, and its output is
   // the one generate() gives for that prompt and config alone (greedy: token for token; sampling:
   // the same tokens for the same seed). A row whose config sets prompt_lookup_num_tokens drafts by
-  // prompt lookup, the others with the draft model (target-only without one), all in one batch.
+  // prompt lookup, one that sets suffix_speculation by suffix speculation, the others with the
+  // draft model (target-only without one), all in one batch.
   // generate() is the batch of one.
   // `options`: at most max_rows rows at once (continuous batching), and a callback per finished
   // row. A row's stats time it from its admission: prefill_seconds its own prefill and first

@@ -14,7 +14,8 @@ namespace specdec {
 class Model;
 
 struct MakeDraftOptions {
-  std::string target;  // checkpoint folder, or a GGUF file / a folder holding one (llama family)
+  std::string target;  // checkpoint folder, or a GGUF file / a folder holding one (llama family,
+                       // Gemma 3)
   std::string out;     // output folder: must not exist, unless `resume`
   // The target layers the draft starts from: the first `layers`, or exactly `layer_ids` when set.
   int64_t layers = 1;
@@ -37,9 +38,9 @@ struct MakeDraftOptions {
   // answers itself (on-policy; rendered with its chat template when it has one).
   std::vector<std::string> data_files;
   std::string prompts_file;
-  // Prompts the target writes itself (user messages sampled from the start of a user turn of its
-  // chat template, as in Magpie), answered like `prompts_file`'s: diverse on-policy text with no
-  // prompt list. Needs a chat template.
+  // Prompts the target writes itself (a chat model's user messages sampled from the start of a
+  // user turn of its chat template, as in Magpie; a base model's text openings, sampled from BOS),
+  // answered like `prompts_file`'s: diverse on-policy text with no prompt list.
   int64_t self_prompts = 0;
   // Reuse the sequences and target labels of an earlier make-draft output folder (same target and
   // seq_len) instead of making new ones; the head is still chosen for this run's vocab_subset.

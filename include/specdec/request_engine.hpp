@@ -66,7 +66,8 @@ class RequestEngine {
   using Id = uint64_t;
 
   // Any model pair the Generator takes (an encoder-decoder model's request runs its encoder pass
-  // as it joins). A request that sets prompt_lookup_num_tokens drafts by prompt lookup; the others
+  // as it joins). A request that sets prompt_lookup_num_tokens drafts by prompt lookup, one that
+  // sets suffix_speculation by suffix speculation; the others
   // draft with the Generator's draft model (its num_assistant_tokens and schedule), or run
   // target-only without one; all share the running batch. The Generator must outlive this.
   RequestEngine(const Generator& generator, Options options);
