@@ -197,6 +197,9 @@ WeightStore::WeightStore(const std::string& dir) : dir_(dir) {
                   "' is mapped to ", shard, " but that file does not hold it");
     where_[it.key()] = s->second;
   }
+  // Hugging Face loads every tensor of each shard the index names, whether it lists it or not.
+  for (size_t f = 0; f < files_.size(); ++f)
+    for (const auto& kv : files_[f]->tensors()) where_.emplace(kv.first, f);
 }
 
 const TensorInfo& WeightStore::info(const std::string& name) const {
