@@ -855,8 +855,8 @@ def test_json_log():
                     assert isinstance(rec, dict), line
                     if "path" in rec:
                         out.append(rec)
-                else:  # each request line is a JSON object
-                    assert not ("POST" in line and "/v1/completions" in line), f"a request line that is not JSON: {line!r}"
+                else:  # every line is a JSON object: the server's own as {"message": ...}
+                    assert not line.strip(), f"a log line that is not JSON: {line!r}"
             return out
 
         assert _wait_for(lambda: len(records()) >= 2), s.log_tail()
@@ -871,5 +871,7 @@ def test_json_log():
         assert comp[0]["completion_tokens"] == j["usage"]["completion_tokens"], (comp, j["usage"])
         models = [r for r in recs if r["path"] == "/v1/models"]
         assert len(models) == 1 and models[0]["method"] == "GET" and models[0]["status"] == 200, recs
+        messages = [json.loads(l)["message"] for l in s.log_text().splitlines() if '"message"' in l]
+        assert any(m.startswith("specdec serve: ready: ") for m in messages), messages
     finally:
         s.stop()

@@ -122,10 +122,10 @@ class Server {
 
   int run(const std::function<ServeModels()>& load) {
     if (o_.connection_threads() <= o_.max_batch + o_.max_queue)
-      write_log("specdec serve: warning: " + std::to_string(o_.connection_threads()) +
-                " connection threads (--http-threads) for " + std::to_string(o_.max_batch) +
-                " rows and a queue of " + std::to_string(o_.max_queue) +
-                ": requests past them wait for a thread instead of getting 429\n");
+      note("warning: " + std::to_string(o_.connection_threads()) +
+           " connection threads (--http-threads) for " + std::to_string(o_.max_batch) +
+           " rows and a queue of " + std::to_string(o_.max_queue) +
+           ": requests past them wait for a thread instead of getting 429");
     // SIGINT/SIGTERM write a byte to a pipe that one thread waits on (a handler, not a signal mask:
     // threads that libraries start before main, OpenBLAS's among them, would not block them).
     if (::pipe(signal_pipe) != 0) throw Error("serve: cannot create the signal pipe");
@@ -151,7 +151,7 @@ class Server {
     const int port = o_.port == 0 ? http_.bind_to_any_port(o_.host)
                                   : (http_.bind_to_port(o_.host, o_.port) ? o_.port : -1);
     if (port < 0) {
-      std::cerr << "specdec serve: error: cannot listen on " << o_.host << ":" << o_.port << "\n";
+      note("error: cannot listen on " + o_.host + ":" + std::to_string(o_.port));
       return 1;
     }
     // httplib (Debian's build) listens with a backlog of 5: clients that connect at once while
@@ -160,8 +160,8 @@ class Server {
     ::listen(listening, SOMAXCONN);
     std::thread listener([&] { http_.listen_after_bind(); });
     const bool v6 = o_.host.find(':') != std::string::npos;  // a URL brackets an IPv6 address
-    write_log("specdec serve: listening on http://" + (v6 ? "[" + o_.host + "]" : o_.host) + ":" +
-              std::to_string(port) + " (loading the model)\n");
+    note("listening on http://" + (v6 ? "[" + o_.host + "]" : o_.host) + ":" +
+         std::to_string(port) + " (loading the model)");
     std::thread waiter([&] {
       char byte = 0;
       while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
@@ -175,23 +175,23 @@ class Server {
       // A second signal: the running requests are cancelled now, not at the deadline.
       while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
       }
-      write_log("specdec serve: second signal: cancelling the running requests\n");
+      note("second signal: cancelling the running requests");
       hurry_ = true;
     });
     try {
       models_ = load();
       start_engine();
     } catch (const std::exception& e) {
-      std::cerr << "specdec serve: error: " << e.what() << std::endl;
+      note(std::string("error: ") + e.what());
       // Not http_.stop(): before the listener thread is in its accept loop it does nothing, and
       // joining the listener then waited forever. The HTTP and signal threads end with the process.
       std::_Exit(1);
     }
     ready_ = true;
-    write_log("specdec serve: ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
-              (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") +
-              (models_.defaults.suffix_speculation ? ", suffix speculation" : "") + ", " +
-              std::to_string(o_.max_batch) + " rows of " + std::to_string(o_.ctx) + " positions\n");
+    note("ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
+         (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") +
+         (models_.defaults.suffix_speculation ? ", suffix speculation" : "") + ", " +
+         std::to_string(o_.max_batch) + " rows of " + std::to_string(o_.ctx) + " positions");
     std::thread stopper([&] {
       {
         std::unique_lock<std::mutex> lock(shutdown_mutex_);
@@ -213,7 +213,7 @@ class Server {
     engine_->run();
     stopper.join();
     waiter.detach();  // (waiting for a second signal that need not come)
-    std::cerr << "specdec serve: stopped" << std::endl;
+    note("stopped");
     std::_Exit(0);  // the HTTP threads still waiting on idle connections end with the process
   }
 
@@ -248,11 +248,19 @@ class Server {
     }
   }
 
+  // A line of the server's own (not a request's) in the log: "specdec serve: TEXT", or with
+  // --log-format json {"message": "specdec serve: TEXT"}.
+  void note(const std::string& text) const {
+    const std::string line = "specdec serve: " + text;
+    write_log(o_.log_format == "json" ? json{{"message", line}}.dump() + "\n" : line + "\n");
+  }
+
   // Running requests finish up to the deadline, then the rest are cancelled.
   void drain() {
     draining_ = true;
-    std::cerr << "specdec serve: shutting down (running requests get " << o_.shutdown_timeout
-              << " s)\n";
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%g", o_.shutdown_timeout);
+    note(std::string("shutting down (running requests get ") + seconds + " s)");
     const auto deadline = Clock::now() + std::chrono::duration<double>(o_.shutdown_timeout);
     while (Clock::now() < deadline && !hurry_) {
       const RequestEngine::Load l = engine_->load();
