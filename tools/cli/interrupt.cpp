@@ -6,8 +6,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <system_error>
+
+#include "util.hpp"
 
 namespace specdec::cli {
 namespace {
@@ -49,12 +50,13 @@ CleanupOnInterrupt::~CleanupOnInterrupt() {
   ::close(pipe_[0]);
 }
 
-bool remove_tree(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
+bool remove_path(const std::string& path) {
   for (int attempt = 0; attempt < 50; ++attempt) {
-    fs::remove_all(path, ec);
-    if (!fs::exists(path, ec)) return true;
+    try {
+      remove_tree(path);
+    } catch (const Error&) {  // a file made meanwhile: again
+    }
+    if (!path_exists(path)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return false;

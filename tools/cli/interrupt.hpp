@@ -25,8 +25,8 @@ class CleanupOnInterrupt {
   std::thread watcher_;
 };
 
-// Removes `path` (a folder and what is in it) and returns whether it is gone; tries again while
-// another thread may still be writing into it.
-bool remove_tree(const std::string& path);
+// Removes `path` (a file, or a folder and what is in it) and returns whether it is gone; tries
+// again while another thread may still be writing into it.
+bool remove_path(const std::string& path);
 
 }  // namespace specdec::cli

@@ -1,34 +1,60 @@
 // `specdec make-fixture` and `specdec make-tokenizer`: files written in one long call each, into
 // a scratch folder first, so that a failure, Ctrl-C or a kill leaves no half-written output.
+// Paths through POSIX calls, not std::filesystem (src/util.hpp says why).
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <climits>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 
 #include "cli.hpp"
 #include "interrupt.hpp"
-
-namespace fs = std::filesystem;
+#include "tooling/checkpoint.hpp"
+#include "util.hpp"
 
 namespace specdec::cli {
 namespace {
 
+std::string absolute(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char cwd[PATH_MAX];
+  SPECDEC_CHECK(::getcwd(cwd, sizeof cwd), "cannot read the current folder");
+  return std::string(cwd) + "/" + path;
+}
+
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/', path.size() > 1 ? path.size() - 2 : 0);
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 // The outermost of `dir` and its parents that does not exist yet (empty when `dir` exists): what
 // writing into `dir` creates.
-fs::path first_missing(const fs::path& dir) {
-  std::error_code ec;
-  fs::path missing;
-  for (fs::path p = fs::absolute(dir); !fs::exists(p, ec); p = p.parent_path()) {
+std::string first_missing(const std::string& dir) {
+  std::string missing;
+  for (std::string p = absolute(dir); !path_exists(p); p = parent_of(p)) {
     missing = p;
-    if (p == p.parent_path()) break;
+    if (p == "/") break;
   }
   return missing;
+}
+
+bool empty_folder(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  SPECDEC_CHECK(d, dir, ": exists and is not a folder");
+  bool empty = true;
+  while (const dirent* e = ::readdir(d))
+    if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") empty = false;
+  ::closedir(d);
+  return empty;
 }
 
 // A new folder named after `pattern` (ending in XXXXXX), for a command's output before it is
 // whole.
 std::string make_scratch(const std::string& pattern) {
   std::string path = pattern;
-  SPECDEC_CHECK(::mkdtemp(path.data()), pattern, ": cannot create a scratch folder");
+  SPECDEC_CHECK(::mkdtemp(&path[0]), pattern, ": cannot create a scratch folder");
   return path;
 }
 
@@ -36,21 +62,17 @@ std::string make_scratch(const std::string& pattern) {
 
 int run_make_fixture(const MakeFixtureOptions& o) {
   // A stale tokenizer beside new weights would load as one checkpoint: the folder is new or empty.
-  std::error_code ec;
-  const fs::path out = fs::absolute(o.out), made = first_missing(out);
-  if (made.empty()) {
-    SPECDEC_CHECK(fs::is_directory(out, ec), o.out, ": exists and is not a folder");
-    SPECDEC_CHECK(fs::is_empty(out, ec), o.out,
-                  ": the folder exists and is not empty; give a new one (or remove it)");
-  }
+  const std::string out = absolute(o.out), made = first_missing(out);
+  SPECDEC_CHECK(!made.empty() || empty_folder(out), o.out,
+                ": the folder exists and is not empty; give a new one (or remove it)");
   // Written beside it, then renamed into place: the output is whole or absent whatever stops it.
-  fs::create_directories(out.parent_path(), ec);
-  SPECDEC_CHECK(!ec, out.parent_path().string(), ": cannot create the folder: ", ec.message());
-  const std::string scratch = make_scratch(
-      (out.parent_path() / ("." + out.filename().string() + ".partial-XXXXXX")).string());
+  const std::string parent = parent_of(out);
+  detail::make_dir(parent);
+  const size_t slash = out.find_last_of('/');
+  const std::string scratch =
+      make_scratch(parent + "/." + out.substr(slash + 1) + ".partial-XXXXXX");
   const auto cleanup = [&] {
-    const bool removed =
-        remove_tree(scratch) && (made.empty() || made == out || remove_tree(made.string()));
+    const bool removed = remove_path(scratch) && (made.empty() || made == out || remove_path(made));
     return removed ? std::string("nothing was written") : "remove " + scratch;
   };
   try {
@@ -59,11 +81,8 @@ int run_make_fixture(const MakeFixtureOptions& o) {
       make_draft_of(o.draft_of, scratch, o.fixture.layers, o.noise, o.fixture.seed);
     else
       make_fixture(scratch, o.fixture);
-    if (made.empty()) fs::remove(out);  // (empty)
-    fs::rename(scratch, out);
-  } catch (const fs::filesystem_error& e) {
-    cleanup();
-    throw Error(std::string("make-fixture: ") + e.what());
+    if (made.empty()) ::rmdir(out.c_str());  // (empty)
+    rename_path(scratch, out);
   } catch (...) {
     cleanup();
     throw;
@@ -78,27 +97,26 @@ int run_make_tokenizer(const MakeTokenizerOptions& o) {
                 " (256 byte pieces, <unk>, <s>, </s> and the text's own pieces)");
   // SentencePiece reads its options from one space-separated line, so it is given paths of its
   // own: links to the inputs in a scratch folder, where it also writes.
-  std::vector<fs::path> inputs;
+  std::vector<std::string> inputs;
   for (size_t at = 0; at <= o.input.size();) {  // each input file, before anything is made
     const size_t end = std::min(o.input.find(',', at), o.input.size());
     const std::string file = o.input.substr(at, end - at);
-    std::error_code ec;
-    SPECDEC_CHECK(fs::is_regular_file(file, ec), "--input: ", file, ": no such file");
-    inputs.push_back(fs::absolute(file));
+    SPECDEC_CHECK(file_exists(file), "--input: ", file, ": no such file");
+    inputs.push_back(absolute(file));
     at = end + 1;
   }
-  std::string tmp = fs::temp_directory_path().string();
+  const char* env = std::getenv("TMPDIR");
+  std::string tmp = env && *env ? env : "/tmp";
   if (tmp.find_first_of(" \t,") != std::string::npos) tmp = "/tmp";
   const std::string scratch = make_scratch(tmp + "/specdec-tokenizer-XXXXXX");
-  const fs::path model = fs::path(o.out) / "tokenizer.model";
-  const fs::path partial = fs::path(o.out) / ".tokenizer.model.partial";
-  const fs::path made = first_missing(o.out);  // the folders made for the output
+  const std::string model = o.out + "/tokenizer.model";
+  const std::string partial = model + ".tmp." + std::to_string(::getpid());  // write_file_atomic's
+  const std::string made = first_missing(o.out);  // the folders made for the output
   const auto cleanup = [&] {
-    std::error_code ec;
-    remove_tree(scratch);
-    fs::remove(partial, ec);
-    if (fs::exists(model, ec)) return "after writing " + model.string();
-    if (!made.empty()) remove_tree(made.string());
+    remove_path(scratch);
+    std::remove(partial.c_str());
+    if (file_exists(model)) return "after writing " + model;
+    if (!made.empty()) remove_path(made);
     return std::string("nothing was written");
   };
   try {
@@ -106,7 +124,8 @@ int run_make_tokenizer(const MakeTokenizerOptions& o) {
     std::string list;
     for (size_t i = 0; i < inputs.size(); ++i) {
       const std::string link = scratch + "/input" + std::to_string(i) + ".txt";
-      fs::create_symlink(inputs[i], link);
+      SPECDEC_CHECK(::symlink(inputs[i].c_str(), link.c_str()) == 0, link,
+                    ": cannot create a link to ", inputs[i]);
       list += (i ? "," : "") + link;
     }
     std::cerr << "training a " << o.vocab_size << "-piece SentencePiece " << o.model_type
@@ -130,18 +149,14 @@ int run_make_tokenizer(const MakeTokenizerOptions& o) {
       }
       throw Error("make-tokenizer: SentencePiece could not train on " + o.input + ": " + why);
     }
-    fs::create_directories(o.out);
-    fs::copy_file(scratch + "/tokenizer.model", partial, fs::copy_options::overwrite_existing);
-    fs::rename(partial, model);
-  } catch (const fs::filesystem_error& e) {
-    cleanup();
-    throw Error(std::string("make-tokenizer: ") + e.what());
+    detail::make_dir(absolute(o.out));
+    write_file_atomic(model, read_text_file(scratch + "/tokenizer.model"));
   } catch (...) {
     cleanup();
     throw;
   }
-  remove_tree(scratch);
-  std::cerr << "wrote " << model.string() << "\n";
+  remove_path(scratch);
+  std::cerr << "wrote " << model << "\n";
   return 0;
 }
 
