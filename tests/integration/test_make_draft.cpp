@@ -390,7 +390,7 @@ TEST(MakeDraft, PromptsAreAnsweredOncePerTemperature) {
   o.gen_temperatures = {};
   expect_error(o, "--gen-temperature");
   o.gen_temperatures = {0.7, -1};
-  expect_error(o, "--gen-temperature must be >= 0");
+  expect_error(o, "--gen-temperature must be a finite number >= 0");
 }
 
 // --eval-prompts: after training the target answers the prompts greedily and the draft is scored on

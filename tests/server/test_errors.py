@@ -428,7 +428,12 @@ def test_a_connection_serves_many_requests_and_garbage_is_logged_sanely(server):
     assert sock.recv(65536).startswith(b"HTTP/1.1 400")
     sock.close()
     server.assert_healthy("after a line of garbage")
-    lines = [line for line in server.log_text().splitlines() if line.startswith("GARBAGE")]
+
+    def garbage_lines():  # (written by the connection's thread once its answer is out)
+        return [line for line in server.log_text().splitlines() if line.startswith("GARBAGE")]
+
+    assert _wait(lambda: garbage_lines(), timeout=5), server.log_tail()
+    lines = garbage_lines()
     assert lines and all(re.search(r" 400 0\.0 ms$", line) for line in lines), lines
 
 
