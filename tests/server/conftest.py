@@ -333,6 +333,16 @@ class Metrics:
         return [s for s in self.family(family).samples if s.name == sample]
 
 
+def wait_for(pred, timeout=5.0):
+    """Polls `pred` until it returns a true value or `timeout` seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() > deadline:
+            return v
+        time.sleep(0.05)
+
+
 def metrics(server):
     r = server.get("/metrics")
     assert r.status_code == 200, f"GET /metrics gave {r.status_code} {r.text[:300]}"

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import (MODEL, MODEL_ID, REPO, SPECDEC, chat, complete, detokenize, make_client, metrics, oracle,
                       oracle_chat, oracle_ids, oracle_stopped_by_length, read_sse, start_server,
-                      stop_across_boundary, stream_post, chunk_text, tokenize)
+                      stop_across_boundary, stream_post, chunk_text, tokenize, wait_for)
 
 STORY = "Once upon a time, in a small village by the sea, there lived"
 COUNT = "1, 2, 3, 4, 5, 6, 7, 8,"
@@ -816,15 +816,6 @@ def test_an_encoder_decoder_model_serves_requests_that_join_the_running_batch(tm
 # Request log
 
 
-def _wait_for(pred, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() > deadline:
-            return v
-        time.sleep(0.1)
-
-
 def test_request_log_lines(server):
     def lines(*words):
         return [l for l in server.log_text().splitlines() if all(w in l for w in words)]
@@ -836,7 +827,7 @@ def test_request_log_lines(server):
     server.get("/v1/models")
     server.get("/no-such-route")
     complete(server, prompt=COUNT, max_tokens=2)
-    assert _wait_for(lambda: len(lines("POST", "/v1/completions", "200")) == n_compl + 1), server.log_tail()
+    assert wait_for(lambda: len(lines("POST", "/v1/completions", "200")) == n_compl + 1), server.log_tail()
     assert len(lines("GET", "/v1/models", "200")) == n_models + 2, server.log_tail()
     assert len(lines("GET", "/no-such-route", "404")) == n_missing + 1, server.log_tail()
 
@@ -859,7 +850,7 @@ def test_json_log():
                     assert not line.strip(), f"a log line that is not JSON: {line!r}"
             return out
 
-        assert _wait_for(lambda: len(records()) >= 2), s.log_tail()
+        assert wait_for(lambda: len(records()) >= 2), s.log_tail()
         recs = records()
         for r in recs:
             assert {"method", "path", "status", "ms"} <= set(r), r

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from conftest import (CTX, MODEL, MODEL_ID, SPECDEC, make_client, metrics, read_sse, start_server, stream_post,
-                      tokenize)
+                      tokenize, wait_for)
 
 UNSET = object()
 
@@ -432,7 +432,7 @@ def test_a_connection_serves_many_requests_and_garbage_is_logged_sanely(server):
     def garbage_lines():  # (written by the connection's thread once its answer is out)
         return [line for line in server.log_text().splitlines() if line.startswith("GARBAGE")]
 
-    assert _wait(lambda: garbage_lines(), timeout=5), server.log_tail()
+    assert wait_for(lambda: garbage_lines(), timeout=5), server.log_tail()
     lines = garbage_lines()
     assert lines and all(re.search(r" 400 0\.0 ms$", line) for line in lines), lines
 
@@ -501,18 +501,20 @@ def test_a_queued_stream_whose_client_leaves_is_cancelled_while_it_waits():
         long = threading.Thread(target=lambda: s.post("/v1/completions", json={
             "prompt": "1, 2, 3,", "max_tokens": 1000, "temperature": 0, "ignore_eos": True}, timeout=300))
         long.start()
-        assert _wait(lambda: metrics(s).value("specdec:num_requests_running", "specdec:num_requests_running") == 1)
+        assert wait_for(lambda: metrics(s).value("specdec:num_requests_running", "specdec:num_requests_running") == 1,
+                        timeout=10)
         body = json.dumps({"prompt": "Hi", "max_tokens": 8, "stream": True}).encode()
         sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        assert _wait(lambda: metrics(s).value("specdec:num_requests_waiting", "specdec:num_requests_waiting") == 1)
+        assert wait_for(lambda: metrics(s).value("specdec:num_requests_waiting", "specdec:num_requests_waiting") == 1,
+                        timeout=10)
         sock.close()
         # cancelled within a poll of the waiting stream (250 ms), while the long request still runs
-        assert _wait(lambda: metrics(s).value("specdec:num_requests_waiting", "specdec:num_requests_waiting") == 0,
+        assert wait_for(lambda: metrics(s).value("specdec:num_requests_waiting", "specdec:num_requests_waiting") == 0,
                      timeout=3), s.log_tail()
         assert long.is_alive(), "the long request ended first: the check proves nothing"
-        assert _wait(lambda: "cancelled" in s.log_text(), timeout=3), s.log_tail()
+        assert wait_for(lambda: "cancelled" in s.log_text(), timeout=3), s.log_tail()
         long.join(300)
     finally:
         s.stop()
@@ -523,7 +525,7 @@ def test_the_text_log_shows_control_bytes_escaped(server):
     forged = "POST /v1/completions 200 1.0 ms prompt 1 completion 1"
     r = server.get("/x%0a" + forged.replace(" ", "%20"))
     assert r.status_code == 404
-    assert _wait(lambda: "GET /x\\x0a" in server.log_text()), server.log_tail()
+    assert wait_for(lambda: "GET /x\\x0a" in server.log_text(), timeout=10), server.log_tail()
     assert not any(line.startswith(forged) for line in server.log_text().splitlines()), server.log_tail()
 
 
@@ -546,11 +548,3 @@ def test_a_second_signal_cancels_the_running_requests_at_once():
         if s.proc.poll() is None:
             s.stop()
 
-
-def _wait(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
