@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far prompt lookup can go on a workload, whatever the engine: replays the target's own greedy
-answers (`specdec generate --chat --prompts-file FILE --json`) and counts, for each way of choosing
+answers (`specdec generate --chat --prompts-file FILE`) and counts, for each way of choosing
 what to verify, the tokens kept per pass and the speedup at a cost model where a pass over 1 + k
 tokens costs 1 + slope x k one-token passes (no other overhead). The rules:
   hf K          Hugging Face's prompt lookup (leftmost match of the last 2 tokens, then 1), K tokens
@@ -35,7 +35,7 @@ if a.prompts.endswith(".jsonl"):
     requests = [json.loads(l) for l in open(a.prompts) if l.strip()]
 else:  # one prompt a line (benchmarks/prompts/grounded.txt)
     requests = [{"prompt": l.strip(), "max_new_tokens": a.max_new_tokens} for l in open(a.prompts) if l.strip()]
-run = subprocess.run([specdec, "generate", "--model", a.model, "--chat", "--prompts-file", "-", "--json",
+run = subprocess.run([specdec, "generate", "--model", a.model, "--chat", "--prompts-file", "-",
                       "--max-new-tokens", str(a.max_new_tokens)],
                      input="".join(json.dumps(r) + "\n" for r in requests), capture_output=True, text=True, check=True)
 answers = [json.loads(l) for l in run.stdout.splitlines() if l.strip()]

@@ -24,7 +24,7 @@
 #            it rarely agrees with the target, so this measures what goodput costs when drafting
 #            does not pay; give a trained draft (benchmarks/make_draft.sh smollm2) to see it pay.
 #   http     the HTTP layer's cost: the requests that 8 clients send (chat prompts) through
-#            `specdec generate --prompts-file FILE --batch-size 8 --json` (in one process, tokens/s
+#            `specdec generate --prompts-file FILE --batch-size 8` (in one process, tokens/s
 #            of its own summary, after an 8-request warm-up run that is subtracted) against the
 #            same requests through specdec serve --prefix-cache 0 at concurrency 8 -> results/serve_http.jsonl
 # SERVE_REQUESTS (default 4) requests per client, SERVE_MAX_TOKENS (default 64) tokens each;
@@ -167,7 +167,7 @@ with open(sys.argv[2], "w") as f:
         f.write(json.dumps({"prompt": p, "max_new_tokens": 8, "prompt_lookup_num_tokens": 1}) + "\n")
 PY
   cat "$tmp/warmup.jsonl" "$tmp/requests.jsonl" > "$tmp/generate.jsonl"
-  gen=("$bin" generate --model "$model" --chat --prompts-file "$tmp/generate.jsonl" --batch-size 8 --json
+  gen=("$bin" generate --model "$model" --chat --prompts-file "$tmp/generate.jsonl" --batch-size 8
        --threads "$threads")
   echo "== generate: ${gen[*]}" >&2
   "${gen[@]}" > "$tmp/generate.out" 2> "$tmp/generate.err" || { tail -20 "$tmp/generate.err" >&2; exit 1; }

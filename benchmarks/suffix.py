@@ -48,7 +48,7 @@ SETTINGS = [
 def run(flags, int8):
     """(decode seconds, prefill seconds, new tokens, target passes, outputs) of one run."""
     cmd = [os.path.join(a.build, "specdec"), "generate", "--model", a.model, "--chat", "--prompts-file", a.prompts,
-           "--json", "--threads", str(a.threads)] + (["--int8-activations"] if int8 else []) + flags
+           "--threads", str(a.threads)] + (["--int8-activations"] if int8 else []) + flags
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{p.stderr}")
