@@ -234,6 +234,25 @@ def test_min_tokens(server):
         short["choices"][0]["message"]["content"]), (short, got)
 
 
+def test_min_tokens_defers_stop_strings(server):
+    # vLLM's rule: a stop string that ends in the text of the first min_tokens tokens is not a stop;
+    # the first one that ends past it is, even if it begins in that text.
+    out = oracle(STORY, 24)
+    full = detokenize(server, out["tokens"])
+    assert oracle_stopped_by_length(out) and full.isascii(), out
+    m = 8
+    boundary = len(detokenize(server, out["tokens"][:m]))
+    letter = next(c for c in "etaoinsrhl" if c in full[:boundary] and c in full[boundary:])
+    for stop in (letter, full[boundary - 2:boundary + 2]):
+        first = full.find(stop)
+        at = full.find(stop, max(0, boundary - len(stop) + 1))
+        got = complete(server, prompt=STORY, max_tokens=24, temperature=0, stop=[stop], min_tokens=m)
+        assert got["choices"][0]["text"] == full[:at] and got["choices"][0]["finish_reason"] == "stop", (stop, got)
+        if first + len(stop) <= boundary:  # without min_tokens the earlier one stops it
+            early = complete(server, prompt=STORY, max_tokens=24, temperature=0, stop=[stop])
+            assert early["choices"][0]["text"] == full[:first], (stop, early)
+
+
 def test_include_stop_str_in_output(server):
     full = complete(server, prompt=STORY, max_tokens=24, temperature=0)["choices"][0]["text"]
     words = full.split()

@@ -516,7 +516,8 @@ TextStream::TextStream(const Tokenizer& tokenizer, const ParsedRequest& request)
       tokenizer_(tokenizer),
       end_ids_(request.config.eos_token_ids),
       skip_special_(request.skip_special_tokens),
-      include_stop_(request.include_stop) {}
+      include_stop_(request.include_stop),
+      min_tokens_(request.config.min_new_tokens) {}
 
 bool TextStream::ends(int64_t id) const {
   return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
@@ -529,9 +530,12 @@ bool TextStream::shows(int64_t id) const {
 std::string TextStream::release(std::string text, bool last) {
   if (stopped_) return "";
   held_ += text;
+  if (pushed_ <= min_tokens_) min_end_ = released_ + held_.size();
+  // A stop string begins at or after `from - s.size()` when it ends past min_end_.
+  const size_t from = min_end_ > released_ ? min_end_ - released_ + 1 : 0;
   size_t first = std::string::npos, end = 0;  // where the first stop string begins and ends
   for (const std::string& s : stop_) {
-    const size_t at = held_.find(s);
+    const size_t at = held_.find(s, from > s.size() ? from - s.size() : 0);
     if (at == std::string::npos) continue;
     if (at < first || (at == first && at + s.size() < end)) first = at, end = at + s.size();
   }
@@ -553,14 +557,17 @@ std::string TextStream::release(std::string text, bool last) {
       }
   std::string out = held_.substr(0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
+  released_ += out.size();
   return out;
 }
 
 std::string TextStream::push(const std::vector<int64_t>& ids, size_t* taken) {
   std::string out;
   size_t n = 0;
-  for (; n < ids.size() && !stopped_; ++n)
+  for (; n < ids.size() && !stopped_; ++n) {
+    ++pushed_;
     if (!ends(ids[n]) || include_stop_) out += release(decoder_.push({ids[n]}), false);
+  }
   if (taken) *taken = n;
   return out;
 }

@@ -71,7 +71,9 @@ nlohmann::json parse_body(const std::string& body);
 
 // The text of a generation as the client sees it: decoded incrementally, never a partial UTF-8
 // character, never any part of a stop string, nor the text of the EOS or stop token id that ended
-// it (as vLLM, unless include_stop_str_in_output); generation stops at the first stop string.
+// it (as vLLM, unless include_stop_str_in_output); generation stops at the first stop string
+// that ends in the text of a token past the request's first min_tokens (vLLM's rule: one that ends
+// within them is not a stop, though a later one may begin in their text).
 class TextStream {
  public:
   TextStream(const Tokenizer& tokenizer, const ParsedRequest& request);
@@ -93,7 +95,10 @@ class TextStream {
   const Tokenizer& tokenizer_;
   std::vector<int64_t> end_ids_;  // EOS and stop token ids: their text is not shown
   bool skip_special_, include_stop_;
-  std::string held_;  // a tail that could begin a stop string
+  std::string held_;     // a tail that could begin a stop string
+  size_t released_ = 0;  // bytes of text before held_
+  int64_t min_tokens_, pushed_ = 0;
+  size_t min_end_ = 0;  // bytes of text once min_tokens tokens were in: a stop must end past it
   bool stopped_ = false;
 };
 
