@@ -70,7 +70,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
          [&gen](const std::string& how) { gen.suffix_speculation = how == "suffix"; },
          "suffix: suffix speculation (SuffixDecoding) without a draft model: the most frequent "
          "continuation of the text's last tokens in this request and in earlier outputs; up to "
-         "--num-assistant-tokens per iteration (default 16); none: not")
+         "--num-assistant-tokens per iteration (default 16); none (the default): no suffix "
+         "speculation (--draft and --prompt-lookup still draft)")
       ->check(CLI::IsMember({"suffix", "none"}));
   app->add_option(
          "--prompt-lookup-match", gen.prompt_lookup_match,
