@@ -83,6 +83,9 @@ class StreamDecoder {
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
   std::string push(const std::vector<int64_t>& ids);
   std::string finish();
+  // The text of the ids pushed so far that push() has held back (what a later token may still
+  // change): what the text would go on with if generation ended now, e.g. for stop strings.
+  const std::string& pending() const { return pending_; }
 
  private:
   std::string window_text() const;             // the text of ids_[settled_:]
@@ -93,6 +96,7 @@ class StreamDecoder {
   std::vector<int64_t> ids_;
   size_t settled_ = 0;   // ids_[:settled_] are shown in full
   std::string emitted_;  // what has been shown of ids_[settled_:]
+  std::string pending_;  // the rest of the window's text
 };
 
 // Trains a SentencePiece model with SentencePiece's own trainer (`args` as its command line, e.g.

@@ -658,6 +658,7 @@ std::string StreamDecoder::push(const std::vector<int64_t>& ids) {
   const std::string text = window_text();
   const size_t n = settled_length(text);
   std::string out = emit(text.substr(0, n));
+  pending_ = text.compare(0, emitted_.size(), emitted_) == 0 ? text.substr(emitted_.size()) : "";
   // Everything shown (and shown at all: a token whose text is still empty, like T5's lone "▁",
   // may yet turn into a space): start the next window here.
   if (!text.empty() && n == text.size() && emitted_ == text) {
@@ -671,6 +672,7 @@ std::string StreamDecoder::finish() {
   const std::string out = emit(window_text());
   ids_.clear();
   emitted_.clear();
+  pending_.clear();
   settled_ = 0;
   return out;
 }

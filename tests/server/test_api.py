@@ -408,6 +408,24 @@ def test_stop_across_token_boundary(server, client):
     assert [ch for ch in chunks if ch.choices][-1].choices[0].finish_reason == "stop"
 
 
+def test_whitespace_stop_ends_at_its_token(server, client):
+    # A stop string of whitespace, whose text the stream decoder holds back until a later token
+    # shows it is final: the token that completed it still ends the answer, its count and logprobs.
+    prompt = "The capital of France is"
+    out = oracle(prompt, 8)
+    i = next(i for i, t in enumerate(out["tokens"]) if "\n" in detokenize(server, [t]))
+    before = detokenize(server, out["tokens"][:i + 1]).split("\n")[0]
+    for max_tokens in (i + 1, 8):
+        j = complete(server, prompt=prompt, max_tokens=max_tokens, temperature=0, stop=["\n"], logprobs=0)
+        c = j["choices"][0]
+        assert c["text"] == before and c["finish_reason"] == "stop", (max_tokens, j)
+        assert j["usage"]["completion_tokens"] == i + 1 and len(c["logprobs"]["tokens"]) == i + 1, j
+    chunks = list(client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=8, temperature=0,
+                                            stream=True, stop=["\n"], stream_options={"include_usage": True}))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == before
+    assert chunks[-1].usage.completion_tokens == i + 1, chunks[-1]
+
+
 def test_stop_earliest_wins_and_absent(server):
     text = oracle(STORY, 32)["text"]
     words = [w for w in text.split() if w.isalpha() and len(w) >= 3]

@@ -65,11 +65,16 @@ TEST(TinyBpe, StreamingHoldsBackIncompleteUtf8) {
   auto t = load_tokenizer(kTinyBpe);
   StreamDecoder s(*t);
   EXPECT_EQ(s.push({262}), "Hello");
-  EXPECT_EQ(s.push({' '}), "");   // trailing whitespace waits for what follows
+  EXPECT_EQ(s.pending(), "");
+  EXPECT_EQ(s.push({' '}), "");  // trailing whitespace waits for what follows
+  EXPECT_EQ(s.pending(), " ");   // (what is held back, e.g. for a stop string to match)
   EXPECT_EQ(s.push({0xC3}), "");  // first byte of é
   EXPECT_EQ(s.push({0xA9}), " \xC3\xA9");
-  EXPECT_EQ(s.push({0xE2, 0x82}), "");    // two bytes of €
+  EXPECT_EQ(s.pending(), "");
+  EXPECT_EQ(s.push({0xE2, 0x82}), "");  // two bytes of €
+  EXPECT_EQ(s.pending(), "\xEF\xBF\xBD");
   EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");  // the stream ended inside a character
+  EXPECT_EQ(s.pending(), "");
 }
 
 // A model's vocabulary is often padded past its tokenizer's (Qwen2.5: 151936 rows, 151665

@@ -530,20 +530,22 @@ bool TextStream::shows(int64_t id) const {
 std::string TextStream::release(std::string text, bool last) {
   if (stopped_) return "";
   held_ += text;
-  if (pushed_ <= min_tokens_) min_end_ = released_ + held_.size();
+  // Stop strings are looked for in the decoder's held-back tail too (trailing whitespace, say):
+  // the token that completes one ends the answer.
+  const std::string hay = held_ + decoder_.pending();
+  if (pushed_ <= min_tokens_) min_end_ = released_ + hay.size();
   // A stop string begins at or after `from - s.size()` when it ends past min_end_.
   const size_t from = min_end_ > released_ ? min_end_ - released_ + 1 : 0;
   size_t first = std::string::npos, end = 0;  // where the first stop string begins and ends
   for (const std::string& s : stop_) {
-    const size_t at = held_.find(s, from > s.size() ? from - s.size() : 0);
+    const size_t at = hay.find(s, from > s.size() ? from - s.size() : 0);
     if (at == std::string::npos) continue;
     if (at < first || (at == first && at + s.size() < end)) first = at, end = at + s.size();
   }
   if (first != std::string::npos) {
     stopped_ = true;
-    std::string out = held_.substr(0, include_stop_ ? end : first);
     held_.clear();
-    return out;
+    return hay.substr(0, include_stop_ ? end : first);
   }
   if (last) return std::move(held_);
   // Hold back the longest tail that begins a stop string (it starts at a stop string's first

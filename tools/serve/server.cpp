@@ -621,6 +621,7 @@ class Server {
       {
         std::lock_guard<std::mutex> lock(job->mutex);
         job->text += tail;
+        job->stopped = text->stopped();  // (a stop string can end in the last token's text)
         job->result = std::move(result);
         job->finished = true;
       }
