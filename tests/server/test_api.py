@@ -540,6 +540,12 @@ def test_completion_logprobs(server):
         # greedy: the chosen token is the most likely one
         assert abs(max(top.values()) - lpv) < 1e-3, (chosen, lpv, top)
         assert chosen in top, (chosen, top)
+    # OpenAI's legacy shape always holds the sampled token's logprob ("up to logprobs+1 elements").
+    for k in (0, 1):
+        lp = check_completion(complete(server, prompt=STORY, max_tokens=8, temperature=1.5, seed=3,
+                                       logprobs=k))["logprobs"]
+        for chosen, lpv, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+            assert top.get(chosen) == lpv and len(top) in ({1} if k == 0 else {1, 2}), (k, chosen, lpv, top)
 
 
 def test_completion_text_offset_counts_characters(server):

@@ -528,6 +528,8 @@ class Server {
       out["token_logprobs"].push_back(e["logprob"]);
       json top = json::object();  // most probable first
       for (const json& t : e["top_logprobs"]) top[legacy_token(t)] = t["logprob"];
+      // OpenAI's: the sampled token's logprob is always there ("up to logprobs+1 elements").
+      if (!top.contains(legacy_token(e))) top[legacy_token(e)] = e["logprob"];
       out["top_logprobs"].push_back(top);
       out["text_offset"].push_back(e["text_offset"]);
     }
