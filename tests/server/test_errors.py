@@ -174,6 +174,10 @@ def test_unknown_model(server, client):
                      code="model_not_found")
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="no-such-model", prompt="Hi", max_tokens=2)
+    # An empty name, as an absent one, is the served model (vLLM's rule).
+    for route, body in (("/v1/completions", {"prompt": "Hi"}), ("/v1/chat/completions", {"messages": MSGS})):
+        r = server.post(route, json=dict(body, model="", max_tokens=2))
+        assert r.status_code == 200, (route, r.status_code, r.text[:300])
 
 
 def test_openai_client_raises_bad_request(client):

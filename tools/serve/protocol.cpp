@@ -330,7 +330,8 @@ std::vector<int64_t> parse_detokenize(const json& body, const Context& ctx) {
 ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   ParsedRequest r;
   r.chat = chat;
-  if (const auto model = string(body, "model"); model && *model != ctx.model_id)
+  // An empty name, as an absent one, is the served model (vLLM's rule).
+  if (const auto model = string(body, "model"); model && !model->empty() && *model != ctx.model_id)
     throw ApiError(
         404, "the model '" + *model + "' does not exist (this server has '" + ctx.model_id + "')",
         "model", "model_not_found");
