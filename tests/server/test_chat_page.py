@@ -91,6 +91,17 @@ def test_chat_page_shows_errors(server, browser):
     err = browser.find_element(By.CSS_SELECTOR, "#log .error").text
     assert str(CTX) in err, f"the error shown is not the server's message: {err!r}"
     assert not browser.find_elements(By.CSS_SELECTOR, "#log .assistant"), "an assistant bubble for a failed request"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#log .user.dropped")) == 1, "the failed turn is not marked"
+
+
+def test_chat_page_long_prompt_gets_the_rest_of_the_context(server, browser):
+    # A conversation that leaves fewer than 256 positions still gets an answer (the page sends no
+    # max_tokens of its own: the server gives the rest of the context).
+    browser.get(server.url + "/")
+    browser.execute_script("document.getElementById('input').value = arguments[0];", "hello " * (CTX - 200))
+    browser.find_element(By.ID, "send").click()
+    _wait_done(browser, 1)
+    assert not browser.find_elements(By.CSS_SELECTOR, "#log .error")
 
 
 def test_chat_page_asks_for_the_api_key(key_server, browser):
