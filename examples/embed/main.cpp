@@ -2,13 +2,14 @@
 // "Hello" (ids 1,2,3 when the checkpoint has no tokenizer), print them as text or ids.
 // Usage: embed TARGET_DIR [DRAFT_DIR]
 #include <iostream>
+#include <string>
 
 #include <specdec/specdec.hpp>
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
+  if (argc < 2 || argc > 3 || argv[1][0] == '-') {  // -h, --help included
     std::cerr << "usage: embed TARGET_DIR [DRAFT_DIR]\n";
-    return 2;
+    return argc == 2 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") ? 0 : 2;
   }
   try {
     auto target = specdec::load_model(argv[1]);

@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -72,8 +73,27 @@ specdec::GenerationResult run(const specdec::Generator& g, const specdec::Tokeni
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string usage =
+      "usage: greedy_vs_assisted [MODELS_DIR] [MAX_NEW_TOKENS] [PROMPT]\n"
+      "  MODELS_DIR (default ./demo-models) receives a generated target and draft pair (about 1 "
+      "GB)\n"
+      "  on first use; MAX_NEW_TOKENS defaults to 64.\n";
+  if (argc > 4 || (argc > 1 && argv[1][0] == '-')) {  // -h, --help or an option it does not have
+    std::cerr << usage;
+    return argc > 1 && (std::string(argv[1]) == "-h" || std::string(argv[1]) == "--help") ? 0 : 2;
+  }
   const std::string dir = argc > 1 ? argv[1] : "demo-models";
-  const int64_t max_new = argc > 2 ? std::stoll(argv[2]) : 64;
+  int64_t max_new = 64;
+  if (argc > 2) {
+    char* end = nullptr;
+    max_new = std::strtoll(argv[2], &end, 10);
+    if (*argv[2] == '\0' || *end != '\0' || max_new < 1) {
+      std::cerr << "greedy_vs_assisted: MAX_NEW_TOKENS must be a positive integer, got '" << argv[2]
+                << "'\n"
+                << usage;
+      return 2;
+    }
+  }
   try {
     // Debian's libtorch starts with one intra-op thread here; use every core.
     specdec::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
