@@ -27,7 +27,7 @@ CLI::Validator in_range(T lo, T hi) {
 inline CLI::Validator non_empty() {
   return CLI::Validator(
       [](std::string& s) { return s.empty() ? std::string("the value is empty") : std::string(); },
-      "TEXT");
+      "");  // (a description would follow the type in --help: "TEXT:TEXT")
 }
 
 }  // namespace specdec::cli

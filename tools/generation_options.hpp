@@ -24,7 +24,7 @@ inline CLI::Validator seed_validator() {
                    ? std::string()
                    : "the seed must be an integer from 0 to 2^64 - 1, got " + v;
       },
-      "UINT");
+      "");  // (a description would follow the type in --help: "UINT:UINT")
 }
 
 // Adds the flags that fill `gen`; `no_adaptive` receives --no-adaptive-threshold (apply it with

@@ -106,7 +106,22 @@ expect_error "... and one out of range says that" "--port: Value 70000 not in ra
   serve --model "$work/t" --port 70000
 expect_error "... a real number where an integer goes too" "--draft-tree-width: Value 1.5 is not an integer" \
   generate --model "$work/t" --draft "$work/d" --prompt-ids 1 --draft-tree-width 1.5
-expect_error "--prompt-lookup past its bound" "must be in [0, 256]" generate --model "$work/t" --prompt-ids 1 --prompt-lookup 257
+expect_error "--prompt-lookup past its bound, named by its flag" "--prompt-lookup must be in [0, 256]" generate --model "$work/t" --prompt-ids 1 --prompt-lookup 257
+expect_error "... as --max-new-tokens 0 is" "--max-new-tokens must be >= 1, got 0" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
+printf '{"prompt_ids": [1], "max_new_tokens": 0}\n' > "$work/bad_line.jsonl"
+expect_error "... and a --prompts-file line's by its key" "bad_line.jsonl:1: max_new_tokens must be >= 1" \
+  generate --model "$work/t" --prompts-file "$work/bad_line.jsonl"
+# What a newcomer types: Hugging Face's snake_case names, typos, flags specdec does not have.
+check "Hugging Face's snake_case names are the dashed flags" bash -c \
+  "\"\$0\" generate --model \"\$1\" --prompt-ids 1 --max_new_tokens=3 --json | grep -q '\"new_tokens\":3'" "$SPECDEC" "$work/t"
+expect_error "an unknown subcommand names the closest" "unknown subcommand 'gen' (did you mean generate?)" gen --model "$work/t"
+expect_error "an unknown flag names the closest" "generate has no flag --promt (did you mean --prompt?)" \
+  generate --model "$work/t" --promt hi
+expect_error "... or what to do instead" "generate has no flag --num-beams (beam search is not supported" \
+  generate --model "$work/t" --prompt-ids 1 --num-beams 2
+expect_error "... chat's turns come from stdin" "chat has no flag --prompt (chat reads each turn from stdin" \
+  chat --model "$work/t" --prompt hi
+check "specdec help SUBCOMMAND is its --help" bash -c "\"\$0\" help generate | grep -q -- '--max-new-tokens'" "$SPECDEC"
 # Flags that apply only beside another are warned about (Hugging Face warns of sampling knobs
 # without do_sample), and the run goes on.
 warned() { # warned NEEDLE ARGS...: the run succeeds and stderr holds NEEDLE
@@ -115,6 +130,7 @@ warned() { # warned NEEDLE ARGS...: the run succeeds and stderr holds NEEDLE
 }
 check "sampling flags without --do-sample are warned about" warned "--temperature, --top-p only apply with --do-sample" --temperature 0.7 --top-p 0.9
 check "... one of them too" warned "--top-k only applies with --do-sample" --top-k 5
+check "... --seed as well" warned "--seed only applies with --do-sample" --seed 3
 check "--num-assistant-tokens beside --prompt-lookup is warned about" warned "--num-assistant-tokens does not apply with --prompt-lookup N" --prompt-lookup 4 --num-assistant-tokens 2
 check "no warning for --temperature 0 (greedy, as documented)" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --temperature 0 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
 check "prompt lookup flags without --prompt-lookup are warned about" warned "only apply with --prompt-lookup" --max-matching-ngram 4
@@ -125,7 +141,6 @@ expect_error "--prompt-lookup with --draft" "--prompt-lookup and --draft: give o
   generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --prompt-lookup 3
 expect_error "--threads past what the machine can run is refused at once" "--threads: the thread count must be between 1 and" \
   generate --model "$work/t" --prompt-ids 1 --threads 100000
-expect_error "zero max-new-tokens" "max_new_tokens must be >= 1" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 0
 expect_error "--seed -1 is refused (not wrapped around)" "the seed must be an integer from 0 to 2^64 - 1" \
   generate --model "$work/t" --prompt-ids 1 --seed -1
 expect_error "--seed past 2^64 - 1 is refused" "the seed must be an integer from 0 to 2^64 - 1" \
@@ -398,7 +413,7 @@ printf '{"prompt_ids": [5, 6, 5, 6, 5, 6, 5], "speculate": "none"}\n' > "$work/n
 check '--prompts-file: "speculate": "none" turns --prompt-lookup off' python3 -c "
 import json,sys; s=json.loads(sys.argv[1].splitlines()[0])['stats']; assert s['drafted_tokens']==0, s" \
   "$("$SPECDEC" generate --model "$work/tt" --prompts-file "$work/none.jsonl" --prompt-lookup 3 --schedule constant --max-new-tokens 6)"
-expect_error "--prompts-file: logit_bias out of range" "bad_bias2.jsonl:1: GenerationConfig.logit_bias: the bias of token 7 must be in [-100, 100]" \
+expect_error "--prompts-file: logit_bias out of range" "bad_bias2.jsonl:1: logit_bias: the bias of token 7 must be in [-100, 100]" \
   generate --model "$work/tt" --prompts-file "$work/bad_bias2.jsonl"
 printf '{"prompt_ids": [5, 6, 5], "max_new_tokens": 4, "logit_bias": {"9": 100}}\n' > "$work/bias.jsonl"
 check "--prompts-file: logit_bias +100 forces its token" python3 -c "

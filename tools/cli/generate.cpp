@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli.hpp"
+#include "flag_errors.hpp"
 #include "json.hpp"
 #include "proposer_choice.hpp"
 
@@ -148,7 +149,7 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
         r.prompt = o.chat ? encode_turn(l, system, user) : l.tokenizer->encode(user, true);
       gen.check(r.prompt, c);  // (the context included: nothing runs unless every line fits)
     } catch (const std::exception& e) {  // json's parse and type errors included
-      throw Error(where + e.what());
+      throw Error(where + in_key_words(e.what()));
     }
     out.push_back(std::move(r));
   }
@@ -219,7 +220,8 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
                 static_cast<long long>(tokens), seconds,
                 seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0,
                 seconds > prefill ? static_cast<double>(tokens) / (seconds - prefill) : 0.0);
-  std::cerr << "specdec: " << requests.size() << " requests, " << buf << "\n";
+  std::cerr << "specdec: " << requests.size()
+            << (requests.size() == 1 ? " request, " : " requests, ") << buf << "\n";
   return 0;
 }
 

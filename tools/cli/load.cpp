@@ -82,7 +82,8 @@ void check_flags(RunOptions& o, bool chat) {
                     "--temperature"},
           {o.gen.top_k != plain.top_k, "--top-k"},
           {o.gen.top_p != plain.top_p, "--top-p"},
-          {o.gen.min_p != plain.min_p, "--min-p"}})
+          {o.gen.min_p != plain.min_p, "--min-p"},
+          {o.gen.seed != plain.seed, "--seed"}})
       if (given) sampling += (flags++ ? ", " : "") + std::string(flag);
     if (!o.gen.do_sample && flags > 0)
       warn(sampling + (flags == 1 ? " only applies" : " only apply") +

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli.hpp"
+#include "flag_errors.hpp"
 #include "generation_options.hpp"
 
 using namespace specdec;
@@ -217,8 +218,21 @@ int main(int argc, char** argv) {
                 "Continue the run saved in --out (its layers, head and data are kept; --steps is "
                 "the new total)");
 
+  // Hugging Face's snake_case names as the dashed flags; an unknown subcommand or flag named with
+  // the closest real one (CLI11 alone says "The following arguments were not expected").
+  std::vector<std::string> args(argv, argv + argc);
+  dash_flag_names(args);
+  if (args.size() > 1 && args[1] == "help")  // `specdec help [SUBCOMMAND]`
+    args = args.size() > 2 ? std::vector<std::string>{args[0], args[2], "--help"}
+                           : std::vector<std::string>{args[0], "--help"};
+  if (const std::string m = unknown_name_message(app, args); !m.empty()) {
+    std::cerr << "specdec: error: " << m << "\n";
+    return 1;
+  }
+  std::vector<char*> dashed;
+  for (std::string& a : args) dashed.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(dashed.size()), dashed.data());
   } catch (const CLI::ParseError& e) {
     // --help and --version print and succeed; every parse error prints CLI11's message and, as
     // every other error, exits 1 (CLI11's own codes are 100 and more)
@@ -240,7 +254,7 @@ int main(int argc, char** argv) {
     }
     if (*mk) return run_make_fixture(mf);
   } catch (const std::exception& e) {
-    std::cerr << "specdec: error: " << e.what() << "\n";
+    std::cerr << "specdec: error: " << in_flag_words(e.what()) << "\n";
     return 1;
   }
   return 0;

@@ -1,0 +1,153 @@
+#include "flag_errors.hpp"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <utility>
+
+namespace specdec::cli {
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest of `names` to `typed`, when it is close enough to be what was meant ("" if none).
+std::string closest(const std::string& typed, const std::vector<std::string>& names) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, typed.size() / 4) + 1;
+  for (const std::string& n : names) {
+    const size_t d = n.rfind(typed, 0) == 0 ? 1 : edit_distance(typed, n);
+    if (d < best_distance) best = n, best_distance = d;
+  }
+  return best;
+}
+
+// Flags Hugging Face's generate() or other programs have, and what specdec does instead.
+const char* instead_of(const std::string& sub, const std::string& flag) {
+  static const std::vector<std::pair<std::string, const char*>> any = {
+      {"--num-beams",
+       "beam search is not supported: generation is greedy, or sampled with "
+       "--do-sample"},
+      {"--max-length", "specdec counts new tokens: --max-new-tokens"},
+      {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
+  };
+  if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
+    return "chat reads each turn from stdin (generate takes --prompt)";
+  if (sub == "serve" && (flag == "--seed" || flag == "--do-sample"))
+    return "each request sets its own (\"seed\"; a \"temperature\" above 0 samples)";
+  for (const auto& [name, what] : any)
+    if (name == flag) return what;
+  return nullptr;
+}
+
+}  // namespace
+
+void dash_flag_names(std::vector<std::string>& args) {
+  for (std::string& a : args) {
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
+    const size_t end = std::min(a.find('='), a.size());
+    std::replace(a.begin() + 2, a.begin() + static_cast<std::ptrdiff_t>(end), '_', '-');
+  }
+}
+
+std::string unknown_name_message(const CLI::App& app, const std::vector<std::string>& args) {
+  if (args.size() < 2 || args[1].empty() || args[1][0] == '-') return "";
+  const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
+  std::vector<std::string> names;
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* s : subs) {
+    names.push_back(s->get_name());
+    if (s->get_name() == args[1]) sub = s;
+  }
+  if (!sub) {
+    std::string m = "unknown subcommand '" + args[1] + "'";
+    if (const std::string near = closest(args[1], names); !near.empty())
+      m += " (did you mean " + near + "?)";
+    m += "; the subcommands:";
+    for (const std::string& n : names) m += (&n == &names[0] ? " " : ", ") + n;
+    return m + " (specdec --help says what each does)";
+  }
+  std::vector<std::string> flags;
+  for (const CLI::Option* o : sub->get_options())
+    for (const std::string& n : o->get_lnames()) flags.push_back("--" + n);
+  for (size_t i = 2; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;  // what follows is not flags
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
+    const std::string flag = a.substr(0, a.find('='));
+    if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
+    std::string m = sub->get_name() + " has no flag " + flag;
+    if (const char* what = instead_of(sub->get_name(), flag))
+      m += " (" + std::string(what) + ")";
+    else if (const std::string near = closest(flag, flags); !near.empty())
+      m += " (did you mean " + near + "?)";
+    return m + "; specdec " + sub->get_name() + " --help lists its flags";
+  }
+  return "";
+}
+
+namespace {
+
+// `message` with the text after "GenerationConfig." or "GenerationConfig: " put through `word`.
+template <class Word>
+std::string reword(const std::string& message, Word word) {
+  const std::string config = "GenerationConfig";
+  const size_t at = message.find(config);
+  if (at == std::string::npos) return message;
+  size_t end = at + config.size();
+  if (end < message.size() && message[end] == ':') ++end;  // "GenerationConfig: a and b: ..."
+  if (end < message.size() && (message[end] == '.' || message[end] == ' ')) ++end;
+  return message.substr(0, at) + word(message.substr(end));
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
+    s.replace(p, from.size(), to);
+}
+
+}  // namespace
+
+std::string in_key_words(const std::string& message) {
+  return reword(message, [](std::string rest) {
+    replace_all(rest, "suffix_speculation", "\"speculate\": \"suffix\"");
+    return rest;
+  });
+}
+
+std::string in_flag_words(const std::string& message) {
+  // Longest field first where one begins another (num_assistant_tokens_schedule).
+  static const std::vector<std::pair<std::string, std::string>> flags = {
+      {"num_assistant_tokens_schedule", "--schedule"},
+      {"num_assistant_tokens", "--num-assistant-tokens"},
+      {"assistant_confidence_threshold", "--confidence-threshold"},
+      {"prompt_lookup_num_tokens", "--prompt-lookup"},
+      {"prompt_lookup_match", "--prompt-lookup-match"},
+      {"max_matching_ngram_size", "--max-matching-ngram"},
+      {"suffix_speculation", "--speculate suffix"},
+      {"draft_tree_width", "--draft-tree-width"},
+      {"max_new_tokens", "--max-new-tokens"},
+      {"min_new_tokens", "--min-new-tokens"},
+      {"repetition_penalty", "--repetition-penalty"},
+      {"temperature", "--temperature"},
+      {"top_k", "--top-k"},
+      {"top_p", "--top-p"},
+      {"min_p", "--min-p"},
+  };
+  return reword(message, [](std::string rest) {
+    for (const auto& [field, flag] : flags) replace_all(rest, field, flag);
+    return rest;
+  });
+}
+
+}  // namespace specdec::cli
