@@ -119,6 +119,27 @@ def serve_peer(runs):
                                                     ("llama-server tok/s", per("llama-server"))])
 
 
+def serve_peer_readme(latest):
+    """The README's performance table: the latest serve_peer run, in short (no dates or commits)."""
+    cpus = f"{latest.cpus}-vCPU " if latest.cpus else ""
+    threads = ", ".join(map(str, latest.threads)) or "-"
+    out = ["`specdec serve` beside llama.cpp's `llama-server` on the same SmolLM2-135M-Instruct Q4_1 GGUF.",
+           f"Machine: {cpus}{latest.cpu}, both servers on {threads} threads, one at a time; greedy chat requests "
+           "of 64 tokens from closed-loop streaming clients. Command: `bash benchmarks/serve_peer.sh build`"
+           + ("" if latest.command == "bash benchmarks/serve_peer.sh build" else
+              " (this run's exact command, with its llama.cpp build flags, is in "
+              "[docs/benchmarks.md](docs/benchmarks.md#serving-specdec-serve-beside-llama-server))") + ".", ""]
+    rows = []
+    for c in sorted({r["concurrency"] for r in latest.records}):
+        s, l = at(latest, "specdec", c), at(latest, "llama-server", c)
+        g = lambda r, k, spec="{:.1f}": ms((r or {}).get(k), spec)
+        rows.append([c, fmt(tput(s)), fmt(tput(l)), ratio(tput(s), tput(l), "{:.2f}"),
+                     f"{g(s, 'ttft_p50')} / {g(l, 'ttft_p50')}",
+                     f"{g(s, 'itl_p50', '{:.2f}')} / {g(l, 'itl_p50', '{:.2f}')}"])
+    return out + table(["clients", "specdec tok/s", "llama-server tok/s", "ratio",
+                        "TTFT p50 ms, specdec / llama-server", "ITL p50 ms, specdec / llama-server"], rows)
+
+
 def reference_label(label):  # what a label is measured against: target-only with the same activations
     return "specdec-target-only" + ("-int8" if label.endswith("-int8") else "")
 

@@ -235,7 +235,8 @@ def test_a_port_in_use_is_an_error(server):
     r = subprocess.run([SPECDEC, "serve", "--model", MODEL, "--port", str(server.port), "--ctx", "256"],
                        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert r.returncode == 1, f"status {r.returncode}; stderr {r.stderr[-2000:]}"
-    assert f"cannot listen on 127.0.0.1:{server.port}" in r.stderr, r.stderr[-2000:]
+    assert f"cannot listen on 127.0.0.1:{server.port}: the port is in use" in r.stderr, r.stderr[-2000:]
+    assert "--port 0 picks a free one" in r.stderr, r.stderr[-2000:]
     server.assert_healthy("after a second server tried its port")
 
 

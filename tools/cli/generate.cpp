@@ -262,7 +262,7 @@ int run_generate(RunOptions& o) {
 int run_compare(RunOptions& o) {
   Loaded l = load(o, o.chat);
   if (!l.draft && !o.gen.speculates_without_model())
-    throw Error("compare needs --draft DIR, --prompt-lookup N or --speculate suffix");
+    throw Error("compare needs --draft PATH, --prompt-lookup N or --speculate suffix");
   Generator plain(l.target);
   Generator assisted(l.target, l.draft);
   assisted.set_suffix_options(o.suffix);

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   chat_opts.gen.max_new_tokens = 256;
   auto* chat = app.add_subcommand("chat",
                                   "Interactive multi-turn conversation with the model's chat "
-                                  "template, streamed; /reset, /stats");
+                                  "template, streamed; /reset, /stats, /exit");
   add_run_options(chat, chat_opts, Mode::kChat);
 
   RunOptions serve_opts;
@@ -84,7 +84,9 @@ int main(int argc, char** argv) {
   MakeFixtureOptions mf;
   FixtureOptions& fx = mf.fixture;
   auto* mk = app.add_subcommand(
-      "make-fixture", "Write a deterministic random-weight checkpoint in Hugging Face layout");
+      "make-fixture",
+      "Write a deterministic random-weight checkpoint in Hugging Face layout, or an early-exit "
+      "draft of a model (--draft-of)");
   mk->add_option("--out", mf.out, "Output folder (new, or empty)")->required();
   mk->add_option("--arch", fx.arch, "Architecture (t5: encoder-decoder T5ForConditionalGeneration)")
       ->check(CLI::IsMember(

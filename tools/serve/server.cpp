@@ -13,6 +13,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <iostream>
 #include <mutex>
@@ -148,10 +149,18 @@ class Server {
       ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
       listening = sock;
     });
+    errno = 0;
     const int port = o_.port == 0 ? http_.bind_to_any_port(o_.host)
                                   : (http_.bind_to_port(o_.host, o_.port) ? o_.port : -1);
     if (port < 0) {
-      note("error: cannot listen on " + o_.host + ":" + std::to_string(o_.port));
+      const int err = errno;  // bind()'s, when it was the call that failed
+      const std::string why =
+          err == EADDRINUSE ? ": the port is in use (another server? --port 0 picks a free one)"
+          : err == EACCES   ? ": permission denied (ports below 1024 need privileges)"
+          : err == EADDRNOTAVAIL ? ": no interface of this machine has that address"
+          : err != 0             ? std::string(": ") + std::strerror(err)
+                                 : " (is --host an address of this machine?)";
+      note("error: cannot listen on " + o_.host + ":" + std::to_string(o_.port) + why);
       return 1;
     }
     // httplib (Debian's build) listens with a backlog of 5: clients that connect at once while
