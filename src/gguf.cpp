@@ -219,6 +219,14 @@ uint64_t min_value_bytes(GgufValue::Type type) {
   }
 }
 
+// A name read from the file as its errors quote it: at most 120 bytes (a corrupt length can make a
+// key megabytes long, and each message, each array element's included, would copy it).
+std::string in_message(const std::string& name) {
+  constexpr size_t kShown = 120;
+  if (name.size() <= kShown) return name;
+  return name.substr(0, kShown) + "... (" + std::to_string(name.size()) + " bytes)";
+}
+
 GgufValue read_value(Cursor& c, uint32_t raw_type, const std::string& key, const std::string& path,
                      int depth, int64_t& budget) {
   SPECDEC_CHECK(raw_type <= 12, path, ": metadata '", key, "' has unknown value type ", raw_type);
@@ -438,9 +446,10 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     int64_t budget = lim.max_metadata_values;
     for (uint64_t k = 0; k < n_kv; ++k) {
       std::string key = c.read_string("metadata key " + std::to_string(k));
-      const uint32_t type = c.read<uint32_t>("metadata '" + key + "' type");
-      GgufValue v = read_value(c, type, key, path, 0, budget);
-      SPECDEC_CHECK(metadata_.count(key) == 0, path, ": duplicate metadata key '", key, "'");
+      const std::string name = in_message(key);
+      const uint32_t type = c.read<uint32_t>("metadata '" + name + "' type");
+      GgufValue v = read_value(c, type, name, path, 0, budget);
+      SPECDEC_CHECK(metadata_.count(key) == 0, path, ": duplicate metadata key '", name, "'");
       metadata_.emplace(std::move(key), std::move(v));
     }
     if (auto a = metadata_.find("general.alignment"); a != metadata_.end()) {
@@ -454,7 +463,7 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
     for (uint64_t k = 0; k < n_tensors; ++k) {
       GgufTensorInfo t;
       t.name = c.read_string("tensor name " + std::to_string(k));
-      const std::string what = "tensor '" + t.name + "'";
+      const std::string what = "tensor '" + in_message(t.name) + "'";
       const uint32_t n_dims = c.read<uint32_t>(what + " n_dims");
       const int64_t max_dims = std::min<int64_t>(kMaxDims, lim.max_rank);
       SPECDEC_CHECK(n_dims >= 1 && n_dims <= max_dims, path, ": ", what, ": ", n_dims,

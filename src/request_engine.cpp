@@ -100,7 +100,7 @@ RequestEngine::Id RequestEngine::submit(Request request) {
       std::max<int64_t>(0, options_.max_rows - static_cast<int64_t>(impl_->running.size()));
   if (static_cast<int64_t>(impl_->waiting.size()) >= options_.max_queue + free_rows)
     throw QueueFull("the queue is full (" + std::to_string(options_.max_queue) +
-                    " requests waiting for a row)");
+                    (options_.max_queue == 1 ? " request" : " requests") + " waiting for a row)");
   const Id id = impl_->next_id++;
   row->index = id;
   impl_->rows[id] = row.get();

@@ -15,18 +15,26 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(shown(what)) {}
 
  private:
-  static std::string shown(std::string s) {
-    for (size_t i = s.find('\0'); i != std::string::npos; i = s.find('\0', i + 2))
-      s.replace(i, 1, "\\0");
-    return s;
+  static std::string shown(const std::string& s) {
+    if (s.find('\0') == std::string::npos) return s;
+    std::string out;  // one pass: a message with many NULs costs its length, not length x NULs
+    out.reserve(s.size() + 16);
+    for (const char c : s) {
+      if (c == '\0')
+        out += "\\0";
+      else
+        out += c;
+    }
+    return out;
   }
 };
 
 // Thrown by a streaming callback to stop its request: Generator::generate then returns the tokens
-// delivered so far, with stats.stop_reason "cancelled". Cancelled(n) keeps only the first n of the
-// tokens the callback was just given (a stop string that ended among them): the result, its token
-// counts and its acceptance statistics end there. Any other exception a callback throws leaves
-// generate() as it is; in both cases the Generator stays usable.
+// delivered so far, with stats.stop_reason "cancelled" (unless the group it keeps had already
+// ended the request: then that group's own reason, "eos" or "max_new_tokens"). Cancelled(n) keeps
+// only the first n of the tokens the callback was just given (a stop string that ended among them):
+// the result, its token counts and its acceptance statistics end there. Any other exception a
+// callback throws leaves generate() as it is; in both cases the Generator stays usable.
 class Cancelled : public std::exception {
  public:
   Cancelled() = default;

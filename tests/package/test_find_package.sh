@@ -6,7 +6,10 @@ set -euo pipefail
 build=$1 src=$2 work=$3 extra=${4:-}
 rm -rf "$work" && mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
-cmake -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix;$extra" -DCMAKE_BUILD_TYPE=Release > "$work/configure.log"
+# An application that asks for C++14 (libtorch 1.13's own target does): specdec::specdec raises it
+# to the C++17 its headers need.
+cmake -S "$src" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix;$extra" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CXX_STANDARD=14 > "$work/configure.log"
 cmake --build "$work/build" -j2 > "$work/build.log"
 "$build/specdec" make-fixture --out "$work/model" --layers 1 --hidden 32 --heads 2 --vocab 64 2>/dev/null
 out=$("$work/build/embed" "$work/model")

@@ -274,6 +274,26 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
   expect_gguf_error("strlen.gguf", patched(24, u64(1ull << 40)), "string length");
   // The first value's type (after the 20-byte key "general.architecture").
   expect_gguf_error("vtype.gguf", patched(24 + 8 + 20, u32(99)), "unknown value type");
+  {  // A key of 2 MB of NUL bytes (a corrupt length): the message quotes 120 bytes of it, not all
+    // (each message, each array element's too, copied the key, and each NUL was escaped in place).
+    std::string s;
+    GgufWriter::put<uint32_t>(s, 0x46554747);
+    GgufWriter::put<uint32_t>(s, 3);
+    GgufWriter::put<uint64_t>(s, 0);
+    GgufWriter::put<uint64_t>(s, 1);
+    GgufWriter::put_str(s, std::string(2000000, '\0'));
+    GgufWriter::put<uint32_t>(s, 99);
+    s.append(64, '\0');
+    try {
+      GgufFile f(gguf_file("nul_key.gguf", s));
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("... (2000000 bytes)' has unknown value type 99"), std::string::npos)
+          << what;
+      EXPECT_LT(what.size(), 1000u);
+    }
+  }
   // Tensor infos: build files with one bad field each.
   auto with_tensor = [&](const std::vector<uint64_t>& ne, uint32_t type, uint64_t offset,
                          bool twice = false, const std::string& name = "t") {

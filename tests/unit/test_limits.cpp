@@ -133,3 +133,12 @@ TEST(Limits, RotaryTablesStopAtTheSequenceLimit) {
 }
 
 }  // namespace specdec::test
+
+// A NUL byte in a message (a name read from a file) shows as \0, since what() would end at it;
+// the escaping is one pass over the message however many NULs it holds.
+TEST(ErrorMessage, NulBytesShowEscaped) {
+  EXPECT_STREQ(specdec::Error(std::string("key 'a\0b'", 9)).what(), "key 'a\\0b'");
+  EXPECT_STREQ(specdec::Error("plain").what(), "plain");
+  const std::string many(1 << 20, '\0');
+  EXPECT_EQ(std::string(specdec::Error(many).what()).size(), 2u << 20);
+}
