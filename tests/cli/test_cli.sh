@@ -202,9 +202,10 @@ for _ in $(seq 600); do [ -f "$work/mi/training/state.json" ] && break; sleep 0.
 kill -INT $pid; wait $pid; rc=$?
 check "make-draft: Ctrl-C exits 130 with a checkpoint and a resume hint" bash -c "[ $rc -eq 130 ] && grep -q -- '--resume' '$work/mi_err' && test -f '$work/mi/model.safetensors'"
 step=$(python3 -c "import json; print(json.load(open('$work/mi/training/state.json'))['step'])")
-"$SPECDEC" make-draft --target "$work/tt0" --out "$work/mi" --resume --steps $((step + 2)) --seq-len 32 --batch 2 2>/dev/null
+"$SPECDEC" make-draft --target "$work/tt0" --out "$work/mi" --resume --steps $((step + 2)) --seq-len 64 --batch 2 2>"$work/mi_err2"
 check "make-draft --resume continues to the new total" python3 -c "
-import json; assert json.load(open('$work/mi/training/state.json'))['step']==$step+2"
+import json; s=json.load(open('$work/mi/training/state.json')); assert s['step']==$step+2 and s['seq_len']==32, s"
+check "... and says that the --seq-len given is not used" grep -q -- "--seq-len not used with --resume" "$work/mi_err2"
 expect_error "unknown weight format" "--weights" generate --model "$work/t" --prompt-ids 1 --weights q3
 expect_error "packed weights need float32 compute" "q8_0 needs float32 compute" generate --model "$work/t" \
   --prompt-ids 1 --weights q8_0 --dtype bfloat16

@@ -216,9 +216,10 @@ int main(int argc, char** argv) {
   mkd->add_option("--checkpoint-every", md.checkpoint_every,
                   "Steps between checkpoints (one is also written at the end)")
       ->capture_default_str();
-  mkd->add_flag("--resume", md.resume,
-                "Continue the run saved in --out (its layers, head and data are kept; --steps is "
-                "the new total)");
+  mkd->add_flag(
+      "--resume", md.resume,
+      "Continue the run saved in --out (its layers, head, data and --seq-len are kept; --steps is "
+      "the new total)");
 
   // Hugging Face's snake_case names as the dashed flags; an unknown subcommand or flag named with
   // the closest real one (CLI11 alone says "The following arguments were not expected").
@@ -252,6 +253,17 @@ int main(int argc, char** argv) {
     if (*mkd) {
       if (vs->count() > 0 && md.vocab_subset < 1)
         throw Error("make-draft: --vocab-subset must be >= 1");
+      if (md.resume) {  // what the run keeps of its own (training/state.json, its data and head)
+        std::string given;
+        for (const char* name : {"--layers", "--layer-ids", "--vocab-subset", "--data", "--prompts",
+                                 "--self-prompts", "--data-from", "--gen-temperature", "--seq-len"})
+          if (mkd->get_option(name)->count() > 0)
+            given += (given.empty() ? "" : ", ") + std::string(name);
+        if (!given.empty())
+          std::cerr << "specdec: warning: " << given
+                    << " not used with --resume: the run keeps its own layers, head, training text "
+                       "and sequence length\n";
+      }
       return run_make_draft(md);
     }
     if (*mk) return run_make_fixture(mf);
