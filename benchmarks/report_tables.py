@@ -94,17 +94,21 @@ def tput(r):
     return (r or {}).get("throughput_tokens_per_s")
 
 
-def serve_peer(runs):
-    latest = runs[0]
-    out = run_header(latest)
+def _peer_rows(latest, keys):
+    """Per client count: clients, both tok/s, their ratio, then "specdec / llama-server" of each latency key."""
     rows = []
     for c in sorted({r["concurrency"] for r in latest.records}):
         s, l = at(latest, "specdec", c), at(latest, "llama-server", c)
-        g = lambda r, k, spec="{:.1f}": ms((r or {}).get(k), spec)
-        rows.append([c, fmt(tput(s)), fmt(tput(l)), ratio(tput(s), tput(l), "{:.2f}"),
-                     f"{g(s, 'ttft_p50')} / {g(l, 'ttft_p50')}", f"{g(s, 'ttft_p99')} / {g(l, 'ttft_p99')}",
-                     f"{g(s, 'itl_p50', '{:.2f}')} / {g(l, 'itl_p50', '{:.2f}')}",
-                     f"{g(s, 'itl_p99', '{:.2f}')} / {g(l, 'itl_p99', '{:.2f}')}"])
+        g = lambda r, k: ms((r or {}).get(k), "{:.2f}" if k.startswith("itl") else "{:.1f}")
+        rows.append([c, fmt(tput(s)), fmt(tput(l)), ratio(tput(s), tput(l), "{:.2f}")]
+                    + [f"{g(s, k)} / {g(l, k)}" for k in keys])
+    return rows
+
+
+def serve_peer(runs):
+    latest = runs[0]
+    out = run_header(latest)
+    rows = _peer_rows(latest, ["ttft_p50", "ttft_p99", "itl_p50", "itl_p99"])
     out += table(["clients", "specdec tok/s", "llama-server tok/s", "specdec / llama-server", "TTFT p50 ms, specdec / llama",
                   "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"], rows)
     for label in ("specdec", "llama-server"):
@@ -129,15 +133,8 @@ def serve_peer_readme(latest):
            + ("" if latest.command == "bash benchmarks/serve_peer.sh build" else
               " (this run's exact command, with its llama.cpp build flags, is in "
               "[docs/benchmarks.md](docs/benchmarks.md#serving-specdec-serve-beside-llama-server))") + ".", ""]
-    rows = []
-    for c in sorted({r["concurrency"] for r in latest.records}):
-        s, l = at(latest, "specdec", c), at(latest, "llama-server", c)
-        g = lambda r, k, spec="{:.1f}": ms((r or {}).get(k), spec)
-        rows.append([c, fmt(tput(s)), fmt(tput(l)), ratio(tput(s), tput(l), "{:.2f}"),
-                     f"{g(s, 'ttft_p50')} / {g(l, 'ttft_p50')}",
-                     f"{g(s, 'itl_p50', '{:.2f}')} / {g(l, 'itl_p50', '{:.2f}')}"])
-    return out + table(["clients", "specdec tok/s", "llama-server tok/s", "ratio",
-                        "TTFT p50 ms, specdec / llama-server", "ITL p50 ms, specdec / llama-server"], rows)
+    return out + table(["clients", "specdec tok/s", "llama-server tok/s", "ratio", "TTFT p50 ms, specdec / llama-server",
+                        "ITL p50 ms, specdec / llama-server"], _peer_rows(latest, ["ttft_p50", "itl_p50"]))
 
 
 def reference_label(label):  # what a label is measured against: target-only with the same activations
