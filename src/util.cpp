@@ -30,6 +30,12 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size())
+    s.replace(p, from.size(), to);
+  return s;
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   SPECDEC_CHECK(in.good(), path, ": cannot open file: ", std::strerror(errno));

@@ -88,12 +88,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size())
-    s.replace(p, from.size(), to);
-  return s;
-}
-
 void require_utf8(const std::string& text) {
   for (size_t i = 0; i < text.size();) {
     uint32_t cp = 0;

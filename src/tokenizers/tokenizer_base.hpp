@@ -40,7 +40,6 @@ void append_utf8(std::string& out, uint32_t cp);
 uint32_t next_code_point(const std::string& s, size_t& i);
 bool starts_with(const std::string& s, const std::string& prefix);
 bool ends_with(const std::string& s, const std::string& suffix);
-std::string replace_all(std::string s, const std::string& from, const std::string& to);
 // Unicode normalization through ICU: form is "NFC", "NFD", "NFKC" or "NFKD".
 std::string normalize_unicode(const std::string& text, const std::string& form);
 // Python's str.lstrip() / str.rstrip() (Unicode whitespace).

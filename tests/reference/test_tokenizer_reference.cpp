@@ -8,6 +8,7 @@
 #include "specdec/tokenizer.hpp"
 #include "test_util.hpp"
 #include "tokenizers/tokenizer_base.hpp"
+#include "util.hpp"
 
 namespace specdec::test {
 namespace {
@@ -107,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerReference, ::testing::ValuesIn(kCase
 TEST(TokenizerReferenceBytes, TokenBytesJoinToTheText) {
   if (fixtures_dir().empty()) GTEST_SKIP() << "../shared/fixtures absent";
   const auto strip = [](std::string s) {
-    s = tok::replace_all(std::move(s), "\xE2\x96\x81", " ");
+    s = replace_all(std::move(s), "\xE2\x96\x81", " ");
     s.erase(std::remove(s.begin(), s.end(), ' '), s.end());
     return s;
   };

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "util.hpp"
+
 namespace specdec::cli {
 namespace {
 
@@ -111,17 +113,11 @@ std::string reword(const std::string& message, Word word) {
   return message.substr(0, at) + word(message.substr(end));
 }
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
-    s.replace(p, from.size(), to);
-}
-
 }  // namespace
 
 std::string in_key_words(const std::string& message) {
   return reword(message, [](std::string rest) {
-    replace_all(rest, "suffix_speculation", "\"speculate\": \"suffix\"");
-    return rest;
+    return replace_all(std::move(rest), "suffix_speculation", "\"speculate\": \"suffix\"");
   });
 }
 
@@ -145,7 +141,7 @@ std::string in_flag_words(const std::string& message) {
       {"min_p", "--min-p"},
   };
   return reword(message, [](std::string rest) {
-    for (const auto& [field, flag] : flags) replace_all(rest, field, flag);
+    for (const auto& [field, flag] : flags) rest = replace_all(std::move(rest), field, flag);
     return rest;
   });
 }

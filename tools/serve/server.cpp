@@ -533,12 +533,13 @@ class Server {
                 {"top_logprobs", json::array()},
                 {"text_offset", json::array()}};
     for (const json& e : entries) {
-      out["tokens"].push_back(legacy_token(e));
+      const std::string chosen = legacy_token(e);
+      out["tokens"].push_back(chosen);
       out["token_logprobs"].push_back(e["logprob"]);
       json top = json::object();  // most probable first
       for (const json& t : e["top_logprobs"]) top[legacy_token(t)] = t["logprob"];
       // OpenAI's: the sampled token's logprob is always there ("up to logprobs+1 elements").
-      if (!top.contains(legacy_token(e))) top[legacy_token(e)] = e["logprob"];
+      if (!top.contains(chosen)) top[chosen] = e["logprob"];
       out["top_logprobs"].push_back(top);
       out["text_offset"].push_back(e["text_offset"]);
     }
