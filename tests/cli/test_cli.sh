@@ -500,6 +500,13 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
     grep -Eq '^session: [1-9][0-9]* tokens in [0-9]+\.[0-9]{3} s \([0-9]+\.[0-9]{2} tok/s\)$' "$work/chat_err"
   check "chat: turn 2 continues turn 1's cache (and only turn 2)" \
     test "$(grep -c "prompt tokens came from the conversation's cache" "$work/chat_err")" = 1
+  multi=$(printf 'Name three colours.\\\nAnswer in French.\n' | "$SPECDEC" chat --model "$smol" --max-new-tokens 24 2>/dev/null)
+  multi_one=$("$SPECDEC" generate --model "$smol" --chat --prompt $'Name three colours.\nAnswer in French.' --max-new-tokens 24 2>/dev/null)
+  check "chat: a line ending in a backslash goes on to the next, the line break kept" test "$multi" = "$multi_one"
+  slash=$(printf '//etc/hosts is what?\n' | "$SPECDEC" chat --model "$smol" --max-new-tokens 12 2>/dev/null)
+  slash_one=$("$SPECDEC" generate --model "$smol" --chat --prompt "/etc/hosts is what?" --max-new-tokens 12 2>/dev/null)
+  check "chat: // sends a message that begins with /" test "$slash" = "$slash_one"
+  check "chat: an unknown command names the // escape" bash -c "printf '/etc\n' | '$SPECDEC' chat --model '$smol' 2>&1 | grep -q 'begin with //'"
   ids=$("$SPECDEC" tokenize --tokenizer "$smol" --text "Hello world 123")
   check "tokenize from GGUF metadata (digits split, no BOS)" test "$ids" = "19556,905,216,33,34,35"
   expect_error "unknown --chat-template" "unknown chat template" generate --model "$smol" --chat --chat-template vicuna --prompt "Hi"

@@ -8,9 +8,29 @@
 
 namespace specdec::cli {
 
-// Interactive conversation: a line of stdin per user turn, the answer streamed as it is verified.
-// Each turn re-encodes the whole conversation; the prompt cache keeps the keys and values of the
-// conversation so far, so a turn computes only what follows the previous turn's tokens.
+// One user turn from stdin: a line, or several where each but the last ends with a backslash
+// (dropped; the line end is kept). False at the end of input with nothing read.
+static bool read_turn(std::string& turn, bool tty) {
+  turn.clear();
+  std::string line;
+  bool any = false;
+  while (std::getline(std::cin, line)) {
+    any = true;
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // a Windows line end
+    const bool more = !line.empty() && line.back() == '\\';
+    if (more) line.back() = '\n';
+    turn += line;
+    if (!more) return true;
+    if (tty) std::cerr << ". " << std::flush;
+  }
+  if (any && !turn.empty() && turn.back() == '\n')
+    turn.pop_back();  // input ended after a backslash
+  return any;
+}
+
+// Interactive conversation: a turn of stdin per user message, the answer streamed as it is
+// verified. Each turn re-encodes the whole conversation; the prompt cache keeps the keys and values
+// of the conversation so far, so a turn computes only what follows the previous turn's tokens.
 int run_chat(RunOptions& o) {
   Loaded l = load(o, true);
   Generator gen(l.target, l.draft);
@@ -27,7 +47,8 @@ int run_chat(RunOptions& o) {
   std::cerr << "specdec chat (" << l.chat->name() << (l.draft ? ", with a draft" : "")
             << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
             << (o.gen.suffix_speculation ? ", suffix speculation" : "")
-            << "): type a message; /reset starts over, /stats shows the last answer's statistics, "
+            << "): type a message (end a line with \\ to go on to the next); /reset starts over, "
+               "/stats shows the last answer's statistics, "
                "/exit or "
                "Ctrl-D ends\n";
   std::optional<GenerationStats> last;
@@ -36,9 +57,8 @@ int run_chat(RunOptions& o) {
   std::string line;
   while (true) {
     if (tty) std::cerr << "> " << std::flush;
-    if (!std::getline(std::cin, line)) break;
-    if (!line.empty() && line.back() == '\r') line.pop_back();  // a Windows line end
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (!read_turn(line, tty)) break;
+    if (line.find_first_not_of(" \t\n") == std::string::npos) continue;
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       reset();
@@ -57,8 +77,12 @@ int run_chat(RunOptions& o) {
       std::cerr << session;
       continue;
     }
-    if (line[0] == '/') {
-      std::cerr << "unknown command " << line << " (commands: /reset, /stats, /exit)\n";
+    if (line.compare(0, 2, "//") == 0) {
+      line.erase(0, 1);  // "//" sends a message that begins with "/"
+    } else if (line[0] == '/') {
+      std::cerr << "unknown command " << line
+                << " (commands: /reset, /stats, /exit; begin with // to send a message that "
+                   "begins with /)\n";
       continue;
     }
     messages.push_back({"user", line});
