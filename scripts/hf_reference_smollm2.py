@@ -3,7 +3,9 @@
 
 Run with the project's virtual environment (scripts/setup_python.sh makes it):
     .venv/bin/python scripts/hf_reference_smollm2.py models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
-        tests/data/smollm2/reference.json
+        tests/data/smollm2/reference.json [--tokenizer-only]
+
+--tokenizer-only recomputes the tokenizer cases alone and keeps the file's other sections.
 
 transformers 4.47 loads the GGUF and dequantizes it to float32 (LlamaForCausalLM, tied head). What is
 recorded:
@@ -112,12 +114,12 @@ def prompt_lookup_traces(model, tok, prompts):
 
 
 def main():
-    gguf_path, out_path = sys.argv[1], sys.argv[2]
+    args = [a for a in sys.argv[1:] if a != "--tokenizer-only"]
+    tokenizer_only = len(args) < len(sys.argv) - 1
+    gguf_path, out_path = args[0], args[1]
     shared = os.environ.get("SPECDEC_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
     d, f = os.path.dirname(os.path.abspath(gguf_path)), os.path.basename(gguf_path)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32).eval()
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
 
     as_converted = AutoTokenizer.from_pretrained(d, gguf_file=f)
     tok.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
@@ -129,6 +131,9 @@ def main():
     if refs:
         strings = [c["text"] for c in json.load(open(refs[0]))["cases"]]
     strings += ["Numbers: 3.14159, 2024-11-22, x1y22z333 and 1,000,000.", " 42 ", "a1 b2"]
+    # Bytes the vocabulary lacks (0x04 0x06 0x13 0x14 0x16 0x1D, lead bytes 0xF1 0xF2): unk_token, a
+    # run of them one.
+    strings += ["a\x04b", "\x1c\x1d\x1e sep", "\x13\x14\x16", "x\U00050000y", "tab\x06\x06 end\x1d"]
     cases = []
     for s in strings:
         ids = tok.encode(s, add_special_tokens=False)
@@ -136,6 +141,14 @@ def main():
             print("note: the converted tokenizer (GPT-2 regex) differs on", repr(s))
         cases.append({"text": s, "ids": ids,
                       "decoded": tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)})
+
+    if tokenizer_only:  # the other sections as they are
+        out = json.load(open(out_path))
+        out["tokenizer"] = cases
+        write(out, out_path)
+        return
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32).eval()
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
 
     chats = [[{"role": "user", "content": p}] for p in CHAT_PROMPTS] + SYSTEM_CHATS
     greedy_cases = []
@@ -169,6 +182,10 @@ def main():
         "chat": greedy_cases,
         "prompt_lookup": lookup_cases,
     }
+    write(out, out_path)
+
+
+def write(out, out_path):
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp = out_path + ".tmp"
     with open(tmp, "w") as fh:

@@ -7,6 +7,7 @@
 #include "json.hpp"
 #include "specdec/error.hpp"
 #include "specdec/gguf.hpp"
+#include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -18,13 +19,9 @@ const std::pair<const char*, ChatTemplate::Kind> kNames[] = {
     {"mistral", ChatTemplate::Kind::kMistral}, {"gemma", ChatTemplate::Kind::kGemma},
 };
 
-// Python's str.strip() for ASCII whitespace (what the Llama templates apply to contents).
-std::string strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
-}
+// Jinja's trim, Python's str.strip(): Unicode whitespace (U+3000, U+00A0, ... too), what the
+// Llama and Gemma templates apply to contents.
+std::string strip(const std::string& s) { return tok::lstrip_ws(tok::rstrip_ws(s)); }
 
 void check_role(const ChatMessage& m) {
   SPECDEC_CHECK(m.role == "system" || m.role == "user" || m.role == "assistant",

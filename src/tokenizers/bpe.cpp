@@ -244,7 +244,7 @@ std::string ByteLevelBpe::model_fingerprint() const {
   for (int64_t i = 0; i < vocab_.ids(); ++i) s.append(vocab_.text(i)) += '\x1f';
   s += '|' + std::to_string(merges_digest_) + '|' + config_digest_ +
        std::to_string(prefix_space_whole_text_) + std::to_string(ignore_merges_) +
-       std::to_string(model_unk_.value_or(-1));
+       std::to_string(model_unk_.value_or(-1)) + std::to_string(fuse_unk_);
   for (const std::string& n : normalizers_) s += "|n" + n;
   for (const PreStep& p : pre_) s += "|p" + p.description;
   for (int64_t t : template_) s += "|t" + std::to_string(t);
@@ -272,14 +272,15 @@ void ByteLevelBpe::bpe(const std::string& word, std::vector<int64_t>& out) const
   if (whole >= 0) {
     ids.push_back(whole);
   } else {
+    // A symbol outside the vocabulary becomes unk_token, a run of them one with fuse_unk; with no
+    // unk_token it is dropped (Hugging Face's BPE).
+    bool after_unk = false;
     for (const auto& [text, id] : merge(word)) {
       if (id >= 0)
         ids.push_back(id);
-      else if (model_unk_)
+      else if (model_unk_ && !(fuse_unk_ && after_unk))
         ids.push_back(*model_unk_);
-      else
-        throw Error(source_ + ": token '" + text +
-                    "' is not in the vocabulary and there is no unk_token");
+      after_unk = id < 0;
     }
   }
   out.insert(out.end(), ids.begin(), ids.end());

@@ -206,6 +206,7 @@ class ByteLevelBpe final : public TokenizerBase {
   bool prefix_space_whole_text_ = false;  // slow GPT2Tokenizer(add_prefix_space=True)
   bool ignore_merges_ = false;
   std::optional<int64_t> model_unk_;
+  bool fuse_unk_ = false;          // a run of symbols outside the vocabulary is one unk_token
   std::vector<int64_t> template_;  // post-processor: -1 marks the sequence
   bool has_template_ = false;
   std::string config_digest_;

@@ -155,6 +155,8 @@ std::unique_ptr<Tokenizer> load_bpe_json(const std::string& path, const Tokenize
       const auto it = m["vocab"].find(m["unk_token"].get<std::string>());
       if (it != m["vocab"].end()) t->model_unk_ = it->get<int64_t>();
     }
+    t->fuse_unk_ =
+        m.contains("fuse_unk") && m["fuse_unk"].is_boolean() && m["fuse_unk"].get<bool>();
     parse_normalizer(j.value("normalizer", json()), path, t->normalizers_);
     parse_pre_tokenizer(j.value("pre_tokenizer", json()), path, t->pre_);
     if (options.add_prefix_space)
@@ -293,6 +295,11 @@ std::unique_ptr<Tokenizer> load_bpe_gguf(const GgufFile& f, const TokenizerOptio
                     *id, " is outside the vocabulary of ", tokens.size());
       cfg.json[name] = tokens[static_cast<size_t>(*id)];
     }
+  }
+  // transformers' GGUF converter: a byte outside the vocabulary is unk_token, a run of them one.
+  if (auto unk = f.find_int("tokenizer.ggml.unknown_token_id")) {
+    t->model_unk_ = *unk;
+    t->fuse_unk_ = true;
   }
   t->spaces_between_special_ = false;  // as the fast tokenizers join tokens
   t->add_bos_ =

@@ -77,6 +77,12 @@ TEST(Chat, Gemma) {
             "Hello.<end_of_turn>\n<start_of_turn>user\nWhy?<end_of_turn>\n<start_of_turn>model\n");
   EXPECT_EQ(t.render({{"user", "Hi"}}, false), "<bos><start_of_turn>user\nHi<end_of_turn>\n");
   EXPECT_THROW(t.render({{"assistant", "x"}}, true), Error);  // roles must alternate from user
+  // Jinja's trim is Python's str.strip(): Unicode whitespace goes too (U+3000, U+00A0, U+2003,
+  // U+001F), a zero-width space (U+200B) and a lone "\u2581" stay.
+  EXPECT_EQ(t.render({{"user", "\u3000\u00a0 Hi\u2003\x1f\n"}}, false),
+            "<bos><start_of_turn>user\nHi<end_of_turn>\n");
+  EXPECT_EQ(t.render({{"user", "\u200bHi\u2581"}}, false),
+            "<bos><start_of_turn>user\n\u200bHi\u2581<end_of_turn>\n");
 }
 
 TEST(Chat, Llama3) {

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "test_util.hpp"
 #include "tokenizers/tokenizer_base.hpp"
@@ -51,6 +52,26 @@ TEST(TinyBpe, IdsFollowTheMergesInBothLayouts) {
   }
 }
 
+TEST(TinyBpe, SymbolsOutsideTheVocabularyAsHuggingFaceTreatsThem) {
+  // The tiny tokenizer.json without the bytes x, y and z; ids from Hugging Face's tokenizers
+  // (Tokenizer.from_str on the same JSON): dropped without unk_token, each unk_token, or a run of
+  // them one unk_token with fuse_unk.
+  nlohmann::json j = nlohmann::json::parse(read_file(kTinyBpe + "/tokenizer.json"));
+  for (const char* c : {"x", "y", "z"}) j["model"]["vocab"].erase(c);
+  const std::string dir = temp_dir("tiny_bpe_unk");
+  write_file(dir + "/tokenizer_config.json", read_file(kTinyBpe + "/tokenizer_config.json"));
+  const std::pair<nlohmann::json, std::vector<int64_t>> cases[] = {
+      {{{"unk_token", nullptr}, {"fuse_unk", false}}, {97, 98, 32, 258}},
+      {{{"unk_token", "!"}, {"fuse_unk", false}}, {97, 33, 33, 33, 98, 32, 33, 33, 258}},
+      {{{"unk_token", "!"}, {"fuse_unk", true}}, {97, 33, 98, 32, 33, 258}}};
+  for (const auto& [model, ids] : cases) {
+    SCOPED_TRACE(model.dump());
+    j["model"].update(model);
+    write_file(dir + "/tokenizer.json", j.dump());
+    EXPECT_EQ(load_tokenizer(dir)->encode("axyzb zz the", false), ids);
+  }
+}
+
 TEST(TinyBpe, NormalizerOfTokenizerJsonAppliesNfc) {
   const std::string decomposed = "e\xCC\x81";  // e + U+0301
   // tokenizer.json says NFC: the same ids as precomposed é.
@@ -66,8 +87,8 @@ TEST(TinyBpe, StreamingHoldsBackIncompleteUtf8) {
   StreamDecoder s(*t);
   EXPECT_EQ(s.push({262}), "Hello");
   EXPECT_EQ(s.pending(), "");
-  EXPECT_EQ(s.push({' '}), "");  // trailing whitespace waits for what follows
-  EXPECT_EQ(s.pending(), " ");   // (what is held back, e.g. for a stop string to match)
+  EXPECT_EQ(s.push({' '}), "");   // trailing whitespace waits for what follows
+  EXPECT_EQ(s.pending(), " ");    // (what is held back, e.g. for a stop string to match)
   EXPECT_EQ(s.push({0xC3}), "");  // first byte of é
   EXPECT_EQ(s.push({0xA9}), " \xC3\xA9");
   EXPECT_EQ(s.pending(), "");
