@@ -21,6 +21,7 @@
 #include <regex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "chat_html.hpp"
 #include "serve/connection.hpp"
@@ -276,8 +277,14 @@ class Server {
       if (l.waiting == 0 && l.running == 0) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    std::lock_guard<std::mutex> lock(ids_mutex_);
-    for (const RequestEngine::Id id : ids_) engine_->cancel(id);
+    // Cancelled outside ids_mutex_: cancel() may run a queued request's on_finished, which takes
+    // its job's mutex (the handlers take ids_mutex_ holding no job's mutex).
+    std::vector<RequestEngine::Id> running;
+    {
+      std::lock_guard<std::mutex> lock(ids_mutex_);
+      running.assign(ids_.begin(), ids_.end());
+    }
+    for (const RequestEngine::Id id : running) engine_->cancel(id);
   }
 
   void send_json(httplib::Response& res, int status, const json& body) {
@@ -672,6 +679,7 @@ class Server {
           engine_->cancel(id);
           lock.lock();
         }
+      lock.unlock();  // finished: the job no longer changes
       forget();
       const GenerationStats& s = job->result.stats;
       t_log.completion_tokens = s.new_tokens;
