@@ -209,7 +209,8 @@ def server():
 
 @pytest.fixture(scope="session")
 def lookup_server():
-    s = start_server("--prompt-lookup", "4")
+    # Constant K: goodput, prompt lookup's default, may judge drafting not worth it on a slow machine.
+    s = start_server("--prompt-lookup", "4", "--schedule", "constant")
     yield s
     s.stop()
 
