@@ -275,7 +275,8 @@ void ByteLevelBpe::bpe(const std::string& word, std::vector<int64_t>& out) const
     // A symbol outside the vocabulary becomes unk_token, a run of them one with fuse_unk; with no
     // unk_token it is dropped (Hugging Face's BPE).
     bool after_unk = false;
-    for (const auto& [text, id] : merge(word)) {
+    for (const auto& symbol : merge(word)) {
+      const int32_t id = symbol.second;
       if (id >= 0)
         ids.push_back(id);
       else if (model_unk_ && !(fuse_unk_ && after_unk))

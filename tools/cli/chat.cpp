@@ -23,8 +23,7 @@ static bool read_turn(std::string& turn, bool tty) {
     if (!more) return true;
     if (tty) std::cerr << ". " << std::flush;
   }
-  if (any && !turn.empty() && turn.back() == '\n')
-    turn.pop_back();  // input ended after a backslash
+  if (!turn.empty() && turn.back() == '\n') turn.pop_back();  // input ended after a backslash
   return any;
 }
 
@@ -48,9 +47,7 @@ int run_chat(RunOptions& o) {
             << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
             << (o.gen.suffix_speculation ? ", suffix speculation" : "")
             << "): type a message (end a line with \\ to go on to the next); /reset starts over, "
-               "/stats shows the last answer's statistics, "
-               "/exit or "
-               "Ctrl-D ends\n";
+               "/stats shows the last answer's statistics, /exit or Ctrl-D ends\n";
   std::optional<GenerationStats> last;
   int64_t total_tokens = 0;
   double total_seconds = 0;
