@@ -229,7 +229,7 @@ std::optional<std::string> read_chat_template(const std::string& path) {
   try {
     j = detail::parse_json_bounded(read_text_file(cfg), cfg);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(cfg + ": invalid JSON: " + e.what());
+    throw Error(cfg + ": invalid JSON: " + detail::json_message(e));
   }
   if (!j.is_object() || !j.contains("chat_template") || j["chat_template"].is_null())
     return std::nullopt;

@@ -34,7 +34,7 @@ json parse_json(const std::string& text, const std::string& source) {
   try {
     return detail::parse_json_bounded(text, source);
   } catch (const json::exception& e) {
-    throw Error(detail::concat(source, ": invalid JSON: ", e.what()));
+    throw Error(detail::concat(source, ": invalid JSON: ", detail::json_message(e)));
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <exception>
 #include <string>
 
 #include "specdec/error.hpp"
@@ -30,6 +31,15 @@ inline nlohmann::json parse_json_bounded(const char* first, const char* last,
 }
 inline nlohmann::json parse_json_bounded(const std::string& text, const std::string& source) {
   return parse_json_bounded(text.data(), text.data() + text.size(), source);
+}
+
+// An exception's text without nlohmann::json's tag ("[json.exception.parse_error.101] parse error
+// at ...": the id is the library's, not the reader's).
+inline std::string json_message(const std::exception& e) {
+  const std::string what = e.what();
+  const size_t end = what.find("] ");
+  return what.rfind("[json.exception.", 0) == 0 && end != std::string::npos ? what.substr(end + 2)
+                                                                            : what;
 }
 
 }  // namespace specdec::detail

@@ -63,7 +63,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
           detail::parse_json_bounded(reinterpret_cast<const char*>(bytes) + 8,
                                      reinterpret_cast<const char*>(bytes) + 8 + header_len, path);
     } catch (const json::exception& e) {
-      throw Error(detail::concat(path, ": invalid safetensors header JSON: ", e.what()));
+      throw Error(detail::concat(path, ": invalid safetensors header JSON: ", detail::json_message(e)));
     }
     SPECDEC_CHECK(header.is_object(), path, ": safetensors header must be a JSON object");
     SPECDEC_CHECK(static_cast<int64_t>(header.size()) <= lim.max_tensors + 1, path, ": ",
@@ -105,7 +105,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         info.begin = off[0];
         info.end = off[1];
       } catch (const json::exception& ex) {
-        throw Error(detail::concat(path, ": tensor '", name, "': malformed entry: ", ex.what()));
+        throw Error(detail::concat(path, ": tensor '", name, "': malformed entry: ", detail::json_message(ex)));
       }
       const DtypeEntry* dt = find_dtype(info.dtype);
       SPECDEC_CHECK(dt != nullptr, path, ": tensor '", name, "' has unsupported dtype '",
@@ -178,7 +178,7 @@ WeightStore::WeightStore(const std::string& dir) : dir_(dir) {
   try {
     j = detail::parse_json_bounded(read_text_file(index), index);
   } catch (const json::exception& e) {
-    throw Error(detail::concat(index, ": invalid JSON: ", e.what()));
+    throw Error(detail::concat(index, ": invalid JSON: ", detail::json_message(e)));
   }
   SPECDEC_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), index,
                 ": missing object 'weight_map'");

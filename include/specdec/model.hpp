@@ -103,6 +103,10 @@ struct LoadOptions {
   bool int8_activations = false;
 };
 
+// Throws specdec::Error for a combination load_model refuses whatever the checkpoint (a packed
+// weight format beside another device or compute dtype).
+void check_load_options(const LoadOptions& options);
+
 // Loads a Hugging Face checkpoint folder (config.json, generation_config.json, model.safetensors or
 // a sharded index), or a GGUF file (a `.gguf` path, or a folder without config.json holding one
 // `.gguf`), with its weight matrices in `options.weights`' format. Throws specdec::Error naming the

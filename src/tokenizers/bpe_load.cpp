@@ -26,7 +26,7 @@ json parse_json_file(const std::string& path) {
   try {
     return detail::parse_json_bounded(read_text_file(path), path);
   } catch (const json::exception& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
+    throw Error(path + ": not valid JSON: " + detail::json_message(e));
   }
 }
 
@@ -169,7 +169,7 @@ std::unique_ptr<Tokenizer> load_bpe_json(const std::string& path, const Tokenize
                     a.value("special", false), a.value("lstrip", false), a.value("rstrip", false),
                     a.value("single_word", false)});
   } catch (const json::exception& e) {
-    throw Error(path + ": malformed tokenizer.json: " + e.what());
+    throw Error(path + ": malformed tokenizer.json: " + detail::json_message(e));
   }
   t->spaces_between_special_ = false;  // the fast decoders join tokens as they are
   // Explicit add_bos_token / add_eos_token (options, else tokenizer_config.json) replace the

@@ -251,7 +251,8 @@ std::vector<AddedToken> TokenizerConfig::added_tokens() const {
       t.rstrip = v.value("rstrip", false);
       t.single_word = v.value("single_word", false);
     } catch (const std::exception& e) {
-      throw Error(source + ": bad added_tokens_decoder entry '" + key + "': " + e.what());
+      throw Error(source + ": bad added_tokens_decoder entry '" + key +
+                  "': " + detail::json_message(e));
     }
     out.push_back(t);
   }
@@ -282,7 +283,7 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
       SPECDEC_CHECK(j.is_object(), "not a JSON object");
       return j;
     } catch (const std::exception& e) {
-      throw Error(path + ": " + e.what());
+      throw Error(path + ": " + detail::json_message(e));
     }
   };
   // special_tokens_map.json first, tokenizer_config.json over it (as from_pretrained does).
@@ -536,9 +537,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir, const Tokenize
     return load_tokenizer_file(dir + "/tokenizer.json", options);
   if (file_exists(dir + "/vocab.json") && file_exists(dir + "/merges.txt"))
     return load_tokenizer_file(dir + "/vocab.json", options);
+  SPECDEC_CHECK(path_exists(dir), dir, ": no such file or folder");
   throw Error(dir +
-              ": no tokenizer files (tokenizer.model, spiece.model, tokenizer.json, or "
-              "vocab.json + merges.txt)");
+              ": no tokenizer (a GGUF file, or a folder with a GGUF, tokenizer.model, "
+              "spiece.model, tokenizer.json, or vocab.json + merges.txt)");
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path,
@@ -552,7 +554,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path,
       return tok::load_bpe_vocab_merges(parent_dir(path), cfg, options);
     if (ends_with(path, ".json")) return tok::load_bpe_json(path, cfg, options);
   } catch (const nlohmann::json::exception& e) {  // a configuration value of the wrong JSON type
-    throw Error(path + ": " + e.what());
+    throw Error(path + ": " + detail::json_message(e));
   }
   throw Error(path +
               ": unknown tokenizer file (expected a SentencePiece .model or a tokenizer.json)");

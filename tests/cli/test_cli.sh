@@ -111,6 +111,27 @@ expect_error "... as --max-new-tokens 0 is" "--max-new-tokens must be >= 1, got 
 printf '{"prompt_ids": [1], "max_new_tokens": 0}\n' > "$work/bad_line.jsonl"
 expect_error "... and a --prompts-file line's by its key" "bad_line.jsonl:1: max_new_tokens must be >= 1" \
   generate --model "$work/t" --prompts-file "$work/bad_line.jsonl"
+expect_error "a value's error names its flag: --frequency-penalty" "--frequency-penalty must be in [-2, 2], got 3" \
+  generate --model "$work/t" --prompt-ids 1 --frequency-penalty 3
+expect_error "... --suffix-min-prob" "suffix speculation: --suffix-min-prob must be in [0, 1], got 2" \
+  generate --model "$work/t" --prompt-ids 1 --speculate suffix --suffix-min-prob 2
+printf '{"prompt_ids": [1]}\n{"promt_ids": [1]}\n' > "$work/typo_key.jsonl"
+expect_error "a --prompts-file line's misspelt key is named (not taken for a missing prompt)" \
+  'typo_key.jsonl:2: unknown key "promt_ids"' generate --model "$work/t" --prompts-file "$work/typo_key.jsonl"
+printf '{"prompt_ids": [1]}\n{"prompt_ids": [1],}\n' > "$work/bad_json.jsonl"
+expect_error "... and its JSON error says the column of the file's line, without the JSON library's tag" \
+  'bad_json.jsonl:2: parse error at column 20: syntax error' \
+  generate --model "$work/t" --prompts-file "$work/bad_json.jsonl"
+expect_error "tokenize: a --tokenizer path that does not exist says so" "nothere.gguf: no such file or folder" \
+  tokenize --tokenizer "$work/nothere.gguf" --text hi
+expect_error "... and a folder without one names what a tokenizer is" "not_a_tokenizer: no tokenizer (a GGUF file" \
+  tokenize --tokenizer "$(mkdir -p "$work/not_a_tokenizer" && echo "$work/not_a_tokenizer")" --text hi
+expect_error "a flag given twice says so" "--max-new-tokens is given 2 times: give it once" \
+  generate --model "$work/t" --prompt-ids 1 --max-new-tokens 2 --max-new-tokens 3
+expect_error "a bare argument is said to be no flag's value" "not expected: my prompt (every input is a flag's value, as --prompt TEXT" \
+  generate --model "$work/t" "my prompt"
+expect_error "the server's --max-tokens points to --max-new-tokens" "generate has no flag --max-tokens (the server's and OpenAI's name: here --max-new-tokens)" \
+  generate --model "$work/t" --prompt-ids 1 --max-tokens 2
 # What a newcomer types: Hugging Face's snake_case names, typos, flags specdec does not have.
 check "Hugging Face's snake_case names are the dashed flags" bash -c \
   "\"\$0\" generate --model \"\$1\" --prompt-ids 1 --max_new_tokens=3 --json | grep -q '\"new_tokens\":3'" "$SPECDEC" "$work/t"
@@ -154,6 +175,15 @@ check "a flag that does not parse exits 1, as every other error" bash -c '[ "$*"
 serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 --threads 100000 2>&1)
 check "serve refuses a bad flag before it listens" bash -c \
   '[[ $1 == *"--threads: the thread count"* && $1 != *listening* ]]' _ "$serve_err"
+for bad in "--device tpu" "--chat-template nosuch" "--weights q8_0 --dtype bfloat16"; do
+  # shellcheck disable=SC2086  # flags and their values
+  serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 $bad 2>&1)
+  check "... $bad too (what the model's loading would refuse whatever the model)" bash -c \
+    '[[ $1 == *error* && $1 != *listening* ]]' _ "$serve_err"
+done
+serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --tokenizer "$data/tiny_bpe" --port 0 --ctx 100000 2>&1)
+check "serve names --ctx past the model's positions" bash -c \
+  '[[ $1 == *"--ctx 100000 is more than the model'"'"'s 2048 positions"* ]]' _ "$serve_err"
 serve_rc=0
 serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 2>&1) || serve_rc=$?
 check "serve exits 1 when the model fails to load (it has no tokenizer), and does not hang" bash -c \
@@ -471,6 +501,8 @@ expect_error "make-tokenizer: too small a vocabulary for the text says so in spe
   "--vocab-size 260 is too small for this text" make-tokenizer --input "$work/a corpus.txt" --out "$work/x" --vocab-size 260
 expect_error "--prompt \"\" is an error, not a read of stdin" "--prompt: the value is empty" \
   generate --model "$work/t" --prompt ""
+expect_error "--chat with nothing on stdin: the prompt is empty (as without --chat)" "the prompt is empty" \
+  generate --model "$work/t" --tokenizer "$data/tiny_bpe" --chat --chat-template chatml < /dev/null
 expect_error "--prompt-ids with a trailing comma" "ends with a comma" generate --model "$work/t" --prompt-ids 1,
 check "--version" bash -c "'$SPECDEC' --version | grep -q '^specdec [0-9]'"
 printf '%s\n' '{"prompt_ids": [1], "max_new_tokens": 4}' '' '{"prompt_ids": [1], "max_new_tokens": 5000}' > "$work/ctx.jsonl"

@@ -43,7 +43,7 @@ TEST(ModelConfig, Qwen2AlwaysHasAttentionBias) {
 }
 
 TEST(ModelConfig, RejectsBadInput) {
-  expect_error("{not json", "invalid JSON");
+  expect_error("{not json", "cfg.json: invalid JSON: parse error at line 1, column 3");  // (no tag)
   expect_error(
       R"({"model_type":"bert"})",
       "unsupported model_type 'bert' (supported: llama, mistral, qwen2, qwen3, gemma3_text, "

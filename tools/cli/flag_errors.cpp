@@ -42,6 +42,7 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
        "beam search is not supported: generation is greedy, or sampled with "
        "--do-sample"},
       {"--max-length", "specdec counts new tokens: --max-new-tokens"},
+      {"--max-tokens", "the server's and OpenAI's name: here --max-new-tokens"},
       {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
   };
   if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
@@ -99,6 +100,17 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
   return "";
 }
 
+std::string parse_error_message(const CLI::ParseError& error) {
+  const std::string what = error.what();
+  const std::string twice = ": At Most 1 required but received ";
+  if (const size_t at = what.find(twice); at != std::string::npos)
+    return what.substr(0, at) + " is given " + what.substr(at + twice.size()) +
+           " times: give it once";
+  if (dynamic_cast<const CLI::ExtrasError*>(&error))
+    return what + " (every input is a flag's value, as --prompt TEXT; --help lists the flags)";
+  return "";
+}
+
 namespace {
 
 // `message` with the text after "GenerationConfig." or "GenerationConfig: " put through `word`.
@@ -135,15 +147,31 @@ std::string in_flag_words(const std::string& message) {
       {"max_new_tokens", "--max-new-tokens"},
       {"min_new_tokens", "--min-new-tokens"},
       {"repetition_penalty", "--repetition-penalty"},
+      {"frequency_penalty", "--frequency-penalty"},
+      {"presence_penalty", "--presence-penalty"},
       {"temperature", "--temperature"},
       {"top_k", "--top-k"},
       {"top_p", "--top-p"},
       {"min_p", "--min-p"},
   };
-  return reword(message, [](std::string rest) {
-    for (const auto& [field, flag] : flags) rest = replace_all(std::move(rest), field, flag);
-    return rest;
-  });
+  static const std::vector<std::pair<std::string, std::string>> suffix_flags = {
+      {"max_depth", "--suffix-depth"},
+      {"min_token_prob", "--suffix-min-prob"},
+      {"max_spec_factor", "--suffix-spec-factor"},
+      {"cache_tokens", "--suffix-cache-tokens"},
+  };
+  const auto in = [](const std::vector<std::pair<std::string, std::string>>& names) {
+    return [&names](std::string rest) {
+      for (const auto& [field, flag] : names) rest = replace_all(std::move(rest), field, flag);
+      return rest;
+    };
+  };
+  // SuffixOptions::validate's messages: "suffix speculation: FIELD must be ..." (the prefix kept).
+  const std::string suffix = "suffix speculation: ";
+  if (const size_t at = message.find(suffix); at != std::string::npos)
+    return message.substr(0, at + suffix.size()) +
+           in(suffix_flags)(message.substr(at + suffix.size()));
+  return reword(message, in(flags));
 }
 
 }  // namespace specdec::cli

@@ -8,7 +8,8 @@
 
 namespace CLI {
 class App;
-}
+class ParseError;
+}  // namespace CLI
 
 namespace specdec::cli {
 
@@ -20,6 +21,10 @@ void dash_flag_names(std::vector<std::string>& args);
 // no flag of the subcommand it goes to ("" when every one is known): which it is, the closest
 // known name, and what to use instead for flags Hugging Face has and specdec does not.
 std::string unknown_name_message(const CLI::App& app, const std::vector<std::string>& args);
+
+// CLI11's message for a parse error where its own is unclear (a flag given twice; an argument
+// that is no flag's value); "" for the others, which CLI11 prints as it does.
+std::string parse_error_message(const CLI::ParseError& error);
 
 // "GenerationConfig.max_new_tokens must be >= 1" -> "--max-new-tokens must be >= 1", for the
 // fields the generation flags set.

@@ -11,6 +11,7 @@
 #include "flag_errors.hpp"
 #include "json.hpp"
 #include "proposer_choice.hpp"
+#include "util.hpp"
 
 using nlohmann::json;
 
@@ -49,8 +50,6 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
     try {
       const json j = detail::parse_json_bounded(text, "");
       if (!j.is_object()) throw Error("expected a JSON object");
-      if (j.contains("prompt") == j.contains("prompt_ids"))
-        throw Error("give exactly one of \"prompt\" and \"prompt_ids\"");
       GenerationConfig& c = r.config;
       for (const auto& [key, value] : j.items()) {
         const auto integer = [&](auto& field) {
@@ -139,6 +138,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
           throw Error("unknown key \"" + key + "\"");
         }
       }
+      if (j.contains("prompt") == j.contains("prompt_ids"))  // (after the keys: a typo is named)
+        throw Error("give exactly one of \"prompt\" and \"prompt_ids\"");
       if (c.draft_tree_width > 1 && j.contains("draft_tree_width") && o.draft.empty())
         throw Error("\"draft_tree_width\" needs --draft");
       // A line's choice of proposer replaces the flags' (as a server request's does).
@@ -149,7 +150,9 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
         r.prompt = o.chat ? encode_turn(l, system, user) : l.tokenizer->encode(user, true);
       gen.check(r.prompt, c);  // (the context included: nothing runs unless every line fits)
     } catch (const std::exception& e) {  // json's parse and type errors included
-      throw Error(where + in_key_words(e.what()));
+      // (the line is parsed alone: the parser's "line 1" is the file's line n)
+      throw Error(where + in_key_words(replace_all(detail::json_message(e), "at line 1, column",
+                                                   "at column")));
     }
     out.push_back(std::move(r));
   }

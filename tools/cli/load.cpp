@@ -44,6 +44,16 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
 
 namespace {
 void warn(const std::string& message) { std::cerr << "specdec: warning: " << message << "\n"; }
+
+// The target's load options, or the draft's (which shares the device and compute dtype).
+LoadOptions load_options(const RunOptions& o, bool draft) {
+  LoadOptions lo;
+  lo.device = parse_device(o.device);
+  lo.dtype = parse_dtype(o.dtype);
+  lo.weights = parse_weight_format(draft ? o.draft_weights : o.weights);
+  lo.int8_activations = draft ? o.draft_int8_activations : o.int8_activations;
+  return lo;
+}
 }  // namespace
 
 void check_flags(RunOptions& o, bool chat) {
@@ -65,6 +75,10 @@ void check_flags(RunOptions& o, bool chat) {
     throw Error(
         "--speculate suffix and --draft: give one of them (suffix speculation runs no draft)");
   o.suffix.validate();
+  // What load() parses from the flags, refused here already (serve: before it binds its port).
+  check_load_options(load_options(o, false));
+  if (!o.draft.empty()) check_load_options(load_options(o, true));
+  if (!o.chat_template.empty()) ChatTemplate::by_name(o.chat_template);
   // A draft model's flags without one are an error; flags that apply only beside another are
   // warned about, where every request takes the flags (not a server's or a prompts file's
   // requests, which may set the knob the flag is the default of).
@@ -173,7 +187,9 @@ Loaded load(RunOptions& o, bool chat) {
   } else if (!o.prompt_ids.empty()) {
     l.prompt = parse_ids(o.prompt_ids);
   } else if (o.chat) {
-    l.prompt = encode_turn(l, o.system, o.prompt.empty() ? read_stdin() : o.prompt);
+    const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
+    if (text.empty()) throw Error("the prompt is empty");
+    l.prompt = encode_turn(l, o.system, text);
   } else if (!chat) {
     if (!l.tokenizer)
       throw Error(o.model +
@@ -182,16 +198,8 @@ Loaded load(RunOptions& o, bool chat) {
     l.prompt = l.tokenizer->encode(text, true);
     if (l.prompt.empty()) throw Error("the prompt is empty");
   }
-  LoadOptions lo;
-  lo.device = parse_device(o.device);
-  lo.dtype = parse_dtype(o.dtype);
-  lo.weights = parse_weight_format(o.weights);
-  lo.int8_activations = o.int8_activations;
-  LoadOptions draft_lo = lo;
-  draft_lo.weights = parse_weight_format(o.draft_weights);
-  draft_lo.int8_activations = o.draft_int8_activations;
-  l.target = load_model(o.model, lo);
-  if (!o.draft.empty()) l.draft = load_model(o.draft, draft_lo);
+  l.target = load_model(o.model, load_options(o, false));
+  if (!o.draft.empty()) l.draft = load_model(o.draft, load_options(o, true));
   // A draft without tokenizer files of its own cannot be compared with the target's tokenizer: a
   // vocabulary smaller than the ids the target writes at least says it was not made for it (a
   // larger one may be padding, as Qwen2.5's sizes differ by model).

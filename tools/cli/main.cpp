@@ -237,8 +237,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(dashed.size()), dashed.data());
   } catch (const CLI::ParseError& e) {
-    // --help and --version print and succeed; every parse error prints CLI11's message and, as
-    // every other error, exits 1 (CLI11's own codes are 100 and more)
+    // --help and --version print and succeed; every parse error prints its message (CLI11's, or
+    // ours where CLI11's is unclear) and, as every other error, exits 1 (CLI11's own codes are 100
+    // and more)
+    if (const std::string m = parse_error_message(e); !m.empty()) {
+      std::cerr << "specdec: error: " << m << "\n";
+      return 1;
+    }
     return app.exit(e) == 0 ? 0 : 1;
   }
   try {

@@ -6,8 +6,12 @@ namespace specdec::cli {
 int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given) {
   o.serve = true;
   check_flags(o, false);  // a bad flag is refused before the server binds its port
-  return serve::run_serve(so, [&o, max_tokens_given] {
+  return serve::run_serve(so, [&o, &so, max_tokens_given] {
     Loaded l = load(o, false);
+    const int64_t positions = l.target->config().max_position_embeddings;
+    if (so.ctx > positions)
+      throw Error("--ctx " + std::to_string(so.ctx) + " is more than the model's " +
+                  std::to_string(positions) + " positions (max_position_embeddings)");
     serve::ServeModels m;
     m.target = l.target;
     m.draft = l.draft;

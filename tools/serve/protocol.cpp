@@ -288,11 +288,8 @@ json parse_body(const std::string& body) {
   } catch (const Error& e) {  // nested too deep
     throw ApiError(400, std::string("the body is not valid JSON: ") + e.what(), "", "invalid_json");
   } catch (const json::exception& e) {
-    // e.what() begins "[json.exception.parse_error.101] ": the library's id, not the client's
-    std::string why = e.what();
-    if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos)
-      why.erase(0, why.find("] ") + 2);
-    throw ApiError(400, "the body is not valid JSON: " + why, "", "invalid_json");
+    throw ApiError(400, "the body is not valid JSON: " + detail::json_message(e), "",
+                   "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object", "", "invalid_json");
   return j;
