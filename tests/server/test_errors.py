@@ -117,6 +117,29 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS + [{"role": "assistant", "content": "Sure"}],
                               "continue_final_message": True, "add_generation_prompt": True},
      "continue_final_message"),
+    # vLLM's and llama-server's answer-changing extensions (constrained decoding, beam search,
+    # token lists, truncation, template overrides), and a completion's response_format
+    ("/v1/chat/completions", {"messages": MSGS, "guided_json": {"type": "object"}}, "guided_json"),
+    ("/v1/completions", {"prompt": "Hi", "guided_choice": ["yes", "no"]}, "guided_choice"),
+    ("/v1/completions", {"prompt": "Hi", "guided_regex": "[a-z]+"}, "guided_regex"),
+    ("/v1/completions", {"prompt": "Hi", "structured_outputs": {"choice": ["a"]}}, "structured_outputs"),
+    ("/v1/completions", {"prompt": "Hi", "grammar": "root ::= \"a\""}, "grammar"),
+    ("/v1/chat/completions", {"messages": MSGS, "json_schema": {"type": "object"}}, "json_schema"),
+    ("/v1/completions", {"prompt": "Hi", "response_format": {"type": "json_object"}}, "response_format"),
+    ("/v1/completions", {"prompt": "Hi", "use_beam_search": True}, "use_beam_search"),
+    ("/v1/completions", {"prompt": "Hi", "bad_words": ["the"]}, "bad_words"),
+    ("/v1/chat/completions", {"messages": MSGS, "allowed_token_ids": [5, 6]}, "allowed_token_ids"),
+    ("/v1/completions", {"prompt": "Hi", "truncate_prompt_tokens": 4}, "truncate_prompt_tokens"),
+    ("/v1/completions", {"prompt": "Hi", "prompt_logprobs": 1}, "prompt_logprobs"),
+    ("/v1/completions", {"prompt": "Hi", "n_predict": 4}, "n_predict"),
+    ("/v1/chat/completions", {"messages": MSGS, "chat_template": "{{ messages }}"}, "chat_template"),
+    ("/v1/chat/completions", {"messages": MSGS, "chat_template_kwargs": {"enable_thinking": False}},
+     "chat_template_kwargs"),
+    # a content part whose type is no string (nlohmann's value() threw a type error: a 500)
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": 5, "text": "Hi"}]}]},
+     "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": None, "text": "Hi"}]}]},
+     "messages"),
     # tool-call history, which this server cannot answer after
     ("/v1/chat/completions", {"messages": MSGS + [
         {"role": "assistant", "content": None,
@@ -389,6 +412,19 @@ def test_include_usage_null_is_no_usage(server):
     assert chunks and not any("usage" in c and c["usage"] for c in chunks), chunks
 
 
+def test_a_compressed_body_is_refused_unread(server):
+    # --max-body bounds the bytes sent: a gzip body of 1 MiB would inflate to about 1 GB.
+    import gzip
+    body = gzip.compress(json.dumps({"prompt": "Hi", "max_tokens": 2}).encode())
+    for encoding in ("gzip", "br", "zstd"):
+        r = server.post("/v1/completions", data=body,
+                        headers={"Content-Type": "application/json", "Content-Encoding": encoding})
+        assert_error(server, r, 415, message_contains="uncompressed")
+    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                    headers={"Content-Encoding": "identity"})
+    assert r.status_code == 200, r.text
+
+
 def raw_exchange(server, request):
     """Sends raw bytes on a new connection and reads until the server closes it."""
     import socket
@@ -410,6 +446,21 @@ def test_a_body_the_server_leaves_unread_ends_the_connection(server):
     assert buf.startswith(b"HTTP/1.1 400"), buf[:300]
     assert buf.count(b"HTTP/1.1") == 1, f"the body was answered as a request: {buf!r}"
     server.assert_healthy("after a GET with a body")
+
+
+def test_an_http_1_0_stream_is_not_chunked(server):
+    # RFC 9112 6.1: no Transfer-Encoding to an HTTP/1.0 client; the stream ends with the connection.
+    body = json.dumps({"prompt": "Hi", "max_tokens": 3, "stream": True}).encode()
+    buf = raw_exchange(server, b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    head, _, payload = buf.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0], buf[:300]
+    assert b"transfer-encoding" not in head.lower(), head
+    events = [e for e in payload.split(b"\n\n") if e]
+    assert all(e.startswith(b"data: ") for e in events), payload[:300]
+    assert events[-1] == b"data: [DONE]", events[-3:]
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert sum(len(c["choices"][0]["text"]) > 0 for c in chunks if c["choices"]) >= 1, chunks
 
 
 def test_a_connection_serves_many_requests_and_garbage_is_logged_sanely(server):

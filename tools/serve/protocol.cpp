@@ -138,7 +138,7 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
       text = content->get<std::string>();
     } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
       for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
             !part["text"].is_string())
           bad("messages", "only text content parts are supported, got " + part.dump());
         // parts joined by a line break, as vLLM joins them
@@ -221,13 +221,27 @@ void refuse_unserved(const json& body, bool chat) {
   const auto refuse = [](const std::string& name, const std::string& what) {
     bad(name, "'" + name + "' is not supported: " + what);
   };
+  if (const json* f = field(body, "response_format");
+      f && !(f->is_object() && f->value("type", json()) == "text"))
+    refuse("response_format", "answers are free text (only {\"type\": \"text\"})");
+  // vLLM's and llama-server's extensions of the same kind
+  for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                           "structured_outputs", "grammar", "json_schema"})
+    if (given(name)) refuse(name, "answers are free text (no constrained decoding)");
+  if (const json* v = field(body, "use_beam_search"); v && *v != false)
+    refuse("use_beam_search", "generation is greedy or sampled");
+  for (const char* name : {"bad_words", "allowed_token_ids"})
+    if (given(name)) refuse(name, "logit_bias raises or lowers tokens");
+  if (given("truncate_prompt_tokens"))
+    refuse("truncate_prompt_tokens", "a prompt is never truncated");
+  if (given("prompt_logprobs")) refuse("prompt_logprobs", "logprobs are the answer's");
+  if (given("n_predict")) refuse("n_predict", "the answer's length is max_tokens");
   if (!chat) {
     if (given("suffix")) refuse("suffix", "no insertion: the answer continues the prompt");
     return;
   }
-  if (const json* f = field(body, "response_format");
-      f && !(f->is_object() && f->value("type", json()) == "text"))
-    refuse("response_format", "answers are free text (only {\"type\": \"text\"})");
+  for (const char* name : {"chat_template", "chat_template_kwargs"})
+    if (given(name)) refuse(name, "messages are rendered with the model's template");
   for (const char* name : {"tools", "functions"})
     if (given(name)) refuse(name, "this server does not call tools");
   for (const char* name : {"tool_choice", "function_call"})

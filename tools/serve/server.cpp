@@ -378,17 +378,25 @@ class Server {
       for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
         conflicting = conflicting || req.get_header_value("Content-Length", i) !=
                                          req.get_header_value("Content-Length", 0);
-      if (chunked || conflicting ||
+      // A compressed body: --max-body bounds the bytes sent, which cpp-httplib would inflate
+      // (gzip, brotli) a thousandfold before the handler sees them, or read as they are (others).
+      const std::string encoding = req.get_header_value("Content-Encoding");
+      const bool encoded = !encoding.empty() && encoding != "identity";
+      if (chunked || conflicting || encoded ||
           (!reads_body && std::atoll(req.get_header_value("Content-Length").c_str()) != 0)) {
-        send_error(res, chunked ? ApiError(411,
-                                           "a request body needs a Content-Length (no "
-                                           "chunked bodies)",
-                                           "", "length_required")
-                        : conflicting
-                            ? ApiError(400,
-                                       "the request has differing Content-Length "
-                                       "headers")
-                            : ApiError(400, "a " + req.method + " request takes no body"));
+        send_error(res, chunked       ? ApiError(411,
+                                                 "a request body needs a Content-Length (no "
+                                                       "chunked bodies)",
+                                                 "", "length_required")
+                        : conflicting ? ApiError(400,
+                                                 "the request has differing Content-Length "
+                                                 "headers")
+                        : encoded     ? ApiError(415,
+                                                 "a request body must be sent uncompressed (got "
+                                                     "Content-Encoding: " +
+                                                     encoding + ")",
+                                                 "", "unsupported_media_type")
+                                  : ApiError(400, "a " + req.method + " request takes no body"));
         res.set_header("Connection", "close");
         t_log.close = true;
         return httplib::Server::HandlerResponse::Handled;
@@ -700,76 +708,81 @@ class Server {
     auto st = std::make_shared<StreamState>();
     const bool logprobs = p.logprobs, include_usage = p.include_usage;
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, st, head, chat, logprobs, include_usage, id, sock](size_t,
-                                                                       httplib::DataSink& sink) {
-          const auto leave = [&] {
-            engine_->cancel(id);
-            std::lock_guard<std::mutex> lock(job->mutex);
-            t_log.completion_tokens = job->tokens;
-            t_log.cancelled = true;
-            return false;
-          };
-          const auto event = [&](const json& j) {
-            const std::string line =
-                "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-            return sink.write(line.data(), line.size());
-          };
-          if (chat && !st->sent_role) {
-            json c = head;
-            c["choices"] = json::array({{{"index", 0},
-                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                         {"logprobs", nullptr},
-                                         {"finish_reason", nullptr}}});
-            st->sent_role = true;
-            if (!event(c)) return leave();
-          }
-          std::string piece;
-          std::vector<json> entries;
-          bool finished = false;
-          {
-            std::unique_lock<std::mutex> lock(job->mutex);
-            job->ready.wait_for(lock, std::chrono::milliseconds(250), [&] {
-              return !job->text.empty() || !job->logprobs.empty() || job->finished;
-            });
-            piece.swap(job->text);
-            entries.swap(job->logprobs);
-            finished = job->finished;
-          }
-          if (!piece.empty() || !entries.empty()) {
-            json c = head;
-            c["choices"] =
-                json::array({choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr)});
-            if (!event(c)) return leave();
-          }
-          if (!finished) return sock < 0 || !client_left(sock) || leave();
-          const GenerationStats& s = job->result.stats;
-          t_log.completion_tokens = s.new_tokens;
-          if (s.stop_reason == "error") {
-            event(error_json(500, "generation failed: " + job->result.error));
-          } else {
-            json c = head;
-            c["choices"] = json::array({choice(chat, "", nullptr, true, finish_reason(*job))});
-            if (chat) c["choices"][0]["delta"] = json::object();
-            event(c);
-            if (include_usage) {
-              json u = head;
-              u["choices"] = json::array();
-              u["usage"] = usage(s);
-              u["speculative"] = speculative(s);
-              event(u);
-            }
-          }
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
-          sink.done();
-          return true;
-        },
-        [this, id, forget](bool) {
-          engine_->cancel(id);  // a client that left: its row is freed at the next step
-          forget();
+    const httplib::ContentProviderWithoutLength events = [this, job, st, head, chat, logprobs,
+                                                          include_usage, id,
+                                                          sock](size_t, httplib::DataSink& sink) {
+      const auto leave = [&] {
+        engine_->cancel(id);
+        std::lock_guard<std::mutex> lock(job->mutex);
+        t_log.completion_tokens = job->tokens;
+        t_log.cancelled = true;
+        return false;
+      };
+      const auto event = [&](const json& j) {
+        const std::string line =
+            "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+        return sink.write(line.data(), line.size());
+      };
+      if (chat && !st->sent_role) {
+        json c = head;
+        c["choices"] = json::array({{{"index", 0},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}});
+        st->sent_role = true;
+        if (!event(c)) return leave();
+      }
+      std::string piece;
+      std::vector<json> entries;
+      bool finished = false;
+      {
+        std::unique_lock<std::mutex> lock(job->mutex);
+        job->ready.wait_for(lock, std::chrono::milliseconds(250), [&] {
+          return !job->text.empty() || !job->logprobs.empty() || job->finished;
         });
+        piece.swap(job->text);
+        entries.swap(job->logprobs);
+        finished = job->finished;
+      }
+      if (!piece.empty() || !entries.empty()) {
+        json c = head;
+        c["choices"] =
+            json::array({choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr)});
+        if (!event(c)) return leave();
+      }
+      if (!finished) return sock < 0 || !client_left(sock) || leave();
+      const GenerationStats& s = job->result.stats;
+      t_log.completion_tokens = s.new_tokens;
+      if (s.stop_reason == "error") {
+        event(error_json(500, "generation failed: " + job->result.error));
+      } else {
+        json c = head;
+        c["choices"] = json::array({choice(chat, "", nullptr, true, finish_reason(*job))});
+        if (chat) c["choices"][0]["delta"] = json::object();
+        event(c);
+        if (include_usage) {
+          json u = head;
+          u["choices"] = json::array();
+          u["usage"] = usage(s);
+          u["speculative"] = speculative(s);
+          event(u);
+        }
+      }
+      const std::string done = "data: [DONE]\n\n";
+      sink.write(done.data(), done.size());
+      sink.done();
+      return true;
+    };
+    const httplib::ContentProviderResourceReleaser released = [this, id, forget](bool) {
+      engine_->cancel(id);  // a client that left: its row is freed at the next step
+      forget();
+    };
+    // HTTP/1.0 has no chunked framing (RFC 9112 6.1): its stream ends where the connection does
+    // (cpp-httplib closes an HTTP/1.0 connection after the response).
+    if (req.version == "HTTP/1.0")
+      res.set_content_provider("text/event-stream", events, released);
+    else
+      res.set_chunked_content_provider("text/event-stream", events, released);
   }
 
   ServeOptions o_;
