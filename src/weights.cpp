@@ -63,7 +63,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
           detail::parse_json_bounded(reinterpret_cast<const char*>(bytes) + 8,
                                      reinterpret_cast<const char*>(bytes) + 8 + header_len, path);
     } catch (const json::exception& e) {
-      throw Error(detail::concat(path, ": invalid safetensors header JSON: ", detail::json_message(e)));
+      throw Error(
+          detail::concat(path, ": invalid safetensors header JSON: ", detail::json_message(e)));
     }
     SPECDEC_CHECK(header.is_object(), path, ": safetensors header must be a JSON object");
     SPECDEC_CHECK(static_cast<int64_t>(header.size()) <= lim.max_tensors + 1, path, ": ",
@@ -105,7 +106,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         info.begin = off[0];
         info.end = off[1];
       } catch (const json::exception& ex) {
-        throw Error(detail::concat(path, ": tensor '", name, "': malformed entry: ", detail::json_message(ex)));
+        throw Error(detail::concat(path, ": tensor '", name,
+                                   "': malformed entry: ", detail::json_message(ex)));
       }
       const DtypeEntry* dt = find_dtype(info.dtype);
       SPECDEC_CHECK(dt != nullptr, path, ": tensor '", name, "' has unsupported dtype '",
