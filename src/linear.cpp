@@ -261,24 +261,10 @@ at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {
   return out.to(dtype).view({ids.size(0), ids.size(1), k_});
 }
 
-void check_load_options(const LoadOptions& options) {
-  const bool packed = options.device.is_cpu() && options.dtype == at::kFloat;
-  if (packed || options.weights == WeightFormat::kAsStored) return;
-  const bool own_dtype =
-      (options.weights == WeightFormat::kFloat32 && options.dtype == at::kFloat) ||
-      (options.weights == WeightFormat::kBFloat16 && options.dtype == at::kBFloat16) ||
-      (options.weights == WeightFormat::kFloat16 && options.dtype == at::kHalf);
-  SPECDEC_CHECK(own_dtype, "weight format ", weight_format_name(options.weights),
-                " needs float32 compute on the CPU (here: ", dtype_name(options.dtype), " on ",
-                options.device.str(), "); use as-stored or the compute dtype");
-}
-
 WeightLoader::WeightLoader(const WeightSource& source, const LoadOptions& options)
     : source_(source),
       options_(options),
-      packed_(options.device.is_cpu() && options.dtype == at::kFloat) {
-  check_load_options(options);
-}
+      packed_(options.device.is_cpu() && options.dtype == at::kFloat) {}
 
 at::Tensor WeightLoader::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
   return source_.load(name, options_.dtype, options_.device, shape);

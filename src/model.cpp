@@ -179,16 +179,7 @@ void check_layer_count(const std::vector<std::string>& names, int64_t layers,
 }
 
 std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& options) {
-  SPECDEC_CHECK(
-      options.dtype == at::kFloat || options.dtype == at::kBFloat16 || options.dtype == at::kHalf,
-      "load_model: unsupported compute dtype ", c10::toString(options.dtype),
-      " (supported: float32, bfloat16, float16)");
-  if (options.device.is_cuda())
-    SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
-  SPECDEC_CHECK(compat::kCpuHalfMatmul || !(options.device.is_cpu() && options.dtype == at::kHalf),
-                "load_model: float16 compute is not supported on the CPU by libtorch ",
-                compat::kMajor, ".", compat::kMinor,
-                " (use float32 or bfloat16 there, or float16 on cuda)");
+  check_load_options(options);
   std::string gguf;
   if (gguf_checkpoint(path, &gguf)) {
     // The mapping lives only while loading: the model keeps its own converted copy.
@@ -208,6 +199,30 @@ std::shared_ptr<const Model> load(const std::string& path, const LoadOptions& op
 }
 
 }  // namespace
+
+void check_load_options(const LoadOptions& options) {
+  SPECDEC_CHECK(
+      options.dtype == at::kFloat || options.dtype == at::kBFloat16 || options.dtype == at::kHalf,
+      "load_model: unsupported compute dtype ", c10::toString(options.dtype),
+      " (supported: float32, bfloat16, float16)");
+  if (options.device.is_cuda())
+    SPECDEC_CHECK(at::hasCUDA(), "load_model: CUDA requested but not available");
+  SPECDEC_CHECK(compat::kCpuHalfMatmul || !(options.device.is_cpu() && options.dtype == at::kHalf),
+                "load_model: float16 compute is not supported on the CPU by libtorch ",
+                compat::kMajor, ".", compat::kMinor,
+                " (use float32 or bfloat16 there, or float16 on cuda)");
+  // Packed formats (a quantized or float32 matrix multiplied by specdec's kernels) need float32
+  // compute on the CPU; elsewhere a checkpoint stays as stored or takes the compute dtype.
+  const bool packed = options.device.is_cpu() && options.dtype == at::kFloat;
+  if (packed || options.weights == WeightFormat::kAsStored) return;
+  const bool own_dtype =
+      (options.weights == WeightFormat::kFloat32 && options.dtype == at::kFloat) ||
+      (options.weights == WeightFormat::kBFloat16 && options.dtype == at::kBFloat16) ||
+      (options.weights == WeightFormat::kFloat16 && options.dtype == at::kHalf);
+  SPECDEC_CHECK(own_dtype, "weight format ", weight_format_name(options.weights),
+                " needs float32 compute on the CPU (here: ", dtype_name(options.dtype), " on ",
+                options.device.str(), "); use as-stored or the compute dtype");
+}
 
 std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options) {
   return torch_errors_as_specdec(("load_model(" + path + ")").c_str(),

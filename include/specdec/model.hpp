@@ -103,8 +103,9 @@ struct LoadOptions {
   bool int8_activations = false;
 };
 
-// Throws specdec::Error for a combination load_model refuses whatever the checkpoint (a packed
-// weight format beside another device or compute dtype).
+// Throws specdec::Error for options load_model refuses whatever the checkpoint: a compute dtype
+// other than float32, bfloat16 and float16, CUDA where there is none, float16 on the CPU with a
+// libtorch that lacks it, a packed weight format beside another device or compute dtype.
 void check_load_options(const LoadOptions& options);
 
 // Loads a Hugging Face checkpoint folder (config.json, generation_config.json, model.safetensors or

@@ -379,6 +379,22 @@ struct RunState {
             {"seq_len", seq_len},           {"step", step},
             {"features", features},         {"int8_activations", int8_activations}};
   }
+  // A training/state.json (to_json's); an error names the file.
+  static RunState read(const std::string& path) {
+    try {
+      const json s = detail::parse_json_bounded(read_text_file(path), path);
+      RunState r;
+      r.target_fingerprint = s.at("target").get<std::string>();
+      r.layer_ids = s.at("layer_ids").get<std::vector<int64_t>>();
+      r.seq_len = s.at("seq_len").get<int64_t>();
+      r.step = s.at("step").get<int64_t>();
+      r.features = s.value("features", false);
+      r.int8_activations = s.value("int8_activations", false);
+      return r;
+    } catch (const json::exception& e) {
+      throw Error(path + ": " + detail::json_message(e));
+    }
+  }
 };
 
 // Writes the draft folder `out` as a whole: built beside it as `out`.next, then swapped in.
@@ -493,14 +509,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
   RunState state;
   Data data;
   if (o.resume) {
-    const json s = detail::parse_json_bounded(read_text_file(out + "/training/state.json"),
-                                              out + "/training/state.json");
-    state.target_fingerprint = s.at("target").get<std::string>();
-    state.layer_ids = s.at("layer_ids").get<std::vector<int64_t>>();
-    state.seq_len = s.at("seq_len").get<int64_t>();
-    state.step = s.at("step").get<int64_t>();
-    state.features = s.value("features", false);
-    state.int8_activations = s.value("int8_activations", false);
+    state = RunState::read(out + "/training/state.json");
     SPECDEC_CHECK(state.features == o.features, out, ": was made ",
                   state.features ? "with" : "without", " --features; resume it the same way");
     SPECDEC_CHECK(state.int8_activations == o.int8_activations, out, ": was labelled ",
@@ -529,19 +538,17 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
     SPECDEC_CHECK(path_exists(from + "data.pt") && path_exists(from + "state.json"),
                   "make-draft: --data-from ", o.data_from,
                   ": no training/data.pt (not a make-draft output folder)");
-    const json s =
-        detail::parse_json_bounded(read_text_file(from + "state.json"), from + "state.json");
-    SPECDEC_CHECK(s.at("seq_len").get<int64_t>() == state.seq_len, "make-draft: --data-from ",
-                  o.data_from, " has sequences of ", s.at("seq_len").get<int64_t>(),
-                  " tokens; --seq-len is ", state.seq_len);
+    const RunState labelled = RunState::read(from + "state.json");
+    SPECDEC_CHECK(labelled.seq_len == state.seq_len, "make-draft: --data-from ", o.data_from,
+                  " has sequences of ", labelled.seq_len, " tokens; --seq-len is ", state.seq_len);
     const at::Tensor embed =
         src.weights->load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
-    SPECDEC_CHECK(s.at("target").get<std::string>() == fingerprint(src, embed),
+    SPECDEC_CHECK(labelled.target_fingerprint == fingerprint(src, embed),
                   "make-draft: --data-from ", o.data_from,
                   " was labelled by a different target than ", o.target);
-    SPECDEC_CHECK(s.value("int8_activations", false) == o.int8_activations,
-                  "make-draft: --data-from ", o.data_from, " was labelled ",
-                  o.int8_activations ? "without" : "with", " --int8-activations; pass the same");
+    SPECDEC_CHECK(labelled.int8_activations == o.int8_activations, "make-draft: --data-from ",
+                  o.data_from, " was labelled ", o.int8_activations ? "without" : "with",
+                  " --int8-activations; pass the same");
     data = read_data(o.data_from);
     SPECDEC_CHECK(
         !o.features || data.features.defined(), "make-draft: --data-from ", o.data_from,

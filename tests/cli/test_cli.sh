@@ -128,9 +128,9 @@ expect_error "... and a folder without one names what a tokenizer is" "not_a_tok
   tokenize --tokenizer "$(mkdir -p "$work/not_a_tokenizer" && echo "$work/not_a_tokenizer")" --text hi
 expect_error "a flag given twice says so" "--max-new-tokens is given 2 times: give it once" \
   generate --model "$work/t" --prompt-ids 1 --max-new-tokens 2 --max-new-tokens 3
-expect_error "a bare argument is said to be no flag's value" "not expected: my prompt (every input is a flag's value, as --prompt TEXT" \
+expect_error "a bare argument is said to be no flag's value" "not expected: my prompt (every input is a flag's value: --help lists the flags)" \
   generate --model "$work/t" "my prompt"
-expect_error "the server's --max-tokens points to --max-new-tokens" "generate has no flag --max-tokens (the server's and OpenAI's name: here --max-new-tokens)" \
+expect_error "the server's --max-tokens points to --max-new-tokens" "generate has no flag --max-tokens (OpenAI's max_tokens is a request's field; the flag is --max-new-tokens)" \
   generate --model "$work/t" --prompt-ids 1 --max-tokens 2
 # What a newcomer types: Hugging Face's snake_case names, typos, flags specdec does not have.
 check "Hugging Face's snake_case names are the dashed flags" bash -c \

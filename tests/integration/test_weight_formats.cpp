@@ -119,7 +119,14 @@ TEST(WeightFormats, BadRequestsAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("q8_0"), std::string::npos) << e.what();
   }
+  // check_load_options refuses it alone, with no checkpoint, as it does a compute dtype load_model
+  // has no layers for
+  EXPECT_THROW(check_load_options(o), Error);
+  LoadOptions int_compute;
+  int_compute.dtype = at::kInt;
+  EXPECT_THROW(check_load_options(int_compute), Error);
   o.weights = WeightFormat::kBFloat16;  // the compute dtype's own format is fine
+  EXPECT_NO_THROW(check_load_options(o));
   EXPECT_NO_THROW(load_model(dir, o));
   // Columns that are not a whole number of blocks of 32: the message names the tensor.
   FixtureOptions odd = tiny("llama", 1, 4);

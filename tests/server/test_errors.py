@@ -167,10 +167,15 @@ NEUTRAL_BODIES = [
                               "n": 1.0, "seed": 9223372036854775807, "temperature": 0.5}),
     ("/v1/completions", {"prompt": "Hi", "min_tokens": 0, "include_stop_str_in_output": False,
                          "ignore_eos": False, "stop_token_ids": []}),
+    ("/v1/completions", {"prompt": "Hi", "use_beam_search": False, "bad_words": [], "allowed_token_ids": None,
+                         "guided_json": None, "response_format": {"type": "text"}, "prompt_logprobs": None}),
+    ("/v1/chat/completions", {"messages": MSGS, "chat_template_kwargs": {}, "structured_outputs": None,
+                              "truncate_prompt_tokens": None}),
 ]
 
 
-@pytest.mark.parametrize("route,body", NEUTRAL_BODIES, ids=["chat", "completions", "lax", "vllm"])
+@pytest.mark.parametrize("route,body", NEUTRAL_BODIES,
+                         ids=["chat", "completions", "lax", "vllm", "vllm-completions", "vllm-chat"])
 def test_neutral_values_of_unserved_fields(server, route, body):
     r = server.post(route, json=dict(body, model=MODEL_ID, max_tokens=2))
     assert r.status_code == 200, r.text
@@ -420,9 +425,11 @@ def test_a_compressed_body_is_refused_unread(server):
         r = server.post("/v1/completions", data=body,
                         headers={"Content-Type": "application/json", "Content-Encoding": encoding})
         assert_error(server, r, 415, message_contains="uncompressed")
-    r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
-                    headers={"Content-Encoding": "identity"})
-    assert r.status_code == 200, r.text
+        assert r.headers.get("Accept-Encoding") == "identity", r.headers
+    for encoding in ("identity", "Identity"):
+        r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
+                        headers={"Content-Encoding": encoding})
+        assert r.status_code == 200, r.text
 
 
 def raw_exchange(server, request):
@@ -448,19 +455,26 @@ def test_a_body_the_server_leaves_unread_ends_the_connection(server):
     server.assert_healthy("after a GET with a body")
 
 
-def test_an_http_1_0_stream_is_not_chunked(server):
-    # RFC 9112 6.1: no Transfer-Encoding to an HTTP/1.0 client; the stream ends with the connection.
+@pytest.mark.parametrize("keep_alive", [False, True], ids=["plain", "keep-alive"])
+def test_an_http_1_0_stream_is_not_chunked(server, keep_alive):
+    # RFC 9112 6.1: no Transfer-Encoding to an HTTP/1.0 client; the stream ends with the connection,
+    # also where the client asked to keep it (nothing else would tell it where the stream ends).
     body = json.dumps({"prompt": "Hi", "max_tokens": 3, "stream": True}).encode()
+    start = time.monotonic()
     buf = raw_exchange(server, b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                       + (b"Connection: Keep-Alive\r\n" if keep_alive else b"")
+                       + b"Content-Length: %d\r\n\r\n" % len(body) + body)
     head, _, payload = buf.partition(b"\r\n\r\n")
     assert b" 200 " in head.split(b"\r\n")[0], buf[:300]
     assert b"transfer-encoding" not in head.lower(), head
+    assert b"connection: close" in head.lower(), head
     events = [e for e in payload.split(b"\n\n") if e]
     assert all(e.startswith(b"data: ") for e in events), payload[:300]
     assert events[-1] == b"data: [DONE]", events[-3:]
     chunks = [json.loads(e[6:]) for e in events[:-1]]
     assert sum(len(c["choices"][0]["text"]) > 0 for c in chunks if c["choices"]) >= 1, chunks
+    # ended by the server after the stream, not by its idle timeout (5 s)
+    assert time.monotonic() - start < 4, "the connection stayed open after the stream"
 
 
 def test_a_connection_serves_many_requests_and_garbage_is_logged_sanely(server):

@@ -42,7 +42,7 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
        "beam search is not supported: generation is greedy, or sampled with "
        "--do-sample"},
       {"--max-length", "specdec counts new tokens: --max-new-tokens"},
-      {"--max-tokens", "the server's and OpenAI's name: here --max-new-tokens"},
+      {"--max-tokens", "OpenAI's max_tokens is a request's field; the flag is --max-new-tokens"},
       {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
   };
   if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
@@ -107,7 +107,7 @@ std::string parse_error_message(const CLI::ParseError& error) {
     return what.substr(0, at) + " is given " + what.substr(at + twice.size()) +
            " times: give it once";
   if (dynamic_cast<const CLI::ExtrasError*>(&error))
-    return what + " (every input is a flag's value, as --prompt TEXT; --help lists the flags)";
+    return what + " (every input is a flag's value: --help lists the flags)";
   return "";
 }
 

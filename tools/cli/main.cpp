@@ -6,6 +6,7 @@
 #include "cli.hpp"
 #include "flag_errors.hpp"
 #include "generation_options.hpp"
+#include "json.hpp"
 
 using namespace specdec;
 using namespace specdec::cli;
@@ -273,7 +274,7 @@ int main(int argc, char** argv) {
     }
     if (*mk) return run_make_fixture(mf);
   } catch (const std::exception& e) {
-    std::cerr << "specdec: error: " << in_flag_words(e.what()) << "\n";
+    std::cerr << "specdec: error: " << in_flag_words(detail::json_message(e)) << "\n";
     return 1;
   }
   return 0;

@@ -18,6 +18,7 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 #include <thread>
@@ -378,25 +379,30 @@ class Server {
       for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
         conflicting = conflicting || req.get_header_value("Content-Length", i) !=
                                          req.get_header_value("Content-Length", 0);
+      const long long length = std::atoll(req.get_header_value("Content-Length").c_str());
       // A compressed body: --max-body bounds the bytes sent, which cpp-httplib would inflate
-      // (gzip, brotli) a thousandfold before the handler sees them, or read as they are (others).
+      // (gzip, deflate, brotli) a thousandfold before the handler sees them, or read as they are
+      // (other codings).
       const std::string encoding = req.get_header_value("Content-Encoding");
-      const bool encoded = !encoding.empty() && encoding != "identity";
-      if (chunked || conflicting || encoded ||
-          (!reads_body && std::atoll(req.get_header_value("Content-Length").c_str()) != 0)) {
-        send_error(res, chunked       ? ApiError(411,
-                                                 "a request body needs a Content-Length (no "
-                                                       "chunked bodies)",
-                                                 "", "length_required")
-                        : conflicting ? ApiError(400,
-                                                 "the request has differing Content-Length "
-                                                 "headers")
-                        : encoded     ? ApiError(415,
-                                                 "a request body must be sent uncompressed (got "
-                                                     "Content-Encoding: " +
-                                                     encoding + ")",
-                                                 "", "unsupported_media_type")
-                                  : ApiError(400, "a " + req.method + " request takes no body"));
+      const bool encoded =
+          length > 0 && !encoding.empty() && ::strcasecmp(encoding.c_str(), "identity") != 0;
+      const std::optional<ApiError> refusal = [&]() -> std::optional<ApiError> {
+        if (chunked)
+          return ApiError(411, "a request body needs a Content-Length (no chunked bodies)", "",
+                          "length_required");
+        if (conflicting) return ApiError(400, "the request has differing Content-Length headers");
+        if (encoded)
+          return ApiError(
+              415,
+              "a request body must be sent uncompressed (got Content-Encoding: " + encoding + ")",
+              "", "unsupported_media_type");
+        if (!reads_body && length != 0)
+          return ApiError(400, "a " + req.method + " request takes no body");
+        return std::nullopt;
+      }();
+      if (refusal) {
+        send_error(res, *refusal);
+        if (encoded) res.set_header("Accept-Encoding", "identity");  // (RFC 9110 15.5.16)
         res.set_header("Connection", "close");
         t_log.close = true;
         return httplib::Server::HandlerResponse::Handled;
@@ -777,12 +783,15 @@ class Server {
       engine_->cancel(id);  // a client that left: its row is freed at the next step
       forget();
     };
-    // HTTP/1.0 has no chunked framing (RFC 9112 6.1): its stream ends where the connection does
-    // (cpp-httplib closes an HTTP/1.0 connection after the response).
-    if (req.version == "HTTP/1.0")
+    // HTTP/1.0 has no chunked framing (RFC 9112 6.1): its stream ends where the connection does,
+    // also where the client asked to keep it (log() ends it).
+    if (req.version == "HTTP/1.0") {
       res.set_content_provider("text/event-stream", events, released);
-    else
+      res.set_header("Connection", "close");
+      t_log.close = true;
+    } else {
       res.set_chunked_content_provider("text/event-stream", events, released);
+    }
   }
 
   ServeOptions o_;
