@@ -125,6 +125,13 @@ std::string reword(const std::string& message, Word word) {
   return message.substr(0, at) + word(message.substr(end));
 }
 
+// `text` with each field name of `names` replaced by its flag.
+std::string renamed(std::string text,
+                    const std::vector<std::pair<std::string, std::string>>& names) {
+  for (const auto& [field, flag] : names) text = replace_all(std::move(text), field, flag);
+  return text;
+}
+
 }  // namespace
 
 std::string in_key_words(const std::string& message) {
@@ -160,18 +167,12 @@ std::string in_flag_words(const std::string& message) {
       {"max_spec_factor", "--suffix-spec-factor"},
       {"cache_tokens", "--suffix-cache-tokens"},
   };
-  const auto in = [](const std::vector<std::pair<std::string, std::string>>& names) {
-    return [&names](std::string rest) {
-      for (const auto& [field, flag] : names) rest = replace_all(std::move(rest), field, flag);
-      return rest;
-    };
-  };
   // SuffixOptions::validate's messages: "suffix speculation: FIELD must be ..." (the prefix kept).
   const std::string suffix = "suffix speculation: ";
   if (const size_t at = message.find(suffix); at != std::string::npos)
     return message.substr(0, at + suffix.size()) +
-           in(suffix_flags)(message.substr(at + suffix.size()));
-  return reword(message, in(flags));
+           renamed(message.substr(at + suffix.size()), suffix_flags);
+  return reword(message, [](std::string rest) { return renamed(std::move(rest), flags); });
 }
 
 }  // namespace specdec::cli
