@@ -29,12 +29,13 @@
 #include "serve/metrics.hpp"
 #include "serve/protocol.hpp"
 #include "serve/request_log.hpp"
-
-using json = nlohmann::ordered_json;  // responses keep their fields in the order written
+#include "serve/responses.hpp"
 
 namespace specdec::serve {
 
 namespace {
+
+using json = ojson;
 
 using Clock = std::chrono::steady_clock;
 double seconds_between(Clock::time_point a, Clock::time_point b) {
@@ -85,35 +86,6 @@ const char* status_text(int status) {
     default:
       return status >= 500 ? "internal server error" : "request refused";
   }
-}
-
-// Unicode characters that begin in UTF-8 bytes (a legacy completion's text_offset counts them,
-// as Python's string indices do).
-size_t characters(const json& bytes) {
-  return static_cast<size_t>(std::count_if(bytes.begin(), bytes.end(), [](const json& b) {
-    return (b.get<unsigned>() & 0xC0) != 0x80;
-  }));
-}
-
-// A token of a legacy completion's logprobs: its text, or for a token whose bytes are not whole
-// characters "bytes:\\xNN..." as OpenAI writes it (its U+FFFD would make tokens alike).
-std::string legacy_token(const json& entry) {
-  std::string raw;
-  for (const json& b : entry["bytes"]) raw += static_cast<char>(b.get<unsigned>());
-  if (valid_utf8(raw)) return entry["token"].get<std::string>();
-  std::string out = "bytes:";
-  char hex[5];
-  for (const unsigned char b : raw) {
-    std::snprintf(hex, sizeof hex, "\\x%02x", b);
-    out += hex;
-  }
-  return out;
-}
-
-json bytes_of(const std::string& s) {
-  json out = json::array();
-  for (const unsigned char c : s) out.push_back(c);
-  return out;
 }
 
 class Server {
@@ -525,65 +497,6 @@ class Server {
                                res.status, ms, t_log));
   }
 
-  // "abort" (vLLM's word): cancelled before its end, by the shutdown deadline or an engine error.
-  static std::string finish_reason(const Job& job) {
-    const std::string& why = job.result.stats.stop_reason;
-    return job.stopped || why == "eos"            ? "stop"
-           : why == "cancelled" || why == "error" ? "abort"
-                                                  : "length";
-  }
-
-  json usage(const GenerationStats& s) const {
-    return {{"prompt_tokens", s.prompt_tokens},
-            {"completion_tokens", s.new_tokens},
-            {"total_tokens", s.prompt_tokens + s.new_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", s.cached_prompt_tokens}}}};
-  }
-  json speculative(const GenerationStats& s) const {
-    return {{"drafted_tokens", s.drafted_tokens},
-            {"accepted_tokens", s.accepted_tokens},
-            {"acceptance_rate", s.acceptance_rate()},
-            {"target_passes", s.target_passes},
-            {"tokens_per_target_pass", s.tokens_per_target_pass()}};
-  }
-
-  // Chat-style logprob entries (with their text_offset) as the legacy completions object.
-  static json legacy_logprobs(const std::vector<json>& entries) {
-    json out = {{"tokens", json::array()},
-                {"token_logprobs", json::array()},
-                {"top_logprobs", json::array()},
-                {"text_offset", json::array()}};
-    for (const json& e : entries) {
-      const std::string chosen = legacy_token(e);
-      out["tokens"].push_back(chosen);
-      out["token_logprobs"].push_back(e["logprob"]);
-      json top = json::object();  // most probable first
-      for (const json& t : e["top_logprobs"]) top[legacy_token(t)] = t["logprob"];
-      // OpenAI's: the sampled token's logprob is always there ("up to logprobs+1 elements").
-      if (!top.contains(chosen)) top[chosen] = e["logprob"];
-      out["top_logprobs"].push_back(top);
-      out["text_offset"].push_back(e["text_offset"]);
-    }
-    return out;
-  }
-
-  json choice(bool chat, const std::string& text, const std::vector<json>* logprobs, bool delta,
-              const json& finish) const {
-    json c = {{"index", 0}, {"finish_reason", finish}};
-    if (chat)
-      c[delta ? "delta" : "message"] =
-          delta ? json{{"content", text}} : json{{"role", "assistant"}, {"content", text}};
-    else
-      c["text"] = text;
-    if (!logprobs)
-      c["logprobs"] = nullptr;
-    else if (chat)
-      c["logprobs"] = {{"content", *logprobs}};
-    else
-      c["logprobs"] = legacy_logprobs(*logprobs);
-    return c;
-  }
-
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
     const ParsedRequest p = parse_request(parse_body(req.body), chat, ctx_);
     auto job = std::make_shared<Job>();
@@ -602,19 +515,10 @@ class Server {
       std::vector<json> entries;
       for (const TokenLogprob& t : lps) {
         if (entries.size() == taken) break;
-        const std::string s = token_text(*tok, t.token);
-        json top = json::array();
-        for (const auto& [id, lp] : t.top) {
-          const std::string ts = token_text(*tok, id);
-          top.push_back(
-              {{"token", ts}, {"logprob", lp}, {"bytes", bytes_of(tok->token_bytes(id))}});
-        }
-        json bytes = bytes_of(tok->token_bytes(t.token));
-        json entry = {
-            {"token", s}, {"logprob", t.logprob}, {"bytes", bytes}, {"top_logprobs", top}};
+        json entry = logprob_entry(*tok, t);
         if (legacy) {  // the characters shown before it (none for a token whose text is hidden)
           entry["text_offset"] = job->shown;
-          if (text->shows(t.token)) job->shown += characters(bytes);
+          if (text->shows(t.token)) job->shown += characters(entry["bytes"]);
         }
         entries.push_back(std::move(entry));
       }
@@ -699,8 +603,9 @@ class Server {
       t_log.completion_tokens = s.new_tokens;
       if (s.stop_reason == "error") throw ApiError(500, "generation failed: " + job->result.error);
       json out = head;
-      out["choices"] = json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr,
-                                           false, finish_reason(*job))});
+      out["choices"] =
+          json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr, false,
+                              finish_reason(job->stopped, job->result.stats.stop_reason))});
       out["usage"] = usage(s);
       out["speculative"] = speculative(s);
       send_json(res, 200, out);
@@ -763,7 +668,8 @@ class Server {
         event(error_json(500, "generation failed: " + job->result.error));
       } else {
         json c = head;
-        c["choices"] = json::array({choice(chat, "", nullptr, true, finish_reason(*job))});
+        c["choices"] = json::array({choice(
+            chat, "", nullptr, true, finish_reason(job->stopped, job->result.stats.stop_reason))});
         if (chat) c["choices"][0]["delta"] = json::object();
         event(c);
         if (include_usage) {
