@@ -262,9 +262,7 @@ at::Tensor Linear::rows(const at::Tensor& ids, at::ScalarType dtype) const {
 }
 
 WeightLoader::WeightLoader(const WeightSource& source, const LoadOptions& options)
-    : source_(source),
-      options_(options),
-      packed_(options.device.is_cpu() && options.dtype == at::kFloat) {}
+    : source_(source), options_(options), packed_(packed_compute(options)) {}
 
 at::Tensor WeightLoader::tensor(const std::string& name, const std::vector<int64_t>& shape) const {
   return source_.load(name, options_.dtype, options_.device, shape);

@@ -91,6 +91,12 @@ class Linear {
   std::shared_ptr<WeightArena::Chunk> chunk_;  // the arena chunk holding w_, or null
 };
 
+// Whether a load multiplies with specdec's packed kernels (float32 compute on the CPU), where every
+// weight format applies; elsewhere a checkpoint stays as stored or takes the compute dtype.
+inline bool packed_compute(const LoadOptions& options) {
+  return options.device.is_cpu() && options.dtype == at::kFloat;
+}
+
 // Builds a model's parameters from a WeightSource under LoadOptions: dense tensors in the compute
 // dtype on the device (norms, biases, position tables), and Linear layers in the weight format.
 class WeightLoader {

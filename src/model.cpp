@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "gguf_model.hpp"
+#include "linear.hpp"
 #include "models/registry.hpp"
 #include "prefill.hpp"
 #include "specdec/error.hpp"
@@ -211,10 +212,7 @@ void check_load_options(const LoadOptions& options) {
                 "load_model: float16 compute is not supported on the CPU by libtorch ",
                 compat::kMajor, ".", compat::kMinor,
                 " (use float32 or bfloat16 there, or float16 on cuda)");
-  // Packed formats (a quantized or float32 matrix multiplied by specdec's kernels) need float32
-  // compute on the CPU; elsewhere a checkpoint stays as stored or takes the compute dtype.
-  const bool packed = options.device.is_cpu() && options.dtype == at::kFloat;
-  if (packed || options.weights == WeightFormat::kAsStored) return;
+  if (packed_compute(options) || options.weights == WeightFormat::kAsStored) return;
   const bool own_dtype =
       (options.weights == WeightFormat::kFloat32 && options.dtype == at::kFloat) ||
       (options.weights == WeightFormat::kBFloat16 && options.dtype == at::kBFloat16) ||

@@ -256,6 +256,8 @@ def test_chunked_body_refused(server):
     r = server.post("/v1/completions", data=iter([body]), headers={"Content-Type": "application/json"})
     assert "Content-Length" not in r.request.headers, "requests did not send the body chunked"
     assert_error(server, r, 411)
+    # The connection ends after the answer, and the answer says only that (no Keep-Alive beside it).
+    assert r.headers.get("Connection") == "close" and "Keep-Alive" not in r.headers, r.headers
 
 
 def test_a_port_in_use_is_an_error(server):
@@ -426,6 +428,7 @@ def test_a_compressed_body_is_refused_unread(server):
                         headers={"Content-Type": "application/json", "Content-Encoding": encoding})
         assert_error(server, r, 415, message_contains="uncompressed")
         assert r.headers.get("Accept-Encoding") == "identity", r.headers
+        assert r.headers.get("Connection") == "close" and "Keep-Alive" not in r.headers, r.headers
     for encoding in ("identity", "Identity"):
         r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
                         headers={"Content-Encoding": encoding})

@@ -381,6 +381,11 @@ class Server {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
+    // cpp-httplib adds its Keep-Alive header to a connection it keeps, also where the answer
+    // ends the connection (see log()): a response says one thing.
+    http_.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+      if (res.get_header_value("Connection") == "close") res.headers.erase("Keep-Alive");
+    });
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
       std::string message = status_text(res.status);
