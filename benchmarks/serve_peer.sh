@@ -26,7 +26,8 @@
 #   http     the HTTP layer's cost: the requests that 8 clients send (chat prompts) through
 #            `specdec generate --prompts-file FILE --batch-size 8` (in one process, tokens/s
 #            of its own summary, after an 8-request warm-up run that is subtracted) against the
-#            same requests through specdec serve --prefix-cache 0 at concurrency 8 -> results/serve_http.jsonl
+#            same requests through specdec serve --prefix-cache 0 at concurrency 8, SERVE_HTTP_ROUNDS
+#            (default 3) rounds of both -> results/serve_http.jsonl
 # SERVE_REQUESTS (default 4) requests per client, SERVE_MAX_TOKENS (default 64) tokens each;
 # SERVE_RESULTS: the folder of the result files (default benchmarks/results, made if missing); each part
 # appends its records (benchmarks/bench_record.py's schema; run = this invocation's start time, command
@@ -51,6 +52,7 @@ max_tokens=${SERVE_MAX_TOKENS:-64}
 levels=${SERVE_CONCURRENCY:-1,4,8,16}
 lookup_levels=${SERVE_LOOKUP_CONCURRENCY:-1}
 lookup_tokens=${SERVE_LOOKUP_TOKENS:-128}
+http_rounds=${SERVE_HTTP_ROUNDS:-3}
 parts=${SERVE_PARTS:-peer,lookup,goodput,http}
 has() { [[ ",$parts," == *",$1,"* ]]; }
 prompts=benchmarks/prompts/serve_chat.jsonl
@@ -60,7 +62,7 @@ results=${SERVE_RESULTS:-benchmarks/results}
 mkdir -p "$results"
 run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 command=$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import bench_record
-print(bench_record.with_env(sys.argv[1], "SERVE_THREADS SERVE_REQUESTS SERVE_MAX_TOKENS SERVE_CONCURRENCY SERVE_LOOKUP_CONCURRENCY SERVE_LOOKUP_TOKENS SERVE_PARTS SERVE_DRAFT SERVE_RESULTS LLAMA_BUILD LLAMA_FLAGS".split()))' "$command")
+print(bench_record.with_env(sys.argv[1], "SERVE_THREADS SERVE_REQUESTS SERVE_MAX_TOKENS SERVE_CONCURRENCY SERVE_LOOKUP_CONCURRENCY SERVE_LOOKUP_TOKENS SERVE_HTTP_ROUNDS SERVE_PARTS SERVE_DRAFT SERVE_RESULTS LLAMA_BUILD LLAMA_FLAGS".split()))' "$command")
 load=(python3 benchmarks/serve_load.py)
 tmp=$(mktemp -d)
 server_pid=
@@ -88,9 +90,10 @@ start_server() {
   done
   echo "$name: /health was not 200 within 600 s" >&2; tail -20 "$tmp/$name.log" >&2; exit 1
 }
-meta() { # meta SERVER_COMMAND...: the fields every result line of this server gets
-  python3 -c 'import json, sys; print(json.dumps({"run": sys.argv[1], "command": sys.argv[2], "threads": int(sys.argv[3]),
-                                                  "server": " ".join(sys.argv[4:])}))' "$run" "$command" "$threads" "$@"
+meta() { # meta SERVER_COMMAND...: the fields every result line of this server gets (and "round": $round_meta if set)
+  python3 -c 'import json, os, sys; r = os.environ.get("round_meta")
+print(json.dumps({"run": sys.argv[1], "command": sys.argv[2], "threads": int(sys.argv[3]), "server": " ".join(sys.argv[4:]),
+                  **({"round": int(r)} if r else {})}))' "$run" "$command" "$threads" "$@"
 }
 # specdec_run OUT LABEL API PROMPTS LEVELS TOKENS PER_CLIENT [serve flags...]
 specdec_run() {
@@ -169,13 +172,16 @@ PY
   cat "$tmp/warmup.jsonl" "$tmp/requests.jsonl" > "$tmp/generate.jsonl"
   gen=("$bin" generate --model "$model" --chat --prompts-file "$tmp/generate.jsonl" --batch-size 8
        --threads "$threads")
-  echo "== generate: ${gen[*]}" >&2
-  "${gen[@]}" > "$tmp/generate.out" 2> "$tmp/generate.err" || { tail -20 "$tmp/generate.err" >&2; exit 1; }
-  python3 - "$tmp/generate.out" "$tmp/generate.err" "$results/serve_http.jsonl" "$(meta "${gen[@]}")" <<'PY'
+  # Rounds of both, one after the other: the ratio is within a few percent, the noise of one
+  # measurement on a shared machine too; the report gives the medians.
+  for round in $(seq "$http_rounds"); do
+    echo "== generate (round $round): ${gen[*]}" >&2
+    "${gen[@]}" > "$tmp/generate.out" 2> "$tmp/generate.err" || { tail -20 "$tmp/generate.err" >&2; exit 1; }
+    python3 - "$tmp/generate.out" "$tmp/generate.err" "$results/serve_http.jsonl" "$(meta "${gen[@]}")" "$round" <<'PY'
 import json, re, sys
 sys.path.insert(0, "benchmarks")
 import bench_record
-out, err, dest, meta = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+out, err, dest, meta, rnd = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
 lines = [json.loads(l) for l in open(out) if l.strip()]
 warm = [l for l in lines if l["line"] <= 8]
 m = re.search(r"(\d+) requests, (\d+) tokens in ([0-9.]+) s", open(err).read())
@@ -185,13 +191,15 @@ tokens = int(m.group(2)) - sum(l["stats"]["new_tokens"] for l in warm)
 seconds = float(m.group(3)) - max(l["stats"]["total_seconds"] for l in warm)
 rec = {"label": "specdec-generate", "url": None, "api": "chat", "concurrency": 8, "requests": len(lines) - len(warm),
        "errors": 0, "tokens": tokens, "seconds": round(seconds, 4), "throughput_tokens_per_s": round(tokens / seconds, 3),
-       **meta}
+       "round": rnd, **meta}
 rec = bench_record.complete(rec, bench_record.common("serve_http", meta["command"], meta["threads"], meta["run"]))
 print(json.dumps(rec))
 bench_record.append("serve_http", [rec], dest)
 PY
-  # No prefix cache: generate's batch reuses no prompt either (serve_load's warm-up sends the same prompts).
-  specdec_run "$results/serve_http.jsonl" specdec-serve chat "$prompts" 8 "$max_tokens" "$per_client" --prefix-cache 0
+    # No prefix cache: generate's batch reuses no prompt either (serve_load's warm-up sends the same prompts).
+    round_meta=$round specdec_run "$results/serve_http.jsonl" specdec-serve chat "$prompts" 8 "$max_tokens" "$per_client" \
+      --prefix-cache 0
+  done
 fi
 
 # --- the table (this run's records) ---
@@ -243,7 +251,9 @@ if good:
               f"{fmt(t, 'throughput_tokens_per_s')} tok/s; {fmt(g, 'tokens_per_target_pass', 1, 2)} tokens per target pass)")
 http = load("serve_http.jsonl")
 if http:
-    s, g = at(http, "specdec-serve", 8), at(http, "specdec-generate", 8)
-    print(f"\nHTTP layer: specdec serve at 8 clients / `specdec generate --batch-size 8`, the same requests: "
-          f"{ratio(s, g, 'throughput_tokens_per_s')} ({fmt(s, 'throughput_tokens_per_s')} vs {fmt(g, 'throughput_tokens_per_s')} tok/s)")
+    for rnd in sorted({r.get("round") for r in http}, key=lambda x: x or 0):
+        rows = [r for r in http if r.get("round") == rnd]
+        s, g = at(rows, "specdec-serve", 8), at(rows, "specdec-generate", 8)
+        print(f"\nHTTP layer, round {rnd}: specdec serve at 8 clients / `specdec generate --batch-size 8`, the same requests: "
+              f"{ratio(s, g, 'throughput_tokens_per_s')} ({fmt(s, 'throughput_tokens_per_s')} vs {fmt(g, 'throughput_tokens_per_s')} tok/s)")
 PY

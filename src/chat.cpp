@@ -118,9 +118,9 @@ ChatTemplate ChatTemplate::recognise(const std::string& text, const std::string&
       if (c == '\n') c = ' ';
     throw Error(
         source +
-        ": unrecognised chat template (not ChatML, Llama 3, Llama 2, Mistral or Gemma): \"" + head +
-        (text.size() > 120 ? "..." : "") + "\"; choose one with --chat-template (" + join(names()) +
-        ")");
+        ": unrecognised chat template (not ChatML, Qwen3, Llama 3, Llama 2, Mistral or Gemma): \"" +
+        head + (text.size() > 120 ? "..." : "") + "\"; name one of the formats instead (" +
+        join(names()) + ")");
   }
   return t;
 }
@@ -220,6 +220,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
 }
 
 std::optional<std::string> read_chat_template(const std::string& path) {
+  SPECDEC_CHECK(path_exists(path), path, ": no such file or folder");
   std::string gguf;
   if (!file_exists(path + "/tokenizer_config.json") && find_gguf(path, &gguf))
     return GgufFile(gguf).find_string("tokenizer.chat_template");

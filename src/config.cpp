@@ -330,8 +330,11 @@ void ModelConfig::apply_generation_config_text(const std::string& text, const st
 ModelConfig ModelConfig::from_dir(const std::string& dir) {
   const std::string config_path = dir + "/config.json";
   // Reached by load_model for anything that is not a GGUF checkpoint: say what a checkpoint is.
-  SPECDEC_CHECK(path_exists(dir), dir, ": no such file or folder (a checkpoint is a folder with ",
-                config_path, " or a .gguf file)");
+  const bool gguf_name = dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0;
+  SPECDEC_CHECK(path_exists(dir), dir,
+                gguf_name ? ": no such file"
+                          : ": no such file or folder (a checkpoint is a folder with " +
+                                config_path + " or a .gguf file)");
   SPECDEC_CHECK(!file_exists(dir), dir,
                 ": not a checkpoint: a file whose name does not end in .gguf (a checkpoint is a "
                 "folder with config.json or a .gguf file)");

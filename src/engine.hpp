@@ -19,6 +19,7 @@
 #include "goodput.hpp"
 #include "prefill.hpp"
 #include "specdec/candidates.hpp"
+#include "specdec/error.hpp"
 #include "specdec/generator.hpp"
 #include "specdec/request_engine.hpp"
 #include "specdec/sampling.hpp"
@@ -27,6 +28,21 @@
 #include "util.hpp"
 
 namespace specdec::detail {
+
+// Holds an InUse flag for a scope; throws specdec::Error with `message` where it is held already
+// (a second thread on what serves one at a time).
+class Claim {
+ public:
+  Claim(InUse& in_use, const char* message) : flag_(in_use.flag) {
+    if (flag_.exchange(true)) throw Error(message);
+  }
+  ~Claim() { flag_ = false; }
+  Claim(const Claim&) = delete;
+  Claim& operator=(const Claim&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
 
 // What a Generator keeps between requests, shared by its concurrent ones (each part guarded).
 struct GeneratorState {

@@ -24,8 +24,14 @@ Generator::Generator(std::shared_ptr<const Model> target, std::shared_ptr<const 
   // draft proposes over the target's ids with q = 0 where it has none. Whether the two tokenizers
   // agree on every real id is for the caller to check (require_same_tokenizer; the program does);
   // output stays exact either way, only acceptance depends on it.
+  const auto ids = [](const std::vector<int64_t>& v) {
+    std::vector<std::string> s;
+    for (const int64_t id : v) s.push_back(std::to_string(id));
+    return "[" + join(s) + "]";
+  };
   SPECDEC_CHECK(t.eos_token_ids == d.eos_token_ids,
-                "draft and target have different eos_token_id: they must share a tokenizer");
+                "draft and target have different eos_token_id (", ids(d.eos_token_ids), " and ",
+                ids(t.eos_token_ids), "): they must share a tokenizer");
   SPECDEC_CHECK(target_->device() == draft_->device(), "draft and target are on different devices");
   SPECDEC_CHECK(t.is_encoder_decoder == d.is_encoder_decoder, "draft (", d.model_type,
                 ") and target (", t.model_type,
@@ -65,6 +71,9 @@ GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt,
                                      const GenerationConfig& config, PromptCache& cache,
                                      const TokenCallback& on_token) const {
+  const detail::Claim claim(cache.in_use_,
+                            "generate: the PromptCache is in use by another request (one at a "
+                            "time per cache: give each conversation its own)");
   return generate_one(prompt, config, on_token, &cache);
 }
 

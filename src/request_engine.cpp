@@ -27,6 +27,7 @@ struct RequestEngine::Impl final : detail::RowSource {
   std::unordered_map<Id, detail::Row*> rows;          // waiting or running, by id
   Id next_id = 1;
   bool stopping = false;
+  detail::InUse stepping;  // a step() is running (one thread steps the engine)
 
   // Built by the first step (on the engine's thread, in inference mode), rebuilt after a failure.
   std::unique_ptr<detail::Engine> engine;
@@ -133,6 +134,9 @@ void RequestEngine::cancel(Id id) {
 
 bool RequestEngine::step() {
   Impl& s = *impl_;
+  const detail::Claim claim(s.stepping,
+                            "RequestEngine::step: called while another thread steps the engine "
+                            "(step and run from one thread)");
   bool worked = false;
   try {
     c10::InferenceMode guard;

@@ -1,6 +1,7 @@
 // Generator: the assisted-generation loop (and plain target-only generation).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -24,6 +25,13 @@ namespace detail {
 class Engine;
 struct EngineModels;
 struct GeneratorState;
+// Set while a request uses the object that holds it; a move leaves each object its own.
+struct InUse {
+  InUse() = default;
+  InUse(InUse&&) noexcept {}
+  InUse& operator=(InUse&&) noexcept { return *this; }
+  std::atomic<bool> flag{false};
+};
 }  // namespace detail
 
 struct GenerationResult {
@@ -83,7 +91,7 @@ struct BatchOptions {
 // only recomputes the draft's cache, as the output depends on the target alone); an
 // encoder-decoder model's always does (its decoder depends on each prompt's encoding; the cache
 // stays empty). A request refused by validation leaves the cache as it was, one that fails while
-// running leaves it empty.
+// running leaves it empty; a request while another uses the cache is refused (specdec::Error).
 class PromptCache {
  public:
   PromptCache() = default;
@@ -98,10 +106,12 @@ class PromptCache {
 
  private:
   friend class detail::Engine;
+  friend class Generator;                        // (claims in_use_)
   std::shared_ptr<const Model> target_, draft_;  // the models the caches belong to
   std::vector<int64_t> tokens_;  // the last request's sequence: prompt and new tokens
   KVCache target_cache_,
       draft_cache_;  // each holds a prefix of tokens_ (the draft's: empty if unused)
+  detail::InUse in_use_;
 };
 
 class Generator {

@@ -45,7 +45,8 @@ class Model {
   // one in front; kCacheOnly: no logits, an undefined tensor, for passes that only fill the cache).
   // `trees` (empty, or one per row; an empty one: a chain): row b's real tokens as a TokenTree,
   // n_b entries; they still go to the cache's next n_b slots in pass order (KVCache::keep_path
-  // then keeps one path). Must be called inside c10::InferenceMode (the generator does).
+  // then keeps one path). Call it inside c10::InferenceMode, as the generator does: outside it
+  // libtorch keeps autograd's version counters, and a cache made inside it cannot be written.
   // Encoder-decoder models: `input_ids` are decoder ids, and `cache` must hold the encoder output
   // (attach_encoder); they take chains only.
   static constexpr int64_t kCacheOnly = -1;

@@ -53,7 +53,9 @@ std::string exe_dir() {
 }
 
 // Where the shim may be: $SPECDEC_SPM_LIBRARY, beside the program or in ../lib (relocated
-// installs), the install prefix, the build tree, then the loader's own search path.
+// installs), the loader's own search path (LD_LIBRARY_PATH, then the program's run path, which
+// find_package(specdec) points at the install it found), the configured install prefix, and last
+// the build tree (its programs have no run path to it).
 const Shim& shim() {
   static std::once_flag once;
   static Shim s;
@@ -67,9 +69,9 @@ const Shim& shim() {
       candidates.push_back(exe + "/" + kShimName);
       candidates.push_back(exe + "/../lib/" + kShimName);
     }
+    candidates.push_back(kShimName);
     for (const char* p : {SPECDEC_SPM_INSTALL_PATH, SPECDEC_SPM_BUILD_PATH})
       if (*p) candidates.push_back(p);
-    candidates.push_back(kShimName);
     void* h = nullptr;
     std::string errors;
     for (const std::string& c : candidates) {

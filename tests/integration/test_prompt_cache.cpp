@@ -123,6 +123,24 @@ TEST(PromptCache, OtherModelsEncoderDecoderCancelledAndFailedRequests) {
       std::runtime_error);
   EXPECT_EQ(cache.positions(), 0);
 
+  // A second request on a cache in use is refused (here from the first one's callback, as a
+  // second thread would be), and leaves the first one and the cache to go on.
+  std::string refused;
+  const GenerationResult first =
+      assisted.generate(prompt, c, cache, [&](const std::vector<int64_t>&) {
+        if (!refused.empty()) return;
+        try {
+          assisted.generate(prompt, c, cache);
+          refused = "(not refused)";
+        } catch (const Error& e) {
+          refused = e.what();
+        }
+      });
+  EXPECT_NE(refused.find("the PromptCache is in use by another request"), std::string::npos)
+      << refused;
+  EXPECT_EQ(first.tokens, Generator(p.target).generate(prompt, c).tokens);
+  EXPECT_EQ(assisted.generate(prompt, c, cache).tokens, first.tokens);  // (released)
+
   // Cancelled after a few tokens: the cache holds that shorter sequence, and the next turn
   // continues it.
   std::vector<int64_t> streamed;

@@ -233,6 +233,33 @@ TEST(RequestEngine, AFailingSinkFailsItsRequestAlone) {
   EXPECT_EQ(good.finished, gen.generate(prompt_of(4), config_of(4, false)).tokens);
 }
 
+// step() while another step runs (here from a sink, which runs inside the step, as a second
+// thread would) is refused; the engine goes on.
+TEST(RequestEngine, ASecondSteppingThreadIsRefused) {
+  const Models m = models();
+  const Generator gen(m.target, m.draft);
+  RequestEngine engine(gen, {});
+  Output out;
+  std::string refused;
+  Request r = request(prompt_of(5), config_of(5, false), out);
+  auto sink = r.on_tokens;
+  r.on_tokens = [&](const std::vector<int64_t>& ids, const std::vector<TokenLogprob>& lps) {
+    if (refused.empty()) try {
+        engine.step();
+        refused = "(not refused)";
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+    sink(ids, lps);
+  };
+  engine.submit(std::move(r));
+  while (engine.step()) {
+  }
+  EXPECT_NE(refused.find("called while another thread steps the engine"), std::string::npos)
+      << refused;
+  EXPECT_EQ(out.finished, gen.generate(prompt_of(5), config_of(5, false)).tokens);
+}
+
 // The log-probabilities are the target's own: log-softmax of a target-only forward pass over the
 // prompt and the tokens generated before each one. With a draft model, and with suffix trees
 // (whose kept path is not the first candidates: the rows of the path, in order), after sampled

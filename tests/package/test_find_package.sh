@@ -25,6 +25,11 @@ test -f "$work/prefix/lib/libspecdec_spm.so" || test -n "$(find "$work/prefix" -
 # A program built anywhere finds the shim on the run path that find_package(specdec) gives it.
 shim_dir=$(dirname "$(find "$work/prefix" -name libspecdec_spm.so | head -1)")
 readelf -d "$work/build/embed" | grep -E 'R(UN)?PATH' | grep -qF "$shim_dir"
+# ... the install's copy, not the build tree's (which the library also knows of).
+loaded=$(env -u SPECDEC_SPM_LIBRARY LD_DEBUG=files "$work/build/embed" "$work/model_tok" 2>&1 >/dev/null |
+  grep -o 'calling init: [^ ]*libspecdec_spm.so' | head -1)
+[ "$loaded" = "calling init: $shim_dir/libspecdec_spm.so" ] ||
+  { echo "the shim loaded was '${loaded#calling init: }', not $shim_dir's" >&2; exit 1; }
 mkdir -p "$work/prefix/bin" && cp "$work/build/embed" "$work/prefix/bin/embed"
 out=$(env -u SPECDEC_SPM_LIBRARY "$work/prefix/bin/embed" "$work/model_tok")
 echo "$out"

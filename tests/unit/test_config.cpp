@@ -284,6 +284,12 @@ TEST(ModelConfig, MissingFolderNamesTheFile) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/model/config.json"), std::string::npos);
   }
+  try {  // a .gguf name is a file: no folder, no config.json in the message
+    load_model("/nonexistent/model.gguf");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "/nonexistent/model.gguf: no such file");
+  }
 }
 
 TEST(GenerationConfig, ValidatesEveryKnob) {

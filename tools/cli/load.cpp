@@ -18,7 +18,11 @@ namespace {
 ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
   if (!o.chat_template.empty()) return ChatTemplate::by_name(o.chat_template);
   for (const std::string& where : {tok_source, o.model}) {
-    if (auto text = read_chat_template(where)) return ChatTemplate::recognise(*text, where);
+    if (auto text = read_chat_template(where)) try {
+        return ChatTemplate::recognise(*text, where);
+      } catch (const Error& e) {
+        throw Error(std::string(e.what()) + " with --chat-template");
+      }
   }
   std::string names;
   for (const std::string& n : ChatTemplate::names()) names += (names.empty() ? "" : "|") + n;
