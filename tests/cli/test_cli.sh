@@ -514,6 +514,20 @@ expect_error "--prompts-file: prompt_ids with --chat is refused, as --prompt-ids
   generate --model "$work/tt" --chat --chat-template chatml --prompts-file "$work/chat_ids.jsonl"
 
 # The real model, when scripts/get_models.sh has fetched it.
+# Output that cannot be written (a full disk) is an error, never a silent exit 0; a --prompts-file
+# run stops at the first line it loses.
+full() { # full NAME STDIN ARGS...: the command exits 1 saying it cannot write, with stdout on /dev/full
+  local name=$1 input=$2; shift 2
+  check "a full stdout is an error: $name" bash -c \
+    "! printf '%s' \"\$1\" | \"\$0\" \"\${@:2}\" > /dev/full 2> '$work/full.err' && grep -q 'cannot write the output' '$work/full.err'" \
+    "$SPECDEC" "$input" "$@"
+}
+full "generate" "" generate --model "$work/t" --prompt-ids 1,2 --max-new-tokens 3
+full "generate --json" "" generate --model "$work/t" --prompt-ids 1,2 --max-new-tokens 3 --json
+full "--prompts-file" $'{"prompt_ids": [1, 2]}\n{"prompt_ids": [3]}\n' generate --model "$work/t" --prompts-file - --max-new-tokens 3
+full "--prompts-file --batch-size 2" $'{"prompt_ids": [1, 2]}\n{"prompt_ids": [3]}\n{"prompt_ids": [4]}\n' \
+  generate --model "$work/t" --prompts-file - --max-new-tokens 3 --batch-size 2
+
 smol=${SPECDEC_MODELS:-$(dirname "$0")/../../models}/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ -f "$smol" ]; then
   ans=$("$SPECDEC" generate --model "$smol" --chat --prompt "What is the capital of France?" --max-new-tokens 24 2>/dev/null)
@@ -539,6 +553,8 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
   slash_one=$("$SPECDEC" generate --model "$smol" --chat --prompt "/etc/hosts is what?" --max-new-tokens 12 2>/dev/null)
   check "chat: // sends a message that begins with /" test "$slash" = "$slash_one"
   check "chat: an unknown command names the // escape" bash -c "printf '/etc\n' | '$SPECDEC' chat --model '$smol' 2>&1 | grep -q 'begin with //'"
+  full "tokenize" "" tokenize --tokenizer "$smol" --text "Hello"
+  full "detokenize" "" detokenize --tokenizer "$smol" --ids 19556,905
   ids=$("$SPECDEC" tokenize --tokenizer "$smol" --text "Hello world 123")
   check "tokenize from GGUF metadata (digits split, no BOS)" test "$ids" = "19556,905,216,33,34,35"
   expect_error "unknown --chat-template" "unknown chat template" generate --model "$smol" --chat --chat-template vicuna --prompt "Hi"

@@ -71,6 +71,9 @@ Loaded load(RunOptions& o, bool chat);
 nlohmann::json result_json(const GenerationResult& r, const Tokenizer* tok);
 void print_stats(const GenerationStats& s, std::ostream& os);
 std::string join_ids(const std::vector<int64_t>& v);
+// Flushes stdout; Error ("cannot write the output: <reason>") when a write to it failed (a full
+// disk, a closed file), so that a command never ends with 0 having lost its output.
+void flush_output();
 
 struct TokenizeOptions {
   std::string dir, text, ids;

@@ -187,7 +187,7 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
       done[written].reset();
     }
     if (written == before) return;
-    std::cout << std::flush;
+    flush_output();  // (a lost line stops the run)
     std::cerr << "specdec: " << written << "/" << requests.size() << " requests\n";
   };
   const auto count = [&](const auto& stats) {  // a request's GenerationStats or a run's BatchStats
@@ -212,11 +212,21 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
     }
     BatchOptions options;
     options.max_rows = o.batch_size;
+    // A line that cannot be written ends the run: the rows left are cancelled, the error reported.
+    std::exception_ptr lost;
     options.on_finished = [&](size_t row, const GenerationResult& r) {
       done[row] = r;
-      write_ready();
+      try {
+        write_ready();
+      } catch (const Error&) {
+        lost = std::current_exception();
+      }
     };
-    count(gen.generate_batch(prompts, configs, {}, options).stats);
+    const BatchTokenCallback stop_when_lost = [&](size_t, const std::vector<int64_t>&) {
+      if (lost) throw Cancelled();
+    };
+    count(gen.generate_batch(prompts, configs, stop_when_lost, options).stats);
+    if (lost) std::rethrow_exception(lost);
   }
   char buf[160];
   std::snprintf(buf, sizeof buf, "%lld tokens in %.3f s: %.2f tokens/s (%.2f after the prefill)",

@@ -2,7 +2,9 @@
 #include <ATen/Parallel.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 #include "cli.hpp"
@@ -247,6 +249,16 @@ void print_stats(const GenerationStats& s, std::ostream& os) {
   if (s.cached_prompt_tokens > 0)
     os << "(" << s.cached_prompt_tokens << " of the " << s.prompt_tokens
        << " prompt tokens came from the conversation's cache)\n";
+}
+
+void flush_output() {
+  errno = 0;
+  std::cout.flush();
+  std::fflush(stdout);
+  const int err = errno;
+  if (std::cout && !std::ferror(stdout)) return;
+  throw Error(std::string("cannot write the output (stdout)") +
+              (err ? ": " + std::string(std::strerror(err)) : ""));
 }
 
 std::string join_ids(const std::vector<int64_t>& v) {

@@ -247,15 +247,20 @@ int main(int argc, char** argv) {
     }
     return app.exit(e) == 0 ? 0 : 1;
   }
+  // Every command's output is flushed and checked before it exits 0.
+  const auto finished = [](int rc) {
+    if (rc == 0) flush_output();
+    return rc;
+  };
   try {
-    if (*gen) return run_generate(gen_opts);
-    if (*cmp) return run_compare(cmp_opts);
-    if (*chat) return run_chat(chat_opts);
+    if (*gen) return finished(run_generate(gen_opts));
+    if (*cmp) return finished(run_compare(cmp_opts));
+    if (*chat) return finished(run_chat(chat_opts));
     if (*srv)
       return run_serve(serve_opts, serve_server, srv->get_option("--max-new-tokens")->count() > 0);
-    if (*tokc) return run_tokenize(tk);
-    if (*mtok) return run_make_tokenizer(mt);
-    if (*detok) return run_detokenize(dtk);
+    if (*tokc) return finished(run_tokenize(tk));
+    if (*mtok) return finished(run_make_tokenizer(mt));
+    if (*detok) return finished(run_detokenize(dtk));
     if (*mkd) {
       if (vs->count() > 0 && md.vocab_subset < 1)
         throw Error("make-draft: --vocab-subset must be >= 1");
@@ -270,9 +275,9 @@ int main(int argc, char** argv) {
                     << " not used with --resume: the run keeps its own layers, head, training text "
                        "and sequence length\n";
       }
-      return run_make_draft(md);
+      return finished(run_make_draft(md));
     }
-    if (*mk) return run_make_fixture(mf);
+    if (*mk) return finished(run_make_fixture(mf));
   } catch (const std::exception& e) {
     std::cerr << "specdec: error: " << in_flag_words(detail::json_message(e)) << "\n";
     return 1;
