@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -41,15 +43,35 @@ constexpr int64_t kTopK = 32;  // target probabilities kept per position
 using Net = detail::DraftNet;
 using detail::load_draft_net;
 
-// Identifies a target: its configuration and a checksum of some of its weights.
+// Identifies a target: its configuration and a checksum (64-bit FNV-1a) of the bytes of its first
+// embedding rows, the same whatever the thread count (a float sum was not).
 std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& embed) {
-  std::ostringstream s;
-  s.precision(17);
   json c = src.config_json;
   c.erase("torch_dtype");
-  s << c.dump()
-    << " embed:" << embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).sum().item<double>();
-  return s.str();
+  const at::Tensor rows =
+      embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).to(at::kFloat).contiguous();
+  const auto* bytes = static_cast<const unsigned char*>(rows.data_ptr());
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < rows.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return c.dump() + " embed-fnv1a:" + hex;
+}
+
+// Whether `stored` (a run's state.json) names this target: its fingerprint, or the float sum that
+// runs made before the checksum stored (the configuration equal, the sum within rounding).
+bool made_from(const std::string& stored, const detail::SourceCheckpoint& src,
+               const at::Tensor& embed) {
+  const std::string now = fingerprint(src, embed);
+  if (stored == now) return true;
+  const size_t at_sum = stored.rfind(" embed:");
+  if (at_sum == std::string::npos ||
+      stored.compare(0, at_sum, now, 0, now.rfind(" embed-fnv1a:")) != 0)
+    return false;
+  const double sum = std::strtod(stored.c_str() + at_sum + 7, nullptr);
+  const double fresh =
+      embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).sum().item<double>();
+  return std::abs(sum - fresh) <= 1e-4 * std::max(1.0, std::abs(fresh));
 }
 
 // A prompt's ids: as a user turn in the chat template when there is one, else the plain text.
@@ -543,9 +565,8 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
                   " has sequences of ", labelled.seq_len, " tokens; --seq-len is ", state.seq_len);
     const at::Tensor embed =
         src.weights->load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
-    SPECDEC_CHECK(labelled.target_fingerprint == fingerprint(src, embed),
-                  "make-draft: --data-from ", o.data_from,
-                  " was labelled by a different target than ", o.target);
+    SPECDEC_CHECK(made_from(labelled.target_fingerprint, src, embed), "make-draft: --data-from ",
+                  o.data_from, " was labelled by a different target than ", o.target);
     SPECDEC_CHECK(labelled.int8_activations == o.int8_activations, "make-draft: --data-from ",
                   o.data_from, " was labelled ", o.int8_activations ? "without" : "with",
                   " --int8-activations; pass the same");
@@ -582,9 +603,9 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
     net.fc = at::cat({at::eye(h), at::zeros({h, h})}, 1);  // [I, 0]: the plain draft, to start from
     net.fc_norm = target_norm.clone();
   }
-  const std::string print = fingerprint(src, net.embed);
+  const std::string print = fingerprint(src, net.embed);  // (before a resume loads the draft's)
   if (o.resume) {
-    SPECDEC_CHECK(state.target_fingerprint == print, out,
+    SPECDEC_CHECK(made_from(state.target_fingerprint, src, net.embed), out,
                   ": was made from a different target than ", o.target,
                   " (configuration or weights differ); resume with the target it was made from");
     const WeightStore saved(out);

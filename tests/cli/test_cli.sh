@@ -553,6 +553,13 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
   slash_one=$("$SPECDEC" generate --model "$smol" --chat --prompt "/etc/hosts is what?" --max-new-tokens 12 2>/dev/null)
   check "chat: // sends a message that begins with /" test "$slash" = "$slash_one"
   check "chat: an unknown command names the // escape" bash -c "printf '/etc\n' | '$SPECDEC' chat --model '$smol' 2>&1 | grep -q 'begin with //'"
+  # make-draft --resume under another thread count (the target's fingerprint once held a float sum
+  # of its embedding rows, whose rounding followed the threads).
+  python3 -c "import random; random.seed(1); w='the cat sat on a mat and a dog ran to the big red house'.split(); print(' '.join(random.choice(w) for _ in range(400)))" > "$work/md_text.txt"
+  "$SPECDEC" make-draft --target "$smol" --out "$work/md_threads" --layers 1 --vocab-subset 1024 --data "$work/md_text.txt" \
+    --steps 1 --seq-len 32 --batch 2 --threads 2 > /dev/null 2>&1
+  check "make-draft: a run resumes under another --threads" bash -c '"$@" > /dev/null 2>&1' _ \
+    "$SPECDEC" make-draft --target "$smol" --out "$work/md_threads" --resume --steps 2 --threads 1
   full "tokenize" "" tokenize --tokenizer "$smol" --text "Hello"
   full "detokenize" "" detokenize --tokenizer "$smol" --ids 19556,905
   ids=$("$SPECDEC" tokenize --tokenizer "$smol" --text "Hello world 123")

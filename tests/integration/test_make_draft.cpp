@@ -8,6 +8,7 @@
 
 #include <random>
 #include <set>
+#include <sstream>
 
 #include "test_util.hpp"
 #include "tooling/checkpoint.hpp"
@@ -181,6 +182,42 @@ TEST(MakeDraft, AnInterruptedRunResumesToTheSameDraft) {
   const auto whole = tensors_of(root + "/whole"), parts = tensors_of(root + "/parts");
   ASSERT_EQ(whole.size(), parts.size());
   for (const auto& [name, t] : whole) EXPECT_TRUE(at::equal(t, parts.at(name))) << name;
+}
+
+// A run made before the target's fingerprint was a checksum stored the float sum of its first
+// 64 embedding rows: it still resumes with its target (the sum within rounding), not with another.
+TEST(MakeDraft, ARunWithTheEarlierFingerprintResumes) {
+  MakeDraftOptions o = options(temp_dir("make_draft_old_print") + "/d");
+  o.steps = 1;
+  make_draft(o);
+  const std::string state_path = o.out + "/training/state.json";
+  nlohmann::json state = read_json(state_path);
+  const std::string print = state["target"];
+  const size_t at = print.find(" embed-fnv1a:");
+  ASSERT_NE(at, std::string::npos) << print;
+  const at::Tensor embed =
+      WeightStore(o.target).load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
+  const double sum = embed.narrow(0, 0, 64).sum().item<double>();
+  const auto resume_with = [&](double stored_sum) {
+    std::ostringstream old;
+    old.precision(17);
+    old << print.substr(0, at) << " embed:" << stored_sum;
+    state["target"] = old.str();
+    write_file(state_path, state.dump());
+    MakeDraftOptions r = o;
+    r.resume = true;
+    r.data_files.clear();
+    r.steps = 2;
+    return make_draft(r).steps_done;
+  };
+  EXPECT_EQ(resume_with(sum * (1 + 1e-7)), 2);  // (a sum another thread count rounded otherwise)
+  try {
+    resume_with(sum + 1);
+    ADD_FAILURE() << "another target's sum was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("was made from a different target"), std::string::npos)
+        << e.what();
+  }
 }
 
 // --features: the untrained draft (fc = [I, 0]) is the plain one through the inference path;
