@@ -560,6 +560,30 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
     --steps 1 --seq-len 32 --batch 2 --threads 2 > /dev/null 2>&1
   check "make-draft: a run resumes under another --threads" bash -c '"$@" > /dev/null 2>&1' _ \
     "$SPECDEC" make-draft --target "$smol" --out "$work/md_threads" --resume --steps 2 --threads 1
+  # Text that is not UTF-8: the error names where it came from, and the byte in it.
+  expect_error "--chat: a bad byte in --prompt is named there" "--prompt: text is not valid UTF-8 (byte 3)" \
+    generate --model "$smol" --chat --prompt $'caf\xe9'
+  expect_error "--chat: a bad byte in --system is named there" "--system: text is not valid UTF-8 (byte 1)" \
+    generate --model "$smol" --chat --system $'s\xe9' --prompt "Hi"
+  check "chat: a bad byte in a message is named there" bash -c \
+    "printf 'caf\\xe9\\n' | '$SPECDEC' chat --model '$smol' 2>&1 | grep -q 'your message: text is not valid UTF-8 (byte 3)'"
+  # chat: Ctrl-C (SIGINT) while an answer streams stops that answer; the conversation goes on.
+  rm -f "$work/chat_in" && mkfifo "$work/chat_in"
+  "$SPECDEC" chat --model "$smol" --max-new-tokens 3000 < "$work/chat_in" > "$work/chat_out" 2> "$work/chat_err" &
+  chat_pid=$!
+  exec 7> "$work/chat_in"
+  printf 'Write a very long story about a dragon.\n' >&7
+  for _ in $(seq 600); do [ -s "$work/chat_out" ] && break; sleep 0.1; done  # the answer streams
+  kill -INT "$chat_pid"
+  sleep 0.5
+  printf 'Say hi.\n/exit\n' >&7
+  exec 7>&-
+  chat_rc=0; wait "$chat_pid" || chat_rc=$?
+  check "chat: Ctrl-C stops the answer, and the next turn is answered" bash -c \
+    "[ $chat_rc -eq 0 ] && grep -q 'answer stopped' '$work/chat_err' && [ \$(wc -l < '$work/chat_out') -ge 2 ]"
+  # On a terminal, the note before reading stdin names the subcommand's own flag.
+  tty_note=$( (sleep 1; printf 'hi\n\004') | timeout 60 script -q -c "'$SPECDEC' tokenize --tokenizer '$smol'" /dev/null)
+  check "tokenize: reading a terminal, the note names --text" grep -q "or use --text TEXT" <<<"$tty_note"
   full "tokenize" "" tokenize --tokenizer "$smol" --text "Hello"
   full "detokenize" "" detokenize --tokenizer "$smol" --ids 19556,905
   ids=$("$SPECDEC" tokenize --tokenizer "$smol" --text "Hello world 123")

@@ -1,12 +1,33 @@
 // `specdec chat`: an interactive conversation, streamed.
 #include <unistd.h>
 
+#include <atomic>
+#include <csignal>
 #include <iostream>
 #include <optional>
 
 #include "cli.hpp"
+#include "tokenizers/tokenizer_base.hpp"
 
 namespace specdec::cli {
+
+namespace {
+
+// Ctrl-C (SIGINT) while an answer streams stops that answer, and the conversation goes on; at the
+// prompt it ends the program, as it does by default.
+std::atomic<bool> g_answering{false}, g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void on_interrupt(int) {
+  if (g_answering) {
+    g_stop = true;
+    return;
+  }
+  (void)!::write(STDERR_FILENO, "\n", 1);
+  std::_Exit(130);
+}
+
+}  // namespace
 
 // One user turn from stdin: a line, or several where each but the last ends with a backslash
 // (dropped; the line end is kept). False at the end of input with nothing read.
@@ -43,11 +64,16 @@ int run_chat(RunOptions& o) {
   };
   reset();
   const bool tty = isatty(STDIN_FILENO);
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
   std::cerr << "specdec chat (" << l.chat->name() << (l.draft ? ", with a draft" : "")
             << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
             << (o.gen.suffix_speculation ? ", suffix speculation" : "")
             << "): type a message (end a line with \\ to go on to the next); /reset starts over, "
-               "/stats shows the last answer's statistics, /exit or Ctrl-D ends\n";
+               "/stats shows the last answer's statistics, /exit or Ctrl-D ends; Ctrl-C stops an "
+               "answer\n";
   std::optional<GenerationStats> last;
   int64_t total_tokens = 0;
   double total_seconds = 0;
@@ -86,6 +112,11 @@ int run_chat(RunOptions& o) {
     StreamDecoder stream(*l.tokenizer, true);
     GenerationResult r;
     try {
+      try {
+        tok::require_utf8(line);
+      } catch (const Error& e) {
+        throw Error(std::string("your message: ") + e.what());
+      }
       const std::vector<int64_t> prompt = encode_chat(l, messages);
       // --max-new-tokens is a cap per answer; a long conversation leaves less room in the context.
       GenerationConfig turn = o.gen;
@@ -94,10 +125,15 @@ int run_chat(RunOptions& o) {
       room -= static_cast<int64_t>(prompt.size());
       if (room < 1) throw Error("the conversation fills the model's context");
       turn.max_new_tokens = std::min(turn.max_new_tokens, room);
+      g_stop = false;
+      g_answering = true;
       r = gen.generate(prompt, turn, cache, [&](const std::vector<int64_t>& t) {
         if (!o.no_stream) std::cout << stream.push(t) << std::flush;
+        if (g_stop) throw Cancelled();  // (the tokens shown so far are the answer)
       });
-    } catch (const Error& e) {  // e.g. the conversation outgrew the context: this turn is dropped
+      g_answering = false;
+    } catch (const Error& e) {
+      g_answering = false;  // e.g. the conversation outgrew the context: this turn is dropped
       messages.pop_back();
       std::cerr << "specdec: error: " << e.what()
                 << " (the conversation goes on without this turn; /reset starts over)\n";
@@ -105,6 +141,7 @@ int run_chat(RunOptions& o) {
     }
     const std::string answer = l.tokenizer->decode(r.tokens, true);
     std::cout << (o.no_stream ? answer : stream.finish()) << "\n" << std::flush;
+    if (g_stop) std::cerr << "(answer stopped: it stays in the conversation as it is)\n";
     messages.push_back({"assistant", answer});
     last = r.stats;
     total_tokens += r.stats.new_tokens;

@@ -48,8 +48,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode);
 // "").
 std::vector<int64_t> parse_ids(const std::string& text, const char* flag = "--prompt-ids",
                                bool allow_empty = false);
-// All of stdin (a note on stderr first when it is a terminal).
-std::string read_stdin();
+// All of stdin (on a terminal, a note on stderr first naming `flag`, which gives the text instead).
+std::string read_stdin(const char* flag = "--prompt");
 
 struct Loaded {
   std::shared_ptr<const Model> target, draft;

@@ -9,6 +9,7 @@
 
 #include "cli.hpp"
 #include "generation_options.hpp"
+#include "tokenizers/tokenizer_base.hpp"
 
 using nlohmann::json;
 
@@ -50,6 +51,16 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
 
 namespace {
 void warn(const std::string& message) { std::cerr << "specdec: warning: " << message << "\n"; }
+
+// Text from the user as UTF-8, or an Error naming where it came from (the byte counted in it, not
+// in the chat prompt around it).
+void require_utf8_in(const std::string& text, const std::string& where) {
+  try {
+    tok::require_utf8(text);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
 
 // The target's load options, or the draft's (which shares the device and compute dtype).
 LoadOptions load_options(const RunOptions& o, bool draft) {
@@ -187,6 +198,7 @@ Loaded load(RunOptions& o, bool chat) {
     if (!l.tokenizer)
       throw Error(o.model + " has no tokenizer: give --tokenizer, which chat needs");
     l.chat = chat_template(o, tok_dir);
+    require_utf8_in(o.system, "--system");
   }
   if (o.serve || !o.prompts_file.empty()) {
     // Requests come later (serve), or are read and checked by run_prompts_file.
@@ -195,12 +207,14 @@ Loaded load(RunOptions& o, bool chat) {
   } else if (o.chat) {
     const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
     if (text.empty()) throw Error("the prompt is empty");
+    require_utf8_in(text, o.prompt.empty() ? "the prompt (stdin)" : "--prompt");
     l.prompt = encode_turn(l, o.system, text);
   } else if (!chat) {
     if (!l.tokenizer)
       throw Error(o.model +
                   " has no tokenizer files: give --tokenizer DIR, or the prompt as --prompt-ids");
     const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
+    require_utf8_in(text, o.prompt.empty() ? "the prompt (stdin)" : "--prompt");
     l.prompt = l.tokenizer->encode(text, true);
     if (l.prompt.empty()) throw Error("the prompt is empty");
   }

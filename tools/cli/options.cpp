@@ -157,9 +157,10 @@ std::vector<int64_t> parse_ids(const std::string& text, const char* flag, bool a
   return ids;
 }
 
-std::string read_stdin() {
+std::string read_stdin(const char* flag) {
   if (isatty(STDIN_FILENO))
-    std::cerr << "specdec: reading the prompt from stdin (end with Ctrl-D; or use --prompt TEXT)\n";
+    std::cerr << "specdec: reading the " << (flag + 2) << " from stdin (end with Ctrl-D; or use "
+              << flag << " TEXT)\n";
   std::string text(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>{});
   // The line break that ends the input (echo's, a file's last line) is not part of the prompt.
   if (!text.empty() && text.back() == '\n') text.pop_back();
