@@ -560,6 +560,13 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
     --steps 1 --seq-len 32 --batch 2 --threads 2 > /dev/null 2>&1
   check "make-draft: a run resumes under another --threads" bash -c '"$@" > /dev/null 2>&1' _ \
     "$SPECDEC" make-draft --target "$smol" --out "$work/md_threads" --resume --steps 2 --threads 1
+  # A tokenizer or chat template of another model is used as asked, with a warning.
+  check "a --tokenizer of another model is warned about" bash -c \
+    "'$SPECDEC' generate --model '$work/t' --tokenizer '$smol' --prompt Hi --max-new-tokens 2 2>&1 >/dev/null | grep -q 'tokenizer has 49152 tokens, the model 128'"
+  check "a --chat-template of another model family is warned about" bash -c \
+    "'$SPECDEC' generate --model '$smol' --chat --chat-template gemma --prompt Hi --max-new-tokens 2 2>&1 >/dev/null | grep -q 'end of turn, <end_of_turn>, is no token'"
+  check "... and the model's own template is not" bash -c \
+    "! '$SPECDEC' generate --model '$smol' --chat --prompt Hi --max-new-tokens 2 2>&1 >/dev/null | grep -q warning"
   # Text that is not UTF-8: the error names where it came from, and the byte in it.
   expect_error "--chat: a bad byte in --prompt is named there" "--prompt: text is not valid UTF-8 (byte 3)" \
     generate --model "$smol" --chat --prompt $'caf\xe9'

@@ -220,6 +220,14 @@ Loaded load(RunOptions& o, bool chat) {
   }
   l.target = load_model(o.model, load_options(o, false));
   if (!o.draft.empty()) l.draft = load_model(o.draft, load_options(o, true));
+  // A tokenizer of another model: the model writes ids it cannot decode, or it has ids the model
+  // lacks (a model's vocabulary may exceed its tokenizer's by padding: Qwen2.5's by 271).
+  if (l.tokenizer && !o.tokenizer.empty()) {
+    const int64_t n = l.tokenizer->size(), v = l.target->config().vocab_size;
+    if (n > v || v > n + 1024)
+      warn("--tokenizer has " + std::to_string(n) + " tokens, the model " + std::to_string(v) +
+           ": it was made for another model (the text will not be this model's)");
+  }
   // A draft without tokenizer files of its own cannot be compared with the target's tokenizer: a
   // vocabulary smaller than the ids the target writes at least says it was not made for it (a
   // larger one may be padding, as Qwen2.5's sizes differ by model).
@@ -238,6 +246,10 @@ Loaded load(RunOptions& o, bool chat) {
       const std::vector<int64_t> eot = l.tokenizer->encode(l.chat->end_of_turn(), false);
       if (eot.size() == 1 && !l.target->config().is_eos(eot[0]))
         o.gen.eos_token_ids.push_back(eot[0]);
+      if (eot.size() != 1)
+        warn("the " + l.chat->name() + " template's end of turn, " + l.chat->end_of_turn() +
+             ", is no token of this tokenizer: the template was made for another model (its "
+             "markers are plain text here, and an answer does not stop at its turn's end)");
     }
   }
   return l;
