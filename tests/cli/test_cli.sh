@@ -236,6 +236,12 @@ step=$(python3 -c "import json; print(json.load(open('$work/mi/training/state.js
 check "make-draft --resume continues to the new total" python3 -c "
 import json; s=json.load(open('$work/mi/training/state.json')); assert s['step']==$step+2 and s['seq_len']==32, s"
 check "... and says that the --seq-len given is not used" grep -q -- "--seq-len not used with --resume" "$work/mi_err2"
+# A run made with --features and --int8-activations resumes as it was made without them repeated.
+"$SPECDEC" make-draft --target "$work/tt0" --out "$work/mf" --data "$work/train.txt" --steps 1 --seq-len 32 --batch 2 \
+  --features --int8-activations 2>/dev/null
+check "make-draft --resume keeps the run's --features and --int8-activations" bash -c \
+  '"$@" 2>/dev/null && python3 -c "import json, sys; s = json.load(open(sys.argv[1])); assert s[\"step\"] == 2 and s[\"features\"] and s[\"int8_activations\"], s" "$0/training/state.json"' \
+  "$work/mf" "$SPECDEC" make-draft --target "$work/tt0" --out "$work/mf" --resume --steps 2
 expect_error "unknown weight format" "--weights" generate --model "$work/t" --prompt-ids 1 --weights q3
 expect_error "packed weights need float32 compute" "q8_0 needs float32 compute" generate --model "$work/t" \
   --prompt-ids 1 --weights q8_0 --dtype bfloat16

@@ -97,6 +97,9 @@ int run_chat(RunOptions& o);
 int run_tokenize(const TokenizeOptions& o);
 int run_detokenize(const TokenizeOptions& o);
 int run_make_draft(const MakeDraftOptions& o);
+// make-draft --resume: --features and --int8-activations as the run in --out was made, where the
+// flag is not given (a run made otherwise is refused by make_draft).
+void inherit_labelling(MakeDraftOptions& o, bool features_given, bool int8_given);
 int run_make_fixture(const MakeFixtureOptions& o);
 int run_make_tokenizer(const MakeTokenizerOptions& o);
 int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given);

@@ -274,6 +274,8 @@ int main(int argc, char** argv) {
           std::cerr << "specdec: warning: " << given
                     << " not used with --resume: the run keeps its own layers, head, training text "
                        "and sequence length\n";
+        inherit_labelling(md, mkd->get_option("--features")->count() > 0,
+                          mkd->get_option("--int8-activations")->count() > 0);
       }
       return finished(run_make_draft(md));
     }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -95,6 +96,22 @@ int run_make_draft(const MakeDraftOptions& o) {
   }
   std::cerr << "wrote " << o.out << "\n";
   return 0;
+}
+
+void inherit_labelling(MakeDraftOptions& o, bool features_given, bool int8_given) {
+  std::ifstream in(o.out + "/training/state.json");
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception&) {
+    return;  // (not a run's folder: make_draft says so)
+  }
+  if (!state.is_object()) return;
+  const auto flag = [&](const char* key, bool& value) {
+    if (state.contains(key) && state[key].is_boolean()) value = state[key].get<bool>();
+  };
+  if (!features_given) flag("features", o.features);
+  if (!int8_given) flag("int8_activations", o.int8_activations);
 }
 
 }  // namespace specdec::cli
