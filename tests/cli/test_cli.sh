@@ -94,6 +94,11 @@ expect_error() { # expect_error NAME NEEDLE ARGS...
   check "$name" bash -c "[ $rc -ne 0 ] && grep -qF -- \"\$1\" <<<\"\$2\"" _ "$needle" "$err"
 }
 expect_error "bad prompt ids" "'x' is not an integer" generate --model "$work/t" --prompt-ids 1,x
+# Every error is one line in one form, CLI11's own included.
+check "a flag's bad value: one 'specdec: error:' line" bash -c \
+  "[ \"\$('$SPECDEC' generate --model '$work/t' --draft-tree-width 0 2>&1)\" = 'specdec: error: --draft-tree-width: Value 0 not in range 1 to 16' ]"
+check "no subcommand: one 'specdec: error:' line" bash -c \
+  "'$SPECDEC' 2>&1 | grep -qx 'specdec: error: a subcommand is required, e.g. generate, chat or serve (specdec --help lists them all)'"
 expect_error "missing model folder" "/nonexistent: no such file or folder" generate --model /nonexistent --prompt-ids 1
 expect_error "bad schedule" "--schedule" generate --model "$work/t" --prompt-ids 1 --schedule sometimes
 for flag in "--draft-tree-width 2" "--draft-weights q8_0" "--draft-int8-activations"; do

@@ -108,6 +108,9 @@ std::string parse_error_message(const CLI::ParseError& error) {
            " times: give it once";
   if (dynamic_cast<const CLI::ExtrasError*>(&error))
     return what + " (every input is a flag's value: --help lists the flags)";
+  if (what == "A subcommand is required")
+    return "a subcommand is required, e.g. generate, chat or serve (specdec --help lists them "
+           "all)";
   return "";
 }
 

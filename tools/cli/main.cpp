@@ -239,13 +239,12 @@ int main(int argc, char** argv) {
     app.parse(static_cast<int>(dashed.size()), dashed.data());
   } catch (const CLI::ParseError& e) {
     // --help and --version print and succeed; every parse error prints its message (CLI11's, or
-    // ours where CLI11's is unclear) and, as every other error, exits 1 (CLI11's own codes are 100
-    // and more)
-    if (const std::string m = parse_error_message(e); !m.empty()) {
-      std::cerr << "specdec: error: " << m << "\n";
-      return 1;
-    }
-    return app.exit(e) == 0 ? 0 : 1;
+    // ours where CLI11's is unclear) as every other error does, and exits 1 (CLI11's own codes
+    // are 100 and more)
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    const std::string m = parse_error_message(e);
+    std::cerr << "specdec: error: " << (m.empty() ? std::string(e.what()) : m) << "\n";
+    return 1;
   }
   // Every command's output is flushed and checked before it exits 0.
   const auto finished = [](int rc) {
