@@ -292,9 +292,9 @@ expect_error "make-fixture: a size past memory, before any allocation" "a fixtur
 expect_error "make-tokenizer: no text to train on" "could not train" make-tokenizer --input "$work/empty.txt" --out "$work/mt"
 expect_error "make-tokenizer: a missing input" "no such file" make-tokenizer --input "$work/none.txt" --out "$work/mt"
 check "make-tokenizer leaves no folder when it fails" test ! -e "$work/mt"
-mkdir -p "$work/mt_there" && echo keep > "$work/mt_there/tokenizer.model"
+mkdir -p "$work/mt_there" && echo keep > "$work/mt_there/notes.txt"
 expect_error "make-tokenizer into a folder that was there" "could not train" make-tokenizer --input "$work/empty.txt" --out "$work/mt_there"
-check "... which keeps its files when training fails" grep -qx keep "$work/mt_there/tokenizer.model"
+check "... which keeps its files when training fails" grep -qx keep "$work/mt_there/notes.txt"
 
 # ---- text in, text out (the tiny BPE tokenizer of tests/data) ----
 tok="$data/tiny_bpe"
@@ -508,6 +508,14 @@ check "Ctrl-C during make-fixture leaves nothing (not even the parent it made), 
 cat "$(dirname "$0")"/../../docs/*.md > "$work/a corpus.txt"
 "$SPECDEC" make-tokenizer --input "$work/a corpus.txt" --out "$work/a tok/sub" --vocab-size 500 2>/dev/null
 check "make-tokenizer: paths with spaces, parents made" test -s "$work/a tok/sub/tokenizer.model"
+cp "$work/a tok/sub/tokenizer.model" "$work/tok_before"
+expect_error "make-tokenizer: an existing tokenizer.model is not overwritten" "tokenizer.model: already exists" \
+  make-tokenizer --input "$work/a corpus.txt" --out "$work/a tok/sub" --vocab-size 600
+check "... and stays as it was" cmp -s "$work/tok_before" "$work/a tok/sub/tokenizer.model"
+expect_error "make-fixture: --out \"\" is an empty value" "--out: the value is empty" make-fixture --out ""
+"$SPECDEC" make-fixture --out "$work/mode" --layers 1 --hidden 32 --heads 2 --vocab 64 2>/dev/null
+check "make-fixture: its folder has mkdir's permissions (umask $(umask)), not 0700" \
+  test "$(stat -c %a "$work/mode")" = "$(printf '%o' $((0777 & ~0$(umask))))"
 expect_error "make-tokenizer: too small a vocabulary for the text says so in specdec's words" \
   "--vocab-size 260 is too small for this text" make-tokenizer --input "$work/a corpus.txt" --out "$work/x" --vocab-size 260
 expect_error "--prompt \"\" is an error, not a read of stdin" "--prompt: the value is empty" \

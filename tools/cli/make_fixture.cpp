@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "cli.hpp"
@@ -50,17 +52,22 @@ bool empty_folder(const std::string& dir) {
   return empty;
 }
 
-// A new folder named after `pattern` (ending in XXXXXX), for a command's output before it is
-// whole.
-std::string make_scratch(const std::string& pattern) {
+// A new folder named after `pattern` (ending in XXXXXX), for `what` (the command's output, named
+// in errors) before it is whole; with the permissions of a folder mkdir makes (mkdtemp's are 0700,
+// and the scratch folder becomes the output).
+std::string make_scratch(const std::string& pattern, const std::string& what) {
   std::string path = pattern;
-  SPECDEC_CHECK(::mkdtemp(&path[0]), pattern, ": cannot create a scratch folder");
+  if (!::mkdtemp(&path[0])) throw Error(what + ": cannot create it (" + std::strerror(errno) + ")");
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::chmod(path.c_str(), 0777 & ~mask);
   return path;
 }
 
 }  // namespace
 
 int run_make_fixture(const MakeFixtureOptions& o) {
+  if (o.out.empty()) throw Error("--out: the value is empty");
   // A stale tokenizer beside new weights would load as one checkpoint: the folder is new or empty.
   const std::string out = absolute(o.out), made = first_missing(out);
   SPECDEC_CHECK(!made.empty() || empty_folder(out), o.out,
@@ -70,7 +77,7 @@ int run_make_fixture(const MakeFixtureOptions& o) {
   detail::make_dir(parent);
   const size_t slash = out.find_last_of('/');
   const std::string scratch =
-      make_scratch(parent + "/." + out.substr(slash + 1) + ".partial-XXXXXX");
+      make_scratch(parent + "/." + out.substr(slash + 1) + ".partial-XXXXXX", o.out);
   const auto cleanup = [&] {
     const bool removed = remove_path(scratch) && (made.empty() || made == out || remove_path(made));
     return removed ? std::string("nothing was written") : "remove " + scratch;
@@ -108,8 +115,10 @@ int run_make_tokenizer(const MakeTokenizerOptions& o) {
   const char* env = std::getenv("TMPDIR");
   std::string tmp = env && *env ? env : "/tmp";
   if (tmp.find_first_of(" \t,") != std::string::npos) tmp = "/tmp";
-  const std::string scratch = make_scratch(tmp + "/specdec-tokenizer-XXXXXX");
   const std::string model = o.out + "/tokenizer.model";
+  SPECDEC_CHECK(!path_exists(model), model, ": already exists; give a new --out (or remove it)");
+  const std::string scratch =
+      make_scratch(tmp + "/specdec-tokenizer-XXXXXX", "a scratch folder in " + tmp);
   const std::string partial = model + ".tmp." + std::to_string(::getpid());  // write_file_atomic's
   const std::string made = first_missing(o.out);  // the folders made for the output
   const auto cleanup = [&] {
