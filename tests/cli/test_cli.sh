@@ -161,6 +161,9 @@ check "--num-assistant-tokens beside --prompt-lookup is warned about" warned "--
 check "no warning for --temperature 0 (greedy, as documented)" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --temperature 0 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
 check "prompt lookup flags without --prompt-lookup are warned about" warned "only apply with --prompt-lookup" --max-matching-ngram 4
 check "suffix flags without --speculate suffix are warned about" warned "only apply with --speculate suffix" --suffix-tree
+check "--min-new-tokens past --max-new-tokens is warned about" warned "at most 2 are generated" --min-new-tokens 9
+check "--int8-activations beside float weights is warned about" warned "quantized weights only, not float32" \
+  --int8-activations --weights float32
 check "no warning with --do-sample" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --do-sample --temperature 0.7 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
 expect_error "token outside the vocabulary" "outside the vocabulary" generate --model "$work/t" --prompt-ids 1000
 expect_error "--prompt-lookup with --draft" "--prompt-lookup and --draft: give one of them" \

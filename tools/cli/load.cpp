@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <tuple>
 
 #include "cli.hpp"
 #include "generation_options.hpp"
@@ -152,7 +153,17 @@ void check_flags(RunOptions& o, bool chat) {
          o.suffix.max_spec_factor != suffix.max_spec_factor || o.suffix.tree != suffix.tree ||
          o.suffix.cache_tokens != suffix.cache_tokens))
       warn("the --suffix-* flags only apply with --speculate suffix");
+    if (o.gen.min_new_tokens > o.gen.max_new_tokens)
+      warn("--min-new-tokens " + std::to_string(o.gen.min_new_tokens) + " is more than " +
+           "--max-new-tokens " + std::to_string(o.gen.max_new_tokens) + ": at most " +
+           std::to_string(o.gen.max_new_tokens) + " are generated");
   }
+  for (const auto& [int8, weights, which] :
+       {std::tuple{o.int8_activations, o.weights, "--int8-activations"},
+        {o.draft_int8_activations, o.draft_weights, "--draft-int8-activations"}})
+    if (int8 && (weights == "float32" || weights == "bfloat16" || weights == "float16"))
+      warn(std::string(which) + " applies to quantized weights only, not " + weights +
+           ": nothing changes");
   if (!o.prompts_file.empty() && (o.json_out || o.no_stream))
     warn(
         "--json and --no-stream do not apply with --prompts-file, which writes one JSON line per "
