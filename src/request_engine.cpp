@@ -20,6 +20,7 @@ struct RequestEngine::Impl final : detail::RowSource {
   const Generator& generator;
   const detail::EngineModels models;
 
+  detail::InUse stepping;    // a step() is running (one thread steps the engine)
   mutable std::mutex mutex;  // guards the members below it
   std::condition_variable wake;
   std::deque<std::unique_ptr<detail::Row>> waiting;
@@ -27,7 +28,6 @@ struct RequestEngine::Impl final : detail::RowSource {
   std::unordered_map<Id, detail::Row*> rows;          // waiting or running, by id
   Id next_id = 1;
   bool stopping = false;
-  detail::InUse stepping;  // a step() is running (one thread steps the engine)
 
   // Built by the first step (on the engine's thread, in inference mode), rebuilt after a failure.
   std::unique_ptr<detail::Engine> engine;

@@ -91,7 +91,8 @@ struct BatchOptions {
 // only recomputes the draft's cache, as the output depends on the target alone); an
 // encoder-decoder model's always does (its decoder depends on each prompt's encoding; the cache
 // stays empty). A request refused by validation leaves the cache as it was, one that fails while
-// running leaves it empty; a request while another uses the cache is refused (specdec::Error).
+// running leaves it empty; a request while another uses the cache is refused (specdec::Error),
+// but clear(), a move or positions() while a request uses it are the caller's to avoid.
 class PromptCache {
  public:
   PromptCache() = default;

@@ -92,6 +92,7 @@ class RequestEngine {
   // request is queued or running. Call it from one thread, best the one that loaded the models:
   // libgomp keeps a team of OpenMP threads per thread that starts parallel regions, and passes
   // run from a second thread, beside the loader's idle team, measured half the speed on 2 cores.
+  // A step while another runs (a second thread) is refused with specdec::Error.
   bool step();
   // Calls step() until stop(), waiting while there is nothing to do.
   void run();

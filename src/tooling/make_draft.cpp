@@ -43,13 +43,17 @@ constexpr int64_t kTopK = 32;  // target probabilities kept per position
 using Net = detail::DraftNet;
 using detail::load_draft_net;
 
+// The first 64 embedding rows: what a target's fingerprint reads of its weights.
+at::Tensor fingerprint_rows(const at::Tensor& embed) {
+  return embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0)));
+}
+
 // Identifies a target: its configuration and a checksum (64-bit FNV-1a) of the bytes of its first
 // embedding rows, the same whatever the thread count (a float sum was not).
 std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& embed) {
   json c = src.config_json;
   c.erase("torch_dtype");
-  const at::Tensor rows =
-      embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).to(at::kFloat).contiguous();
+  const at::Tensor rows = fingerprint_rows(embed).to(at::kFloat).contiguous();
   const auto* bytes = static_cast<const unsigned char*>(rows.data_ptr());
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < rows.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
@@ -58,20 +62,19 @@ std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& e
   return c.dump() + " embed-fnv1a:" + hex;
 }
 
-// Whether `stored` (a run's state.json) names this target: its fingerprint, or the float sum that
-// runs made before the checksum stored (the configuration equal, the sum within rounding).
-bool made_from(const std::string& stored, const detail::SourceCheckpoint& src,
-               const at::Tensor& embed) {
-  const std::string now = fingerprint(src, embed);
-  if (stored == now) return true;
+// Whether `stored` (a run's state.json) names the target whose fingerprint is `print`: equal, or
+// the float sum of `embed`'s first rows that runs made before the checksum stored (the
+// configuration equal, the sum within rounding).
+bool made_from(const std::string& stored, const std::string& print, const at::Tensor& embed) {
+  if (stored == print) return true;
   const size_t at_sum = stored.rfind(" embed:");
   if (at_sum == std::string::npos ||
-      stored.compare(0, at_sum, now, 0, now.rfind(" embed-fnv1a:")) != 0)
+      stored.compare(0, at_sum, print, 0, print.rfind(" embed-fnv1a:")) != 0)
     return false;
   const double sum = std::strtod(stored.c_str() + at_sum + 7, nullptr);
-  const double fresh =
-      embed.narrow(0, 0, std::min<int64_t>(64, embed.size(0))).sum().item<double>();
-  return std::abs(sum - fresh) <= 1e-4 * std::max(1.0, std::abs(fresh));
+  const at::Tensor rows = fingerprint_rows(embed);
+  const double fresh = rows.sum().item<double>(), scale = rows.abs().sum().item<double>();
+  return std::abs(sum - fresh) <= 1e-5 * std::max(1.0, scale);
 }
 
 // A prompt's ids: as a user turn in the chat template when there is one, else the plain text.
@@ -565,8 +568,9 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
                   " has sequences of ", labelled.seq_len, " tokens; --seq-len is ", state.seq_len);
     const at::Tensor embed =
         src.weights->load("model.embed_tokens.weight", at::kFloat, c10::Device(c10::kCPU));
-    SPECDEC_CHECK(made_from(labelled.target_fingerprint, src, embed), "make-draft: --data-from ",
-                  o.data_from, " was labelled by a different target than ", o.target);
+    SPECDEC_CHECK(made_from(labelled.target_fingerprint, fingerprint(src, embed), embed),
+                  "make-draft: --data-from ", o.data_from,
+                  " was labelled by a different target than ", o.target);
     SPECDEC_CHECK(labelled.int8_activations == o.int8_activations, "make-draft: --data-from ",
                   o.data_from, " was labelled ", o.int8_activations ? "without" : "with",
                   " --int8-activations; pass the same");
@@ -605,7 +609,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
   }
   const std::string print = fingerprint(src, net.embed);  // (before a resume loads the draft's)
   if (o.resume) {
-    SPECDEC_CHECK(made_from(state.target_fingerprint, src, net.embed), out,
+    SPECDEC_CHECK(made_from(state.target_fingerprint, print, net.embed), out,
                   ": was made from a different target than ", o.target,
                   " (configuration or weights differ); resume with the target it was made from");
     const WeightStore saved(out);

@@ -429,6 +429,10 @@ def test_a_compressed_body_is_refused_unread(server):
         assert_error(server, r, 415, message_contains="uncompressed")
         assert r.headers.get("Accept-Encoding") == "identity", r.headers
         assert r.headers.get("Connection") == "close" and "Keep-Alive" not in r.headers, r.headers
+    # A request that asked to close: still one Connection header.
+    r = server.post("/v1/completions", data=body, headers={"Content-Type": "application/json",
+                                                           "Content-Encoding": "gzip", "Connection": "close"})
+    assert r.status_code == 415 and r.raw.headers.getlist("Connection") == ["close"], r.raw.headers
     for encoding in ("identity", "Identity"):
         r = server.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2},
                         headers={"Content-Encoding": encoding})

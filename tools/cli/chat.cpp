@@ -7,24 +7,25 @@
 #include <optional>
 
 #include "cli.hpp"
-#include "tokenizers/tokenizer_base.hpp"
 
 namespace specdec::cli {
 
 namespace {
 
 // Ctrl-C (SIGINT) while an answer streams stops that answer, and the conversation goes on; at the
-// prompt it ends the program, as it does by default.
+// prompt, or a second one before the answer stops (a long prompt going in), ends the program as
+// SIGINT does by default.
 std::atomic<bool> g_answering{false}, g_stop{false};
 static_assert(std::atomic<bool>::is_always_lock_free);
 
-void on_interrupt(int) {
-  if (g_answering) {
+void on_interrupt(int signal) {
+  if (g_answering && !g_stop) {
     g_stop = true;
     return;
   }
   (void)!::write(STDERR_FILENO, "\n", 1);
-  std::_Exit(130);
+  ::signal(signal, SIG_DFL);  // (async-signal-safe, as raise is: the parent sees the signal)
+  ::raise(signal);
 }
 
 }  // namespace
@@ -64,10 +65,14 @@ int run_chat(RunOptions& o) {
   };
   reset();
   const bool tty = isatty(STDIN_FILENO);
-  struct sigaction sa {};
+  struct sigaction sa {
+  }, was{};
   sa.sa_handler = on_interrupt;
+  sa.sa_flags = SA_RESTART;  // (a write to the terminal interrupted goes on)
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
+  // Not where SIGINT is ignored (a background job of a script): it stays ignored.
+  if (::sigaction(SIGINT, nullptr, &was) == 0 && was.sa_handler != SIG_IGN)
+    ::sigaction(SIGINT, &sa, nullptr);
   std::cerr << "specdec chat (" << l.chat->name() << (l.draft ? ", with a draft" : "")
             << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
             << (o.gen.suffix_speculation ? ", suffix speculation" : "")
@@ -112,11 +117,7 @@ int run_chat(RunOptions& o) {
     StreamDecoder stream(*l.tokenizer, true);
     GenerationResult r;
     try {
-      try {
-        tok::require_utf8(line);
-      } catch (const Error& e) {
-        throw Error(std::string("your message: ") + e.what());
-      }
+      require_utf8_in(line, "your message");
       const std::vector<int64_t> prompt = encode_chat(l, messages);
       // --max-new-tokens is a cap per answer; a long conversation leaves less room in the context.
       GenerationConfig turn = o.gen;
@@ -141,7 +142,8 @@ int run_chat(RunOptions& o) {
     }
     const std::string answer = l.tokenizer->decode(r.tokens, true);
     std::cout << (o.no_stream ? answer : stream.finish()) << "\n" << std::flush;
-    if (g_stop) std::cerr << "(answer stopped: it stays in the conversation as it is)\n";
+    if (r.stats.stop_reason == "cancelled")
+      std::cerr << "(answer stopped: it stays in the conversation as it is)\n";
     messages.push_back({"assistant", answer});
     last = r.stats;
     total_tokens += r.stats.new_tokens;

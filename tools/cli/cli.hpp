@@ -59,6 +59,9 @@ struct Loaded {
 };
 
 // The conversation through the chat template, as ids (the model must have a tokenizer).
+// Text from the user as UTF-8, or an Error naming where it came from (`where`: "--prompt", "your
+// message") and the byte in it.
+void require_utf8_in(const std::string& text, const std::string& where);
 std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages);
 // One user turn (after `system`, when not empty): through the chat template when l.chat is set.
 std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
@@ -71,8 +74,9 @@ Loaded load(RunOptions& o, bool chat);
 nlohmann::json result_json(const GenerationResult& r, const Tokenizer* tok);
 void print_stats(const GenerationStats& s, std::ostream& os);
 std::string join_ids(const std::vector<int64_t>& v);
-// Flushes stdout; Error ("cannot write the output: <reason>") when a write to it failed (a full
-// disk, a closed file), so that a command never ends with 0 having lost its output.
+// Flushes stdout; Error ("cannot write the output (stdout): <reason>", the reason when this flush
+// saw it) when a write to it failed (a full disk, a closed file), so that a command never ends
+// with 0 having lost its output.
 void flush_output();
 
 struct TokenizeOptions {

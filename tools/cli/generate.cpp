@@ -187,7 +187,7 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
       done[written].reset();
     }
     if (written == before) return;
-    flush_output();  // (a lost line stops the run)
+    flush_output();  // (a lost line ends the run)
     std::cerr << "specdec: " << written << "/" << requests.size() << " requests\n";
   };
   const auto count = [&](const auto& stats) {  // a request's GenerationStats or a run's BatchStats
@@ -212,14 +212,15 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
     }
     BatchOptions options;
     options.max_rows = o.batch_size;
-    // A line that cannot be written ends the run: the rows left are cancelled, the error reported.
+    // A line that cannot be written ends the run: the rows left are cancelled at their first
+    // tokens (those still waiting are admitted, then cancelled), the error reported.
     std::exception_ptr lost;
     options.on_finished = [&](size_t row, const GenerationResult& r) {
       done[row] = r;
       try {
         write_ready();
       } catch (const Error&) {
-        lost = std::current_exception();
+        if (!lost) lost = std::current_exception();  // (the first says why; later ones cannot)
       }
     };
     const BatchTokenCallback stop_when_lost = [&](size_t, const std::vector<int64_t>&) {
@@ -256,7 +257,7 @@ int run_generate(RunOptions& o) {
       } else {
         for (int64_t t : toks) std::cout << (first ? "" : " ") << t, first = false;
       }
-      std::cout << std::flush;
+      flush_output();  // (an output that cannot be written stops the generation, with its reason)
     };
   const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
   if (o.json_out) {

@@ -42,6 +42,14 @@ std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>
 }
 
 // One user turn after the system message `system` (none when empty: the template's own, if any).
+void require_utf8_in(const std::string& text, const std::string& where) {
+  try {
+    tok::require_utf8(text);
+  } catch (const Error& e) {
+    throw Error(where + ": " + e.what());
+  }
+}
+
 std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
                                  const std::string& user) {
   std::vector<ChatMessage> messages;
@@ -52,16 +60,6 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
 
 namespace {
 void warn(const std::string& message) { std::cerr << "specdec: warning: " << message << "\n"; }
-
-// Text from the user as UTF-8, or an Error naming where it came from (the byte counted in it, not
-// in the chat prompt around it).
-void require_utf8_in(const std::string& text, const std::string& where) {
-  try {
-    tok::require_utf8(text);
-  } catch (const Error& e) {
-    throw Error(where + ": " + e.what());
-  }
-}
 
 // The target's load options, or the draft's (which shares the device and compute dtype).
 LoadOptions load_options(const RunOptions& o, bool draft) {
@@ -257,12 +255,12 @@ Loaded load(RunOptions& o, bool chat) {
       const std::vector<int64_t> eot = l.tokenizer->encode(l.chat->end_of_turn(), false);
       if (eot.size() == 1 && !l.target->config().is_eos(eot[0]))
         o.gen.eos_token_ids.push_back(eot[0]);
-      if (eot.size() != 1)
-        warn("the " + l.chat->name() + " template's end of turn, " + l.chat->end_of_turn() +
-             ", is no token of this tokenizer: the template was made for another model (its "
-             "markers are plain text here, and an answer does not stop at its turn's end)");
     }
   }
+  if (l.chat && l.tokenizer->encode(l.chat->end_of_turn(), false).size() != 1)
+    warn("the " + l.chat->name() + " template's end of turn, " + l.chat->end_of_turn() +
+         ", is no token of this tokenizer: the template was made for another model (its markers "
+         "are plain text here, and an answer does not stop at its turn's end)");
   return l;
 }
 

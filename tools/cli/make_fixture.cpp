@@ -7,9 +7,11 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <random>
 
 #include "cli.hpp"
 #include "interrupt.hpp"
@@ -52,16 +54,26 @@ bool empty_folder(const std::string& dir) {
   return empty;
 }
 
-// A new folder named after `pattern` (ending in XXXXXX), for `what` (the command's output, named
-// in errors) before it is whole; with the permissions of a folder mkdir makes (mkdtemp's are 0700,
-// and the scratch folder becomes the output).
+// A new folder named after `pattern` (ending in XXXXXX) for a command's own scratch work (0700);
+// `what` names it in errors.
 std::string make_scratch(const std::string& pattern, const std::string& what) {
   std::string path = pattern;
   if (!::mkdtemp(&path[0])) throw Error(what + ": cannot create it (" + std::strerror(errno) + ")");
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::chmod(path.c_str(), 0777 & ~mask);
   return path;
+}
+
+// A new folder `prefix` + a random suffix that becomes `what` (the command's output, named in
+// errors) once whole: made by mkdir, so with the permissions the umask gives any folder.
+std::string make_output_scratch(const std::string& prefix, const std::string& what) {
+  std::random_device random;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    char suffix[16];
+    std::snprintf(suffix, sizeof suffix, "%08x", static_cast<unsigned>(random()));
+    const std::string path = prefix + suffix;
+    if (::mkdir(path.c_str(), 0777) == 0) return path;
+    if (errno != EEXIST) throw Error(what + ": cannot create it (" + std::strerror(errno) + ")");
+  }
+  throw Error(what + ": cannot create a scratch folder beside it");
 }
 
 }  // namespace
@@ -77,7 +89,7 @@ int run_make_fixture(const MakeFixtureOptions& o) {
   detail::make_dir(parent);
   const size_t slash = out.find_last_of('/');
   const std::string scratch =
-      make_scratch(parent + "/." + out.substr(slash + 1) + ".partial-XXXXXX", o.out);
+      make_output_scratch(parent + "/." + out.substr(slash + 1) + ".partial-", o.out);
   const auto cleanup = [&] {
     const bool removed = remove_path(scratch) && (made.empty() || made == out || remove_path(made));
     return removed ? std::string("nothing was written") : "remove " + scratch;

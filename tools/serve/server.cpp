@@ -384,7 +384,10 @@ class Server {
     // cpp-httplib adds its Keep-Alive header to a connection it keeps, also where the answer
     // ends the connection (see log()): a response says one thing.
     http_.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
-      if (res.get_header_value("Connection") == "close") res.headers.erase("Keep-Alive");
+      if (res.get_header_value("Connection") != "close") return;
+      res.headers.erase("Keep-Alive");
+      res.headers.erase("Connection");  // (once: a request's own Connection: close added one)
+      res.set_header("Connection", "close");
     });
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
