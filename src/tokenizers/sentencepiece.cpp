@@ -77,7 +77,14 @@ const Shim& shim() {
     for (const std::string& c : candidates) {
       if (c.find('/') != std::string::npos && !file_exists(c)) continue;
       h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-      if (h) break;
+      if (h) {
+        const auto version = reinterpret_cast<int (*)()>(dlsym(h, "specdec_spm_interface"));
+        if (version && version() == SPECDEC_SPM_INTERFACE) break;
+        errors += "\n  " + c + ": built for another version of specdec";
+        dlclose(h);
+        h = nullptr;
+        continue;
+      }
       const char* e = dlerror();
       errors += "\n  " + c + ": " + (e ? e : "?");
     }

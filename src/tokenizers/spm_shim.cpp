@@ -290,6 +290,8 @@ SHIM_API specdec_spm* specdec_spm_load(const char* data, size_t size, int add_du
 
 SHIM_API void specdec_spm_free(specdec_spm* sp) { delete sp; }
 
+SHIM_API int specdec_spm_interface(void) { return SPECDEC_SPM_INTERFACE; }
+
 SHIM_API int specdec_spm_size(const specdec_spm* sp) { return sp->proc.GetPieceSize(); }
 
 SHIM_API const char* specdec_spm_id_to_piece(const specdec_spm* sp, int id, size_t* len) {

@@ -16,6 +16,11 @@ extern "C" {
 
 typedef struct specdec_spm specdec_spm;
 
+// The version of this interface: a module of another (a stale install found first on the search
+// path) is passed over. Raise it with any change below.
+#define SPECDEC_SPM_INTERFACE 1
+int specdec_spm_interface(void);
+
 // Loads a serialized model (the bytes of tokenizer.model / spiece.model). add_dummy_prefix: -1
 // keeps the model's setting, 0 or 1 overrides it (Hugging Face's non-legacy mode turns it off).
 specdec_spm* specdec_spm_load(const char* data, size_t size, int add_dummy_prefix, char** err);

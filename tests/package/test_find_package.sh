@@ -30,6 +30,11 @@ loaded=$(env -u SPECDEC_SPM_LIBRARY LD_DEBUG=files "$work/build/embed" "$work/mo
   grep -o 'calling init: [^ ]*libspecdec_spm.so' | head -1)
 [ "$loaded" = "calling init: $shim_dir/libspecdec_spm.so" ] ||
   { echo "the shim loaded was '${loaded#calling init: }', not $shim_dir's" >&2; exit 1; }
+# A module of another interface version first on the loader's path (a stale install) is passed over.
+mkdir -p "$work/stale" && echo 'int specdec_spm_interface(void) { return 0; }' > "$work/stale/v.c"
+cc -shared -fPIC -o "$work/stale/libspecdec_spm.so" "$work/stale/v.c"
+out=$(env -u SPECDEC_SPM_LIBRARY LD_LIBRARY_PATH="$work/stale" "$work/build/embed" "$work/model_tok")
+grep -q "generated 8 tokens" <<<"$out"
 mkdir -p "$work/prefix/bin" && cp "$work/build/embed" "$work/prefix/bin/embed"
 out=$(env -u SPECDEC_SPM_LIBRARY "$work/prefix/bin/embed" "$work/model_tok")
 echo "$out"
