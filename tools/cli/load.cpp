@@ -41,7 +41,6 @@ std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>
   return ids;
 }
 
-// One user turn after the system message `system` (none when empty: the template's own, if any).
 void require_utf8_in(const std::string& text, const std::string& where) {
   try {
     tok::require_utf8(text);
@@ -50,6 +49,7 @@ void require_utf8_in(const std::string& text, const std::string& where) {
   }
 }
 
+// One user turn after the system message `system` (none when empty: the template's own, if any).
 std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
                                  const std::string& user) {
   std::vector<ChatMessage> messages;
