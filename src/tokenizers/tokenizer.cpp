@@ -200,7 +200,7 @@ uint64_t fnv1a(std::string_view data, uint64_t h) {
   return h;
 }
 
-std::string fnv1a_hex(const std::string& data) {
+std::string fnv1a_hex(std::string_view data) {
   const uint64_t h = fnv1a(data);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));

@@ -133,6 +133,6 @@ std::unique_ptr<Tokenizer> load_bpe_vocab_merges(const std::string& dir, const T
 // 64-bit FNV-1a of `data`, continuing from the state `h` (the basis when omitted); as hex: for
 // fingerprints.
 uint64_t fnv1a(std::string_view data, uint64_t h = 1469598103934665603ull);
-std::string fnv1a_hex(const std::string& data);
+std::string fnv1a_hex(std::string_view data);
 
 }  // namespace specdec::tok

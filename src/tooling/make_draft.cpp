@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,6 +29,7 @@
 #include "specdec/generator.hpp"
 #include "specdec/model.hpp"
 #include "specdec/tokenizer.hpp"
+#include "tokenizers/tokenizer_base.hpp"
 #include "util.hpp"
 
 namespace specdec {
@@ -54,12 +54,8 @@ std::string fingerprint(const detail::SourceCheckpoint& src, const at::Tensor& e
   json c = src.config_json;
   c.erase("torch_dtype");
   const at::Tensor rows = fingerprint_rows(embed).to(at::kFloat).contiguous();
-  const auto* bytes = static_cast<const unsigned char*>(rows.data_ptr());
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < rows.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return c.dump() + " embed-fnv1a:" + hex;
+  return c.dump() + " embed-fnv1a:" +
+         tok::fnv1a_hex({static_cast<const char*>(rows.data_ptr()), rows.nbytes()});
 }
 
 // Whether `stored` (a run's state.json) names the target whose fingerprint is `print`: equal, or
