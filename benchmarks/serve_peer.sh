@@ -177,11 +177,11 @@ PY
   for round in $(seq "$http_rounds"); do
     echo "== generate (round $round): ${gen[*]}" >&2
     "${gen[@]}" > "$tmp/generate.out" 2> "$tmp/generate.err" || { tail -20 "$tmp/generate.err" >&2; exit 1; }
-    python3 - "$tmp/generate.out" "$tmp/generate.err" "$results/serve_http.jsonl" "$(meta "${gen[@]}")" "$round" <<'PY'
+    python3 - "$tmp/generate.out" "$tmp/generate.err" "$results/serve_http.jsonl" "$(round_meta=$round meta "${gen[@]}")" <<'PY'
 import json, re, sys
 sys.path.insert(0, "benchmarks")
 import bench_record
-out, err, dest, meta, rnd = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5])
+out, err, dest, meta = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 lines = [json.loads(l) for l in open(out) if l.strip()]
 warm = [l for l in lines if l["line"] <= 8]
 m = re.search(r"(\d+) requests, (\d+) tokens in ([0-9.]+) s", open(err).read())
@@ -191,7 +191,7 @@ tokens = int(m.group(2)) - sum(l["stats"]["new_tokens"] for l in warm)
 seconds = float(m.group(3)) - max(l["stats"]["total_seconds"] for l in warm)
 rec = {"label": "specdec-generate", "url": None, "api": "chat", "concurrency": 8, "requests": len(lines) - len(warm),
        "errors": 0, "tokens": tokens, "seconds": round(seconds, 4), "throughput_tokens_per_s": round(tokens / seconds, 3),
-       "round": rnd, **meta}
+       **meta}
 rec = bench_record.complete(rec, bench_record.common("serve_http", meta["command"], meta["threads"], meta["run"]))
 print(json.dumps(rec))
 bench_record.append("serve_http", [rec], dest)
