@@ -48,7 +48,7 @@ args=(--target "$model" --out "$work/$name" --layers "$layers" --steps "$steps" 
 read -r -a eval_args <<<"${EVAL_ARGS:-}"
 read -r -a make_draft_args <<<"${MAKE_DRAFT_ARGS:-}"
 args+=("${make_draft_args[@]}")
-IFS=';' read -r -a schedules <<<"${SCHEDULES:---num-assistant-tokens 4;--schedule dynamic}"
+IFS=';' read -r -a schedules <<<"${SCHEDULES:---schedule constant --num-assistant-tokens 4;--schedule dynamic}"
 tag=${EVAL_TAG:+.$EVAL_TAG}
 [ "$vocab" -gt 0 ] && args+=(--vocab-subset "$vocab")
 if [ -n "$from" ]; then args+=(--data-from "$from"); else

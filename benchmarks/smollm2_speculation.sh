@@ -31,7 +31,7 @@ run() {  # label, prompt number, compare flags...
 for i in 1 2 3 4 5 6 7 8; do run "prompt lookup 10" $i --prompt-lookup 10; done
 for layers in 2 4 8; do
   for i in 1 3; do
-    run "draft $layers layers, K=3" $i --draft "models/smollm2-draft$layers" --num-assistant-tokens 3
+    run "draft $layers layers, K=3" $i --draft "models/smollm2-draft$layers" --schedule constant --num-assistant-tokens 3
     run "draft $layers layers, dynamic" $i --draft "models/smollm2-draft$layers" --schedule dynamic
   done
 done

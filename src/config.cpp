@@ -489,7 +489,7 @@ constexpr std::pair<const char*, Schedule> kSchedules[] = {
 
 Schedule GenerationConfig::schedule() const {
   if (num_assistant_tokens_schedule.empty())
-    return speculates_without_model() && !sampling() ? Schedule::kGoodput : Schedule::kConstant;
+    return sampling() ? Schedule::kConstant : Schedule::kGoodput;
   for (const auto& [name, value] : kSchedules)
     if (num_assistant_tokens_schedule == name) return value;
   std::string names;

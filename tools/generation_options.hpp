@@ -42,8 +42,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->capture_default_str();
   app->add_option("--schedule,--num-assistant-tokens-schedule", gen.num_assistant_tokens_schedule,
                   "Lookahead schedule (default: goodput, which never plans a pass that costs more "
-                  "than it gains, for greedy --prompt-lookup and --speculate suffix, which follow "
-                  "constant or goodput only; else constant)")
+                  "than it gains, when greedy; constant when sampling; --prompt-lookup and "
+                  "--speculate suffix follow constant or goodput only)")
       ->check(
           CLI::IsMember({"constant", "heuristic", "heuristic_transient", "dynamic", "goodput"}));
   app->add_option("--draft-tree-width", gen.draft_tree_width,

@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
     specdec::GenerationConfig cfg;
     cfg.max_new_tokens = max_new;
     cfg.num_assistant_tokens = 5;
+    cfg.num_assistant_tokens_schedule = "constant";  // (greedy's default, goodput, picks K itself)
     specdec::Generator plain(target), assisted(target, draft);
     // Warm up both paths (first-touch page faults, allocator) before timing.
     specdec::GenerationConfig warm = cfg;

@@ -151,10 +151,10 @@ struct GenerationConfig {
   // "goodput" (specdec's: the K with the most expected tokens per second, from measured costs;
   // see lookahead.hpp. Sampled output keeps the target's distribution, but with a draft model's
   // chain which tokens a seed gives then depends on the measured timings). "" (the default):
-  // "goodput" for greedy prompt lookup and suffix speculation, whose proposals cost nothing to
-  // make, so that they never plan a pass that costs more than it gains; "constant" otherwise (a
-  // seed's tokens then never depend on timings). Proposals without a model follow "constant" (every
-  // iteration up to the cap) or "goodput"; the other schedules act as "constant".
+  // "goodput" for greedy decoding, so that speculation never plans a pass that costs more than it
+  // gains (a fixed K of a slow or rejected draft runs slower than no draft at all); "constant" when
+  // sampling (a seed's tokens then never depend on timings). Proposals without a model follow
+  // "constant" (every iteration up to the cap) or "goodput"; the other schedules act as "constant".
   std::string num_assistant_tokens_schedule = "";
   // dynamic: the draft stops once the probability of the token it just drafted is below this.
   double assistant_confidence_threshold = 0.4;

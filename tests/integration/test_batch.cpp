@@ -339,6 +339,7 @@ TEST(Batch, StreamingPerRowAndCancellingOneRowLeavesTheOthers) {
   GenerationConfig c;
   c.max_new_tokens = 20;
   c.eos_token_ids = {95};
+  c.num_assistant_tokens_schedule = "constant";  // goodput, the greedy default, may not draft
   std::vector<std::vector<int64_t>> streamed(4);
   const BatchResult r =
       g.generate_batch(prompts, {c}, [&](size_t row, const std::vector<int64_t>& fresh) {
@@ -376,6 +377,8 @@ TEST(Batch, AFailingCallbackFailsItsRowAlone) {
   GenerationConfig c;
   c.max_new_tokens = 12;
   c.eos_token_ids = {95};
+  // constant K (5): goodput, the greedy default, may verify up to 12 in one pass, the whole answer
+  c.num_assistant_tokens_schedule = "constant";
   for (const int64_t max_rows : {0, 2}) {
     std::vector<std::vector<int64_t>> streamed(4);
     std::vector<int> finished(4, 0);
@@ -500,10 +503,9 @@ TEST(Batch, DraftModelAndPromptLookupRowsShareABatch) {
   for (size_t r = 0; r < configs.size(); ++r) {
     configs[r].max_new_tokens = 6 + 3 * static_cast<int64_t>(r % 3);
     if (r % 3 == 0) configs[r].prompt_lookup_num_tokens = 3;
-    if (r % 3 == 2) {
-      configs[r].num_assistant_tokens = 2;
-      configs[r].num_assistant_tokens_schedule = "constant";
-    }
+    // constant: goodput, the greedy default, may not draft on a tiny model
+    if (r % 3 != 0) configs[r].num_assistant_tokens_schedule = "constant";
+    if (r % 3 == 2) configs[r].num_assistant_tokens = 2;
   }
   BatchOptions options;
   options.max_rows = 3;

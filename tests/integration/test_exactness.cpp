@@ -372,6 +372,8 @@ TEST(Exactness, DraftEqualToTargetAcceptsEverything) {
       GenerationConfig cfg;
       cfg.max_new_tokens = n;
       cfg.num_assistant_tokens = k;
+      // constant: goodput, the greedy default, sees a draft as costly as the target never pay
+      cfg.num_assistant_tokens_schedule = "constant";
       cfg.eos_token_ids = {95};
       const auto want = Generator(p.target).generate(prompt, cfg).tokens;
       const auto got = Generator(p.target, p.target).generate(prompt, cfg);
@@ -390,6 +392,7 @@ TEST(Exactness, UnrelatedDraftIsRarelyAcceptedButStillExact) {
   GenerationConfig cfg;
   cfg.max_new_tokens = 37;
   cfg.num_assistant_tokens = 5;
+  cfg.num_assistant_tokens_schedule = "constant";  // goodput, the greedy default, may not draft
   cfg.eos_token_ids = {95};
   const auto got = Generator(p.target, p.unrelated).generate(prompt, cfg);
   EXPECT_EQ(got.tokens, Generator(p.target).generate(prompt, cfg).tokens);
@@ -410,6 +413,8 @@ TEST(Exactness, EosInsideAnAcceptedBlockEndsGenerationThere) {
         GenerationConfig cfg = probe;
         cfg.eos_token_ids = {eos};
         cfg.num_assistant_tokens = k;
+        // constant: goodput, the greedy default, may draft no block for the EOS to sit in
+        cfg.num_assistant_tokens_schedule = "constant";
         std::vector<int64_t> streamed;
         const auto got =
             Generator(p.target, draft).generate(prompt, cfg, [&](const std::vector<int64_t>& t) {
@@ -470,6 +475,7 @@ TEST(Exactness, StatsAreConsistent) {
   GenerationConfig cfg;
   cfg.max_new_tokens = 37;
   cfg.eos_token_ids = {95};
+  cfg.num_assistant_tokens_schedule = "constant";  // goodput, the greedy default, may not draft
   const auto r = Generator(p.target, p.early_exit).generate(prompt_for(1, 5), cfg);
   int64_t drafted = 0, accepted = 0, emitted = 0;
   for (const auto& t : r.stats.trace) drafted += t[0], accepted += t[1], emitted += t[1] + 1;
@@ -548,6 +554,8 @@ TEST(Exactness, DraftVocabularyPaddedOrCutStaysExact) {
       cfg.eos_token_ids = {95};
       cfg.do_sample = sample;
       cfg.seed = 5;
+      // constant (sampling's default too): goodput, the greedy default, may not draft
+      cfg.num_assistant_tokens_schedule = "constant";
       const std::vector<int64_t> prompt = {3, 10, 21, 33, 40, 52, 63};  // ids every draft has
       const auto got = Generator(p.target, draft).generate(prompt, cfg);
       if (!sample) EXPECT_EQ(got.tokens, Generator(p.target).generate(prompt, cfg).tokens) << vocab;

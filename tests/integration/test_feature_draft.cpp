@@ -141,6 +141,7 @@ TEST(FeatureDraft, ProposalsFollowTheTargetsHiddenStatesThenTheDraftsOwn) {
 
   GenerationConfig cfg;
   cfg.max_new_tokens = 40;
+  cfg.num_assistant_tokens_schedule = "constant";  // 4 per round (goodput would probe with 2)
   LookaheadSchedule schedule(cfg);
   Rng rng(0);
   std::vector<int64_t> seq = ids(5, 7);
@@ -202,6 +203,7 @@ TEST(FeatureDraft, ProposalsEqualAFreshRunOnTheVerifiedSequence) {
   const auto draft = test_model(cached_fixture("ff_draft", d));
   GenerationConfig cfg;
   cfg.max_new_tokens = 40;
+  cfg.num_assistant_tokens_schedule = "constant";  // 3 per round (goodput would probe with 2)
   LookaheadSchedule schedule(cfg), fresh_schedule(cfg);
   Rng rng(0);
   std::vector<int64_t> seq = ids(9, 6);
@@ -292,6 +294,7 @@ TEST(FeatureDraft, GreedyOutputEqualsTargetOnly) {
   const Generator copy(bigram, test_model(passive_draft(bt, 0.0, "ff_passive_copy")));
   cfg.max_new_tokens = 30;
   cfg.draft_tree_width = 1;
+  cfg.num_assistant_tokens_schedule = "constant";  // goodput, the greedy default, may not draft
   const GenerationResult r = copy.generate(ids(50, 6), cfg);
   EXPECT_EQ(r.tokens, oracle_greedy(*bigram, ids(50, 6), 30, eos));
   EXPECT_GT(r.stats.drafted_tokens, 0);

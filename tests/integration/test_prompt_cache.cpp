@@ -97,6 +97,9 @@ TEST(PromptCache, OtherModelsEncoderDecoderCancelledAndFailedRequests) {
   const Pair p = pair_for("llama", 7);
   GenerationConfig c;
   c.max_new_tokens = 10;
+  // constant K (5): goodput, the greedy default, may verify all 10 tokens in one pass, and the
+  // request cancelled after 3 would then end at max_new_tokens
+  c.num_assistant_tokens_schedule = "constant";
   const std::vector<int64_t> prompt = ids(7, 9);
   PromptCache cache;
   const Generator assisted(p.target, p.draft);

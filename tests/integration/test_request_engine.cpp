@@ -87,7 +87,8 @@ GenerationConfig config_of(int64_t i, bool sampled) {
 }
 
 // kMixed: a draft model loaded; a third of the requests ask for prompt lookup, the others draft
-// with the model (a third under the constant schedule, the rest under the heuristic one).
+// with the model (a third under the constant schedule, the rest under the default: goodput when
+// greedy).
 enum class Kind { kTargetOnly, kDraft, kLookup, kMixed };
 
 // A request joins the running batch at every step position: the first request runs alone for `s`

@@ -209,7 +209,7 @@ def server():
 
 @pytest.fixture(scope="session")
 def lookup_server():
-    # Constant K: goodput, prompt lookup's default, may judge drafting not worth it on a slow machine.
+    # Constant K: goodput, the greedy default, may judge drafting not worth it on a slow machine.
     s = start_server("--prompt-lookup", "4", "--schedule", "constant")
     yield s
     s.stop()
@@ -218,7 +218,8 @@ def lookup_server():
 @pytest.fixture(scope="session")
 def draft_server():
     """A server whose draft model is the target itself (every drafted token is accepted)."""
-    s = start_server("--draft", MODEL, "--num-assistant-tokens", "3")
+    # Constant K: goodput, the greedy default, sees a draft as costly as the target never pay.
+    s = start_server("--draft", MODEL, "--schedule", "constant", "--num-assistant-tokens", "3")
     yield s
     s.stop()
 

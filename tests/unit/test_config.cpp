@@ -295,7 +295,12 @@ TEST(ModelConfig, MissingFolderNamesTheFile) {
 TEST(GenerationConfig, ValidatesEveryKnob) {
   GenerationConfig ok;
   EXPECT_NO_THROW(ok.validate());
-  EXPECT_EQ(ok.resolved_num_assistant_tokens(), 5);
+  EXPECT_EQ(ok.schedule(), Schedule::kGoodput);  // greedy: goodput by default
+  EXPECT_EQ(ok.resolved_num_assistant_tokens(), 12);
+  GenerationConfig sampled;
+  sampled.do_sample = true;
+  EXPECT_EQ(sampled.schedule(), Schedule::kConstant);  // sampling: constant by default
+  EXPECT_EQ(sampled.resolved_num_assistant_tokens(), 5);
   ok.num_assistant_tokens_schedule = "dynamic";
   EXPECT_EQ(ok.resolved_num_assistant_tokens(), 20);
   auto bad = [](auto mutate) {

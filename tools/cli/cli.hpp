@@ -72,6 +72,8 @@ void check_flags(RunOptions& o, bool chat);
 Loaded load(RunOptions& o, bool chat);
 
 nlohmann::json result_json(const GenerationResult& r, const Tokenizer* tok);
+// "acceptance 61.3% (19/31)", or "nothing drafted" when nothing was.
+std::string acceptance_text(const GenerationStats& s);
 void print_stats(const GenerationStats& s, std::ostream& os);
 std::string join_ids(const std::vector<int64_t>& v);
 // Flushes stdout; Error ("cannot write the output (stdout): <reason>", the reason when this flush
@@ -81,6 +83,7 @@ void flush_output();
 
 struct TokenizeOptions {
   std::string dir, text, ids;
+  bool text_given = false;  // --text given (it may be empty); otherwise stdin is read
   bool no_special = false, skip_special = false, json_out = false;
 };
 

@@ -44,6 +44,8 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
       {"--max-length", "specdec counts new tokens: --max-new-tokens"},
       {"--max-tokens", "OpenAI's max_tokens is a request's field; the flag is --max-new-tokens"},
       {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
+      {"--assistant-model", "the draft model is --draft"},
+      {"--draft-model", "the draft model is --draft"},
   };
   if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
     return "chat reads each turn from stdin (generate takes --prompt)";

@@ -296,6 +296,10 @@ int run_compare(RunOptions& o) {
   const GenerationResult b = assisted.generate(l.prompt, o.gen);
   const bool identical = a.tokens == b.tokens;
   const SpeedupEstimate e = estimate_speedup(a.stats, b.stats);
+  // Leviathan's formula is a chain's, and needs something drafted.
+  const char* no_prediction = b.stats.tree_passes > 0       ? "no prediction for trees"
+                              : b.stats.drafted_tokens == 0 ? "no prediction: nothing drafted"
+                                                            : nullptr;
   if (o.json_out) {
     std::cout << json{{"target_only", result_json(a, l.tokenizer.get())},
                       {"assisted", result_json(b, l.tokenizer.get())},
@@ -304,8 +308,7 @@ int run_compare(RunOptions& o) {
                       {"alpha", e.alpha},
                       {"gamma", e.gamma},
                       {"cost_ratio", e.cost_ratio},
-                      {"predicted_speedup",
-                       b.stats.tree_passes > 0 ? json(nullptr) : json(e.predicted)}}
+                      {"predicted_speedup", no_prediction ? json(nullptr) : json(e.predicted)}}
                      .dump()
               << "\n";
     return 0;
@@ -324,14 +327,13 @@ int run_compare(RunOptions& o) {
   std::printf("target only: %.3f s, %.1f ms/token\n", a.stats.total_seconds,
               1e3 * a.stats.total_seconds / std::max<int64_t>(1, a.stats.new_tokens));
   std::printf(
-      "assisted:    %.3f s, %.1f ms/token; acceptance %.1f%%, %.2f tokens per target pass, "
-      "%lld target passes\n",
+      "assisted:    %.3f s, %.1f ms/token; %s, %.2f tokens per target pass, %lld target passes\n",
       b.stats.total_seconds, 1e3 * b.stats.total_seconds / std::max<int64_t>(1, b.stats.new_tokens),
-      100 * b.stats.acceptance_rate(), b.stats.tokens_per_target_pass(),
+      acceptance_text(b.stats).c_str(), b.stats.tokens_per_target_pass(),
       static_cast<long long>(b.stats.target_passes));
-  if (b.stats.tree_passes > 0)  // Leviathan's formula is a chain's
-    std::printf("speedup:     %.2fx (no prediction for trees; alpha %.3f, gamma %.2f, c %.3f)\n",
-                e.measured, e.alpha, e.gamma, e.cost_ratio);
+  if (no_prediction)
+    std::printf("speedup:     %.2fx (%s; alpha %.3f, gamma %.2f, c %.3f)\n", e.measured,
+                no_prediction, e.alpha, e.gamma, e.cost_ratio);
   else
     std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n",
                 e.measured, e.predicted, e.alpha, e.gamma, e.cost_ratio);

@@ -238,14 +238,14 @@ Loaded load(RunOptions& o, bool chat) {
            ": it was made for another model (the text will not be this model's)");
   }
   // A draft without tokenizer files of its own cannot be compared with the target's tokenizer: a
-  // vocabulary smaller than the ids the target writes at least says it was not made for it (a
-  // larger one may be padding, as Qwen2.5's sizes differ by model).
+  // vocabulary smaller than the ids the target writes says it was not made for it (a larger one
+  // may be padding, as Qwen2.5's sizes differ by model). The library would run it, drafting for no
+  // row whose text holds an id the draft lacks: most often none, a target-only run in disguise.
   const int64_t ids = l.tokenizer ? l.tokenizer->size() : l.target->config().vocab_size;
   if (l.draft && !has_tokenizer(o.draft) && l.draft->config().vocab_size < ids)
-    warn("the draft's vocabulary has " + std::to_string(l.draft->config().vocab_size) +
-         " tokens, the target writes " + std::to_string(ids) +
-         ": it was not made for this target (a row whose text holds an id the draft lacks "
-         "does not draft)");
+    throw Error("the draft's vocabulary has " + std::to_string(l.draft->config().vocab_size) +
+                " tokens, the target writes " + std::to_string(ids) +
+                ": it was not made for this target (make-draft makes one that is)");
   if (o.gen.eos_token_ids.empty()) {
     o.gen.eos_token_ids = l.target->config().eos_token_ids;
     if (o.gen.eos_token_ids.empty() && l.tokenizer && l.tokenizer->eos_token_id())
@@ -270,15 +270,23 @@ json result_json(const GenerationResult& r, const Tokenizer* tok) {
   return j;
 }
 
+std::string acceptance_text(const GenerationStats& s) {
+  if (s.drafted_tokens == 0) return "nothing drafted";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "acceptance %.1f%% (%lld/%lld)", 100.0 * s.acceptance_rate(),
+                static_cast<long long>(s.accepted_tokens),
+                static_cast<long long>(s.drafted_tokens));
+  return buf;
+}
+
 void print_stats(const GenerationStats& s, std::ostream& os) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%lld new tokens in %.3f s (%.2f tok/s); %lld target passes (%.2f tokens/pass), "
-                "%lld draft passes, acceptance %.1f%% (%lld/%lld); stop: %s\n",
+                "%lld draft passes, %s; stop: %s\n",
                 static_cast<long long>(s.new_tokens), s.total_seconds, s.tokens_per_second(),
                 static_cast<long long>(s.target_passes), s.tokens_per_target_pass(),
-                static_cast<long long>(s.draft_passes), 100.0 * s.acceptance_rate(),
-                static_cast<long long>(s.accepted_tokens), static_cast<long long>(s.drafted_tokens),
+                static_cast<long long>(s.draft_passes), acceptance_text(s).c_str(),
                 s.stop_reason.c_str());
   os << buf;
   if (s.cached_prompt_tokens > 0)

@@ -53,8 +53,7 @@ int main(int argc, char** argv) {
   tokc->add_option("--tokenizer", tk.dir,
                    "The tokenizer: a folder with its files, or a GGUF file (or its folder)")
       ->required();
-  tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read")
-      ->check(non_empty());
+  tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read");
   tokc->add_flag("--no-special", tk.no_special,
                  "Do not add BOS/EOS (special-token text is still recognised)");
   tokc->add_flag("--json", tk.json_out, "Print {\"ids\": [...]}");
@@ -257,7 +256,10 @@ int main(int argc, char** argv) {
     if (*chat) return finished(run_chat(chat_opts));
     if (*srv)
       return run_serve(serve_opts, serve_server, srv->get_option("--max-new-tokens")->count() > 0);
-    if (*tokc) return finished(run_tokenize(tk));
+    if (*tokc) {
+      tk.text_given = tokc->count("--text") > 0;
+      return finished(run_tokenize(tk));
+    }
     if (*mtok) return finished(run_make_tokenizer(mt));
     if (*detok) return finished(run_detokenize(dtk));
     if (*mkd) {

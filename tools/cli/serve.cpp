@@ -6,6 +6,14 @@ namespace specdec::cli {
 int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_given) {
   o.serve = true;
   check_flags(o, false);  // a bad flag is refused before the server binds its port
+  // The server's defaults are held to what a request may ask for.
+  if (o.gen.temperature > 2)
+    throw Error("--temperature must be in [0, 2] (OpenAI's range, which requests are held to)");
+  if (max_tokens_given && o.gen.max_new_tokens >= so.ctx)
+    throw Error("--max-new-tokens " + std::to_string(o.gen.max_new_tokens) +
+                " leaves no room for a prompt in --ctx " + std::to_string(so.ctx) +
+                " positions (a request without max_tokens gets the smaller of it and what its "
+                "prompt leaves)");
   return serve::run_serve(so, [&o, &so, max_tokens_given] {
     Loaded l = load(o, false);
     const int64_t positions = l.target->config().max_position_embeddings;

@@ -10,7 +10,7 @@ namespace specdec::cli {
 int run_tokenize(const TokenizeOptions& o) {
   const auto tok = load_tokenizer(o.dir);
   const std::vector<int64_t> ids =
-      tok->encode(o.text.empty() ? read_stdin("--text") : o.text, !o.no_special);
+      tok->encode(o.text_given ? o.text : read_stdin("--text"), !o.no_special);
   if (o.json_out) {
     std::cout << json{{"ids", ids}}.dump() << "\n";
   } else {

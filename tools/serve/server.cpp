@@ -174,7 +174,8 @@ class Server {
     note("ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
          (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") +
          (models_.defaults.suffix_speculation ? ", suffix speculation" : "") + ", " +
-         std::to_string(o_.max_batch) + " rows of " + std::to_string(o_.ctx) + " positions");
+         std::to_string(o_.max_batch) + (o_.max_batch == 1 ? " row of " : " rows of ") +
+         std::to_string(o_.ctx) + " positions");
     std::thread stopper([&] {
       {
         std::unique_lock<std::mutex> lock(shutdown_mutex_);
