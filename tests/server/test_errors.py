@@ -196,6 +196,18 @@ def test_invalid_utf8(server):
     assert_error(server, raw_post(server, "/v1/chat/completions", bad_chat), 400)
 
 
+def test_served_model_name():
+    s = start_server("--served-model-name", "my-model", "--max-batch", "1")
+    try:
+        assert [m["id"] for m in s.get("/v1/models").json()["data"]] == ["my-model"]
+        r = s.post("/v1/completions", json={"model": "my-model", "prompt": "Hi", "max_tokens": 2})
+        assert r.status_code == 200 and r.json()["model"] == "my-model", r.text
+        assert_error(s, s.post("/v1/completions", json={"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2}), 404,
+                     code="model_not_found")
+    finally:
+        s.stop()
+
+
 def test_unknown_model(server, client):
     for route, body in (("/v1/completions", {"prompt": "Hi"}), ("/v1/chat/completions", {"messages": MSGS})):
         assert_error(server, server.post(route, json=dict(body, model="gpt-4o", max_tokens=2)), 404,

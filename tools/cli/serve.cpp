@@ -34,7 +34,8 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_give
     if (max_tokens_given) m.max_tokens = o.gen.max_new_tokens;
     std::string name = o.model;
     while (name.size() > 1 && name.back() == '/') name.pop_back();
-    m.model_id = name.substr(name.find_last_of('/') + 1);
+    m.model_id = so.served_model_name.empty() ? name.substr(name.find_last_of('/') + 1)
+                                              : so.served_model_name;
     return m;
   });
 }

@@ -34,6 +34,10 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
          "Prompt tokens the joining requests put in per step, together, while others decode")
       ->check(cli::in_range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
+  app->add_option("--served-model-name,--alias", o.served_model_name,
+                  "The model's id in /v1/models, which requests name (default: the --model file or "
+                  "folder's name)")
+      ->check(cli::non_empty());
   app->add_option("--api-key", o.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: "
                   "$SPECDEC_API_KEY)");

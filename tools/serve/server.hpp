@@ -20,8 +20,9 @@ struct ServeOptions {
   int64_t max_queue = 64;
   int64_t prefix_cache = 8;
   int64_t prefill_chunk = 256;
-  std::string api_key;  // also SPECDEC_API_KEY
-  std::string cors;     // the origin allowed, "" = no CORS headers
+  std::string served_model_name;  // the model's id; "" = the --model file or folder's name
+  std::string api_key;            // also SPECDEC_API_KEY
+  std::string cors;               // the origin allowed, "" = no CORS headers
   std::string log_format = "text";
   int64_t max_body = 1 << 20;
   double shutdown_timeout = 30;
