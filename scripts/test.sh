@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/get_models.sh   # the real model for the tests on trained weights (they skip without it)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release > build.log 2>&1 || { cat build.log; exit 1; }
+# Tests and benchmarks on, also in a build folder that scripts/demo.sh made without them.
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSPECDEC_BUILD_TESTS=ON -DSPECDEC_BUILD_BENCHMARKS=ON \
+  > build.log 2>&1 || { cat build.log; exit 1; }
 cmake --build build -j"$(nproc)" >> build.log 2>&1 || { tail -80 build.log; exit 1; }
 (cd build && ctest --output-on-failure -j"$(nproc)")
 bash scripts/doc_commands.sh   # the commands of README.md and docs/ marked `sh test`
