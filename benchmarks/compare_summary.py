@@ -10,7 +10,7 @@ print(json.dumps({
     "config": sys.argv[1], **({"prompt": int(sys.argv[2])} if len(sys.argv) > 2 else {}), "identical": j["identical"],
     "greedy_ms_per_token": round(1e3 * t["total_seconds"] / t["new_tokens"], 1),
     "assisted_ms_per_token": round(1e3 * a["total_seconds"] / a["new_tokens"], 1),
-    "speedup": round(j["speedup"], 2), "predicted": j["predicted_speedup"] and round(j["predicted_speedup"], 2),  # None for trees
+    "speedup": round(j["speedup"], 2), "predicted": j["predicted_speedup"] and round(j["predicted_speedup"], 2),  # None for trees or when nothing was drafted
     "share_of_predicted": round(j["speedup"] / j["predicted_speedup"], 2) if j["predicted_speedup"] else None,
     "target_passes": a["target_passes"], "draft_passes": a["draft_passes"],
     "acceptance": round(a["acceptance_rate"], 3), "tokens_per_pass": round(a["tokens_per_target_pass"], 2),

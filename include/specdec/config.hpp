@@ -126,7 +126,8 @@ bool llama_family(const std::string& model_type);
 enum class Schedule { kConstant, kHeuristic, kHeuristicTransient, kDynamic, kGoodput };
 
 // Per-request generation knobs. Names and meanings follow Hugging Face's GenerationConfig so that
-// results can be compared 1:1 with `model.generate(assistant_model=...)`.
+// results can be compared 1:1 with `model.generate(assistant_model=...)` (per-pass traces under
+// the same schedule: Hugging Face's default is "constant", greedy speculation's here "goodput").
 struct GenerationConfig {
   // Number of new tokens to generate at most (prompt excluded). Must be >= 1.
   int64_t max_new_tokens = 20;

@@ -59,7 +59,7 @@ struct SpeedupEstimate {
   double gamma = 0;       // mean candidates drafted per target pass
   double cost_ratio = 0;  // draft seconds per token / target-only seconds per decode pass
   double predicted = 0;   // predicted_speedup(alpha, gamma, cost_ratio); 0 when the assisted run
-                          // verified trees (the formula is a chain's)
+                          // verified trees (the formula is a chain's) or drafted nothing
 };
 SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
                                  const GenerationStats& assisted);

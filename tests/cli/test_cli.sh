@@ -200,6 +200,10 @@ for bad in "--device tpu" "--chat-template nosuch" "--weights q8_0 --dtype bfloa
   check "... $bad too (what the model's loading would refuse whatever the model)" bash -c \
     '[[ $1 == *error* && $1 != *listening* ]]' _ "$serve_err"
 done
+for flag in --served-model-name --alias; do
+  serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 $flag "" 2>&1)
+  check "serve $flag '' is refused" bash -c '[[ $1 == *"the value is empty"* && $1 != *listening* ]]' _ "$serve_err"
+done
 serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 --temperature 3 2>&1)
 check "serve holds --temperature to a request's range" bash -c \
   '[[ $1 == *"--temperature must be in [0, 2]"* && $1 != *listening* ]]' _ "$serve_err"
@@ -277,6 +281,9 @@ check "quantized target and draft: assisted equals target-only" python3 -c "
 import json,sys; a, b = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert a['tokens']==b['tokens'] and len(a['tokens'])==12, (a['tokens'], b['tokens'])" "$q" "$qplain"
 "$SPECDEC" make-fixture --out "$work/v" --vocab 64 --layers 1 --hidden 64 --heads 4 2>/dev/null
+check "a draft without tokenizer files of the target's vocabulary is accepted beside a larger --tokenizer" bash -c \
+  '"$0" generate --model "$1" --tokenizer "$2" --draft "$3" --prompt-ids 5,6,7 --max-new-tokens 4 --json > /dev/null 2>&1' \
+  "$SPECDEC" "$work/t" "$data/tiny_bpe" "$work/d"
 # (The library runs such a draft, exactly: Exactness.DraftVocabularyPaddedOrCutStaysExact.)
 expect_error "a draft with a smaller vocabulary is refused" "the draft's vocabulary has 64 tokens, the target writes 128: it was not made for this target" \
   generate --model "$work/t" --draft "$work/v" --prompt-ids 5,6,7 --max-new-tokens 12
@@ -284,7 +291,8 @@ for arch in gpt_neox gpt2 opt qwen3 gemma3; do
   "$SPECDEC" make-fixture --out "$work/$arch" --arch $arch --layers 2 --hidden 64 --heads 4 --vocab 128 \
     --init-std 0.1 --exit-layers 1 --exit-scale 0.2 --seed 2 2>/dev/null
   "$SPECDEC" make-fixture --draft-of "$work/$arch" --out "$work/$arch-d" --layers 1 2>/dev/null
-  c=$("$SPECDEC" compare --model "$work/$arch" --draft "$work/$arch-d" --prompt-ids 5,6,7 --max-new-tokens 12 --json --warmup 0)
+  c=$("$SPECDEC" compare --model "$work/$arch" --draft "$work/$arch-d" --prompt-ids 5,6,7 --max-new-tokens 12 --json --warmup 0 \
+    --schedule constant)
   check "make-fixture --arch $arch, early-exit draft, identical assisted output" python3 -c "
 import json,sys; j=json.loads(sys.argv[1]); assert j['identical'] is True and j['assisted']['stats']['accepted_tokens']>0, j" "$c"
 done

@@ -1,6 +1,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "specdec/stats.hpp"
 #include "test_util.hpp"
 #include "util.hpp"
 
@@ -301,6 +302,8 @@ TEST(GenerationConfig, ValidatesEveryKnob) {
   sampled.do_sample = true;
   EXPECT_EQ(sampled.schedule(), Schedule::kConstant);  // sampling: constant by default
   EXPECT_EQ(sampled.resolved_num_assistant_tokens(), 5);
+  sampled.temperature = 0;  // do_sample at temperature 0 is greedy: goodput
+  EXPECT_EQ(sampled.schedule(), Schedule::kGoodput);
   ok.num_assistant_tokens_schedule = "dynamic";
   EXPECT_EQ(ok.resolved_num_assistant_tokens(), 20);
   auto bad = [](auto mutate) {
@@ -394,6 +397,38 @@ TEST(LoadModel, HugeMaxPositionEmbeddingsAllocatesNothing) {
   g.max_new_tokens = 8;
   EXPECT_EQ(Generator(target).generate({1, 2, 3}, g).tokens,
             Generator(reference).generate({1, 2, 3}, g).tokens);
+}
+
+// Leviathan et al.'s prediction from measured statistics, computed by hand: alpha = 4 accepted /
+// (4 + 1 rejection) = 0.8, gamma = 6 drafted / 2 passes = 3, c = (0.3 s / 6 draft tokens) /
+// (1.8 s / 9 decode passes) = 0.25; (1 - 0.8^4) / (0.2 x 1.75) = 1.686857...
+TEST(Stats, EstimateSpeedupByHand) {
+  GenerationStats plain, assisted;
+  plain.total_seconds = 2.0;
+  plain.verification_seconds = 1.8;
+  plain.target_passes = 10;
+  assisted.total_seconds = 1.0;
+  assisted.trace = {{3, 1}, {3, 3}};
+  assisted.accepted_tokens = 4;
+  assisted.drafted_tokens = 6;
+  assisted.target_passes = 2;
+  assisted.drafting_seconds = 0.3;
+  assisted.draft_passes = 7;  // one of them the draft's prefill
+  assisted.prefill_draft_passes = 1;
+  const SpeedupEstimate e = estimate_speedup(plain, assisted);
+  EXPECT_DOUBLE_EQ(e.measured, 2.0);
+  EXPECT_DOUBLE_EQ(e.alpha, 0.8);
+  EXPECT_DOUBLE_EQ(e.gamma, 3.0);
+  EXPECT_DOUBLE_EQ(e.cost_ratio, 0.25);
+  EXPECT_NEAR(e.predicted, 0.5904 / 0.35, 1e-12);
+  GenerationStats tree = assisted;
+  tree.tree_passes = 1;
+  EXPECT_EQ(estimate_speedup(plain, tree).predicted, 0.0);  // the formula is a chain's
+  GenerationStats none;  // nothing drafted: no prediction (not 1)
+  none.total_seconds = 1.5;
+  none.trace = {{0, 0}, {0, 0}};
+  none.target_passes = 2;
+  EXPECT_EQ(estimate_speedup(plain, none).predicted, 0.0);
 }
 
 }  // namespace

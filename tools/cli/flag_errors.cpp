@@ -44,9 +44,11 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
       {"--max-length", "specdec counts new tokens: --max-new-tokens"},
       {"--max-tokens", "OpenAI's max_tokens is a request's field; the flag is --max-new-tokens"},
       {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
-      {"--assistant-model", "the draft model is --draft"},
-      {"--draft-model", "the draft model is --draft"},
   };
+  const bool drafts = sub == "generate" || sub == "compare" || sub == "chat" || sub == "serve";
+  if (drafts && (flag == "--assistant-model" || flag == "--draft-model" ||
+                 flag == "--model-draft" || flag == "--speculative-model"))
+    return "the draft model is --draft";
   if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
     return "chat reads each turn from stdin (generate takes --prompt)";
   if (sub == "serve" && (flag == "--seed" || flag == "--do-sample"))

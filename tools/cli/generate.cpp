@@ -296,10 +296,11 @@ int run_compare(RunOptions& o) {
   const GenerationResult b = assisted.generate(l.prompt, o.gen);
   const bool identical = a.tokens == b.tokens;
   const SpeedupEstimate e = estimate_speedup(a.stats, b.stats);
-  // Leviathan's formula is a chain's, and needs something drafted.
-  const char* no_prediction = b.stats.tree_passes > 0       ? "no prediction for trees"
-                              : b.stats.drafted_tokens == 0 ? "no prediction: nothing drafted"
-                                                            : nullptr;
+  // estimate_speedup predicts nothing for trees (Leviathan's formula is a chain's) or when nothing
+  // was drafted.
+  const char* no_prediction = e.predicted > 0           ? nullptr
+                              : b.stats.tree_passes > 0 ? "no prediction for trees"
+                                                        : "no prediction: nothing drafted";
   if (o.json_out) {
     std::cout << json{{"target_only", result_json(a, l.tokenizer.get())},
                       {"assisted", result_json(b, l.tokenizer.get())},

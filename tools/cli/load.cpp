@@ -241,7 +241,8 @@ Loaded load(RunOptions& o, bool chat) {
   // vocabulary smaller than the ids the target writes says it was not made for it (a larger one
   // may be padding, as Qwen2.5's sizes differ by model). The library would run it, drafting for no
   // row whose text holds an id the draft lacks: most often none, a target-only run in disguise.
-  const int64_t ids = l.tokenizer ? l.tokenizer->size() : l.target->config().vocab_size;
+  const int64_t vocab = l.target->config().vocab_size;
+  const int64_t ids = l.tokenizer ? std::min(l.tokenizer->size(), vocab) : vocab;
   if (l.draft && !has_tokenizer(o.draft) && l.draft->config().vocab_size < ids)
     throw Error("the draft's vocabulary has " + std::to_string(l.draft->config().vocab_size) +
                 " tokens, the target writes " + std::to_string(ids) +

@@ -12,8 +12,7 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_give
   if (max_tokens_given && o.gen.max_new_tokens >= so.ctx)
     throw Error("--max-new-tokens " + std::to_string(o.gen.max_new_tokens) +
                 " leaves no room for a prompt in --ctx " + std::to_string(so.ctx) +
-                " positions (a request without max_tokens gets the smaller of it and what its "
-                "prompt leaves)");
+                " positions: it must be less than --ctx");
   return serve::run_serve(so, [&o, &so, max_tokens_given] {
     Loaded l = load(o, false);
     const int64_t positions = l.target->config().max_position_embeddings;
