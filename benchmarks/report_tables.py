@@ -187,16 +187,24 @@ def serve_http(runs):
                 pairs.append((tput(g), tput(s)))
         return pairs
 
+    def client_cpu(run):
+        """The load generator's CPU time as a share of the serve runs' seconds (of one CPU)."""
+        shares = [100 * r["client_cpu_seconds"] / r["seconds"] for r in run.records
+                  if r.get("label") == "specdec-serve" and r.get("client_cpu_seconds") is not None and r.get("seconds")]
+        return _median_span(shares) if shares else "-"
+
     def row(run):
         pairs = rounds(run)
         if not pairs:
-            return ["-", "-", "-", "0"]
+            return ["-", "-", "-", "-", "0"]
         ratios = [s / g for g, s in pairs]
         return [_median_span([g for g, _ in pairs]), _median_span([s for _, s in pairs]),
-                _median_span(ratios, "{:.3f}"), str(len(pairs))]
-    out = run_header(runs[0]) + ["Medians over the rounds (range in brackets); a round runs both, one after the other.", ""]
+                _median_span(ratios, "{:.3f}"), client_cpu(run), str(len(pairs))]
+    out = run_header(runs[0]) + ["Medians over the rounds (range in brackets); a round runs both, one after the other. "
+                                 "The load generator (Python, streaming) runs on the same CPUs as the server: its CPU "
+                                 "time, in % of one CPU over the serve run, is time the server could not use.", ""]
     out += table(["`specdec generate --batch-size 8` tok/s", "`specdec serve`, 8 clients, tok/s",
-                  "serve / generate", "rounds"], [row(runs[0])])
+                  "serve / generate", "load generator CPU %", "rounds"], [row(runs[0])])
     return out + history(runs[1:], "Earlier runs", [("serve / generate", lambda r: row(r)[2])])
 
 

@@ -322,8 +322,12 @@ async def main_async(args):
         if bad:
             sys.exit(f"warm-up request failed: {bad[0]}")
     for c in levels:
+        cpu = time.process_time()
         results, seconds = await run_level(target, prompts, c, args.requests_per_client, args.timeout)
+        cpu = time.process_time() - cpu
         line = summarise(args, target, c, results, seconds, base, meta)
+        # This process's own CPU time: on a machine it shares with the server, time the server lost.
+        line["client_cpu_seconds"] = round(cpu, 4)
         print(json.dumps(line), flush=True)
         if args.out:
             with open(args.out, "a", encoding="utf-8") as f:

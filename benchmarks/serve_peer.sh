@@ -27,7 +27,7 @@
 #            `specdec generate --prompts-file FILE --batch-size 8` (in one process, tokens/s
 #            of its own summary, after an 8-request warm-up run that is subtracted) against the
 #            same requests through specdec serve --prefix-cache 0 at concurrency 8, SERVE_HTTP_ROUNDS
-#            (default 3) rounds of both -> results/serve_http.jsonl
+#            (default 5) rounds of both -> results/serve_http.jsonl
 # SERVE_REQUESTS (default 4) requests per client, SERVE_MAX_TOKENS (default 64) tokens each;
 # SERVE_RESULTS: the folder of the result files (default benchmarks/results, made if missing); each part
 # appends its records (benchmarks/bench_record.py's schema; run = this invocation's start time, command
@@ -52,7 +52,7 @@ max_tokens=${SERVE_MAX_TOKENS:-64}
 levels=${SERVE_CONCURRENCY:-1,4,8,16}
 lookup_levels=${SERVE_LOOKUP_CONCURRENCY:-1}
 lookup_tokens=${SERVE_LOOKUP_TOKENS:-128}
-http_rounds=${SERVE_HTTP_ROUNDS:-3}
+http_rounds=${SERVE_HTTP_ROUNDS:-5}
 parts=${SERVE_PARTS:-peer,lookup,goodput,http}
 has() { [[ ",$parts," == *",$1,"* ]]; }
 prompts=benchmarks/prompts/serve_chat.jsonl
