@@ -55,13 +55,16 @@ struct Loaded {
   std::shared_ptr<const Model> target, draft;
   std::unique_ptr<Tokenizer> tokenizer;  // null when there is none and ids are used
   std::optional<ChatTemplate> chat;      // --chat and the chat subcommand
+  // The chat template's end of turn, when it is one token and none of the target's EOS ids: a chat
+  // answer ends there too.
+  std::optional<int64_t> end_of_turn;
   std::vector<int64_t> prompt;
 };
 
-// The conversation through the chat template, as ids (the model must have a tokenizer).
 // Text from the user as UTF-8, or an Error naming where it came from (`where`: "--prompt", "your
 // message") and the byte in it.
 void require_utf8_in(const std::string& text, const std::string& where);
+// The conversation through the chat template, as ids (the model must have a tokenizer).
 std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages);
 // One user turn (after `system`, when not empty): through the chat template when l.chat is set.
 std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,

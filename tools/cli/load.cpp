@@ -247,21 +247,21 @@ Loaded load(RunOptions& o, bool chat) {
     throw Error("the draft's vocabulary has " + std::to_string(l.draft->config().vocab_size) +
                 " tokens, the target writes " + std::to_string(ids) +
                 ": it was not made for this target (make-draft makes one that is)");
+  if (l.chat) {
+    const std::vector<int64_t> eot = l.tokenizer->encode(l.chat->end_of_turn(), false);
+    if (eot.size() != 1)
+      warn("the " + l.chat->name() + " template's end of turn, " + l.chat->end_of_turn() +
+           ", is no token of this tokenizer: the template was made for another model (its "
+           "markers are plain text here, and an answer does not stop at its turn's end)");
+    else if (!l.target->config().is_eos(eot[0]))
+      l.end_of_turn = eot[0];
+  }
   if (o.gen.eos_token_ids.empty()) {
     o.gen.eos_token_ids = l.target->config().eos_token_ids;
     if (o.gen.eos_token_ids.empty() && l.tokenizer && l.tokenizer->eos_token_id())
       o.gen.eos_token_ids = {*l.tokenizer->eos_token_id()};
-    // A chat answer ends at the template's end-of-turn token too.
-    if (l.chat) {
-      const std::vector<int64_t> eot = l.tokenizer->encode(l.chat->end_of_turn(), false);
-      if (eot.size() == 1 && !l.target->config().is_eos(eot[0]))
-        o.gen.eos_token_ids.push_back(eot[0]);
-    }
+    if (l.end_of_turn) o.gen.eos_token_ids.push_back(*l.end_of_turn);
   }
-  if (l.chat && l.tokenizer->encode(l.chat->end_of_turn(), false).size() != 1)
-    warn("the " + l.chat->name() + " template's end of turn, " + l.chat->end_of_turn() +
-         ", is no token of this tokenizer: the template was made for another model (its markers "
-         "are plain text here, and an answer does not stop at its turn's end)");
   return l;
 }
 

@@ -1,5 +1,6 @@
 // `specdec serve`: the models loaded as the server needs them (tools/serve runs it).
 #include "cli.hpp"
+#include "serve/protocol.hpp"
 
 namespace specdec::cli {
 
@@ -7,7 +8,7 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_give
   o.serve = true;
   check_flags(o, false);  // a bad flag is refused before the server binds its port
   // The server's defaults are held to what a request may ask for.
-  if (o.gen.temperature > 2)
+  if (o.gen.temperature > serve::kMaxTemperature)
     throw Error("--temperature must be in [0, 2] (OpenAI's range, which requests are held to)");
   if (max_tokens_given && o.gen.max_new_tokens >= so.ctx)
     throw Error("--max-new-tokens " + std::to_string(o.gen.max_new_tokens) +
@@ -24,10 +25,7 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_give
     m.draft = l.draft;
     m.tokenizer = std::move(l.tokenizer);
     m.chat = l.chat;
-    if (m.chat) {
-      const std::vector<int64_t> eot = m.tokenizer->encode(m.chat->end_of_turn(), false);
-      if (eot.size() == 1 && !l.target->config().is_eos(eot[0])) m.chat_eos.push_back(eot[0]);
-    }
+    if (l.end_of_turn) m.chat_eos.push_back(*l.end_of_turn);
     m.defaults = o.gen;
     m.suffix = o.suffix;
     if (max_tokens_given) m.max_tokens = o.gen.max_new_tokens;

@@ -382,7 +382,7 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
                      : chat           ? fits
                                       : std::min<int64_t>(16, fits);
   // A request without a temperature gets the server's --temperature (1 by default, as OpenAI's).
-  if (const auto t = number(body, "temperature", {0, 2})) c.temperature = *t;
+  if (const auto t = number(body, "temperature", {0, kMaxTemperature})) c.temperature = *t;
   c.do_sample = c.temperature > 0;
   if (const auto v = number(body, "top_p", {0, 1, true})) c.top_p = *v;
   if (const auto v = number(body, "top_k", {-1, 1e9}, true))

@@ -12,6 +12,10 @@
 
 namespace specdec::serve {
 
+// The highest temperature a request may ask for (OpenAI's range is [0, 2]); --temperature, the
+// default of a request that sets none, is held to it too.
+constexpr double kMaxTemperature = 2;
+
 // An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError : std::runtime_error {
   ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
