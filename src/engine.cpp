@@ -378,26 +378,26 @@ void Engine::draft() {
     // always (the cut may drop all of it: its estimates price in what it has not seen, so it
     // needs no evidence that drafting pays), and the cut below decides.
     const bool goodput = row.schedule->kind() == Schedule::kGoodput;
-    const bool cut_later =
-        !first_ && uncached(i) == 0 && row.proposer &&
-        (row.schedule->num_tokens() > 0 || proposer_kind(row) == detail::kPromptLookup);
+    const bool cut_later = row.proposer && (row.schedule->num_tokens() > 0 ||
+                                            proposer_kind(row) == detail::kPromptLookup);
     const int64_t k = std::min(
         max_tokens_[i], !goodput || cut_later ? row.schedule->cap() : row.schedule->num_tokens());
     row.cand = row.proposer ? row.proposer->propose(row.tokens, k) : Candidates{};
   }
   // goodput's cut of the proposals whose tokens come with probabilities: prompt lookup's and
-  // suffix speculation's, a draft's trees (its chains are goodput's K already). Not in the pass
-  // that prefills, whose cost is the prompt's, nor for a row that puts in more than its last token.
-  std::vector<std::pair<detail::Proposer, Candidates*>> cuttable;
-  int64_t others = 0;  // the most tokens another row puts in after its last one
+  // suffix speculation's (in a pass that prefills their row too: a prompt's tokens are computed,
+  // not read, and the candidates after them cost what they add), a draft's trees (its chains are
+  // goodput's K already; not in a pass that prefills, after the draft's own prefill).
+  std::vector<detail::GoodputPlanner::Cuttable> cuttable;
+  int64_t others = 0;  // the most tokens a row that is not cut puts in after its last one
   for (int64_t i = 0; i < b; ++i) {
     Row* row = slots_[i];
     const int64_t extra = uncached(i);
-    row->cut = goodput_ && !first_ && extra == 0 && uses_goodput(*row) &&
-               !row->cand.probs.empty() && !row->cand.q.defined() &&
-               (!by_model(*row) || row->cand.tree());
+    row->cut = goodput_ && uses_goodput(*row) && !row->cand.probs.empty() &&
+               !row->cand.q.defined() &&
+               (!by_model(*row) || (row->cand.tree() && !first_ && extra == 0));
     if (row->cut)
-      cuttable.emplace_back(proposer_kind(*row), &row->cand);
+      cuttable.push_back({proposer_kind(*row), &row->cand, extra});
     else
       others = std::max(others, extra + static_cast<int64_t>(row->cand.size()));
   }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "util.hpp"
 
@@ -11,11 +12,11 @@ namespace specdec::detail {
 GoodputPlanner::Plan GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules,
                                           KVCache& cache, const std::vector<int64_t>& tokens,
                                           int64_t rows, bool free_drafts, bool may_calibrate) {
-  // Calibration, once per Generator: target passes of `n` tokens timed on row 0 of this
-  // request's cache (appended after what it holds, then cropped away); every real pass refines
-  // the curve after that. `tokens`: row 0's. `free_drafts`: prompt lookup, whose proposals cost
-  // nothing beside a pass. A pass over as many tokens as the batch has rows first (what K = 0
-  // costs); with prompt lookup, cap / 2 + 1 tokens (a costly one) once drafting could pay.
+  // Calibration, once per Generator, for a draft model: a target pass over as many tokens as the
+  // batch has rows (what K = 0 costs), timed on row 0 of this request's cache (appended after what
+  // it holds, then cropped away); every real pass refines the curve after that. `tokens`: row 0's.
+  // Proposals without a model (`free_drafts`, which cost nothing beside a pass) run no pass of
+  // their own: cut() times the curve with real passes.
   const int64_t length = cache.length(0);
   const auto calibrate = [&](bool& done, int64_t n) {
     {
@@ -51,7 +52,7 @@ GoodputPlanner::Plan GoodputPlanner::plan(const std::vector<LookaheadSchedule*>&
     else if (!draft_cost_.empty())
       draft = draft_cost_(batch);
   };
-  calibrate(calibrated_first_, batch);
+  if (!free_drafts) calibrate(calibrated_first_, batch);
   PassCost target;
   std::optional<double> draft;
   costs(target, draft);
@@ -76,20 +77,21 @@ GoodputPlanner::Plan GoodputPlanner::plan(const std::vector<LookaheadSchedule*>&
   // one whose pass has cap / 2 + 1 tokens or more. A draft model gets there with real iterations,
   // K = 1, 2, ... in turn, once per Generator (LookaheadSchedule::exploration): between observed
   // sizes the curve would be interpolated, and a pass over more tokens can cost less than one over
-  // fewer (the kernels' tile shapes), which kept goodput from the K it should plan. Prompt lookup,
-  // whose proposals can be shorter than asked, gets one timed pass over cap / 2 + 1 tokens. Above
-  // the largest pass observed the curve is extrapolated, and a plan that goes there is a real pass
-  // that refines it.
-  const int64_t mid = LookaheadSchedule::timed_pass_tokens(cap);
+  // fewer (the kernels' tile shapes), which kept goodput from the K it should plan. Proposals
+  // without a model, which can be shorter than asked, get there with the real passes that cut()
+  // leaves whole. Above the largest pass observed the curve is extrapolated, and a plan that goes
+  // there is a real pass that refines it.
   if (!free_drafts) {
     if (const int64_t k =
             LookaheadSchedule::exploration(target, flat, *draft, bounds, cap, batch)) {
       for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
       return Plan::kExploring;
     }
-  } else if (target.size() < 2 || target.largest() < mid) {
-    calibrate(calibrated_, mid);
-    costs(target, draft);
+  } else {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      timed_free_ = std::max(timed_free_, LookaheadSchedule::timed_pass_tokens(cap));
+    }
     if (target.size() <= 1) return Plan::kPlanned;
   }
   if (batch == 1) {
@@ -135,42 +137,71 @@ std::vector<size_t> GoodputPlanner::slots(const Candidates& c) {
   return out;
 }
 
-void GoodputPlanner::cut(const std::vector<std::pair<Proposer, Candidates*>>& rows, int64_t batch,
-                         int64_t others) {
-  size_t fewest = std::all_of(rows.begin(), rows.end(),
-                              [](const auto& row) { return row.first != kDraftModel; })
-                      ? 0
-                      : 1;
+void GoodputPlanner::cut(const std::vector<Cuttable>& rows, int64_t batch, int64_t others) {
+  size_t fewest =
+      std::all_of(rows.begin(), rows.end(), [](const Cuttable& r) { return r.kind != kDraftModel; })
+          ? 0
+          : 1;
   std::vector<std::vector<double>> gains;  // each row's calibrated reach, best first
   size_t longest = 0;
+  int64_t before = 0;  // the most tokens a row of `rows` puts in before its last one
   PassCost target_cost;
+  int64_t timed_free = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (target_cost_.empty()) return;
     target_cost = target_cost_;
-    for (const auto& [kind, c] : rows) {
-      const std::vector<double> reach = c->reach();
-      const std::vector<size_t> slot = slots(*c);
-      const Calibration& cal = calibration_[kind];
+    timed_free = timed_free_;
+    for (const Cuttable& row : rows) {
+      const std::vector<double> reach = row.candidates->reach();
+      const std::vector<size_t> slot = slots(*row.candidates);
+      const Calibration& cal = calibration_[row.kind];
       gains.emplace_back();
       for (size_t i = 0; i < reach.size(); ++i)
         gains.back().push_back(std::min(1.0, reach[i] * cal.factor(slot[i])));
       longest = std::max(longest, reach.size());
+      before = std::max(before, row.before);
     }
+  }
+  const auto truncate = [&rows](size_t n) {
+    for (const Cuttable& row : rows) row.candidates->truncate(n);
+  };
+  if (fewest == 0 && before == 0) {  // see the header: the curve timed on real passes
+    if (others == 0 && !target_cost.observed(batch)) {
+      truncate(0);
+      return;
+    }
+    if (target_cost.largest() < std::min(timed_free, batch * static_cast<int64_t>(longest + 1))) {
+      truncate(static_cast<size_t>(std::max<int64_t>(1, (timed_free + batch - 1) / batch - 1)));
+      return;
+    }
+  }
+  if (target_cost.empty()) {
+    if (before > 0) truncate(0);  // a prefill's tokens are costly, and this cost is not known
+    return;
   }
   // Verifying nothing is weighed against a measured pass over one candidate per row, not an
   // interpolated one (a cost overstated there would never be timed again).
-  if (fewest == 0 && target_cost.first_unobserved(batch, 1) != 0) fewest = 1;
+  if (fewest == 0 && before == 0 && target_cost.first_unobserved(batch, 1) != 0) fewest = 1;
   if (longest <= fewest) return;
+  // A pass that prefills a row yields its one token per row slowly whatever is cut: its
+  // candidates are worth the time they save, a pass over `batch` tokens for every `batch` tokens
+  // they are expected to add, less what they add to the pass. Otherwise, the pass's tokens per
+  // second.
+  const double token_seconds = target_cost(batch) / static_cast<double>(batch);
   size_t best = fewest;
-  double best_rate = -1;
+  double best_score = -std::numeric_limits<double>::infinity();
   for (size_t n = fewest; n <= longest; ++n) {
-    double tokens = static_cast<double>(batch);
-    for (const std::vector<double>& g : gains)
-      for (size_t i = 0; i < std::min(n, g.size()); ++i) tokens += g[i];
-    const double seconds = target_cost(batch * (std::max(static_cast<int64_t>(n), others) + 1));
-    const double rate = tokens / seconds;
-    if (rate > best_rate) best_rate = rate, best = n;  // ties keep the smaller n
+    double gained = 0;
+    int64_t in_pass = others;  // the most tokens a row puts in after its last one
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const size_t kept = std::min(n, gains[r].size());
+      for (size_t i = 0; i < kept; ++i) gained += gains[r][i];
+      in_pass = std::max(in_pass, rows[r].before + static_cast<int64_t>(kept));
+    }
+    const double seconds = target_cost(batch * (in_pass + 1));
+    const double score = before > 0 ? gained * token_seconds - seconds
+                                    : (static_cast<double>(batch) + gained) / seconds;
+    if (score > best_score) best_score = score, best = n;  // ties keep the smaller n
   }
   {
     // Every candidate cut: the costs and calibration that say so learn nothing more unless a
@@ -180,13 +211,13 @@ void GoodputPlanner::cut(const std::vector<std::pair<Proposer, Candidates*>>& ro
     if (best > 0) {
       empty_cuts_ = 0;
       recheck_after_ = Generator::kRetimeFirst;
-    } else if (++empty_cuts_ > recheck_after_) {
+    } else if (before == 0 && ++empty_cuts_ > recheck_after_) {
       best = 1;
       empty_cuts_ = 0;
       recheck_after_ = std::min(2 * recheck_after_, Generator::kRetimeLast);
     }
   }
-  for (const auto& row : rows) row.second->truncate(best);
+  truncate(best);
 }
 
 void GoodputPlanner::observe_kept(Proposer kind, const Candidates& c,

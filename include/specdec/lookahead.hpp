@@ -142,6 +142,7 @@ class PassCost {
   // smaller, `rows` times the least of all (nor more than passes over one token each).
   double ceiling(int64_t rows) const;
   bool empty() const { return points_.empty(); }
+  bool observed(int64_t rows) const { return points_.count(rows) > 0; }
   size_t size() const { return points_.size(); }
   int64_t largest() const {
     return points_.empty() ? 0 : points_.rbegin()->first;

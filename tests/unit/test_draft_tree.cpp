@@ -8,6 +8,7 @@
 
 #include "goodput.hpp"
 #include "specdec/candidates.hpp"
+#include "specdec/lookahead.hpp"
 #include "test_util.hpp"
 
 namespace specdec::test {
@@ -147,6 +148,7 @@ TEST(Candidates, ReachAndTruncateFollowThePaths) {
 TEST(GoodputCut, KeepsTheCandidatesThatPayAtTheMeasuredCostsAndAcceptance) {
   const auto model = test_model(cached_fixture("tree_draft", small_fixture(11, 1)));
   detail::GoodputPlanner planner(*model);
+  planner.observe_target(1, 1.0);  // (without it, a first pass of suffix rows verifies nothing)
   planner.observe_target(2, 1.0);
   planner.observe_target(3, 1.1);
   planner.observe_target(4, 2.0);
@@ -254,6 +256,51 @@ TEST(GoodputCut, VerifiesACandidateNowAndThenWhenEveryOneIsCut) {
   EXPECT_EQ(until_kept(), Generator::kRetimeFirst + 1);
 }
 
+// Proposals without a model run no calibration pass: goodput times the curve on real passes. The
+// first pass of a batch size verifies nothing (target-only's pass); until a pass over
+// timed_pass_tokens(cap) = 6 tokens (cap 10) was timed, a proposal longer than every timed pass is
+// verified whole up to such a pass (5 candidates), however weak; then it is cut. With a 1-token
+// pass at 1 s, a 2-token one at 3 s and a 9-token one at 5 s, 8 candidates of probability 0.1 give
+// at most 1.1 / 3 tokens/s against 1. A pass that prefills a row (20 tokens before its last one)
+// prices its candidates by the time they save: the curve above 9 tokens rises 0.5 s a token (its
+// mean slope), a token is worth the 1 s of a 1-token pass, so of a chain of reach 0.9 and 0.27 only
+// the first pays (0.9 - 0.5 > 0, 0.27 - 0.5 < 0); without a timed pass, none.
+TEST(GoodputCut, TimesTheCurveOnRealPassesWithoutAModel) {
+  const auto model = test_model(cached_fixture("tree_draft", small_fixture(11, 1)));
+  detail::GoodputPlanner planner(*model);
+  GenerationConfig config;
+  config.max_new_tokens = 64;
+  config.prompt_lookup_num_tokens = 10;
+  config.num_assistant_tokens_schedule = "goodput";
+  LookaheadSchedule schedule(config);
+  KVCache cache = model->make_cache(32);
+  planner.plan({&schedule}, cache, {3, 4, 5}, 1, /*free_drafts=*/true, /*may_calibrate=*/true);
+  Candidates weak;
+  weak.tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  weak.probs.assign(8, 0.1);
+  const auto kept = [&](Candidates c, int64_t before = 0) {
+    planner.cut({{detail::kPromptLookup, &c, before}}, 1, 0);
+    return c.size();
+  };
+  EXPECT_EQ(kept(weak), 0u);  // no pass timed, none run by plan()
+  planner.observe_target(1, 1.0);
+  planner.observe_target(2, 3.0);
+  EXPECT_EQ(kept(weak), 5u);
+  Candidates one = weak;
+  one.truncate(1);
+  EXPECT_EQ(kept(one), 0u);  // its pass (2 tokens) was timed
+  planner.observe_target(9, 5.0);
+  EXPECT_EQ(kept(weak), 0u);
+  Candidates chain;
+  chain.tokens = {1, 2};
+  chain.probs = {0.9, 0.3};
+  EXPECT_EQ(kept(chain, 20), 1u);
+  detail::GoodputPlanner fresh(*model);
+  Candidates c = chain;
+  fresh.cut({{detail::kPromptLookup, &c, 20}}, 1, 0);
+  EXPECT_EQ(c.size(), 0u);
+}
+
 // Acceptance is measured by rank too: a tree of a first choice (0.6) and its sibling (0.35) at a
 // pass of 2 tokens costing 1 s and of 3 tokens 1.1 s keeps both (1.95 / 1.1 = 1.77 against 1.6).
 // After 5 proposals in which the first choice was kept and the sibling never, the ratio (decay
@@ -263,6 +310,7 @@ TEST(GoodputCut, VerifiesACandidateNowAndThenWhenEveryOneIsCut) {
 TEST(GoodputCut, MeasuresSiblingsApartFromFirstChoices) {
   const auto model = test_model(cached_fixture("tree_draft", small_fixture(11, 1)));
   detail::GoodputPlanner planner(*model);
+  planner.observe_target(1, 1.0);  // (without it, a first pass of suffix rows verifies nothing)
   planner.observe_target(2, 1.0);
   planner.observe_target(3, 1.1);
   Candidates tree;
