@@ -183,10 +183,8 @@ void GoodputPlanner::cut(const std::vector<Cuttable>& rows, int64_t batch, int64
   // interpolated one (a cost overstated there would never be timed again).
   if (fewest == 0 && before == 0 && target_cost.first_unobserved(batch, 1) != 0) fewest = 1;
   if (longest <= fewest) return;
-  // A pass that prefills a row yields its one token per row slowly whatever is cut: its
-  // candidates are worth the time they save, a pass over `batch` tokens for every `batch` tokens
-  // they are expected to add, less what they add to the pass. Otherwise, the pass's tokens per
-  // second.
+  // A pass that prefills a row: the time its candidates save (see the header). Otherwise, the
+  // pass's tokens per second.
   const double token_seconds = target_cost(batch) / static_cast<double>(batch);
   size_t best = fewest;
   double best_score = -std::numeric_limits<double>::infinity();

@@ -57,15 +57,19 @@ class GoodputPlanner {
   // once a pass over batch x 2 tokens was timed) when every row is prompt lookup's or suffix
   // speculation's, whose estimates price in a continuation not seen yet, so that a weak lone
   // candidate is not verified for nothing; a draft's trees keep their first candidate, which the
-  // draft has paid for. Proposals without a model are priced on real passes only: no candidate is
-  // verified until a pass over `batch` tokens was timed (the pass target-only runs), and, in passes
-  // that prefill no row, a proposal longer than every timed pass is verified whole, up to a pass
-  // over timed_pass_tokens(cap) tokens, until such a pass was timed (above its longest pass the
-  // curve is extrapolated, and a cost overstated there would never be timed again). The calibration
-  // learns only from what is verified, so estimates that start too low and are never verified would
-  // stay low: after recheck_after_ passes whose candidates were all cut, the next keeps each row's
-  // first candidate (recheck_after_ starts at Generator::kRetimeFirst, doubles with each such pass
-  // up to kRetimeLast, and starts again once a cut keeps candidates of its own accord). Otherwise
+  // draft has paid for. Proposals without a model are priced on real passes only: in a pass of
+  // such rows alone, none is verified until a pass over `batch` tokens was timed (the pass
+  // target-only runs), then a proposal longer than every timed pass is verified whole, up to a
+  // pass over timed_pass_tokens(cap) tokens, until such a pass was timed (above its longest pass
+  // the curve is extrapolated, and a cost overstated there would never be timed again). In a pass
+  // that prefills a row of `rows` (a `before` > 0) the pass yields its one token per row slowly
+  // whatever is cut: the n kept is the one whose expected tokens save the most time, each worth a
+  // pass over `batch` tokens per `batch` of them, less what the candidates add to the pass (none
+  // before a pass was timed). The calibration learns only from what is verified, so estimates that
+  // start too low and are never verified would stay low: after recheck_after_ passes whose
+  // candidates were all cut (none of them prefilling), the next keeps each row's first candidate
+  // (recheck_after_ starts at Generator::kRetimeFirst, doubles with each such pass up to
+  // kRetimeLast, and starts again once a cut keeps candidates of its own accord). Otherwise
   // nothing is cut until a pass was timed.
   void cut(const std::vector<Cuttable>& rows, int64_t batch, int64_t others);
   // A proposal of `kind` that cut() saw kept the candidates `path` (Verdict::path).
