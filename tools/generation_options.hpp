@@ -36,9 +36,10 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
                   "No end of sequence before this many new tokens (0 = off)")
       ->capture_default_str();
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
-                  "Draft tokens per iteration; the cap for dynamic and goodput (0 = 12 under "
-                  "goodput, greedy's default; 5 under constant, sampling's; 20 for dynamic; 16 "
-                  "with --speculate suffix; at most 256); with --prompt-lookup N, N is the cap "
+                  "Draft tokens per iteration; the start for heuristic, the cap for dynamic and "
+                  "goodput (0 = 12 under goodput, greedy's default; 5 under constant, sampling's, "
+                  "and heuristic; 20 for dynamic; 16 with --speculate suffix; at most 256); with "
+                  "--prompt-lookup N, N is the cap "
                   "instead")
       ->capture_default_str();
   app->add_option("--schedule,--num-assistant-tokens-schedule", gen.num_assistant_tokens_schedule,

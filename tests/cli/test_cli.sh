@@ -130,8 +130,8 @@ expect_error "a value's error names its flag: --frequency-penalty" "--frequency-
 expect_error "... --suffix-min-prob" "suffix speculation: --suffix-min-prob must be in [0, 1], got 2" \
   generate --model "$work/t" --prompt-ids 1 --speculate suffix --suffix-min-prob 2
 printf '{"prompt_ids": [1]}\n{"promt_ids": [1]}\n' > "$work/typo_key.jsonl"
-expect_error "a --prompts-file line's misspelt key is named (not taken for a missing prompt)" \
-  'typo_key.jsonl:2: unknown key "promt_ids"' generate --model "$work/t" --prompts-file "$work/typo_key.jsonl"
+expect_error "a --prompts-file line's misspelt key is named (not taken for a missing prompt), with the key meant" \
+  'typo_key.jsonl:2: unknown key "promt_ids" (did you mean "prompt_ids"?)' generate --model "$work/t" --prompts-file "$work/typo_key.jsonl"
 printf '{"prompt_ids": [1]}\n{"prompt_ids": [1],}\n' > "$work/bad_json.jsonl"
 expect_error "... and its JSON error says the column of the file's line, without the JSON library's tag" \
   'bad_json.jsonl:2: parse error at column 20: syntax error' \
@@ -156,6 +156,9 @@ expect_error "... or what to do instead" "generate has no flag --num-beams (beam
   generate --model "$work/t" --prompt-ids 1 --num-beams 2
 expect_error "... transformers' assistant_model is --draft" "generate has no flag --assistant-model (the draft model is --draft)" \
   generate --model "$work/t" --prompt-ids 1 --assistant_model "$work/d"
+expect_error "... the config field suffix_speculation is --speculate suffix" \
+  "generate has no flag --suffix-speculation (suffix speculation is --speculate suffix)" \
+  generate --model "$work/t" --prompt-ids 1 --suffix_speculation
 expect_error "... chat's turns come from stdin" "chat has no flag --prompt (chat reads each turn from stdin" \
   chat --model "$work/t" --prompt hi
 check "specdec help SUBCOMMAND is its --help" bash -c "\"\$0\" help generate | grep -q -- '--max-new-tokens'" "$SPECDEC"
@@ -173,6 +176,16 @@ check "no warning for --temperature 0 (greedy, as documented)" bash -c "! \"\$0\
 check "prompt lookup flags without --prompt-lookup are warned about" warned "only apply with --prompt-lookup" --max-matching-ngram 4
 check "suffix flags without --speculate suffix are warned about" warned "only apply with --speculate suffix" --suffix-tree
 check "--min-new-tokens past --max-new-tokens is warned about" warned "at most 2 are generated" --min-new-tokens 9
+check "the confidence-threshold flags beside prompt lookup are warned about" \
+  warned "only apply with --draft and --schedule dynamic" --prompt-lookup 3 --confidence-threshold 0.3
+# A --prompts-file run warns of the flags that no line uses; a line that uses one silences it.
+printf '{"prompt_ids": [1], "max_new_tokens": 2}\n' > "$work/plain_line.jsonl"
+printf '{"prompt_ids": [1], "max_new_tokens": 2}\n{"prompt_ids": [1], "max_new_tokens": 2, "speculate": "suffix"}\n' \
+  > "$work/suffix_line.jsonl"
+file_warnings() { "$SPECDEC" generate --model "$work/t" --prompts-file "$1" "${@:2}" 2>&1 >/dev/null | grep warning; }
+check "--prompts-file: a flag that no line uses is warned about" bash -c \
+  '[[ $1 == *"--suffix-* flags only apply with --speculate suffix"* ]]' _ "$(file_warnings "$work/plain_line.jsonl" --suffix-tree)"
+check "... not when a line uses it" bash -c '[ -z "$1" ]' _ "$(file_warnings "$work/suffix_line.jsonl" --suffix-tree)"
 check "--int8-activations beside float weights is warned about" warned "quantized weights only, not float32" \
   --int8-activations --weights float32
 check "no warning with --do-sample" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --do-sample --temperature 0.7 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"

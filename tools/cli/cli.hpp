@@ -71,6 +71,10 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
                                  const std::string& user);
 // The flags' values and combinations, the threads set, the named files there (Error otherwise).
 void check_flags(RunOptions& o, bool chat);
+// The warnings for the flags of `o` that a request whose config is `c` does not use (check_flags
+// prints them for a prompt's run; a prompts file's, those that no line uses).
+std::vector<std::string> inapplicable_flags(const RunOptions& o, const GenerationConfig& c);
+void warn(const std::string& message);  // "specdec: warning: ..." on stderr
 // The models, tokenizer, chat template and prompt that `o` names; check_flags first.
 Loaded load(RunOptions& o, bool chat);
 
@@ -102,6 +106,8 @@ struct MakeTokenizerOptions {
 };
 
 int run_generate(RunOptions& o);
+// The optional keys of a --prompts-file line, beside "prompt", "prompt_ids" and "system".
+const std::vector<std::string>& prompts_file_knobs();
 int run_compare(RunOptions& o);
 int run_chat(RunOptions& o);
 int run_tokenize(const TokenizeOptions& o);

@@ -24,7 +24,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// The closest of `names` to `typed`, when it is close enough to be what was meant ("" if none).
+}  // namespace
+
 std::string closest(const std::string& typed, const std::vector<std::string>& names) {
   std::string best;
   size_t best_distance = std::max<size_t>(2, typed.size() / 4) + 1;
@@ -34,6 +35,8 @@ std::string closest(const std::string& typed, const std::vector<std::string>& na
   }
   return best;
 }
+
+namespace {
 
 // Flags Hugging Face's generate() or other programs have, and what specdec does instead.
 const char* instead_of(const std::string& sub, const std::string& flag) {
@@ -49,6 +52,12 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
   if (drafts && (flag == "--assistant-model" || flag == "--draft-model" ||
                  flag == "--model-draft" || flag == "--speculative-model"))
     return "the draft model is --draft";
+  if (drafts && flag == "--suffix-speculation") return "suffix speculation is --speculate suffix";
+  if (drafts && flag == "--assistant-early-exit")
+    return "no early-exit self-speculation: specdec make-draft makes a draft from the target's "
+           "first layers";
+  if (drafts && flag == "--assistant-tokenizer")
+    return "a draft must use the target's tokenizer (no universal assisted decoding)";
   if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
     return "chat reads each turn from stdin (generate takes --prompt)";
   if (sub == "serve" && (flag == "--seed" || flag == "--do-sample"))

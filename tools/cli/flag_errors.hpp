@@ -17,6 +17,8 @@ namespace specdec::cli {
 // begins with "--".
 void dash_flag_names(std::vector<std::string>& args);
 
+// The closest of `names` to `typed`, when it is close enough to be what was meant ("" if none).
+std::string closest(const std::string& typed, const std::vector<std::string>& names);
 // A message for the first argument of `args` (args[0] is the program) that names no subcommand or
 // no flag of the subcommand it goes to ("" when every one is known): which it is, the closest
 // known name, and what to use instead for flags Hugging Face has and specdec does not.

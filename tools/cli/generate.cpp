@@ -17,6 +17,18 @@ using nlohmann::json;
 
 namespace specdec::cli {
 
+const std::vector<std::string>& prompts_file_knobs() {
+  // clang-format off
+  static const std::vector<std::string> knobs = {
+      "max_new_tokens", "min_new_tokens", "do_sample", "temperature", "top_k", "top_p", "min_p",
+      "repetition_penalty", "frequency_penalty", "presence_penalty", "logit_bias", "seed",
+      "num_assistant_tokens", "num_assistant_tokens_schedule", "draft_tree_width",
+      "assistant_confidence_threshold", "prompt_lookup_num_tokens", "speculate",
+      "max_matching_ngram_size", "id"};
+  // clang-format on
+  return knobs;
+}
+
 namespace {
 
 // One request of a prompts file, validated.
@@ -135,7 +147,11 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
           if (!value.is_string()) throw Error("\"num_assistant_tokens_schedule\" must be a string");
           c.num_assistant_tokens_schedule = value.get<std::string>();
         } else {
-          throw Error("unknown key \"" + key + "\"");
+          std::vector<std::string> keys = prompts_file_knobs();
+          keys.insert(keys.end(), {"prompt", "prompt_ids", "system"});
+          const std::string near = closest(key, keys);
+          throw Error("unknown key \"" + key + "\"" +
+                      (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
         }
       }
       if (j.contains("prompt") == j.contains("prompt_ids"))  // (after the keys: a typo is named)
@@ -173,6 +189,17 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
   Generator gen(l.target, l.draft);
   gen.set_suffix_options(o.suffix);
   const std::vector<FileRequest> requests = read_prompts_file(o, l, gen);
+  // The flags no line uses (a line's own knobs are not warned about).
+  std::vector<std::string> unused = inapplicable_flags(o, requests[0].config);
+  for (const FileRequest& r : requests) {
+    const std::vector<std::string> here = inapplicable_flags(o, r.config);
+    unused.erase(std::remove_if(unused.begin(), unused.end(),
+                                [&](const std::string& w) {
+                                  return std::find(here.begin(), here.end(), w) == here.end();
+                                }),
+                 unused.end());
+  }
+  for (const std::string& w : unused) warn(w);
   int64_t tokens = 0;
   double seconds = 0, prefill = 0;
   size_t written = 0;

@@ -58,8 +58,9 @@ std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
   return encode_chat(l, messages);
 }
 
-namespace {
 void warn(const std::string& message) { std::cerr << "specdec: warning: " << message << "\n"; }
+
+namespace {
 
 // The target's load options, or the draft's (which shares the device and compute dtype).
 LoadOptions load_options(const RunOptions& o, bool draft) {
@@ -71,6 +72,65 @@ LoadOptions load_options(const RunOptions& o, bool draft) {
   return lo;
 }
 }  // namespace
+
+std::vector<std::string> inapplicable_flags(const RunOptions& o, const GenerationConfig& c) {
+  std::vector<std::string> out;
+  const GenerationConfig plain;
+  std::string sampling;
+  int flags = 0;
+  for (const auto& [given, flag] :
+       {std::pair{o.gen.temperature != plain.temperature && o.gen.temperature != 0,
+                  "--temperature"},
+        {o.gen.top_k != plain.top_k, "--top-k"},
+        {o.gen.top_p != plain.top_p, "--top-p"},
+        {o.gen.min_p != plain.min_p, "--min-p"},
+        {o.gen.seed != plain.seed, "--seed"}})
+    if (given) sampling += (flags++ ? ", " : "") + std::string(flag);
+  if (!c.do_sample && flags > 0)
+    out.push_back(sampling + (flags == 1 ? " only applies" : " only apply") +
+                  " with --do-sample: this decoding is greedy");
+  if (c.prompt_lookup_num_tokens == 0 &&
+      (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
+       o.gen.prompt_lookup_match != plain.prompt_lookup_match))
+    out.push_back("--max-matching-ngram and --prompt-lookup-match only apply with --prompt-lookup");
+  if (c.prompt_lookup_num_tokens > 0 && o.gen.num_assistant_tokens != plain.num_assistant_tokens)
+    out.push_back(
+        "--num-assistant-tokens does not apply with --prompt-lookup N, whose N caps a proposal "
+        "(as in Hugging Face)");
+  const bool without_model = c.speculates_without_model();
+  const std::string& schedule = o.gen.num_assistant_tokens_schedule;
+  const bool dynamic_knobs =
+      o.gen.assistant_confidence_threshold != plain.assistant_confidence_threshold ||
+      o.gen.adaptive_threshold != plain.adaptive_threshold;
+  if (o.draft.empty() && !without_model &&
+      (!schedule.empty() || o.gen.num_assistant_tokens != plain.num_assistant_tokens ||
+       dynamic_knobs)) {
+    out.push_back(
+        "--schedule, --num-assistant-tokens and the confidence-threshold flags only apply with "
+        "--draft, --prompt-lookup or --speculate suffix: this is target-only generation");
+  } else {
+    if (without_model && schedule != "" && schedule != "constant" && schedule != "goodput")
+      out.push_back("--schedule " + schedule +
+                    " acts as constant with --prompt-lookup or --speculate suffix (their "
+                    "proposals have no draft probabilities); goodput (their default when greedy) "
+                    "or constant apply");
+    if (dynamic_knobs && (without_model || c.num_assistant_tokens_schedule != "dynamic"))
+      out.push_back(
+          "--confidence-threshold and --no-adaptive-threshold only apply with --draft and "
+          "--schedule dynamic");
+  }
+  const SuffixOptions suffix;
+  if (!c.suffix_speculation &&
+      (o.suffix.max_depth != suffix.max_depth || o.suffix.min_token_prob != suffix.min_token_prob ||
+       o.suffix.max_spec_factor != suffix.max_spec_factor || o.suffix.tree != suffix.tree ||
+       o.suffix.cache_tokens != suffix.cache_tokens))
+    out.push_back("the --suffix-* flags only apply with --speculate suffix");
+  if (c.min_new_tokens > c.max_new_tokens)
+    out.push_back("--min-new-tokens " + std::to_string(c.min_new_tokens) + " is more than " +
+                  "--max-new-tokens " + std::to_string(c.max_new_tokens) + ": at most " +
+                  std::to_string(c.max_new_tokens) + " are generated");
+  return out;
+}
 
 void check_flags(RunOptions& o, bool chat) {
   if (o.threads < 0) throw Error("--threads must be >= 0 (0: the default)");
@@ -103,59 +163,8 @@ void check_flags(RunOptions& o, bool chat) {
     if (o.draft_weights != "as-stored") throw Error("--draft-weights needs --draft");
     if (o.draft_int8_activations) throw Error("--draft-int8-activations needs --draft");
   }
-  if (!o.serve && o.prompts_file.empty()) {
-    const GenerationConfig plain;
-    std::string sampling;
-    int flags = 0;
-    for (const auto& [given, flag] :
-         {std::pair{o.gen.temperature != plain.temperature && o.gen.temperature != 0,
-                    "--temperature"},
-          {o.gen.top_k != plain.top_k, "--top-k"},
-          {o.gen.top_p != plain.top_p, "--top-p"},
-          {o.gen.min_p != plain.min_p, "--min-p"},
-          {o.gen.seed != plain.seed, "--seed"}})
-      if (given) sampling += (flags++ ? ", " : "") + std::string(flag);
-    if (!o.gen.do_sample && flags > 0)
-      warn(sampling + (flags == 1 ? " only applies" : " only apply") +
-           " with --do-sample: this decoding is greedy");
-    if (o.gen.prompt_lookup_num_tokens == 0 &&
-        (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
-         o.gen.prompt_lookup_match != plain.prompt_lookup_match))
-      warn("--max-matching-ngram and --prompt-lookup-match only apply with --prompt-lookup");
-    if (o.gen.prompt_lookup_num_tokens > 0 &&
-        o.gen.num_assistant_tokens != plain.num_assistant_tokens)
-      warn(
-          "--num-assistant-tokens does not apply with --prompt-lookup N, whose N caps a proposal "
-          "(as in Hugging Face)");
-    const bool without_model = o.gen.speculates_without_model();
-    const std::string& schedule = o.gen.num_assistant_tokens_schedule;
-    const bool dynamic_knobs =
-        o.gen.assistant_confidence_threshold != plain.assistant_confidence_threshold ||
-        o.gen.adaptive_threshold != plain.adaptive_threshold;
-    if (o.draft.empty() && !without_model &&
-        (!schedule.empty() || o.gen.num_assistant_tokens != plain.num_assistant_tokens ||
-         dynamic_knobs))
-      warn(
-          "--schedule, --num-assistant-tokens and the confidence-threshold flags only apply with "
-          "--draft, --prompt-lookup or --speculate suffix: this is target-only generation");
-    else if (without_model && schedule != "" && schedule != "constant" && schedule != "goodput")
-      warn("--schedule " + schedule +
-           " acts as constant with --prompt-lookup or --speculate suffix (their proposals have "
-           "no draft probabilities); goodput (their default when greedy) or constant apply");
-    else if (schedule != "dynamic" && !o.draft.empty() && dynamic_knobs)
-      warn("--confidence-threshold and --no-adaptive-threshold only apply with --schedule dynamic");
-    const SuffixOptions suffix;
-    if (!o.gen.suffix_speculation &&
-        (o.suffix.max_depth != suffix.max_depth ||
-         o.suffix.min_token_prob != suffix.min_token_prob ||
-         o.suffix.max_spec_factor != suffix.max_spec_factor || o.suffix.tree != suffix.tree ||
-         o.suffix.cache_tokens != suffix.cache_tokens))
-      warn("the --suffix-* flags only apply with --speculate suffix");
-    if (o.gen.min_new_tokens > o.gen.max_new_tokens)
-      warn("--min-new-tokens " + std::to_string(o.gen.min_new_tokens) + " is more than " +
-           "--max-new-tokens " + std::to_string(o.gen.max_new_tokens) + ": at most " +
-           std::to_string(o.gen.max_new_tokens) + " are generated");
-  }
+  if (!o.serve && o.prompts_file.empty())
+    for (const std::string& w : inapplicable_flags(o, o.gen)) warn(w);
   for (const auto& [int8, weights, which] :
        {std::tuple{o.int8_activations, o.weights, "--int8-activations"},
         {o.draft_int8_activations, o.draft_weights, "--draft-int8-activations"}})

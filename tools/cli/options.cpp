@@ -8,6 +8,7 @@
 
 #include "cli.hpp"
 #include "generation_options.hpp"
+#include "util.hpp"
 
 namespace specdec::cli {
 
@@ -45,18 +46,12 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
       auto* file =
           app->add_option("--prompts-file", o.prompts_file,
                           "Many requests: a JSON Lines file (- for stdin), one {\"prompt\": TEXT} "
-                          "or {\"prompt_ids\": [...]} "
-                          "per line (with --chat, one user turn, after --system or the line's own "
-                          "\"system\"), "
-                          "with optional per-request knobs (max_new_tokens, min_new_tokens, "
-                          "do_sample, "
-                          "temperature, top_k, top_p, "
-                          "min_p, repetition_penalty, frequency_penalty, presence_penalty, "
-                          "logit_bias, seed, "
-                          "num_assistant_tokens, num_assistant_tokens_schedule, draft_tree_width, "
-                          "assistant_confidence_threshold, prompt_lookup_num_tokens, speculate, "
-                          "max_matching_ngram_size, id); "
-                          "writes one JSON line per request, in order")
+                          "or {\"prompt_ids\": [...]} per line (with --chat, one user turn, after "
+                          "--system or the line's own \"system\"), with optional per-request "
+                          "knobs (" +
+                              join(prompts_file_knobs()) +
+                              "); "
+                              "writes one JSON line per request, in order")
               ->excludes(text)
               ->excludes(ids);
       app->add_option("--batch-size", o.batch_size,
@@ -83,16 +78,18 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
   add_generation_options(app, o.gen, o.no_adaptive);
   app->add_option("--suffix-cache-tokens", o.suffix.cache_tokens,
                   "--speculate suffix: tokens of earlier outputs remembered (oldest forgotten "
-                  "first; 0 = this request's text only)")
+                  "first; 0 = this request's text only; at most 67108864)")
       ->capture_default_str();
   app->add_option("--suffix-depth", o.suffix.max_depth,
-                  "--speculate suffix: longest match plus continuation counted, in tokens")
+                  "--speculate suffix: longest match plus continuation counted, in tokens (2 to "
+                  "1024)")
       ->capture_default_str();
   app->add_option("--suffix-min-prob", o.suffix.min_token_prob,
                   "--speculate suffix: stop a proposal once its estimated probability is below")
       ->capture_default_str();
   app->add_option("--suffix-spec-factor", o.suffix.max_spec_factor,
-                  "--speculate suffix: a proposal is at most this times its match's length")
+                  "--speculate suffix: a proposal is at most this times its match's length "
+                  "(above 0, at most 1024)")
       ->capture_default_str();
   app->add_flag("--suffix-tree", o.suffix.tree,
                 "--speculate suffix: propose a tree of continuations (up to "
