@@ -14,4 +14,4 @@ print(json.dumps({
     "share_of_predicted": round(j["speedup"] / j["predicted_speedup"], 2) if j["predicted_speedup"] else None,
     "target_passes": a["target_passes"], "draft_passes": a["draft_passes"],
     "acceptance": round(a["acceptance_rate"], 3), "tokens_per_pass": round(a["tokens_per_target_pass"], 2),
-    "cost_ratio": round(j["cost_ratio"], 3), "encoder_passes": a["encoder_passes"]}))
+    "cost_ratio": j["cost_ratio"] and round(j["cost_ratio"], 3),  # None when not measured "encoder_passes": a["encoder_passes"]}))

@@ -257,7 +257,7 @@ def plots(latest, docs):
         for pi, (tf, df) in enumerate(pairs):
             col = f"C{pi}"
             cs = [r["cost_ratio"] for (a, b, e, _), rs in p.spec.items() if (a, b) == (tf, df) and e.startswith("specdec")
-                  for r in rs]
+                  for r in rs if r["cost_ratio"] is not None]
             if cs:
                 c, g = med(cs), 5
                 al = [i / 200 for i in range(1, 200)]

@@ -210,7 +210,11 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   SPECDEC_CHECK(!c.model_type.empty(), source,
                 ": missing field 'model_type' (supported: ", join(types), ")");
   SPECDEC_CHECK(std::find(types.begin(), types.end(), c.model_type) != types.end(), source,
-                ": unsupported model_type '", c.model_type, "' (supported: ", join(types), ")");
+                ": unsupported model_type '", c.model_type, "' (",
+                c.model_type == "gemma3" ? "Gemma 3's multimodal checkpoint: its text model loads, "
+                                           "as gemma3_text or from a GGUF file; "
+                                         : "",
+                "supported: ", join(types), ")");
   const bool gpt2 = c.model_type == "gpt2", opt = c.model_type == "opt",
              neox = c.model_type == "gpt_neox", gemma3 = c.model_type == "gemma3_text";
   read_field(j, "vocab_size", c.vocab_size, source);
@@ -231,6 +235,8 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
     if (gemma3) c.head_dim = 256, c.max_position_embeddings = 131072;  // Gemma3TextConfig's
     if (c.model_type == "qwen3") c.head_dim = 128;                     // Qwen3Config's
     read_field(j, "head_dim", c.head_dim, source);
+    SPECDEC_CHECK(c.head_dim != 0 || !j.contains("head_dim") || j["head_dim"].is_null(), source,
+                  ": field 'head_dim' must be a positive integer, got 0");
     if (c.head_dim == 0 && c.num_attention_heads > 0) {
       SPECDEC_CHECK(c.hidden_size % c.num_attention_heads == 0, source, ": hidden_size ",
                     c.hidden_size, " is not a multiple of num_attention_heads ",
@@ -270,6 +276,10 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
                   "sliding_window are");
   }
   if (c.model_type == "qwen3") c.qk_norm = true;
+  // transformers 5 writes layer_types for other families too: read, so that a window the layers
+  // would have and these models do not apply is refused (validate), not ignored.
+  if (!gemma3 && j.contains("layer_types") && !j["layer_types"].is_null())
+    read_field(j, "layer_types", c.layer_types, source);
   SPECDEC_CHECK(!c.mlp_bias || c.model_type == "llama" || c.model_type == "mistral" ||
                     c.model_type == "qwen2",
                 source, ": mlp_bias is only supported for llama, mistral and qwen2");
@@ -439,6 +449,12 @@ void ModelConfig::validate(const std::string& source) const {
     SPECDEC_CHECK(!attention_bias, source,
                   ": attention_bias is not supported for gemma3_text (Gemma 3 has no biases)");
   }
+  if (model_type != "gemma3_text")  // one window on every layer or none (Mistral's)
+    for (const std::string& t : layer_types)
+      SPECDEC_CHECK(t == (sliding_window > 0 ? "sliding_attention" : "full_attention"), source,
+                    ": layer_types has a '", t, "' layer, but ", model_type, " applies ",
+                    sliding_window > 0 ? "its sliding_window to every layer"
+                                       : "no sliding window (only Mistral's and Gemma 3's are)");
   SPECDEC_CHECK(sliding_window > 0 || std::find(layer_types.begin(), layer_types.end(),
                                                 "sliding_attention") == layer_types.end(),
                 source, ": layer_types has sliding_attention layers but sliding_window is 0");

@@ -79,7 +79,9 @@ SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
   e.gamma = ratio(static_cast<double>(assisted.drafted_tokens),
                   static_cast<double>(assisted.target_passes));
   e.cost_ratio = ratio(assisted.draft_seconds_per_token(), target_only.target_seconds_per_pass());
-  e.predicted = assisted.tree_passes > 0 || assisted.drafted_tokens == 0
+  e.cost_measured =
+      assisted.draft_passes == 0 || assisted.draft_passes > assisted.prefill_draft_passes;
+  e.predicted = assisted.tree_passes > 0 || assisted.drafted_tokens == 0 || !e.cost_measured
                     ? 0.0
                     : predicted_speedup(e.alpha, e.gamma, e.cost_ratio);
   return e;

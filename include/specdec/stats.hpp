@@ -58,8 +58,12 @@ struct SpeedupEstimate {
                           // candidate after the first rejection of its iteration is never judged)
   double gamma = 0;       // mean candidates drafted per target pass
   double cost_ratio = 0;  // draft seconds per token / target-only seconds per decode pass
-  double predicted = 0;   // predicted_speedup(alpha, gamma, cost_ratio); 0 when the assisted run
-                          // verified trees (the formula is a chain's) or drafted nothing
+  // false when a draft model drafted in the first iteration only, whose passes are timed as the
+  // prefill: its cost per token was not measured (cost_ratio 0 is not a free draft then)
+  bool cost_measured = true;
+  double predicted = 0;  // predicted_speedup(alpha, gamma, cost_ratio); 0 when the assisted run
+                         // verified trees (the formula is a chain's), drafted nothing or did not
+                         // measure the draft's cost
 };
 SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
                                  const GenerationStats& assisted);

@@ -359,6 +359,26 @@ TEST(ModelConfig, ReviewGapsAreClearErrors) {
   q.replace(q.find("\"llama\""), 7, "\"qwen2\"");
   q.insert(1, R"("use_sliding_window": true, )");
   expect_error(q, "use_sliding_window is not supported");
+  // transformers 5's layer_types, outside Gemma 3: a window the layers would have and these
+  // families do not apply is refused, not ignored; the list is checked as Gemma 3's.
+  std::string q3 = kGood;
+  q3.replace(q3.find("\"llama\""), 7, "\"qwen3\"");
+  EXPECT_NO_THROW(ModelConfig::from_json_text(
+      std::string(q3).insert(1, R"("layer_types": ["full_attention"], )"), "cfg.json"));
+  expect_error(
+      std::string(q3).insert(1, R"("layer_types": ["sliding_attention"], "sliding_window": 4, )"),
+      "layer_types has a 'sliding_attention' layer, but qwen3 applies no sliding window");
+  expect_error(
+      std::string(q3).insert(1, R"("layer_types": ["full_attention", "full_attention"], )"),
+      "layer_types has 2 entries for 1 layers");
+  expect_error(std::string(q3).insert(1, R"("layer_types": ["foo"], )"), "layer_types entry 'foo'");
+  EXPECT_NO_THROW(ModelConfig::from_json_text(
+      std::string(m).insert(1, R"("layer_types": ["sliding_attention"], )"), "cfg.json"));
+  expect_error(std::string(m).insert(1, R"("layer_types": ["full_attention"], )"),
+               "but mistral applies its sliding_window to every layer");
+  // head_dim 0 is no head size (a missing head_dim is derived, as in Hugging Face).
+  expect_error(std::string(q3).insert(1, R"("head_dim": 0, )"),
+               "field 'head_dim' must be a positive integer, got 0");
 }
 
 TEST(LoadModel, BadOptionsAndLibtorchFailuresAreSpecdecErrors) {
@@ -429,6 +449,20 @@ TEST(Stats, EstimateSpeedupByHand) {
   none.trace = {{0, 0}, {0, 0}};
   none.target_passes = 2;
   EXPECT_EQ(estimate_speedup(plain, none).predicted, 0.0);
+  // A draft that drafted in the first iteration only (its passes timed as the prefill): its cost
+  // is unknown, not 0.
+  GenerationStats first_only = assisted;
+  first_only.draft_passes = first_only.prefill_draft_passes = 3;
+  first_only.drafting_seconds = 0;
+  const SpeedupEstimate unknown = estimate_speedup(plain, first_only);
+  EXPECT_FALSE(unknown.cost_measured);
+  EXPECT_EQ(unknown.predicted, 0.0);
+  EXPECT_TRUE(estimate_speedup(plain, assisted).cost_measured);
+  GenerationStats lookup = assisted;  // no draft model: nothing to measure, a free proposal
+  lookup.draft_passes = lookup.prefill_draft_passes = 0;
+  lookup.drafting_seconds = 0;
+  EXPECT_TRUE(estimate_speedup(plain, lookup).cost_measured);
+  EXPECT_NEAR(estimate_speedup(plain, lookup).predicted, 0.5904 / 0.2, 1e-12);
 }
 
 }  // namespace

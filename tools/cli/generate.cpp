@@ -323,11 +323,14 @@ int run_compare(RunOptions& o) {
   const GenerationResult b = assisted.generate(l.prompt, o.gen);
   const bool identical = a.tokens == b.tokens;
   const SpeedupEstimate e = estimate_speedup(a.stats, b.stats);
-  // estimate_speedup predicts nothing for trees (Leviathan's formula is a chain's) or when nothing
-  // was drafted.
+  // estimate_speedup predicts nothing for trees (Leviathan's formula is a chain's), when nothing
+  // was drafted, or when the draft's cost was not measured.
   const char* no_prediction = e.predicted > 0           ? nullptr
                               : b.stats.tree_passes > 0 ? "no prediction for trees"
-                                                        : "no prediction: nothing drafted";
+                              : b.stats.drafted_tokens == 0
+                                  ? "no prediction: nothing drafted"
+                                  : "no prediction: the draft drafted in the first iteration only, "
+                                    "so its cost per token was not measured";
   if (o.json_out) {
     std::cout << json{{"target_only", result_json(a, l.tokenizer.get())},
                       {"assisted", result_json(b, l.tokenizer.get())},
@@ -335,7 +338,7 @@ int run_compare(RunOptions& o) {
                       {"speedup", e.measured},
                       {"alpha", e.alpha},
                       {"gamma", e.gamma},
-                      {"cost_ratio", e.cost_ratio},
+                      {"cost_ratio", e.cost_measured ? json(e.cost_ratio) : json(nullptr)},
                       {"predicted_speedup", no_prediction ? json(nullptr) : json(e.predicted)}}
                      .dump()
               << "\n";
@@ -359,12 +362,15 @@ int run_compare(RunOptions& o) {
       b.stats.total_seconds, 1e3 * b.stats.total_seconds / std::max<int64_t>(1, b.stats.new_tokens),
       acceptance_text(b.stats).c_str(), b.stats.tokens_per_target_pass(),
       static_cast<long long>(b.stats.target_passes));
-  if (no_prediction)
-    std::printf("speedup:     %.2fx (%s; alpha %.3f, gamma %.2f, c %.3f)\n", e.measured,
-                no_prediction, e.alpha, e.gamma, e.cost_ratio);
-  else
+  if (no_prediction) {
+    char c[32] = "unknown";
+    if (e.cost_measured) std::snprintf(c, sizeof c, "%.3f", e.cost_ratio);
+    std::printf("speedup:     %.2fx (%s; alpha %.3f, gamma %.2f, c %s)\n", e.measured,
+                no_prediction, e.alpha, e.gamma, c);
+  } else {
     std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n",
                 e.measured, e.predicted, e.alpha, e.gamma, e.cost_ratio);
+  }
   return 0;
 }
 
