@@ -136,7 +136,26 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
   if (auto id = f.find_int("tokenizer.ggml.bos_token_id")) c.bos_token_id = *id;
   if (auto id = f.find_int("tokenizer.ggml.eos_token_id")) c.eos_token_ids = {*id};
   if (auto id = f.find_int("tokenizer.ggml.padding_token_id")) c.pad_token_id = *id;
-  c.validate(src);  // also checks the BOS/EOS/PAD ids against the vocabulary
+  try {
+    c.validate(src);  // also checks the BOS/EOS/PAD ids against the vocabulary
+  } catch (const Error& e) {
+    // validate() names config.json's fields: name the metadata keys they were read from instead.
+    std::string m = e.what();
+    const std::pair<std::string, std::string> keys[] = {
+        {"layer_types has sliding_attention layers but sliding_window is 0",
+         p + "attention.sliding_window is 0, and five layers in six are sliding"},
+        {"'hidden_size'", "'" + p + "embedding_length'"},
+        {"'intermediate_size'", "'" + p + "feed_forward_length'"},
+        {"'num_attention_heads'", "'" + p + "attention.head_count'"},
+        {"'num_key_value_heads'", "'" + p + "attention.head_count_kv'"},
+        {"'head_dim'", "'" + p + "attention.key_length'"},
+        {"'max_position_embeddings'", "'" + p + "context_length'"},
+        {": rms_norm_eps must", ": " + p + "attention.layer_norm_rms_epsilon must"},
+        {": rope_theta must", ": " + p + "rope.freq_base must"},
+        {"sliding_window must be", p + "attention.sliding_window must be"}};
+    for (const auto& [field, key] : keys) m = replace_all(m, field, key);
+    throw Error(m);
+  }
   return c;
 }
 

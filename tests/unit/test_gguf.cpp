@@ -651,6 +651,40 @@ TEST(GgufConfig, AFileWithoutAVocabularySaysSo) {
   }
 }
 
+// A config error in a GGUF names the metadata key, not the config.json field it stands for.
+TEST(GgufConfig, ErrorsNameTheMetadataKeys) {
+  const auto error_of = [](const char* key, uint32_t value) {
+    GgufWriter g;
+    g.str("general.architecture", "gemma3");
+    g.u32("gemma3.embedding_length", 64);
+    g.u32("gemma3.feed_forward_length", 128);
+    g.u32("gemma3.block_count", 2);
+    g.u32("gemma3.attention.head_count", 4);
+    g.u32("gemma3.vocab_size", 32);
+    g.f32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+    for (const char* k : {"gemma3.attention.key_length", "gemma3.context_length",
+                          "gemma3.attention.sliding_window"})
+      g.u32(k, std::string(k) == key ? value : 16);
+    try {
+      ModelConfig::from_gguf(GgufFile(gguf_file("bad_key.gguf", g.bytes())));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("gemma3.attention.key_length", 0)
+                .find("field 'gemma3.attention.key_length' is missing (or 0)"),
+            std::string::npos)
+      << error_of("gemma3.attention.key_length", 0);
+  EXPECT_NE(error_of("gemma3.context_length", 0).find("field 'gemma3.context_length' is missing"),
+            std::string::npos)
+      << error_of("gemma3.context_length", 0);
+  EXPECT_NE(error_of("gemma3.attention.sliding_window", 0)
+                .find("gemma3.attention.sliding_window is 0, and five layers in six are sliding"),
+            std::string::npos)
+      << error_of("gemma3.attention.sliding_window", 0);
+}
+
 TEST(GgufTokenizer, SentencePieceVocabularyTokenizesLikeTheOriginalModel) {
   // A Llama-style model: BPE, byte fallback, identity normalizer, no whitespace squeezing.
   const std::string dir = temp_dir("gguf_spm");
