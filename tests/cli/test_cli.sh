@@ -622,6 +622,20 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
     --steps 1 --seq-len 32 --batch 2 --threads 2 > /dev/null 2>&1
   check "make-draft: a run resumes under another --threads" bash -c '"$@" > /dev/null 2>&1' _ \
     "$SPECDEC" make-draft --target "$smol" --out "$work/md_threads" --resume --steps 2 --threads 1
+  # tokenize --chat: the prompt generate --chat computes, and its text (SmolLM2's template puts its
+  # default system prompt before a conversation without one).
+  check "tokenize --chat: generate --chat's prompt, and the text the template renders" python3 -c "
+import json, subprocess, sys
+spec, smol = sys.argv[1:]
+t = json.loads(subprocess.run([spec, 'tokenize', '--tokenizer', smol, '--chat', '--text', 'Hi', '--json'], capture_output=True, text=True, check=True).stdout)
+g = json.loads(subprocess.run([spec, 'generate', '--model', smol, '--chat', '--prompt', 'Hi', '--max-new-tokens', '1', '--json'], capture_output=True, text=True, check=True).stdout)
+assert len(t['ids']) == g['stats']['prompt_tokens'], (len(t['ids']), g['stats']['prompt_tokens'])
+assert t['text'] == '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n', t['text']
+plain = subprocess.run([spec, 'tokenize', '--tokenizer', smol, '--no-special', '--text', t['text']], capture_output=True, text=True, check=True).stdout.strip()
+assert plain == ','.join(map(str, t['ids'])), plain
+" "$SPECDEC" "$smol"
+  expect_error "tokenize: --system without --chat" "--system and --chat-template go with --chat" \
+    tokenize --tokenizer "$smol" --text Hi --system S
   # A tokenizer or chat template of another model is used as asked, with a warning.
   check "a --tokenizer of another model is warned about" bash -c \
     "'$SPECDEC' generate --model '$work/t' --tokenizer '$smol' --prompt Hi --max-new-tokens 2 2>&1 >/dev/null | grep -q 'tokenizer has 49152 tokens, the model 128'"

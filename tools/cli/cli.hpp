@@ -61,6 +61,9 @@ struct Loaded {
   std::vector<int64_t> prompt;
 };
 
+// The chat format: --chat-template, else recognised from the template that `tok_source` or the
+// model ships.
+ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source);
 // Text from the user as UTF-8, or an Error naming where it came from (`where`: "--prompt", "your
 // message") and the byte in it.
 void require_utf8_in(const std::string& text, const std::string& where);
@@ -92,6 +95,8 @@ struct TokenizeOptions {
   std::string dir, text, ids;
   bool text_given = false;  // --text given (it may be empty); otherwise stdin is read
   bool no_special = false, skip_special = false, json_out = false;
+  bool chat = false;  // tokenize: one user turn through the chat template
+  std::string system, chat_template;
 };
 
 // make-fixture: a checkpoint, or with draft_of an early-exit draft of one.

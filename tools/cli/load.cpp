@@ -16,9 +16,6 @@ using nlohmann::json;
 
 namespace specdec::cli {
 
-namespace {
-
-// The chat format: --chat-template, else recognised from the template the model ships.
 ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
   if (!o.chat_template.empty()) return ChatTemplate::by_name(o.chat_template);
   for (const std::string& where : {tok_source, o.model}) {
@@ -32,8 +29,6 @@ ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
   for (const std::string& n : ChatTemplate::names()) names += (names.empty() ? "" : "|") + n;
   throw Error(o.model + " ships no chat template: choose one with --chat-template " + names);
 }
-
-}  // namespace
 
 std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages) {
   const std::vector<int64_t> ids = l.tokenizer->encode(l.chat->render(messages, true), false);

@@ -56,7 +56,14 @@ int main(int argc, char** argv) {
   tokc->add_option("--text", tk.text, "Text to encode; without it, stdin is read");
   tokc->add_flag("--no-special", tk.no_special,
                  "Do not add BOS/EOS (special-token text is still recognised)");
-  tokc->add_flag("--json", tk.json_out, "Print {\"ids\": [...]}");
+  tokc->add_flag("--json", tk.json_out,
+                 "Print {\"ids\": [...]} (with --chat, and the rendered prompt as \"text\")");
+  tokc->add_flag("--chat", tk.chat,
+                 "Encode the text as one user turn through the chat template, as generate --chat "
+                 "does (the template's special tokens are in the text: no BOS is added)");
+  tokc->add_option("--system", tk.system, "--chat: the system message");
+  tokc->add_option("--chat-template", tk.chat_template,
+                   "--chat: the template (default: recognised from the tokenizer's files)");
   auto* detok = app.add_subcommand("detokenize", "Token ids to text");
   detok
       ->add_option("--tokenizer", dtk.dir,

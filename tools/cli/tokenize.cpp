@@ -1,5 +1,6 @@
 // `specdec tokenize` and `specdec detokenize`.
 #include <iostream>
+#include <optional>
 
 #include "cli.hpp"
 
@@ -9,10 +10,27 @@ namespace specdec::cli {
 
 int run_tokenize(const TokenizeOptions& o) {
   const auto tok = load_tokenizer(o.dir);
+  const std::string text = o.text_given ? o.text : read_stdin("--text");
+  std::optional<std::string> rendered;  // --chat: the prompt the template makes of the text
+  if (o.chat) {
+    RunOptions ro;  // the template as generate --chat finds it
+    ro.model = o.dir;
+    ro.chat_template = o.chat_template;
+    require_utf8_in(text, o.text_given ? "--text" : "the text (stdin)");
+    require_utf8_in(o.system, "--system");
+    std::vector<ChatMessage> messages;
+    if (!o.system.empty()) messages.push_back({"system", o.system});
+    messages.push_back({"user", text});
+    rendered = chat_template(ro, o.dir).render(messages, true);
+  } else if (!o.system.empty() || !o.chat_template.empty()) {
+    throw Error("--system and --chat-template go with --chat");
+  }
   const std::vector<int64_t> ids =
-      tok->encode(o.text_given ? o.text : read_stdin("--text"), !o.no_special);
+      rendered ? tok->encode(*rendered, false) : tok->encode(text, !o.no_special);
   if (o.json_out) {
-    std::cout << json{{"ids", ids}}.dump() << "\n";
+    json j{{"ids", ids}};
+    if (rendered) j["text"] = *rendered;
+    std::cout << j.dump() << "\n";
   } else {
     for (size_t i = 0; i < ids.size(); ++i) std::cout << (i ? "," : "") << ids[i];
     std::cout << "\n";
