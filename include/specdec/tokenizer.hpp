@@ -74,7 +74,7 @@ void require_same_tokenizer(const Tokenizer& target, const Tokenizer& draft);
 // Incremental decoding for streaming: push ids as they are generated, print what comes back. The
 // pieces concatenate to decode(all ids) once finish() is called, and no piece ends inside a UTF-8
 // sequence: text that a later token could still change is held back (an incomplete character,
-// trailing whitespace, the start of a clean-up pattern such as " '"). Each push decodes only the
+// trailing spaces, the start of a clean-up pattern such as " '"). Each push decodes only the
 // tokens since the last point where everything was shown (plus one token of context), so a
 // generation costs O(n) decoding in all. Should a decoder still change text already shown, the
 // stream goes on after the part both versions share: nothing is lost.

@@ -595,16 +595,17 @@ StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special_token
 namespace {
 
 // What a later token can still change at the end of decoded text: an incomplete UTF-8 sequence
-// (decoded as U+FFFD), trailing whitespace (some decoders strip it, or a later token merges it),
-// and the start of one of Hugging Face's clean-up patterns (" '" + " b" becomes "'b" when
-// clean_up_tokenization_spaces is on).
+// (decoded as U+FFFD), trailing spaces (a later token merges one: clean_up_tokenization_spaces
+// turns " ." into ".", and SentencePiece's lone "▁" is no text until a token follows it), and the
+// start of one of Hugging Face's clean-up patterns (" '" + " b" becomes "'b"). A line break is
+// final: a client that prints lines sees each one end when it does.
 size_t settled_length(const std::string& text) {
   std::string t = text;
   for (bool changed = true; changed;) {
     changed = false;
     if (ends_with(t, "\xEF\xBF\xBD")) t.resize(t.size() - 3), changed = true;
-    const std::string trimmed = tok::rstrip_ws(t);
-    if (trimmed.size() != t.size()) t = trimmed, changed = true;
+    const size_t spaces = t.size() - (t.find_last_not_of(' ') + 1);
+    if (spaces > 0) t.resize(t.size() - spaces), changed = true;
     for (const char* tail : {" '", " n", " n'", " 'v", " 'r"})
       if (ends_with(t, tail)) t.resize(t.size() - std::strlen(tail)), changed = true;
   }

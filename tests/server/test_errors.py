@@ -60,6 +60,8 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "temperature": -1}, "temperature"),
     ("/v1/completions", {"prompt": "Hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("/v1/chat/completions", {"messages": MSGS, "logprobs": True, "top_logprobs": 30}, "top_logprobs"),
+    ("/v1/chat/completions", {"messages": MSGS, "top_logprobs": 2}, "top_logprobs"),  # without logprobs
+    ("/v1/completions", {"prompt": "Hi", "speculate": "suffix", "prompt_lookup_num_tokens": 4}, "speculate"),
     ("/v1/completions", {"prompt": "Hi", "logprobs": 21}, "logprobs"),
     ("/v1/chat/completions", {}, UNSET),                                     # no messages
     ("/v1/completions", {"max_tokens": 4}, UNSET),                           # no prompt
@@ -159,7 +161,8 @@ def test_bad_request(server, route, body, param):
 # The neutral values of the fields above, which clients send by default, are served.
 NEUTRAL_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "text"}, "tools": [],
-                              "tool_choice": "none", "logit_bias": {}, "modalities": ["text"]}),
+                              "tool_choice": "none", "logit_bias": {}, "modalities": ["text"],
+                              "logprobs": False, "top_logprobs": 0}),
     ("/v1/completions", {"prompt": "Hi", "logit_bias": {}, "suffix": None}),
     # an empty stream_options, an empty modalities list; integers written as floats (as pydantic
     # takes them for vLLM); the largest 64-bit seed
@@ -253,6 +256,16 @@ def test_body_limit():
         assert small.status_code == 200, f"a small request after the 413: {small.status_code} {small.text[:300]}"
     finally:
         s.stop()
+
+
+def test_a_form_encoded_body_over_8_kib_says_to_send_json(server):
+    # curl -d sends application/x-www-form-urlencoded, which cpp-httplib refuses past 8 KiB before
+    # any route runs: the message says so (not --max-body, 1 MiB here), and a JSON body that long
+    # is served.
+    body = (json.dumps({"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2}) + " " * 9000).encode()
+    e = assert_error(server, raw_post(server, "/v1/completions", body, "application/x-www-form-urlencoded"), 413)
+    assert "send it as application/json" in e["message"] and "--max-body" not in e["message"], e
+    assert raw_post(server, "/v1/completions", body).status_code == 200
 
 
 @pytest.mark.parametrize("route,body,param", [("/tokenize", {}, "content"), ("/tokenize", {"content": 5}, "content"),

@@ -96,6 +96,11 @@ TEST(TinyBpe, StreamingHoldsBackIncompleteUtf8) {
   EXPECT_EQ(s.pending(), "\xEF\xBF\xBD");
   EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");  // the stream ended inside a character
   EXPECT_EQ(s.pending(), "");
+  // A line break is final (no later token changes it): a client printing lines sees it at once.
+  StreamDecoder lines(*t);
+  EXPECT_EQ(lines.push({262, '\n'}), "Hello\n");
+  EXPECT_EQ(lines.push({'\n'}), "\n");
+  EXPECT_EQ(lines.push({262, ' '}), "Hello");
 }
 
 // A model's vocabulary is often padded past its tokenizer's (Qwen2.5: 151936 rows, 151665

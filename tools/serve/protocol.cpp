@@ -445,6 +445,9 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     if (*speculate != "suffix" && *speculate != "none")
       bad("speculate", "'speculate' must be \"suffix\" or \"none\", got \"" + *speculate + "\"");
     c.suffix_speculation = *speculate == "suffix";
+    if (c.suffix_speculation && lookup.value_or(0) > 0)
+      bad("speculate",
+          "'speculate': \"suffix\" and 'prompt_lookup_num_tokens' above 0: give one of them");
   }
   choose_proposer(c, lookup.has_value(), speculate.has_value());
   // vLLM's: ignore_eos (the answer runs to max_tokens) and stop_token_ids (more ids that end it,
@@ -484,12 +487,11 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   }
   if (chat) {
     r.logprobs = boolean(body, "logprobs").value_or(false);
-    if (const auto k = number(body, "top_logprobs", {0, 20}, true)) {
-      if (!r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-      r.top_logprobs = static_cast<int64_t>(*k);
-    } else if (r.logprobs) {
-      r.top_logprobs = 0;
-    }
+    const auto k = number(body, "top_logprobs", {0, 20}, true);
+    if (r.logprobs)
+      r.top_logprobs = static_cast<int64_t>(k.value_or(0));
+    else if (k.value_or(0) > 0)  // (0, the neutral value, passes: vLLM's rule)
+      bad("top_logprobs", "'top_logprobs' above 0 needs 'logprobs': true");
   } else if (const auto k = number(body, "logprobs", {0, 20}, true)) {
     r.logprobs = true;
     r.top_logprobs = static_cast<int64_t>(*k);

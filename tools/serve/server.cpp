@@ -402,6 +402,16 @@ class Server {
         message = req.path + " takes " + route->second + ", not " + req.method;
       } else if (res.status == 404) {
         message = "no route " + req.method + " " + req.path;
+      } else if (res.status == 413 &&
+                 req.get_header_value("Content-Type")
+                         .rfind("application/x-www-form-urlencoded", 0) == 0 &&
+                 std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) <=
+                     static_cast<unsigned long long>(o_.max_body)) {
+        // cpp-httplib parses a form body, and refuses one over 8 KiB, before any route runs.
+        message =
+            "a body sent as application/x-www-form-urlencoded (curl -d without -H "
+            "'Content-Type: application/json') is limited to 8192 bytes: send it as "
+            "application/json";
       }
       res.set_content(
           error_json(res.status, message).dump(-1, ' ', false, json::error_handler_t::replace),
