@@ -303,7 +303,9 @@ def test_api_key(key_server):
     s = key_server
     body = {"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2}
     assert_error(s, s.get("/v1/models"), 401)
-    assert_error(s, s.post("/v1/completions", json=body), 401)
+    r = s.post("/v1/completions", json=body)
+    assert_error(s, r, 401)
+    assert r.headers.get("WWW-Authenticate") == "Bearer", r.headers  # the scheme to use (RFC 6750)
     for bad in ("Bearer wrong", "Bearer ", "sekret", "Basic c2VrcmV0", "Bearer sekret2"):
         assert_error(s, s.get("/v1/models", headers={"Authorization": bad}), 401)
         assert_error(s, s.post("/v1/completions", json=body, headers={"Authorization": bad}), 401)

@@ -630,9 +630,9 @@ std::vector<Piece> proto_pieces(const std::string& model) {
 }
 }  // namespace
 
-// The vocabulary's size comes from tokenizer.ggml.tokens (real Gemma 3 files carry no
-// gemma3.vocab_size): a file with neither says so, not that gemma3.vocab_size is missing.
-TEST(GgufConfig, AFileWithoutAVocabularySaysSo) {
+namespace {
+// A small Gemma 3 file's metadata, without a vocabulary.
+GgufWriter gemma3_metadata() {
   GgufWriter g;
   g.str("general.architecture", "gemma3");
   g.u32("gemma3.embedding_length", 64);
@@ -640,6 +640,14 @@ TEST(GgufConfig, AFileWithoutAVocabularySaysSo) {
   g.u32("gemma3.block_count", 2);
   g.u32("gemma3.attention.head_count", 4);
   g.f32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
+  return g;
+}
+}  // namespace
+
+// The vocabulary's size comes from tokenizer.ggml.tokens (real Gemma 3 files carry no
+// gemma3.vocab_size): a file with neither says so, not that gemma3.vocab_size is missing.
+TEST(GgufConfig, AFileWithoutAVocabularySaysSo) {
+  GgufWriter g = gemma3_metadata();
   try {
     ModelConfig::from_gguf(GgufFile(gguf_file("no_vocab.gguf", g.bytes())));
     ADD_FAILURE() << "no error";
@@ -654,14 +662,8 @@ TEST(GgufConfig, AFileWithoutAVocabularySaysSo) {
 // A config error in a GGUF names the metadata key, not the config.json field it stands for.
 TEST(GgufConfig, ErrorsNameTheMetadataKeys) {
   const auto error_of = [](const char* key, uint32_t value) {
-    GgufWriter g;
-    g.str("general.architecture", "gemma3");
-    g.u32("gemma3.embedding_length", 64);
-    g.u32("gemma3.feed_forward_length", 128);
-    g.u32("gemma3.block_count", 2);
-    g.u32("gemma3.attention.head_count", 4);
+    GgufWriter g = gemma3_metadata();
     g.u32("gemma3.vocab_size", 32);
-    g.f32("gemma3.attention.layer_norm_rms_epsilon", 1e-6f);
     for (const char* k : {"gemma3.attention.key_length", "gemma3.context_length",
                           "gemma3.attention.sliding_window"})
       g.u32(k, std::string(k) == key ? value : 16);

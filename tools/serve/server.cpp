@@ -304,10 +304,12 @@ class Server {
         // The scheme is case-insensitive (RFC 7235): "Bearer", "bearer", ...
         const bool bearer =
             auth.size() > 7 && auth[6] == ' ' && strncasecmp(auth.c_str(), "bearer", 6) == 0;
-        if (!bearer || !same_secret(auth.substr(7), o_.api_key))
+        if (!bearer || !same_secret(auth.substr(7), o_.api_key)) {
+          res.set_header("WWW-Authenticate", "Bearer");  // the scheme to use (RFC 6750)
           return send_error(
               res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
                             "invalid_api_key"));
+        }
       }
       if (!ready_ || draining_)
         return send_error(
