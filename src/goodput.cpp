@@ -12,31 +12,14 @@ namespace specdec::detail {
 GoodputPlanner::Plan GoodputPlanner::plan(const std::vector<LookaheadSchedule*>& schedules,
                                           KVCache& cache, const std::vector<int64_t>& tokens,
                                           int64_t rows, bool free_drafts, bool may_calibrate) {
-  // Calibration, once per Generator, for a draft model: a target pass over as many tokens as the
-  // batch has rows (what K = 0 costs), timed on row 0 of this request's cache (appended after what
-  // it holds, then cropped away); every real pass refines the curve after that. `tokens`: row 0's.
-  // Proposals without a model (`free_drafts`, which cost nothing beside a pass) run no pass of
-  // their own: cut() times the curve with real passes.
-  const int64_t length = cache.length(0);
-  const auto calibrate = [&](bool& done, int64_t n) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!may_calibrate || done) return;
-      done = true;
-    }
-    if (length >= static_cast<int64_t>(tokens.size()) || length + n > cache.capacity()) return;
-    const at::Tensor ids = at::full({1, n}, tokens[length], at::kLong);
-    const auto t0 = Clock::now();
-    (void)target_.forward(ids, cache, 1);
-    const double s = seconds_since(t0);
-    cache.crop(0, length);
-    std::lock_guard<std::mutex> lock(mutex_);
-    target_cost_.observe(n, s);
-  };
-  int64_t cap = 0;
-  for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
   // Every cost is the pass's, over all its rows, goodput's or not (they are timed that way).
   const int64_t batch = std::max(rows, static_cast<int64_t>(schedules.size()));
+  // With a draft model, the calibration pass first; proposals without a model (`free_drafts`,
+  // which cost nothing beside a pass) run no pass of their own: cut() times the curve with real
+  // passes.
+  if (!free_drafts && may_calibrate) calibrate(cache, tokens, batch);
+  int64_t cap = 0;
+  for (const LookaheadSchedule* s : schedules) cap = std::max(cap, s->cap());
   // The acceptance bounds (plan_lookahead) for one row only: in a batch, drafting one token to
   // bring evidence would cost every row a draft pass and a padded verification.
   std::vector<double> alphas, bounds;
@@ -44,18 +27,16 @@ GoodputPlanner::Plan GoodputPlanner::plan(const std::vector<LookaheadSchedule*>&
     alphas.push_back(s->acceptance());
     bounds.push_back(batch == 1 ? s->acceptance_bound() : s->acceptance());
   }
-  const auto costs = [&](PassCost& target, std::optional<double>& draft) {
+  PassCost target;
+  std::optional<double> draft;
+  {
     std::lock_guard<std::mutex> lock(mutex_);
     target = target_cost_;
     if (free_drafts)
       draft = 0.0;
     else if (!draft_cost_.empty())
       draft = draft_cost_(batch);
-  };
-  if (!free_drafts) calibrate(calibrated_first_, batch);
-  PassCost target;
-  std::optional<double> draft;
-  costs(target, draft);
+  }
   // Until a draft pass has been timed, K stays where it is (at first the schedule's probe:
   // LookaheadSchedule's constructor).
   if (!draft) return Plan::kUnknownDraft;
@@ -102,6 +83,23 @@ GoodputPlanner::Plan GoodputPlanner::plan(const std::vector<LookaheadSchedule*>&
   const int64_t k = LookaheadSchedule::plan_lookahead(cost, *draft, alphas, bounds, cap, batch);
   for (LookaheadSchedule* s : schedules) s->set_num_tokens(std::min(k, s->cap()));
   return Plan::kPlanned;
+}
+
+void GoodputPlanner::calibrate(KVCache& cache, const std::vector<int64_t>& tokens, int64_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (calibrated_first_) return;
+    calibrated_first_ = true;
+  }
+  const int64_t length = cache.length(0);
+  if (length >= static_cast<int64_t>(tokens.size()) || length + n > cache.capacity()) return;
+  const at::Tensor ids = at::full({1, n}, tokens[length], at::kLong);
+  const auto t0 = Clock::now();
+  (void)target_.forward(ids, cache, 1);
+  const double s = seconds_since(t0);
+  cache.crop(0, length);
+  std::lock_guard<std::mutex> lock(mutex_);
+  target_cost_.observe(n, s);
 }
 
 void GoodputPlanner::retime_draft(LookaheadSchedule& schedule,

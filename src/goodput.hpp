@@ -88,6 +88,10 @@ class GoodputPlanner {
   // retime_after_ starts at Generator::kRetimeFirst, doubles with each re-timing up to
   // kRetimeLast, and starts again once drafting pays, so a draft that is too slow costs one such
   // iteration per 64, 128, ... without drafting.
+  // A draft model's calibration, once per Generator: a target pass over `n` tokens (as many as the
+  // batch has rows: what K = 0 costs), timed on row 0 of `cache` after what it holds (`tokens`:
+  // row 0's), then cropped away; every real pass refines the curve after that.
+  void calibrate(KVCache& cache, const std::vector<int64_t>& tokens, int64_t n);
   void retime_draft(LookaheadSchedule& schedule, const std::function<double(int64_t)>& target_cost,
                     const std::vector<double>& alphas);
 
@@ -104,8 +108,8 @@ class GoodputPlanner {
   PassCost target_cost_, draft_cost_;
   int64_t costly_draft_iterations_ = 0, retime_after_ = Generator::kRetimeFirst;
   int64_t empty_cuts_ = 0, recheck_after_ = Generator::kRetimeFirst;  // cut()'s
-  bool calibrated_first_ = false;  // a draft model's calibration pass over B tokens was run
-  int64_t timed_free_ = 0;         // the pass cut() times for proposals without a model, in tokens
+  bool calibrated_first_ = false;                                     // calibrate() ran
+  int64_t timed_free_ = 0;  // the pass cut() times for proposals without a model, in tokens
 };
 
 }  // namespace specdec::detail
