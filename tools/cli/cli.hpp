@@ -69,6 +69,8 @@ ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source);
 void require_utf8_in(const std::string& text, const std::string& where);
 // The conversation through the chat template, as ids (the model must have a tokenizer).
 std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages);
+// One user turn, after the system message `system` (none when empty: the template's own, if any).
+std::vector<ChatMessage> one_turn(const std::string& system, const std::string& user);
 // One user turn (after `system`, when not empty): through the chat template when l.chat is set.
 std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
                                  const std::string& user);

@@ -191,8 +191,8 @@ int run_prompts_file(RunOptions& o, const Loaded& l) {
   const std::vector<FileRequest> requests = read_prompts_file(o, l, gen);
   // The flags no line uses (a line's own knobs are not warned about).
   std::vector<std::string> unused = inapplicable_flags(o, requests[0].config);
-  for (const FileRequest& r : requests) {
-    const std::vector<std::string> here = inapplicable_flags(o, r.config);
+  for (auto r = requests.begin() + 1; r != requests.end(); ++r) {
+    const std::vector<std::string> here = inapplicable_flags(o, r->config);
     unused.erase(std::remove_if(unused.begin(), unused.end(),
                                 [&](const std::string& w) {
                                   return std::find(here.begin(), here.end(), w) == here.end();

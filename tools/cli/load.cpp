@@ -44,13 +44,16 @@ void require_utf8_in(const std::string& text, const std::string& where) {
   }
 }
 
-// One user turn after the system message `system` (none when empty: the template's own, if any).
-std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
-                                 const std::string& user) {
+std::vector<ChatMessage> one_turn(const std::string& system, const std::string& user) {
   std::vector<ChatMessage> messages;
   if (!system.empty()) messages.push_back({"system", system});
   messages.push_back({"user", user});
-  return encode_chat(l, messages);
+  return messages;
+}
+
+std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
+                                 const std::string& user) {
+  return encode_chat(l, one_turn(system, user));
 }
 
 void warn(const std::string& message) { std::cerr << "specdec: warning: " << message << "\n"; }

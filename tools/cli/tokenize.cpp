@@ -18,10 +18,7 @@ int run_tokenize(const TokenizeOptions& o) {
     ro.chat_template = o.chat_template;
     require_utf8_in(text, o.text_given ? "--text" : "the text (stdin)");
     require_utf8_in(o.system, "--system");
-    std::vector<ChatMessage> messages;
-    if (!o.system.empty()) messages.push_back({"system", o.system});
-    messages.push_back({"user", text});
-    rendered = chat_template(ro, o.dir).render(messages, true);
+    rendered = chat_template(ro, o.dir).render(one_turn(o.system, text), true);
   } else if (!o.system.empty() || !o.chat_template.empty()) {
     throw Error("--system and --chat-template go with --chat");
   }
