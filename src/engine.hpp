@@ -80,7 +80,7 @@ struct Row {
   std::function<void(const GenerationResult&)> on_finished;
   int64_t top_logprobs = -1;
   std::atomic<bool> cancelled{false};
-  bool done = false;            // it left the batch (finish_row)
+  std::atomic<bool> done{false};  // it left the batch (finish_row; RequestEngine::load reads it)
   std::vector<int64_t> tokens;  // the sequence the target continues; the cache holds a prefix of it
   std::unique_ptr<Rng> rng;
   std::unique_ptr<LookaheadSchedule> schedule;

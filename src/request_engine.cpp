@@ -184,7 +184,10 @@ void RequestEngine::stop() {
 
 RequestEngine::Load RequestEngine::load() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return {static_cast<int64_t>(impl_->waiting.size()), static_cast<int64_t>(impl_->running.size())};
+  // A row that finished in the step under way is no longer running (its client has its answer).
+  const auto running = std::count_if(impl_->running.begin(), impl_->running.end(),
+                                     [](const auto& row) { return !row->done; });
+  return {static_cast<int64_t>(impl_->waiting.size()), static_cast<int64_t>(running)};
 }
 
 }  // namespace specdec

@@ -651,6 +651,29 @@ TEST(RequestEngine, OneRequestsFaultStaysItsOwn) {
   EXPECT_FALSE(bad.done);
 }
 
+// A request's client may ask /metrics as soon as it has its answer: a row that finished is no
+// longer counted running, while the step it finished in goes on with the other rows.
+TEST(RequestEngine, AFinishedRowIsNotCountedRunning) {
+  const Models& m = models();
+  const Generator gen(m.target, nullptr);
+  RequestEngine::Options o;
+  o.context = 64;
+  RequestEngine engine(gen, o);
+  GenerationConfig shorter = config_of(0, false), longer = shorter;
+  shorter.max_new_tokens = 3;
+  longer.max_new_tokens = 12;
+  Output a, b;
+  std::vector<int64_t> seen;  // load().running in a's on_finished, in the step a finished in
+  Request first = request(prompt_of(1), shorter, a);
+  first.on_finished = [&](const GenerationResult&) { seen.push_back(engine.load().running); };
+  engine.submit(std::move(first));
+  engine.submit(request(prompt_of(2), longer, b));
+  while (engine.step()) {
+  }
+  EXPECT_EQ(seen, std::vector<int64_t>{1}) << "b runs on; a is done";
+  EXPECT_EQ(b.calls, 1);
+}
+
 // The engine thread runs while four client threads submit, and cancel every third request: every
 // request finishes exactly once, the uncancelled ones with the tokens they get alone.
 TEST(RequestEngineThreads, ClientsSubmitAndCancelWhileTheEngineRuns) {

@@ -275,6 +275,12 @@ def test_bad_tokenize_request(server, route, body, param):
     assert_error(server, server.post(route, json=body), 400, param=param, code="invalid_value")
 
 
+def test_detokenize_tokens_of_the_wrong_type_says_so(server):
+    # Present but not a list: the message names what was sent, not that the field is missing.
+    e = assert_error(server, server.post("/detokenize", json={"tokens": "abc"}), 400, param="tokens")
+    assert "must be a list of token ids" in e["message"] and '"abc"' in e["message"], e
+
+
 def test_chunked_body_refused(server):
     # cpp-httplib bounds only a Content-Length body: a chunked one (any size) is refused unread.
     body = b'{"prompt": "Hi", "max_tokens": 2}'
@@ -316,6 +322,11 @@ def test_api_key(key_server):
     r = s.post("/v1/completions", json=body, headers=ok)
     assert r.status_code == 200, r.text
     assert s.get("/health").status_code == 200, "/health needs no key"
+    # Under /v1 the key comes first: no path or method is revealed without it.
+    assert_error(s, s.get("/v1/nope"), 401)
+    assert_error(s, s.get("/v1/completions"), 401)
+    assert_error(s, s.get("/v1/nope", headers=ok), 404)
+    assert_error(s, s.get("/v1/completions", headers=ok), 405)
     # The official client sends the key as a bearer token.
     assert make_client(s, api_key="sekret").completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2).choices
     with pytest.raises(openai.AuthenticationError):

@@ -330,7 +330,9 @@ TokenizeRequest parse_tokenize(const json& body, const Context& ctx) {
 
 std::vector<int64_t> parse_detokenize(const json& body, const Context& ctx) {
   const json* tokens = field(body, "tokens");
-  if (!tokens || !tokens->is_array()) bad("tokens", "'tokens' (a list of token ids) is required");
+  if (!tokens) bad("tokens", "'tokens' (a list of token ids) is required");
+  if (!tokens->is_array())
+    bad("tokens", "'tokens' must be a list of token ids, got " + tokens->dump());
   std::vector<int64_t> ids = ids_of(*tokens, "tokens", ctx.tokenizer->size());
   for (const int64_t id : ids)  // (decode would show it as nothing)
     if (!ctx.tokenizer->contains(id))

@@ -292,6 +292,21 @@ class Server {
     }
   }
 
+  // Whether the request carries the API key, where one is set.
+  bool authorized(const httplib::Request& req) const {
+    if (o_.api_key.empty()) return true;
+    const std::string auth = req.get_header_value("Authorization");
+    // The scheme is case-insensitive (RFC 7235): "Bearer", "bearer", ...
+    const bool bearer =
+        auth.size() > 7 && auth[6] == ' ' && strncasecmp(auth.c_str(), "bearer", 6) == 0;
+    return bearer && same_secret(auth.substr(7), o_.api_key);
+  }
+  void refuse_unauthorized(httplib::Response& res) {
+    res.set_header("WWW-Authenticate", "Bearer");  // the scheme to use (RFC 6750)
+    send_error(res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
+                             "invalid_api_key"));
+  }
+
   // An API route: the key checked (after the body is read, so that a refused request leaves no
   // bytes on a kept-alive connection), refused while loading or shutting down, errors answered
   // in OpenAI's shape (counted as refused requests for the generation routes).
@@ -299,18 +314,7 @@ class Server {
   void api_route(bool post, const char* path, bool generation, F f) {
     const auto handler = [this, generation, f](const httplib::Request& req,
                                                httplib::Response& res) {
-      if (!o_.api_key.empty()) {
-        const std::string auth = req.get_header_value("Authorization");
-        // The scheme is case-insensitive (RFC 7235): "Bearer", "bearer", ...
-        const bool bearer =
-            auth.size() > 7 && auth[6] == ' ' && strncasecmp(auth.c_str(), "bearer", 6) == 0;
-        if (!bearer || !same_secret(auth.substr(7), o_.api_key)) {
-          res.set_header("WWW-Authenticate", "Bearer");  // the scheme to use (RFC 6750)
-          return send_error(
-              res, ApiError(401, "a valid API key is required (Authorization: Bearer KEY)", "",
-                            "invalid_api_key"));
-        }
-      }
+      if (!authorized(req)) return refuse_unauthorized(res);
       if (!ready_ || draining_)
         return send_error(
             res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
@@ -394,6 +398,11 @@ class Server {
     });
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
+      // Under /v1 the key comes first, as it does on the routes there: without it, a client
+      // learns nothing of which paths exist.
+      if ((res.status == 404 || res.status == 405) && req.path.rfind("/v1/", 0) == 0 &&
+          !authorized(req))
+        return refuse_unauthorized(res);
       std::string message = status_text(res.status);
       const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const auto& m) {
         return std::regex_match(req.path, m.first);
