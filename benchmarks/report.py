@@ -176,8 +176,10 @@ def main():
     with open(out, "w", encoding="utf-8") as f:
         f.write(text)
     readme_path = args.readme or (os.path.join(os.path.dirname(HERE), "README.md") if default else None)
-    if readme_path and "serve_peer" in runs:
-        readme(readme_path, T.serve_peer_readme(runs["serve_peer"][0]))
+    # The README shows what a user gets by default: the latest run without SERVE_FLAGS.
+    default_runs = [r for r in runs.get("serve_peer", []) if "SERVE_FLAGS=" not in r.command]
+    if readme_path and default_runs:
+        readme(readme_path, T.serve_peer_readme(default_runs[0]))
     plots = []
     if peer_latest and not args.no_plots:
         plots = report_peer.plots(peer_latest, args.docs)

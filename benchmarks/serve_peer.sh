@@ -28,6 +28,8 @@
 #            of its own summary, after an 8-request warm-up run that is subtracted) against the
 #            same requests through specdec serve --prefix-cache 0 at concurrency 8, SERVE_HTTP_ROUNDS
 #            (default 5) rounds of both -> results/serve_http.jsonl
+# SERVE_FLAGS: more flags for specdec serve in the peer part (e.g. --int8-activations, which
+# quantizes activations to 8 bits as llama.cpp does for these weights);
 # SERVE_REQUESTS (default 4) requests per client, SERVE_MAX_TOKENS (default 64) tokens each;
 # SERVE_RESULTS: the folder of the result files (default benchmarks/results, made if missing); each part
 # appends its records (benchmarks/bench_record.py's schema; run = this invocation's start time, command
@@ -62,7 +64,7 @@ results=${SERVE_RESULTS:-benchmarks/results}
 mkdir -p "$results"
 run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 command=$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import bench_record
-print(bench_record.with_env(sys.argv[1], "SERVE_THREADS SERVE_REQUESTS SERVE_MAX_TOKENS SERVE_CONCURRENCY SERVE_LOOKUP_CONCURRENCY SERVE_LOOKUP_TOKENS SERVE_HTTP_ROUNDS SERVE_PARTS SERVE_DRAFT SERVE_RESULTS LLAMA_BUILD LLAMA_FLAGS".split()))' "$command")
+print(bench_record.with_env(sys.argv[1], "SERVE_THREADS SERVE_REQUESTS SERVE_MAX_TOKENS SERVE_CONCURRENCY SERVE_LOOKUP_CONCURRENCY SERVE_LOOKUP_TOKENS SERVE_HTTP_ROUNDS SERVE_PARTS SERVE_DRAFT SERVE_RESULTS SERVE_FLAGS LLAMA_BUILD LLAMA_FLAGS".split()))' "$command")
 load=(python3 benchmarks/serve_load.py)
 tmp=$(mktemp -d)
 server_pid=
@@ -126,7 +128,8 @@ fi
 
 # --- measurements ---
 if has peer; then
-  specdec_run "$results/serve_peer.jsonl" specdec chat "$prompts" "$levels" "$max_tokens" "$per_client"
+  # shellcheck disable=SC2086  # SERVE_FLAGS is a list of flags
+  specdec_run "$results/serve_peer.jsonl" specdec chat "$prompts" "$levels" "$max_tokens" "$per_client" ${SERVE_FLAGS:-}
   port=$(free_port)
   cmd=("$lbuild/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 -c $((2048 * 8))
        -t "$threads" -tb "$threads")

@@ -77,19 +77,19 @@ int64_t prepare_row(Row& row, const EngineModels& m, const std::vector<int64_t>&
   for (const size_t n : {prompt.size(), row.tokens.size()})
     SPECDEC_CHECK(static_cast<int64_t>(n) <= max_sequence &&
                       config.max_new_tokens <= max_sequence - static_cast<int64_t>(n),
-                  row.name, "the prompt (", n, " tokens) plus max_new_tokens (",
-                  config.max_new_tokens, ") exceeds the limit of ", max_sequence,
-                  " positions (Limits::max_sequence_length)");
+                  row.name, "the prompt (", count_of(static_cast<int64_t>(n), "token"),
+                  ") plus max_new_tokens (", config.max_new_tokens, ") exceeds the limit of ",
+                  max_sequence, " positions (Limits::max_sequence_length)");
   const int64_t length = static_cast<int64_t>(row.tokens.size()) + config.max_new_tokens;
   // Positions past max_position_embeddings are refused up front, not met as a failure mid-way
   // (T5's relative positions have no such limit).
   for (const Model* model : {m.target.get(), m.draft.get()}) {
     if (!model || model->config().is_encoder_decoder) continue;
     SPECDEC_CHECK(length <= model->config().max_position_embeddings, row.name, "the prompt (",
-                  row.tokens.size(), " tokens) plus max_new_tokens (", config.max_new_tokens,
-                  ") is ", length, " positions, more than the ",
-                  model == m.target.get() ? "target" : "draft", "'s max_position_embeddings (",
-                  model->config().max_position_embeddings, ")");
+                  count_of(static_cast<int64_t>(row.tokens.size()), "token"),
+                  ") plus max_new_tokens (", config.max_new_tokens, ") is ", length,
+                  " positions, more than the ", model == m.target.get() ? "target" : "draft",
+                  "'s max_position_embeddings (", model->config().max_position_embeddings, ")");
   }
   return length;
 }
@@ -184,7 +184,7 @@ void Engine::set_up(Row& row, std::optional<std::pair<double, double>> evidence)
 }
 
 void Engine::start() {
-  while (static_cast<int64_t>(slots_.size()) < width_) {
+  while (!source_.admits_all() && static_cast<int64_t>(slots_.size()) < width_) {
     Row* row = source_.next();
     if (!row) break;
     set_up(*row);

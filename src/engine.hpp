@@ -119,6 +119,10 @@ class RowSource {
  public:
   virtual ~RowSource() = default;
   virtual Row* next() = 0;  // the next row to admit, or null when none is waiting
+  // Whether every row joins through admit(), the first ones too: a request queue's, whose first
+  // long prompt must go in a chunk per step as later ones do. Otherwise (a batch) the engine starts
+  // with the first rows, and a single short request keeps Hugging Face's first pass.
+  virtual bool admits_all() const { return false; }
 };
 
 // A batch's rows, in order.

@@ -41,8 +41,11 @@ void Engine::compact() {
 
 // Continuous batching: the next prompts take the slots finished rows freed (in place), else new
 // ones at the end; their last prompt token goes into the next pass. With no row decoding, every
-// prompt goes in now: in one batched prefill (the draft's at the next pass if it drafts in it), or
-// after the longest cached prefix of it with the rest in the first verification pass. While rows
+// prompt (or rest after its longest cached prefix) of up to one chunk goes in now: in one batched
+// prefill (the draft's at the next pass if it drafts in it), or with the rest in the first
+// verification pass; a longer one joins a chunk per step, as below, so that a step never runs
+// longer than a chunk's prefill and a request cancelled (or a shutdown's deadline) meanwhile is
+// met between chunks. While rows
 // decode, a row whose whole prompt is cached but its last token starts at once; the others share
 // prefill_chunk_ prompt tokens per step, the rows already joining first (advance_joining): a
 // short prompt that fits what is left goes into this step's batched prefill, the rest join in
@@ -83,8 +86,8 @@ int64_t Engine::admit(bool decoding) {
     int64_t longest = 0;
     const auto best = max_prefixes_ > 0 ? longest_prefix(row.tokens, longest) : prefixes_.end();
     const int64_t rest = static_cast<int64_t>(row.tokens.size()) - 1 - longest;
-    const bool now = decoding ? rest == 0 || (longest == 0 && rest <= left)
-                              : longest == 0 || rest <= first_pass_limit();
+    const bool now =
+        decoding ? rest == 0 || (longest == 0 && rest <= left) : rest <= first_pass_limit();
     if (!now) {
       left -= std::min(left, rest);  // (its share comes first)
       // Its prompt's positions (and the cached sequence's, copied before it is cropped), not the

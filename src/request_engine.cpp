@@ -10,6 +10,7 @@
 
 #include "engine.hpp"
 #include "specdec/error.hpp"
+#include "util.hpp"
 
 namespace specdec {
 
@@ -34,6 +35,7 @@ struct RequestEngine::Impl final : detail::RowSource {
   const BatchTokenCallback no_callback;
   const BatchOptions no_options;
 
+  bool admits_all() const override { return true; }
   detail::Row* next() override {
     std::lock_guard<std::mutex> lock(mutex);
     if (waiting.empty()) return nullptr;
@@ -85,10 +87,11 @@ RequestEngine::Id RequestEngine::submit(Request request) {
   auto row = std::make_unique<detail::Row>();
   const int64_t length = detail::prepare_row(*row, impl_->models, request.prompt, request.config);
   const auto prompt = static_cast<int64_t>(request.prompt.size());
-  SPECDEC_CHECK(prompt < options_.context, "the prompt is ", prompt, " tokens, the context holds ",
-                options_.context, " positions (prompt and new tokens) per request");
-  SPECDEC_CHECK(length <= options_.context, "the prompt (", prompt,
-                " tokens) plus max_new_tokens (", request.config.max_new_tokens, ") is ", length,
+  SPECDEC_CHECK(prompt < options_.context, "the prompt is ", count_of(prompt, "token"),
+                ", the context holds ", options_.context,
+                " positions (prompt and new tokens) per request");
+  SPECDEC_CHECK(length <= options_.context, "the prompt (", count_of(prompt, "token"),
+                ") plus max_new_tokens (", request.config.max_new_tokens, ") is ", length,
                 " positions, more than the context of ", options_.context);
   SPECDEC_CHECK(request.top_logprobs >= -1 && request.top_logprobs <= 20,
                 "top_logprobs must be in [0, 20] (-1: none), got ", request.top_logprobs);

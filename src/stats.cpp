@@ -62,8 +62,8 @@ std::string GenerationStats::to_json() const {
   return j.dump();
 }
 
-double predicted_speedup(double alpha, double gamma, double c) {
-  const double denom_c = gamma * c + 1.0;
+double predicted_speedup(double alpha, double gamma, double c, double pass_ratio) {
+  const double denom_c = gamma * c + pass_ratio;
   if (alpha >= 1.0) return (gamma + 1.0) / denom_c;  // limit of the formula as alpha -> 1
   return (1.0 - std::pow(alpha, gamma + 1.0)) / ((1.0 - alpha) * denom_c);
 }
@@ -84,6 +84,9 @@ SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
   e.predicted = assisted.tree_passes > 0 || assisted.drafted_tokens == 0 || !e.cost_measured
                     ? 0.0
                     : predicted_speedup(e.alpha, e.gamma, e.cost_ratio);
+  e.pass_ratio = ratio(assisted.target_seconds_per_pass(), target_only.target_seconds_per_pass());
+  if (e.predicted > 0 && e.pass_ratio > 0)
+    e.predicted_with_passes = predicted_speedup(e.alpha, e.gamma, e.cost_ratio, e.pass_ratio);
   return e;
 }
 

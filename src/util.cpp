@@ -30,6 +30,10 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+std::string count_of(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t p = 0; (p = s.find(from, p)) != std::string::npos; p += to.size())
     s.replace(p, from.size(), to);

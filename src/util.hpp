@@ -57,6 +57,8 @@ void rename_path(const std::string& from, const std::string& to);  // throws spe
 void hard_link(const std::string& from, const std::string& to);    // throws specdec::Error
 // "a, b, c".
 std::string join(const std::vector<std::string>& items);
+// "1 token", "2 tokens" (a count and its noun, plural with an s where n != 1).
+std::string count_of(int64_t n, const std::string& noun);
 // `s` with every occurrence of `from` (not empty) replaced by `to`, left to right.
 std::string replace_all(std::string s, const std::string& from, const std::string& to);
 // A whole file mapped read-only, its descriptor kept open (the loaders read tensors through it).

@@ -16,8 +16,8 @@ struct GenerationStats {
   int64_t new_tokens = 0;
   int64_t target_passes = 0;  // target forward passes (the first one includes the prompt)
   // Target passes over the prompt before them: a prompt longer than 256 tokens (or any in a
-  // batch) goes in before the first iteration, in chunks, all but its last token (0: the first
-  // pass took the whole prompt).
+  // batch, or joining a RequestEngine that already ran) goes in before the first iteration, in
+  // chunks, all but its last token (0: the first pass took the whole prompt).
   int64_t prefill_passes = 0;
   int64_t draft_passes = 0;          // draft forward passes (each drafts one token)
   int64_t prefill_draft_passes = 0;  // of which in the first iteration (timed as prefill)
@@ -64,12 +64,20 @@ struct SpeedupEstimate {
   double predicted = 0;  // predicted_speedup(alpha, gamma, cost_ratio); 0 when the assisted run
                          // verified trees (the formula is a chain's), drafted nothing or did not
                          // measure the draft's cost
+  // The assisted run's target seconds per verification pass / target-only's per decode pass (0:
+  // not measured). Leviathan et al. take it as 1 (a pass of gamma + 1 tokens for the price of
+  // one); on a CPU it is more, the more so the longer the proposals.
+  double pass_ratio = 0;
+  // predicted_speedup(alpha, gamma, cost_ratio, pass_ratio): the prediction with the verification
+  // passes' measured cost; 0 where `predicted` is, or pass_ratio was not measured.
+  double predicted_with_passes = 0;
 };
 SpeedupEstimate estimate_speedup(const GenerationStats& target_only,
                                  const GenerationStats& assisted);
 
 // Speedup predicted by Leviathan et al. for acceptance rate alpha, gamma drafted tokens per
-// iteration and cost ratio c: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)).
-double predicted_speedup(double alpha, double gamma, double c);
+// iteration and cost ratio c: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)); with
+// `pass_ratio`, a verification pass's cost in decode passes, the 1 becomes pass_ratio.
+double predicted_speedup(double alpha, double gamma, double c, double pass_ratio = 1.0);
 
 }  // namespace specdec

@@ -34,7 +34,13 @@ check "compare --json reports identical outputs and a speedup" python3 -c "
 import json,sys; j=json.loads(sys.argv[1]); assert j['identical'] is True and 'predicted_speedup' in j
 a, t = j['assisted']['stats'], j['target_only']['stats']
 ratio = t['total_seconds'] / a['total_seconds']  # the definition: same tokens, target-only time / assisted time
-assert abs(j['speedup'] - ratio) <= 1e-9 * ratio, (j['speedup'], ratio)" "$cmp"
+assert abs(j['speedup'] - ratio) <= 1e-9 * ratio, (j['speedup'], ratio)
+per_pass = lambda s: s['verification_seconds'] / (s['target_passes'] - 1)  # after the first
+r = per_pass(a) / per_pass(t)
+assert abs(j['pass_ratio'] - r) <= 1e-9 * r, (j['pass_ratio'], r)
+al, g, c = j['alpha'], j['gamma'], j['cost_ratio']
+want = (1 - al ** (g + 1)) / ((1 - al) * (g * c + r)) if al < 1 else (g + 1) / (g * c + r)
+assert abs(j['predicted_speedup_with_pass_cost'] - want) <= 1e-9 * want, (j, want)" "$cmp"
 
 stream=$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 2>/dev/null)
 check "streamed ids equal the JSON tokens" python3 -c "
@@ -109,6 +115,14 @@ check "a flag's bad value: one 'specdec: error:' line" bash -c \
 check "no subcommand: one 'specdec: error:' line" bash -c \
   "'$SPECDEC' 2>&1 | grep -qx 'specdec: error: a subcommand is required, e.g. generate, chat or serve (specdec --help lists them all)'"
 expect_error "missing model folder" "/nonexistent: no such file or folder" generate --model /nonexistent --prompt-ids 1
+# A value CLI11 cannot convert: the flag, the value and what it takes (not "Could not convert").
+expect_error "Hugging Face's no_repeat_ngram_size: not implemented, and what there is" \
+  "generate has no flag --no-repeat-ngram-size (not implemented: the samplers are" \
+  generate --model "$work/t" --prompt-ids 1 --no_repeat_ngram_size 3
+expect_error "a number flag given a word" '--threads: "abc" is not a value it takes (a number is expected' \
+  generate --model "$work/t" --prompt-ids 1 --threads abc
+expect_error "a switch given a value" '--chat: "maybe" is not a value it takes (a switch' \
+  generate --model "$work/t" --prompt-ids 1 --chat=maybe
 expect_error "bad schedule" "--schedule" generate --model "$work/t" --prompt-ids 1 --schedule sometimes
 for flag in "--draft-tree-width 2" "--draft-weights q8_0" "--draft-int8-activations"; do
   # shellcheck disable=SC2086  # a flag and its value
@@ -570,7 +584,7 @@ check "--version" bash -c "'$SPECDEC' --version | grep -q '^specdec [0-9]'"
 printf '%s\n' '{"prompt_ids": [1], "max_new_tokens": 4}' '' '{"prompt_ids": [1], "max_new_tokens": 5000}' > "$work/ctx.jsonl"
 out=$("$SPECDEC" generate --model "$work/t" --prompts-file "$work/ctx.jsonl" --prompt-cache 2>"$work/ctx_err"); rc=$?
 check "--prompts-file: a line past the context names its line, before anything runs" \
-  bash -c "[ $rc -ne 0 ] && [ -z '$out' ] && grep -q 'ctx.jsonl:3: the prompt (1 tokens) plus max_new_tokens (5000)' '$work/ctx_err'"
+  bash -c "[ $rc -ne 0 ] && [ -z '$out' ] && grep -q 'ctx.jsonl:3: the prompt (1 token) plus max_new_tokens (5000)' '$work/ctx_err'"
 echo '{"prompt_ids": [262, 258]}' > "$work/chat_ids.jsonl"
 expect_error "--prompts-file: prompt_ids with --chat is refused, as --prompt-ids is" "a chat turn is text" \
   generate --model "$work/tt" --chat --chat-template chatml --prompts-file "$work/chat_ids.jsonl"
@@ -588,6 +602,8 @@ full "generate --json" "" generate --model "$work/t" --prompt-ids 1,2 --max-new-
 full "--prompts-file" $'{"prompt_ids": [1, 2]}\n{"prompt_ids": [3]}\n' generate --model "$work/t" --prompts-file - --max-new-tokens 3
 full "--prompts-file --batch-size 2" $'{"prompt_ids": [1, 2]}\n{"prompt_ids": [3]}\n{"prompt_ids": [4]}\n' \
   generate --model "$work/t" --prompts-file - --max-new-tokens 3 --batch-size 2
+full "--help" "" --help
+full "generate --help" "" generate --help
 
 # The real model, when scripts/get_models.sh has fetched it.
 smol=${SPECDEC_MODELS:-$(dirname "$0")/../../models}/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -615,6 +631,9 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
   slash_one=$("$SPECDEC" generate --model "$smol" --chat --prompt "/etc/hosts is what?" --max-new-tokens 12 2>/dev/null)
   check "chat: // sends a message that begins with /" test "$slash" = "$slash_one"
   check "chat: an unknown command names the // escape" bash -c "printf '/etc\n' | '$SPECDEC' chat --model '$smol' 2>&1 | grep -q 'begin with //'"
+  # Commands as typed: spaces around them and any case (the message after /EXIT is never answered).
+  check "chat: ' /Stats ' and '/EXIT' are commands" bash -c \
+    "out=\$(printf ' /Stats \n/EXIT\nHi\n' | '$SPECDEC' chat --model '$smol' --max-new-tokens 4 2>&1); [[ \$out == *'(no answer yet)'* && \$out != *'unknown command'* && \$out != *'tokens/pass'* ]]"
   # make-draft --resume under another thread count (the target's fingerprint once held a float sum
   # of its embedding rows, whose rounding followed the threads).
   python3 -c "import random; random.seed(1); w='the cat sat on a mat and a dog ran to the big red house'.split(); print(' '.join(random.choice(w) for _ in range(400)))" > "$work/md_text.txt"
@@ -636,6 +655,18 @@ assert plain == ','.join(map(str, t['ids'])), plain
 " "$SPECDEC" "$smol"
   expect_error "tokenize: --system without --chat" "--system and --chat-template go with --chat" \
     tokenize --tokenizer "$smol" --text Hi --system S
+  # An empty --system is an empty system turn (Hugging Face's template renders a system message
+  # whatever its content), not the template's default one.
+  check "--system '' renders an empty system turn" python3 -c "
+import json, subprocess, sys
+spec, smol = sys.argv[1:]
+t = json.loads(subprocess.run([spec, 'tokenize', '--tokenizer', smol, '--chat', '--system', '', '--text', 'Hi', '--json'], capture_output=True, text=True, check=True).stdout)
+assert t['text'] == '<|im_start|>system\\n<|im_end|>\\n<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n', t['text']
+g = json.loads(subprocess.run([spec, 'generate', '--model', smol, '--chat', '--system', '', '--prompt', 'Hi', '--max-new-tokens', '1', '--json'], capture_output=True, text=True, check=True).stdout)
+assert len(t['ids']) == g['stats']['prompt_tokens'], (len(t['ids']), g['stats']['prompt_tokens'])
+" "$SPECDEC" "$smol"
+  check "tokenize --chat warns about a template of another model" bash -c \
+    "'$SPECDEC' tokenize --tokenizer '$smol' --chat --chat-template llama3 --text Hi 2>&1 >/dev/null | grep -q 'end of turn, <|eot_id|>, is no token'"
   # A tokenizer or chat template of another model is used as asked, with a warning.
   check "a --tokenizer of another model is warned about" bash -c \
     "'$SPECDEC' generate --model '$work/t' --tokenizer '$smol' --prompt Hi --max-new-tokens 2 2>&1 >/dev/null | grep -q 'tokenizer has 49152 tokens, the model 128'"
@@ -666,6 +697,17 @@ assert plain == ','.join(map(str, t['ids'])), plain
   chat_rc=0; wait "$chat_pid" || chat_rc=$?
   check "chat: Ctrl-C stops the answer, and the next turn is answered (to its end)" bash -c \
     "[ $chat_rc -eq 0 ] && grep -q 'answer stopped' '$work/chat_err' && grep -Eq 'stop: (eos|max_new_tokens)' '$work/chat_err'"
+  # generate: Ctrl-C while the answer streams ends its line, prints the stats (stop: cancelled)
+  # and exits 130.
+  python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+    "$SPECDEC" generate --model "$smol" --chat --prompt "Write a very long story about a dragon." \
+    --max-new-tokens 3000 > "$work/gen_out" 2> "$work/gen_err" &
+  gen_pid=$!
+  for _ in $(seq 600); do [ -s "$work/gen_out" ] && break; sleep 0.1; done
+  kill -INT "$gen_pid"
+  gen_rc=0; wait "$gen_pid" || gen_rc=$?
+  check "generate: Ctrl-C ends the streamed line, says stop: cancelled, exits 130" bash -c \
+    "[ $gen_rc -eq 130 ] && [ \"\$(tail -c 1 '$work/gen_out' | od -An -c | tr -d ' ')\" = '\\n' ] && grep -q 'stop: cancelled' '$work/gen_err'"
   # On a terminal, the note before reading stdin names the subcommand's own flag.
   command -v script > /dev/null || { echo "FAIL: script (util-linux's bsdutils) is needed"; fails=$((fails + 1)); }
   tty_note=$( (sleep 1; printf 'hi\n\004') | timeout 60 script -q -c "'$SPECDEC' tokenize --tokenizer '$smol'" /dev/null)

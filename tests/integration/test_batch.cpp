@@ -572,7 +572,7 @@ TEST(Batch, BadBatchesAreClearErrors) {
     return std::string("no error");
   };
   EXPECT_EQ(checked({3, 4}, c), "no error");
-  EXPECT_EQ(checked({4}, long_one).find("the prompt (1 tokens) plus max_new_tokens"), 0u);
+  EXPECT_EQ(checked({4}, long_one).find("the prompt (1 token) plus max_new_tokens"), 0u);
   EXPECT_EQ(checked({96}, c).find("prompt token id 96 is outside the vocabulary"), 0u);
   EXPECT_EQ(checked({}, c).find("the prompt is empty"), 0u);
   BatchOptions negative;

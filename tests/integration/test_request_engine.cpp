@@ -651,6 +651,35 @@ TEST(RequestEngine, OneRequestsFaultStaysItsOwn) {
   EXPECT_FALSE(bad.done);
 }
 
+// A prompt longer than a chunk goes in a chunk per step even when nothing else runs: a step never
+// runs longer than a chunk's prefill, so a cancel (a client that leaves, a shutdown's deadline)
+// is met between chunks, not after the whole prompt.
+TEST(RequestEngine, ALongPromptAloneGoesInAChunkPerStep) {
+  const Models& m = models();
+  const Generator gen(m.target, nullptr);
+  RequestEngine::Options o;
+  o.context = 64;
+  o.prefill_chunk = 4;
+  RequestEngine engine(gen, o);
+  GenerationConfig c = config_of(0, false);
+  std::vector<int64_t> prompt;
+  for (int64_t j = 0; j < 21; ++j) prompt.push_back(j % 50 + 3);
+  Output cancelled, whole;
+  const RequestEngine::Id id = engine.submit(request(prompt, c, cancelled));
+  engine.step();  // its first chunk
+  engine.cancel(id);
+  while (engine.step()) {
+  }
+  EXPECT_EQ(cancelled.stop_reason, "cancelled");
+  EXPECT_TRUE(cancelled.finished.empty()) << "no token before the prompt is in";
+  // Uncancelled, the chunks give generate()'s tokens.
+  engine.submit(request(prompt, c, whole));
+  int64_t steps = 0;
+  while (engine.step()) ++steps;
+  EXPECT_EQ(whole.finished, gen.generate(prompt, c).tokens);
+  EXPECT_GE(steps, 5) << "20 prompt positions in chunks of 4";
+}
+
 // A request's client may ask /metrics as soon as it has its answer: a row that finished is no
 // longer counted running, while the step it finished in goes on with the other rows.
 TEST(RequestEngine, AFinishedRowIsNotCountedRunning) {

@@ -142,6 +142,9 @@ BAD_BODIES = [
      "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": None, "text": "Hi"}]}]},
      "messages"),
+    ("/v1/chat/completions", {"messages": MSGS, "stream": True, "stream_options": {"continuous_usage_stats": True}},
+     "stream_options.continuous_usage_stats"),
+    ("/v1/completions", {"prompt": "Hi", "n": 0}, "n"),
     # tool-call history, which this server cannot answer after
     ("/v1/chat/completions", {"messages": MSGS + [
         {"role": "assistant", "content": None,
@@ -251,7 +254,7 @@ def test_body_limit():
     s = start_server("--max-body", "4096")
     try:
         big = {"model": MODEL_ID, "prompt": "a" * 10_000, "max_tokens": 2}
-        assert_error(s, s.post("/v1/completions", json=big), 413)
+        assert_error(s, s.post("/v1/completions", json=big), 413, code="body_too_large")
         small = s.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2})
         assert small.status_code == 200, f"a small request after the 413: {small.status_code} {small.text[:300]}"
     finally:
@@ -273,6 +276,26 @@ def test_a_form_encoded_body_over_8_kib_says_to_send_json(server):
                                               ("/detokenize", {"tokens": ["a"]}, "tokens")])
 def test_bad_tokenize_request(server, route, body, param):
     assert_error(server, server.post(route, json=body), 400, param=param, code="invalid_value")
+
+
+def test_messages_say_what_is_wrong(server):
+    post = lambda body: server.post("/v1/chat/completions", json=dict(body, model=MODEL_ID, max_tokens=2))
+    e = assert_error(server, post({"messages": [{"role": "user", "content": [{"type": "text"}]}]}), 400)
+    assert "a text content part needs 'text'" in e["message"], e
+    e = assert_error(server, post({"messages": [{"role": "wizard", "content": "Hi"}]}), 400)
+    assert "developer" in e["message"], e  # a role it takes
+    e = assert_error(server, post({"messages": MSGS, "n": 0}), 400, param="n")
+    assert "at least 1" in e["message"], e
+    # the neutral values pass
+    for body in ({"messages": MSGS, "stream": True, "stream_options": {"continuous_usage_stats": False}},):
+        r = post(body)
+        assert r.status_code == 200, (body, r.text[:300])
+
+
+def test_options_names_the_methods(server):
+    r = server.options("/v1/completions")
+    assert r.status_code == 204 and r.headers.get("Allow") == "POST, OPTIONS", dict(r.headers)
+    assert server.options("/health").headers.get("Allow") == "GET, OPTIONS"
 
 
 def test_detokenize_tokens_of_the_wrong_type_says_so(server):
@@ -430,7 +453,7 @@ def test_wrong_method_is_405_naming_the_allowed_one(server):
                                   ("GET", "/tokenize", "POST"), ("POST", "/v1/models", "GET"),
                                   ("POST", "/health", "GET"), ("POST", "/v1/models/" + MODEL_ID, "GET")):
         r = server.http.request(method, server.url + path, json={} if method == "POST" else None, timeout=30)
-        assert_error(server, r, 405)
+        assert_error(server, r, 405, code="method_not_allowed")
         assert r.headers.get("Allow") == allowed, (method, path, dict(r.headers))
     assert_error(server, server.get("/no/such/route"), 404)
 
@@ -560,6 +583,57 @@ def test_differing_content_lengths_are_refused(server):
                        b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body)
     assert buf.startswith(b"HTTP/1.1 400") and b"Content-Length headers" in buf, buf[:400]
     server.assert_healthy("after differing Content-Length headers")
+
+
+def test_a_content_length_that_is_no_number_is_refused_at_once(server):
+    import time
+    start = time.monotonic()
+    buf = raw_exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: -5\r\n\r\n{}")
+    assert buf.startswith(b"HTTP/1.1 400") and b"Content-Length must be a number of bytes" in buf, buf[:400]
+    assert time.monotonic() - start < 3, "answered only after the read timed out"
+    server.assert_healthy("after a Content-Length of -5")
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_sent():
+    # With "Expect: 100-continue" the client waits for a go-ahead: a body over --max-body gets the
+    # 413 at once instead, and the connection ends (its body never comes).
+    s = start_server("--max-body", "1000")
+    try:
+        import socket
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 5000\r\nExpect: 100-continue\r\n\r\n")
+            buf = b""
+            while piece := sock.recv(65536):
+                buf += piece
+        assert buf.startswith(b"HTTP/1.1 413") and b"100 Continue" not in buf, buf[:400]
+        assert b'"body_too_large"' in buf, buf[:400]
+        s.assert_healthy("after a refused 100-continue")
+        # Within the limit the go-ahead comes, and the request is served.
+        body = json.dumps({"model": MODEL_ID, "prompt": "Hi", "max_tokens": 2}).encode()
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n" % len(body))
+            assert sock.recv(65536).startswith(b"HTTP/1.1 100"), "no go-ahead"
+            sock.sendall(body)
+            buf = b""
+            while piece := sock.recv(65536):
+                buf += piece
+        assert buf.startswith(b"HTTP/1.1 200"), buf[:400]
+    finally:
+        s.stop()
+
+
+def test_a_body_shorter_than_its_content_length_says_so():
+    s = start_server("--idle-timeout", "1")
+    try:
+        buf = raw_exchange(s, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                           b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+        assert buf.startswith(b"HTTP/1.1 400") and b"ended before its Content-Length (100 bytes)" in buf, buf[:400]
+        s.assert_healthy("after a short body")
+    finally:
+        s.stop()
 
 
 # ---------------------------------------------------------------------------------------------

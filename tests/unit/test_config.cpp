@@ -441,6 +441,16 @@ TEST(Stats, EstimateSpeedupByHand) {
   EXPECT_DOUBLE_EQ(e.gamma, 3.0);
   EXPECT_DOUBLE_EQ(e.cost_ratio, 0.25);
   EXPECT_NEAR(e.predicted, 0.5904 / 0.35, 1e-12);
+  EXPECT_EQ(e.pass_ratio, 0.0) << "no verification pass after the first was timed";
+  EXPECT_EQ(e.predicted_with_passes, 0.0);
+  // With the verification passes' cost: 0.4 s for the pass after the first, 2x target-only's 0.2 s
+  // per decode pass: (1 - 0.8^4) / (0.2 x (3 x 0.25 + 2)).
+  GenerationStats timed = assisted;
+  timed.verification_seconds = 0.4;
+  const SpeedupEstimate t = estimate_speedup(plain, timed);
+  EXPECT_DOUBLE_EQ(t.pass_ratio, 2.0);
+  EXPECT_NEAR(t.predicted_with_passes, 0.5904 / 0.55, 1e-12);
+  EXPECT_NEAR(t.predicted, e.predicted, 1e-15) << "Leviathan's own prediction is unchanged";
   GenerationStats tree = assisted;
   tree.tree_passes = 1;
   EXPECT_EQ(estimate_speedup(plain, tree).predicted, 0.0);  // the formula is a chain's
@@ -463,6 +473,8 @@ TEST(Stats, EstimateSpeedupByHand) {
   lookup.drafting_seconds = 0;
   EXPECT_TRUE(estimate_speedup(plain, lookup).cost_measured);
   EXPECT_NEAR(estimate_speedup(plain, lookup).predicted, 0.5904 / 0.2, 1e-12);
+  lookup.verification_seconds = 0.4;  // a free proposal still pays for its longer pass
+  EXPECT_NEAR(estimate_speedup(plain, lookup).predicted_with_passes, 0.5904 / 0.4, 1e-12);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <csignal>
 #include <iostream>
 #include <optional>
@@ -61,7 +62,7 @@ int run_chat(RunOptions& o) {
   const auto reset = [&] {
     cache.clear();
     messages.clear();
-    if (!o.system.empty()) messages.push_back({"system", o.system});
+    if (o.system_given) messages.push_back({"system", o.system});
   };
   reset();
   const bool tty = isatty(STDIN_FILENO);
@@ -85,15 +86,25 @@ int run_chat(RunOptions& o) {
   std::string line;
   while (true) {
     if (tty) std::cerr << "> " << std::flush;
-    if (!read_turn(line, tty)) break;
-    if (line.find_first_not_of(" \t\n") == std::string::npos) continue;
-    if (line == "/exit" || line == "/quit") break;
-    if (line == "/reset") {
+    if (!read_turn(line, tty)) {
+      if (tty) std::cerr << "\n";  // Ctrl-D: the shell's prompt starts on a line of its own
+      break;
+    }
+    const size_t first = line.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) continue;
+    // A command as typed, with spaces around it and in any case ("/Exit ").
+    std::string command;
+    if (line[first] == '/' && line.compare(first, 2, "//") != 0) {
+      command = line.substr(first, line.find_last_not_of(" \t\r\n") + 1 - first);
+      for (char& ch : command) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    if (command == "/exit" || command == "/quit") break;
+    if (command == "/reset") {
       reset();
       std::cerr << "(conversation reset)\n";
       continue;
     }
-    if (line == "/stats") {
+    if (command == "/stats") {
       if (last)
         print_stats(*last, std::cerr);
       else
@@ -105,10 +116,10 @@ int run_chat(RunOptions& o) {
       std::cerr << session;
       continue;
     }
-    if (line.compare(0, 2, "//") == 0) {
-      line.erase(0, 1);  // "//" sends a message that begins with "/"
-    } else if (line[0] == '/') {
-      std::cerr << "unknown command " << line
+    if (line.compare(first, 2, "//") == 0) {
+      line.erase(first, 1);  // "//" sends a message that begins with "/"
+    } else if (!command.empty()) {
+      std::cerr << "unknown command " << command
                 << " (commands: /reset, /stats, /exit; begin with // to send a message that "
                    "begins with /)\n";
       continue;

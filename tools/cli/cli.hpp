@@ -25,6 +25,10 @@ struct RunOptions {
   std::string model, draft, prompt, prompt_ids, tokenizer,
       device = "cpu", dtype = "float32", weights = "as-stored", draft_weights = "as-stored";
   std::string system, chat_template;
+  bool system_given = false;  // --system given (an empty one is an empty system turn)
+  std::optional<std::string> system_message() const {
+    return system_given ? std::optional<std::string>(system) : std::nullopt;
+  }
   bool chat = false;
   bool int8_activations = false, draft_int8_activations = false;
   int threads = 0;
@@ -67,12 +71,17 @@ ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source);
 // Text from the user as UTF-8, or an Error naming where it came from (`where`: "--prompt", "your
 // message") and the byte in it.
 void require_utf8_in(const std::string& text, const std::string& where);
+// The template's end of turn as one token of `tok`; none, with a warning, when it is no token of it
+// (a template made for another model).
+std::optional<int64_t> end_of_turn_token(const ChatTemplate& t, const Tokenizer& tok);
 // The conversation through the chat template, as ids (the model must have a tokenizer).
 std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages);
-// One user turn, after the system message `system` (none when empty: the template's own, if any).
-std::vector<ChatMessage> one_turn(const std::string& system, const std::string& user);
-// One user turn (after `system`, when not empty): through the chat template when l.chat is set.
-std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
+// One user turn, after the system message `system` (none when absent: the template's own, if any;
+// an empty one is an empty system turn, as in Hugging Face's apply_chat_template).
+std::vector<ChatMessage> one_turn(const std::optional<std::string>& system,
+                                  const std::string& user);
+// One user turn (after `system`, when given): through the chat template when l.chat is set.
+std::vector<int64_t> encode_turn(const Loaded& l, const std::optional<std::string>& system,
                                  const std::string& user);
 // The flags' values and combinations, the threads set, the named files there (Error otherwise).
 void check_flags(RunOptions& o, bool chat);
@@ -99,6 +108,10 @@ struct TokenizeOptions {
   bool no_special = false, skip_special = false, json_out = false;
   bool chat = false;  // tokenize: one user turn through the chat template
   std::string system, chat_template;
+  bool system_given = false;  // as RunOptions'
+  std::optional<std::string> system_message() const {
+    return system_given ? std::optional<std::string>(system) : std::nullopt;
+  }
 };
 
 // make-fixture: a checkpoint, or with draft_of an early-exit draft of one.

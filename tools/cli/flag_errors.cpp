@@ -48,6 +48,18 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
       {"--max-tokens", "OpenAI's max_tokens is a request's field; the flag is --max-new-tokens"},
       {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
   };
+  // Hugging Face's other logits processors and beam-search knobs.
+  static const std::vector<std::string> filters = {"--no-repeat-ngram-size", "--typical-p",
+                                                   "--epsilon-cutoff", "--eta-cutoff",
+                                                   "--encoder-repetition-penalty"};
+  static const std::vector<std::string> beams = {"--num-beam-groups", "--diversity-penalty",
+                                                 "--length-penalty", "--early-stopping"};
+  const bool samples = sub == "generate" || sub == "compare" || sub == "chat";
+  if (samples && std::find(filters.begin(), filters.end(), flag) != filters.end())
+    return "not implemented: the samplers are --temperature, --top-k, --top-p and --min-p, with "
+           "--repetition-penalty, --frequency-penalty and --presence-penalty";
+  if (samples && std::find(beams.begin(), beams.end(), flag) != beams.end())
+    return "beam search is not supported: generation is greedy, or sampled with --do-sample";
   const bool drafts = sub == "generate" || sub == "compare" || sub == "chat" || sub == "serve";
   if (drafts && (flag == "--assistant-model" || flag == "--draft-model" ||
                  flag == "--model-draft" || flag == "--speculative-model"))
@@ -59,7 +71,7 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
   if (drafts && flag == "--assistant-tokenizer")
     return "a draft must use the target's tokenizer (no universal assisted decoding)";
   if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
-    return "chat reads each turn from stdin (generate takes --prompt)";
+    return "chat reads each turn from stdin; generate takes --prompt";
   if (sub == "serve" && (flag == "--seed" || flag == "--do-sample"))
     return "each request sets its own (\"seed\"; a \"temperature\" above 0 samples)";
   for (const auto& [name, what] : any)
@@ -113,7 +125,7 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
   return "";
 }
 
-std::string parse_error_message(const CLI::ParseError& error) {
+std::string parse_error_message(const CLI::ParseError& error, const CLI::App& app) {
   const std::string what = error.what();
   const std::string twice = ": At Most 1 required but received ";
   if (const size_t at = what.find(twice); at != std::string::npos)
@@ -121,6 +133,22 @@ std::string parse_error_message(const CLI::ParseError& error) {
            " times: give it once";
   if (dynamic_cast<const CLI::ExtrasError*>(&error))
     return what + " (every input is a flag's value: --help lists the flags)";
+  // CLI11: "Could not convert: --threads = abc"
+  const std::string convert = "Could not convert: ", equals = " = ";
+  if (what.rfind(convert, 0) == 0)
+    if (const size_t at = what.find(equals); at != std::string::npos) {
+      const std::string flag = what.substr(convert.size(), at - convert.size());
+      // A switch (--chat=maybe) or a numeric flag, the only kinds whose values can fail.
+      bool a_switch = false;
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+        for (const CLI::Option* opt : sub->get_options())
+          a_switch = a_switch || (flag.size() > 2 && opt->check_lname(flag.substr(2)) &&
+                                  opt->get_expected_max() == 0);
+      return flag + ": \"" + what.substr(at + equals.size()) + "\" is not a value it takes (" +
+             (a_switch ? "a switch: give it alone, or =true or =false"
+                       : "a number is expected; --help gives its range") +
+             ")";
+    }
   if (what == "A subcommand is required")
     return "a subcommand is required, e.g. generate, chat or serve (specdec --help lists them "
            "all)";

@@ -26,7 +26,7 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
 
 // CLI11's message for a parse error where its own is unclear (a flag given twice; an argument
 // that is no flag's value); "" for the others, which CLI11 prints as it does.
-std::string parse_error_message(const CLI::ParseError& error);
+std::string parse_error_message(const CLI::ParseError& error, const CLI::App& app);
 
 // "GenerationConfig.max_new_tokens must be >= 1" -> "--max-new-tokens must be >= 1", for the
 // fields the generation flags set.

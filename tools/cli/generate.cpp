@@ -1,4 +1,7 @@
 // `specdec generate` (one prompt, or a prompts file) and `specdec compare`.
+#include <signal.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -31,6 +34,27 @@ const std::vector<std::string>& prompts_file_knobs() {
 
 namespace {
 
+// Ctrl-C while an answer streams stops it where it is: the line ends, the stats line says
+// "stop: cancelled", and the exit status is 130 (an interrupted command's). The handler is reset
+// as it runs (SA_RESETHAND), so a second Ctrl-C ends the program at once.
+std::atomic<bool> g_interrupted{false};
+struct StopOnInterrupt {
+  struct sigaction was {};
+  bool installed = false;
+  StopOnInterrupt() {
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { g_interrupted = true; };
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    // Not where SIGINT is ignored (a background job of a script): it stays ignored.
+    installed = ::sigaction(SIGINT, nullptr, &was) == 0 && was.sa_handler != SIG_IGN &&
+                ::sigaction(SIGINT, &sa, nullptr) == 0;
+  }
+  ~StopOnInterrupt() {
+    if (installed) ::sigaction(SIGINT, &was, nullptr);
+  }
+};
+
 // One request of a prompts file, validated.
 struct FileRequest {
   size_t line = 0;
@@ -58,7 +82,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
     r.line = n;
     r.config = o.gen;
     // "prompt", and with --chat the system message (--system unless the line gives its own)
-    std::string user, system = o.system;
+    std::string user;
+    std::optional<std::string> system = o.system_message();
     try {
       const json j = detail::parse_json_bounded(text, "");
       if (!j.is_object()) throw Error("expected a JSON object");
@@ -277,7 +302,8 @@ int run_generate(RunOptions& o) {
   std::optional<StreamDecoder> text_stream;
   if (l.tokenizer) text_stream.emplace(*l.tokenizer, true);
   TokenCallback stream;
-  if (!o.json_out && !o.no_stream)
+  std::optional<StopOnInterrupt> interrupt;
+  if (!o.json_out && !o.no_stream) {
     stream = [&](const std::vector<int64_t>& toks) {
       if (text_stream) {
         std::cout << text_stream->push(toks);
@@ -285,8 +311,12 @@ int run_generate(RunOptions& o) {
         for (int64_t t : toks) std::cout << (first ? "" : " ") << t, first = false;
       }
       flush_output();  // (an output that cannot be written stops the generation, with its reason)
+      if (g_interrupted) throw Cancelled();  // (the tokens shown so far are the answer)
     };
+    interrupt.emplace();
+  }
   const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
+  interrupt.reset();
   if (o.json_out) {
     std::cout << result_json(r, l.tokenizer.get()).dump() << "\n";
     return 0;
@@ -297,7 +327,7 @@ int run_generate(RunOptions& o) {
     std::cout << text_stream->finish();
   std::cout << "\n";
   print_stats(r.stats, std::cerr);
-  return 0;
+  return r.stats.stop_reason == "cancelled" ? 130 : 0;
 }
 
 int run_compare(RunOptions& o) {
@@ -339,7 +369,10 @@ int run_compare(RunOptions& o) {
                       {"alpha", e.alpha},
                       {"gamma", e.gamma},
                       {"cost_ratio", e.cost_measured ? json(e.cost_ratio) : json(nullptr)},
-                      {"predicted_speedup", no_prediction ? json(nullptr) : json(e.predicted)}}
+                      {"predicted_speedup", no_prediction ? json(nullptr) : json(e.predicted)},
+                      {"pass_ratio", e.pass_ratio > 0 ? json(e.pass_ratio) : json(nullptr)},
+                      {"predicted_speedup_with_pass_cost",
+                       e.predicted_with_passes > 0 ? json(e.predicted_with_passes) : json(nullptr)}}
                      .dump()
               << "\n";
     return 0;
@@ -367,6 +400,15 @@ int run_compare(RunOptions& o) {
     if (e.cost_measured) std::snprintf(c, sizeof c, "%.3f", e.cost_ratio);
     std::printf("speedup:     %.2fx (%s; alpha %.3f, gamma %.2f, c %s)\n", e.measured,
                 no_prediction, e.alpha, e.gamma, c);
+  } else if (e.predicted_with_passes > 0) {
+    // Leviathan et al.'s formula prices a verification pass as one decode step; on a CPU a pass of
+    // gamma + 1 tokens costs more, which the first prediction shows.
+    std::printf(
+        "speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f and a "
+        "verification pass of %.2f decode steps; %.2fx if it cost one, as Leviathan et al. "
+        "assume)\n",
+        e.measured, e.predicted_with_passes, e.alpha, e.gamma, e.cost_ratio, e.pass_ratio,
+        e.predicted);
   } else {
     std::printf("speedup:     %.2fx (predicted %.2fx from alpha %.3f, gamma %.2f, c %.3f)\n",
                 e.measured, e.predicted, e.alpha, e.gamma, e.cost_ratio);

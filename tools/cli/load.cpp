@@ -30,6 +30,15 @@ ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
   throw Error(o.model + " ships no chat template: choose one with --chat-template " + names);
 }
 
+std::optional<int64_t> end_of_turn_token(const ChatTemplate& t, const Tokenizer& tok) {
+  const std::vector<int64_t> eot = tok.encode(t.end_of_turn(), false);
+  if (eot.size() == 1) return eot[0];
+  warn("the " + t.name() + " template's end of turn, " + t.end_of_turn() +
+       ", is no token of this tokenizer: the template was made for another model (its markers are "
+       "plain text here, and an answer does not stop at its turn's end)");
+  return std::nullopt;
+}
+
 std::vector<int64_t> encode_chat(const Loaded& l, const std::vector<ChatMessage>& messages) {
   const std::vector<int64_t> ids = l.tokenizer->encode(l.chat->render(messages, true), false);
   if (ids.empty()) throw Error("the prompt is empty");
@@ -44,14 +53,15 @@ void require_utf8_in(const std::string& text, const std::string& where) {
   }
 }
 
-std::vector<ChatMessage> one_turn(const std::string& system, const std::string& user) {
+std::vector<ChatMessage> one_turn(const std::optional<std::string>& system,
+                                  const std::string& user) {
   std::vector<ChatMessage> messages;
-  if (!system.empty()) messages.push_back({"system", system});
+  if (system) messages.push_back({"system", *system});
   messages.push_back({"user", user});
   return messages;
 }
 
-std::vector<int64_t> encode_turn(const Loaded& l, const std::string& system,
+std::vector<int64_t> encode_turn(const Loaded& l, const std::optional<std::string>& system,
                                  const std::string& user) {
   return encode_chat(l, one_turn(system, user));
 }
@@ -138,7 +148,7 @@ void check_flags(RunOptions& o, bool chat) {
     throw Error(std::string("--threads: ") + e.what() + " (or 0: the default)");
   }
   finish_generation_options(o.gen, o.no_adaptive);
-  if (!chat && !o.serve && (!o.system.empty() || !o.chat_template.empty()))
+  if (!chat && !o.serve && (o.system_given || !o.chat_template.empty()))
     throw Error("--system and --chat-template need --chat");
   // Hugging Face runs prompt lookup when given both and leaves the assistant model unused.
   if (!o.draft.empty() && o.gen.prompt_lookup_num_tokens > 0)
@@ -216,23 +226,26 @@ Loaded load(RunOptions& o, bool chat) {
     l.chat = chat_template(o, tok_dir);
     require_utf8_in(o.system, "--system");
   }
+  const char* empty_prompt =
+      "the prompt is empty (give --prompt TEXT or --prompt-ids, or the text on stdin)";
   if (o.serve || !o.prompts_file.empty()) {
     // Requests come later (serve), or are read and checked by run_prompts_file.
   } else if (!o.prompt_ids.empty()) {
     l.prompt = parse_ids(o.prompt_ids);
   } else if (o.chat) {
     const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
-    if (text.empty()) throw Error("the prompt is empty");
+    if (text.empty()) throw Error(empty_prompt);
     require_utf8_in(text, o.prompt.empty() ? "the prompt (stdin)" : "--prompt");
-    l.prompt = encode_turn(l, o.system, text);
+    l.prompt = encode_turn(l, o.system_message(), text);
   } else if (!chat) {
     if (!l.tokenizer)
       throw Error(o.model +
-                  " has no tokenizer files: give --tokenizer DIR, or the prompt as --prompt-ids");
+                  " has no tokenizer files: give --tokenizer (a folder with them, or a .gguf), or "
+                  "the prompt as --prompt-ids");
     const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
     require_utf8_in(text, o.prompt.empty() ? "the prompt (stdin)" : "--prompt");
     l.prompt = l.tokenizer->encode(text, true);
-    if (l.prompt.empty()) throw Error("the prompt is empty");
+    if (l.prompt.empty()) throw Error(empty_prompt);
   }
   l.target = load_model(o.model, load_options(o, false));
   if (!o.draft.empty()) l.draft = load_model(o.draft, load_options(o, true));
@@ -254,15 +267,9 @@ Loaded load(RunOptions& o, bool chat) {
     throw Error("the draft's vocabulary has " + std::to_string(l.draft->config().vocab_size) +
                 " tokens, the target writes " + std::to_string(ids) +
                 ": it was not made for this target (make-draft makes one that is)");
-  if (l.chat) {
-    const std::vector<int64_t> eot = l.tokenizer->encode(l.chat->end_of_turn(), false);
-    if (eot.size() != 1)
-      warn("the " + l.chat->name() + " template's end of turn, " + l.chat->end_of_turn() +
-           ", is no token of this tokenizer: the template was made for another model (its "
-           "markers are plain text here, and an answer does not stop at its turn's end)");
-    else if (!l.target->config().is_eos(eot[0]))
-      l.end_of_turn = eot[0];
-  }
+  if (l.chat)
+    if (const auto eot = end_of_turn_token(*l.chat, *l.tokenizer))
+      if (!l.target->config().is_eos(*eot)) l.end_of_turn = eot;
   if (o.gen.eos_token_ids.empty()) {
     o.gen.eos_token_ids = l.target->config().eos_token_ids;
     if (o.gen.eos_token_ids.empty() && l.tokenizer && l.tokenizer->eos_token_id())
@@ -303,7 +310,8 @@ void print_stats(const GenerationStats& s, std::ostream& os) {
 }
 
 void flush_output() {
-  errno = 0;
+  // A write that failed already (output longer than the buffer) left its errno: kept.
+  if (std::cout && !std::ferror(stdout)) errno = 0;
   std::cout.flush();
   std::fflush(stdout);
   const int err = errno;

@@ -247,8 +247,17 @@ int main(int argc, char** argv) {
     // --help and --version print and succeed; every parse error prints its message (CLI11's, or
     // ours where CLI11's is unclear) as every other error does, and exits 1 (CLI11's own codes
     // are 100 and more)
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
-    const std::string m = parse_error_message(e);
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      app.exit(e);
+      try {
+        flush_output();  // help that cannot be written is an error as any output is
+      } catch (const std::exception& x) {
+        std::cerr << "specdec: error: " << x.what() << "\n";
+        return 1;
+      }
+      return 0;
+    }
+    const std::string m = parse_error_message(e, app);
     std::cerr << "specdec: error: " << (m.empty() ? std::string(e.what()) : m) << "\n";
     return 1;
   }
@@ -257,6 +266,11 @@ int main(int argc, char** argv) {
     if (rc == 0) flush_output();
     return rc;
   };
+  for (const auto& [sub, given] : {std::pair{gen, &gen_opts.system_given},
+                                   {cmp, &cmp_opts.system_given},
+                                   {chat, &chat_opts.system_given},
+                                   {tokc, &tk.system_given}})
+    *given = sub->count("--system") > 0;
   try {
     if (*gen) return finished(run_generate(gen_opts));
     if (*cmp) return finished(run_compare(cmp_opts));

@@ -18,8 +18,10 @@ int run_tokenize(const TokenizeOptions& o) {
     ro.chat_template = o.chat_template;
     require_utf8_in(text, o.text_given ? "--text" : "the text (stdin)");
     require_utf8_in(o.system, "--system");
-    rendered = chat_template(ro, o.dir).render(one_turn(o.system, text), true);
-  } else if (!o.system.empty() || !o.chat_template.empty()) {
+    const ChatTemplate t = chat_template(ro, o.dir);
+    end_of_turn_token(t, *tok);  // warns about a template made for another model
+    rendered = t.render(one_turn(o.system_message(), text), true);
+  } else if (o.system_given || !o.chat_template.empty()) {
     throw Error("--system and --chat-template go with --chat");
   }
   const std::vector<int64_t> ids =

@@ -2,6 +2,7 @@
 
 #include "json.hpp"
 #include "proposer_choice.hpp"
+#include "util.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -115,7 +116,7 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
   if (!v->is_array() || v->empty()) bad("messages", "'messages' must be a non-empty array");
   if (!ctx.chat)
     throw ApiError(400, "this model ships no chat template: start the server with --chat-template",
-                   "messages");
+                   "messages", "no_chat_template");
   std::vector<ChatMessage> out;
   for (const json& m : *v) {
     if (!m.is_object()) bad("messages", "each message must be an object, got " + m.dump());
@@ -138,9 +139,10 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
       text = content->get<std::string>();
     } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
       for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
-            !part["text"].is_string())
+        if (!part.is_object() || part.value("type", json()) != "text")
           bad("messages", "only text content parts are supported, got " + part.dump());
+        if (!part.contains("text") || !part["text"].is_string())
+          bad("messages", "a text content part needs 'text' (a string), got " + part.dump());
         // parts joined by a line break, as vLLM joins them
         text += (&part == &content->front() ? "" : "\n") + part["text"].get<std::string>();
       }
@@ -151,7 +153,8 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
     }
     const std::string r = given == "developer" ? "system" : given;
     if (r != "system" && r != "user" && r != "assistant")
-      bad("messages", "unknown role '" + given + "' (expected system, user or assistant)");
+      bad("messages",
+          "unknown role '" + given + "' (expected system, developer, user or assistant)");
     out.push_back({r, text});
   }
   return out;
@@ -348,7 +351,9 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     throw ApiError(
         404, "the model '" + *model + "' does not exist (this server has '" + ctx.model_id + "')",
         "model", "model_not_found");
-  if (const auto n = number(body, "n", {-1e18, 1e18}, true); n && *n != 1)
+  if (const auto n = number(body, "n", {-1e18, 1e18}, true); n && *n < 1)
+    bad("n", "'n' must be at least 1, got " + field(body, "n")->dump());
+  else if (n && *n != 1)
     bad("n", "only n = 1 is supported (one choice per request)");
   if (boolean(body, "echo").value_or(false))
     bad("echo", "'echo' is not supported (the answer never repeats the prompt)");
@@ -368,12 +373,13 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   if (chat)
     if (const auto m = number(body, "max_completion_tokens", {1, 1e9}, true)) max_tokens = m;
   if (room <= 0)
-    bad(chat ? "messages" : "prompt",
-        "the prompt is " + std::to_string(r.prompt.size()) + " tokens, the context holds " +
-            std::to_string(ctx.context) + " positions (prompt and new tokens) per request (--ctx)");
+    bad(chat ? "messages" : "prompt", "the prompt is " +
+                                          count_of(static_cast<int64_t>(r.prompt.size()), "token") +
+                                          ", the context holds " + std::to_string(ctx.context) +
+                                          " positions (prompt and new tokens) per request (--ctx)");
   if (max_tokens && *max_tokens > room)
     bad(chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
-        "the prompt (" + std::to_string(r.prompt.size()) + " tokens) plus " +
+        "the prompt (" + count_of(static_cast<int64_t>(r.prompt.size()), "token") + ") plus " +
             std::to_string(static_cast<int64_t>(*max_tokens)) +
             " new tokens exceeds the context of " + std::to_string(ctx.context) +
             " positions per request (--ctx)");
@@ -508,6 +514,10 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       bad("stream_options.include_usage",
           "'stream_options.include_usage' must be a boolean, got " + u->dump());
     r.include_usage = u && u->get<bool>();
+    // Others (vLLM's continuous_usage_stats, ...) pass only at their neutral values.
+    for (const auto& [key, value] : o->items())
+      if (key != "include_usage" && !value.is_null() && value != false)
+        bad("stream_options." + key, "'stream_options." + key + "' is not supported");
   }
   try {
     c.validate();

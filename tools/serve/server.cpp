@@ -358,7 +358,11 @@ class Server {
       for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
         conflicting = conflicting || req.get_header_value("Content-Length", i) !=
                                          req.get_header_value("Content-Length", 0);
-      const long long length = std::atoll(req.get_header_value("Content-Length").c_str());
+      const std::string length_text = req.get_header_value("Content-Length");
+      const bool bad_length = req.has_header("Content-Length") &&
+                              (length_text.empty() || length_text.size() > 18 ||
+                               length_text.find_first_not_of("0123456789") != std::string::npos);
+      const long long length = bad_length ? 0 : std::atoll(length_text.c_str());
       // A compressed body: --max-body bounds the bytes sent, which cpp-httplib would inflate
       // (gzip, deflate, brotli) a thousandfold before the handler sees them, or read as they are
       // (other codings).
@@ -370,6 +374,9 @@ class Server {
           return ApiError(411, "a request body needs a Content-Length (no chunked bodies)", "",
                           "length_required");
         if (conflicting) return ApiError(400, "the request has differing Content-Length headers");
+        if (bad_length)
+          return ApiError(400,
+                          "Content-Length must be a number of bytes, got '" + length_text + "'");
         if (encoded)
           return ApiError(
               415,
@@ -379,7 +386,7 @@ class Server {
           return ApiError(400, "a " + req.method + " request takes no body");
         return std::nullopt;
       }();
-      if (refusal) {
+      if (refusal || bad_length) {
         send_error(res, *refusal);
         if (encoded) res.set_header("Accept-Encoding", "identity");  // (RFC 9110 15.5.16)
         res.set_header("Connection", "close");
@@ -388,6 +395,21 @@ class Server {
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
+    // A body announced with "Expect: 100-continue" that is over --max-body is refused before the
+    // client sends it (cpp-httplib's default answer, 100, has it upload the body for a 413).
+    http_.set_expect_100_continue_handler(
+        [this](const httplib::Request& req, httplib::Response& res) {
+          const unsigned long long length =
+              std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+          if (length <= static_cast<unsigned long long>(o_.max_body)) return 100;
+          // (Not routed: counted and logged here as the pre-routing handler does, and the
+          // connection ends after the answer, its body unread.)
+          t_log = {Clock::now(), -1, -1, false, true, true};
+          ++in_flight_;
+          send_error(res, ApiError(413, status_text(413), "", "body_too_large"));
+          res.set_header("Connection", "close");
+          return 413;
+        });
     // cpp-httplib adds its Keep-Alive header to a connection it keeps, also where the answer
     // ends the connection (see log()): a response says one thing.
     http_.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
@@ -413,6 +435,12 @@ class Server {
         message = req.path + " takes " + route->second + ", not " + req.method;
       } else if (res.status == 404) {
         message = "no route " + req.method + " " + req.path;
+      } else if (res.status == 400 &&
+                 req.body.size() <
+                     std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10)) {
+        // cpp-httplib's read of the body failed: the connection ended or went idle first.
+        message = "the body ended before its Content-Length (" +
+                  req.get_header_value("Content-Length") + " bytes) arrived";
       } else if (res.status == 413 &&
                  req.get_header_value("Content-Type")
                          .rfind("application/x-www-form-urlencoded", 0) == 0 &&
@@ -424,14 +452,23 @@ class Server {
             "'Content-Type: application/json') is limited to 8192 bytes: send it as "
             "application/json";
       }
-      res.set_content(
-          error_json(res.status, message).dump(-1, ' ', false, json::error_handler_t::replace),
-          "application/json");
+      // (An unknown route's code is null, as OpenAI's is.)
+      const char* code = res.status == 405   ? "method_not_allowed"
+                         : res.status == 413 ? "body_too_large"
+                                             : "";
+      res.set_content(error_json(res.status, message, "", code)
+                          .dump(-1, ' ', false, json::error_handler_t::replace),
+                      "application/json");
     });
     http_.set_logger(
         [this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
     http_.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
       res.status = 204;
+      // The methods of the path (RFC 9110 9.3.7), as a 405 names them.
+      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const auto& m) {
+        return std::regex_match(req.path, m.first);
+      });
+      res.set_header("Allow", route == methods_.end() ? "OPTIONS" : route->second + ", OPTIONS");
       if (!o_.cors.empty()) {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         // The headers the page asked for (OpenAI's JavaScript client sends X-Stainless-* ones);
