@@ -43,9 +43,9 @@ void Engine::compact() {
 // ones at the end; their last prompt token goes into the next pass. With no row decoding, every
 // prompt (or rest after its longest cached prefix) of up to one chunk goes in now: in one batched
 // prefill (the draft's at the next pass if it drafts in it), or with the rest in the first
-// verification pass; a longer one joins a chunk per step, as below, so that a step never runs
-// longer than a chunk's prefill and a request cancelled (or a shutdown's deadline) meanwhile is
-// met between chunks. While rows
+// verification pass; a longer one joins a chunk per step, as below, so that its prefill is split
+// over steps and a request cancelled (or a shutdown's deadline) meanwhile is met between its
+// chunks. While rows
 // decode, a row whose whole prompt is cached but its last token starts at once; the others share
 // prefill_chunk_ prompt tokens per step, the rows already joining first (advance_joining): a
 // short prompt that fits what is left goes into this step's batched prefill, the rest join in

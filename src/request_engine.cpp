@@ -36,6 +36,12 @@ struct RequestEngine::Impl final : detail::RowSource {
   const BatchOptions no_options;
 
   bool admits_all() const override { return true; }
+  // The admitted rows that have not finished (one that finished in the step under way is out:
+  // its client has its answer, and its row is free at the next step). Under `mutex`.
+  int64_t unfinished() const {
+    return std::count_if(running.begin(), running.end(),
+                         [](const auto& row) { return !row->done; });
+  }
   detail::Row* next() override {
     std::lock_guard<std::mutex> lock(mutex);
     if (waiting.empty()) return nullptr;
@@ -100,11 +106,10 @@ RequestEngine::Id RequestEngine::submit(Request request) {
   row->top_logprobs = request.top_logprobs;
   std::lock_guard<std::mutex> lock(impl_->mutex);
   // The waiting requests that the free rows take at the next step do not wait for a row.
-  const auto free_rows =
-      std::max<int64_t>(0, options_.max_rows - static_cast<int64_t>(impl_->running.size()));
+  const auto free_rows = std::max<int64_t>(0, options_.max_rows - impl_->unfinished());
   if (static_cast<int64_t>(impl_->waiting.size()) >= options_.max_queue + free_rows)
-    throw QueueFull("the queue is full (" + std::to_string(options_.max_queue) +
-                    (options_.max_queue == 1 ? " request" : " requests") + " waiting for a row)");
+    throw QueueFull("the queue is full (" + count_of(options_.max_queue, "request") +
+                    " waiting for a row)");
   const Id id = impl_->next_id++;
   row->index = id;
   impl_->rows[id] = row.get();
@@ -187,10 +192,7 @@ void RequestEngine::stop() {
 
 RequestEngine::Load RequestEngine::load() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  // A row that finished in the step under way is no longer running (its client has its answer).
-  const auto running = std::count_if(impl_->running.begin(), impl_->running.end(),
-                                     [](const auto& row) { return !row->done; });
-  return {static_cast<int64_t>(impl_->waiting.size()), static_cast<int64_t>(running)};
+  return {static_cast<int64_t>(impl_->waiting.size()), impl_->unfinished()};
 }
 
 }  // namespace specdec

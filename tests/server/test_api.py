@@ -438,6 +438,23 @@ def test_stop_earliest_wins_and_absent(server):
     assert c["text"] == text and c["finish_reason"] == "length", c
 
 
+def test_a_stop_string_with_u_fffd_does_not_match_a_character_still_to_come(server):
+    # Multi-byte characters come in byte tokens: until the last one, the decoder's pending text ends
+    # in U+FFFD. A stop string holding U+FFFD must not match it (the answer was cut to nothing).
+    msgs = [{"role": "user", "content": "Translate to Chinese: I love my little cat and my big dog."}]
+    full = chat(server, messages=msgs, max_tokens=24, temperature=0)["choices"][0]
+    text = full["message"]["content"]
+    assert any(ord(ch) > 0x2E80 for ch in text) and "\ufffd" not in text[:-1], text  # CJK, whole
+    for stream in (False, True):
+        body = dict(messages=msgs, max_tokens=24, temperature=0, stop=["\ufffd"])
+        if stream:
+            got = "".join(map(chunk_text, read_sse(stream_post(server, "/v1/chat/completions", body))))
+        else:
+            got = chat(server, **body)["choices"][0]["message"]["content"]
+        # (A character the length limit cuts ends the answer as U+FFFD: the stop string ends it there.)
+        assert got == text.rstrip("\ufffd"), (stream, got, text)
+
+
 def test_chat_stop(server):
     full = oracle_chat(CAPITAL, 24, server)["text"]
     words = [w for w in full.split() if w.isalpha() and len(w) >= 4]

@@ -523,6 +523,23 @@ def test_a_body_the_server_leaves_unread_ends_the_connection(server):
     server.assert_healthy("after a GET with a body")
 
 
+@pytest.mark.parametrize("head,status", [(b"Transfer-Encoding: chunked\r\n", b"411"),
+                                         (b"Content-Encoding: gzip\r\nContent-Length: 20\r\n", b"415"),
+                                         (b"Content-Length: 2x\r\n", b"400")], ids=["chunked", "gzip", "bad-length"])
+def test_expect_100_continue_gets_a_refusal_before_the_body(server, head, status):
+    # A request the server refuses unread gets its answer instead of the go-ahead (which would have
+    # the client send the body for nothing, racing the connection's end).
+    import socket
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + head
+                     + b"Expect: 100-continue\r\n\r\n")
+        buf = b""
+        while piece := sock.recv(65536):
+            buf += piece
+    assert buf.startswith(b"HTTP/1.1 " + status) and b"100 Continue" not in buf, buf[:400]
+    server.assert_healthy("after a refused 100-continue")
+
+
 @pytest.mark.parametrize("keep_alive", [False, True], ids=["plain", "keep-alive"])
 def test_an_http_1_0_stream_is_not_chunked(server, keep_alive):
     # RFC 9112 6.1: no Transfer-Encoding to an HTTP/1.0 client; the stream ends with the connection,

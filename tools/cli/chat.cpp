@@ -119,7 +119,8 @@ int run_chat(RunOptions& o) {
     if (line.compare(first, 2, "//") == 0) {
       line.erase(first, 1);  // "//" sends a message that begins with "/"
     } else if (!command.empty()) {
-      std::cerr << "unknown command " << command
+      std::cerr << "unknown command "
+                << line.substr(first, line.find_last_not_of(" \t\r\n") + 1 - first)
                 << " (commands: /reset, /stats, /exit; begin with // to send a message that "
                    "begins with /)\n";
       continue;

@@ -100,7 +100,8 @@ std::string join_ids(const std::vector<int64_t>& v);
 // Flushes stdout; Error ("cannot write the output (stdout): <reason>", the reason when this flush
 // saw it) when a write to it failed (a full disk, a closed file), so that a command never ends
 // with 0 having lost its output.
-void flush_output();
+// `earlier_errno`: where the caller wrote with nothing between (CLI11's help), the errno after it.
+void flush_output(int earlier_errno = 0);
 
 struct TokenizeOptions {
   std::string dir, text, ids;

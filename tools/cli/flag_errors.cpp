@@ -140,7 +140,7 @@ std::string parse_error_message(const CLI::ParseError& error, const CLI::App& ap
       const std::string flag = what.substr(convert.size(), at - convert.size());
       // A switch (--chat=maybe) or a numeric flag, the only kinds whose values can fail.
       bool a_switch = false;
-      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      for (const CLI::App* sub : app.get_subcommands())  // (the one given)
         for (const CLI::Option* opt : sub->get_options())
           a_switch = a_switch || (flag.size() > 2 && opt->check_lname(flag.substr(2)) &&
                                   opt->get_expected_max() == 0);

@@ -327,7 +327,15 @@ int run_generate(RunOptions& o) {
     std::cout << text_stream->finish();
   std::cout << "\n";
   print_stats(r.stats, std::cerr);
-  return r.stats.stop_reason == "cancelled" ? 130 : 0;
+  if (g_interrupted) {
+    // Ended by the signal, so that a calling shell sees the interrupt (a loop in a script stops
+    // as it would have, had the program died at once); 130, its status, where it survives.
+    flush_output();
+    ::signal(SIGINT, SIG_DFL);
+    ::raise(SIGINT);
+    return 130;
+  }
+  return 0;
 }
 
 int run_compare(RunOptions& o) {

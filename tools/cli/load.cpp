@@ -227,7 +227,8 @@ Loaded load(RunOptions& o, bool chat) {
     require_utf8_in(o.system, "--system");
   }
   const char* empty_prompt =
-      "the prompt is empty (give --prompt TEXT or --prompt-ids, or the text on stdin)";
+      o.chat ? "the prompt is empty (give --prompt TEXT, or the text on stdin)"
+             : "the prompt is empty (give --prompt TEXT or --prompt-ids, or the text on stdin)";
   if (o.serve || !o.prompts_file.empty()) {
     // Requests come later (serve), or are read and checked by run_prompts_file.
   } else if (!o.prompt_ids.empty()) {
@@ -309,12 +310,14 @@ void print_stats(const GenerationStats& s, std::ostream& os) {
        << " prompt tokens came from the conversation's cache)\n";
 }
 
-void flush_output() {
-  // A write that failed already (output longer than the buffer) left its errno: kept.
-  if (std::cout && !std::ferror(stdout)) errno = 0;
+void flush_output(int earlier_errno) {
+  // A write that failed already (output longer than the buffer) is reported with the errno its
+  // caller saw then, if any: errno now may be another call's.
+  const bool failed = !std::cout || std::ferror(stdout);
+  errno = 0;
   std::cout.flush();
   std::fflush(stdout);
-  const int err = errno;
+  const int err = failed ? earlier_errno : errno;
   if (std::cout && !std::ferror(stdout)) return;
   throw Error(std::string("cannot write the output (stdout)") +
               (err ? ": " + std::string(std::strerror(err)) : ""));

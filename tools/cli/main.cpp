@@ -1,6 +1,7 @@
 // The `specdec` command-line program: generate, compare, chat, serve, tokenize, detokenize,
 // make-tokenizer, make-fixture, make-draft (each in tools/cli/; this file parses the flags).
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <iostream>
 
 #include "cli.hpp"
@@ -248,9 +249,11 @@ int main(int argc, char** argv) {
     // ours where CLI11's is unclear) as every other error does, and exits 1 (CLI11's own codes
     // are 100 and more)
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      errno = 0;
       app.exit(e);
+      const int err = errno;
       try {
-        flush_output();  // help that cannot be written is an error as any output is
+        flush_output(err);  // help that cannot be written is an error as any output is
       } catch (const std::exception& x) {
         std::cerr << "specdec: error: " << x.what() << "\n";
         return 1;

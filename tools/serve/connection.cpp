@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <strings.h>
+
 #include <cstdlib>
 #include <memory>
 
@@ -48,6 +50,41 @@ int connection_socket(const std::string& remote_addr, int remote_port,
       return sock;
   }
   return -1;
+}
+
+std::optional<ApiError> framing_refusal(const httplib::Request& req) {
+  if (req.has_header("Transfer-Encoding"))
+    return ApiError(411, "a request body needs a Content-Length (no chunked bodies)", "",
+                    "length_required");
+  // Differing lengths (RFC 9112 6.3): a proxy in front may have framed the body otherwise.
+  for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
+    if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length", 0))
+      return ApiError(400, "the request has differing Content-Length headers");
+  const std::string text = req.get_header_value("Content-Length");
+  if (req.has_header("Content-Length") &&
+      (text.empty() || text.size() > 18 ||
+       text.find_first_not_of("0123456789") != std::string::npos))
+    return ApiError(400, "Content-Length must be a number of bytes, got '" + text + "'");
+  const long long length = std::atoll(text.c_str());
+  const std::string encoding = req.get_header_value("Content-Encoding");
+  if (length > 0 && !encoding.empty() && ::strcasecmp(encoding.c_str(), "identity") != 0)
+    return ApiError(
+        415, "a request body must be sent uncompressed (got Content-Encoding: " + encoding + ")",
+        "", "unsupported_media_type");
+  const bool reads_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                          req.method == "DELETE";
+  if (!reads_body && length != 0)
+    return ApiError(400, "a " + req.method + " request takes no body");
+  return std::nullopt;
+}
+
+void end_connection(int sock) {
+  ::shutdown(sock, SHUT_RDWR);
+  // Bytes that arrived before the shutdown can still be read after it: dropped here. (Later ones
+  // get a reset.)
+  char buf[16384];
+  while (::recv(sock, buf, sizeof buf, MSG_DONTWAIT) > 0) {
+  }
 }
 
 bool client_left(int sock) {

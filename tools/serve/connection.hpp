@@ -2,9 +2,27 @@
 // handler neither its socket nor whether its client is still there.
 #pragma once
 
+#include <httplib.h>
+
+#include <optional>
 #include <string>
 
+#include "serve/protocol.hpp"
+
 namespace specdec::serve {
+
+// Why a request's body cannot be read as this server needs, or none: a chunked one (cpp-httplib
+// bounds a body by its Content-Length only, and would read a chunked one whole), differing or
+// malformed Content-Length headers, a compressed body (--max-body bounds the bytes sent, which
+// cpp-httplib would inflate a thousandfold), and one cpp-httplib leaves unread (it reads the bodies
+// of POST, PUT, PATCH and DELETE only) and would then parse as the next request. Such a request is
+// refused unread, and its connection ends after the answer (end_connection).
+std::optional<ApiError> framing_refusal(const httplib::Request& req);
+
+// Ends a connection whose request body was left unread: what the client already sent is dropped
+// and the socket shut down both ways. cpp-httplib keeps serving a connection whatever the answer
+// said; its next read then sees the end, not the body as a request.
+void end_connection(int sock);
 
 // The socket of this process connected from remote_addr:remote_port to local_addr:local_port
 // (addresses as cpp-httplib writes them in a Request), or -1.

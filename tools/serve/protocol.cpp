@@ -557,8 +557,13 @@ std::string TextStream::release(std::string text, bool last) {
   if (stopped_) return "";
   held_ += text;
   // Stop strings are looked for in the decoder's held-back tail too (trailing whitespace, say):
-  // the token that completes one ends the answer.
-  const std::string hay = held_ + decoder_.pending();
+  // the token that completes one ends the answer. Not in its U+FFFD at the end, which stands for
+  // a character whose bytes are still to come (a stop string's own U+FFFD must not match it).
+  std::string pending = decoder_.pending();
+  const std::string replacement = "\xEF\xBF\xBD";
+  while (pending.size() >= 3 && pending.compare(pending.size() - 3, 3, replacement) == 0)
+    pending.resize(pending.size() - 3);
+  const std::string hay = held_ + pending;
   if (pushed_ <= min_tokens_) min_end_ = released_ + hay.size();
   // A stop string begins at or after `from - s.size()` when it ends past min_end_.
   const size_t from = min_end_ > released_ ? min_end_ - released_ + 1 : 0;

@@ -30,6 +30,7 @@
 #include "serve/protocol.hpp"
 #include "serve/request_log.hpp"
 #include "serve/responses.hpp"
+#include "util.hpp"
 
 namespace specdec::serve {
 
@@ -174,8 +175,7 @@ class Server {
     note("ready: " + models_.model_id + (models_.draft ? " with a draft" : "") +
          (models_.defaults.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "") +
          (models_.defaults.suffix_speculation ? ", suffix speculation" : "") + ", " +
-         std::to_string(o_.max_batch) + (o_.max_batch == 1 ? " row of " : " rows of ") +
-         std::to_string(o_.ctx) + " positions");
+         count_of(o_.max_batch, "row") + " of " + std::to_string(o_.ctx) + " positions");
     std::thread stopper([&] {
       {
         std::unique_lock<std::mutex> lock(shutdown_mutex_);
@@ -327,6 +327,15 @@ class Server {
     methods_.emplace_back(std::regex(path), post ? "POST" : "GET");
   }
 
+  // A refusal of a request whose body is left unread: the connection ends after the answer (log()
+  // ends it: end_connection).
+  void refuse_unread(httplib::Response& res, const ApiError& e) {
+    send_error(res, e);
+    if (e.status == 415) res.set_header("Accept-Encoding", "identity");  // (RFC 9110 15.5.16)
+    res.set_header("Connection", "close");
+    t_log.close = true;
+  }
+
   void get(const char* path, httplib::Server::Handler handler) {
     http_.Get(path, std::move(handler));
     methods_.emplace_back(std::regex(path), "GET");
@@ -345,71 +354,29 @@ class Server {
       t_log = {Clock::now(), -1, -1, false, false, true};
       ++in_flight_;  // until its log line, once the response is written
       if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
-      // Bodies cpp-httplib would not read as this server needs: a chunked one (it bounds a body
-      // by its Content-Length only, and would read a chunked one whole), and one it leaves unread
-      // (it reads bodies of POST, PUT, PATCH and DELETE only), which it would then parse as the
-      // next request on the connection. Refused unread, and the connection ends after the answer
-      // (cpp-httplib keeps it open whatever the response says: see log()).
-      const bool reads_body = req.method == "POST" || req.method == "PUT" ||
-                              req.method == "PATCH" || req.method == "DELETE";
-      const bool chunked = req.has_header("Transfer-Encoding");
-      // Differing lengths (RFC 9112 6.3): a proxy in front may have framed the body otherwise.
-      bool conflicting = false;
-      for (size_t i = 1; i < req.get_header_value_count("Content-Length"); ++i)
-        conflicting = conflicting || req.get_header_value("Content-Length", i) !=
-                                         req.get_header_value("Content-Length", 0);
-      const std::string length_text = req.get_header_value("Content-Length");
-      const bool bad_length = req.has_header("Content-Length") &&
-                              (length_text.empty() || length_text.size() > 18 ||
-                               length_text.find_first_not_of("0123456789") != std::string::npos);
-      const long long length = bad_length ? 0 : std::atoll(length_text.c_str());
-      // A compressed body: --max-body bounds the bytes sent, which cpp-httplib would inflate
-      // (gzip, deflate, brotli) a thousandfold before the handler sees them, or read as they are
-      // (other codings).
-      const std::string encoding = req.get_header_value("Content-Encoding");
-      const bool encoded =
-          length > 0 && !encoding.empty() && ::strcasecmp(encoding.c_str(), "identity") != 0;
-      const std::optional<ApiError> refusal = [&]() -> std::optional<ApiError> {
-        if (chunked)
-          return ApiError(411, "a request body needs a Content-Length (no chunked bodies)", "",
-                          "length_required");
-        if (conflicting) return ApiError(400, "the request has differing Content-Length headers");
-        if (bad_length)
-          return ApiError(400,
-                          "Content-Length must be a number of bytes, got '" + length_text + "'");
-        if (encoded)
-          return ApiError(
-              415,
-              "a request body must be sent uncompressed (got Content-Encoding: " + encoding + ")",
-              "", "unsupported_media_type");
-        if (!reads_body && length != 0)
-          return ApiError(400, "a " + req.method + " request takes no body");
-        return std::nullopt;
-      }();
-      if (refusal || bad_length) {
-        send_error(res, *refusal);
-        if (encoded) res.set_header("Accept-Encoding", "identity");  // (RFC 9110 15.5.16)
-        res.set_header("Connection", "close");
-        t_log.close = true;
+      if (const std::optional<ApiError> refusal = framing_refusal(req)) {
+        refuse_unread(res, *refusal);
         return httplib::Server::HandlerResponse::Handled;
       }
       return httplib::Server::HandlerResponse::Unhandled;
     });
-    // A body announced with "Expect: 100-continue" that is over --max-body is refused before the
-    // client sends it (cpp-httplib's default answer, 100, has it upload the body for a 413).
-    http_.set_expect_100_continue_handler(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          const unsigned long long length =
-              std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10);
-          if (length <= static_cast<unsigned long long>(o_.max_body)) return 100;
-          // (Not routed: counted and logged here as the pre-routing handler does, and the
-          // connection ends after the answer, its body unread.)
-          t_log = {Clock::now(), -1, -1, false, true, true};
-          ++in_flight_;
-          send_error(res, ApiError(413, status_text(413), "", "body_too_large"));
-          res.set_header("Connection", "close");
-          return 413;
-        });
+    // A body announced with "Expect: 100-continue" that would be refused (framing_refusal, or
+    // over --max-body) is refused before the client sends it: cpp-httplib's default answer, 100,
+    // has it upload the body for nothing.
+    http_.set_expect_100_continue_handler([this](const httplib::Request& req,
+                                                 httplib::Response& res) {
+      std::optional<ApiError> refusal = framing_refusal(req);
+      if (!refusal && std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) >
+                          static_cast<unsigned long long>(o_.max_body))
+        refusal = ApiError(413, status_text(413), "", "body_too_large");
+      if (!refusal) return 100;
+      // (Not routed: counted as the pre-routing handler does; logged once the answer is out.)
+      t_log = {Clock::now(), -1, -1, false, false, true};
+      ++in_flight_;
+      if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
+      refuse_unread(res, *refusal);
+      return refusal->status;
+    });
     // cpp-httplib adds its Keep-Alive header to a connection it keeps, also where the answer
     // ends the connection (see log()): a response says one thing.
     http_.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
@@ -435,10 +402,11 @@ class Server {
         message = req.path + " takes " + route->second + ", not " + req.method;
       } else if (res.status == 404) {
         message = "no route " + req.method + " " + req.path;
-      } else if (res.status == 400 &&
+      } else if (res.status == 400 && t_log.counted && !req.is_multipart_form_data() &&
                  req.body.size() <
                      std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10)) {
-        // cpp-httplib's read of the body failed: the connection ended or went idle first.
+        // The headers were read (the request was routed: counted) but not the whole body: the
+        // connection ended or went idle first. (A multipart body goes to req.files, not req.body.)
         message = "the body ended before its Content-Length (" +
                   req.get_header_value("Content-Length") + " bytes) arrived";
       } else if (res.status == 413 &&
@@ -558,7 +526,7 @@ class Server {
       if (const int sock =
               connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
           sock >= 0)
-        ::shutdown(sock, SHUT_RDWR);
+        end_connection(sock);
     const double ms = seconds_between(t_log.start, Clock::now()) * 1000;
     write_log(request_log_line(o_.log_format, req.method, req.path.empty() ? "-" : req.path,
                                res.status, ms, t_log));
