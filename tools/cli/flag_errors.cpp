@@ -40,10 +40,10 @@ namespace {
 
 // Flags Hugging Face's generate() or other programs have, and what specdec does instead.
 const char* instead_of(const std::string& sub, const std::string& flag) {
+  static const char* const no_beams =
+      "beam search is not supported: generation is greedy, or sampled with --do-sample";
   static const std::vector<std::pair<std::string, const char*>> any = {
-      {"--num-beams",
-       "beam search is not supported: generation is greedy, or sampled with "
-       "--do-sample"},
+      {"--num-beams", no_beams},
       {"--max-length", "specdec counts new tokens: --max-new-tokens"},
       {"--max-tokens", "OpenAI's max_tokens is a request's field; the flag is --max-new-tokens"},
       {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
@@ -58,8 +58,7 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
   if (samples && std::find(filters.begin(), filters.end(), flag) != filters.end())
     return "not implemented: the samplers are --temperature, --top-k, --top-p and --min-p, with "
            "--repetition-penalty, --frequency-penalty and --presence-penalty";
-  if (samples && std::find(beams.begin(), beams.end(), flag) != beams.end())
-    return "beam search is not supported: generation is greedy, or sampled with --do-sample";
+  if (samples && std::find(beams.begin(), beams.end(), flag) != beams.end()) return no_beams;
   const bool drafts = sub == "generate" || sub == "compare" || sub == "chat" || sub == "serve";
   if (drafts && (flag == "--assistant-model" || flag == "--draft-model" ||
                  flag == "--model-draft" || flag == "--speculative-model"))
