@@ -16,8 +16,8 @@ struct GenerationStats {
   int64_t new_tokens = 0;
   int64_t target_passes = 0;  // target forward passes (the first one includes the prompt)
   // Target passes over the prompt before them: a prompt longer than 256 tokens (or any in a
-  // batch, or joining a RequestEngine that already ran) goes in before the first iteration, in
-  // chunks, all but its last token (0: the first pass took the whole prompt).
+  // batch, after the first of a --prompts-file, or of a RequestEngine) goes in before the first
+  // iteration, in chunks, all but its last token (0: the first pass took the whole prompt).
   int64_t prefill_passes = 0;
   int64_t draft_passes = 0;          // draft forward passes (each drafts one token)
   int64_t prefill_draft_passes = 0;  // of which in the first iteration (timed as prefill)
