@@ -239,7 +239,7 @@ std::optional<std::string> read_chat_template(const std::string& path) {
   // A list of named templates: the one named "default".
   if (t.is_array())
     for (const auto& e : t)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+      if (e.is_object() && e.contains("name") && e["name"] == "default" && e.contains("template") &&
           e["template"].is_string())
         return e["template"].get<std::string>();
   throw Error(cfg + ": chat_template must be a string or a list with a 'default' entry");

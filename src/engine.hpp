@@ -64,7 +64,8 @@ struct GeneratorState {
 // The models of a Generator, as the engine uses them.
 struct EngineModels {
   std::shared_ptr<const Model> target, draft;
-  const Verifier* custom_verifier = nullptr;  // Generator::set_verifier's, or null
+  // Generator::set_verifier's when the engine was made (a RequestEngine keeps it alive), or null.
+  std::shared_ptr<const Verifier> custom_verifier;
   bool share_encoder = false;  // encoder-decoder: the draft reuses the target's encoder output
 };
 

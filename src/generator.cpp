@@ -59,7 +59,7 @@ std::shared_ptr<const SuffixCache> Generator::suffix_cache() const {
 }
 
 detail::EngineModels Generator::models() const {
-  return {target_, draft_, custom_verifier_.get(), share_encoder_};
+  return {target_, draft_, custom_verifier_, share_encoder_};
 }
 
 GenerationResult Generator::generate(const std::vector<int64_t>& prompt,

@@ -23,7 +23,9 @@ LookaheadSchedule::LookaheadSchedule(const GenerationConfig& c)
 void LookaheadSchedule::update(const std::vector<double>& probs, int64_t accepted) {
   const auto drafted = static_cast<int64_t>(probs.size());
   if (kind_ == Schedule::kHeuristic || kind_ == Schedule::kHeuristicTransient) {
-    k_ = accepted == drafted ? k_ + 2 : std::max<int64_t>(1, k_ - 1);
+    // (Hugging Face's rule, bounded by the most one iteration may propose.)
+    k_ = accepted == drafted ? std::min(k_ + 2, GenerationConfig::kMaxLookahead)
+                             : std::max<int64_t>(1, k_ - 1);
   } else if (kind_ == Schedule::kGoodput) {
     accepted_ = 0.95 * accepted_ + static_cast<double>(accepted);
     rejected_ = 0.95 * rejected_ + (accepted < drafted ? 1.0 : 0.0);

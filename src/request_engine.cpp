@@ -147,13 +147,16 @@ bool RequestEngine::step() {
                             "(step and run from one thread)");
   bool worked = false;
   try {
-    c10::InferenceMode guard;
-    if (!s.engine)
-      s.engine = std::make_unique<detail::Engine>(
-          s.models, *s.generator.state_, s, static_cast<bool>(s.models.draft), options_.max_rows,
-          options_.context, s.no_callback, s.no_options, nullptr, options_.prefix_cache,
-          options_.prefill_chunk);
-    worked = s.engine->step();
+    // (A libtorch error's message without its C++ backtrace: it goes to the failed rows' results.)
+    worked = torch_errors_as_specdec("RequestEngine::step", [&] {
+      c10::InferenceMode guard;
+      if (!s.engine)
+        s.engine = std::make_unique<detail::Engine>(
+            s.models, *s.generator.state_, s, static_cast<bool>(s.models.draft), options_.max_rows,
+            options_.context, s.no_callback, s.no_options, nullptr, options_.prefix_cache,
+            options_.prefill_chunk);
+      return s.engine->step();
+    });
   } catch (const std::exception& e) {
     s.fail_running(e.what());
     return true;

@@ -56,6 +56,8 @@ Verdict verdict_of(const int64_t* values, const Candidates& c) {
   Verdict v;
   v.accepted = values[0];
   v.next_token = values[1];
+  SPECDEC_CHECK(v.accepted >= 0 && v.accepted <= static_cast<int64_t>(c.tokens.size()),
+                "verifier: decide() keeps ", v.accepted, " of ", c.tokens.size(), " candidates");
   if (c.tree()) {
     v.path.assign(values + 2, values + 2 + v.accepted);
   } else {

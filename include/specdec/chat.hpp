@@ -53,8 +53,9 @@ class ChatTemplate {
   std::string default_system_;
 };
 
-// The chat template a model ships: `tokenizer.chat_template` of a GGUF file (the path, or a folder
-// holding one), else `chat_template` of tokenizer_config.json in the folder. nullopt when neither
+// The chat template a model ships: `chat_template` of tokenizer_config.json in the folder, else
+// `tokenizer.chat_template` of a GGUF file (the path, or a folder holding one), the order in which
+// load_tokenizer reads the tokenizer itself. nullopt when neither
 // has one (Gemma 3 270M's GGUF ships none: check before rendering); specdec::Error for a path that
 // does not exist.
 std::optional<std::string> read_chat_template(const std::string& path);

@@ -176,8 +176,9 @@ struct GenerationConfig {
   bool suffix_speculation = false;
   // Draft-model rows: a tree of candidates instead of a chain, the draft's W most probable tokens
   // at each position, the first continuing (still one draft pass per position), all verified in
-  // one target pass (sampling: as a deterministic proposal, exactly). 1 = a chain. Under goodput,
-  // the candidates that do not pay for their pass are cut (Generator's goodput planning).
+  // one target pass (sampling: as a deterministic proposal, exactly). 1 = a chain; at most 16.
+  // Under goodput, the candidates that do not pay for their pass are cut (Generator's goodput
+  // planning).
   int64_t draft_tree_width = 1;
 
   // --- sampling ---

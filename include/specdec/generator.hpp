@@ -166,7 +166,9 @@ class Generator {
 
   // Replaces the verifier chosen from the request (greedy or rejection sampling). For research and
   // tests, e.g. a deliberately wrong verifier that a statistical test must catch. Not thread-safe
-  // with concurrent generate() calls.
+  // with concurrent generate() calls. A RequestEngine made before keeps the verifier it was made
+  // with (and keeps it alive). decide()'s values are checked: a verdict that names no candidate
+  // or no token throws specdec::Error.
   void set_verifier(std::shared_ptr<const Verifier> verifier) {
     custom_verifier_ = std::move(verifier);
   }

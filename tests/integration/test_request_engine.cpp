@@ -364,6 +364,41 @@ TEST(RequestEngine, AVerifierWithoutTreesGetsChains) {
   }
 }
 
+// A verifier of one's own whose verdict names a candidate or a token that does not exist fails
+// the request with specdec::Error (it read past the proposal); a RequestEngine keeps the verifier
+// it was made with, alive, whatever is set after.
+TEST(RequestEngine, AVerdictOutOfRangeIsAnErrorAndTheEngineKeepsItsVerifier) {
+  struct Wrong final : Verifier {
+    int64_t accepted, token;
+    Wrong(int64_t a, int64_t t) : accepted(a), token(t) {}
+    at::Tensor decide(const at::Tensor&, const Candidates&, Rng&) const override {
+      return at::tensor(std::vector<int64_t>{accepted, token}, at::kLong);
+    }
+  };
+  const Models m = models();
+  GenerationConfig c = config_of(0, false);
+  c.prompt_lookup_num_tokens = 3;
+  c.num_assistant_tokens_schedule = "constant";
+  const int64_t vocab = m.target->config().vocab_size;
+  for (const auto& [accepted, token] :
+       {std::pair<int64_t, int64_t>{1000, 5}, {0, vocab}, {0, -1}, {-1, 5}}) {
+    Generator gen(m.target);
+    gen.set_verifier(std::make_shared<Wrong>(accepted, token));
+    EXPECT_THROW(gen.generate(prompt_of(3), c), Error) << accepted << " " << token;
+  }
+  Generator gen(m.target);
+  gen.set_verifier(std::make_shared<Wrong>(0, 5));  // always token 5
+  RequestEngine::Options o;
+  o.context = 64;
+  RequestEngine engine(gen, o);
+  gen.set_verifier(nullptr);  // (the engine's verifier stays alive and in use)
+  Output out;
+  engine.submit(request(prompt_of(3), c, out));
+  while (engine.step()) {
+  }
+  EXPECT_EQ(out.finished, std::vector<int64_t>(static_cast<size_t>(c.max_new_tokens), 5));
+}
+
 // A request that continues an earlier one (its prompt and answer, then more: a chat's next turn)
 // computes only what follows the cached prefix, and its tokens are those it gets alone; the LRU
 // keeps at most prefix_cache sequences.

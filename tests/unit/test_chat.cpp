@@ -2,8 +2,11 @@
 // worked out by hand from each family's reference Jinja template), errors.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "specdec/chat.hpp"
 #include "specdec/error.hpp"
+#include "test_util.hpp"
 
 using namespace specdec;
 
@@ -124,6 +127,14 @@ TEST(Chat, ErrorsNameWhatWasFound) {
   }
   EXPECT_THROW(ChatTemplate::by_name("vicuna"), Error);
   EXPECT_THROW(read_chat_template("/nonexistent/model.gguf"), Error);  // (not "ships none")
+  // A named list whose entry has a name of another type: specdec::Error, not nlohmann's.
+  const std::string dir = test::temp_dir("chat_template_list");
+  std::ofstream(dir + "/tokenizer_config.json")
+      << R"({"chat_template": [{"name": 5, "template": "x"}, {"name": "default", "template": "y"}]})";
+  EXPECT_EQ(read_chat_template(dir).value_or(""), "y");
+  std::ofstream(dir + "/tokenizer_config.json")
+      << R"({"chat_template": [{"name": 5, "template": "x"}]})";
+  EXPECT_THROW(read_chat_template(dir), Error);
   EXPECT_EQ(ChatTemplate::by_name("llama3").name(), "llama3");
   EXPECT_THROW(ChatTemplate::by_name("chatml").render({{"robot", "x"}}, true), Error);
 }

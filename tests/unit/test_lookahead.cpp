@@ -35,6 +35,9 @@ TEST(Lookahead, HeuristicPlusTwoMinusOneFloorOne) {
   EXPECT_EQ(s.num_tokens(), 1);  // floor
   s.update({}, 0);               // nothing could be drafted: counts as all accepted (HF)
   EXPECT_EQ(s.num_tokens(), 3);
+  // Bounded by the most one iteration may propose (Hugging Face's has no bound).
+  for (int i = 0; i < 200; ++i) s.update({}, 0);
+  EXPECT_EQ(s.num_tokens(), GenerationConfig::kMaxLookahead);
 }
 
 TEST(Lookahead, DynamicStopsBelowThreshold) {
