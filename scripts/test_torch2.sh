@@ -17,6 +17,7 @@ if ! [ -x .venv-torch2/bin/python ] || ! .venv-torch2/bin/python -c "import torc
   free_gb=$(df -Pk . | awk 'NR==2 {print int($4 / 1048576)}')
   if [ "$free_gb" -lt 10 ]; then
     echo "######## libtorch 2.x configuration NOT RUN: ${free_gb} GB free here, about 10 GB needed ########" >&2
+    [ -z "${CI_NOT_RUN:-}" ] || echo "torch2 (libtorch 2.x): ${free_gb} GB free, about 10 GB needed" >> "$CI_NOT_RUN"
     exit 0
   fi
   [ -x .venv-torch2/bin/python ] || python3 -m venv .venv-torch2
