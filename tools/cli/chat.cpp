@@ -1,35 +1,14 @@
 // `specdec chat`: an interactive conversation, streamed.
 #include <unistd.h>
 
-#include <atomic>
 #include <cctype>
-#include <csignal>
 #include <iostream>
 #include <optional>
 
 #include "cli.hpp"
+#include "interrupt.hpp"
 
 namespace specdec::cli {
-
-namespace {
-
-// Ctrl-C (SIGINT) while an answer streams stops that answer, and the conversation goes on; at the
-// prompt, or a second one before the answer stops (a long prompt going in), ends the program as
-// SIGINT does by default.
-std::atomic<bool> g_answering{false}, g_stop{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-
-void on_interrupt(int signal) {
-  if (g_answering && !g_stop) {
-    g_stop = true;
-    return;
-  }
-  (void)!::write(STDERR_FILENO, "\n", 1);
-  ::signal(signal, SIG_DFL);  // (async-signal-safe, as raise is: the parent sees the signal)
-  ::raise(signal);
-}
-
-}  // namespace
 
 // One user turn from stdin: a line, or several where each but the last ends with a backslash
 // (dropped; the line end is kept). False at the end of input with nothing read.
@@ -66,14 +45,9 @@ int run_chat(RunOptions& o) {
   };
   reset();
   const bool tty = isatty(STDIN_FILENO);
-  struct sigaction sa {
-  }, was{};
-  sa.sa_handler = on_interrupt;
-  sa.sa_flags = SA_RESTART;  // (a write to the terminal interrupted goes on)
-  sigemptyset(&sa.sa_mask);
-  // Not where SIGINT is ignored (a background job of a script): it stays ignored.
-  if (::sigaction(SIGINT, nullptr, &was) == 0 && was.sa_handler != SIG_IGN)
-    ::sigaction(SIGINT, &sa, nullptr);
+  // Ctrl-C while an answer streams stops that answer, and the conversation goes on; at the prompt
+  // it ends the program.
+  StopAnswerOnInterrupt interrupt;
   std::cerr << "specdec chat (" << l.chat->name() << (l.draft ? ", with a draft" : "")
             << (o.gen.prompt_lookup_num_tokens > 0 ? ", prompt lookup" : "")
             << (o.gen.suffix_speculation ? ", suffix speculation" : "")
@@ -92,12 +66,13 @@ int run_chat(RunOptions& o) {
     }
     const size_t first = line.find_first_not_of(" \t\r\n");
     if (first == std::string::npos) continue;
-    // A command as typed, with spaces around it and in any case ("/Exit ").
-    std::string command;
-    if (line[first] == '/' && line.compare(first, 2, "//") != 0) {
-      command = line.substr(first, line.find_last_not_of(" \t\r\n") + 1 - first);
-      for (char& ch : command) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    }
+    // A command as typed (spaces around it dropped), and in lower case ("/Exit ").
+    const bool escaped = line.compare(first, 2, "//") == 0;
+    const std::string typed = line[first] == '/' && !escaped
+                                  ? line.substr(first, line.find_last_not_of(" \t\r\n") + 1 - first)
+                                  : "";
+    std::string command = typed;
+    for (char& ch : command) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (command == "/exit" || command == "/quit") break;
     if (command == "/reset") {
       reset();
@@ -116,11 +91,10 @@ int run_chat(RunOptions& o) {
       std::cerr << session;
       continue;
     }
-    if (line.compare(first, 2, "//") == 0) {
+    if (escaped) {
       line.erase(first, 1);  // "//" sends a message that begins with "/"
     } else if (!command.empty()) {
-      std::cerr << "unknown command "
-                << line.substr(first, line.find_last_not_of(" \t\r\n") + 1 - first)
+      std::cerr << "unknown command " << typed
                 << " (commands: /reset, /stats, /exit; begin with // to send a message that "
                    "begins with /)\n";
       continue;
@@ -138,15 +112,15 @@ int run_chat(RunOptions& o) {
       room -= static_cast<int64_t>(prompt.size());
       if (room < 1) throw Error("the conversation fills the model's context");
       turn.max_new_tokens = std::min(turn.max_new_tokens, room);
-      g_stop = false;
-      g_answering = true;
+      interrupt.answering(true);
       r = gen.generate(prompt, turn, cache, [&](const std::vector<int64_t>& t) {
         if (!o.no_stream) std::cout << stream.push(t) << std::flush;
-        if (g_stop) throw Cancelled();  // (the tokens shown so far are the answer)
+        if (interrupt.stop()) throw Cancelled();  // (the tokens shown so far are the answer)
       });
-      g_answering = false;
+      interrupt.answering(false);
     } catch (const Error& e) {
-      g_answering = false;  // e.g. the conversation outgrew the context: this turn is dropped
+      interrupt.answering(
+          false);  // e.g. the conversation outgrew the context: this turn is dropped
       messages.pop_back();
       std::cerr << "specdec: error: " << e.what()
                 << " (the conversation goes on without this turn; /reset starts over)\n";

@@ -1,7 +1,6 @@
 // `specdec generate` (one prompt, or a prompts file) and `specdec compare`.
 #include <signal.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +11,7 @@
 
 #include "cli.hpp"
 #include "flag_errors.hpp"
+#include "interrupt.hpp"
 #include "json.hpp"
 #include "proposer_choice.hpp"
 #include "util.hpp"
@@ -33,27 +33,6 @@ const std::vector<std::string>& prompts_file_knobs() {
 }
 
 namespace {
-
-// Ctrl-C while an answer streams stops it where it is: the line ends, the stats line says
-// "stop: cancelled", and the exit status is 130 (an interrupted command's). The handler is reset
-// as it runs (SA_RESETHAND), so a second Ctrl-C ends the program at once.
-std::atomic<bool> g_interrupted{false};
-struct StopOnInterrupt {
-  struct sigaction was {};
-  bool installed = false;
-  StopOnInterrupt() {
-    struct sigaction sa {};
-    sa.sa_handler = [](int) { g_interrupted = true; };
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    // Not where SIGINT is ignored (a background job of a script): it stays ignored.
-    installed = ::sigaction(SIGINT, nullptr, &was) == 0 && was.sa_handler != SIG_IGN &&
-                ::sigaction(SIGINT, &sa, nullptr) == 0;
-  }
-  ~StopOnInterrupt() {
-    if (installed) ::sigaction(SIGINT, &was, nullptr);
-  }
-};
 
 // One request of a prompts file, validated.
 struct FileRequest {
@@ -302,7 +281,9 @@ int run_generate(RunOptions& o) {
   std::optional<StreamDecoder> text_stream;
   if (l.tokenizer) text_stream.emplace(*l.tokenizer, true);
   TokenCallback stream;
-  std::optional<StopOnInterrupt> interrupt;
+  // Ctrl-C while the answer streams stops it where it is: the line ends, the stats line says
+  // "stop: cancelled", and the program ends by the signal (exit status 130).
+  std::optional<StopAnswerOnInterrupt> interrupt;
   if (!o.json_out && !o.no_stream) {
     stream = [&](const std::vector<int64_t>& toks) {
       if (text_stream) {
@@ -311,11 +292,13 @@ int run_generate(RunOptions& o) {
         for (int64_t t : toks) std::cout << (first ? "" : " ") << t, first = false;
       }
       flush_output();  // (an output that cannot be written stops the generation, with its reason)
-      if (g_interrupted) throw Cancelled();  // (the tokens shown so far are the answer)
+      if (interrupt->stop()) throw Cancelled();  // (the tokens shown so far are the answer)
     };
     interrupt.emplace();
+    interrupt->answering(true);
   }
   const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
+  const bool interrupted = interrupt && interrupt->stop();
   interrupt.reset();
   if (o.json_out) {
     std::cout << result_json(r, l.tokenizer.get()).dump() << "\n";
@@ -327,7 +310,7 @@ int run_generate(RunOptions& o) {
     std::cout << text_stream->finish();
   std::cout << "\n";
   print_stats(r.stats, std::cerr);
-  if (g_interrupted) {
+  if (interrupted) {
     // Ended by the signal, so that a calling shell sees the interrupt (a loop in a script stops
     // as it would have, had the program died at once); 130, its status, where it survives.
     flush_output();

@@ -50,6 +50,42 @@ CleanupOnInterrupt::~CleanupOnInterrupt() {
   ::close(pipe_[0]);
 }
 
+namespace {
+std::atomic<bool> g_answering{false}, g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void stop_answer(int signal) {
+  if (g_answering && !g_stop) {
+    g_stop = true;
+    return;
+  }
+  (void)!::write(STDERR_FILENO, "\n", 1);
+  ::signal(signal, SIG_DFL);  // (async-signal-safe, as raise is: the parent sees the signal)
+  ::raise(signal);
+}
+}  // namespace
+
+StopAnswerOnInterrupt::StopAnswerOnInterrupt() {
+  struct sigaction sa {};
+  sa.sa_handler = stop_answer;
+  sa.sa_flags = SA_RESTART;  // (a write to the terminal interrupted goes on)
+  sigemptyset(&sa.sa_mask);
+  installed_ = ::sigaction(SIGINT, nullptr, &was_) == 0 && was_.sa_handler != SIG_IGN &&
+               ::sigaction(SIGINT, &sa, nullptr) == 0;
+}
+
+StopAnswerOnInterrupt::~StopAnswerOnInterrupt() {
+  g_answering = false;
+  if (installed_) ::sigaction(SIGINT, &was_, nullptr);
+}
+
+void StopAnswerOnInterrupt::answering(bool on) {
+  if (on) g_stop = false;
+  g_answering = on;
+}
+
+bool StopAnswerOnInterrupt::stop() const { return g_stop; }
+
 bool remove_path(const std::string& path) {
   for (int attempt = 0; attempt < 50; ++attempt) {
     try {

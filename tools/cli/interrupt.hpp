@@ -1,6 +1,8 @@
-// Commands that write files in one long call (make-fixture, make-tokenizer): Ctrl-C or SIGTERM
-// removes what they had written and ends the program.
+// Ctrl-C in the commands: one that streams an answer (generate, chat) stops the answer; one that
+// writes files in one long call (make-fixture, make-tokenizer) removes what it had written.
 #pragma once
+
+#include <signal.h>
 
 #include <functional>
 #include <string>
@@ -23,6 +25,24 @@ class CleanupOnInterrupt {
   std::function<std::string()> cleanup_;
   int pipe_[2] = {-1, -1};
   std::thread watcher_;
+};
+
+// While it lives, Ctrl-C (SIGINT) between answering(true) and answering(false) makes stop() true,
+// so that the token callback throws Cancelled and the answer ends where it is; at any other time,
+// or a second time before the answer stops, it ends the program as SIGINT does by default (after
+// a line break). Where SIGINT is ignored (a background job of a script) it stays ignored.
+class StopAnswerOnInterrupt {
+ public:
+  StopAnswerOnInterrupt();
+  ~StopAnswerOnInterrupt();
+  StopAnswerOnInterrupt(const StopAnswerOnInterrupt&) = delete;
+  StopAnswerOnInterrupt& operator=(const StopAnswerOnInterrupt&) = delete;
+  void answering(bool on);  // on: an answer starts (no stop asked for it yet)
+  bool stop() const;        // a Ctrl-C came during this answer
+
+ private:
+  struct sigaction was_ {};
+  bool installed_ = false;
 };
 
 // Removes `path` (a file, or a folder and what is in it) and returns whether it is gone; tries
