@@ -490,8 +490,8 @@ void Engine::verify() {
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
     row.verdict = verdict_of(host.data_ptr<int64_t>() + width * i, row.cand);
-    row.verifier->settle(row.verdict, row.cand, *row.rng);
     check_verdict(row.verdict, row.cand, logits.size(-1));
+    row.verifier->settle(row.verdict, row.cand, *row.rng);
     if (row.cand.tree() && row.logprobs.defined()) {  // the rows of the kept path, in order
       std::vector<int64_t> rows{0};
       for (const int64_t c : row.verdict.path) rows.push_back(c + 1);

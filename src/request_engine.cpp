@@ -82,8 +82,10 @@ RequestEngine::RequestEngine(const Generator& generator, Options options)
   SPECDEC_CHECK(options_.max_queue >= 0, "RequestEngine: max_queue must be >= 0, got ",
                 options_.max_queue);
   const ModelConfig& tc = generator.target().config();
-  SPECDEC_CHECK(options_.context <= tc.max_position_embeddings, "RequestEngine: a context of ",
-                options_.context, " positions is more than the target's max_position_embeddings (",
+  // (T5's relative positions have no such limit.)
+  SPECDEC_CHECK(tc.is_encoder_decoder || options_.context <= tc.max_position_embeddings,
+                "RequestEngine: a context of ", options_.context,
+                " positions is more than the target's max_position_embeddings (",
                 tc.max_position_embeddings, ")");
 }
 

@@ -1,6 +1,7 @@
 // Minimal embedding of specdec: load a checkpoint (and optionally a draft), generate 8 tokens from
 // "Hello" (ids 1,2,3 when the checkpoint has no tokenizer), print them as text or ids.
 // Usage: embed TARGET_DIR [DRAFT_DIR]
+#include <exception>
 #include <iostream>
 #include <string>
 
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
     if (text) std::cout << text->finish();
     std::cout << "\ngenerated " << result.tokens.size() << " tokens in "
               << result.stats.target_passes << " target passes\n";
-  } catch (const specdec::Error& e) {
+  } catch (const std::exception& e) {  // specdec::Error, and std::bad_alloc when memory runs out
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }

@@ -201,7 +201,8 @@ class Generator {
   std::shared_ptr<const Verifier> custom_verifier_;
   bool share_encoder_ = false;  // encoder-decoder: the draft reuses the target's encoder output
   // What the Generator learns and carries from one request to the next (src/engine.hpp): goodput's
-  // measured costs, the heuristic lookahead, goodput's acceptance evidence.
+  // measured costs, the heuristic lookahead, goodput's acceptance evidence, the suffix tree of
+  // earlier requests.
   std::unique_ptr<detail::GeneratorState> state_;
 };
 

@@ -31,6 +31,9 @@ struct Request {
   int64_t top_logprobs = -1;  // -1: no log-probabilities; k in [0, 20]: each token's, and the top k
   // Called on the engine's thread with each group of newly verified tokens, in order (and their
   // log-probabilities, when asked for). It must not block: it hands the tokens over and returns.
+  // Throwing Cancelled(n) from it ends the request keeping the first n of these tokens (stop_reason
+  // "cancelled"); any other exception ends it with stop_reason "error" and result.error its
+  // message. Either way the other requests go on.
   TokenSink on_tokens;
   // Called once when the request leaves the batch, with its result (stop_reason "eos",
   // "max_new_tokens", "cancelled" or "error"). Also on the engine's thread (cancel's, for a request
@@ -69,8 +72,11 @@ class RequestEngine {
   // as it joins). A request that sets prompt_lookup_num_tokens drafts by prompt lookup, one that
   // sets suffix_speculation by suffix speculation; the others
   // draft with the Generator's draft model (its num_assistant_tokens and schedule), or run
-  // target-only without one; all share the running batch. The Generator must outlive this.
+  // target-only without one; all share the running batch. The Generator must outlive this (it is
+  // kept by reference: a temporary is refused). Throws Error for options out of range, and for a
+  // context past the target's max_position_embeddings (GPT-2's 1024 is less than the default).
   RequestEngine(const Generator& generator, Options options);
+  RequestEngine(Generator&&, Options) = delete;
   // Drops the requests still queued or running without calling their on_finished (stop() and
   // let run() return, or cancel them and step() until it returns false, to finish them first).
   ~RequestEngine();

@@ -80,6 +80,7 @@ void require_same_tokenizer(const Tokenizer& target, const Tokenizer& draft);
 // stream goes on after the part both versions share: nothing is lost.
 class StreamDecoder {
  public:
+  // Keeps a reference to `tokenizer`, which must outlive it.
   explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special_tokens = false);
   std::string push(const std::vector<int64_t>& ids);
   std::string finish();

@@ -650,6 +650,19 @@ TEST(RequestEngine, BadRequestsAreClearErrorsAndTheQueueIsBounded) {
   RequestEngine::Options zero;
   zero.max_rows = 0;
   EXPECT_THROW(RequestEngine(gen, zero), Error);
+  // A context past max_position_embeddings: refused for a decoder-only target, not for T5, whose
+  // relative positions have no such limit (its fixture's config says 2048 all the same).
+  RequestEngine::Options long_context;
+  long_context.context = 4096;
+  ASSERT_EQ(m.target->config().max_position_embeddings, 2048);
+  EXPECT_THROW(RequestEngine(gen, long_context), Error);
+  const Models t5 = t5_models();
+  ASSERT_EQ(t5.target->config().max_position_embeddings, 2048);
+  const Generator t5_gen(t5.target, nullptr);
+  RequestEngine t5_engine(t5_gen, long_context);
+  Output t5_out;
+  c.max_new_tokens = 3000;  // the decoder's positions: more than max_position_embeddings
+  t5_engine.submit(request({1, 2}, c, t5_out));
 }
 
 // One request's fault stays its own: a logit_bias id past the vocabulary is refused at submit

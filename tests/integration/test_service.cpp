@@ -177,6 +177,12 @@ TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
   EXPECT_THROW(set_num_threads(100000), Error);
   set_num_threads(most);
   EXPECT_EQ(at::get_num_threads(), most);
+  // Process-wide: a thread started afterwards (one calling generate) computes with the same count,
+  // not OpenMP's default for a new thread (every core).
+  set_num_threads(1);
+  int seen = 0;
+  std::thread([&] { seen = at::get_num_threads(); }).join();
+  EXPECT_EQ(seen, 1);
   set_num_threads(saved);
 }
 
