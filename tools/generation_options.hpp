@@ -30,10 +30,10 @@ inline CLI::Validator seed_validator() {
 // Adds the flags that fill `gen`; `no_adaptive` receives --no-adaptive-threshold (apply it with
 // finish_generation_options once parsed).
 inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& no_adaptive) {
-  app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most")
+  app->add_option("--max-new-tokens", gen.max_new_tokens, "Tokens to generate at most (at least 1)")
       ->capture_default_str();
   app->add_option("--min-new-tokens", gen.min_new_tokens,
-                  "No end of sequence before this many new tokens (0 = off)")
+                  "No end of sequence before this many new tokens (>= 0; 0 = off)")
       ->capture_default_str();
   app->add_option("--num-assistant-tokens", gen.num_assistant_tokens,
                   "Draft tokens per iteration; the start for heuristic, the cap for dynamic and "
@@ -56,7 +56,7 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->capture_default_str();
   app->add_option("--confidence-threshold,--assistant-confidence-threshold",
                   gen.assistant_confidence_threshold,
-                  "dynamic: stop drafting below this draft probability")
+                  "dynamic: stop drafting below this draft probability, in [0, 1]")
       ->capture_default_str();
   app->add_flag("--no-adaptive-threshold", no_adaptive,
                 "dynamic: keep the confidence threshold fixed");
@@ -65,7 +65,7 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
                   "Hugging Face (no draft model: not with --draft)")
       ->capture_default_str();
   app->add_option("--max-matching-ngram,--max-matching-ngram-size", gen.max_matching_ngram_size,
-                  "Prompt lookup: longest n-gram to match")
+                  "Prompt lookup: longest n-gram to match (at least 1)")
       ->capture_default_str();
   app->add_option_function<std::string>(
          "--speculate",
@@ -81,14 +81,20 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->check(CLI::IsMember({"first", "last"}))
       ->capture_default_str();
   app->add_flag("--do-sample", gen.do_sample, "Sample instead of greedy decoding");
-  app->add_option("--temperature", gen.temperature, "Sampling temperature (0 = greedy)")
+  app->add_option("--temperature", gen.temperature, "Sampling temperature (>= 0; 0 = greedy)")
       ->capture_default_str();
-  app->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (0 = off)")
+  app->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (>= 0; 0 = off)")
       ->capture_default_str();
-  app->add_option("--top-p", gen.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
-  app->add_option("--min-p", gen.min_p, "Drop tokens below min_p * max probability (0 = off)")
+  app->add_option("--top-p", gen.top_p, "Nucleus sampling mass, in (0, 1] (1 = off)")
       ->capture_default_str();
-  app->add_option("--repetition-penalty", gen.repetition_penalty, "1 = off")->capture_default_str();
+  app->add_option("--min-p", gen.min_p,
+                  "Drop tokens below min_p * max probability, in [0, 1) (0 = off)")
+      ->capture_default_str();
+  app->add_option("--repetition-penalty", gen.repetition_penalty,
+                  "Divide the logit of a token already in the prompt or answer by this when "
+                  "positive, multiply "
+                  "it when negative (> 0; 1 = off)")
+      ->capture_default_str();
   app->add_option(
          "--frequency-penalty", gen.frequency_penalty,
          "OpenAI's: lower a token's logit by this times its count in the answer so far, in [-2, 2]")

@@ -159,8 +159,12 @@ void FixtureOptions::validate() const {
   SPECDEC_CHECK(llama_family(arch) || arch == "gemma3" || kv_heads == 0 || kv_heads == heads,
                 "make-fixture: ", arch,
                 " has no grouped-query attention (--kv-heads must equal --heads)");
-  SPECDEC_CHECK(layers > 0 && hidden > 0 && heads > 0 && vocab > 0 && max_pos > 0,
-                "make-fixture: layers, hidden, heads, vocab and max-pos must be positive");
+  for (const auto& [flag, value] : {std::pair<const char*, int64_t>{"--layers", layers},
+                                    {"--hidden", hidden},
+                                    {"--heads", heads},
+                                    {"--vocab", vocab},
+                                    {"--max-pos", max_pos}})
+    SPECDEC_CHECK(value > 0, "make-fixture: ", flag, " must be positive, got ", value);
   SPECDEC_CHECK(hidden % heads == 0, "make-fixture: hidden (", hidden,
                 ") must be a multiple of heads (", heads, ")");
   SPECDEC_CHECK((hidden / heads) % 2 == 0, "make-fixture: head size hidden/heads must be even");
@@ -181,7 +185,8 @@ void FixtureOptions::validate() const {
   SPECDEC_CHECK(params <= 2e9, "make-fixture: about ", static_cast<int64_t>(params),
                 " parameters; a fixture has at most 2e9");
   SPECDEC_CHECK(exit_layers == -1 || (exit_layers >= 0 && exit_layers <= layers),
-                "make-fixture: exit-layers must be in [0, layers]");
+                "make-fixture: --exit-layers must be in [0, --layers] (", layers,
+                "), or -1 for none; got ", exit_layers);
   for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})
     SPECDEC_CHECK(id >= 0 && id < vocab, "make-fixture: special token id ", id,
                   " outside the vocabulary");

@@ -21,14 +21,18 @@ namespace specdec::cli {
 
 enum class Mode { kGenerate, kCompare, kChat, kServe };
 
-struct RunOptions {
-  std::string model, draft, prompt, prompt_ids, tokenizer,
-      device = "cpu", dtype = "float32", weights = "as-stored", draft_weights = "as-stored";
+// --system and --chat-template, of the commands that put a turn through a chat template.
+struct TurnOptions {
   std::string system, chat_template;
   bool system_given = false;  // --system given (an empty one is an empty system turn)
   std::optional<std::string> system_message() const {
     return system_given ? std::optional<std::string>(system) : std::nullopt;
   }
+};
+
+struct RunOptions : TurnOptions {
+  std::string model, draft, prompt, prompt_ids, tokenizer,
+      device = "cpu", dtype = "float32", weights = "as-stored", draft_weights = "as-stored";
   bool chat = false;
   bool int8_activations = false, draft_int8_activations = false;
   int threads = 0;
@@ -65,9 +69,10 @@ struct Loaded {
   std::vector<int64_t> prompt;
 };
 
-// The chat format: --chat-template, else recognised from the template that `tok_source` or the
-// model ships.
-ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source);
+// The chat format: --chat-template, else recognised from the template that `tok_source` or
+// `model` ships.
+ChatTemplate chat_template(const TurnOptions& o, const std::string& model,
+                           const std::string& tok_source);
 // Text from the user as UTF-8, or an Error naming where it came from (`where`: "--prompt", "your
 // message") and the byte in it.
 void require_utf8_in(const std::string& text, const std::string& where);
@@ -103,16 +108,11 @@ std::string join_ids(const std::vector<int64_t>& v);
 // `earlier_errno`: where the caller wrote with nothing between (CLI11's help), the errno after it.
 void flush_output(int earlier_errno = 0);
 
-struct TokenizeOptions {
+struct TokenizeOptions : TurnOptions {
   std::string dir, text, ids;
   bool text_given = false;  // --text given (it may be empty); otherwise stdin is read
   bool no_special = false, skip_special = false, json_out = false;
   bool chat = false;  // tokenize: one user turn through the chat template
-  std::string system, chat_template;
-  bool system_given = false;  // as RunOptions'
-  std::optional<std::string> system_message() const {
-    return system_given ? std::optional<std::string>(system) : std::nullopt;
-  }
 };
 
 // make-fixture: a checkpoint, or with draft_of an early-exit draft of one.

@@ -71,6 +71,9 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
     return "a draft must use the target's tokenizer (no universal assisted decoding)";
   if (sub == "chat" && (flag == "--prompt" || flag == "--prompt-ids"))
     return "chat reads each turn from stdin; generate takes --prompt";
+  if (sub == "serve" && flag == "--num-beams")
+    return "beam search is not supported: a request is greedy, or sampled when its \"temperature\" "
+           "is above 0";
   if (sub == "serve" && (flag == "--seed" || flag == "--do-sample"))
     return "each request sets its own (\"seed\"; a \"temperature\" above 0 samples)";
   for (const auto& [name, what] : any)
@@ -105,14 +108,22 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
     for (const std::string& n : names) m += (&n == &names[0] ? " " : ", ") + n;
     return m + " (specdec --help says what each does)";
   }
-  std::vector<std::string> flags;
+  std::vector<std::string> flags, switches;
   for (const CLI::Option* o : sub->get_options())
-    for (const std::string& n : o->get_lnames()) flags.push_back("--" + n);
+    for (const std::string& n : o->get_lnames())
+      (o->get_expected_max() == 0 ? switches : flags).push_back("--" + n);
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") break;  // what follows is not flags
     if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
     const std::string flag = a.substr(0, a.find('='));
+    // Hugging Face's do_sample=True written as `--do_sample True`: a switch takes no value.
+    if (std::find(switches.begin(), switches.end(), flag) != switches.end()) {
+      if (flag == a && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-')
+        return flag + " is a switch: give it alone, or " + flag + "=true or " + flag +
+               "=false (not \"" + args[i + 1] + "\" after it)";
+      continue;
+    }
     if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
     std::string m = sub->get_name() + " has no flag " + flag;
     if (const char* what = instead_of(sub->get_name(), flag))
@@ -138,14 +149,18 @@ std::string parse_error_message(const CLI::ParseError& error, const CLI::App& ap
     if (const size_t at = what.find(equals); at != std::string::npos) {
       const std::string flag = what.substr(convert.size(), at - convert.size());
       // A switch (--chat=maybe) or a numeric flag, the only kinds whose values can fail.
-      bool a_switch = false;
+      bool a_switch = false, an_integer = false;
       for (const CLI::App* sub : app.get_subcommands())  // (the one given)
         for (const CLI::Option* opt : sub->get_options())
-          a_switch = a_switch || (flag.size() > 2 && opt->check_lname(flag.substr(2)) &&
-                                  opt->get_expected_max() == 0);
+          if (flag.size() > 2 && opt->check_lname(flag.substr(2))) {
+            a_switch = opt->get_expected_max() == 0;
+            an_integer = opt->get_type_name().rfind("INT", 0) == 0 ||
+                         opt->get_type_name().rfind("UINT", 0) == 0;
+          }
       return flag + ": \"" + what.substr(at + equals.size()) + "\" is not a value it takes (" +
-             (a_switch ? "a switch: give it alone, or =true or =false"
-                       : "a number is expected; --help gives its range") +
+             (a_switch     ? "a switch: give it alone, or =true or =false"
+              : an_integer ? "a whole number is expected"
+                           : "a number is expected") +
              ")";
     }
   if (what == "A subcommand is required")

@@ -21,7 +21,8 @@ void dash_flag_names(std::vector<std::string>& args);
 std::string closest(const std::string& typed, const std::vector<std::string>& names);
 // A message for the first argument of `args` (args[0] is the program) that names no subcommand or
 // no flag of the subcommand it goes to ("" when every one is known): which it is, the closest
-// known name, and what to use instead for flags Hugging Face has and specdec does not.
+// known name, and what to use instead for flags Hugging Face has and specdec does not; or a switch
+// followed by a word (`--do_sample True`: a switch takes no value).
 std::string unknown_name_message(const CLI::App& app, const std::vector<std::string>& args);
 
 // CLI11's message for a parse error where its own is unclear (a flag given twice; an argument

@@ -183,9 +183,9 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
 // --prompts-file: every request validated first, then generated on one Generator: one after
 // another (--batch-size 1; with --prompt-cache each continuing the caches of the one before), or
 // at most --batch-size at once, each finished request making room for the next (continuous
-// batching; a request's own keys say whether it drafts by prompt lookup, with the draft model, or
-// not at all). One JSON line per request on stdout, in order, each written as soon as it and those
-// before it are done; progress on stderr.
+// batching; a request's own keys say whether it drafts by prompt lookup, suffix speculation, with
+// the draft model, or not at all). One JSON line per request on stdout, in order, each written as
+// soon as it and those before it are done; progress on stderr.
 int run_prompts_file(RunOptions& o, const Loaded& l) {
   if (o.batch_size < 1) throw Error("--batch-size must be >= 1");
   if (o.prompt_cache && o.batch_size > 1)
@@ -322,9 +322,9 @@ int run_generate(RunOptions& o) {
 }
 
 int run_compare(RunOptions& o) {
-  Loaded l = load(o, o.chat);
-  if (!l.draft && !o.gen.speculates_without_model())
+  if (o.draft.empty() && !o.gen.speculates_without_model())  // (before anything loads)
     throw Error("compare needs --draft PATH, --prompt-lookup N or --speculate suffix");
+  Loaded l = load(o, o.chat);
   Generator plain(l.target);
   Generator assisted(l.target, l.draft);
   assisted.set_suffix_options(o.suffix);

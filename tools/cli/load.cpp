@@ -16,9 +16,10 @@ using nlohmann::json;
 
 namespace specdec::cli {
 
-ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
+ChatTemplate chat_template(const TurnOptions& o, const std::string& model,
+                           const std::string& tok_source) {
   if (!o.chat_template.empty()) return ChatTemplate::by_name(o.chat_template);
-  for (const std::string& where : {tok_source, o.model}) {
+  for (const std::string& where : {tok_source, model}) {
     if (auto text = read_chat_template(where)) try {
         return ChatTemplate::recognise(*text, where);
       } catch (const Error& e) {
@@ -27,7 +28,7 @@ ChatTemplate chat_template(const RunOptions& o, const std::string& tok_source) {
   }
   std::string names;
   for (const std::string& n : ChatTemplate::names()) names += (names.empty() ? "" : "|") + n;
-  throw Error(o.model + " ships no chat template: choose one with --chat-template " + names);
+  throw Error(model + " ships no chat template: choose one with --chat-template " + names);
 }
 
 std::optional<int64_t> end_of_turn_token(const ChatTemplate& t, const Tokenizer& tok) {
@@ -97,6 +98,9 @@ std::vector<std::string> inapplicable_flags(const RunOptions& o, const Generatio
   if (!c.do_sample && flags > 0)
     out.push_back(sampling + (flags == 1 ? " only applies" : " only apply") +
                   " with --do-sample: this decoding is greedy");
+  else if (c.do_sample && !c.sampling() && flags > 0)
+    out.push_back(sampling + (flags == 1 ? " does" : " do") +
+                  " not apply with --temperature 0: this decoding is greedy");
   if (c.prompt_lookup_num_tokens == 0 &&
       (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
        o.gen.prompt_lookup_match != plain.prompt_lookup_match))
@@ -198,8 +202,8 @@ void check_flags(RunOptions& o, bool chat) {
 Loaded load(RunOptions& o, bool chat) {
   check_flags(o, chat);
   // A path that is no checkpoint is named as such before any message about its tokenizer.
-  for (const std::string* path : {&o.model, &o.draft})
-    if (!path->empty()) ModelConfig::from_path(*path);
+  const ModelConfig target_config = ModelConfig::from_path(o.model);
+  if (!o.draft.empty()) ModelConfig::from_path(o.draft);
   Loaded l;
   const std::string tok_dir = !o.tokenizer.empty()     ? o.tokenizer
                               : has_tokenizer(o.model) ? o.model
@@ -213,7 +217,7 @@ Loaded load(RunOptions& o, bool chat) {
       throw Error(o.model + " has no tokenizer: give --tokenizer, which serve needs");
     // Chat requests need a template; without one they are refused (completions still work).
     try {
-      l.chat = chat_template(o, tok_dir);
+      l.chat = chat_template(o, o.model, tok_dir);
     } catch (const Error& e) {
       if (!o.chat_template.empty()) throw;
       std::cerr << "specdec serve: " << e.what() << " (/v1/chat/completions is refused)\n";
@@ -223,7 +227,7 @@ Loaded load(RunOptions& o, bool chat) {
       throw Error("--chat needs a text prompt (--prompt or stdin), not --prompt-ids");
     if (!l.tokenizer)
       throw Error(o.model + " has no tokenizer: give --tokenizer, which chat needs");
-    l.chat = chat_template(o, tok_dir);
+    l.chat = chat_template(o, o.model, tok_dir);
     require_utf8_in(o.system, "--system");
   }
   const char* empty_prompt =
@@ -233,6 +237,9 @@ Loaded load(RunOptions& o, bool chat) {
     // Requests come later (serve), or are read and checked by run_prompts_file.
   } else if (!o.prompt_ids.empty()) {
     l.prompt = parse_ids(o.prompt_ids);
+    for (const int64_t id : l.prompt)
+      SPECDEC_CHECK(id >= 0 && id < target_config.vocab_size, "--prompt-ids: token id ", id,
+                    " is outside the vocabulary [0, ", target_config.vocab_size, ")");
   } else if (o.chat) {
     const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
     if (text.empty()) throw Error(empty_prompt);

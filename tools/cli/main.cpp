@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
         "--exit-layers", fx.exit_layers,
         "Scale the attention and MLP outputs of layers >= N by --exit-scale (o_proj/down_proj; "
         "gemma3: the post-norms) (synthetic early-exit pair; 0 with --exit-scale 0: a bigram "
-        "model that still runs every layer)")
+        "model that still runs every layer; -1: none)")
       ->capture_default_str();
   mk->add_option("--exit-scale", fx.exit_scale, "See --exit-layers")->capture_default_str();
   mk->add_flag("--gated", fx.gated_act,

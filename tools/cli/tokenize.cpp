@@ -13,12 +13,9 @@ int run_tokenize(const TokenizeOptions& o) {
   const std::string text = o.text_given ? o.text : read_stdin("--text");
   std::optional<std::string> rendered;  // --chat: the prompt the template makes of the text
   if (o.chat) {
-    RunOptions ro;  // the template as generate --chat finds it
-    ro.model = o.dir;
-    ro.chat_template = o.chat_template;
     require_utf8_in(text, o.text_given ? "--text" : "the text (stdin)");
     require_utf8_in(o.system, "--system");
-    const ChatTemplate t = chat_template(ro, o.dir);
+    const ChatTemplate t = chat_template(o, o.dir, o.dir);  // as generate --chat finds it
     end_of_turn_token(t, *tok);  // warns about a template made for another model
     rendered = t.render(one_turn(o.system_message(), text), true);
   } else if (o.system_given || !o.chat_template.empty()) {
