@@ -1,5 +1,6 @@
 // The request engine (private): the rows of one batch from admission to their results, one
-// iteration (step) at a time. Generator::generate, generate_batch and --prompts-file all run on it.
+// iteration (step) at a time. Generator::generate, generate_batch, --prompts-file and RequestEngine
+// (hence specdec serve) all run on it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -142,8 +143,8 @@ class VectorSource final : public RowSource {
 // running rows, verifies them in one target pass, commits a different number of tokens per row
 // and streams them, and retires the rows that finished (an encoder-decoder model's rows too: each
 // row's encoder pass runs as it joins). `use_draft`: the draft
-// model is loaded, and the rows that do not ask for prompt lookup draft with it (the others by
-// prompt lookup, or not at all, row by row).
+// model is loaded, and the rows that do not ask for prompt lookup or suffix speculation draft with
+// it (the others by those, or not at all, row by row).
 class Engine {
  public:
   Engine(EngineModels models, GeneratorState& state, RowSource& source, bool use_draft,
