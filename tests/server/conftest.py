@@ -368,6 +368,9 @@ def read_sse(resp):
     assert resp.status_code == 200, f"streaming request gave {resp.status_code} {resp.text[:500]}"
     ctype = resp.headers.get("Content-Type", "")
     assert ctype.startswith("text/event-stream"), f"stream Content-Type {ctype!r}"
+    # A proxy neither caches nor buffers it (nginx reads X-Accel-Buffering).
+    assert resp.headers.get("Cache-Control") == "no-cache", resp.headers
+    assert resp.headers.get("X-Accel-Buffering") == "no", resp.headers
     buf = b""
     for piece in resp.iter_content(chunk_size=None):
         buf += piece

@@ -1,5 +1,6 @@
 """`specdec serve`: the OpenAI-compatible routes, answers equal to `specdec generate`, metrics, logs."""
 
+import datetime
 import json
 import os
 import re
@@ -896,11 +897,27 @@ def test_request_log_lines(server):
     assert len(lines("GET", "/no-such-route", "404")) == n_missing + 1, server.log_tail()
 
 
+def test_a_refused_request_is_counted_and_logged_with_its_code(server):
+    before = metrics(server)
+    r = server.post("/v1/completions", {"prompt": "x", "max_tokens": -1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
+    after = metrics(server)
+    for status, grew in (("refused", 1), ("error", 0), ("ok", 0)):
+        got = after.value("specdec:requests", "specdec:requests_total", status=status) - \
+            before.value("specdec:requests", "specdec:requests_total", status=status)
+        assert got == grew, f"requests_total{{status={status!r}}} grew by {got}, not {grew}"
+    # The log says why (the error's code and param), and never the message
+    assert wait_for(lambda: any(l.startswith("POST /v1/completions 400") and
+                                l.endswith(" error invalid_value (max_tokens)")
+                                for l in server.log_text().splitlines())), server.log_tail()
+
+
 def test_json_log():
     s = start_server("--log-format", "json")
     try:
         j = complete(s, prompt=COUNT, max_tokens=4, temperature=0)
         s.get("/v1/models")
+        assert s.post("/v1/chat/completions", {"messages": [], "max_tokens": 1}).status_code == 400
 
         def records():
             out = []
@@ -914,16 +931,23 @@ def test_json_log():
                     assert not line.strip(), f"a log line that is not JSON: {line!r}"
             return out
 
-        assert wait_for(lambda: len(records()) >= 2), s.log_tail()
+        paths = {"/v1/completions", "/v1/models", "/v1/chat/completions"}
+        assert wait_for(lambda: paths <= {r["path"] for r in records()}), s.log_tail()
         recs = records()
         for r in recs:
-            assert {"method", "path", "status", "ms"} <= set(r), r
+            assert list(r)[:5] == ["time", "method", "path", "status", "ms"], r
             assert isinstance(r["ms"], (int, float)) and r["ms"] >= 0, r
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["time"]), r
+            when = datetime.datetime.strptime(r["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            assert abs((datetime.datetime.utcnow() - when).total_seconds()) < 600, r
         comp = [r for r in recs if r["path"] == "/v1/completions"]
         assert len(comp) == 1, recs
         assert comp[0]["method"] == "POST" and comp[0]["status"] == 200, comp
         assert comp[0]["prompt_tokens"] == j["usage"]["prompt_tokens"], (comp, j["usage"])
         assert comp[0]["completion_tokens"] == j["usage"]["completion_tokens"], (comp, j["usage"])
+        refused = [r for r in recs if r["path"] == "/v1/chat/completions"]
+        assert len(refused) == 1 and refused[0]["status"] == 400, recs
+        assert refused[0]["error"] == "invalid_value" and refused[0]["param"] == "messages", refused
         models = [r for r in recs if r["path"] == "/v1/models"]
         assert len(models) == 1 and models[0]["method"] == "GET" and models[0]["status"] == 200, recs
         messages = [json.loads(l)["message"] for l in s.log_text().splitlines() if '"message"' in l]

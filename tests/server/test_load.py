@@ -229,7 +229,7 @@ TTFT_FAMILY = ("specdec:time_to_first_token_seconds", "specdec:time_to_first_tok
 
 
 def counts(m):
-    return {s: m.value(*REQ_FAMILY, status=s) for s in ("ok", "error", "cancelled")}
+    return {s: m.value(*REQ_FAMILY, status=s) for s in ("ok", "refused", "error", "cancelled")}
 
 
 def settle(server, want_total):
@@ -338,7 +338,7 @@ def test_load_200_requests_16_clients():
     n_abandoned = N_REQUESTS // DISCONNECT_EVERY
     assert running == 0 and waiting == 0, \
         f"{SETTLE_S} s after the load: running {running}, waiting {waiting}; requests_total grew by {grew}"
-    assert grew["error"] == 0, f"requests_total grew by {grew}\n{s.describe()}"
+    assert grew["error"] == 0 and grew["refused"] == 0, f"requests_total grew by {grew}\n{s.describe()}"
     assert 1 <= grew["cancelled"] <= n_abandoned, f"requests_total grew by {grew}"
     assert grew["ok"] >= N_REQUESTS - n_abandoned, f"requests_total grew by {grew}"
     assert grew["ok"] + grew["cancelled"] == N_REQUESTS, f"requests_total grew by {grew} for {N_REQUESTS} requests"

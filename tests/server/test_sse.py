@@ -212,6 +212,10 @@ def sigterm_mid_stream(s, body):
         assert time.monotonic() < deadline, "GET /health still 200 5 s after SIGTERM"
         time.sleep(0.02)
     assert h.status_code == 503 and h.json() == {"status": "shutting down"}, (h.status_code, h.text)
+    # A request refused while it drains ends its connection, so that a proxy sends the next elsewhere.
+    refused = requests.post(s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, timeout=5)
+    assert refused.status_code == 503, (refused.status_code, refused.text)
+    assert refused.headers.get("Connection", "").lower() == "close", refused.headers
     for piece in it:
         buf += piece
     content = [c for c in parse_sse_bytes(buf) if c.get("choices")]  # ends with data: [DONE]
@@ -235,6 +239,9 @@ def test_sigterm_while_streaming():
 
 def test_sigterm_deadline_aborts():
     # An answer the shutdown deadline cuts off ends with finish_reason "abort", not "length".
-    content = sigterm_mid_stream(start_server("--shutdown-timeout", "0.3"),
-                                 {"prompt": COUNT, "max_tokens": 600, "temperature": 0})
+    s = start_server("--shutdown-timeout", "0.3")
+    content = sigterm_mid_stream(s, {"prompt": COUNT, "max_tokens": 600, "temperature": 0})
     assert content[-1]["choices"][0]["finish_reason"] == "abort", content[-1]
+    # ... and its log line says the server cut it (not the client)
+    cut = [l for l in s.log_text().splitlines() if l.startswith("POST /v1/completions 200")]
+    assert len(cut) == 1 and cut[0].endswith(" aborted"), s.log_tail()

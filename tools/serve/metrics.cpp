@@ -25,7 +25,8 @@ Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(prometheus::BuildCounter()
                     .Name("specdec:requests_total")
-                    .Help("Requests by how they ended: ok, error (refused or failed), cancelled")
+                    .Help("Requests by how they ended: ok, refused (4xx), error (failed, 5xx), "
+                          "cancelled")
                     .Register(*registry_)),
       prompt_tokens_(
           counter(*registry_, "specdec:prompt_tokens_total", "Prompt tokens of finished requests")),
@@ -51,7 +52,8 @@ Metrics::Metrics()
           *registry_, "specdec:inter_token_latency_seconds",
           "Between consecutive tokens of a request (a group verified together shares its interval)",
           {0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2})) {
-  for (const char* status : {"ok", "error", "cancelled"}) requests_.Add({{"status", status}});
+  for (const char* status : {"ok", "refused", "error", "cancelled"})
+    requests_.Add({{"status", status}});
   accepted_per_pos_.Add({{"position", "0"}});  // the family is listed before the first draft
 }
 
@@ -69,7 +71,9 @@ void Metrics::finished(const std::string& status, const GenerationStats& s) {
         .Increment(static_cast<double>(s.accepted_at_position[i]));
 }
 
-void Metrics::refused() { requests_.Add({{"status", "error"}}).Increment(); }
+void Metrics::refused(int http_status) {
+  requests_.Add({{"status", http_status >= 500 ? "error" : "refused"}}).Increment();
+}
 
 std::string Metrics::render(int64_t waiting, int64_t running) {
   waiting_.Set(static_cast<double>(waiting));

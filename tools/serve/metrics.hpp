@@ -22,7 +22,9 @@ class Metrics {
   Metrics();
   // A request that ended: "ok", "error" or "cancelled", with its stats.
   void finished(const std::string& status, const GenerationStats& stats);
-  void refused();  // a request refused before it ran (bad input, full queue): status "error"
+  // A request refused before it ran: status "refused" for a 4xx (bad input, an unknown model, a
+  // full queue), "error" for a 5xx.
+  void refused(int http_status);
   void first_token(double seconds) { ttft_.Observe(seconds); }
   void inter_token(double seconds) { itl_.Observe(seconds); }
   // The Prometheus text exposition, with the queue and batch now.

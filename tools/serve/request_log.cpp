@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 namespace specdec::serve {
@@ -24,18 +26,39 @@ std::string printable(const std::string& s) {
   return out;
 }
 
+// The time now as 2026-01-02T03:04:05.678Z.
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[40];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms.count()));
+  return out;
+}
+
 }  // namespace
 
 std::string request_log_line(const std::string& format, const std::string& method,
                              const std::string& path, int status, double ms, const LogFields& f) {
   if (format == "json") {
-    nlohmann::ordered_json line = {
-        {"method", method}, {"path", path}, {"status", status}, {"ms", std::round(ms * 10) / 10}};
+    nlohmann::ordered_json line = {{"time", utc_now()},
+                                   {"method", method},
+                                   {"path", path},
+                                   {"status", status},
+                                   {"ms", std::round(ms * 10) / 10}};
     if (f.prompt_tokens >= 0) {
       line["prompt_tokens"] = f.prompt_tokens;
       line["completion_tokens"] = f.completion_tokens;
     }
     if (f.cancelled) line["cancelled"] = true;
+    if (f.aborted) line["aborted"] = true;
+    if (!f.error.empty()) line["error"] = f.error;
+    if (!f.param.empty()) line["param"] = f.param;
     return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   }
   char buf[64];
@@ -46,6 +69,9 @@ std::string request_log_line(const std::string& format, const std::string& metho
     text += " prompt " + std::to_string(f.prompt_tokens) + " completion " +
             std::to_string(f.completion_tokens);
   if (f.cancelled) text += " cancelled";
+  if (f.aborted) text += " aborted";
+  if (!f.error.empty()) text += " error " + printable(f.error);
+  if (!f.param.empty()) text += " (" + printable(f.param) + ")";
   return text + "\n";
 }
 

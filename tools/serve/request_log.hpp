@@ -11,14 +11,17 @@ namespace specdec::serve {
 struct LogFields {
   std::chrono::steady_clock::time_point start;
   int64_t prompt_tokens = -1, completion_tokens = -1;
-  bool cancelled = false;  // its client left before the answer's end
-  bool close = false;      // its body is left unread: the connection ends after the response
-  bool counted = false;    // in Server::in_flight_ (a request that reached routing)
+  bool cancelled = false;    // its client left before the answer's end
+  bool close = false;        // its body is left unread: the connection ends after the response
+  bool counted = false;      // in Server::in_flight_ (a request that reached routing)
+  bool aborted = false;      // its answer was cut short by the server (the shutdown deadline)
+  std::string error, param;  // a failed request's error code (else type) and param
 };
 
 // A request's line (ending in "\n"): method, path, status, milliseconds, the generation routes'
-// tokens and whether the client left. `format`: "text" (the client's control bytes as \xNN, so
-// that a decoded %0a cannot start a forged line) or "json".
+// tokens, whether the client left or the server cut the answer short, a failure's error code and
+// param; JSON lines begin with the time written (UTC, ISO 8601). `format`: "text" (the client's
+// control bytes as \xNN, so that a decoded %0a cannot start a forged line) or "json".
 std::string request_log_line(const std::string& format, const std::string& method,
                              const std::string& path, int status, double ms, const LogFields& f);
 

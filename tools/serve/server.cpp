@@ -268,7 +268,17 @@ class Server {
 
   void send_error(httplib::Response& res, const ApiError& e) {
     if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-    send_json(res, e.status, error_json(e.status, e.what(), e.param, e.code));
+    const json body = error_json(e.status, e.what(), e.param, e.code);
+    note_error(body);
+    send_json(res, e.status, body);
+  }
+  // The log line says why a request failed: its error's code (else type) and param, never the
+  // message (which may quote what the client sent).
+  static void note_error(const json& body) {
+    const json& e = body["error"];
+    t_log.error =
+        e["code"].is_string() ? e["code"].get<std::string>() : e["type"].get<std::string>();
+    t_log.param = e["param"].is_string() ? e["param"].get<std::string>() : "";
   }
 
   // Runs a handler, answering its errors in OpenAI's shape.
@@ -287,7 +297,7 @@ class Server {
         throw ApiError(500, e.what());
       }
     } catch (const ApiError& e) {
-      if (generation) metrics_.refused();
+      if (generation) metrics_.refused(e.status);
       send_error(res, e);
     }
   }
@@ -315,9 +325,13 @@ class Server {
     const auto handler = [this, generation, f](const httplib::Request& req,
                                                httplib::Response& res) {
       if (!authorized(req)) return refuse_unauthorized(res);
-      if (!ready_ || draining_)
-        return send_error(
+      if (!ready_ || draining_) {
+        send_error(
             res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
+        // A client (or proxy) keeping the connection would send its next request here again.
+        if (draining_) res.set_header("Connection", "close"), t_log.close = true;
+        return;
+      }
       guarded(res, generation, [&] { f(req, res); });
     };
     if (post)
@@ -637,10 +651,11 @@ class Server {
       const GenerationStats& s = job->result.stats;
       t_log.completion_tokens = s.new_tokens;
       if (s.stop_reason == "error") throw ApiError(500, "generation failed: " + job->result.error);
+      const std::string finish = finish_reason(job->stopped, s.stop_reason);
+      t_log.aborted = finish == "abort" && !t_log.cancelled;
       json out = head;
-      out["choices"] =
-          json::array({choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr, false,
-                              finish_reason(job->stopped, job->result.stats.stop_reason))});
+      out["choices"] = json::array(
+          {choice(chat, job->text, p.logprobs ? &job->logprobs : nullptr, false, finish)});
       out["usage"] = usage(s);
       out["speculative"] = speculative(s);
       send_json(res, 200, out);
@@ -654,6 +669,7 @@ class Server {
     auto st = std::make_shared<StreamState>();
     const bool logprobs = p.logprobs, include_usage = p.include_usage;
     res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");  // nginx passes each event on at once
     const httplib::ContentProviderWithoutLength events = [this, job, st, head, chat, logprobs,
                                                           include_usage, id,
                                                           sock](size_t, httplib::DataSink& sink) {
@@ -700,11 +716,14 @@ class Server {
       const GenerationStats& s = job->result.stats;
       t_log.completion_tokens = s.new_tokens;
       if (s.stop_reason == "error") {
-        event(error_json(500, "generation failed: " + job->result.error));
+        const json failure = error_json(500, "generation failed: " + job->result.error);
+        note_error(failure);
+        event(failure);
       } else {
+        const std::string finish = finish_reason(job->stopped, s.stop_reason);
+        t_log.aborted = finish == "abort";
         json c = head;
-        c["choices"] = json::array({choice(
-            chat, "", nullptr, true, finish_reason(job->stopped, job->result.stats.stop_reason))});
+        c["choices"] = json::array({choice(chat, "", nullptr, true, finish)});
         if (chat) c["choices"][0]["delta"] = json::object();
         event(c);
         if (include_usage) {
