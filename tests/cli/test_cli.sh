@@ -73,7 +73,8 @@ assert a['stats']['trace']==b['stats']['trace'] and a['tokens']==b['tokens'], (a
 assert a['stats']['trace']!=json.loads(sys.argv[6])['stats']['trace'], 'dynamic with 0.9 drafted as constant K=5'
 assert c['stats']['trace']==d['stats']['trace'] and c['stats']['drafted_tokens'] > 0, (c, d)
 assert e['stats']['drafted_tokens'] == 0" "$short" "$long" "$lookup_short" "$lookup_long" \
-  "$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json)" "$out"
+  "$("$SPECDEC" generate --model "$work/t" --prompt-ids 5,6,7,5,6,7,5,6 --max-new-tokens 12 --json)" \
+  "$("$SPECDEC" generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --max-new-tokens 12 --json --schedule constant)"
 
 # ... and as per-request keys of --prompts-file, where they give the runs of the flags (values chosen
 # so that they change the run: threshold 0.05 drafts more than the default 0.4, n-grams of 1 match
@@ -537,7 +538,7 @@ import json,subprocess,sys
 out=subprocess.run(sys.argv[1:],capture_output=True,text=True,check=True).stdout
 assert json.loads(out)['tokens']==[9]*4, out
 " "$SPECDEC" generate --model "$work/tt" --prompts-file "$work/bias.jsonl" --prompt-lookup 2
-printf '{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6}\n{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6, "prompt_lookup_num_tokens": 2}\n{"prompt_ids": [7, 8, 7], "max_new_tokens": 5}\n' > "$work/mixed.jsonl"
+printf '{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6}\n{"prompt_ids": [5, 6, 5, 6, 5], "max_new_tokens": 6, "prompt_lookup_num_tokens": 2, "num_assistant_tokens_schedule": "constant"}\n{"prompt_ids": [7, 8, 7], "max_new_tokens": 5}\n' > "$work/mixed.jsonl"
 mixed_alone=$("$SPECDEC" generate --model "$work/tt" --prompt-ids 7,8,7 --max-new-tokens 5 --json)
 check "--prompts-file: requests with and without prompt lookup in one file, --batch-size 2" python3 -c "
 import json,subprocess,sys

@@ -227,11 +227,36 @@ TEST(Batch, GoodputJoiningRowsSkipARejectedDraft) {
   }
 }
 
+// A model that runs another one, sleeping `ms` before each of its first `stalled` passes: a draft
+// whose first passes ran beside other busy processes on an oversubscribed machine, or a target
+// whose passes cost far more than the draft's whatever the machine's load (timed tests).
+class StalledModel final : public Model {
+ public:
+  StalledModel(std::shared_ptr<const Model> inner, int stalled, int ms)
+      : Model(inner->config(), inner->device(), inner->dtype()),
+        inner_(std::move(inner)),
+        stalled_(stalled),
+        ms_(ms) {}
+  at::Tensor forward(const at::Tensor& ids, KVCache& cache, int64_t keep_last,
+                     const std::vector<int64_t>& row_tokens,
+                     const std::vector<TokenTree>& trees) const override {
+    if (calls_++ < stalled_) std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    return inner_->forward(ids, cache, keep_last, row_tokens, trees);
+  }
+
+ private:
+  std::shared_ptr<const Model> inner_;
+  int stalled_, ms_;
+  mutable std::atomic<int> calls_{0};
+};
+
 // goodput in a fresh Generator times every pass its plans can make up to cap / 2 + 1 tokens with
 // real iterations, K = 1, 2, ..., 6 in turn (cap 12), before it plans on the cost curve: between
 // observed sizes the curve would be interpolated, and a pass over more tokens can cost less than
 // one over fewer. The draft is the target's first layer and the target's other layers add nothing
-// (exit scale 0), so every drafted token is accepted and drafting pays whatever the timings.
+// (exit scale 0), so every drafted token is accepted; each target pass sleeps 40 ms, so that the
+// draft's pass (under a millisecond; a few under the sanitizers) costs far less whatever else the
+// machine runs, and drafting pays: goodput explores only while it does.
 TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
   const ThreadsGuard one_thread(1);  // timed passes: see above
   const Pair p = accepted_draft_pair();
@@ -240,7 +265,8 @@ TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
   c.num_assistant_tokens = 12;
   c.num_assistant_tokens_schedule = "goodput";
   const std::vector<int64_t> prompt{5, 9, 14, 3};
-  const GenerationResult r = Generator(p.target, p.draft).generate(prompt, c);
+  const auto slow_target = std::make_shared<StalledModel>(p.target, 1 << 30, 40);
+  const GenerationResult r = Generator(slow_target, p.draft).generate(prompt, c);
   EXPECT_EQ(r.tokens, Generator(p.target).generate(prompt, c).tokens);
   EXPECT_EQ(r.stats.accepted_tokens, r.stats.drafted_tokens);
   ASSERT_GE(r.stats.trace.size(), 7u);
@@ -248,29 +274,9 @@ TEST(Batch, GoodputTimesEveryPassSizeBeforePlanningOnTheCurve) {
     EXPECT_EQ(r.stats.trace[static_cast<size_t>(k)][0], k) << "pass " << k;
 }
 
-// A model that runs another one, sleeping before each of its first `stalled` passes: a draft whose
-// first passes ran beside other busy processes on an oversubscribed machine.
-class StalledModel final : public Model {
- public:
-  StalledModel(std::shared_ptr<const Model> inner, int stalled)
-      : Model(inner->config(), inner->device(), inner->dtype()),
-        inner_(std::move(inner)),
-        stalled_(stalled) {}
-  at::Tensor forward(const at::Tensor& ids, KVCache& cache, int64_t keep_last,
-                     const std::vector<int64_t>& row_tokens,
-                     const std::vector<TokenTree>& trees) const override {
-    if (calls_++ < stalled_) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    return inner_->forward(ids, cache, keep_last, row_tokens, trees);
-  }
-
- private:
-  std::shared_ptr<const Model> inner_;
-  int stalled_;
-  mutable std::atomic<int> calls_{0};
-};
-
 // goodput times the draft on its passes, and at K = 0 it runs none: a draft whose first timed pass
-// stalled (100 ms against about a millisecond) looks too slow to pay, and without re-timing it
+// stalled (400 ms against a target pass of a few milliseconds, tens under the sanitizers on a busy
+// machine) looks too slow to pay, and without re-timing it
 // would stay off for the Generator's life. After Generator::kRetimeFirst iterations at K = 0 that
 // the draft's cost alone decides, goodput drafts 2 tokens (the first probe's shape), which times
 // the draft again. The pair: accepted_draft_pair.
@@ -283,7 +289,7 @@ TEST(Batch, GoodputTimesADraftAgainThatLookedTooSlow) {
   c.num_assistant_tokens_schedule = "goodput";
   const std::vector<int64_t> prompt{5, 9, 14, 3};
   // The probe's prefill and its two draft passes (the second one timed) stall.
-  const auto stalled = std::make_shared<StalledModel>(p.draft, 3);
+  const auto stalled = std::make_shared<StalledModel>(p.draft, 3, 400);
   const GenerationResult r = Generator(p.target, stalled).generate(prompt, c);
   EXPECT_EQ(r.tokens, Generator(p.target).generate(prompt, c).tokens);
   ASSERT_GE(r.stats.trace.size(), 2u);
