@@ -350,6 +350,11 @@ def test_api_key(key_server):
     assert_error(s, s.get("/v1/completions"), 401)
     assert_error(s, s.get("/v1/nope", headers=ok), 404)
     assert_error(s, s.get("/v1/completions", headers=ok), 405)
+    # ... and on the key's other routes: GET /tokenize says nothing of the POST route without it
+    assert_error(s, s.get("/tokenize"), 401)
+    assert_error(s, s.get("/tokenize", headers=ok), 405)
+    assert s.get("/metrics").status_code == 200, "/metrics needs no key"
+    assert_error(s, s.post("/metrics"), 405)  # a route without the key: its 405 as it is
     # The official client sends the key as a bearer token.
     assert make_client(s, api_key="sekret").completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2).choices
     with pytest.raises(openai.AuthenticationError):

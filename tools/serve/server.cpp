@@ -338,7 +338,7 @@ class Server {
       http_.Post(path, handler);
     else
       http_.Get(path, handler);
-    methods_.emplace_back(std::regex(path), post ? "POST" : "GET");
+    methods_.push_back({std::regex(path), post ? "POST" : "GET", true});
   }
 
   // A refusal of a request whose body is left unread: the connection ends after the answer (log()
@@ -352,7 +352,7 @@ class Server {
 
   void get(const char* path, httplib::Server::Handler handler) {
     http_.Get(path, std::move(handler));
-    methods_.emplace_back(std::regex(path), "GET");
+    methods_.push_back({std::regex(path), "GET", false});
   }
 
   void routes() {
@@ -401,19 +401,20 @@ class Server {
     });
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      // Under /v1 the key comes first, as it does on the routes there: without it, a client
-      // learns nothing of which paths exist.
-      if ((res.status == 404 || res.status == 405) && req.path.rfind("/v1/", 0) == 0 &&
+      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const Route& r) {
+        return std::regex_match(req.path, r.path);
+      });
+      // Under /v1, and on a path the key guards, the key comes first, as it does on the routes:
+      // without it, a client learns nothing of which paths exist.
+      if ((res.status == 404 || res.status == 405) &&
+          (req.path.rfind("/v1/", 0) == 0 || (route != methods_.end() && route->keyed)) &&
           !authorized(req))
         return refuse_unauthorized(res);
       std::string message = status_text(res.status);
-      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const auto& m) {
-        return std::regex_match(req.path, m.first);
-      });
       if (res.status == 404 && route != methods_.end()) {
         res.status = 405;  // a route of another method
-        res.set_header("Allow", route->second);
-        message = req.path + " takes " + route->second + ", not " + req.method;
+        res.set_header("Allow", route->method);
+        message = req.path + " takes " + route->method + ", not " + req.method;
       } else if (res.status == 404) {
         message = "no route " + req.method + " " + req.path;
       } else if (res.status == 400 && t_log.counted && !req.is_multipart_form_data() &&
@@ -438,8 +439,9 @@ class Server {
       const char* code = res.status == 405   ? "method_not_allowed"
                          : res.status == 413 ? "body_too_large"
                                              : "";
-      res.set_content(error_json(res.status, message, "", code)
-                          .dump(-1, ' ', false, json::error_handler_t::replace),
+      const json body = error_json(res.status, message, "", code);
+      note_error(body);
+      res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
                       "application/json");
     });
     http_.set_logger(
@@ -447,10 +449,10 @@ class Server {
     http_.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
       res.status = 204;
       // The methods of the path (RFC 9110 9.3.7), as a 405 names them.
-      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const auto& m) {
-        return std::regex_match(req.path, m.first);
+      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const Route& r) {
+        return std::regex_match(req.path, r.path);
       });
-      res.set_header("Allow", route == methods_.end() ? "OPTIONS" : route->second + ", OPTIONS");
+      res.set_header("Allow", route == methods_.end() ? "OPTIONS" : route->method + ", OPTIONS");
       if (!o_.cors.empty()) {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         // The headers the page asked for (OpenAI's JavaScript client sends X-Stainless-* ones);
@@ -767,8 +769,14 @@ class Server {
   std::condition_variable shutdown_;
   std::mutex ids_mutex_;
   std::set<RequestEngine::Id> ids_;  // requests not answered yet (cancelled at the deadline)
-  // The path pattern and method of each route (other methods get 405).
-  std::vector<std::pair<std::regex, std::string>> methods_;
+  // The path pattern and method of each route (other methods get 405), and whether the API key
+  // guards it.
+  struct Route {
+    std::regex path;
+    std::string method;
+    bool keyed;  // behind --api-key
+  };
+  std::vector<Route> methods_;
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
 };
 
