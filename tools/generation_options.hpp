@@ -91,9 +91,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
                   "Drop tokens below min_p * max probability, in [0, 1) (0 = off)")
       ->capture_default_str();
   app->add_option("--repetition-penalty", gen.repetition_penalty,
-                  "Divide the logit of a token already in the prompt or answer by this when "
-                  "positive, multiply "
-                  "it when negative (> 0; 1 = off)")
+                  "Divide the logit of a token already in the prompt or answer by this where the "
+                  "logit is positive, multiply it where negative (> 0; 1 = off)")
       ->capture_default_str();
   app->add_option(
          "--frequency-penalty", gen.frequency_penalty,

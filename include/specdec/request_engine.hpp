@@ -74,9 +74,10 @@ class RequestEngine {
   // draft with the Generator's draft model (its num_assistant_tokens and schedule), or run
   // target-only without one; all share the running batch. The Generator must outlive this (it is
   // kept by reference: a temporary is refused). Throws Error for options out of range, and for a
-  // context past the target's max_position_embeddings (GPT-2's 1024 is less than the default).
+  // context past a decoder-only target's max_position_embeddings (GPT-2's 1024 is less than the
+  // default).
   RequestEngine(const Generator& generator, Options options);
-  RequestEngine(Generator&&, Options) = delete;
+  RequestEngine(const Generator&&, Options) = delete;
   // Drops the requests still queued or running without calling their on_finished (stop() and
   // let run() return, or cancel them and step() until it returns false, to finish them first).
   ~RequestEngine();

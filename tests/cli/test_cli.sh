@@ -122,9 +122,9 @@ expect_error "missing model folder" "/nonexistent: no such file or folder" gener
 expect_error "Hugging Face's no_repeat_ngram_size: not implemented, and what there is" \
   "generate has no flag --no-repeat-ngram-size (not implemented: the samplers are" \
   generate --model "$work/t" --prompt-ids 1 --no_repeat_ngram_size 3
-expect_error "an integer flag given a word" '--threads: "abc" is not a value it takes (a whole number is expected)' \
+expect_error "an integer flag given a word" '--threads: "abc" is not a value it takes (a whole number within its range is expected)' \
   generate --model "$work/t" --prompt-ids 1 --threads abc
-expect_error "... or a number in another notation" '--max-new-tokens: "1e3" is not a value it takes (a whole number is expected)' \
+expect_error "... or a number in another notation" '--max-new-tokens: "1e3" is not a value it takes (a whole number within its range is expected)' \
   generate --model "$work/t" --prompt-ids 1 --max-new-tokens 1e3
 expect_error "a real flag given a word" '--top-p: "abc" is not a value it takes (a number is expected)' \
   generate --model "$work/t" --prompt-ids 1 --top-p abc
@@ -183,6 +183,9 @@ check "Hugging Face's snake_case names are the dashed flags" bash -c \
 expect_error "an unknown subcommand names the closest" "unknown subcommand 'gen' (did you mean generate?)" gen --model "$work/t"
 expect_error "an unknown flag names the closest" "generate has no flag --promt (did you mean --prompt?)" \
   generate --model "$work/t" --promt hi
+expect_error "... a switch's too" "generate has no flag --do-sampel (did you mean --do-sample?)" \
+  generate --model "$work/t" --prompt-ids 1 --do-sampel
+check "--help followed by a word is still the help" bash -c "\"\$0\" generate --help foo | grep -q -- '--max-new-tokens'" "$SPECDEC"
 expect_error "... or what to do instead" "generate has no flag --num-beams (beam search is not supported" \
   generate --model "$work/t" --prompt-ids 1 --num-beams 2
 expect_error "... transformers' assistant_model is --draft" "generate has no flag --assistant-model (the draft model is --draft)" \

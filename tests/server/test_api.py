@@ -898,6 +898,8 @@ def test_request_log_lines(server):
 
 
 def test_a_refused_request_is_counted_and_logged_with_its_code(server):
+    lines_before = sum(l.startswith("POST /v1/completions 400") and l.endswith(" error invalid_value (max_tokens)")
+                       for l in server.log_text().splitlines())
     before = metrics(server)
     r = server.post("/v1/completions", {"prompt": "x", "max_tokens": -1})
     assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens", r.text
@@ -907,9 +909,10 @@ def test_a_refused_request_is_counted_and_logged_with_its_code(server):
             before.value("specdec:requests", "specdec:requests_total", status=status)
         assert got == grew, f"requests_total{{status={status!r}}} grew by {got}, not {grew}"
     # The log says why (the error's code and param), and never the message
-    assert wait_for(lambda: any(l.startswith("POST /v1/completions 400") and
-                                l.endswith(" error invalid_value (max_tokens)")
-                                for l in server.log_text().splitlines())), server.log_tail()
+    def logged():
+        return sum(l.startswith("POST /v1/completions 400") and l.endswith(" error invalid_value (max_tokens)")
+                   for l in server.log_text().splitlines())
+    assert wait_for(lambda: logged() == lines_before + 1), server.log_tail()
 
 
 def test_json_log():

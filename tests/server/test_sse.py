@@ -212,10 +212,6 @@ def sigterm_mid_stream(s, body):
         assert time.monotonic() < deadline, "GET /health still 200 5 s after SIGTERM"
         time.sleep(0.02)
     assert h.status_code == 503 and h.json() == {"status": "shutting down"}, (h.status_code, h.text)
-    # A request refused while it drains ends its connection, so that a proxy sends the next elsewhere.
-    refused = requests.post(s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, timeout=5)
-    assert refused.status_code == 503, (refused.status_code, refused.text)
-    assert refused.headers.get("Connection", "").lower() == "close", refused.headers
     for piece in it:
         buf += piece
     content = [c for c in parse_sse_bytes(buf) if c.get("choices")]  # ends with data: [DONE]
@@ -226,6 +222,29 @@ def sigterm_mid_stream(s, body):
         raise AssertionError(f"no exit within 30 s of SIGTERM\n{s.describe()}")
     assert rc == 0, f"exit status {rc} after SIGTERM\n{s.describe()}"
     return content
+
+
+def test_a_request_while_draining_is_refused_and_its_connection_closed():
+    # A long answer keeps the server draining (30 s to finish it) while the request comes.
+    s = start_server("--shutdown-timeout", "30")
+    try:
+        r = stream_post(s, "/v1/completions", {"prompt": COUNT, "max_tokens": 600, "temperature": 0,
+                                               "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        next(r.iter_content(chunk_size=None))
+        s.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while requests.get(s.url + "/health", timeout=5).status_code == 200:
+            assert time.monotonic() < deadline, "GET /health still 200 5 s after SIGTERM"
+            time.sleep(0.02)
+        # Refused with Connection: close, so that a proxy sends its next request elsewhere.
+        refused = requests.post(s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}, timeout=5)
+        assert refused.status_code == 503, (refused.status_code, refused.text)
+        assert refused.headers.get("Connection", "").lower() == "close", refused.headers
+        r.close()  # the client leaves: its request is cancelled and the server exits
+        assert s.proc.wait(30) == 0, s.describe()
+    finally:
+        s.stop()
 
 
 def test_sigterm_while_streaming():

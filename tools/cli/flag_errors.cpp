@@ -108,10 +108,11 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
     for (const std::string& n : names) m += (&n == &names[0] ? " " : ", ") + n;
     return m + " (specdec --help says what each does)";
   }
-  std::vector<std::string> flags, switches;
+  std::vector<std::string> flags, switches;  // (--help as a flag: `--help WORD` is help)
   for (const CLI::Option* o : sub->get_options())
     for (const std::string& n : o->get_lnames())
-      (o->get_expected_max() == 0 ? switches : flags).push_back("--" + n);
+      (o->get_expected_max() == 0 && o != sub->get_help_ptr() ? switches : flags)
+          .push_back("--" + n);
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") break;  // what follows is not flags
@@ -126,9 +127,11 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
     }
     if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
     std::string m = sub->get_name() + " has no flag " + flag;
+    std::vector<std::string> all = flags;
+    all.insert(all.end(), switches.begin(), switches.end());
     if (const char* what = instead_of(sub->get_name(), flag))
       m += " (" + std::string(what) + ")";
-    else if (const std::string near = closest(flag, flags); !near.empty())
+    else if (const std::string near = closest(flag, all); !near.empty())
       m += " (did you mean " + near + "?)";
     return m + "; specdec " + sub->get_name() + " --help lists its flags";
   }
@@ -159,7 +162,7 @@ std::string parse_error_message(const CLI::ParseError& error, const CLI::App& ap
           }
       return flag + ": \"" + what.substr(at + equals.size()) + "\" is not a value it takes (" +
              (a_switch     ? "a switch: give it alone, or =true or =false"
-              : an_integer ? "a whole number is expected"
+              : an_integer ? "a whole number within its range is expected"
                            : "a number is expected") +
              ")";
     }

@@ -17,7 +17,7 @@ int run_serve(RunOptions& o, const serve::ServeOptions& so, bool max_tokens_give
   return serve::run_serve(so, [&o, &so, max_tokens_given] {
     Loaded l = load(o, false);
     const int64_t positions = l.target->config().max_position_embeddings;
-    if (so.ctx > positions)
+    if (!l.target->config().is_encoder_decoder && so.ctx > positions)  // (T5: no such limit)
       throw Error("--ctx " + std::to_string(so.ctx) + " is more than the model's " +
                   std::to_string(positions) + " positions (max_position_embeddings)");
     serve::ServeModels m;

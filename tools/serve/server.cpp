@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -273,12 +274,21 @@ class Server {
     send_json(res, e.status, body);
   }
   // The log line says why a request failed: its error's code (else type) and param, never the
-  // message (which may quote what the client sent).
+  // message (which may quote what the client sent). A param that names a key the client made up
+  // (stream_options.KEY) keeps the part before it.
   static void note_error(const json& body) {
     const json& e = body["error"];
     t_log.error =
         e["code"].is_string() ? e["code"].get<std::string>() : e["type"].get<std::string>();
-    t_log.param = e["param"].is_string() ? e["param"].get<std::string>() : "";
+    std::string param = e["param"].is_string() ? e["param"].get<std::string>() : "";
+    const auto ours = [](const std::string& p) {
+      return p.size() <= 64 && std::all_of(p.begin(), p.end(), [](char c) {
+               return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
+                      c == '[' || c == ']';
+             });
+    };
+    if (!ours(param)) param = param.substr(0, param.find('.'));
+    t_log.param = ours(param) ? param : "";
   }
 
   // Runs a handler, answering its errors in OpenAI's shape.
@@ -297,7 +307,8 @@ class Server {
         throw ApiError(500, e.what());
       }
     } catch (const ApiError& e) {
-      if (generation) metrics_.refused(e.status);
+      // (A request that went into the engine was counted when it finished.)
+      if (generation && t_log.prompt_tokens < 0) metrics_.refused(e.status);
       send_error(res, e);
     }
   }
