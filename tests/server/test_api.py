@@ -913,6 +913,13 @@ def test_a_refused_request_is_counted_and_logged_with_its_code(server):
         return sum(l.startswith("POST /v1/completions 400") and l.endswith(" error invalid_value (max_tokens)")
                    for l in server.log_text().splitlines())
     assert wait_for(lambda: logged() == lines_before + 1), server.log_tail()
+    # A param naming a key the client made up is logged without it
+    r = server.post("/v1/completions", {"prompt": "x", "max_tokens": 1, "stream": True,
+                                        "stream_options": {"made up) key": True}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stream_options.made up) key", r.text
+    assert wait_for(lambda: any(l.startswith("POST /v1/completions 400") and l.endswith(" (stream_options)")
+                                for l in server.log_text().splitlines())), server.log_tail()
+    assert "made up" not in server.log_text(), server.log_tail()
 
 
 def test_json_log():

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -73,6 +75,18 @@ std::string request_log_line(const std::string& format, const std::string& metho
   if (!f.error.empty()) text += " error " + printable(f.error);
   if (!f.param.empty()) text += " (" + printable(f.param) + ")";
   return text + "\n";
+}
+
+void note_error(LogFields& f, const std::string& error, const std::string& param) {
+  const auto a_name = [](const std::string& p) {
+    return p.size() <= 64 && std::all_of(p.begin(), p.end(), [](char c) {
+             return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
+                    c == '[' || c == ']';
+           });
+  };
+  f.error = error;
+  const std::string before_key = param.substr(0, param.find('.'));
+  f.param = a_name(param) ? param : a_name(before_key) ? before_key : "";
 }
 
 void write_log(const std::string& line) {

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -273,22 +272,11 @@ class Server {
     note_error(body);
     send_json(res, e.status, body);
   }
-  // The log line says why a request failed: its error's code (else type) and param, never the
-  // message (which may quote what the client sent). A param that names a key the client made up
-  // (stream_options.KEY) keeps the part before it.
+  // The log line says why a request failed (never the message, which may quote the request).
   static void note_error(const json& body) {
     const json& e = body["error"];
-    t_log.error =
-        e["code"].is_string() ? e["code"].get<std::string>() : e["type"].get<std::string>();
-    std::string param = e["param"].is_string() ? e["param"].get<std::string>() : "";
-    const auto ours = [](const std::string& p) {
-      return p.size() <= 64 && std::all_of(p.begin(), p.end(), [](char c) {
-               return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
-                      c == '[' || c == ']';
-             });
-    };
-    if (!ours(param)) param = param.substr(0, param.find('.'));
-    t_log.param = ours(param) ? param : "";
+    serve::note_error(t_log, e[e["code"].is_string() ? "code" : "type"].get<std::string>(),
+                      e["param"].is_string() ? e["param"].get<std::string>() : "");
   }
 
   // Runs a handler, answering its errors in OpenAI's shape.
