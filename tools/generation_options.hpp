@@ -81,7 +81,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->check(CLI::IsMember({"first", "last"}))
       ->capture_default_str();
   app->add_flag("--do-sample", gen.do_sample, "Sample instead of greedy decoding");
-  app->add_option("--temperature", gen.temperature, "Sampling temperature (>= 0; 0 = greedy)")
+  app->add_option("--temperature", gen.temperature,
+                  "Sampling temperature (>= 0; 0, or below 1e-5, = greedy)")
       ->capture_default_str();
   app->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (>= 0; 0 = off)")
       ->capture_default_str();
@@ -92,7 +93,7 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->capture_default_str();
   app->add_option("--repetition-penalty", gen.repetition_penalty,
                   "Divide the logit of a token already in the prompt or answer by this where the "
-                  "logit is positive, multiply it where negative (> 0; 1 = off)")
+                  "logit is positive, multiply it where negative (>= 1e-6; 1 = off)")
       ->capture_default_str();
   app->add_option(
          "--frequency-penalty", gen.frequency_penalty,

@@ -182,12 +182,12 @@ struct GenerationConfig {
   int64_t draft_tree_width = 1;
 
   // --- sampling ---
-  bool do_sample = false;           // false: greedy (argmax). temperature == 0 also means greedy.
-  double temperature = 1.0;         // > 0 when sampling
-  int64_t top_k = 50;               // 0 = off; 50 is Hugging Face's default
-  double top_p = 1.0;               // (0, 1]; 1 = off
-  double min_p = 0.0;               // [0, 1); 0 = off
-  double repetition_penalty = 1.0;  // > 0; 1 = off
+  bool do_sample = false;    // false: greedy (argmax). temperature == 0 also means greedy.
+  double temperature = 1.0;  // sampling at kGreedyBelow or more; below it, greedy (its limit)
+  int64_t top_k = 50;        // 0 = off; 50 is Hugging Face's default
+  double top_p = 1.0;        // (0, 1]; 1 = off
+  double min_p = 0.0;        // [0, 1); 0 = off
+  double repetition_penalty = 1.0;  // >= kMinRepetitionPenalty; 1 = off
   // OpenAI's penalties, over the generated tokens only (the prompt excluded), in [-2, 2] (0 = off):
   // a token's logit drops by frequency_penalty x its count so far, and by presence_penalty once it
   // occurred. Applied before the repetition penalty, greedy or sampled.
@@ -208,8 +208,13 @@ struct GenerationConfig {
   bool speculates_without_model() const {
     return prompt_lookup_num_tokens > 0 || suffix_speculation;
   }
-  // True when tokens are chosen by sampling (do_sample and temperature > 0).
-  bool sampling() const { return do_sample && temperature > 0.0; }
+  // A temperature below this decodes greedily, as vLLM's does: logits divided by it would overflow
+  // float32 (1e-38 made every probability NaN), and greedy is the limit as it goes to 0.
+  static constexpr double kGreedyBelow = 1e-5;
+  // The least repetition_penalty: a positive logit divided by less could overflow float32.
+  static constexpr double kMinRepetitionPenalty = 1e-6;
+  // True when tokens are chosen by sampling (do_sample and temperature >= kGreedyBelow).
+  bool sampling() const { return do_sample && temperature >= kGreedyBelow; }
   // Throws specdec::Error naming the first invalid field.
   void validate() const;
 };

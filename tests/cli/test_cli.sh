@@ -205,7 +205,9 @@ warned() { # warned NEEDLE ARGS...: the run succeeds and stderr holds NEEDLE
 check "sampling flags without --do-sample are warned about" warned "--temperature, --top-p only apply with --do-sample" --temperature 0.7 --top-p 0.9
 check "... one of them too" warned "--top-k only applies with --do-sample" --top-k 5
 check "... --seed as well" warned "--seed only applies with --do-sample" --seed 3
-check "... and with --do-sample at --temperature 0, which is greedy" warned "--top-k does not apply with --temperature 0" --do-sample --temperature 0 --top-k 5
+check "... and with --do-sample at --temperature 0, which is greedy" warned "--top-k does not apply at --temperature 0 (or below 1e-5)" --do-sample --temperature 0 --top-k 5
+check "... and below 1e-5, where decoding is greedy (logits divided by it overflow)" bash -c \
+  "[ \"\$(\"\$0\" generate --model \"\$1\" --prompt-ids 5,6,7 --max-new-tokens 6 --do-sample --temperature 1e-38 2>/dev/null)\" = \"\$(\"\$0\" generate --model \"\$1\" --prompt-ids 5,6,7 --max-new-tokens 6 2>/dev/null)\" ]" "$SPECDEC" "$work/t"
 check "--num-assistant-tokens beside --prompt-lookup is warned about" warned "--num-assistant-tokens does not apply with --prompt-lookup N" --prompt-lookup 4 --num-assistant-tokens 2
 check "no warning for --temperature 0 (greedy, as documented)" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --temperature 0 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"
 check "prompt lookup flags without --prompt-lookup are warned about" warned "only apply with --prompt-lookup" --max-matching-ngram 4

@@ -58,6 +58,8 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "n": 2}, "n"),
     ("/v1/completions", {"prompt": "Hi", "temperature": -1}, "temperature"),
     ("/v1/chat/completions", {"messages": MSGS, "temperature": -1}, "temperature"),
+    # a positive logit divided by it overflows float32 (a 500, from NaN probabilities)
+    ("/v1/completions", {"prompt": "Hi", "temperature": 1, "repetition_penalty": 1e-38}, "repetition_penalty"),
     ("/v1/completions", {"prompt": "Hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
     ("/v1/chat/completions", {"messages": MSGS, "logprobs": True, "top_logprobs": 30}, "top_logprobs"),
     ("/v1/chat/completions", {"messages": MSGS, "top_logprobs": 2}, "top_logprobs"),  # without logprobs
@@ -617,6 +619,30 @@ def test_a_content_length_that_is_no_number_is_refused_at_once(server):
     server.assert_healthy("after a Content-Length of -5")
 
 
+@pytest.mark.parametrize("length", [b"", b"Content-Length: \r\n", b"Content-Length : 2\r\n"],
+                         ids=["none", "empty", "space-before-colon"])
+def test_a_post_without_a_content_length_is_refused_at_once(server, length):
+    # cpp-httplib read such a body until the connection ended: a bare 400 after the read timeout.
+    start = time.monotonic()
+    buf = raw_exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       + length + b"\r\n{}")
+    assert buf.startswith(b"HTTP/1.1 411") and b"needs a Content-Length" in buf, buf[:400]
+    assert time.monotonic() - start < 3, "answered only after the read timed out"
+    server.assert_healthy("after a POST without a Content-Length")
+
+
+def test_range_is_ignored(server):
+    # cpp-httplib answered every range asked for, a copy of the body each: 2600 ranges of the chat
+    # page drew 23 MB for an 8 KB request.
+    for path in ("/", "/metrics", "/v1/models"):
+        whole = server.get(path)
+        ranged = server.get(path, headers={"Range": "bytes=0-,0-,0-,0-"})
+        assert ranged.status_code == 200 and whole.status_code == 200, (path, ranged.status_code)
+        assert "multipart" not in ranged.headers.get("Content-Type", ""), (path, ranged.headers)
+        if path != "/metrics":  # (its counters move between the two)
+            assert ranged.content == whole.content, path
+
+
 def test_a_body_over_the_limit_is_refused_before_it_is_sent():
     # With "Expect: 100-continue" the client waits for a go-ahead: a body over --max-body gets the
     # 413 at once instead, and the connection ends (its body never comes).
@@ -738,6 +764,9 @@ def test_the_text_log_shows_control_bytes_escaped(server):
     assert r.status_code == 404
     assert wait_for(lambda: "GET /x\\x0a" in server.log_text(), timeout=10), server.log_tail()
     assert not any(line.startswith(forged) for line in server.log_text().splitlines()), server.log_tail()
+    # ... and bytes past ASCII too (the log stays ASCII)
+    assert server.get("/y%ff%fe").status_code == 404
+    assert wait_for(lambda: "GET /y\\xff\\xfe 404" in server.log_text(), timeout=10), server.log_tail()
 
 
 def test_a_second_signal_cancels_the_running_requests_at_once():

@@ -319,6 +319,12 @@ TEST(GenerationConfig, ValidatesEveryKnob) {
   bad([](GenerationConfig& c) { c.top_p = 0; });
   bad([](GenerationConfig& c) { c.min_p = 1; });
   bad([](GenerationConfig& c) { c.repetition_penalty = 0; });
+  bad([](GenerationConfig& c) { c.repetition_penalty = 1e-38; });  // a logit / it overflows
+  sampled.temperature = 1e-38;  // dividing float32 logits by it overflows them: greedy, its limit
+  EXPECT_FALSE(sampled.sampling());
+  EXPECT_EQ(sampled.schedule(), Schedule::kGoodput);
+  sampled.temperature = GenerationConfig::kGreedyBelow;
+  EXPECT_TRUE(sampled.sampling());
   bad([](GenerationConfig& c) { c.max_matching_ngram_size = 0; });
 }
 

@@ -100,7 +100,7 @@ std::vector<std::string> inapplicable_flags(const RunOptions& o, const Generatio
                   " with --do-sample: this decoding is greedy");
   else if (c.do_sample && !c.sampling() && flags > 0)
     out.push_back(sampling + (flags == 1 ? " does" : " do") +
-                  " not apply with --temperature 0: this decoding is greedy");
+                  " not apply at --temperature 0 (or below 1e-5): this decoding is greedy");
   if (c.prompt_lookup_num_tokens == 0 &&
       (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
        o.gen.prompt_lookup_match != plain.prompt_lookup_match))

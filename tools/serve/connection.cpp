@@ -75,6 +75,11 @@ std::optional<ApiError> framing_refusal(const httplib::Request& req) {
                           req.method == "DELETE";
   if (!reads_body && length != 0)
     return ApiError(400, "a " + req.method + " request takes no body");
+  // Without one (or with an empty value, which cpp-httplib drops), cpp-httplib would read the body
+  // until the connection ends: the client waited for the read timeout, then got a bare 400.
+  if (reads_body && !req.has_header("Content-Length"))
+    return ApiError(411, "a " + req.method + " request needs a Content-Length (0 for no body)", "",
+                    "length_required");
   return std::nullopt;
 }
 

@@ -396,7 +396,9 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   if (const auto v = number(body, "top_k", {-1, 1e9}, true))
     c.top_k = *v < 0 ? 0 : static_cast<int64_t>(*v);
   if (const auto v = number(body, "min_p", {0, 1, false, true})) c.min_p = *v;
-  if (const auto v = number(body, "repetition_penalty", {0, 1e9, true})) c.repetition_penalty = *v;
+  if (const auto v =
+          number(body, "repetition_penalty", {GenerationConfig::kMinRepetitionPenalty, 1e9}))
+    c.repetition_penalty = *v;
   if (const auto v = number(body, "frequency_penalty", {-2, 2})) c.frequency_penalty = *v;
   if (const auto v = number(body, "presence_penalty", {-2, 2})) c.presence_penalty = *v;
   if (const json* b = field(body, "logit_bias")) {

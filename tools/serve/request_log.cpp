@@ -17,7 +17,7 @@ namespace {
 std::string printable(const std::string& s) {
   std::string out;
   for (const unsigned char c : s) {
-    if (c >= 0x20 && c != 0x7f && c != '\\') {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
       out += static_cast<char>(c);
       continue;
     }

@@ -21,7 +21,8 @@ struct LogFields {
 // A request's line (ending in "\n"): method, path, status, milliseconds, the generation routes'
 // tokens, whether the client left or the server cut the answer short, a failure's error code and
 // param; JSON lines begin with the time written (UTC, ISO 8601). `format`: "text" (the client's
-// control bytes as \xNN, so that a decoded %0a cannot start a forged line) or "json".
+// bytes outside printable ASCII as \xNN, so that a decoded %0a cannot start a forged line and the
+// log stays ASCII) or "json".
 std::string request_log_line(const std::string& format, const std::string& method,
                              const std::string& path, int status, double ms, const LogFields& f);
 

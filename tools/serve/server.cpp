@@ -366,6 +366,10 @@ class Server {
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       t_log = {Clock::now(), -1, -1, false, false, true};
       ++in_flight_;  // until its log line, once the response is written
+      // Range is ignored (RFC 9110 14.2 allows it): cpp-httplib would answer every range asked
+      // for, "bytes=0-,0-,..." a copy each (a 8 KB request drew 23 MB), also of a 200 answer. The
+      // request is cpp-httplib's own non-const object, handed over as const.
+      const_cast<httplib::Request&>(req).ranges.clear();
       if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
       if (const std::optional<ApiError> refusal = framing_refusal(req)) {
         refuse_unread(res, *refusal);
