@@ -134,7 +134,7 @@ expect_error "Hugging Face's do_sample=True written as two words: the switch is 
   '--do-sample is a switch: give it alone, or --do-sample=true or --do-sample=false (not "True" after it)' \
   generate --model "$work/t" --prompt-ids 1 --do_sample True
 expect_error "serve's beam-search hint names what samples a request" \
-  'serve has no flag --num-beams (beam search is not supported: a request is greedy, or sampled when its "temperature" is above 0)' \
+  'serve has no flag --num-beams (beam search is not supported: a request is greedy, or sampled when its "temperature" is 1e-5 or more)' \
   serve --model "$work/t" --num_beams 2
 expect_error "compare without anything to compare says so before loading (a missing model is not read)" \
   "compare needs --draft PATH, --prompt-lookup N or --speculate suffix" compare --model /nonexistent --prompt-ids 1
@@ -206,7 +206,8 @@ check "sampling flags without --do-sample are warned about" warned "--temperatur
 check "... one of them too" warned "--top-k only applies with --do-sample" --top-k 5
 check "... --seed as well" warned "--seed only applies with --do-sample" --seed 3
 check "... and with --do-sample at --temperature 0, which is greedy" warned "--top-k does not apply at --temperature 0 (or below 1e-5)" --do-sample --temperature 0 --top-k 5
-check "... and below 1e-5, where decoding is greedy (logits divided by it overflow)" bash -c \
+check "--do-sample below --temperature 1e-5 says it decodes greedily" warned "--do-sample at --temperature below 1e-5 decodes greedily" --do-sample --temperature 1e-38
+check "... and so it does (logits divided by it overflow)" bash -c \
   "[ \"\$(\"\$0\" generate --model \"\$1\" --prompt-ids 5,6,7 --max-new-tokens 6 --do-sample --temperature 1e-38 2>/dev/null)\" = \"\$(\"\$0\" generate --model \"\$1\" --prompt-ids 5,6,7 --max-new-tokens 6 2>/dev/null)\" ]" "$SPECDEC" "$work/t"
 check "--num-assistant-tokens beside --prompt-lookup is warned about" warned "--num-assistant-tokens does not apply with --prompt-lookup N" --prompt-lookup 4 --num-assistant-tokens 2
 check "no warning for --temperature 0 (greedy, as documented)" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --temperature 0 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"

@@ -530,6 +530,20 @@ def test_a_body_the_server_leaves_unread_ends_the_connection(server):
     server.assert_healthy("after a GET with a body")
 
 
+@pytest.mark.parametrize("head", [b"POST /v1/completions HTTP/1.1\r\nRange: bytes=x\r\n",
+                                  b"POST /v1/" + b"x" * 9000 + b" HTTP/1.1\r\n"], ids=["bad-range", "long-uri"])
+def test_a_request_refused_before_routing_ends_the_connection(server, head):
+    # cpp-httplib refuses these (416, 414) before the server sees them, leaving the body unread, and
+    # ends the connection itself: a request in the body must never be answered (a guard for a
+    # cpp-httplib that kept it, as it keeps those the server refuses unread: see above).
+    smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    buf = raw_exchange(server, head + b"Host: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                       % len(smuggled) + smuggled)
+    assert buf.startswith(b"HTTP/1.1 4"), buf[:300]
+    assert buf.count(b"HTTP/1.1") == 1, f"the body was answered as a request: {buf[:600]!r}"
+    server.assert_healthy("after a request refused before routing")
+
+
 @pytest.mark.parametrize("head,status", [(b"Transfer-Encoding: chunked\r\n", b"411"),
                                          (b"Content-Encoding: gzip\r\nContent-Length: 20\r\n", b"415"),
                                          (b"Content-Length: 2x\r\n", b"400")], ids=["chunked", "gzip", "bad-length"])
@@ -619,12 +633,13 @@ def test_a_content_length_that_is_no_number_is_refused_at_once(server):
     server.assert_healthy("after a Content-Length of -5")
 
 
-@pytest.mark.parametrize("length", [b"", b"Content-Length: \r\n", b"Content-Length : 2\r\n"],
-                         ids=["none", "empty", "space-before-colon"])
-def test_a_post_without_a_content_length_is_refused_at_once(server, length):
+@pytest.mark.parametrize("method,length", [(b"POST", b""), (b"POST", b"Content-Length: \r\n"),
+                                          (b"POST", b"Content-Length : 2\r\n"), (b"PRI", b"")],
+                         ids=["none", "empty", "space-before-colon", "pri"])
+def test_a_post_without_a_content_length_is_refused_at_once(server, method, length):
     # cpp-httplib read such a body until the connection ended: a bare 400 after the read timeout.
     start = time.monotonic()
-    buf = raw_exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    buf = raw_exchange(server, method + b" /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        + length + b"\r\n{}")
     assert buf.startswith(b"HTTP/1.1 411") and b"needs a Content-Length" in buf, buf[:400]
     assert time.monotonic() - start < 3, "answered only after the read timed out"

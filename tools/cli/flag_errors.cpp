@@ -73,9 +73,9 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
     return "chat reads each turn from stdin; generate takes --prompt";
   if (sub == "serve" && flag == "--num-beams")
     return "beam search is not supported: a request is greedy, or sampled when its \"temperature\" "
-           "is above 0";
+           "is 1e-5 or more";
   if (sub == "serve" && (flag == "--seed" || flag == "--do-sample"))
-    return "each request sets its own (\"seed\"; a \"temperature\" above 0 samples)";
+    return "each request sets its own (\"seed\"; a \"temperature\" of 1e-5 or more samples)";
   for (const auto& [name, what] : any)
     if (name == flag) return what;
   return nullptr;

@@ -88,7 +88,8 @@ std::vector<std::string> inapplicable_flags(const RunOptions& o, const Generatio
   std::string sampling;
   int flags = 0;
   for (const auto& [given, flag] :
-       {std::pair{o.gen.temperature != plain.temperature && o.gen.temperature != 0,
+       {std::pair{o.gen.temperature != plain.temperature &&
+                      o.gen.temperature >= GenerationConfig::kGreedyBelow,
                   "--temperature"},
         {o.gen.top_k != plain.top_k, "--top-k"},
         {o.gen.top_p != plain.top_p, "--top-p"},
@@ -101,6 +102,10 @@ std::vector<std::string> inapplicable_flags(const RunOptions& o, const Generatio
   else if (c.do_sample && !c.sampling() && flags > 0)
     out.push_back(sampling + (flags == 1 ? " does" : " do") +
                   " not apply at --temperature 0 (or below 1e-5): this decoding is greedy");
+  else if (c.do_sample && c.temperature > 0 && !c.sampling())
+    out.push_back(
+        "--do-sample at --temperature below 1e-5 decodes greedily (its limit; dividing "
+        "the logits by it would overflow them)");
   if (c.prompt_lookup_num_tokens == 0 &&
       (o.gen.max_matching_ngram_size != plain.max_matching_ngram_size ||
        o.gen.prompt_lookup_match != plain.prompt_lookup_match))

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
           "for a chat)")
       ->default_str("");
   srv->get_option("--temperature")
-      ->description("temperature of a request that sets none (0 = greedy)");
+      ->description("temperature of a request that sets none (0, or below 1e-5, = greedy)");
 
   TokenizeOptions tk, dtk;
   auto* tokc = app.add_subcommand("tokenize", "Text to token ids (the text from --text or stdin)");

@@ -72,7 +72,7 @@ std::optional<ApiError> framing_refusal(const httplib::Request& req) {
         415, "a request body must be sent uncompressed (got Content-Encoding: " + encoding + ")",
         "", "unsupported_media_type");
   const bool reads_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
-                          req.method == "DELETE";
+                          req.method == "DELETE" || req.method == "PRI";
   if (!reads_body && length != 0)
     return ApiError(400, "a " + req.method + " request takes no body");
   // Without one (or with an empty value, which cpp-httplib drops), cpp-httplib would read the body

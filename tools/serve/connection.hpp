@@ -15,8 +15,8 @@ namespace specdec::serve {
 // bounds a body by its Content-Length only, and would read a chunked one whole), differing or
 // malformed Content-Length headers, none where a body is read, a compressed body (--max-body bounds
 // the bytes sent, which cpp-httplib would inflate a thousandfold), and one cpp-httplib leaves
-// unread (it reads the bodies of POST, PUT, PATCH and DELETE only) and would then parse as the next
-// request. Such a request is refused unread, and its connection ends after the answer
+// unread (it reads the bodies of POST, PUT, PATCH, DELETE and PRI only) and would then parse as the
+// next request. Such a request is refused unread, and its connection ends after the answer
 // (end_connection).
 std::optional<ApiError> framing_refusal(const httplib::Request& req);
 

@@ -85,8 +85,8 @@ void note_error(LogFields& f, const std::string& error, const std::string& param
            });
   };
   f.error = error;
-  const std::string before_key = param.substr(0, param.find('.'));
-  f.param = a_name(param) ? param : a_name(before_key) ? before_key : "";
+  const std::string field = param.substr(0, param.find('.'));  // (stream_options.KEY: its field)
+  f.param = a_name(field) ? field : "";
 }
 
 void write_log(const std::string& line) {

@@ -26,9 +26,9 @@ struct LogFields {
 std::string request_log_line(const std::string& format, const std::string& method,
                              const std::string& path, int status, double ms, const LogFields& f);
 
-// Records why a request failed on `f`: `error`, its error's code (else its type), and `param`, a
-// field's name only (one that names a key the client made up, stream_options.KEY, keeps the part
-// before it; anything else that is no name is left out).
+// Records why a request failed on `f`: `error`, its error's code (else its type), and `param`'s
+// top-level field only (stream_options.KEY, where the client made KEY up, is stream_options; a
+// param that is no field's name is left out).
 void note_error(LogFields& f, const std::string& error, const std::string& param);
 
 // Writes `line` to stderr in one write: the HTTP threads log at once, their lines never

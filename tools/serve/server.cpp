@@ -535,8 +535,8 @@ class Server {
         if (counted) --n;
       }
     } done{in_flight_, t_log.counted};
-    // (A request cpp-httplib could not parse never reached the pre-routing handler: nothing of
-    // the thread's last request is its.)
+    // (A request cpp-httplib refused before the pre-routing handler, which then ends its
+    // connection itself: nothing of the thread's last request is its.)
     if (!done.counted) t_log = {Clock::now(), -1, -1, false, false, false};
     t_log.counted = false;
     // The response is written: a connection whose request body was left unread ends here (the
