@@ -557,7 +557,7 @@ void GenerationConfig::validate() const {
   SPECDEC_CHECK(temperature >= 0 && std::isfinite(temperature),
                 "GenerationConfig.temperature must be finite and >= 0, got ", temperature);
   SPECDEC_CHECK(top_k >= 0, "GenerationConfig.top_k must be >= 0, got ", top_k);
-  SPECDEC_CHECK(top_p > 0 && top_p <= 1, "GenerationConfig.top_p must be in (0, 1], got ", top_p);
+  SPECDEC_CHECK(top_p >= 0 && top_p <= 1, "GenerationConfig.top_p must be in [0, 1], got ", top_p);
   SPECDEC_CHECK(min_p >= 0 && min_p < 1, "GenerationConfig.min_p must be in [0, 1), got ", min_p);
   SPECDEC_CHECK(repetition_penalty >= kMinRepetitionPenalty && std::isfinite(repetition_penalty),
                 "GenerationConfig.repetition_penalty must be finite and >= ", kMinRepetitionPenalty,

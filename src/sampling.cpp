@@ -232,7 +232,7 @@ std::unique_ptr<LogitsProcessor> make_top_k(int64_t k) {
   return std::make_unique<TopK>(k);
 }
 std::unique_ptr<LogitsProcessor> make_top_p(double p) {
-  SPECDEC_CHECK(p > 0 && p <= 1, "top_p must be in (0, 1], got ", p);
+  SPECDEC_CHECK(p >= 0 && p <= 1, "top_p must be in [0, 1], got ", p);
   return std::make_unique<TopP>(p);
 }
 std::unique_ptr<LogitsProcessor> make_min_p(double p) {

@@ -185,7 +185,7 @@ struct GenerationConfig {
   bool do_sample = false;    // false: greedy (argmax). temperature == 0 also means greedy.
   double temperature = 1.0;  // sampling at kGreedyBelow or more; below it, greedy (its limit)
   int64_t top_k = 50;        // 0 = off; 50 is Hugging Face's default
-  double top_p = 1.0;        // (0, 1]; 1 = off
+  double top_p = 1.0;        // [0, 1]; 1 = off, 0 keeps the most likely token
   double min_p = 0.0;        // [0, 1); 0 = off
   double repetition_penalty = 1.0;  // >= kMinRepetitionPenalty; 1 = off
   // OpenAI's penalties, over the generated tokens only (the prompt excluded), in [-2, 2] (0 = off):

@@ -136,6 +136,12 @@ expect_error "Hugging Face's do_sample=True written as two words: the switch is 
 expect_error "serve's beam-search hint names what samples a request" \
   'serve has no flag --num-beams (beam search is not supported: a request is greedy, or sampled when its "temperature" is 1e-5 or more)' \
   serve --model "$work/t" --num_beams 2
+expect_error "serve's --do-sample says what samples a request" \
+  'serve has no flag --do-sample (a request samples when its temperature is 1e-5 or more; --temperature is the default of a request without one)' \
+  serve --model "$work/t" --do-sample
+expect_error "... and --seed where a request's seed comes from" \
+  'serve has no flag --seed (a request gives its own seed; one without draws a random seed)' \
+  serve --model "$work/t" --seed 3
 expect_error "compare without anything to compare says so before loading (a missing model is not read)" \
   "compare needs --draft PATH, --prompt-lookup N or --speculate suffix" compare --model /nonexistent --prompt-ids 1
 expect_error "make-fixture names the size that is not positive" "make-fixture: --vocab must be positive, got 0" \

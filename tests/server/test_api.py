@@ -355,6 +355,9 @@ def test_chat_system_and_max_completion_tokens(server):
     assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
     assert a["usage"]["completion_tokens"] <= 5, a["usage"]
     assert a["choices"][0]["message"]["content"] == oracle_chat(msgs, 5, server)["text"]
+    # a completion takes the chat API's name too (it was ignored: 16 tokens came)
+    c = complete(server, prompt=STORY, max_completion_tokens=3, ignore_eos=True)
+    assert c["usage"]["completion_tokens"] == 3, c["usage"]
 
 
 def test_stream_completion_equals_nonstream(server, client):
@@ -521,6 +524,17 @@ def test_sampling_knobs(server):
     assert complete(server, **body)["choices"][0]["text"] == c["text"], "same seed and knobs, different text"
     chat(server, messages=CAPITAL, max_tokens=8, temperature=0.7, seed=3, top_p=0.95, top_k=20,
          num_assistant_tokens=3, num_assistant_tokens_schedule="constant")
+
+
+def test_top_p_zero_keeps_the_most_likely_token(server):
+    # OpenAI takes top_p 0 (configs write it with temperature 0 to mean greedy): the most likely
+    # token alone is left, so a sampled answer is the greedy one, whatever the seed.
+    greedy = oracle(STORY, 16)["text"]
+    for seed in (1, 2):
+        text = complete(server, prompt=STORY, max_tokens=16, temperature=1, top_p=0,
+                        seed=seed)["choices"][0]["text"]
+        assert text == greedy, (seed, text, greedy)
+    assert complete(server, prompt=STORY, max_tokens=16, temperature=0, top_p=0)["choices"][0]["text"] == greedy
 
 
 def test_logit_bias(server):
@@ -949,12 +963,13 @@ def test_json_log():
             return out
 
         paths = {"/v1/completions", "/v1/models", "/v1/chat/completions"}
+        time_format = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
         assert wait_for(lambda: paths <= {r["path"] for r in records()}), s.log_tail()
         recs = records()
         for r in recs:
             assert list(r)[:5] == ["time", "method", "path", "status", "ms"], r
             assert isinstance(r["ms"], (int, float)) and r["ms"] >= 0, r
-            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", r["time"]), r
+            assert re.fullmatch(time_format, r["time"]), r
             when = datetime.datetime.strptime(r["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
             assert abs((datetime.datetime.utcnow() - when).total_seconds()) < 600, r
         comp = [r for r in recs if r["path"] == "/v1/completions"]
@@ -967,7 +982,24 @@ def test_json_log():
         assert refused[0]["error"] == "invalid_value" and refused[0]["param"] == "messages", refused
         models = [r for r in recs if r["path"] == "/v1/models"]
         assert len(models) == 1 and models[0]["method"] == "GET" and models[0]["status"] == 200, recs
-        messages = [json.loads(l)["message"] for l in s.log_text().splitlines() if '"message"' in l]
-        assert any(m.startswith("specdec serve: ready: ") for m in messages), messages
+        own = [json.loads(l) for l in s.log_text().splitlines() if '"message"' in l]
+        assert any(o["message"].startswith("specdec serve: ready: ") for o in own), own
+        # the server's own lines are timed as the requests' are
+        assert all(list(o) == ["time", "message"] and re.fullmatch(time_format, o["time"]) for o in own), own
     finally:
         s.stop()
+
+
+def test_routes_without_v1(server):
+    # A client whose base URL leaves out /v1 (llama-server answers there too): the same answers.
+    client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
+    got = client.completions.create(model=MODEL_ID, prompt=STORY, max_tokens=8, temperature=0)
+    assert got.choices[0].text == oracle(STORY, 8)["text"], got
+    answer = client.chat.completions.create(model=MODEL_ID, messages=CAPITAL, max_tokens=8, temperature=0)
+    assert answer.choices[0].message.content == oracle_chat(CAPITAL, 8, server)["text"], answer
+    assert [m.id for m in client.models.list()] == [MODEL_ID]
+    assert client.models.retrieve(MODEL_ID).id == MODEL_ID
+    # no other path takes them
+    for path in ("/v2/completions", "/v1/v1/completions", "/xchat/completions"):
+        r = server.post(path, json={"prompt": "Hi", "max_tokens": 1})
+        assert r.status_code == 404, (path, r.status_code, r.text[:200])

@@ -111,6 +111,8 @@ BAD_BODIES = [
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 2.5}, "max_tokens"),
     ("/v1/chat/completions", {"messages": MSGS, "stream": True, "stream_options": {"include_usage": "yes"}},
      "stream_options.include_usage"),
+    ("/v1/chat/completions", {"messages": MSGS, "stream": True, "stream_options": {"include_obfuscation": 1}},
+     "stream_options.include_obfuscation"),
     ("/v1/completions", {"prompt": "Hi", "prompt_lookup_num_tokens": 100000}, "prompt_lookup_num_tokens"),
     ("/v1/completions", {"prompt": "Hi", "num_assistant_tokens": 257}, "num_assistant_tokens"),
     # vLLM's fields that would change the answer and are not served, or are malformed
@@ -235,15 +237,25 @@ def test_openai_client_raises_bad_request(client):
 
 
 def test_prompt_longer_than_context(server):
+    # OpenAI's code and sentence, which agent frameworks match to trim a conversation
+    context = f"This model's maximum context length is {CTX} tokens"
     one = tokenize(server, " hello")[-1]
     ids = [one] * (CTX + 76)
     e = assert_error(server, server.post("/v1/completions", json={"prompt": ids, "max_tokens": 4}), 400,
-                     param="prompt")
-    assert str(CTX) in e["message"], f"the message does not name the context {CTX}: {e['message']!r}"
+                     param="prompt", code="context_length_exceeded")
+    assert context in e["message"] and f"resulted in {CTX + 76} tokens" in e["message"], e["message"]
     long_chat = [{"role": "user", "content": "hello " * (CTX + 100)}]
     e = assert_error(server, server.post("/v1/chat/completions", json={"messages": long_chat, "max_tokens": 4}), 400,
-                     param="messages")
-    assert str(CTX) in e["message"], e["message"]
+                     param="messages", code="context_length_exceeded")
+    assert context in e["message"], e["message"]
+    # the prompt fits, the prompt and the answer asked for do not
+    e = assert_error(server, server.post("/v1/completions", json={"prompt": ids[:10], "max_tokens": CTX}), 400,
+                     param="max_tokens", code="context_length_exceeded")
+    assert context in e["message"] and f"you requested {CTX + 10} tokens (10 in the prompt, {CTX} in the completion)" \
+        in e["message"], e["message"]
+    e = assert_error(server, server.post("/v1/chat/completions", json={"messages": MSGS, "max_completion_tokens": CTX}),
+                     400, param="max_completion_tokens", code="context_length_exceeded")
+    assert "in the messages" in e["message"], e["message"]
 
 
 def test_unknown_routes(server):
@@ -289,7 +301,10 @@ def test_messages_say_what_is_wrong(server):
     e = assert_error(server, post({"messages": MSGS, "n": 0}), 400, param="n")
     assert "at least 1" in e["message"], e
     # the neutral values pass
-    for body in ({"messages": MSGS, "stream": True, "stream_options": {"continuous_usage_stats": False}},):
+    # (and OpenAI's include_obfuscation, either way: padding that changes no answer)
+    for body in ({"messages": MSGS, "stream": True, "stream_options": {"continuous_usage_stats": False}},
+                 {"messages": MSGS, "stream": True, "stream_options": {"include_obfuscation": True}},
+                 {"messages": MSGS, "stream": True, "stream_options": {"include_obfuscation": False}}):
         r = post(body)
         assert r.status_code == 200, (body, r.text[:300])
 
@@ -355,6 +370,12 @@ def test_api_key(key_server):
     # ... and on the key's other routes: GET /tokenize says nothing of the POST route without it
     assert_error(s, s.get("/tokenize"), 401)
     assert_error(s, s.get("/tokenize", headers=ok), 405)
+    # ... and on the routes without /v1
+    for path in ("/completions", "/chat/completions"):
+        assert_error(s, s.post(path, json=body), 401)
+        assert_error(s, s.get(path), 401)
+    assert_error(s, s.get("/models"), 401)
+    assert s.get("/models", headers=ok).status_code == 200
     assert s.get("/metrics").status_code == 200, "/metrics needs no key"
     assert_error(s, s.post("/metrics"), 405)  # a route without the key: its 405 as it is
     # The official client sends the key as a bearer token.
@@ -446,7 +467,7 @@ def test_queue_full_429():
 
 def test_range_messages_name_the_same_bounds(server):
     # Each bound once, whichever side a value falls on; a seed's bounds are int64's.
-    for field, values, bounds in (("top_p", (0, -0.1, 1.5), "(0, 1]"), ("min_p", (1, -1), "[0, 1)"),
+    for field, values, bounds in (("top_p", (-0.1, 1.5), "[0, 1]"), ("min_p", (1, -1), "[0, 1)"),
                                   ("temperature", (-1, 3), "[0, 2]")):
         for v in values:
             assert_error(server, server.post("/v1/completions", json={"prompt": "Hi", field: v}), 400,

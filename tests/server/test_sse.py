@@ -45,6 +45,8 @@ def test_sse_framing_completion(server):
     assert last["choices"] == [] and isinstance(last.get("usage"), dict), f"last chunk is not the usage one: {last}"
     assert last["usage"]["completion_tokens"] == 16 or content[-1]["choices"][0]["finish_reason"] == "stop", last
     assert last["usage"]["total_tokens"] == last["usage"]["prompt_tokens"] + last["usage"]["completion_tokens"]
+    # every other chunk has "usage": null (OpenAI's client documents it)
+    assert all("usage" in c and c["usage"] is None for c in chunks[:-1]), chunks[:-1]
     spec = usage_speculative(last)
     assert isinstance(spec, dict) and {"acceptance_rate", "tokens_per_target_pass"} <= set(spec), \
         f"the usage chunk carries no speculative object: {last}"
@@ -59,6 +61,7 @@ def test_sse_framing_chat(server):
     content = check_stream(chunks, "chat.completion.chunk", "chatcmpl-")
     assert content[0]["choices"][0]["delta"].get("role") == "assistant", content[0]
     assert all(c["choices"] for c in chunks), "a usage chunk without include_usage"
+    assert all("usage" not in c for c in chunks), chunks
     text = "".join(chunk_text(c) for c in content)
     whole = chat(server, messages=CAPITAL, max_tokens=16, temperature=0)["choices"][0]["message"]["content"]
     assert text == whole, f"stream {text!r} != {whole!r}"
@@ -225,10 +228,11 @@ def sigterm_mid_stream(s, body):
 
 
 def test_a_request_while_draining_is_refused_and_its_connection_closed():
-    # A long answer keeps the server draining (30 s to finish it) while the request comes.
-    s = start_server("--shutdown-timeout", "30")
+    # A long answer keeps the server draining while the request comes: 4000 tokens, seconds of
+    # work on any machine (600 were once all made, and the server gone, before the request came).
+    s = start_server("--shutdown-timeout", "60", "--ctx", "4096", "--max-batch", "1")
     try:
-        r = stream_post(s, "/v1/completions", {"prompt": COUNT, "max_tokens": 600, "temperature": 0,
+        r = stream_post(s, "/v1/completions", {"prompt": COUNT, "max_tokens": 4000, "temperature": 0,
                                                "ignore_eos": True})
         assert r.status_code == 200, r.text
         next(r.iter_content(chunk_size=None))

@@ -316,7 +316,8 @@ TEST(GenerationConfig, ValidatesEveryKnob) {
   bad([](GenerationConfig& c) { c.num_assistant_tokens_schedule = "sometimes"; });
   bad([](GenerationConfig& c) { c.assistant_confidence_threshold = 1.5; });
   bad([](GenerationConfig& c) { c.temperature = -1; });
-  bad([](GenerationConfig& c) { c.top_p = 0; });
+  bad([](GenerationConfig& c) { c.top_p = -0.1; });
+  bad([](GenerationConfig& c) { c.top_p = 1.5; });
   bad([](GenerationConfig& c) { c.min_p = 1; });
   bad([](GenerationConfig& c) { c.repetition_penalty = 0; });
   bad([](GenerationConfig& c) { c.repetition_penalty = 1e-38; });  // a logit / it overflows

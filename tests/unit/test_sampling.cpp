@@ -47,6 +47,7 @@ TEST(Processors, TopPBoundaryAndMinimumOneToken) {
   EXPECT_EQ(kept(0.6), (std::vector<int>{0, 1}));
   EXPECT_EQ(kept(0.45), (std::vector<int>{0}));
   EXPECT_EQ(kept(0.01), (std::vector<int>{0}));  // the most likely token always survives
+  EXPECT_EQ(kept(0.0), (std::vector<int>{0}));   // (OpenAI and Hugging Face take 0)
   EXPECT_EQ(kept(1.0), (std::vector<int>{0, 1, 2, 3}));
 }
 

@@ -119,8 +119,8 @@ int run_chat(RunOptions& o) {
       });
       interrupt.answering(false);
     } catch (const Error& e) {
-      interrupt.answering(
-          false);  // e.g. the conversation outgrew the context: this turn is dropped
+      // E.g. the conversation outgrew the context: this turn is dropped.
+      interrupt.answering(false);
       messages.pop_back();
       std::cerr << "specdec: error: " << e.what()
                 << " (the conversation goes on without this turn; /reset starts over)\n";

@@ -74,8 +74,11 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
   if (sub == "serve" && flag == "--num-beams")
     return "beam search is not supported: a request is greedy, or sampled when its \"temperature\" "
            "is 1e-5 or more";
-  if (sub == "serve" && (flag == "--seed" || flag == "--do-sample"))
-    return "each request sets its own (\"seed\"; a \"temperature\" of 1e-5 or more samples)";
+  if (sub == "serve" && flag == "--do-sample")
+    return "a request samples when its temperature is 1e-5 or more; --temperature is the default "
+           "of a request without one";
+  if (sub == "serve" && flag == "--seed")
+    return "a request gives its own seed; one without draws a random seed";
   for (const auto& [name, what] : any)
     if (name == flag) return what;
   return nullptr;
@@ -108,11 +111,12 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
     for (const std::string& n : names) m += (&n == &names[0] ? " " : ", ") + n;
     return m + " (specdec --help says what each does)";
   }
-  std::vector<std::string> flags, switches;  // (--help as a flag: `--help WORD` is help)
+  std::vector<std::string> all, switches;  // (--help not a switch: `--help WORD` is help)
   for (const CLI::Option* o : sub->get_options())
-    for (const std::string& n : o->get_lnames())
-      (o->get_expected_max() == 0 && o != sub->get_help_ptr() ? switches : flags)
-          .push_back("--" + n);
+    for (const std::string& n : o->get_lnames()) {
+      all.push_back("--" + n);
+      if (o->get_expected_max() == 0 && o != sub->get_help_ptr()) switches.push_back(all.back());
+    }
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") break;  // what follows is not flags
@@ -125,10 +129,8 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
                "=false (not \"" + args[i + 1] + "\" after it)";
       continue;
     }
-    if (std::find(flags.begin(), flags.end(), flag) != flags.end()) continue;
+    if (std::find(all.begin(), all.end(), flag) != all.end()) continue;
     std::string m = sub->get_name() + " has no flag " + flag;
-    std::vector<std::string> all = flags;
-    all.insert(all.end(), switches.begin(), switches.end());
     if (const char* what = instead_of(sub->get_name(), flag))
       m += " (" + std::string(what) + ")";
     else if (const std::string near = closest(flag, all); !near.empty())

@@ -85,7 +85,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                   "1024)")
       ->capture_default_str();
   app->add_option("--suffix-min-prob", o.suffix.min_token_prob,
-                  "--speculate suffix: stop a proposal once its estimated probability is below")
+                  "--speculate suffix: stop a proposal once its estimated probability falls below "
+                  "this (0 to 1)")
       ->capture_default_str();
   app->add_option("--suffix-spec-factor", o.suffix.max_spec_factor,
                   "--speculate suffix: a proposal is at most this times its match's length "

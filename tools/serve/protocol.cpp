@@ -369,20 +369,29 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
         c.eos_token_ids.push_back(id);
   const double room = static_cast<double>(ctx.context) - static_cast<double>(r.prompt.size());
+  // (max_completion_tokens is the chat API's name; a completion takes it too, as the same thing)
   std::optional<double> max_tokens = number(body, "max_tokens", {1, 1e9}, true);
-  if (chat)
-    if (const auto m = number(body, "max_completion_tokens", {1, 1e9}, true)) max_tokens = m;
+  if (const auto m = number(body, "max_completion_tokens", {1, 1e9}, true)) max_tokens = m;
+  // OpenAI's code and words, which agent frameworks look for to shorten a conversation.
+  const std::string input = chat ? "messages" : "prompt";
+  const auto too_long = [&](const std::string& param, const std::string& what) {
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(ctx.context) +
+                       " tokens (--ctx). However, " + what,
+                   param, "context_length_exceeded");
+  };
+  const auto prompt_tokens = static_cast<int64_t>(r.prompt.size());
+  const std::string reduce = "Please reduce the length of the " + input;
   if (room <= 0)
-    bad(chat ? "messages" : "prompt", "the prompt is " +
-                                          count_of(static_cast<int64_t>(r.prompt.size()), "token") +
-                                          ", the context holds " + std::to_string(ctx.context) +
-                                          " positions (prompt and new tokens) per request (--ctx)");
-  if (max_tokens && *max_tokens > room)
-    bad(chat && field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
-        "the prompt (" + count_of(static_cast<int64_t>(r.prompt.size()), "token") + ") plus " +
-            std::to_string(static_cast<int64_t>(*max_tokens)) +
-            " new tokens exceeds the context of " + std::to_string(ctx.context) +
-            " positions per request (--ctx)");
+    too_long(input, "your " + input + " resulted in " + std::to_string(prompt_tokens) +
+                        " tokens, which leave no room for an answer. " + reduce + ".");
+  if (max_tokens && *max_tokens > room) {
+    const auto completion = static_cast<int64_t>(*max_tokens);
+    too_long(field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+             "you requested " + std::to_string(prompt_tokens + completion) + " tokens (" +
+                 std::to_string(prompt_tokens) + " in the " + input + ", " +
+                 std::to_string(completion) + " in the completion). " + reduce + " or completion.");
+  }
   // OpenAI's default is 16 tokens for a completion; a chat answer may fill the context.
   const auto fits = static_cast<int64_t>(room);
   c.max_new_tokens = max_tokens       ? static_cast<int64_t>(*max_tokens)
@@ -392,7 +401,7 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   // A request without a temperature gets the server's --temperature (1 by default, as OpenAI's).
   if (const auto t = number(body, "temperature", {0, kMaxTemperature})) c.temperature = *t;
   c.do_sample = c.temperature > 0;
-  if (const auto v = number(body, "top_p", {0, 1, true})) c.top_p = *v;
+  if (const auto v = number(body, "top_p", {0, 1})) c.top_p = *v;
   if (const auto v = number(body, "top_k", {-1, 1e9}, true))
     c.top_k = *v < 0 ? 0 : static_cast<int64_t>(*v);
   if (const auto v = number(body, "min_p", {0, 1, false, true})) c.min_p = *v;
@@ -516,9 +525,15 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       bad("stream_options.include_usage",
           "'stream_options.include_usage' must be a boolean, got " + u->dump());
     r.include_usage = u && u->get<bool>();
-    // Others (vLLM's continuous_usage_stats, ...) pass only at their neutral values.
+    // include_obfuscation (OpenAI's padding of chunks against length side channels, on by
+    // default there) changes no answer and is ignored; others (vLLM's continuous_usage_stats, ...)
+    // pass only at their neutral values.
+    if (const json* ob = field(*o, "include_obfuscation"); ob && !ob->is_boolean())
+      bad("stream_options.include_obfuscation",
+          "'stream_options.include_obfuscation' must be a boolean, got " + ob->dump());
     for (const auto& [key, value] : o->items())
-      if (key != "include_usage" && !value.is_null() && value != false)
+      if (key != "include_usage" && key != "include_obfuscation" && !value.is_null() &&
+          value != false)
         bad("stream_options." + key, "'stream_options." + key + "' is not supported");
   }
   try {

@@ -77,11 +77,17 @@ std::string request_log_line(const std::string& format, const std::string& metho
   return text + "\n";
 }
 
+std::string server_log_line(const std::string& format, const std::string& text) {
+  if (format != "json") return text + "\n";
+  return nlohmann::ordered_json{{"time", utc_now()}, {"message", text}}.dump(
+             -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
 void note_error(LogFields& f, const std::string& error, const std::string& param) {
   const auto a_name = [](const std::string& p) {
     return p.size() <= 64 && std::all_of(p.begin(), p.end(), [](char c) {
-             return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' ||
-                    c == '[' || c == ']';
+             return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '[' || c == ']';
            });
   };
   f.error = error;

@@ -26,6 +26,9 @@ struct LogFields {
 std::string request_log_line(const std::string& format, const std::string& method,
                              const std::string& path, int status, double ms, const LogFields& f);
 
+// A line of the server's own (ready, shutting down, ...): `text`, or in JSON {"time", "message"}.
+std::string server_log_line(const std::string& format, const std::string& text);
+
 // Records why a request failed on `f`: `error`, its error's code (else its type), and `param`'s
 // top-level field only (stream_options.KEY, where the client made KEY up, is stream_options; a
 // param that is no field's name is left out).

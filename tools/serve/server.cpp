@@ -202,6 +202,14 @@ class Server {
   }
 
  private:
+  // The path pattern and method of each route (other methods get 405), and whether the API key
+  // guards it.
+  struct Route {
+    std::regex path;
+    std::string method;
+    bool keyed;  // behind --api-key
+  };
+
   void start_engine() {
     generator_ = std::make_unique<Generator>(models_.target, models_.draft);
     generator_->set_suffix_options(models_.suffix);
@@ -232,11 +240,9 @@ class Server {
     }
   }
 
-  // A line of the server's own (not a request's) in the log: "specdec serve: TEXT", or with
-  // --log-format json {"message": "specdec serve: TEXT"}.
+  // A line of the server's own (not a request's) in the log.
   void note(const std::string& text) const {
-    const std::string line = "specdec serve: " + text;
-    write_log(o_.log_format == "json" ? json{{"message", line}}.dump() + "\n" : line + "\n");
+    write_log(server_log_line(o_.log_format, "specdec serve: " + text));
   }
 
   // Running requests finish up to the deadline, then the rest are cancelled.
@@ -349,6 +355,21 @@ class Server {
     t_log.close = true;
   }
 
+  // A request's start, before any handler answers it: its log line's clock, and in flight until
+  // that line is written.
+  void begin_request(httplib::Response& res) {
+    t_log = {Clock::now(), -1, -1, false, false, true};
+    ++in_flight_;
+    if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
+  }
+
+  // The route of a path, whatever its method; null where none.
+  const Route* route_of(const std::string& path) const {
+    for (const Route& r : methods_)
+      if (std::regex_match(path, r.path)) return &r;
+    return nullptr;
+  }
+
   void get(const char* path, httplib::Server::Handler handler) {
     http_.Get(path, std::move(handler));
     methods_.push_back({std::regex(path), "GET", false});
@@ -364,13 +385,11 @@ class Server {
     http_.set_keep_alive_max_count(1000);  // (cpp-httplib's default closes after 5 requests)
     http_.set_read_timeout(o_.idle_timeout);
     http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      t_log = {Clock::now(), -1, -1, false, false, true};
-      ++in_flight_;  // until its log line, once the response is written
+      begin_request(res);
       // Range is ignored (RFC 9110 14.2 allows it): cpp-httplib would answer every range asked
       // for, "bytes=0-,0-,..." a copy each (a 8 KB request drew 23 MB), also of a 200 answer. The
       // request is cpp-httplib's own non-const object, handed over as const.
       const_cast<httplib::Request&>(req).ranges.clear();
-      if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
       if (const std::optional<ApiError> refusal = framing_refusal(req)) {
         refuse_unread(res, *refusal);
         return httplib::Server::HandlerResponse::Handled;
@@ -387,10 +406,7 @@ class Server {
                           static_cast<unsigned long long>(o_.max_body))
         refusal = ApiError(413, status_text(413), "", "body_too_large");
       if (!refusal) return 100;
-      // (Not routed: counted as the pre-routing handler does; logged once the answer is out.)
-      t_log = {Clock::now(), -1, -1, false, false, true};
-      ++in_flight_;
-      if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
+      begin_request(res);  // (not routed; logged once the answer is out)
       refuse_unread(res, *refusal);
       return refusal->status;
     });
@@ -404,17 +420,14 @@ class Server {
     });
     http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;
-      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const Route& r) {
-        return std::regex_match(req.path, r.path);
-      });
+      const Route* route = route_of(req.path);
       // Under /v1, and on a path the key guards, the key comes first, as it does on the routes:
       // without it, a client learns nothing of which paths exist.
       if ((res.status == 404 || res.status == 405) &&
-          (req.path.rfind("/v1/", 0) == 0 || (route != methods_.end() && route->keyed)) &&
-          !authorized(req))
+          (req.path.rfind("/v1/", 0) == 0 || (route && route->keyed)) && !authorized(req))
         return refuse_unauthorized(res);
       std::string message = status_text(res.status);
-      if (res.status == 404 && route != methods_.end()) {
+      if (res.status == 404 && route) {
         res.status = 405;  // a route of another method
         res.set_header("Allow", route->method);
         message = req.path + " takes " + route->method + ", not " + req.method;
@@ -452,10 +465,8 @@ class Server {
     http_.Options(".*", [this](const httplib::Request& req, httplib::Response& res) {
       res.status = 204;
       // The methods of the path (RFC 9110 9.3.7), as a 405 names them.
-      const auto route = std::find_if(methods_.begin(), methods_.end(), [&](const Route& r) {
-        return std::regex_match(req.path, r.path);
-      });
-      res.set_header("Allow", route == methods_.end() ? "OPTIONS" : route->method + ", OPTIONS");
+      const Route* route = route_of(req.path);
+      res.set_header("Allow", route ? route->method + ", OPTIONS" : "OPTIONS");
       if (!o_.cors.empty()) {
         res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
         // The headers the page asked for (OpenAI's JavaScript client sends X-Stainless-* ones);
@@ -487,11 +498,11 @@ class Server {
                   {"owned_by", "specdec"},
                   {"max_model_len", o_.ctx}};
     };
-    api_route(false, "/v1/models", false,
+    api_route(false, "/(?:v1/)?models", false,
               [this, model](const httplib::Request&, httplib::Response& res) {
                 send_json(res, 200, {{"object", "list"}, {"data", json::array({model()})}});
               });
-    api_route(false, "/v1/models/(.+)", false,
+    api_route(false, "/(?:v1/)?models/(.+)", false,
               [this, model](const httplib::Request& req, httplib::Response& res) {
                 if (req.matches[1] != ctx_.model_id)
                   throw ApiError(404,
@@ -520,10 +531,10 @@ class Server {
                 send_json(res, 200, {{"content", ctx_.tokenizer->decode(ids, false)}});
               });
     api_route(
-        true, "/v1/completions", true,
+        true, "/(?:v1/)?completions", true,
         [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, false); });
     api_route(
-        true, "/v1/chat/completions", true,
+        true, "/(?:v1/)?chat/completions", true,
         [this](const httplib::Request& req, httplib::Response& res) { generate(req, res, true); });
   }
 
@@ -627,11 +638,11 @@ class Server {
     t_log.completion_tokens = 0;
     const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + random_id();
     const auto created = static_cast<int64_t>(std::time(nullptr));
-    const json head = {{"id", rid},
-                       {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion")
-                                       : "text_completion"},
-                       {"created", created},
-                       {"model", ctx_.model_id}};
+    json head = {{"id", rid},
+                 {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion")
+                                 : "text_completion"},
+                 {"created", created},
+                 {"model", ctx_.model_id}};
     const auto forget = [this, id] {
       std::lock_guard<std::mutex> lock(ids_mutex_);
       ids_.erase(id);
@@ -673,6 +684,7 @@ class Server {
     };
     auto st = std::make_shared<StreamState>();
     const bool logprobs = p.logprobs, include_usage = p.include_usage;
+    if (include_usage) head["usage"] = nullptr;  // in every chunk but the last, as OpenAI's
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");  // nginx passes each event on at once
     const httplib::ContentProviderWithoutLength events = [this, job, st, head, chat, logprobs,
@@ -772,14 +784,7 @@ class Server {
   std::condition_variable shutdown_;
   std::mutex ids_mutex_;
   std::set<RequestEngine::Id> ids_;  // requests not answered yet (cancelled at the deadline)
-  // The path pattern and method of each route (other methods get 405), and whether the API key
-  // guards it.
-  struct Route {
-    std::regex path;
-    std::string method;
-    bool keyed;  // behind --api-key
-  };
-  std::vector<Route> methods_;
+  std::vector<Route> methods_;       // every route, as http_ has it
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
 };
 
