@@ -35,26 +35,6 @@ KVCache continue_cache(const Model& model, KVCache held, int64_t capacity,
   return grown;
 }
 
-// A verifier's verdict names candidates and a token that exist (a verifier of one's own may not):
-// the accepted count within the proposal, a path from the root through parents, a token id of the
-// vocabulary.
-void check_verdict(const Verdict& v, const Candidates& c, int64_t vocab) {
-  const auto k = static_cast<int64_t>(c.tokens.size());
-  SPECDEC_CHECK(
-      v.accepted >= 0 && v.accepted <= k && static_cast<int64_t>(v.path.size()) == v.accepted,
-      "verifier: the verdict keeps ", v.accepted, " candidates (path of ", v.path.size(), ") of ",
-      k);
-  for (size_t i = 0; i < v.path.size(); ++i) {
-    const int64_t n = v.path[i];
-    const bool in = n >= 0 && n < k;
-    const int64_t parent = !in ? -2 : c.tree() ? c.parents[static_cast<size_t>(n)] : n - 1;
-    SPECDEC_CHECK(in && parent == (i == 0 ? -1 : v.path[i - 1]), "verifier: the verdict's path ", i,
-                  " is candidate ", n, ", which does not follow the path before it");
-  }
-  SPECDEC_CHECK(v.next_token >= 0 && v.next_token < vocab, "verifier: the verdict's next token ",
-                v.next_token, " is no token of the vocabulary (", vocab, ")");
-}
-
 // The path through each node's first child (a draft's tree, best first: its chain).
 Candidates first_children(const Candidates& c) {
   Candidates out;
@@ -489,8 +469,7 @@ void Engine::verify() {
   const at::Tensor host = at::stack(decisions).to(at::kCPU).contiguous();  // [B, width]
   for (int64_t i = 0; i < b; ++i) {
     Row& row = *slots_[i];
-    row.verdict = verdict_of(host.data_ptr<int64_t>() + width * i, row.cand);
-    check_verdict(row.verdict, row.cand, logits.size(-1));
+    row.verdict = verdict_of(host.data_ptr<int64_t>() + width * i, row.cand, logits.size(-1));
     row.verifier->settle(row.verdict, row.cand, *row.rng);
     if (row.cand.tree() && row.logprobs.defined()) {  // the rows of the kept path, in order
       std::vector<int64_t> rows{0};

@@ -52,25 +52,35 @@ at::Tensor walk_tree(const Candidates& c, Pick pick) {
 
 void Verifier::settle(const Verdict&, const Candidates&, Rng&) const {}
 
-Verdict verdict_of(const int64_t* values, const Candidates& c) {
+Verdict verdict_of(const int64_t* values, const Candidates& c, int64_t vocab) {
   Verdict v;
   v.accepted = values[0];
   v.next_token = values[1];
-  SPECDEC_CHECK(v.accepted >= 0 && v.accepted <= static_cast<int64_t>(c.tokens.size()),
-                "verifier: decide() keeps ", v.accepted, " of ", c.tokens.size(), " candidates");
+  const auto k = static_cast<int64_t>(c.tokens.size());
+  SPECDEC_CHECK(v.accepted >= 0 && v.accepted <= k, "verifier: decide() keeps ", v.accepted, " of ",
+                k, " candidates");
   if (c.tree()) {
     v.path.assign(values + 2, values + 2 + v.accepted);
+    for (size_t i = 0; i < v.path.size(); ++i) {  // from the root, each node a child of the last
+      const int64_t n = v.path[i];
+      SPECDEC_CHECK(
+          n >= 0 && n < k && c.parents[static_cast<size_t>(n)] == (i == 0 ? -1 : v.path[i - 1]),
+          "verifier: decide()'s path ", i, " is candidate ", n,
+          ", which does not follow the path before it");
+    }
   } else {
     v.path.resize(static_cast<size_t>(v.accepted));
     for (int64_t i = 0; i < v.accepted; ++i) v.path[static_cast<size_t>(i)] = i;
   }
+  SPECDEC_CHECK(v.next_token >= 0 && v.next_token < vocab, "verifier: decide()'s next token ",
+                v.next_token, " is no token of the vocabulary (", vocab, ")");
   return v;
 }
 
 Verdict Verifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
   // the one sync of the iteration
   const at::Tensor host = decide(scores, c, rng).to(at::kCPU).contiguous();
-  const Verdict v = verdict_of(host.data_ptr<int64_t>(), c);
+  const Verdict v = verdict_of(host.data_ptr<int64_t>(), c, scores.size(-1));
   settle(v, c, rng);
   return v;
 }

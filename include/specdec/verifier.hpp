@@ -17,8 +17,9 @@ struct Verdict {
 };
 
 // The verdict in decide()'s values, read on the host (`values`: its [2] or, for a tree, [2 + K];
-// a chain's path is 0..accepted-1).
-Verdict verdict_of(const int64_t* values, const Candidates& candidates);
+// a chain's path is 0..accepted-1), checked: a verifier of one's own whose values name a candidate
+// past the proposal, a path that does not follow the tree, or no token of the `vocab` is an Error.
+Verdict verdict_of(const int64_t* values, const Candidates& candidates, int64_t vocab);
 
 // The override points are decide() and settle(), the two halves of one decision, so that a batch
 // brings every row's verdict to the host in one copy (one synchronisation per pass on a GPU):

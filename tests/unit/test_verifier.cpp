@@ -234,6 +234,43 @@ TEST(GreedyVerifier, TreeFollowsTheChildHoldingTheArgmax) {
   EXPECT_THROW(v.verify(at::zeros({3, 5}), bad, rng), Error);
 }
 
+// A verifier of one's own whose values name what does not exist: verify() (as the engine) throws
+// before settle() sees the verdict.
+TEST(Verifier, ValuesNamingNoCandidateOrTokenAreAnError) {
+  struct Fixed final : Verifier {
+    std::vector<int64_t> values;
+    mutable bool settled = false;
+    at::Tensor decide(const at::Tensor&, const Candidates&, Rng&) const override {
+      return at::tensor(values, at::kLong);
+    }
+    void settle(const Verdict&, const Candidates&, Rng&) const override { settled = true; }
+  };
+  const Candidates c = tree({2, 3, 4}, {-1, -1, 0});
+  const at::Tensor s = at::zeros({4, 5});
+  Rng rng(0);
+  Fixed v;
+  v.values = {2, 1, 0, 2, -1};  // a kept path: root -> 0 -> 2, then token 1
+  EXPECT_EQ(v.verify(s, c, rng).path, (std::vector<int64_t>{0, 2}));
+  EXPECT_TRUE(v.settled);
+  for (const std::vector<int64_t>& values : std::vector<std::vector<int64_t>>{
+           {4, 1, 0, 2, -1},   // more kept than proposed
+           {2, 1, 1, 2, -1},   // candidate 2 is no child of candidate 1
+           {1, 1, 2, -1, -1},  // candidate 2 is no child of the root
+           {1, 1, 3, -1, -1},  // no candidate 3
+           {0, 5, -1, -1, -1},
+           {0, -1, -1, -1, -1}}) {  // tokens outside the vocabulary of 5
+    v.values = values;
+    v.settled = false;
+    EXPECT_THROW(v.verify(s, c, rng), Error) << values[0] << " " << values[1] << " " << values[2];
+    EXPECT_FALSE(v.settled);
+  }
+  Fixed chain;
+  chain.values = {1, 7};
+  EXPECT_THROW(chain.verify(at::zeros({3, 5}), cands({2, 3}), rng), Error);
+  chain.values = {2, 4};
+  EXPECT_EQ(chain.verify(at::zeros({3, 5}), cands({2, 3}), rng).path, (std::vector<int64_t>{0, 1}));
+}
+
 // Two candidates under the root (tokens 0 and 1) and one under the first: the first token is
 // drawn from p exactly, and after candidate 0 the second from its row; frequencies of 40000
 // decisions within 5 standard deviations.
