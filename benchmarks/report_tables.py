@@ -86,12 +86,39 @@ def fmt_any(v):
 
 
 # --- serving (benchmarks/serve_peer.sh) ---
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def at(run, label, c):
-    return next((r for r in run.records if r.get("label") == label and r.get("concurrency") == c), None)
+    """The record of a server at c clients; of a run in rounds, each number the median over them."""
+    rs = [r for r in run.records if r.get("label") == label and r.get("concurrency") == c]
+    if len(rs) <= 1:
+        return rs[0] if rs else None
+    return {k: med([r[k] for r in rs if _is_number(r.get(k))]) if _is_number(v) else v for k, v in rs[0].items()}
 
 
 def tput(r):
     return (r or {}).get("throughput_tokens_per_s")
+
+
+def round_ratio(run, a, b, key="throughput_tokens_per_s"):
+    """a's key over b's, a and b (label, clients): the median over the run's rounds of the ratio in each
+    round, where the two ran one after the other (a run before rounds: its one ratio), or None."""
+    vals = []
+    for rnd in {r.get("round") for r in run.records}:
+        pick = lambda lc: next((r for r in run.records if r.get("round") == rnd and r.get("label") == lc[0]
+                                and r.get("concurrency") == lc[1]), None)
+        x, y = (pick(a) or {}).get(key), (pick(b) or {}).get(key)
+        if x is not None and y:
+            vals.append(x / y)
+    return med(vals) if vals else None
+
+
+def rounds_note(run):
+    n = len({r.get("round") for r in run.records})
+    return ([f"Medians over {n} rounds (a round runs every server once, one after the other); a ratio is the "
+             "median of the rounds' ratios.", ""] if n > 1 else [])
 
 
 def _peer_rows(latest, keys):
@@ -100,21 +127,21 @@ def _peer_rows(latest, keys):
     for c in sorted({r["concurrency"] for r in latest.records}):
         s, l = at(latest, "specdec", c), at(latest, "llama-server", c)
         g = lambda r, k: ms((r or {}).get(k), "{:.2f}" if k.startswith("itl") else "{:.1f}")
-        rows.append([c, fmt(tput(s)), fmt(tput(l)), ratio(tput(s), tput(l), "{:.2f}")]
+        rows.append([c, fmt(tput(s)), fmt(tput(l)), fmt(round_ratio(latest, ("specdec", c), ("llama-server", c)), "{:.2f}")]
                     + [f"{g(s, k)} / {g(l, k)}" for k in keys])
     return rows
 
 
 def serve_peer(runs):
     latest = runs[0]
-    out = run_header(latest)
+    out = run_header(latest) + rounds_note(latest)
     rows = _peer_rows(latest, ["ttft_p50", "ttft_p99", "itl_p50", "itl_p99"])
     out += table(["clients", "specdec tok/s", "llama-server tok/s", "specdec / llama-server", "TTFT p50 ms, specdec / llama",
                   "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms"], rows)
     for label in ("specdec", "llama-server"):
         lv = sorted({r["concurrency"] for r in latest.records if r.get("label") == label})
         if len(lv) > 1 and 8 in lv:
-            out.append(f"- {label}: 8 clients make {ratio(tput(at(latest, label, 8)), tput(at(latest, label, lv[0])))} "
+            out.append(f"- {label}: 8 clients make {fmt(round_ratio(latest, (label, 8), (label, lv[0])), '{:.2f}x')} "
                        f"the throughput of {lv[0]}.")
     out.append("")
     per = lambda label: lambda r: " / ".join(fmt(tput(at(r, label, c))) for c in
@@ -127,8 +154,10 @@ def serve_peer_readme(latest):
     """The README's performance table: the latest serve_peer run, in short (no dates or commits)."""
     cpus = f"{latest.cpus}-vCPU " if latest.cpus else ""
     threads = ", ".join(map(str, latest.threads)) or "-"
+    n = len({r.get("round") for r in latest.records})
+    rounds = f" (medians of {n} rounds, the servers taking turns)" if n > 1 else ""
     out = ["`specdec serve` beside llama.cpp's `llama-server` on the same SmolLM2-135M-Instruct Q4_1 GGUF.",
-           f"Machine: {cpus}{latest.cpu}, both servers on {threads} threads, one at a time; greedy chat requests "
+           f"Machine: {cpus}{latest.cpu}, both servers on {threads} threads, one at a time{rounds}; greedy chat requests "
            "of 64 tokens from closed-loop streaming clients. Command: `bash benchmarks/serve_peer.sh build`"
            + ("" if latest.command == "bash benchmarks/serve_peer.sh build" else
               " (this run's exact command, with its llama.cpp build flags, is in "
@@ -145,16 +174,17 @@ def _against_target_only(run, labels):
     rows = []
     for c in sorted({r["concurrency"] for r in run.records}):
         for label in labels:
-            k, t = at(run, label, c), at(run, reference_label(label), c)
+            k = at(run, label, c)
             if k:
-                rows.append([c, label, fmt(tput(k)), ratio(tput(k), tput(t)), ms(k.get("itl_p50"), "{:.2f}"),
+                rows.append([c, label, fmt(tput(k)), fmt(round_ratio(run, (label, c), (reference_label(label), c)),
+                                                         "{:.2f}x"), ms(k.get("itl_p50"), "{:.2f}"),
                              fmt(k.get("tokens_per_target_pass"), "{:.2f}"), fmt(k.get("acceptance_rate"), "{:.3f}")])
     return table(["clients", "server", "tok/s", "vs target-only", "ITL p50 ms", "tokens per target pass", "acceptance"], rows)
 
 
 def _ratios(labels):
     def cell(run):
-        return "; ".join(f"{label} " + " / ".join(ratio(tput(at(run, label, c)), tput(at(run, reference_label(label), c)))
+        return "; ".join(f"{label} " + " / ".join(fmt(round_ratio(run, (label, c), (reference_label(label), c)), "{:.2f}x")
                                                for c in sorted({r["concurrency"] for r in run.records}))
                          for label in labels if any(r.get("label") == label for r in run.records))
     return cell
@@ -165,7 +195,7 @@ def serve_lookup(runs):
     # constant K and "specdec-lookup10-goodput" goodput with the latest match).
     labels = ["specdec-target-only", "specdec-lookup10-constant", "specdec-lookup10", "specdec-lookup10-last",
               "specdec-lookup10-goodput", "specdec-target-only-int8", "specdec-lookup10-last-int8"]
-    return (run_header(runs[0]) + _against_target_only(runs[0], labels) +
+    return (run_header(runs[0]) + rounds_note(runs[0]) + _against_target_only(runs[0], labels) +
             history(runs[1:], "Earlier runs", [("vs target-only", _ratios(labels[1:]))]))
 
 

@@ -28,6 +28,9 @@
 #            of its own summary, after an 8-request warm-up run that is subtracted) against the
 #            same requests through specdec serve --prefix-cache 0 at concurrency 8, SERVE_HTTP_ROUNDS
 #            (default 5) rounds of both -> results/serve_http.jsonl
+# The peer and lookup parts run SERVE_ROUNDS (default 3) rounds, each server once per round, in turn:
+# the machine's speed drifts between minutes (a ratio of single runs moved by 30%), and a ratio within
+# a round compares runs minutes apart at most; the report gives the medians.
 # SERVE_FLAGS: more flags for specdec serve in the peer part (e.g. --int8-activations, which
 # quantizes activations to 8 bits as llama.cpp does for these weights);
 # SERVE_REQUESTS (default 4) requests per client, SERVE_MAX_TOKENS (default 64) tokens each;
@@ -55,6 +58,7 @@ levels=${SERVE_CONCURRENCY:-1,4,8,16}
 lookup_levels=${SERVE_LOOKUP_CONCURRENCY:-1}
 lookup_tokens=${SERVE_LOOKUP_TOKENS:-128}
 http_rounds=${SERVE_HTTP_ROUNDS:-5}
+rounds=${SERVE_ROUNDS:-3}
 parts=${SERVE_PARTS:-peer,lookup,goodput,http}
 has() { [[ ",$parts," == *",$1,"* ]]; }
 prompts=benchmarks/prompts/serve_chat.jsonl
@@ -64,7 +68,7 @@ results=${SERVE_RESULTS:-benchmarks/results}
 mkdir -p "$results"
 run=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
 command=$(python3 -c 'import sys; sys.path.insert(0, "benchmarks"); import bench_record
-print(bench_record.with_env(sys.argv[1], "SERVE_THREADS SERVE_REQUESTS SERVE_MAX_TOKENS SERVE_CONCURRENCY SERVE_LOOKUP_CONCURRENCY SERVE_LOOKUP_TOKENS SERVE_HTTP_ROUNDS SERVE_PARTS SERVE_DRAFT SERVE_RESULTS SERVE_FLAGS LLAMA_BUILD LLAMA_FLAGS".split()))' "$command")
+print(bench_record.with_env(sys.argv[1], "SERVE_THREADS SERVE_REQUESTS SERVE_MAX_TOKENS SERVE_CONCURRENCY SERVE_LOOKUP_CONCURRENCY SERVE_LOOKUP_TOKENS SERVE_HTTP_ROUNDS SERVE_ROUNDS SERVE_PARTS SERVE_DRAFT SERVE_RESULTS SERVE_FLAGS LLAMA_BUILD LLAMA_FLAGS".split()))' "$command")
 load=(python3 benchmarks/serve_load.py)
 tmp=$(mktemp -d)
 server_pid=
@@ -128,28 +132,36 @@ fi
 
 # --- measurements ---
 if has peer; then
-  # shellcheck disable=SC2086  # SERVE_FLAGS is a list of flags
-  specdec_run "$results/serve_peer.jsonl" specdec chat "$prompts" "$levels" "$max_tokens" "$per_client" ${SERVE_FLAGS:-}
-  port=$(free_port)
-  cmd=("$lbuild/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 -c $((2048 * 8))
-       -t "$threads" -tb "$threads")
-  start_server llama-server "${cmd[@]}"
-  "${load[@]}" --url "http://127.0.0.1:$port" --api chat --prompts "$prompts" --concurrency "$levels" \
-    --requests-per-client "$per_client" --max-tokens "$max_tokens" --label llama-server \
-    --out "$results/serve_peer.jsonl" --meta "$(meta "${cmd[@]}")" > /dev/null
-  stop_server
+  for round in $(seq "$rounds"); do
+    # shellcheck disable=SC2086  # SERVE_FLAGS is a list of flags
+    round_meta=$round specdec_run "$results/serve_peer.jsonl" specdec chat "$prompts" "$levels" "$max_tokens" \
+      "$per_client" ${SERVE_FLAGS:-}
+    port=$(free_port)
+    cmd=("$lbuild/bin/llama-server" -m "$model" --host 127.0.0.1 --port "$port" --parallel 8 -c $((2048 * 8))
+         -t "$threads" -tb "$threads")
+    start_server llama-server "${cmd[@]}"
+    "${load[@]}" --url "http://127.0.0.1:$port" --api chat --prompts "$prompts" --concurrency "$levels" \
+      --requests-per-client "$per_client" --max-tokens "$max_tokens" --label llama-server \
+      --out "$results/serve_peer.jsonl" --meta "$(round_meta=$round meta "${cmd[@]}")" > /dev/null
+    stop_server
+  done
 fi
 if has lookup; then
   # every grounded prompt once per client: target-only; --prompt-lookup 10 under constant K (Hugging
   # Face's schedule), as given (goodput, which caps each pass's lookahead by the measured pass
   # costs) and copying the latest match; then target-only and the latest match with 8-bit activations
-  lookup_run() { specdec_run "$results/serve_lookup.jsonl" "$1" chat "$grounded" "$lookup_levels" "$lookup_tokens" "$n_grounded" "${@:2}"; }
-  lookup_run specdec-target-only
-  lookup_run specdec-lookup10-constant --prompt-lookup 10 --schedule constant
-  lookup_run specdec-lookup10 --prompt-lookup 10
-  lookup_run specdec-lookup10-last --prompt-lookup 10 --prompt-lookup-match last
-  lookup_run specdec-target-only-int8 --int8-activations
-  lookup_run specdec-lookup10-last-int8 --prompt-lookup 10 --prompt-lookup-match last --int8-activations
+  lookup_run() {
+    round_meta=$round specdec_run "$results/serve_lookup.jsonl" "$1" chat "$grounded" "$lookup_levels" \
+      "$lookup_tokens" "$n_grounded" "${@:2}"
+  }
+  for round in $(seq "$rounds"); do
+    lookup_run specdec-target-only
+    lookup_run specdec-lookup10-constant --prompt-lookup 10 --schedule constant
+    lookup_run specdec-lookup10 --prompt-lookup 10
+    lookup_run specdec-lookup10-last --prompt-lookup 10 --prompt-lookup-match last
+    lookup_run specdec-target-only-int8 --int8-activations
+    lookup_run specdec-lookup10-last-int8 --prompt-lookup 10 --prompt-lookup-match last --int8-activations
+  done
 fi
 if has goodput; then
   draft=${SERVE_DRAFT:-models/smollm2-draft4}
@@ -207,19 +219,21 @@ fi
 
 # --- the table (this run's records) ---
 python3 - "$results" "$run" <<'PY'
-import json, os, sys
+import json, os, sys, types
 sys.path.insert(0, "benchmarks")
+import report_tables
 from report_tables import reference_label
 d, run = sys.argv[1], sys.argv[2]
 def load(name):
     p = os.path.join(d, name)
     rows = [json.loads(l) for l in open(p) if l.strip()] if os.path.exists(p) else []
     return [r for r in rows if r.get("run") == run]
+# (rows of rounds: each number the median over them, each ratio the median of the rounds' ratios)
 def at(rows, label, c):
-    return next((r for r in rows if r["label"] == label and r["concurrency"] == c), None)
-def ratio(a, b, key):
-    x, y = (a or {}).get(key), (b or {}).get(key)
-    return f"{x / y:.2f}" if x and y else "-"
+    return report_tables.at(types.SimpleNamespace(records=rows), label, c)
+def ratio(a, b, key):  # a, b: (rows, label, clients)
+    v = report_tables.round_ratio(types.SimpleNamespace(records=a[0]), a[1:], b[1:], key)
+    return f"{v:.2f}" if v else "-"
 def fmt(r, key, scale=1, digits=1):
     v = (r or {}).get(key)
     return f"{v * scale:.{digits}f}" if v is not None else "-"
@@ -230,11 +244,12 @@ if peer:
           f"{'itl sd':>7} {'itl ll':>7} {'itl':>6}")
     for c in sorted({r["concurrency"] for r in peer}):
         s, l = at(peer, "specdec", c), at(peer, "llama-server", c)
+        sl = lambda key: ratio((peer, "specdec", c), (peer, "llama-server", c), key)
         print(f"{c:>7} {fmt(s, 'throughput_tokens_per_s'):>9} {fmt(l, 'throughput_tokens_per_s'):>9} "
-              f"{ratio(s, l, 'throughput_tokens_per_s'):>6} {fmt(s, 'ttft_p50', 1e3):>8} {fmt(l, 'ttft_p50', 1e3):>8} "
-              f"{ratio(s, l, 'ttft_p50'):>6} {fmt(s, 'itl_p50', 1e3, 2):>7} {fmt(l, 'itl_p50', 1e3, 2):>7} {ratio(s, l, 'itl_p50'):>6}")
+              f"{sl('throughput_tokens_per_s'):>6} {fmt(s, 'ttft_p50', 1e3):>8} {fmt(l, 'ttft_p50', 1e3):>8} "
+              f"{sl('ttft_p50'):>6} {fmt(s, 'itl_p50', 1e3, 2):>7} {fmt(l, 'itl_p50', 1e3, 2):>7} {sl('itl_p50'):>6}")
     for label in ("specdec", "llama-server"):
-        print(f"scaling 8 vs 1 client, {label}: {ratio(at(peer, label, 8), at(peer, label, 1), 'throughput_tokens_per_s')}x")
+        print(f"scaling 8 vs 1 client, {label}: {ratio((peer, label, 8), (peer, label, 1), 'throughput_tokens_per_s')}x")
 lookup = load("serve_lookup.jsonl")
 for c in sorted({r["concurrency"] for r in lookup}):
     for label in ("specdec-lookup10-constant", "specdec-lookup10", "specdec-lookup10-last", "specdec-lookup10-last-int8"):
@@ -242,15 +257,16 @@ for c in sorted({r["concurrency"] for r in lookup}):
         t = at(lookup, reference_label(label), c)
         if not k:
             continue
+        kt = lambda key: ratio((lookup, label, c), (lookup, reference_label(label), c), key)
         print(f"\n{label} vs target-only, grounded prompts, {c} client(s): throughput "
-              f"{ratio(k, t, 'throughput_tokens_per_s')}x ({fmt(k, 'throughput_tokens_per_s')} vs {fmt(t, 'throughput_tokens_per_s')} tok/s), "
-              f"itl p50 {ratio(k, t, 'itl_p50')}x, {fmt(k, 'tokens_per_target_pass', 1, 2)} tokens per target pass")
+              f"{kt('throughput_tokens_per_s')}x ({fmt(k, 'throughput_tokens_per_s')} vs {fmt(t, 'throughput_tokens_per_s')} tok/s), "
+              f"itl p50 {kt('itl_p50')}x, {fmt(k, 'tokens_per_target_pass', 1, 2)} tokens per target pass")
 good = load("serve_goodput.jsonl")
 if good:
     print("\ngoodput (draft) vs target-only, specdec: throughput ratio per client count")
     for c in sorted({r["concurrency"] for r in good}):
         g, t = at(good, "specdec-goodput", c), at(good, "specdec-target-only", c)
-        print(f"{c:>7} clients: {ratio(g, t, 'throughput_tokens_per_s')}x ({fmt(g, 'throughput_tokens_per_s')} vs "
+        print(f"{c:>7} clients: {ratio((good, 'specdec-goodput', c), (good, 'specdec-target-only', c), 'throughput_tokens_per_s')}x ({fmt(g, 'throughput_tokens_per_s')} vs "
               f"{fmt(t, 'throughput_tokens_per_s')} tok/s; {fmt(g, 'tokens_per_target_pass', 1, 2)} tokens per target pass)")
 http = load("serve_http.jsonl")
 if http:
@@ -258,5 +274,5 @@ if http:
         rows = [r for r in http if r.get("round") == rnd]
         s, g = at(rows, "specdec-serve", 8), at(rows, "specdec-generate", 8)
         print(f"\nHTTP layer, round {rnd}: specdec serve at 8 clients / `specdec generate --batch-size 8`, the same requests: "
-              f"{ratio(s, g, 'throughput_tokens_per_s')} ({fmt(s, 'throughput_tokens_per_s')} vs {fmt(g, 'throughput_tokens_per_s')} tok/s)")
+              f"{ratio((rows, 'specdec-serve', 8), (rows, 'specdec-generate', 8), 'throughput_tokens_per_s')} ({fmt(s, 'throughput_tokens_per_s')} vs {fmt(g, 'throughput_tokens_per_s')} tok/s)")
 PY
