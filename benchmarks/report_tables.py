@@ -91,7 +91,8 @@ def _is_number(v):
 
 
 def at(run, label, c):
-    """The record of a server at c clients; of a run in rounds, each number the median over them."""
+    """The record of a server at c clients; of a run in rounds, each number the median over them, taken
+    field by field (so one row's TTFT and ITL may come from different rounds)."""
     rs = [r for r in run.records if r.get("label") == label and r.get("concurrency") == c]
     if len(rs) <= 1:
         return rs[0] if rs else None
@@ -155,7 +156,8 @@ def serve_peer_readme(latest):
     cpus = f"{latest.cpus}-vCPU " if latest.cpus else ""
     threads = ", ".join(map(str, latest.threads)) or "-"
     n = len({r.get("round") for r in latest.records})
-    rounds = f" (medians of {n} rounds, the servers taking turns)" if n > 1 else ""
+    rounds = (f" (medians of {n} rounds, the servers taking turns; a ratio is the median of the rounds' ratios)"
+              if n > 1 else "")
     out = ["`specdec serve` beside llama.cpp's `llama-server` on the same SmolLM2-135M-Instruct Q4_1 GGUF.",
            f"Machine: {cpus}{latest.cpu}, both servers on {threads} threads, one at a time{rounds}; greedy chat requests "
            "of 64 tokens from closed-loop streaming clients. Command: `bash benchmarks/serve_peer.sh build`"

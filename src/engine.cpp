@@ -458,9 +458,7 @@ void Engine::verify() {
       scores = row.processors->apply(scores, {});
     }
     decisions[i] = to_device(row.verifier->decide(scores, row.cand, *row.rng), logits.device());
-    SPECDEC_CHECK(decisions[i].dim() == 1 && decisions[i].size(0) == (row.cand.tree() ? 2 + k : 2),
-                  "verifier: decide() returned ", decisions[i].sizes(), " for ", k,
-                  row.cand.tree() ? " candidates in a tree" : " candidates");
+    detail::check_decision(decisions[i], row.cand);
     width = std::max(width, decisions[i].size(0));
   }
   for (at::Tensor& d : decisions)

@@ -77,9 +77,19 @@ Verdict verdict_of(const int64_t* values, const Candidates& c, int64_t vocab) {
   return v;
 }
 
+void detail::check_decision(const at::Tensor& d, const Candidates& c) {
+  const auto k = static_cast<int64_t>(c.size());
+  SPECDEC_CHECK(d.scalar_type() == at::kLong && d.dim() == 1 && d.size(0) == (c.tree() ? 2 + k : 2),
+                "verifier: decide() returned ", d.scalar_type(), " ", d.sizes(), " for ", k,
+                c.tree() ? " candidates in a tree" : " candidates", " (int64 [",
+                c.tree() ? 2 + k : 2, "] expected)");
+}
+
 Verdict Verifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {
+  const at::Tensor decision = decide(scores, c, rng);
+  detail::check_decision(decision, c);
   // the one sync of the iteration
-  const at::Tensor host = decide(scores, c, rng).to(at::kCPU).contiguous();
+  const at::Tensor host = decision.to(at::kCPU).contiguous();
   const Verdict v = verdict_of(host.data_ptr<int64_t>(), c, scores.size(-1));
   settle(v, c, rng);
   return v;

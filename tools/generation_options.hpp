@@ -86,7 +86,8 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
       ->capture_default_str();
   app->add_option("--top-k", gen.top_k, "Keep the k most likely tokens (>= 0; 0 = off)")
       ->capture_default_str();
-  app->add_option("--top-p", gen.top_p, "Nucleus sampling mass, in [0, 1] (1 = off; 0 keeps the most likely token)")
+  app->add_option("--top-p", gen.top_p,
+                  "Nucleus sampling mass, in [0, 1] (1 = off; 0 keeps the most likely token)")
       ->capture_default_str();
   app->add_option("--min-p", gen.min_p,
                   "Drop tokens below min_p * max probability, in [0, 1) (0 = off)")

@@ -70,6 +70,9 @@ class RejectionSamplingVerifier final : public Verifier {
 };
 
 namespace detail {
+// decide()'s result as verify() and the engine take it: int64 [2], or [2 + K] for a tree of K
+// candidates (a specdec::Error otherwise).
+void check_decision(const at::Tensor& decision, const Candidates& candidates);
 // A deterministic chain's verdict {accepted, next} from p [K+1, V]: the token of each position
 // drawn with the next uniform of `rng` until one differs from its candidate (one uniform per
 // token). On the CPU one position at a time; on a device all at once, without leaving it.

@@ -264,6 +264,16 @@ TEST(Verifier, ValuesNamingNoCandidateOrTokenAreAnError) {
     EXPECT_THROW(v.verify(s, c, rng), Error) << values[0] << " " << values[1] << " " << values[2];
     EXPECT_FALSE(v.settled);
   }
+  for (const std::vector<int64_t>& values : std::vector<std::vector<int64_t>>{{2, 1}, {1}, {}}) {
+    v.values = values;  // no path for the tree, no token
+    EXPECT_THROW(v.verify(s, c, rng), Error) << values.size() << " values";
+  }
+  struct Floats final : Verifier {
+    at::Tensor decide(const at::Tensor&, const Candidates&, Rng&) const override {
+      return at::zeros({2});
+    }
+  };
+  EXPECT_THROW(Floats().verify(at::zeros({3, 5}), cands({2, 3}), rng), Error);
   Fixed chain;
   chain.values = {1, 7};
   EXPECT_THROW(chain.verify(at::zeros({3, 5}), cands({2, 3}), rng), Error);

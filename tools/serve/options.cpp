@@ -39,8 +39,8 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
                   "folder's name)")
       ->check(cli::non_empty());
   app->add_option("--api-key", o.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize (default: "
-                  "$SPECDEC_API_KEY)");
+                  "Require 'Authorization: Bearer KEY' on the OpenAI routes (with or without /v1), "
+                  "/tokenize and /detokenize (default: $SPECDEC_API_KEY)");
   app->add_option("--cors", o.cors,
                   "Allow this origin (Access-Control-Allow-Origin); none by default");
   app->add_option("--log-format", o.log_format, "One line per request: text or json")

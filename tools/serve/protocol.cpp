@@ -372,7 +372,8 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   // (max_completion_tokens is the chat API's name; a completion takes it too, as the same thing)
   std::optional<double> max_tokens = number(body, "max_tokens", {1, 1e9}, true);
   if (const auto m = number(body, "max_completion_tokens", {1, 1e9}, true)) max_tokens = m;
-  // OpenAI's code and words, which agent frameworks look for to shorten a conversation.
+  // OpenAI's code and its chat API's sentence ("This model's maximum context length is N tokens"),
+  // which agent frameworks look for to shorten a conversation.
   const std::string input = chat ? "messages" : "prompt";
   const auto too_long = [&](const std::string& param, const std::string& what) {
     throw ApiError(400,
