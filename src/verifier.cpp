@@ -79,10 +79,11 @@ Verdict verdict_of(const int64_t* values, const Candidates& c, int64_t vocab) {
 
 void detail::check_decision(const at::Tensor& d, const Candidates& c) {
   const auto k = static_cast<int64_t>(c.size());
-  SPECDEC_CHECK(d.scalar_type() == at::kLong && d.dim() == 1 && d.size(0) == (c.tree() ? 2 + k : 2),
+  const int64_t want = c.tree() ? 2 + k : 2;
+  SPECDEC_CHECK(d.scalar_type() == at::kLong && d.dim() == 1 && d.size(0) == want,
                 "verifier: decide() returned ", d.scalar_type(), " ", d.sizes(), " for ", k,
-                c.tree() ? " candidates in a tree" : " candidates", " (int64 [",
-                c.tree() ? 2 + k : 2, "] expected)");
+                c.tree() ? " candidates in a tree" : " candidates", " (int64 [", want,
+                "] expected)");
 }
 
 Verdict Verifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng) const {

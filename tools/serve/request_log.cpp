@@ -43,6 +43,11 @@ std::string utc_now() {
   return out;
 }
 
+// A JSON log line (invalid UTF-8 replaced, not thrown on).
+std::string json_line(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
 }  // namespace
 
 std::string request_log_line(const std::string& format, const std::string& method,
@@ -61,7 +66,7 @@ std::string request_log_line(const std::string& format, const std::string& metho
     if (f.aborted) line["aborted"] = true;
     if (!f.error.empty()) line["error"] = f.error;
     if (!f.param.empty()) line["param"] = f.param;
-    return line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+    return json_line(line);
   }
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f ms", ms);
@@ -79,9 +84,7 @@ std::string request_log_line(const std::string& format, const std::string& metho
 
 std::string server_log_line(const std::string& format, const std::string& text) {
   if (format != "json") return text + "\n";
-  return nlohmann::ordered_json{{"time", utc_now()}, {"message", text}}.dump(
-             -1, ' ', false, nlohmann::json::error_handler_t::replace) +
-         "\n";
+  return json_line({{"time", utc_now()}, {"message", text}});
 }
 
 void note_error(LogFields& f, const std::string& error, const std::string& param) {
