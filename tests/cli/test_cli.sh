@@ -275,6 +275,14 @@ serve_err=$(timeout 60 "$SPECDEC" serve --model "$work/t" --port 0 2>&1) || serv
 check "serve exits 1 when the model fails to load (it has no tokenizer), and does not hang" bash -c \
   '[[ $1 == 1 && $2 == *"has no tokenizer"* ]]' _ "$serve_rc" "$serve_err"
 expect_error "draft of a missing target" "config.json" make-fixture --draft-of /nonexistent --out "$work/x" --layers 1
+# A target whose weights do not follow its config is refused as the loader refuses it, and no draft is written.
+cp -r "$work/t" "$work/t_bad"
+python3 -c 'import json, sys; p = sys.argv[1] + "/config.json"; c = json.load(open(p))
+c["intermediate_size"] //= 2; json.dump(c, open(p, "w"))' "$work/t_bad"
+expect_error "a draft of a target whose tensors do not follow its config.json is refused" \
+  "t_bad/model.safetensors: tensor 'model.layers.0.mlp.gate_proj.weight' has shape [256, 64] but" \
+  make-fixture --draft-of "$work/t_bad" --out "$work/t_bad_d" --layers 1
+check "... and nothing is written" bash -c "! ls -a '$work' | grep -q t_bad_d"
 mkdir -p "$work/not_a_checkpoint"
 expect_error "a folder that is no checkpoint is named as such, before its tokenizer" \
   "not_a_checkpoint: not a checkpoint: no " generate --model "$work/not_a_checkpoint" --prompt "Hello"

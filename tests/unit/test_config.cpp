@@ -169,11 +169,11 @@ TEST(ModelConfig, RopeNormAndSizeFieldsAreChecked) {
     return t.replace(t.find(from), from.size(), to);
   };
   expect_error(with("\"num_key_value_heads\"", "\"rope_theta\":1e39,\"num_key_value_heads\""),
-               "rope_theta must be a finite number > 0, got 1e+39");
+               "rope_theta must be a number > 0 that float32 holds (at most 3.4e38), got 1e+39");
   expect_error(with("\"num_key_value_heads\"", "\"rms_norm_eps\":1e39,\"num_key_value_heads\""),
-               "rms_norm_eps must be a finite number > 0");
+               "rms_norm_eps must be a number > 0 that float32 holds");
   expect_error(with("\"factor\":8.0", "\"factor\":1e300"),
-               "the rope scaling factor must be a finite number");
+               "the rope scaling factor must be a number > 0 that float32 holds");
   expect_error(with("\"factor\":8.0,", ""), "rope_scaling of type 'llama3' needs 'factor'");
   expect_error(with("\"low_freq_factor\":1.0,", ""),
                "rope_scaling of type 'llama3' needs 'low_freq_factor'");
@@ -185,6 +185,15 @@ TEST(ModelConfig, RopeNormAndSizeFieldsAreChecked) {
                "num_hidden_layers must be from 1 to 4096 (Limits::max_layers), got 400000000");
   expect_error(with("\"num_hidden_layers\":1", "\"num_hidden_layers\":1,\"head_dim\":4000000000"),
                "head_dim 4000000000 exceeds the limit of 4096 (Limits::max_head_dim)");
+  // Gemma 3's attention scale, query_pre_attn_scalar^-1/2 in float32, must be finite.
+  const std::string gemma = R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
+      "intermediate_size":64,"num_hidden_layers":1,"num_attention_heads":4,"query_pre_attn_scalar":)";
+  expect_error(
+      gemma + "1e-300}",
+      "query_pre_attn_scalar must be > 0 with a finite float32 scale (its -1/2 power), or 0 "
+      "for head_dim; got 1e-300");
+  expect_error(gemma + "-1}", "query_pre_attn_scalar must be > 0");
+  EXPECT_EQ(ModelConfig::from_json_text(gemma + "1e-30}", "cfg.json").query_pre_attn_scalar, 1e-30);
   // Gemma 3's layer list is not built for a count past the limit.
   expect_error(R"({"model_type":"gemma3_text","vocab_size":64,"hidden_size":32,
       "intermediate_size":64,"num_hidden_layers":4000000000,"num_attention_heads":4})",

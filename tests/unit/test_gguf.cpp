@@ -664,8 +664,8 @@ TEST(GgufConfig, ErrorsNameTheMetadataKeys) {
   const auto error_of = [](const char* key, uint32_t value) {
     GgufWriter g = gemma3_metadata();
     g.u32("gemma3.vocab_size", 32);
-    for (const char* k : {"gemma3.attention.key_length", "gemma3.context_length",
-                          "gemma3.attention.sliding_window"})
+    for (const char* k : {"gemma3.attention.key_length", "gemma3.attention.value_length",
+                          "gemma3.context_length", "gemma3.attention.sliding_window"})
       g.u32(k, std::string(k) == key ? value : 16);
     try {
       ModelConfig::from_gguf(GgufFile(gguf_file("bad_key.gguf", g.bytes())));
@@ -678,6 +678,12 @@ TEST(GgufConfig, ErrorsNameTheMetadataKeys) {
                 .find("field 'gemma3.attention.key_length' is missing (or 0)"),
             std::string::npos)
       << error_of("gemma3.attention.key_length", 0);
+  // Values of another size than the keys (no supported architecture has them) are refused.
+  EXPECT_NE(error_of("gemma3.attention.value_length", 8)
+                .find("gemma3.attention.value_length 8 differs from the key size 16"),
+            std::string::npos)
+      << error_of("gemma3.attention.value_length", 8);
+  EXPECT_EQ(error_of("gemma3.attention.value_length", 16).find("value_length"), std::string::npos);
   EXPECT_NE(error_of("gemma3.context_length", 0).find("field 'gemma3.context_length' is missing"),
             std::string::npos)
       << error_of("gemma3.context_length", 0);

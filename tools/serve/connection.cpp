@@ -8,7 +8,10 @@
 
 #include <strings.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace specdec::serve {
@@ -35,8 +38,11 @@ std::pair<std::string, int> end_of(int sock, GetName get_name) {
 
 int connection_socket(const std::string& remote_addr, int remote_port,
                       const std::string& local_addr, int local_port) {
+  // cpp-httplib names the remote end as getpeername gives it when it reads the request: a client
+  // that reset the connection by then has none (and a listening socket's would match it).
+  if (remote_addr.empty() || remote_port < 0) return kConnectionGone;
   const std::unique_ptr<DIR, int (*)(DIR*)> fds(opendir("/proc/self/fd"), closedir);
-  if (!fds) return -1;
+  if (!fds) return kConnectionUnknown;
   while (const dirent* e = readdir(fds.get())) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
@@ -49,10 +55,19 @@ int connection_socket(const std::string& remote_addr, int remote_port,
         end_of(sock, getsockname) == std::make_pair(local_addr, local_port))
       return sock;
   }
-  return -1;
+  return kConnectionGone;
 }
 
 std::optional<ApiError> framing_refusal(const httplib::Request& req) {
+  // A field name is a token (RFC 9110 5.1): "Transfer-Encoding : chunked" or a folded line, which
+  // cpp-httplib keeps under a name of their own, would be read otherwise by a proxy in front
+  // (RFC 9112 5.1 answers them 400).
+  const auto tchar = [](unsigned char ch) {
+    return std::isalnum(ch) || (ch != 0 && std::strchr("!#$%&'*+-.^_`|~", ch));
+  };
+  for (const auto& header : req.headers)
+    if (header.first.empty() || !std::all_of(header.first.begin(), header.first.end(), tchar))
+      return ApiError(400, "a header field name must be a token, without spaces (RFC 9110 5.1)");
   if (req.has_header("Transfer-Encoding"))
     return ApiError(411, "a request body needs a Content-Length (no chunked bodies)", "",
                     "length_required");
@@ -93,6 +108,7 @@ void end_connection(int sock) {
 }
 
 bool client_left(int sock) {
+  if (sock < 0) return sock == kConnectionGone;
   pollfd p{sock, POLLIN | POLLRDHUP, 0};
   if (poll(&p, 1, 0) <= 0) return false;
   if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;

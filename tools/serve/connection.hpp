@@ -26,13 +26,17 @@ std::optional<ApiError> framing_refusal(const httplib::Request& req);
 void end_connection(int sock);
 
 // The socket of this process connected from remote_addr:remote_port to local_addr:local_port
-// (addresses as cpp-httplib writes them in a Request), or -1.
+// (addresses as cpp-httplib writes them in a Request); kConnectionGone where none is (a connection
+// its client reset has no remote end left to match), kConnectionUnknown where this process's
+// sockets cannot be listed.
+constexpr int kConnectionGone = -1, kConnectionUnknown = -2;
 int connection_socket(const std::string& remote_addr, int remote_port,
                       const std::string& local_addr, int local_port);
 
-// Whether the client closed its end of the connection (or it broke). A client that has sent
-// more bytes (a pipelined request) is still there; one that only shut down its sending side
-// (a half-close, as `nc -N` does) counts as gone.
+// Whether the client of a connection_socket() closed its end of the connection, or it broke, or
+// it was gone already (kConnectionGone). A client that has sent more bytes (a pipelined request)
+// is still there; one that only shut down its sending side (a half-close, as `nc -N` does)
+// counts as gone.
 bool client_left(int sock);
 
 }  // namespace specdec::serve

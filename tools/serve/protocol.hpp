@@ -21,10 +21,12 @@ struct ApiError : std::runtime_error {
   ApiError(int status, const std::string& message, std::string param = "", std::string code = "")
       : std::runtime_error(message),
         status(status),
+        message(message),
         param(std::move(param)),
         code(std::move(code)) {}
   int status;
-  std::string param, code;
+  // The whole message: what() ends at a NUL, which a quoted request value may hold.
+  std::string message, param, code;
 };
 // The error object of a status: "invalid_request_error" for 4xx, "server_error" for 5xx.
 nlohmann::json error_json(int status, const std::string& message, const std::string& param = "",

@@ -12,7 +12,6 @@ struct LogFields {
   std::chrono::steady_clock::time_point start;
   int64_t prompt_tokens = -1, completion_tokens = -1;
   bool cancelled = false;    // its client left before the answer's end
-  bool close = false;        // the connection ends after the response (a body left unread, a drain)
   bool counted = false;      // in Server::in_flight_ (a request that reached routing)
   bool aborted = false;      // its answer was cut short by the server (the shutdown deadline)
   std::string error, param;  // a failed request's error code (else type) and param

@@ -274,7 +274,7 @@ class Server {
 
   void send_error(httplib::Response& res, const ApiError& e) {
     if (e.status == 429 || e.status == 503) res.set_header("Retry-After", "1");
-    const json body = error_json(e.status, e.what(), e.param, e.code);
+    const json body = error_json(e.status, e.message, e.param, e.code);
     note_error(body);
     send_json(res, e.status, body);
   }
@@ -334,7 +334,7 @@ class Server {
         send_error(
             res, ApiError(503, draining_ ? "the server is shutting down" : "the model is loading"));
         // A client (or proxy) keeping the connection would send its next request here again.
-        if (draining_) res.set_header("Connection", "close"), t_log.close = true;
+        if (draining_) res.set_header("Connection", "close");
         return;
       }
       guarded(res, generation, [&] { f(req, res); });
@@ -347,18 +347,17 @@ class Server {
   }
 
   // A refusal of a request whose body is left unread: the connection ends after the answer (log()
-  // ends it: end_connection).
+  // ends every connection whose answer says Connection: close).
   void refuse_unread(httplib::Response& res, const ApiError& e) {
     send_error(res, e);
     if (e.status == 415) res.set_header("Accept-Encoding", "identity");  // (RFC 9110 15.5.16)
     res.set_header("Connection", "close");
-    t_log.close = true;
   }
 
   // A request's start, before any handler answers it: its log line's clock, and in flight until
   // that line is written.
   void begin_request(httplib::Response& res) {
-    t_log = {Clock::now(), -1, -1, false, false, true};
+    t_log = {Clock::now(), -1, -1, false, true};
     ++in_flight_;
     if (!o_.cors.empty()) res.set_header("Access-Control-Allow-Origin", o_.cors);
   }
@@ -459,6 +458,10 @@ class Server {
       note_error(body);
       res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace),
                       "application/json");
+      // Every refusal of cpp-httplib's but an unknown route's (a bad request line, URI or Range,
+      // headers over the limit, a body too large or that stalled) may leave the body, or part of
+      // it, unread: the connection ends, or those bytes would be read as the next request.
+      if (res.status != 404 && res.status != 405) res.set_header("Connection", "close");
     });
     http_.set_logger(
         [this](const httplib::Request& req, const httplib::Response& res) { log(req, res); });
@@ -548,11 +551,12 @@ class Server {
     } done{in_flight_, t_log.counted};
     // (A request cpp-httplib refused before the pre-routing handler, which then ends its
     // connection itself: nothing of the thread's last request is its.)
-    if (!done.counted) t_log = {Clock::now(), -1, -1, false, false, false};
+    if (!done.counted) t_log = {Clock::now(), -1, -1, false, false};
     t_log.counted = false;
-    // The response is written: a connection whose request body was left unread ends here (the
-    // socket stays cpp-httplib's to close; its next read sees the end).
-    if (t_log.close)
+    // The response is written: a connection whose answer says it ends (a request body left
+    // unread, a drain, an HTTP/1.0 stream) ends here, whatever cpp-httplib would do next (the
+    // socket stays its to close; its next read sees the end).
+    if (res.get_header_value("Connection") == "close")
       if (const int sock =
               connection_socket(req.remote_addr, req.remote_port, req.local_addr, req.local_port);
           sock >= 0)
@@ -656,7 +660,7 @@ class Server {
       std::unique_lock<std::mutex> lock(job->mutex);
       while (
           !job->ready.wait_for(lock, std::chrono::milliseconds(100), [&] { return job->finished; }))
-        if (sock >= 0 && !t_log.cancelled && client_left(sock)) {
+        if (!t_log.cancelled && client_left(sock)) {
           t_log.cancelled = true;
           lock.unlock();
           engine_->cancel(id);
@@ -729,7 +733,7 @@ class Server {
             json::array({choice(chat, piece, logprobs ? &entries : nullptr, true, nullptr)});
         if (!event(c)) return leave();
       }
-      if (!finished) return sock < 0 || !client_left(sock) || leave();
+      if (!finished) return !client_left(sock) || leave();
       const GenerationStats& s = job->result.stats;
       t_log.completion_tokens = s.new_tokens;
       if (s.stop_reason == "error") {
@@ -765,7 +769,6 @@ class Server {
     if (req.version == "HTTP/1.0") {
       res.set_content_provider("text/event-stream", events, released);
       res.set_header("Connection", "close");
-      t_log.close = true;
     } else {
       res.set_chunked_content_provider("text/event-stream", events, released);
     }
