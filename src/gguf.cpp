@@ -506,20 +506,26 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
                   ": the data section starts past the end of the file");
     const uint64_t data_size = map_size_ - data_start;
     data_ = base + data_start;
-    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    struct Span {
+      uint64_t begin, end;
+      std::string name;
+      bool operator<(const Span& o) const { return begin < o.begin; }
+    };
+    std::vector<Span> spans;
     for (GgufTensorInfo& t : infos) {
       SPECDEC_CHECK(t.offset <= data_size && t.bytes <= data_size - t.offset, path, ": tensor '",
                     t.name, "': data [", t.offset, ", +", t.bytes,
                     ") runs past the end of the file (data section of ", data_size, " bytes)");
-      spans.emplace_back(t.offset, t.offset + t.bytes);
+      spans.push_back({t.offset, t.offset + t.bytes, t.name});
       const std::string name = t.name;
       SPECDEC_CHECK(tensors_.emplace(name, std::move(t)).second, path, ": duplicate tensor name '",
                     name, "'");
     }
     std::sort(spans.begin(), spans.end());
     for (size_t k = 1; k < spans.size(); ++k)
-      SPECDEC_CHECK(spans[k].first >= spans[k - 1].second, path, ": tensor data overlap at offset ",
-                    spans[k].first);
+      SPECDEC_CHECK(spans[k].begin >= spans[k - 1].end, path, ": the data of tensors '",
+                    spans[k - 1].name, "' [", spans[k - 1].begin, ", ", spans[k - 1].end, ") and '",
+                    spans[k].name, "' [", spans[k].begin, ", ", spans[k].end, ") overlap");
   } catch (...) {
     unmap_file(file);
     throw;

@@ -296,7 +296,8 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
   }
   // Tensor infos: build files with one bad field each.
   auto with_tensor = [&](const std::vector<uint64_t>& ne, uint32_t type, uint64_t offset,
-                         bool twice = false, const std::string& name = "t") {
+                         bool twice = false, const std::string& name = "t",
+                         const std::string& second = "") {
     GgufWriter w;
     w.str("general.architecture", "llama");
     std::string s;
@@ -306,7 +307,7 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
     GgufWriter::put<uint64_t>(s, 1);
     s += w.kv;
     for (int k = 0; k < (twice ? 2 : 1); ++k) {
-      GgufWriter::put_str(s, name);
+      GgufWriter::put_str(s, k == 1 && !second.empty() ? second : name);
       GgufWriter::put<uint32_t>(s, ne.size());
       for (uint64_t d : ne) GgufWriter::put(s, d);
       GgufWriter::put<uint32_t>(s, type);
@@ -337,6 +338,9 @@ TEST(GgufReader, BadFilesAreErrorsNamingTheFieldOrTensor) {
   expect_gguf_error("past.gguf", with_tensor({1 << 20}, 0, 0), "past the end");
   expect_gguf_error("blocks.gguf", with_tensor({33}, 8, 0), "blocks of 32");
   expect_gguf_error("dup.gguf", with_tensor({32}, 0, 0, true), "duplicate tensor name 't'");
+  // 64 float32 values each, the second 128 bytes after the first: the error names both.
+  expect_gguf_error("overlap.gguf", with_tensor({64}, 0, 0, true, "t", "u"),
+                    "the data of tensors 't' [0, 256) and 'u' [128, 384) overlap");
   // A name with a NUL byte is shown whole, the NUL as \0 (what() would end at it).
   expect_gguf_error("nul.gguf", with_tensor({32}, 0, 0, true, std::string("a\0b", 3)),
                     "duplicate tensor name 'a\\0b'");
