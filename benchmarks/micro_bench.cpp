@@ -57,6 +57,16 @@ void BM_Verify(benchmark::State& state) {
 BENCHMARK_TEMPLATE(BM_Verify, specdec::GreedyVerifier)->Arg(1)->Arg(5)->Arg(20);
 BENCHMARK_TEMPLATE(BM_Verify, specdec::RejectionSamplingVerifier)->Arg(1)->Arg(5)->Arg(20);
 
+// The greedy choice of R rows over a vocabulary of V (SmolLM2's 49152, Gemma 3's 262144):
+// libtorch's argmax (state.range(2) 0) against specdec's (1).
+void BM_Argmax(benchmark::State& state) {
+  c10::InferenceMode guard;
+  const at::Tensor scores = at::randn({state.range(0), state.range(1)});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(state.range(2) ? specdec::kernels::argmax(scores) : scores.argmax(-1));
+}
+BENCHMARK(BM_Argmax)->ArgsProduct({{1, 4}, {49152, 262144}, {0, 1}});
+
 void BM_TopPProcessor(benchmark::State& state) {
   c10::InferenceMode guard;
   const at::Tensor scores = at::randn({6, 32000});

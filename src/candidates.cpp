@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "kernels/kernels.hpp"
 #include "prefill.hpp"
 #include "specdec/error.hpp"
 #include "util.hpp"
@@ -198,7 +199,7 @@ std::vector<Candidates> DraftModelGenerator::propose_batch(
         idx = std::get<1>(scores[0].topk(width));
         prob = (scores[0].index_select(0, idx) - scores[0].logsumexp(0)).exp();
       } else {
-        idx = scores[0].argmax().view({1});
+        idx = kernels::argmax(scores[0]).view({1});
         // The probability where a schedule reads it (dynamic's stop).
         prob = st.row.schedule->kind() == Schedule::kDynamic
                    ? (scores[0].index_select(0, idx) - scores[0].logsumexp(0)).exp()

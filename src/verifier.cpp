@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "device.hpp"
+#include "kernels/kernels.hpp"
 #include "specdec/error.hpp"
 #include "specdec/sampling.hpp"
 
@@ -98,14 +99,21 @@ Verdict Verifier::verify(const at::Tensor& scores, const Candidates& c, Rng& rng
 
 at::Tensor GreedyVerifier::decide(const at::Tensor& scores, const Candidates& c, Rng&) const {
   check_shapes(scores, c);
-  if (c.tree()) {
-    const at::Tensor best = scores.argmax(-1).to(at::kCPU).contiguous();  // [K+1]
+  if (c.tree() || scores.device().is_cpu()) {
+    const at::Tensor best = kernels::argmax(scores).to(at::kCPU).contiguous();  // [K+1]
     const int64_t* b = best.data_ptr<int64_t>();
-    return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
-      next = b[row];
-      return child_holding(c, children, next);
-    });
+    if (c.tree())
+      return walk_tree(c, [&](int64_t row, const std::vector<int64_t>& children, int64_t& next) {
+        next = b[row];
+        return child_holding(c, children, next);
+      });
+    // The matching prefix and the target's token after it, on the host.
+    int64_t accepted = 0;
+    while (accepted < static_cast<int64_t>(c.size()) && b[accepted] == c.tokens[accepted])
+      ++accepted;
+    return at::tensor({accepted, b[accepted]}, at::kLong);
   }
+  // On a device: without waiting for it.
   const auto k = static_cast<int64_t>(c.size());
   const at::Tensor best = scores.argmax(-1);  // [K+1]
   at::Tensor accepted = at::zeros({1}, best.options());

@@ -1,4 +1,6 @@
-// Norms, rotary embedding and activations: each row on one thread, in a fixed order.
+// Norms, rotary embedding, activations and argmax: each row on one thread, in a fixed order.
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "kernels/exp.hpp"
@@ -152,6 +154,74 @@ at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gat
     }
   });
   return y;
+}
+
+namespace {
+
+bool is_nan(float v) { return v != v; }
+
+// The first index of the largest value of p[0, n) (or of the first NaN), one value at a time.
+int64_t argmax_row(const float* p, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 0; i < n && !is_nan(p[best]); ++i)
+    if (p[i] > p[best] || is_nan(p[i])) best = i;
+  return best;
+}
+
+#ifdef SPECDEC_X86
+// argmax_row in 8 lanes: the maximum (four chains of vmaxps) and whether any value is NaN in one
+// sweep, then the first position equal to the maximum (-0.0 == 0.0, as libtorch compares).
+__attribute__((target("avx2"))) int64_t argmax_row_avx2(const float* p, int64_t n) {
+  if (n < 32) return argmax_row(p, n);
+  __m256 m[4], nan = _mm256_setzero_ps();
+  for (__m256& v : m) v = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int c = 0; c < 4; ++c) {
+      const __m256 v = _mm256_loadu_ps(p + i + 8 * c);
+      m[c] = _mm256_max_ps(m[c], v);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+  __m256 all = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, all);
+  float top = lanes[0];
+  for (const float v : lanes) top = v > top ? v : top;
+  bool any_nan = _mm256_movemask_ps(nan) != 0;
+  for (; i < n; ++i) {
+    top = p[i] > top ? p[i] : top;
+    any_nan |= is_nan(p[i]);
+  }
+  if (any_nan) return std::find_if(p, p + n, is_nan) - p;
+  const __m256 want = _mm256_set1_ps(top);
+  for (i = 0; i + 8 <= n; i += 8)
+    if (const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p + i), want, _CMP_EQ_OQ)))
+      return i + __builtin_ctz(static_cast<unsigned>(hit));
+  for (; i < n; ++i)
+    if (p[i] == top) return i;
+  return 0;  // (unreachable: top is one of the values)
+}
+#endif
+
+}  // namespace
+
+at::Tensor argmax(const at::Tensor& x, Isa isa) {
+  if (!cpu_f32(x) || x.dim() == 0 || x.size(-1) == 0) return x.argmax(-1);
+  int64_t (*row)(const float*, int64_t) = argmax_row;
+#ifdef SPECDEC_X86
+  if (isa != Isa::kPortable) row = argmax_row_avx2;
+#else
+  (void)isa;
+#endif
+  const at::Tensor xc = x.contiguous();
+  const int64_t v = xc.size(-1), rows = xc.numel() / v;
+  at::Tensor out = at::empty(xc.sizes().slice(0, xc.dim() - 1), xc.options().dtype(at::kLong));
+  const float* xp = xc.data_ptr<float>();
+  int64_t* op = out.data_ptr<int64_t>();
+  at::parallel_for(0, rows, rows_per_task(v), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) op[r] = row(xp + r * v, v);
+  });
+  return out;
 }
 
 }  // namespace specdec::kernels

@@ -212,5 +212,46 @@ TEST(LayerKernels, ActivationsAreTheSameOnEveryIsaAndCloseToLibtorch) {
   }
 }
 
+// kernels::argmax gives libtorch's argmax(-1) (its oracle here) on every ISA and every kind of
+// row: ties (the first maximum), NaN (the first NaN, also past a larger value), -inf only, +inf,
+// -0.0 beside 0.0, lengths around the 8- and 32-value blocks, Gemma 3's vocabulary, strided and
+// 3-d inputs.
+TEST(LayerKernels, ArgmaxIsLibtorchs) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  const auto same = [](const at::Tensor& x) {
+    const at::Tensor want = x.argmax(-1);
+    for (const kernels::Isa isa : kernels::available_isas()) {
+      const at::Tensor got = kernels::argmax(x, isa);
+      EXPECT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(at::equal(got, want)) << got << " against " << want << " for " << x.sizes();
+    }
+  };
+  for (const int64_t v : {1, 2, 7, 8, 9, 31, 32, 33, 40, 1000, 49152, 262144}) {
+    at::Tensor x = at::randn({3, v});
+    same(x);
+    x = at::randint(0, 3, {4, v}).to(at::kFloat);  // many equal maxima
+    same(x);
+    x.fill_(-inf);  // nothing but -inf
+    same(x);
+  }
+  at::Tensor x = at::randn({7, 100});
+  x[0][37] = nan;  // NaN wins, the first one
+  x[0][90] = nan;
+  x[1][99] = nan;
+  x[2][5] = inf;  // +inf beside a larger index of +inf
+  x[2][80] = inf;
+  x[3].fill_(0.0f);  // -0.0 and 0.0 compare equal: the first
+  x[3][10] = -0.0f;
+  x[4][0] = nan;
+  x[5].fill_(-inf);
+  x[5][99] = -1e30f;
+  x[6][3] = 1e30f;  // a NaN after the maximum, in the tail past the last block of 32
+  x[6][97] = nan;
+  same(x);
+  same(at::randn({40, 7}).t());               // strided rows
+  same(at::randn({2, 5, 300}));               // 3-d
+  same(at::randn({4, 64}).narrow(1, 3, 50));  // a view inside longer rows
+}
+
 }  // namespace
 }  // namespace specdec
