@@ -4,9 +4,13 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sched.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "gguf_model.hpp"
@@ -77,6 +81,27 @@ void set_num_threads(int n) {
   using SetThreads = void (*)(int);
   if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
     set(n);
+}
+
+int default_num_threads() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+    return static_cast<int>(std::max<unsigned>(1, std::thread::hardware_concurrency()));
+  std::set<std::pair<long, long>> cores;  // (package, core) of each allowed CPU
+  int cpus = 0;
+  bool topology = true;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    ++cpus;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    long package = -1, core = -1;
+    std::ifstream(dir + "physical_package_id") >> package;
+    std::ifstream(dir + "core_id") >> core;
+    topology = topology && package >= 0 && core >= 0;
+    cores.insert({package, core});
+  }
+  return std::max(1, topology ? static_cast<int>(cores.size()) : cpus);
 }
 
 c10::Device parse_device(const std::string& name) {

@@ -504,7 +504,7 @@ MakeDraftResult make_draft(const MakeDraftOptions& o,
   const std::vector<std::string> eval_lines = o.eval_prompts.empty()
                                                   ? std::vector<std::string>()
                                                   : prompt_lines(o.eval_prompts, "--eval-prompts");
-  if (o.threads > 0) set_num_threads(o.threads);
+  set_num_threads(o.threads > 0 ? o.threads : default_num_threads());
   const Progress progress = [&](const MakeDraftProgress& p) {
     if (on_progress) on_progress(p);
   };

@@ -672,6 +672,22 @@ assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3]
   # Commands as typed: spaces around them and any case (the message after /EXIT is never answered).
   check "chat: ' /Stats ' and '/EXIT' are commands" bash -c \
     "out=\$(printf ' /Stats \n/EXIT\nHi\n' | '$SPECDEC' chat --model '$smol' --max-new-tokens 4 2>&1); [[ \$out == *'(no answer yet)'* && \$out != *'unknown command'* && \$out != *'tokens/pass'* ]]"
+  # Ctrl-C while a long message goes in: the answer stops before its first token, once the message
+  # is in, and the turn is dropped (it kept a one-token answer); the chat goes on.
+  mkfifo "$work/chat_in"
+  env --default-signal=INT "$SPECDEC" chat --model "$smol" --max-new-tokens 8 < "$work/chat_in" > "$work/int_out" 2> "$work/int_err" &
+  pid=$!
+  exec 3> "$work/chat_in"
+  for _ in $(seq 600); do grep -q 'specdec chat (' "$work/int_err" && break; sleep 0.05; done
+  python3 -c "print(' '.join(['word'] * 3000))" >&3
+  sleep 1
+  kill -INT $pid
+  printf '/stats\n/exit\n' >&3
+  exec 3>&-
+  wait $pid
+  rc=$?
+  check "chat: Ctrl-C while the message goes in drops the turn, and the chat goes on" bash -c \
+    "[ $rc = 0 ] && grep -q 'stopped before the answer began' '$work/int_err' && grep -q '(no answer yet)' '$work/int_err' && [ ! -s '$work/int_out' ]"
   # make-draft --resume under another thread count (the target's fingerprint once held a float sum
   # of its embedding rows, whose rounding followed the threads).
   python3 -c "import random; random.seed(1); w='the cat sat on a mat and a dog ran to the big red house'.split(); print(' '.join(random.choice(w) for _ in range(400)))" > "$work/md_text.txt"

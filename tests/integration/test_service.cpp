@@ -5,6 +5,7 @@
 
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
+#include <sched.h>
 
 #include <atomic>
 #include <stdexcept>
@@ -184,6 +185,26 @@ TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
   std::thread([&] { seen = at::get_num_threads(); }).join();
   EXPECT_EQ(seen, 1);
   set_num_threads(saved);
+}
+
+// The program's default thread count: one per physical core the process may run on. Within its
+// CPUs, at least one; and one where the process may run on one CPU (its affinity, as taskset or
+// a container's cpuset sets it), whatever the machine has.
+TEST(Service, DefaultThreadsFollowTheProcessCpus) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
+  const int n = default_num_threads();
+  EXPECT_GE(n, 1);
+  EXPECT_LE(n, CPU_COUNT(&saved));
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+  const int on_one = default_num_threads();
+  ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
+  EXPECT_EQ(on_one, 1);
 }
 
 }  // namespace specdec::test

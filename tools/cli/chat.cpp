@@ -18,6 +18,12 @@ static bool read_turn(std::string& turn, bool tty) {
   bool any = false;
   while (std::getline(std::cin, line)) {
     any = true;
+    // A terminal in line mode passes at most 4095 bytes of a typed line and drops the rest.
+    if (tty && line.size() == 4095)
+      std::cerr << "(a terminal passes at most 4095 bytes of a typed line: the rest of it was "
+                   "dropped; end lines with \\ to go on to the next, or pipe a long message in)\n";
+    // Ctrl-D after some text sends it without a line end: the answer starts on a line of its own.
+    if (tty && std::cin.eof()) std::cerr << "\n";
     if (!line.empty() && line.back() == '\r') line.pop_back();  // a Windows line end
     const bool more = !line.empty() && line.back() == '\\';
     if (more) line.back() = '\n';
@@ -114,6 +120,8 @@ int run_chat(RunOptions& o) {
       turn.max_new_tokens = std::min(turn.max_new_tokens, room);
       interrupt.answering(true);
       r = gen.generate(prompt, turn, cache, [&](const std::vector<int64_t>& t) {
+        // Ctrl-C before these tokens (while the prompt went in): none of them is shown or kept.
+        if (interrupt.stop()) throw Cancelled(0);
         if (!o.no_stream) std::cout << stream.push(t) << std::flush;
         if (interrupt.stop()) throw Cancelled();  // (the tokens shown so far are the answer)
       });
@@ -124,6 +132,12 @@ int run_chat(RunOptions& o) {
       messages.pop_back();
       std::cerr << "specdec: error: " << e.what()
                 << " (the conversation goes on without this turn; /reset starts over)\n";
+      continue;
+    }
+    if (r.stats.stop_reason == "cancelled" && r.tokens.empty()) {
+      messages.pop_back();
+      std::cerr << "(stopped before the answer began: the conversation goes on without this "
+                   "turn)\n";
       continue;
     }
     const std::string answer = l.tokenizer->decode(r.tokens, true);

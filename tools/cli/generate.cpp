@@ -286,6 +286,8 @@ int run_generate(RunOptions& o) {
   std::optional<StopAnswerOnInterrupt> interrupt;
   if (!o.json_out && !o.no_stream) {
     stream = [&](const std::vector<int64_t>& toks) {
+      // Ctrl-C before these tokens (while the prompt went in): none of them is shown or kept.
+      if (interrupt->stop()) throw Cancelled(0);
       if (text_stream) {
         std::cout << text_stream->push(toks);
       } else {

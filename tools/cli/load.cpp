@@ -150,11 +150,11 @@ std::vector<std::string> inapplicable_flags(const RunOptions& o, const Generatio
 }
 
 void check_flags(RunOptions& o, bool chat) {
-  if (o.threads < 0) throw Error("--threads must be >= 0 (0: the default)");
+  if (o.threads < 0) throw Error("--threads must be >= 0 (0: one per physical core)");
   try {
-    if (o.threads > 0) set_num_threads(o.threads);
+    set_num_threads(o.threads > 0 ? o.threads : default_num_threads());
   } catch (const Error& e) {
-    throw Error(std::string("--threads: ") + e.what() + " (or 0: the default)");
+    throw Error(std::string("--threads: ") + e.what() + " (or 0: one per physical core)");
   }
   finish_generation_options(o.gen, o.no_adaptive);
   if (!chat && !o.serve && (o.system_given || !o.chat_template.empty()))
