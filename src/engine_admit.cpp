@@ -48,9 +48,10 @@ void Engine::compact() {
 // chunks. While rows
 // decode, a row whose whole prompt is cached but its last token starts at once; the others share
 // prefill_chunk_ prompt tokens per step, the rows already joining first (advance_joining): a
-// short prompt that fits what is left goes into this step's batched prefill, the rest join in
-// 1-row caches (from their cached prefix), so that however many requests arrive, a step stalls the
-// decoding rows by about one chunk's prefill, and no rest of a prompt pads their pass.
+// short prompt, or rest after its cached prefix, that fits what is left goes into this step's
+// batched prefill (however many arrive: one pass), the rest join in 1-row caches (from their
+// cached prefix), so that a step stalls the decoding rows by about one chunk's prefill, and no
+// rest of a prompt pads their pass.
 int64_t Engine::admit(bool decoding) {
   const auto taken = [&] { return running() + static_cast<int64_t>(joining_.size()); };
   int64_t for_joining = prefill_chunk_;  // what this step's batched prefill leaves
@@ -60,6 +61,7 @@ int64_t Engine::admit(bool decoding) {
   const auto t1 = Clock::now();
   std::vector<int64_t> joined;
   std::vector<const std::vector<int64_t>*> joined_tokens;
+  std::vector<int64_t> joined_held;  // the positions of a cached prefix each joined row holds
   // goodput: a joining row starts from the evidence of the goodput rows of its kind (its proposer)
   // running beside it, else from what the last finished one left, as the next request would.
   std::optional<std::pair<double, double>> evidence[3];
@@ -86,8 +88,7 @@ int64_t Engine::admit(bool decoding) {
     int64_t longest = 0;
     const auto best = max_prefixes_ > 0 ? longest_prefix(row.tokens, longest) : prefixes_.end();
     const int64_t rest = static_cast<int64_t>(row.tokens.size()) - 1 - longest;
-    const bool now =
-        decoding ? rest == 0 || (longest == 0 && rest <= left) : rest <= first_pass_limit();
+    const bool now = decoding ? rest <= left : rest <= first_pass_limit();
     if (!now) {
       left -= std::min(left, rest);  // (its share comes first)
       // Its prompt's positions (and the cached sequence's, copied before it is cropped), not the
@@ -100,17 +101,21 @@ int64_t Engine::admit(bool decoding) {
     }
     const int64_t slot = take_slot(row);  // prefill_into and take_prefix overwrite its cache row
     row.result.stats.cached_prompt_tokens = take_prefix(best, longest, cache_, slot);
-    if (longest == 0) {
+    // Prompts, and while rows decode rests after a cached prefix, go in together (with nothing
+    // decoding a rest goes in with the first verification pass).
+    if (longest == 0 || (decoding && rest > 0)) {
       joined.push_back(slot);
       joined_tokens.push_back(&row.tokens);
+      joined_held.push_back(longest);
       if (decoding) left -= rest, for_joining -= rest;
     }
     if (drafter_) drafter_->reset_row(slot, draft_row(row));
   }
   if (joined.empty()) return for_joining;
   // The draft prefills them at the next pass if they draft in it.
-  const int64_t passes =
-      joined_tokens.empty() ? 0 : prefill_into(*m_.target, cache_, joined, joined_tokens);
+  const int64_t passes = joined_tokens.empty()
+                             ? 0
+                             : prefill_into(*m_.target, cache_, joined, joined_tokens, joined_held);
   const double s = seconds_since(t1);
   bs_.prefill_seconds += s;
   for (const int64_t slot : joined) {

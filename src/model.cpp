@@ -163,18 +163,33 @@ int64_t prefill_rows(const Model& model, KVCache& cache,
 }
 
 int64_t prefill_into(const Model& model, KVCache& cache, const std::vector<int64_t>& slots,
-                     const std::vector<const std::vector<int64_t>*>& seqs) {
-  SPECDEC_CHECK(slots.size() == seqs.size() && !model.config().is_encoder_decoder,
-                "prefill_into: one slot per sequence, decoder-only models");
+                     const std::vector<const std::vector<int64_t>*>& seqs,
+                     const std::vector<int64_t>& held) {
+  SPECDEC_CHECK(slots.size() == seqs.size() && !model.config().is_encoder_decoder &&
+                    (held.empty() || held.size() == seqs.size()),
+                "prefill_into: one slot (and held count) per sequence, decoder-only models");
   if (seqs.empty()) return 0;
+  const auto held_of = [&](size_t i) { return held.empty() ? 0 : held[i]; };
   std::vector<size_t> order(seqs.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return seqs[a]->size() > seqs[b]->size(); });
+  // Longest rest first (prefill_rows' order).
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return static_cast<int64_t>(seqs[a]->size()) - held_of(a) >
+           static_cast<int64_t>(seqs[b]->size()) - held_of(b);
+  });
   std::vector<const std::vector<int64_t>*> sorted;
-  for (const size_t i : order) sorted.push_back(seqs[i]);
-  KVCache scratch = model.make_cache(std::max<int64_t>(1, static_cast<int64_t>(sorted[0]->size())),
-                                     static_cast<int64_t>(seqs.size()), cache.keeps_hidden());
+  int64_t longest = 1;
+  for (const size_t i : order) {
+    sorted.push_back(seqs[i]);
+    longest = std::max(longest, static_cast<int64_t>(seqs[i]->size()));
+  }
+  KVCache scratch =
+      model.make_cache(longest, static_cast<int64_t>(seqs.size()), cache.keeps_hidden());
+  for (size_t r = 0; r < order.size(); ++r)  // the positions a row holds go in with it
+    if (held_of(order[r]) > 0) {
+      scratch.copy_row(cache, slots[order[r]], static_cast<int64_t>(r));
+      scratch.crop(static_cast<int64_t>(r), held_of(order[r]));
+    }
   const int64_t passes = prefill_rows(model, scratch, sorted);
   for (size_t r = 0; r < order.size(); ++r)
     cache.copy_row(scratch, static_cast<int64_t>(r), slots[order[r]]);

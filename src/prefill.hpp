@@ -27,10 +27,13 @@ int64_t prefill_rows(const Model& model, KVCache& cache,
                      const std::vector<const std::vector<int64_t>*>& seqs, int64_t chunk = 16);
 
 // Admits sequences into rows `slots` of a running batch's `cache` (decoder-only): all but the last
-// token of each *seqs[i] goes into a scratch cache of seqs.size() rows (prefill_rows, longest
+// token of each *seqs[i] goes into a scratch cache of seqs.size() rows (prefill_rows, longest rest
 // first), and each scratch row is then copied over row slots[i]. The running rows are not in the
-// passes (in the batch's own cache they would be padded to the prompts). Returns the passes.
+// passes (in the batch's own cache they would be padded to the prompts). `held` (empty: none):
+// the positions row slots[i] already holds of *seqs[i] (a cached prefix), which the scratch row
+// starts from; the other rows start empty whatever their row holds. Returns the passes.
 int64_t prefill_into(const Model& model, KVCache& cache, const std::vector<int64_t>& slots,
-                     const std::vector<const std::vector<int64_t>*>& seqs);
+                     const std::vector<const std::vector<int64_t>*>& seqs,
+                     const std::vector<int64_t>& held = {});
 
 }  // namespace specdec

@@ -493,6 +493,54 @@ TEST(RequestEngine, ALongContinuationReusesItsPrefixAndGoesInInChunks) {
   }
 }
 
+// Continuations of cached sequences (rests of 3 and 9 after prefixes of different lengths) and a
+// fresh prompt, arriving together while a request decodes, go in together in one batched prefill
+// (each from its own prefix; the rows ordered by their rests, not their lengths): all three start
+// at the next step, and every output is the one it gets alone.
+TEST(RequestEngine, ContinuationsArrivingTogetherGoInTogether) {
+  const Models m = models();
+  for (const bool draft : {false, true}) {
+    SCOPED_TRACE(draft ? "with a draft" : "target-only");
+    const Generator gen(m.target, draft ? m.draft : nullptr);
+    RequestEngine::Options o;
+    o.context = 96;
+    o.prefill_chunk = 64;
+    o.prefix_cache = 4;
+    RequestEngine engine(gen, o);
+    GenerationConfig c = config_of(1, false);
+    c.max_new_tokens = 8;
+    std::vector<std::vector<int64_t>> next;
+    for (const int64_t i : {2, 5}) {
+      Output first;
+      engine.submit(request(prompt_of(i), c, first));
+      while (engine.step()) {
+      }
+      std::vector<int64_t> turn = prompt_of(i);
+      turn.insert(turn.end(), first.finished.begin(), first.finished.end());
+      for (int64_t j = 0; j < (i == 2 ? 3 : 9); ++j) turn.push_back((i * 7 + j * 3) % 50 + 3);
+      next.push_back(turn);
+    }
+    std::vector<int64_t> fresh;
+    for (int64_t j = 0; j < 6; ++j) fresh.push_back((j * 11) % 50 + 4);
+    next.push_back(fresh);
+    Output running;
+    engine.submit(request(prompt_of(1), c, running));
+    engine.step();
+    std::vector<Output> out(3);
+    for (size_t i = 0; i < 3; ++i) engine.submit(request(next[i], c, out[i]));
+    engine.step();
+    for (size_t i = 0; i < 3; ++i) EXPECT_FALSE(out[i].streamed.empty()) << "request " << i;
+    while (engine.step()) {
+    }
+    EXPECT_GT(out[0].cached, 0);
+    EXPECT_GT(out[1].cached, 0);
+    EXPECT_EQ(out[2].cached, 0);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_EQ(out[i].finished, gen.generate(next[i], c).tokens) << "request " << i;
+    EXPECT_EQ(running.finished, gen.generate(prompt_of(1), c).tokens);
+  }
+}
+
 // A long prompt that joins while a request decodes goes in a chunk per step: the running request
 // gets tokens during that prefill, and both outputs are those they get alone.
 TEST(RequestEngine, ALongPromptJoinsInChunksWhileTheOthersDecode) {
