@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -84,6 +85,12 @@ void set_num_threads(int n) {
 }
 
 int default_num_threads() {
+  // OpenMP's variable first, as libtorch reads it (a test runner, a container's setting).
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && n >= 1 && n <= 4096) return static_cast<int>(n);
+  }
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)

@@ -125,10 +125,10 @@ c10::Device parse_device(const std::string& name);
 // requests share these pools: keep (requests running at once) x n <= cores.
 void set_num_threads(int n);
 constexpr int kMaxThreadsPerCpu = 4;
-// One per physical core this process may run on: the CPUs of its affinity mask, the hardware
-// threads of one core counted once (Linux's sysfs topology; the CPUs where it cannot be read).
-// libtorch's own default can be fewer (one on a 2-vCPU AMD EPYC); the specdec program sets this
-// where --threads is 0.
+// OMP_NUM_THREADS where it is set (a number from 1 to 4096), else one per physical core this
+// process may run on: the CPUs of its affinity mask, the hardware threads of one core counted once
+// (Linux's sysfs topology; the CPUs where it cannot be read). libtorch's own default can be fewer
+// (one on a 2-vCPU AMD EPYC); the specdec program sets this where --threads is 0.
 int default_num_threads();
 
 }  // namespace specdec

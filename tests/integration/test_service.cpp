@@ -8,7 +8,9 @@
 #include <sched.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "test_util.hpp"
@@ -191,6 +193,15 @@ TEST(Service, SetNumThreadsGovernsLibtorchAndOpenBlas) {
 // CPUs, at least one; and one where the process may run on one CPU (its affinity, as taskset or
 // a container's cpuset sets it), whatever the machine has.
 TEST(Service, DefaultThreadsFollowTheProcessCpus) {
+  // OMP_NUM_THREADS (which ctest sets to 1 here) comes first.
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string omp = env ? env : "";
+  setenv("OMP_NUM_THREADS", "3", 1);
+  EXPECT_EQ(default_num_threads(), 3);
+  setenv("OMP_NUM_THREADS", "none", 1);  // not a number: as if unset
+  const int ignored = default_num_threads();
+  unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(ignored, default_num_threads());
   cpu_set_t saved;
   ASSERT_EQ(sched_getaffinity(0, sizeof saved, &saved), 0);
   const int n = default_num_threads();
@@ -204,6 +215,7 @@ TEST(Service, DefaultThreadsFollowTheProcessCpus) {
   ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
   const int on_one = default_num_threads();
   ASSERT_EQ(sched_setaffinity(0, sizeof saved, &saved), 0);
+  if (env) setenv("OMP_NUM_THREADS", omp.c_str(), 1);
   EXPECT_EQ(on_one, 1);
 }
 

@@ -217,7 +217,8 @@ int main(int argc, char** argv) {
          "AdamW peak learning rate (warm-up over the first 5% of steps, cosine decay to 10%)")
       ->capture_default_str();
   mkd->add_option("--threads", md.threads,
-                  "CPU threads (0: one per physical core this process may use)")
+                  "CPU threads (0: OMP_NUM_THREADS if set, else one per physical core this process "
+                  "may use)")
       ->capture_default_str();
   mkd->add_option("--seed", md.seed, "Seed of the data order and of the sampled answers")
       ->check(seed_validator())

@@ -120,8 +120,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                 "The same for the draft (speculation stays exact whatever the draft computes)");
   app->add_option("--threads", o.threads,
                   "CPU threads of every pool specdec computes with: libtorch's (which runs "
-                  "specdec's kernels) and OpenBLAS's (0: one per physical core this process may "
-                  "use; at most 4 per logical CPU)")
+                  "specdec's kernels) and OpenBLAS's (0: OMP_NUM_THREADS if set, else one per "
+                  "physical core this process may use; at most 4 per logical CPU)")
       ->capture_default_str();
   if (mode != Mode::kChat && mode != Mode::kServe)
     app->add_flag("--json", o.json_out, "Print one JSON object on stdout");
