@@ -146,9 +146,8 @@ at::Tensor activation_f32(const at::Tensor& x, const std::string& name, bool gat
                           Isa isa = default_isa());
 // The index of the largest value of each row of x [..., V], as x.argmax(-1) gives it (the first of
 // equal maxima; the first NaN in a row that holds one), int64 [...] on x's device. Float32 on the
-// CPU: 8 lanes at a time on x86 (libtorch's CPU argmax compares one value at a time: 45 us for a
-// 49k vocabulary, 250 us for Gemma 3's 262k, per row of a verification pass); other dtypes and
-// devices, libtorch's.
+// CPU: 8 lanes at a time on x86 (libtorch's CPU argmax compares one value at a time; figures in
+// docs/kernels.md); other dtypes and devices, libtorch's.
 at::Tensor argmax(const at::Tensor& x, Isa isa = default_isa());
 
 }  // namespace specdec::kernels
