@@ -55,7 +55,7 @@ int connection_socket(const std::string& remote_addr, int remote_port,
         end_of(sock, getsockname) == std::make_pair(local_addr, local_port))
       return sock;
   }
-  return kConnectionGone;
+  return kConnectionUnknown;  // (not found by a named end: not taken for a client that left)
 }
 
 std::optional<ApiError> framing_refusal(const httplib::Request& req) {

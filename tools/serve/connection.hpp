@@ -26,9 +26,9 @@ std::optional<ApiError> framing_refusal(const httplib::Request& req);
 void end_connection(int sock);
 
 // The socket of this process connected from remote_addr:remote_port to local_addr:local_port
-// (addresses as cpp-httplib writes them in a Request); kConnectionGone where none is (a connection
-// its client reset has no remote end left to match), kConnectionUnknown where this process's
-// sockets cannot be listed.
+// (addresses as cpp-httplib writes them in a Request); kConnectionGone where cpp-httplib could
+// name no remote end (its client reset the connection before the request was read),
+// kConnectionUnknown where no socket matches or this process's sockets cannot be listed.
 constexpr int kConnectionGone = -1, kConnectionUnknown = -2;
 int connection_socket(const std::string& remote_addr, int remote_port,
                       const std::string& local_addr, int local_port);
