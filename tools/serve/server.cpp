@@ -142,7 +142,18 @@ class Server {
     // the engine keeps both cores busy overflowed it, and each dropped connection waited a second
     // for TCP to try again. Listening again on a listening socket sets its backlog.
     ::listen(listening, SOMAXCONN);
-    std::thread listener([&] { http_.listen_after_bind(); });
+    std::thread listener([&] {
+      // The connection threads, which cpp-httplib starts on this thread, inherit a mask that
+      // keeps SIGINT and SIGTERM off them: a signal handled on one interrupted the select() of a
+      // stream's write (EINTR), which cpp-httplib takes for a client gone, and the answer was
+      // cancelled at the shutdown it should have finished in.
+      sigset_t stop;
+      sigemptyset(&stop);
+      sigaddset(&stop, SIGINT);
+      sigaddset(&stop, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+      http_.listen_after_bind();
+    });
     const bool v6 = o_.host.find(':') != std::string::npos;  // a URL brackets an IPv6 address
     note("listening on http://" + (v6 ? "[" + o_.host + "]" : o_.host) + ":" +
          std::to_string(port) + " (loading the model)");
