@@ -144,9 +144,7 @@ class Server {
     ::listen(listening, SOMAXCONN);
     std::thread listener([&] {
       // The connection threads, which cpp-httplib starts on this thread, inherit a mask that
-      // keeps SIGINT and SIGTERM off them: a signal handled on one interrupted the select() of a
-      // stream's write (EINTR), which cpp-httplib takes for a client gone, and the answer was
-      // cancelled at the shutdown it should have finished in.
+      // keeps SIGINT and SIGTERM off them: no call of theirs is interrupted by one (EINTR).
       sigset_t stop;
       sigemptyset(&stop);
       sigaddset(&stop, SIGINT);
