@@ -57,7 +57,7 @@ struct MakeDraftOptions {
   int64_t seq_len = 128;  // tokens per training sequence
   int64_t batch = 8;      // sequences per step
   double lr = 3e-4;       // AdamW peak learning rate (linear warm-up, cosine decay to 10%)
-  int threads = 0;        // 0 = leave the thread count as it is
+  int threads = 0;        // 0 = default_num_threads() (OMP_NUM_THREADS, else one per core)
   uint64_t seed = 0;
   int64_t checkpoint_every = 50;  // steps between checkpoints (and one at the end)
   bool resume = false;            // continue the run saved in `out`

@@ -38,6 +38,18 @@ def _path_from_env(var, default):
 SPECDEC = _path_from_env("SPECDEC", "build/specdec")
 MODEL = _path_from_env("SPECDEC_SERVE_MODEL", "models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 MODEL_ID = os.path.basename(os.path.normpath(MODEL))
+# A second model, for what SmolLM2 cannot show (a tokenizer that adds a BOS).
+GEMMA = _path_from_env("SPECDEC_SERVE_GEMMA", "models/gemma3/gemma-3-270m-q4_k_m.gguf")
+
+
+def gemma_model():
+    """GEMMA's path; a missing file skips the test (fails it under SPECDEC_REQUIRE_DATA=1, as CI runs)."""
+    if not os.path.exists(GEMMA):
+        why = f"SPECDEC_SERVE_GEMMA={GEMMA} does not exist (run scripts/get_models.sh)"
+        if os.environ.get("SPECDEC_REQUIRE_DATA") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    return GEMMA
 
 # The flags every server gets unless the test gives its own value.
 DEFAULT_ARGS = {"--max-batch": "4", "--ctx": "1024"}
@@ -282,8 +294,8 @@ def oracle_stopped_by_length(out):
 # Small clients of the server's own routes.
 
 
-def tokenize(server, content=None, messages=None):
-    body = {"content": content} if messages is None else {"messages": messages}
+def tokenize(server, content=None, messages=None, **extra):
+    body = dict({"content": content} if messages is None else {"messages": messages}, **extra)
     r = server.post("/tokenize", json=body)
     assert r.status_code == 200, f"POST /tokenize {body} gave {r.status_code} {r.text[:500]}"
     toks = r.json()["tokens"]

@@ -15,7 +15,8 @@ import time
 import openai
 import pytest
 
-from conftest import (MODEL, MODEL_ID, REPO, SPECDEC, chat, complete, detokenize, make_client, metrics, oracle,
+from conftest import (MODEL, MODEL_ID, REPO, SPECDEC, chat, complete, detokenize, gemma_model, make_client,
+                      metrics, oracle,
                       oracle_chat, oracle_ids, oracle_stopped_by_length, read_sse, start_server,
                       stop_across_boundary, stream_post, chunk_text, tokenize, wait_for)
 
@@ -308,6 +309,33 @@ def test_continue_final_message_with_a_template_that_trims():
         s.stop()
 
 
+def test_add_special_tokens_on_the_generation_routes():
+    # Gemma's tokenizer adds a BOS (SmolLM2's adds none): a completion's prompt gets it unless
+    # add_special_tokens is false, and a chat prompt, whose template writes its own, only if true.
+    gemma = gemma_model()
+    s = start_server("--chat-template", "gemma", model=gemma)
+    try:
+        text = "Hello there, friend"
+        with_bos = tokenize(s, text)
+        assert with_bos[0] == 2 and tokenize(s, text, add_special_tokens=False) == with_bos[1:], with_bos
+        counts = [complete(s, model="", prompt=text, max_tokens=1, temperature=0, **extra)["usage"]["prompt_tokens"]
+                  for extra in ({}, {"add_special_tokens": True}, {"add_special_tokens": False})]
+        assert counts == [len(with_bos)] * 2 + [len(with_bos) - 1], counts
+        rendered = len(tokenize(s, messages=CAPITAL))
+        counts = [chat(s, model="", messages=CAPITAL, max_tokens=1, temperature=0, **extra)["usage"]["prompt_tokens"]
+                  for extra in ({}, {"add_special_tokens": False}, {"add_special_tokens": True})]
+        assert counts == [rendered] * 2 + [rendered + 1], counts
+    finally:
+        s.stop()
+
+
+def test_n_predict_is_max_tokens(server):
+    # llama-server's name, where neither max_tokens nor max_completion_tokens is given
+    base = dict(prompt=STORY, temperature=0, ignore_eos=True)
+    assert complete(server, **base, n_predict=3)["usage"]["completion_tokens"] == 3
+    assert complete(server, **base, n_predict=5, max_tokens=2)["usage"]["completion_tokens"] == 2
+
+
 def test_ids_are_random_and_token_ids_may_be_integral_floats(server):
     a, b = (complete(server, prompt=[1, 2, 3], max_tokens=2, temperature=0) for _ in range(2))
     assert re.fullmatch(r"cmpl-[0-9a-f]{24}", a["id"]) and a["id"] != b["id"], (a["id"], b["id"])
@@ -404,9 +432,10 @@ def test_stop_across_token_boundary(server, client):
     c = j["choices"][0]
     assert c["text"] == expected, f"stop {stop!r}: {c['text']!r} != {expected!r} (full {text!r})"
     assert c["finish_reason"] == "stop", c
-    # The same, streamed, with the stop in a list of four.
+    # The same, streamed, with the stop in a list of sixteen (the most a request takes; OpenAI's 4).
+    others = [f"@@{i}@@" for i in range(15)]
     chunks = list(client.completions.create(model=MODEL_ID, prompt=STORY, max_tokens=32, temperature=0,
-                                            stream=True, stop=["@@@", stop, "%%%", "###"]))
+                                            stream=True, stop=others[:7] + [stop] + others[7:]))
     streamed = "".join(ch.choices[0].text for ch in chunks if ch.choices)
     assert streamed == expected, f"stream with stop {stop!r}: {streamed!r} != {expected!r}"
     assert [ch for ch in chunks if ch.choices][-1].choices[0].finish_reason == "stop"
@@ -918,6 +947,23 @@ def test_request_log_lines(server):
     assert len(lines("GET", "/no-such-route", "404")) == n_missing + 1, server.log_tail()
 
 
+def test_ignored_fields_are_named_in_the_log(server):
+    # A field nothing reads (a typo, an option of another server) is named, never its value; a
+    # null one is as good as absent. At most 8 names, each at most 64 bytes.
+    def logged(end):
+        return any(l.startswith("POST /v1/completions 200") and l.endswith(end) for l in server.log_text().splitlines())
+
+    j = complete(server, prompt=COUNT, max_tokens=1, temperature=0, max_token=5, user="secret-value",
+                 metadata=None, top_k=3)
+    assert j["usage"]["completion_tokens"] == 1, j
+    assert wait_for(lambda: logged(" ignored max_token,user")), server.log_tail()
+    assert "secret-value" not in server.log_text()
+    many = {f"x{i:02d}" + "y" * 70: i for i in range(10)}
+    complete(server, prompt=COUNT, max_tokens=1, **many)
+    names = ",".join((f"x{i:02d}" + "y" * 70)[:64] for i in range(8))
+    assert wait_for(lambda: logged(f" ignored {names},...")), server.log_tail()
+
+
 def test_a_refused_request_is_counted_and_logged_with_its_code(server):
     lines_before = sum(l.startswith("POST /v1/completions 400") and l.endswith(" error invalid_value (max_tokens)")
                        for l in server.log_text().splitlines())
@@ -946,7 +992,7 @@ def test_a_refused_request_is_counted_and_logged_with_its_code(server):
 def test_json_log():
     s = start_server("--log-format", "json")
     try:
-        j = complete(s, prompt=COUNT, max_tokens=4, temperature=0)
+        j = complete(s, prompt=COUNT, max_tokens=4, temperature=0, user="u")
         s.get("/v1/models")
         assert s.post("/v1/chat/completions", {"messages": [], "max_tokens": 1}).status_code == 400
 
@@ -977,6 +1023,7 @@ def test_json_log():
         assert comp[0]["method"] == "POST" and comp[0]["status"] == 200, comp
         assert comp[0]["prompt_tokens"] == j["usage"]["prompt_tokens"], (comp, j["usage"])
         assert comp[0]["completion_tokens"] == j["usage"]["completion_tokens"], (comp, j["usage"])
+        assert comp[0]["ignored"] == ["user"], comp
         refused = [r for r in recs if r["path"] == "/v1/chat/completions"]
         assert len(refused) == 1 and refused[0]["status"] == 400, recs
         assert refused[0]["error"] == "invalid_value" and refused[0]["param"] == "messages", refused

@@ -60,7 +60,7 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "temperature": -1}, "temperature"),
     # a positive logit divided by it overflows float32 (a 500, from NaN probabilities)
     ("/v1/completions", {"prompt": "Hi", "temperature": 1, "repetition_penalty": 1e-38}, "repetition_penalty"),
-    ("/v1/completions", {"prompt": "Hi", "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ("/v1/completions", {"prompt": "Hi", "stop": [chr(97 + i) for i in range(17)]}, "stop"),  # 16 at most
     ("/v1/chat/completions", {"messages": MSGS, "logprobs": True, "top_logprobs": 30}, "top_logprobs"),
     ("/v1/chat/completions", {"messages": MSGS, "top_logprobs": 2}, "top_logprobs"),  # without logprobs
     ("/v1/completions", {"prompt": "Hi", "speculate": "suffix", "prompt_lookup_num_tokens": 4}, "speculate"),
@@ -137,7 +137,24 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "allowed_token_ids": [5, 6]}, "allowed_token_ids"),
     ("/v1/completions", {"prompt": "Hi", "truncate_prompt_tokens": 4}, "truncate_prompt_tokens"),
     ("/v1/completions", {"prompt": "Hi", "prompt_logprobs": 1}, "prompt_logprobs"),
-    ("/v1/completions", {"prompt": "Hi", "n_predict": 4}, "n_predict"),
+    ("/v1/completions", {"prompt": "Hi", "n_predict": 0}, "n_predict"),
+    ("/v1/completions", {"prompt": "Hi", "n_predict": 5000}, "n_predict"),  # past the context
+    ("/v1/completions", {"prompt": "Hi", "structural_tag": {"type": "x"}}, "structural_tag"),
+    ("/v1/completions", {"prompt": "Hi", "logits_processors": ["m.f"]}, "logits_processors"),
+    ("/v1/completions", {"prompt": "Hi", "logprobs": 1, "return_tokens_as_token_ids": True},
+     "return_tokens_as_token_ids"),
+    ("/v1/chat/completions", {"messages": MSGS, "documents": [{"title": "a", "text": "b"}]}, "documents"),
+    # llama-server's samplers; its repeat_penalty covers only the last tokens
+    ("/v1/completions", {"prompt": "Hi", "repeat_penalty": 1.1}, "repeat_penalty"),
+    ("/v1/completions", {"prompt": "Hi", "typical_p": 0.9}, "typical_p"),
+    ("/v1/completions", {"prompt": "Hi", "mirostat": 2}, "mirostat"),
+    ("/v1/completions", {"prompt": "Hi", "dry_multiplier": 0.8}, "dry_multiplier"),
+    ("/v1/completions", {"prompt": "Hi", "n_probs": 3}, "n_probs"),
+    # OpenAI's reasoning and search options
+    ("/v1/chat/completions", {"messages": MSGS, "reasoning_effort": "low"}, "reasoning_effort"),
+    ("/v1/chat/completions", {"messages": MSGS, "verbosity": "high"}, "verbosity"),
+    ("/v1/chat/completions", {"messages": MSGS, "web_search_options": {"search_context_size": "low"}},
+     "web_search_options"),
     ("/v1/chat/completions", {"messages": MSGS, "chat_template": "{{ messages }}"}, "chat_template"),
     ("/v1/chat/completions", {"messages": MSGS, "chat_template_kwargs": {"enable_thinking": False}},
      "chat_template_kwargs"),
@@ -180,12 +197,17 @@ NEUTRAL_BODIES = [
     ("/v1/completions", {"prompt": "Hi", "use_beam_search": False, "bad_words": [], "allowed_token_ids": None,
                          "guided_json": None, "response_format": {"type": "text"}, "prompt_logprobs": None}),
     ("/v1/chat/completions", {"messages": MSGS, "chat_template_kwargs": {}, "structured_outputs": None,
-                              "truncate_prompt_tokens": None}),
+                              "truncate_prompt_tokens": None, "reasoning_effort": None, "verbosity": "medium",
+                              "documents": [], "return_tokens_as_token_ids": False}),
+    # llama-server's defaults; a boolean logprobs "off" on a completion
+    ("/v1/completions", {"prompt": "Hi", "repeat_penalty": 1.0, "typical_p": 1, "mirostat": 0,
+                         "dry_multiplier": 0, "xtc_probability": 0, "top_n_sigma": -1, "n_probs": 0,
+                         "logprobs": False, "repeat_last_n": 64}),
 ]
 
 
 @pytest.mark.parametrize("route,body", NEUTRAL_BODIES,
-                         ids=["chat", "completions", "lax", "vllm", "vllm-completions", "vllm-chat"])
+                         ids=["chat", "completions", "lax", "vllm", "vllm-completions", "vllm-chat", "llama"])
 def test_neutral_values_of_unserved_fields(server, route, body):
     r = server.post(route, json=dict(body, model=MODEL_ID, max_tokens=2))
     assert r.status_code == 200, r.text

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 #include <random>
+#include <set>
 
 using nlohmann::json;
 
@@ -36,7 +37,15 @@ namespace {
   throw ApiError(400, message, param, "invalid_value");
 }
 
+// The top-level fields of the request being parsed on this thread that the parser looked at (the
+// rest are ignored: ParsedRequest::ignored).
+thread_local struct {
+  const json* body = nullptr;
+  std::set<std::string> read;
+} t_fields;
+
 const json* field(const json& body, const char* name) {
+  if (&body == t_fields.body) t_fields.read.insert(name);
   const auto it = body.find(name);
   return it == body.end() || it->is_null() ? nullptr : &*it;
 }
@@ -103,9 +112,17 @@ std::vector<int64_t> ids_of(const json& list, const char* param, int64_t vocab_s
   return ids;
 }
 
-std::vector<int64_t> encode_text(const std::string& text, const Context& ctx, const char* param) {
+// vLLM's add_special_tokens: the tokenizer's BOS (and EOS, as it is configured) around a
+// completion's prompt (default true) or a chat's rendered messages (default false: the template
+// writes its own).
+bool special_tokens(const json& body, bool fallback) {
+  return boolean(body, "add_special_tokens").value_or(fallback);
+}
+
+std::vector<int64_t> encode_text(const std::string& text, const Context& ctx, const char* param,
+                                 bool special) {
   if (!ctx.tokenizer) bad(param, "this model has no tokenizer: send token ids");
-  std::vector<int64_t> ids = ctx.tokenizer->encode(text, true);
+  std::vector<int64_t> ids = ctx.tokenizer->encode(text, special);
   if (ids.empty()) bad(param, std::string("'") + param + "' is empty");
   return ids;
 }
@@ -195,18 +212,20 @@ std::vector<int64_t> encode_chat(const json& body, const Context& ctx) {
       bad("continue_final_message", "the chat template does not render the final message apart");
     text.resize(text.size() - tail);
   }
-  return ctx.tokenizer->encode(text, false);
+  return ctx.tokenizer->encode(text, special_tokens(body, false));
 }
 
 std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
   const json* p = field(body, "prompt");
   if (!p) bad("prompt", "'prompt' is required");
-  if (p->is_string()) return encode_text(p->get<std::string>(), ctx, "prompt");
+  const bool special = special_tokens(body, true);
+  if (p->is_string()) return encode_text(p->get<std::string>(), ctx, "prompt", special);
   if (p->is_array() && !p->empty()) {
     if ((*p)[0].is_number()) return ids_of(*p, "prompt", ctx.vocab_size);
     if (p->size() > 1)
       bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
-    if ((*p)[0].is_string()) return encode_text((*p)[0].get<std::string>(), ctx, "prompt");
+    if ((*p)[0].is_string())
+      return encode_text((*p)[0].get<std::string>(), ctx, "prompt", special);
     if ((*p)[0].is_array() && !(*p)[0].empty()) return ids_of((*p)[0], "prompt", ctx.vocab_size);
   }
   bad("prompt", "'prompt' must be a string or a list of token ids, got " + p->dump());
@@ -238,13 +257,37 @@ void refuse_unserved(const json& body, bool chat) {
   if (given("truncate_prompt_tokens"))
     refuse("truncate_prompt_tokens", "a prompt is never truncated");
   if (given("prompt_logprobs")) refuse("prompt_logprobs", "logprobs are the answer's");
-  if (given("n_predict")) refuse("n_predict", "the answer's length is max_tokens");
+  for (const char* name : {"structural_tag", "logits_processors", "vllm_xargs"})
+    if (given(name)) refuse(name, "no processors but the OpenAI fields and the ones listed");
+  if (const json* v = field(body, "return_tokens_as_token_ids"); v && *v != false)
+    refuse("return_tokens_as_token_ids", "logprobs name tokens by their text");
+  // llama-server's samplers, at values other than their neutral ones. Its repeat_penalty covers the
+  // last repeat_last_n tokens, unlike repetition_penalty (the whole sequence, as Hugging Face's).
+  const auto past = [&](const char* name, double neutral) {
+    const json* v = field(body, name);
+    return v && !v->is_null() && !(v->is_number() && v->get<double>() == neutral);
+  };
+  if (past("repeat_penalty", 1))
+    refuse("repeat_penalty", "use 'repetition_penalty' (over the whole sequence, as Hugging Face's)");
+  for (const auto& [name, neutral] : {std::pair<const char*, double>{"typical_p", 1},
+                                      {"mirostat", 0},
+                                      {"dynatemp_range", 0},
+                                      {"dry_multiplier", 0},
+                                      {"xtc_probability", 0},
+                                      {"top_n_sigma", -1}})
+    if (past(name, neutral)) refuse(name, "not one of this server's samplers");
+  if (past("n_probs", 0)) refuse("n_probs", "use 'logprobs' and 'top_logprobs'");
   if (!chat) {
     if (given("suffix")) refuse("suffix", "no insertion: the answer continues the prompt");
     return;
   }
-  for (const char* name : {"chat_template", "chat_template_kwargs"})
+  for (const char* name : {"chat_template", "chat_template_kwargs", "documents"})
     if (given(name)) refuse(name, "messages are rendered with the model's template");
+  // OpenAI's reasoning and search options (its reasoning models' and search models' own)
+  if (given("reasoning_effort")) refuse("reasoning_effort", "this model does not reason apart");
+  if (const json* v = field(body, "verbosity"); v && !v->is_null() && *v != "medium")
+    refuse("verbosity", "the answer's length is max_tokens");
+  if (given("web_search_options")) refuse("web_search_options", "this server does not search");
   for (const char* name : {"tools", "functions"})
     if (given(name)) refuse(name, "this server does not call tools");
   for (const char* name : {"tool_choice", "function_call"})
@@ -346,6 +389,11 @@ std::vector<int64_t> parse_detokenize(const json& body, const Context& ctx) {
 ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   ParsedRequest r;
   r.chat = chat;
+  t_fields.body = &body;
+  t_fields.read.clear();
+  struct Untrack {
+    ~Untrack() { t_fields.body = nullptr; }
+  } untrack;
   // An empty name, as an absent one, is the served model (vLLM's rule).
   if (const auto model = string(body, "model"); model && !model->empty() && *model != ctx.model_id)
     throw ApiError(
@@ -372,6 +420,10 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   // (max_completion_tokens is the chat API's name; a completion takes it too, as the same thing)
   std::optional<double> max_tokens = number(body, "max_tokens", {1, 1e9}, true);
   if (const auto m = number(body, "max_completion_tokens", {1, 1e9}, true)) max_tokens = m;
+  // llama-server's name for it, where neither is given (-1: the rest of the context)
+  const auto n_predict = number(body, "n_predict", {-1, 1e9}, true);
+  if (n_predict && *n_predict == 0) bad("n_predict", "'n_predict' must be -1 or at least 1");
+  if (n_predict && !max_tokens) max_tokens = *n_predict > 0 ? n_predict : std::max(1.0, room);
   // OpenAI's code and its chat API's sentence ("This model's maximum context length is N tokens"),
   // which agent frameworks look for to shorten a conversation.
   const std::string input = chat ? "messages" : "prompt";
@@ -388,7 +440,9 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
                         " tokens, which leave no room for an answer. " + reduce + ".");
   if (max_tokens && *max_tokens > room) {
     const auto completion = static_cast<int64_t>(*max_tokens);
-    too_long(field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+    too_long(field(body, "max_completion_tokens") ? "max_completion_tokens"
+             : field(body, "max_tokens")          ? "max_tokens"
+                                                  : "n_predict",
              "you requested " + std::to_string(prompt_tokens + completion) + " tokens (" +
                  std::to_string(prompt_tokens) + " in the " + input + ", " +
                  std::to_string(completion) + " in the completion). " + reduce + " or completion.");
@@ -501,8 +555,10 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     } else {
       bad("stop", "'stop' must be a string or a list of strings, got " + s->dump());
     }
-    if (r.stop.size() > 4)
-      bad("stop", "'stop' holds at most 4 strings, got " + std::to_string(r.stop.size()));
+    // (OpenAI takes 4; vLLM and llama-server any number, and clients of local servers send more)
+    if (r.stop.size() > kMaxStopStrings)
+      bad("stop", "'stop' holds at most " + std::to_string(kMaxStopStrings) + " strings, got " +
+                      std::to_string(r.stop.size()));
     r.stop.erase(std::remove(r.stop.begin(), r.stop.end(), ""), r.stop.end());
   }
   if (chat) {
@@ -512,6 +568,8 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
       r.top_logprobs = static_cast<int64_t>(k.value_or(0));
     else if (k.value_or(0) > 0)  // (0, the neutral value, passes: vLLM's rule)
       bad("top_logprobs", "'top_logprobs' above 0 needs 'logprobs': true");
+  } else if (const json* v = field(body, "logprobs"); v && *v == false) {
+    // (a boolean "off", as a chat request's, from clients that send the same fields to both)
   } else if (const auto k = number(body, "logprobs", {0, 20}, true)) {
     r.logprobs = true;
     r.top_logprobs = static_cast<int64_t>(*k);
@@ -551,6 +609,8 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     }
     bad(param, message);
   }
+  for (const auto& [key, value] : body.items())
+    if (!value.is_null() && !t_fields.read.count(key)) r.ignored.push_back(key);
   return r;
 }
 

@@ -15,6 +15,7 @@ namespace specdec::serve {
 // The highest temperature a request may ask for (OpenAI's range is [0, 2]); --temperature, the
 // default of a request that sets none, is held to it too.
 constexpr double kMaxTemperature = 2;
+constexpr size_t kMaxStopStrings = 16;  // a request's stop strings
 
 // An error answered as {"error": {"message", "type", "param", "code"}} with an HTTP status.
 struct ApiError : std::runtime_error {
@@ -58,6 +59,7 @@ struct ParsedRequest {
   std::vector<std::string> stop;
   bool skip_special_tokens = true;  // vLLM's: the answer's text without special tokens
   bool include_stop = false;        // vLLM's include_stop_str_in_output
+  std::vector<std::string> ignored;  // top-level fields not served nor refused (`user`, a typo)
 };
 // `chat`: /v1/chat/completions (messages), else /v1/completions (prompt).
 ParsedRequest parse_request(const nlohmann::json& body, bool chat, const Context& ctx);

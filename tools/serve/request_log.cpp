@@ -48,6 +48,14 @@ std::string json_line(const nlohmann::ordered_json& j) {
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
+// The names of the ignored fields as the log shows them.
+std::vector<std::string> ignored_names(const std::vector<std::string>& ignored) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < ignored.size() && i < 8; ++i) names.push_back(ignored[i].substr(0, 64));
+  if (ignored.size() > 8) names.push_back("...");
+  return names;
+}
+
 }  // namespace
 
 std::string request_log_line(const std::string& format, const std::string& method,
@@ -66,6 +74,7 @@ std::string request_log_line(const std::string& format, const std::string& metho
     if (f.aborted) line["aborted"] = true;
     if (!f.error.empty()) line["error"] = f.error;
     if (!f.param.empty()) line["param"] = f.param;
+    if (!f.ignored.empty()) line["ignored"] = ignored_names(f.ignored);
     return json_line(line);
   }
   char buf[64];
@@ -79,6 +88,13 @@ std::string request_log_line(const std::string& format, const std::string& metho
   if (f.aborted) text += " aborted";
   if (!f.error.empty()) text += " error " + printable(f.error);
   if (!f.param.empty()) text += " (" + printable(f.param) + ")";
+  if (!f.ignored.empty()) {
+    const char* separator = " ignored ";
+    for (const std::string& name : ignored_names(f.ignored)) {
+      text += separator + printable(name);
+      separator = ",";
+    }
+  }
   return text + "\n";
 }
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace specdec::serve {
 
@@ -15,13 +16,15 @@ struct LogFields {
   bool counted = false;      // in Server::in_flight_ (a request that reached routing)
   bool aborted = false;      // its answer was cut short by the server (the shutdown deadline)
   std::string error, param;  // a failed request's error code (else type) and param
+  std::vector<std::string> ignored;  // the request's fields that nothing read (names only)
 };
 
 // A request's line (ending in "\n"): method, path, status, milliseconds, the generation routes'
 // tokens, whether the client left or the server cut the answer short, a failure's error code and
-// param; JSON lines begin with the time written (UTC, ISO 8601). `format`: "text" (the client's
-// bytes outside printable ASCII as \xNN, so that a decoded %0a cannot start a forged line and the
-// log stays ASCII) or "json".
+// param, the names of the fields it ignored (the first 8, each cut to 64 bytes); JSON lines begin
+// with the time written (UTC, ISO 8601). `format`: "text" (the client's bytes outside printable
+// ASCII as \xNN, so that a decoded %0a cannot start a forged line and the log stays ASCII) or
+// "json".
 std::string request_log_line(const std::string& format, const std::string& method,
                              const std::string& path, int status, double ms, const LogFields& f);
 

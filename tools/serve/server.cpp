@@ -648,6 +648,7 @@ class Server {
       ids_.insert(id);
     }
     t_log.prompt_tokens = static_cast<int64_t>(p.prompt.size());
+    t_log.ignored = p.ignored;
     t_log.completion_tokens = 0;
     const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + random_id();
     const auto created = static_cast<int64_t>(std::time(nullptr));
@@ -655,7 +656,8 @@ class Server {
                  {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion")
                                  : "text_completion"},
                  {"created", created},
-                 {"model", ctx_.model_id}};
+                 {"model", ctx_.model_id},
+                 {"system_fingerprint", nullptr}};  // (OpenAI's: its backend's configuration)
     const auto forget = [this, id] {
       std::lock_guard<std::mutex> lock(ids_mutex_);
       ids_.erase(id);
