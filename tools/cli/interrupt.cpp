@@ -13,28 +13,51 @@
 namespace specdec::cli {
 namespace {
 
-std::atomic<int> g_wake{-1};  // the write end of the live CleanupOnInterrupt's pipe
+std::atomic<int> g_wake{-1};  // the write end of the live StopSignals' pipe
 static_assert(std::atomic<int>::is_always_lock_free);
-struct sigaction g_old_int {
-}, g_old_term{};
 
 }  // namespace
 
-CleanupOnInterrupt::CleanupOnInterrupt(std::function<std::string()> cleanup)
-    : cleanup_(std::move(cleanup)) {
+StopSignals::StopSignals() {
   if (::pipe(pipe_) != 0) throw std::system_error(errno, std::generic_category(), "pipe");
   g_wake = pipe_[1];
   struct sigaction sa {};
   sa.sa_handler = [](int signal) {
     const char c = static_cast<char>(signal);
-    (void)!::write(g_wake.load(), &c, 1);  // async-signal-safe; the watcher does the rest
+    (void)!::write(g_wake.load(), &c, 1);  // async-signal-safe; the waiting thread does the rest
   };
   sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, &g_old_int);
-  ::sigaction(SIGTERM, &sa, &g_old_term);
+  ::sigaction(SIGINT, &sa, &old_int_);
+  ::sigaction(SIGTERM, &sa, &old_term_);
+}
+
+StopSignals::~StopSignals() {
+  close();
+  ::close(pipe_[0]);
+}
+
+int StopSignals::wait() {
+  char signal = 0;
+  ssize_t n = 0;
+  while ((n = ::read(pipe_[0], &signal, 1)) < 0 && errno == EINTR) {
+  }
+  return n == 1 ? signal : 0;
+}
+
+void StopSignals::close() {
+  if (closed_) return;
+  closed_ = true;
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+  g_wake = -1;
+  ::close(pipe_[1]);  // (a wait() under way returns 0)
+}
+
+CleanupOnInterrupt::CleanupOnInterrupt(std::function<std::string()> cleanup)
+    : cleanup_(std::move(cleanup)) {
   watcher_ = std::thread([this] {
-    char signal = 0;
-    if (::read(pipe_[0], &signal, 1) != 1) return;  // closed: the command finished
+    const int signal = signals_.wait();
+    if (signal == 0) return;  // closed: the command finished
     const std::string what = cleanup_();
     std::fprintf(stderr, "\ninterrupted: %s\n", what.c_str());
     std::_Exit(128 + signal);
@@ -42,12 +65,8 @@ CleanupOnInterrupt::CleanupOnInterrupt(std::function<std::string()> cleanup)
 }
 
 CleanupOnInterrupt::~CleanupOnInterrupt() {
-  ::sigaction(SIGINT, &g_old_int, nullptr);
-  ::sigaction(SIGTERM, &g_old_term, nullptr);
-  g_wake = -1;
-  ::close(pipe_[1]);
+  signals_.close();
   watcher_.join();
-  ::close(pipe_[0]);
 }
 
 namespace {

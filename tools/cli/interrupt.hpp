@@ -10,6 +10,25 @@
 
 namespace specdec::cli {
 
+// While it lives, SIGINT and SIGTERM write their number to a pipe that wait() reads: the work goes
+// on meanwhile, and the waiting thread decides what a signal does. (A handler, not a signal mask:
+// threads that libraries start before main, OpenBLAS's among them, would not block them.) One at a
+// time; the handlers it replaced are back when it ends.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  int wait();    // the next signal's number; 0 once close() was called
+  void close();  // signals are no longer caught, and wait() returns 0
+
+ private:
+  int pipe_[2] = {-1, -1};
+  struct sigaction old_int_ {}, old_term_{};
+  bool closed_ = false;
+};
+
 // While it lives, SIGINT and SIGTERM run `cleanup` on a thread of its own, print what it returns
 // ("interrupted: " and that) and exit with 128 + the signal's number (the handler only wakes that
 // thread, the work goes on meanwhile). Not for commands that stop at a point of their own choosing
@@ -23,7 +42,7 @@ class CleanupOnInterrupt {
 
  private:
   std::function<std::string()> cleanup_;
-  int pipe_[2] = {-1, -1};
+  StopSignals signals_;
   std::thread watcher_;
 };
 

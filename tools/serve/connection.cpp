@@ -107,6 +107,34 @@ void end_connection(int sock) {
   }
 }
 
+// Equal strings in time independent of where they differ (the API key).
+bool same_secret(const std::string& given, const std::string& key) {
+  if (key.empty()) return false;
+  unsigned char diff = given.size() == key.size() ? 0 : 1;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
+  return diff == 0;
+}
+
+const char* status_text(int status) {
+  switch (status) {
+    case 400:
+      return "bad request";
+    case 404:
+      return "not found";
+    case 405:
+      return "method not allowed";
+    case 413:
+      return "the request body is over the server's limit (--max-body)";
+    case 414:
+      return "the request URI is too long";
+    case 431:
+      return "the request headers are too large";
+    default:
+      return status >= 500 ? "internal server error" : "request refused";
+  }
+}
+
 bool client_left(int sock) {
   if (sock < 0) return sock == kConnectionGone;
   pollfd p{sock, POLLIN | POLLRDHUP, 0};

@@ -39,4 +39,12 @@ int connection_socket(const std::string& remote_addr, int remote_port,
 // counts as gone.
 bool client_left(int sock);
 
+// Whether `given` equals `key` (the API key), in a time that does not depend on where they differ;
+// never for an empty key.
+bool same_secret(const std::string& given, const std::string& key);
+
+// The message of a refusal status that cpp-httplib made, or a route refused without one of its
+// own ("bad request", "the request URI is too long", ...).
+const char* status_text(int status);
+
 }  // namespace specdec::serve

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "chat_html.hpp"
+#include "cli/interrupt.hpp"
 #include "serve/connection.hpp"
 #include "serve/metrics.hpp"
 #include "serve/protocol.hpp"
@@ -59,36 +60,6 @@ struct Job {
 
 thread_local LogFields t_log;
 
-int signal_pipe[2] = {-1, -1};  // SIGINT/SIGTERM -> the thread that shuts the server down
-
-// Equal strings in time independent of where they differ (the API key).
-bool same_secret(const std::string& given, const std::string& key) {
-  if (key.empty()) return false;
-  unsigned char diff = given.size() == key.size() ? 0 : 1;
-  for (size_t i = 0; i < given.size(); ++i)
-    diff |= static_cast<unsigned char>(given[i] ^ key[i % key.size()]);
-  return diff == 0;
-}
-
-const char* status_text(int status) {
-  switch (status) {
-    case 400:
-      return "bad request";
-    case 404:
-      return "not found";
-    case 405:
-      return "method not allowed";
-    case 413:
-      return "the request body is over the server's limit (--max-body)";
-    case 414:
-      return "the request URI is too long";
-    case 431:
-      return "the request headers are too large";
-    default:
-      return status >= 500 ? "internal server error" : "request refused";
-  }
-}
-
 class Server {
  public:
   explicit Server(const ServeOptions& o) : o_(o) {
@@ -102,17 +73,7 @@ class Server {
            " connection threads (--http-threads) for " + std::to_string(o_.max_batch) +
            " rows and a queue of " + std::to_string(o_.max_queue) +
            ": requests past them wait for a thread instead of getting 429");
-    // SIGINT/SIGTERM write a byte to a pipe that one thread waits on (a handler, not a signal mask:
-    // threads that libraries start before main, OpenBLAS's among them, would not block them).
-    if (::pipe(signal_pipe) != 0) throw Error("serve: cannot create the signal pipe");
-    struct sigaction sa {};
-    sa.sa_handler = [](int) {
-      const char byte = 1;
-      [[maybe_unused]] const ssize_t n = ::write(signal_pipe[1], &byte, 1);
-    };
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, nullptr);
-    ::sigaction(SIGTERM, &sa, nullptr);
+    cli::StopSignals signals;  // the first drains, the second cancels (the waiter thread below)
     ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
 
     routes();
@@ -156,9 +117,7 @@ class Server {
     note("listening on http://" + (v6 ? "[" + o_.host + "]" : o_.host) + ":" +
          std::to_string(port) + " (loading the model)");
     std::thread waiter([&] {
-      char byte = 0;
-      while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
-      }
+      signals.wait();
       if (!ready_) std::_Exit(0);  // nothing is running yet
       {
         std::lock_guard<std::mutex> lock(shutdown_mutex_);
@@ -166,8 +125,7 @@ class Server {
         shutdown_.notify_all();
       }
       // A second signal: the running requests are cancelled now, not at the deadline.
-      while (::read(signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
-      }
+      signals.wait();
       note("second signal: cancelling the running requests");
       hurry_ = true;
     });
