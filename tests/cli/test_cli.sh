@@ -133,6 +133,10 @@ expect_error "a switch given a value" '--chat: "maybe" is not a value it takes (
 expect_error "Hugging Face's do_sample=True written as two words: the switch is named" \
   '--do-sample is a switch: give it alone, or --do-sample=true or --do-sample=false (not "True" after it)' \
   generate --model "$work/t" --prompt-ids 1 --do_sample True
+expect_error "serve --api-key '' is refused (not a server without a key)" "--api-key: the value is empty" \
+  serve --model "$work/t" --api-key ''
+check "... and so is an empty SPECDEC_API_KEY" bash -c \
+  "SPECDEC_API_KEY= timeout 60 \"\$0\" serve --model \"\$1\" --port 0 2>&1 | grep -qF 'SPECDEC_API_KEY is set but empty'" "$SPECDEC" "$work/t"
 expect_error "serve's beam-search hint names what samples a request" \
   'serve has no flag --num-beams (beam search is not supported: a request is greedy, or sampled when its "temperature" is 1e-5 or more)' \
   serve --model "$work/t" --num_beams 2
@@ -186,6 +190,11 @@ expect_error "the server's --max-tokens points to --max-new-tokens" "generate ha
 # What a newcomer types: Hugging Face's snake_case names, typos, flags specdec does not have.
 check "Hugging Face's snake_case names are the dashed flags" bash -c \
   "\"\$0\" generate --model \"\$1\" --prompt-ids 1 --max_new_tokens=3 --json | grep -q '\"new_tokens\":3'" "$SPECDEC" "$work/t"
+expect_error "a flag where a value should be is not taken for the value" \
+  "--prompt needs a value, and --chat after it is a flag (a value that begins with -- is written --prompt=VALUE)" \
+  generate --model "$work/t" --prompt --chat
+expect_error "a flag before the subcommand" "the subcommand comes first, then its flags: specdec generate --threads ..." \
+  --threads 1 generate --model "$work/t" --prompt-ids 1
 expect_error "an unknown subcommand names the closest" "unknown subcommand 'gen' (did you mean generate?)" gen --model "$work/t"
 expect_error "an unknown flag names the closest" "generate has no flag --promt (did you mean --prompt?)" \
   generate --model "$work/t" --promt hi
@@ -230,6 +239,15 @@ file_warnings() { "$SPECDEC" generate --model "$work/t" --prompts-file "$1" "${@
 check "--prompts-file: a flag that no line uses is warned about" bash -c \
   '[[ $1 == *"--suffix-* flags only apply with --speculate suffix"* ]]' _ "$(file_warnings "$work/plain_line.jsonl" --suffix-tree)"
 check "... not when a line uses it" bash -c '[ -z "$1" ]' _ "$(file_warnings "$work/suffix_line.jsonl" --suffix-tree)"
+printf '{"prompt_ids": [1], "max_new_tokens": 2.0, "temperature": 0.7, "seed": 3}\n{"prompt_ids": [1], "max_new_tokens": 2, "temperature": 0.7, "do_sample": true}\n' \
+  > "$work/greedy_knobs.jsonl"
+check "--prompts-file: sampling keys on a greedy line are warned about (an integral float is an integer)" bash -c \
+  '[ "$1" = "specdec: warning: $2:1: temperature, seed without \"do_sample\": true (or --do-sample): this line is greedy" ]' \
+  _ "$(file_warnings "$work/greedy_knobs.jsonl")" "$work/greedy_knobs.jsonl"
+spaced=$("$SPECDEC" generate --model "$work/t" --prompt-ids '1, 2 ,3' --max-new-tokens 3 --json 2>/dev/null)
+check "--prompt-ids takes spaces around the ids" python3 -c "
+import json, sys; a, b = (json.loads(x) for x in sys.argv[1:3]); assert a['tokens'] == b['tokens'] and a['stats']['prompt_tokens'] == 3, (a, b)" \
+  "$spaced" "$("$SPECDEC" generate --model "$work/t" --prompt-ids 1,2,3 --max-new-tokens 3 --json 2>/dev/null)"
 check "--int8-activations beside float weights is warned about" warned "quantized weights only, not float32" \
   --int8-activations --weights float32
 check "no warning with --do-sample" bash -c "! \"\$0\" generate --model \"\$1\" --prompt-ids 1 --max-new-tokens 2 --do-sample --temperature 0.7 2>&1 >/dev/null | grep -q warning" "$SPECDEC" "$work/t"

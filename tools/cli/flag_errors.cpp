@@ -95,8 +95,17 @@ void dash_flag_names(std::vector<std::string>& args) {
 }
 
 std::string unknown_name_message(const CLI::App& app, const std::vector<std::string>& args) {
-  if (args.size() < 2 || args[1].empty() || args[1][0] == '-') return "";
+  if (args.size() < 2 || args[1].empty()) return "";
   const auto subs = app.get_subcommands([](const CLI::App*) { return true; });
+  if (args[1][0] == '-') {  // `specdec --threads 1 generate ...`: the subcommand comes first
+    if (args[1] == "-h" || args[1] == "--help" || args[1] == "--version") return "";
+    for (size_t i = 2; i < args.size(); ++i)
+      for (const CLI::App* s : subs)
+        if (s->get_name() == args[i])
+          return "the subcommand comes first, then its flags: specdec " + args[i] + " " + args[1] +
+                 " ...";
+    return "";
+  }
   std::vector<std::string> names;
   const CLI::App* sub = nullptr;
   for (const CLI::App* s : subs) {
@@ -111,25 +120,36 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
     for (const std::string& n : names) m += (&n == &names[0] ? " " : ", ") + n;
     return m + " (specdec --help says what each does)";
   }
-  std::vector<std::string> all, switches;  // (--help not a switch: `--help WORD` is help)
+  std::vector<std::string> all, switches, valued;  // (--help not a switch: `--help WORD` is help)
   for (const CLI::Option* o : sub->get_options())
     for (const std::string& n : o->get_lnames()) {
       all.push_back("--" + n);
+      if (o->get_expected_max() > 0) valued.push_back(all.back());
       if (o->get_expected_max() == 0 && o != sub->get_help_ptr()) switches.push_back(all.back());
     }
+  const auto listed = [](const std::vector<std::string>& names, const std::string& flag) {
+    return std::find(names.begin(), names.end(), flag) != names.end();
+  };
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") break;  // what follows is not flags
     if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
     const std::string flag = a.substr(0, a.find('='));
     // Hugging Face's do_sample=True written as `--do_sample True`: a switch takes no value.
-    if (std::find(switches.begin(), switches.end(), flag) != switches.end()) {
+    if (listed(switches, flag)) {
       if (flag == a && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-')
         return flag + " is a switch: give it alone, or " + flag + "=true or " + flag +
                "=false (not \"" + args[i + 1] + "\" after it)";
       continue;
     }
-    if (std::find(all.begin(), all.end(), flag) != all.end()) continue;
+    if (listed(all, flag)) {
+      // `--prompt --chat`: a flag where its value should be (CLI11 would take it for the value)
+      if (flag == a && listed(valued, flag) && i + 1 < args.size() &&
+          listed(all, args[i + 1].substr(0, args[i + 1].find('='))))
+        return flag + " needs a value, and " + args[i + 1] + " after it is a flag (a value that " +
+               "begins with -- is written " + flag + "=VALUE)";
+      continue;
+    }
     std::string m = sub->get_name() + " has no flag " + flag;
     if (const char* what = instead_of(sub->get_name(), flag))
       m += " (" + std::string(what) + ")";

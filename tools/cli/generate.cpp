@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -69,6 +70,12 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
       GenerationConfig& c = r.config;
       for (const auto& [key, value] : j.items()) {
         const auto integer = [&](auto& field) {
+          // (a float with an integral value, 4.0, as the server and pydantic take it)
+          if (value.is_number_float() && value.get<double>() == std::floor(value.get<double>()) &&
+              std::abs(value.get<double>()) < 0x1p53) {
+            field = static_cast<std::remove_reference_t<decltype(field)>>(value.get<double>());
+            return;
+          }
           if (!value.is_number_integer()) throw Error("\"" + key + "\" must be an integer");
           if (value.is_number_unsigned() &&
               value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -166,6 +173,12 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
       choose_proposer(c, j.contains("prompt_lookup_num_tokens"), j.contains("speculate"));
       if (j.contains("system") && !j.contains("prompt"))
         throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
+      // Sampling knobs on a greedy line do nothing (Hugging Face's generate warns as well).
+      std::string idle;
+      for (const char* k : {"temperature", "top_k", "top_p", "min_p", "seed"})
+        if (!c.do_sample && j.contains(k)) idle += std::string(idle.empty() ? "" : ", ") + k;
+      if (!idle.empty())
+        warn(where + idle + " without \"do_sample\": true (or --do-sample): this line is greedy");
       if (j.contains("prompt"))
         r.prompt = o.chat ? encode_turn(l, system, user) : l.tokenizer->encode(user, true);
       gen.check(r.prompt, c);  // (the context included: nothing runs unless every line fits)

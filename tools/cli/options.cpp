@@ -140,6 +140,9 @@ std::vector<int64_t> parse_ids(const std::string& text, const char* flag, bool a
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
+    // (spaces around an id, as in "1, 2, 3", are not part of it)
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
     size_t used = 0;
     int64_t v = 0;
     try {

@@ -40,7 +40,8 @@ void add_serve_options(CLI::App* app, ServeOptions& o) {
       ->check(cli::non_empty());
   app->add_option("--api-key", o.api_key,
                   "Require 'Authorization: Bearer KEY' on the OpenAI routes (with or without /v1), "
-                  "/tokenize and /detokenize (default: $SPECDEC_API_KEY)");
+                  "/tokenize and /detokenize (default: $SPECDEC_API_KEY)")
+      ->check(cli::non_empty());  // (an unset variable in --api-key "$KEY" must not serve keyless)
   app->add_option("--cors", o.cors,
                   "Allow this origin (Access-Control-Allow-Origin); none by default");
   app->add_option("--log-format", o.log_format, "One line per request: text or json")

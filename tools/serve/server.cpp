@@ -64,7 +64,11 @@ class Server {
  public:
   explicit Server(const ServeOptions& o) : o_(o) {
     if (o_.api_key.empty())
-      if (const char* env = std::getenv("SPECDEC_API_KEY")) o_.api_key = env;
+      if (const char* env = std::getenv("SPECDEC_API_KEY")) {
+        if (*env == '\0')
+          throw Error("SPECDEC_API_KEY is set but empty (unset it to serve without a key)");
+        o_.api_key = env;
+      }
   }
 
   int run(const std::function<ServeModels()>& load) {
