@@ -348,6 +348,9 @@ ModelConfig ModelConfig::from_dir(const std::string& dir) {
   SPECDEC_CHECK(!file_exists(dir), dir,
                 ": not a checkpoint: a file whose name does not end in .gguf (a checkpoint is a "
                 "folder with config.json or a .gguf file)");
+  SPECDEC_CHECK(dir_exists(dir), dir,
+                ": not a checkpoint: neither a file nor a folder (a checkpoint is a folder with "
+                "config.json or a .gguf file)");
   SPECDEC_CHECK(file_exists(config_path), dir, ": not a checkpoint: no ", config_path,
                 " (Hugging Face) and no .gguf file (GGUF)");
   ModelConfig c = from_json_text(read_text_file(config_path), config_path);

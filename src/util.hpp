@@ -52,6 +52,7 @@ void check_layer_limit(int64_t layers, const std::string& source, const std::str
 // Folders, through POSIX calls rather than std::filesystem: PyPI's libtorch 2.x exports its own
 // std::filesystem symbols, which then replace the C++ library's and crash (remove_all).
 bool path_exists(const std::string& path);  // a file or folder
+bool dir_exists(const std::string& path);  // a folder (or a link to one)
 void remove_tree(const std::string& path);  // rm -rf; nothing when absent; throws specdec::Error
 void rename_path(const std::string& from, const std::string& to);  // throws specdec::Error
 void hard_link(const std::string& from, const std::string& to);    // throws specdec::Error

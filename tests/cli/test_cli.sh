@@ -118,6 +118,7 @@ check "a flag's bad value: one 'specdec: error:' line" bash -c \
 check "no subcommand: one 'specdec: error:' line" bash -c \
   "'$SPECDEC' 2>&1 | grep -qx 'specdec: error: a subcommand is required, e.g. generate, chat or serve (specdec --help lists them all)'"
 expect_error "missing model folder" "/nonexistent: no such file or folder" generate --model /nonexistent --prompt-ids 1
+expect_error "a device for a model" "/dev/null: not a checkpoint: neither a file nor a folder" generate --model /dev/null --prompt-ids 1
 # A value CLI11 cannot convert: the flag, the value and what it takes (not "Could not convert").
 expect_error "Hugging Face's no_repeat_ngram_size: not implemented, and what there is" \
   "generate has no flag --no-repeat-ngram-size (not implemented: the samplers are" \
