@@ -6,6 +6,7 @@
 #   SPECDEC_SERVE_MODEL  the model the servers load (default the SmolLM2-135M-Instruct GGUF of
 #                        scripts/get_models.sh)
 #   SPECDEC_SHARED_DIR   the shared/ folder whose T5 tokenizer one test reads (default ../shared)
+#   SPECDEC_SERVE_GEMMA  the Gemma 3 GGUF that one test serves (default that of scripts/get_models.sh)
 # The chat page's test needs Debian's chromium and chromium-driver. Missing data (the model, the
 # T5 tokenizer) skips, the model with exit 77 (ctest reports it skipped), unless
 # SPECDEC_REQUIRE_DATA=1 (CI): then it fails.

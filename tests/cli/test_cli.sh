@@ -112,6 +112,7 @@ expect_error() { # expect_error NAME NEEDLE ARGS...
   check "$name" bash -c "[ $rc -ne 0 ] && grep -qF -- \"\$1\" <<<\"\$2\"" _ "$needle" "$err"
 }
 expect_error "bad prompt ids" "'x' is not an integer" generate --model "$work/t" --prompt-ids 1,x
+expect_error "prompt ids ending with a comma, spaces after it" "ends with a comma" generate --model "$work/t" --prompt-ids '1, 2, '
 # Every error is one line in one form, CLI11's own included.
 check "a flag's bad value: one 'specdec: error:' line" bash -c \
   "[ \"\$('$SPECDEC' generate --model '$work/t' --draft-tree-width 0 2>&1)\" = 'specdec: error: --draft-tree-width: Value 0 not in range 1 to 16' ]"
@@ -240,10 +241,10 @@ file_warnings() { "$SPECDEC" generate --model "$work/t" --prompts-file "$1" "${@
 check "--prompts-file: a flag that no line uses is warned about" bash -c \
   '[[ $1 == *"--suffix-* flags only apply with --speculate suffix"* ]]' _ "$(file_warnings "$work/plain_line.jsonl" --suffix-tree)"
 check "... not when a line uses it" bash -c '[ -z "$1" ]' _ "$(file_warnings "$work/suffix_line.jsonl" --suffix-tree)"
-printf '{"prompt_ids": [1], "max_new_tokens": 2.0, "temperature": 0.7, "seed": 3}\n{"prompt_ids": [1], "max_new_tokens": 2, "temperature": 0.7, "do_sample": true}\n' \
+printf '{"prompt_ids": [1.0], "max_new_tokens": 2.0, "temperature": 0.7, "seed": 3.0}\n{"prompt_ids": [1], "max_new_tokens": 2, "temperature": 0.7, "do_sample": true}\n' \
   > "$work/greedy_knobs.jsonl"
-check "--prompts-file: sampling keys on a greedy line are warned about (an integral float is an integer)" bash -c \
-  '[ "$1" = "specdec: warning: $2:1: temperature, seed without \"do_sample\": true (or --do-sample): this line is greedy" ]' \
+check "--prompts-file: sampling keys on greedy lines are warned about once (an integral float is an integer)" bash -c \
+  '[ "$1" = "specdec: warning: $2: 1 greedy line sets sampling keys, which apply with \"do_sample\": true (or --do-sample) only (line 1: temperature, seed)" ]' \
   _ "$(file_warnings "$work/greedy_knobs.jsonl")" "$work/greedy_knobs.jsonl"
 spaced=$("$SPECDEC" generate --model "$work/t" --prompt-ids '1, 2 ,3' --max-new-tokens 3 --json 2>/dev/null)
 check "--prompt-ids takes spaces around the ids" python3 -c "

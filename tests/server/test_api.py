@@ -334,6 +334,13 @@ def test_n_predict_is_max_tokens(server):
     base = dict(prompt=STORY, temperature=0, ignore_eos=True)
     assert complete(server, **base, n_predict=3)["usage"]["completion_tokens"] == 3
     assert complete(server, **base, n_predict=5, max_tokens=2)["usage"]["completion_tokens"] == 2
+    # -1: the rest of the context (a small one here)
+    s = start_server("--ctx", "64")
+    try:
+        u = complete(s, **base, n_predict=-1)["usage"]
+        assert u["completion_tokens"] == 64 - u["prompt_tokens"], u
+    finally:
+        s.stop()
 
 
 def test_ids_are_random_and_token_ids_may_be_integral_floats(server):
@@ -962,6 +969,9 @@ def test_ignored_fields_are_named_in_the_log(server):
     complete(server, prompt=COUNT, max_tokens=1, **many)
     names = ",".join((f"x{i:02d}" + "y" * 70)[:64] for i in range(8))
     assert wait_for(lambda: logged(f" ignored {names},...")), server.log_tail()
+    # A made-up name cannot pass for more of the line: its spaces and commas are escaped.
+    complete(server, prompt=COUNT, max_tokens=1, **{"a,b error invalid_value (max_tokens)": 1})
+    assert wait_for(lambda: logged(r" ignored a\x2cb\x20error\x20invalid_value\x20(max_tokens)")), server.log_tail()
 
 
 def test_a_refused_request_is_counted_and_logged_with_its_code(server):

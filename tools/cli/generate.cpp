@@ -43,6 +43,13 @@ struct FileRequest {
   GenerationConfig config;
 };
 
+// A float with an integral value that a double holds exactly (4.0): an integer, as the server and
+// pydantic take it.
+bool integral_float(const json& v) {
+  return v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
+         std::abs(v.get<double>()) < 0x1p53;
+}
+
 // Parses and validates every line before anything is generated: a bad line is an error naming it.
 std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
                                            const Generator& gen) {
@@ -54,6 +61,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
   std::istream& in = o.prompts_file == "-" ? std::cin : file;
   const int64_t vocab = l.target->config().vocab_size;
   std::vector<FileRequest> out;
+  int64_t greedy_with_knobs = 0;  // lines, the first of them named
+  std::string first_greedy;
   std::string text;
   for (size_t n = 1; std::getline(in, text); ++n) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
@@ -70,9 +79,7 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
       GenerationConfig& c = r.config;
       for (const auto& [key, value] : j.items()) {
         const auto integer = [&](auto& field) {
-          // (a float with an integral value, 4.0, as the server and pydantic take it)
-          if (value.is_number_float() && value.get<double>() == std::floor(value.get<double>()) &&
-              std::abs(value.get<double>()) < 0x1p53) {
+          if (integral_float(value)) {
             field = static_cast<std::remove_reference_t<decltype(field)>>(value.get<double>());
             return;
           }
@@ -98,7 +105,8 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
         } else if (key == "prompt_ids") {
           if (o.chat) throw Error("\"prompt_ids\" with --chat: a chat turn is text (\"prompt\")");
           if (!value.is_array()) throw Error("\"prompt_ids\" must be an array of integers");
-          for (const json& id : value) {
+          for (json id : value) {
+            if (integral_float(id)) id = static_cast<int64_t>(id.get<double>());
             if (!id.is_number_integer()) throw Error("\"prompt_ids\" must be an array of integers");
             if (id.is_number_unsigned() && id.get<uint64_t>() > static_cast<uint64_t>(vocab))
               throw Error("prompt token id " + id.dump() + " is outside the vocabulary [0, " +
@@ -114,8 +122,12 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
         else if (key == "top_k")
           integer(c.top_k);
         else if (key == "seed") {
-          if (!value.is_number_unsigned()) throw Error("\"seed\" must be a non-negative integer");
-          c.seed = value.get<uint64_t>();
+          if (integral_float(value) && value.get<double>() >= 0)
+            c.seed = static_cast<uint64_t>(value.get<double>());
+          else if (!value.is_number_unsigned())
+            throw Error("\"seed\" must be a non-negative integer");
+          else
+            c.seed = value.get<uint64_t>();
         } else if (key == "num_assistant_tokens")
           integer(c.num_assistant_tokens);
         else if (key == "draft_tree_width")
@@ -173,12 +185,12 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
       choose_proposer(c, j.contains("prompt_lookup_num_tokens"), j.contains("speculate"));
       if (j.contains("system") && !j.contains("prompt"))
         throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
-      // Sampling knobs on a greedy line do nothing (Hugging Face's generate warns as well).
+      // Sampling knobs on a greedy line do nothing (warned about once, after the lines).
       std::string idle;
       for (const char* k : {"temperature", "top_k", "top_p", "min_p", "seed"})
         if (!c.do_sample && j.contains(k)) idle += std::string(idle.empty() ? "" : ", ") + k;
-      if (!idle.empty())
-        warn(where + idle + " without \"do_sample\": true (or --do-sample): this line is greedy");
+      if (!idle.empty() && greedy_with_knobs++ == 0)
+        first_greedy = "line " + std::to_string(n) + ": " + idle;
       if (j.contains("prompt"))
         r.prompt = o.chat ? encode_turn(l, system, user) : l.tokenizer->encode(user, true);
       gen.check(r.prompt, c);  // (the context included: nothing runs unless every line fits)
@@ -190,6 +202,11 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
     out.push_back(std::move(r));
   }
   if (out.empty()) throw Error(o.prompts_file + ": no requests (one JSON object per line)");
+  if (greedy_with_knobs > 0)
+    warn(o.prompts_file + ": " + std::to_string(greedy_with_knobs) +
+         (greedy_with_knobs == 1 ? " greedy line sets" : " greedy lines set") +
+         " sampling keys, which apply with \"do_sample\": true (or --do-sample) only (" +
+         first_greedy + ")");
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -23,8 +24,10 @@ StopSignals::StopSignals() {
   g_wake = pipe_[1];
   struct sigaction sa {};
   sa.sa_handler = [](int signal) {
+    const int saved = errno;  // (the interrupted code's)
     const char c = static_cast<char>(signal);
     (void)!::write(g_wake.load(), &c, 1);  // async-signal-safe; the waiting thread does the rest
+    errno = saved;
   };
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, &old_int_);

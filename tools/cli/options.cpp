@@ -132,17 +132,22 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
         ->capture_default_str();
 }
 
-std::vector<int64_t> parse_ids(const std::string& text, const char* flag, bool allow_empty) {
+std::vector<int64_t> parse_ids(const std::string& given, const char* flag, bool allow_empty) {
   std::vector<int64_t> ids;
+  // (spaces around an id, as in "1, 2, 3", are not part of it)
+  const auto trimmed = [](std::string s) {
+    s.erase(0, s.find_first_not_of(" \t"));
+    s.erase(s.find_last_not_of(" \t") + 1);
+    return s;
+  };
+  const std::string text = trimmed(given);
   if (allow_empty && text.empty()) return ids;
   if (!text.empty() && text.back() == ',')
     throw Error(std::string(flag) + ": '" + text + "' ends with a comma (expected e.g. 1,2,3)");
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    // (spaces around an id, as in "1, 2, 3", are not part of it)
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
+    item = trimmed(item);
     size_t used = 0;
     int64_t v = 0;
     try {

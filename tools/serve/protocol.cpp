@@ -224,8 +224,7 @@ std::vector<int64_t> completion_prompt(const json& body, const Context& ctx) {
     if ((*p)[0].is_number()) return ids_of(*p, "prompt", ctx.vocab_size);
     if (p->size() > 1)
       bad("prompt", "one prompt per request (got a list of " + std::to_string(p->size()) + ")");
-    if ((*p)[0].is_string())
-      return encode_text((*p)[0].get<std::string>(), ctx, "prompt", special);
+    if ((*p)[0].is_string()) return encode_text((*p)[0].get<std::string>(), ctx, "prompt", special);
     if ((*p)[0].is_array() && !(*p)[0].empty()) return ids_of((*p)[0], "prompt", ctx.vocab_size);
   }
   bad("prompt", "'prompt' must be a string or a list of token ids, got " + p->dump());
@@ -265,10 +264,11 @@ void refuse_unserved(const json& body, bool chat) {
   // last repeat_last_n tokens, unlike repetition_penalty (the whole sequence, as Hugging Face's).
   const auto past = [&](const char* name, double neutral) {
     const json* v = field(body, name);
-    return v && !v->is_null() && !(v->is_number() && v->get<double>() == neutral);
+    return v && !(v->is_number() && v->get<double>() == neutral);
   };
   if (past("repeat_penalty", 1))
-    refuse("repeat_penalty", "use 'repetition_penalty' (over the whole sequence, as Hugging Face's)");
+    refuse("repeat_penalty",
+           "use 'repetition_penalty' (over the whole sequence, as Hugging Face's)");
   for (const auto& [name, neutral] : {std::pair<const char*, double>{"typical_p", 1},
                                       {"mirostat", 0},
                                       {"dynatemp_range", 0},
@@ -285,7 +285,7 @@ void refuse_unserved(const json& body, bool chat) {
     if (given(name)) refuse(name, "messages are rendered with the model's template");
   // OpenAI's reasoning and search options (its reasoning models' and search models' own)
   if (given("reasoning_effort")) refuse("reasoning_effort", "this model does not reason apart");
-  if (const json* v = field(body, "verbosity"); v && !v->is_null() && *v != "medium")
+  if (const json* v = field(body, "verbosity"); v && *v != "medium")
     refuse("verbosity", "the answer's length is max_tokens");
   if (given("web_search_options")) refuse("web_search_options", "this server does not search");
   for (const char* name : {"tools", "functions"})
@@ -421,9 +421,10 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
   std::optional<double> max_tokens = number(body, "max_tokens", {1, 1e9}, true);
   if (const auto m = number(body, "max_completion_tokens", {1, 1e9}, true)) max_tokens = m;
   // llama-server's name for it, where neither is given (-1: the rest of the context)
-  const auto n_predict = number(body, "n_predict", {-1, 1e9}, true);
-  if (n_predict && *n_predict == 0) bad("n_predict", "'n_predict' must be -1 or at least 1");
-  if (n_predict && !max_tokens) max_tokens = *n_predict > 0 ? n_predict : std::max(1.0, room);
+  if (const auto n = number(body, "n_predict", {-1, 1e9}, true); n && !max_tokens) {
+    if (*n == 0) bad("n_predict", "'n_predict' must be -1 or at least 1");
+    max_tokens = *n > 0 ? n : std::max(1.0, room);
+  }
   // OpenAI's code and its chat API's sentence ("This model's maximum context length is N tokens"),
   // which agent frameworks look for to shorten a conversation.
   const std::string input = chat ? "messages" : "prompt";

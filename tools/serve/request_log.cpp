@@ -89,9 +89,13 @@ std::string request_log_line(const std::string& format, const std::string& metho
   if (!f.error.empty()) text += " error " + printable(f.error);
   if (!f.param.empty()) text += " (" + printable(f.param) + ")";
   if (!f.ignored.empty()) {
+    // (a name's spaces and commas escaped too: a made-up key cannot pass for more of the line)
     const char* separator = " ignored ";
     for (const std::string& name : ignored_names(f.ignored)) {
-      text += separator + printable(name);
+      std::string shown;
+      for (const char c : printable(name))
+        shown += c == ' ' ? "\\x20" : c == ',' ? "\\x2c" : std::string(1, c);
+      text += separator + shown;
       separator = ",";
     }
   }

@@ -77,7 +77,7 @@ class Server {
            " connection threads (--http-threads) for " + std::to_string(o_.max_batch) +
            " rows and a queue of " + std::to_string(o_.max_queue) +
            ": requests past them wait for a thread instead of getting 429");
-    cli::StopSignals signals;  // the first drains, the second cancels (the waiter thread below)
+    cli::StopSignals signals;    // the first drains, the second cancels (the waiter thread below)
     ::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a signal
 
     routes();
@@ -121,7 +121,7 @@ class Server {
     note("listening on http://" + (v6 ? "[" + o_.host + "]" : o_.host) + ":" +
          std::to_string(port) + " (loading the model)");
     std::thread waiter([&] {
-      signals.wait();
+      if (signals.wait() == 0) return;
       if (!ready_) std::_Exit(0);  // nothing is running yet
       {
         std::lock_guard<std::mutex> lock(shutdown_mutex_);
@@ -129,7 +129,7 @@ class Server {
         shutdown_.notify_all();
       }
       // A second signal: the running requests are cancelled now, not at the deadline.
-      signals.wait();
+      if (signals.wait() == 0) return;
       note("second signal: cancelling the running requests");
       hurry_ = true;
     });
