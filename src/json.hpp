@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <exception>
 #include <string>
 
@@ -31,6 +32,13 @@ inline nlohmann::json parse_json_bounded(const char* first, const char* last,
 }
 inline nlohmann::json parse_json_bounded(const std::string& text, const std::string& source) {
   return parse_json_bounded(text.data(), text.data() + text.size(), source);
+}
+
+// Whether a JSON number is an integer: a float with an integral value counts (2.0, as pydantic's
+// lax mode takes it for vLLM).
+inline bool integral(const nlohmann::json& v) {
+  return v.is_number_integer() ||
+         (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
 }
 
 // An exception's text without nlohmann::json's tag ("[json.exception.parse_error.101] parse error

@@ -74,6 +74,14 @@ inline Output run_alone(RequestEngine& engine, const std::vector<int64_t>& promp
   return out;
 }
 
+// A conversation's turn: `prompt` run to its end alone, then the prompt followed by its answer.
+inline std::vector<int64_t> answered(RequestEngine& engine, std::vector<int64_t> prompt,
+                                     const GenerationConfig& c) {
+  const Output out = run_alone(engine, prompt, c);
+  prompt.insert(prompt.end(), out.finished.begin(), out.finished.end());
+  return prompt;
+}
+
 inline std::vector<int64_t> prompt_of(int64_t i) {
   std::vector<int64_t> p;
   for (int64_t j = 0; j < 3 + (i * 5) % 11; ++j) p.push_back((i * 7 + j * 3) % 60 + 2);

@@ -23,9 +23,7 @@ TEST(RequestEngine, ARequestContinuingAnEarlierOneReusesItsCache) {
     o.prefix_cache = 2;
     RequestEngine engine(gen, o);
     const GenerationConfig c = config_of(2, false);
-    const Output first = run_alone(engine, prompt_of(2), c);
-    std::vector<int64_t> next = prompt_of(2);
-    next.insert(next.end(), first.finished.begin(), first.finished.end());
+    std::vector<int64_t> next = answered(engine, prompt_of(2), c);
     // The cache holds every position but the answer's last token (no pass computed it yet).
     const int64_t held = static_cast<int64_t>(next.size()) - 1;
     next.insert(next.end(), {5, 9, 11});
@@ -59,9 +57,7 @@ TEST(RequestEngine, ALongContinuationReusesItsPrefixAndGoesInInChunks) {
     o.prefill_chunk = 8;
     RequestEngine engine(gen, o);
     const GenerationConfig c = config_of(2, false);
-    const Output first = run_alone(engine, prompt_of(2), c);
-    std::vector<int64_t> turn = prompt_of(2);
-    turn.insert(turn.end(), first.finished.begin(), first.finished.end());
+    const std::vector<int64_t> turn = answered(engine, prompt_of(2), c);
     const int64_t held = static_cast<int64_t>(turn.size()) - 1;
     for (const bool beside : {false, true}) {
       SCOPED_TRACE(beside ? "beside a decoding request" : "alone");
@@ -108,9 +104,7 @@ TEST(RequestEngine, ContinuationsArrivingTogetherGoInTogether) {
     c.max_new_tokens = 8;
     std::vector<std::vector<int64_t>> next;
     for (const int64_t i : {2, 5}) {
-      const Output first = run_alone(engine, prompt_of(i), c);
-      std::vector<int64_t> turn = prompt_of(i);
-      turn.insert(turn.end(), first.finished.begin(), first.finished.end());
+      std::vector<int64_t> turn = answered(engine, prompt_of(i), c);
       for (int64_t j = 0; j < (i == 2 ? 3 : 9); ++j) turn.push_back((i * 7 + j * 3) % 50 + 3);
       next.push_back(turn);
     }

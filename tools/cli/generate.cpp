@@ -46,8 +46,7 @@ struct FileRequest {
 // A float with an integral value that a double holds exactly (4.0): an integer, as the server and
 // pydantic take it.
 bool integral_float(const json& v) {
-  return v.is_number_float() && v.get<double>() == std::floor(v.get<double>()) &&
-         std::abs(v.get<double>()) < 0x1p53;
+  return v.is_number_float() && detail::integral(v) && std::abs(v.get<double>()) < 0x1p53;
 }
 
 // Parses and validates every line before anything is generated: a bad line is an error naming it.

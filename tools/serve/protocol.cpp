@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -56,12 +55,7 @@ struct Bounds {
   bool lo_open = false, hi_open = false;
 };
 
-// Whether a JSON number is an integer: a float with an integral value counts (2.0, as pydantic's
-// lax mode takes it for vLLM).
-bool integral(const json& v) {
-  return v.is_number_integer() ||
-         (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
-}
+using detail::integral;
 
 // A number field within its bounds (an integer when `integer`).
 std::optional<double> number(const json& body, const char* name, Bounds b, bool integer = false) {
