@@ -185,6 +185,10 @@ class SentencePieceTokenizer final : public TokenizerBase {
   // plain ones: split out of the text before SentencePiece sees it (so Gemma's pieces of raw
   // spaces and newlines match), decoded as written; as Hugging Face's converted GGUF tokenizers
   // and llama.cpp do.
+  // SentencePiece matches user-defined pieces after its normalizer made every space a "▁", so a
+  // "▁" typed in the text is a space to them too ("▁▁" is Gemma's two-space piece, as
+  // SentencePiece and Hugging Face's converted tokenizer give): the text's "▁" become spaces
+  // before the split.
   // `joined`: decode as GemmaTokenizer does (tokens joined as they are: no space around special
   // tokens), not as LlamaTokenizer.
   void add_typed_pieces(const std::vector<int64_t>& types, bool joined) {
@@ -193,6 +197,7 @@ class SentencePieceTokenizer final : public TokenizerBase {
       const auto id = static_cast<int64_t>(i);
       if ((types[i] == 3 || types[i] == 4) && !added(id))
         add_token({base_token(id), id, types[i] == 3});
+      typed_spaces_ = typed_spaces_ || types[i] == 4;
     }
   }
   ~SentencePieceTokenizer() override {
@@ -203,7 +208,8 @@ class SentencePieceTokenizer final : public TokenizerBase {
 
  protected:
   void tokenize(const std::string& text, std::vector<int64_t>& out) const override {
-    if (legacy_ || text.empty()) return split_and_tokenize(text, out);
+    if (legacy_ || text.empty())
+      return split_and_tokenize(typed_spaces_ ? replace_all(text, kSpace, " ") : text, out);
     std::string t = replace_all(text, kSpace, " ");
     if (add_prefix_space_) t = kSpace + t;
     // Drop a lone leading "▁" before a special token ("<s>..." must not become "▁", "<s>").
@@ -320,6 +326,7 @@ class SentencePieceTokenizer final : public TokenizerBase {
   specdec_spm* sp_ = nullptr;
   std::string bytes_;
   bool t5_ = false, legacy_ = true, add_prefix_space_ = true;
+  bool typed_spaces_ = false;  // user-defined pieces were split out of the text (add_typed_pieces)
   std::string unk_text_;
   size_t unk_len_ = 0;
   int64_t space_id_ = -1;
