@@ -118,6 +118,8 @@ check "a flag's bad value: one 'specdec: error:' line" bash -c \
   "[ \"\$('$SPECDEC' generate --model '$work/t' --draft-tree-width 0 2>&1)\" = 'specdec: error: --draft-tree-width: Value 0 not in range 1 to 16' ]"
 check "no subcommand: one 'specdec: error:' line" bash -c \
   "'$SPECDEC' 2>&1 | grep -qx 'specdec: error: a subcommand is required, e.g. generate, chat or serve (specdec --help lists them all)'"
+check "a missing required flag: one line that names the subcommand's --help" bash -c \
+  "'$SPECDEC' generate --prompt-ids 1 2>&1 | grep -qx 'specdec: error: --model is required (specdec generate --help lists its flags)'"
 expect_error "missing model folder" "/nonexistent: no such file or folder" generate --model /nonexistent --prompt-ids 1
 expect_error "a device for a model" "/dev/null: not a checkpoint: neither a file nor a folder" generate --model /dev/null --prompt-ids 1
 # A value CLI11 cannot convert: the flag, the value and what it takes (not "Could not convert").

@@ -188,6 +188,9 @@ std::string parse_error_message(const CLI::ParseError& error, const CLI::App& ap
                            : "a number is expected") +
              ")";
     }
+  if (dynamic_cast<const CLI::RequiredError*>(&error) && !app.get_subcommands().empty())
+    return what + " (specdec " + app.get_subcommands().front()->get_name() +
+           " --help lists its flags)";
   if (what == "A subcommand is required")
     return "a subcommand is required, e.g. generate, chat or serve (specdec --help lists them "
            "all)";
