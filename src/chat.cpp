@@ -219,6 +219,18 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
   return out;
 }
 
+std::string ChatTemplate::join_parts(const std::string& role,
+                                     const std::vector<std::string>& parts) const {
+  std::string out;
+  if (kind_ == Kind::kGemma) {
+    if (role == "system") return parts.empty() ? "" : parts.front();
+    for (const std::string& part : parts) out += strip(part);
+    return out;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? "\n" : "") + parts[i];
+  return out;
+}
+
 std::optional<std::string> read_chat_template(const std::string& path) {
   SPECDEC_CHECK(path_exists(path), path, ": no such file or folder");
   std::string gguf;

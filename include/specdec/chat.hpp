@@ -44,6 +44,11 @@ class ChatTemplate {
   // Encode it with add_special_tokens = false (the text carries its own special tokens). Throws
   // specdec::Error for an unknown role or a role order the format cannot express.
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // A message's content given as text parts (OpenAI's [{"type": "text", "text": ...}, ...]) as
+  // this family's reference template renders it: Gemma's joins the parts trimmed, and its system
+  // message keeps the first part only; the other families' templates take a string, and the parts
+  // are joined by line breaks, as vLLM joins them for such templates.
+  std::string join_parts(const std::string& role, const std::vector<std::string>& parts) const;
   // The token text that ends an assistant turn ("<|im_end|>", "<|eot_id|>", "</s>",
   // "<end_of_turn>").
   std::string end_of_turn() const;

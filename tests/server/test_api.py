@@ -329,6 +329,21 @@ def test_add_special_tokens_on_the_generation_routes():
         s.stop()
 
 
+def test_gemma_chat_text_parts_as_its_template_renders_them():
+    # Gemma 3's template renders each text part trimmed, one after the other, and a system
+    # message's first part only (Hugging Face's apply_chat_template with it gives the same).
+    s = start_server("--chat-template", "gemma", model=gemma_model())
+    try:
+        def parts(*texts):
+            return [{"type": "text", "text": t} for t in texts]
+        got = tokenize(s, messages=[{"role": "system", "content": parts("Be brief.", "dropped")},
+                                    {"role": "user", "content": parts(" part one ", "part two\n")}])
+        assert got == tokenize(s, messages=[{"role": "system", "content": "Be brief."},
+                                            {"role": "user", "content": "part onepart two"}])
+    finally:
+        s.stop()
+
+
 def test_n_predict_is_max_tokens(server):
     # llama-server's name, where neither max_tokens nor max_completion_tokens is given
     base = dict(prompt=STORY, temperature=0, ignore_eos=True)
@@ -669,6 +684,7 @@ def test_detokenize_keeps_special_tokens(server):
 
 
 def test_chat_text_parts_are_joined_by_line_breaks(server):
+    # As vLLM joins them for a template that takes a string (SmolLM2's ChatML)
     parts = [{"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}]
     assert tokenize(server, messages=parts) == tokenize(server, messages=[{"role": "user", "content": "Hi\nthere"}])
     empty_first = [{"role": "user", "content": [{"type": "text", "text": ""}, {"type": "text", "text": "there"}]}]

@@ -88,6 +88,23 @@ TEST(Chat, Gemma) {
             "<bos><start_of_turn>user\n\u200bHi\u2581<end_of_turn>\n");
 }
 
+// Content as text parts: Gemma 3's template renders `item['text'] | trim` for each part, and a
+// system message's first part (`messages[0]['content'][0]['text']`) as it is; the templates that
+// take a string get the parts joined by line breaks, as vLLM joins them.
+TEST(Chat, ContentPartsAsEachFamilysTemplateRendersThem) {
+  const ChatTemplate gemma = ChatTemplate::by_name("gemma");
+  EXPECT_EQ(gemma.join_parts("user", {" part one ", "part two\n"}), "part onepart two");
+  EXPECT_EQ(gemma.join_parts("system", {" Be brief. ", "ignored"}), " Be brief. ");
+  EXPECT_EQ(gemma.render({{"system", gemma.join_parts("system", {"Be brief.", "x"})},
+                          {"user", gemma.join_parts("user", {" a ", " b"})}},
+                         true),
+            "<bos><start_of_turn>user\nBe brief.\n\nab<end_of_turn>\n<start_of_turn>model\n");
+  const ChatTemplate chatml = ChatTemplate::by_name("chatml");
+  EXPECT_EQ(chatml.join_parts("user", {" part one ", "part two"}), " part one \npart two");
+  EXPECT_EQ(chatml.join_parts("system", {"a"}), "a");
+  EXPECT_EQ(chatml.join_parts("user", {}), "");
+}
+
 TEST(Chat, Llama3) {
   const ChatTemplate t = ChatTemplate::recognise("{{ bos_token }}<|start_header_id|>...", "t");
   EXPECT_EQ(t.name(), "llama3");

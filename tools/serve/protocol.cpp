@@ -145,27 +145,28 @@ std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
       bad("messages",
           "messages with tool calls or their results are not supported: this server "
           "does not call tools");
+    const std::string r = given == "developer" ? "system" : given;
+    if (r != "system" && r != "user" && r != "assistant")
+      bad("messages",
+          "unknown role '" + given + "' (expected system, developer, user or assistant)");
     std::string text;
     if (content && content->is_string()) {
       text = content->get<std::string>();
     } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
+      std::vector<std::string> parts;
       for (const json& part : *content) {
         if (!part.is_object() || part.value("type", json()) != "text")
           bad("messages", "only text content parts are supported, got " + part.dump());
         if (!part.contains("text") || !part["text"].is_string())
           bad("messages", "a text content part needs 'text' (a string), got " + part.dump());
-        // parts joined by a line break, as vLLM joins them
-        text += (&part == &content->front() ? "" : "\n") + part["text"].get<std::string>();
+        parts.push_back(part["text"].get<std::string>());
       }
+      text = ctx.chat->join_parts(r, parts);
     } else if (content) {
       bad("messages", "a message's 'content' must be a string, got " + content->dump());
     } else {
       bad("messages", "a message has no 'content'");
     }
-    const std::string r = given == "developer" ? "system" : given;
-    if (r != "system" && r != "user" && r != "assistant")
-      bad("messages",
-          "unknown role '" + given + "' (expected system, developer, user or assistant)");
     out.push_back({r, text});
   }
   return out;
