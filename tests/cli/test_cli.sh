@@ -527,18 +527,28 @@ expect_error "--speculate takes suffix or none" "--speculate" generate --model "
 expect_error "--speculate suffix with --prompt-lookup" "prompt" \
   generate --model "$work/tt" --prompt-ids 1 --speculate suffix --prompt-lookup 3
 printf '{"prompt": "Hello the", "max_new_tokens": 4}\n{"prompt": "Hello the", "system": "the the", "max_new_tokens": 4}\n' > "$work/sys.jsonl"
+# The same turns as "messages": --system goes first where none is given; text parts are joined.
+printf '%s\n' '{"messages": [{"role": "user", "content": "Hello the"}], "max_new_tokens": 4}' \
+  '{"messages": [{"role": "developer", "content": "the the"}, {"role": "user", "content": [{"type": "text", "text": "Hello the"}]}], "max_new_tokens": 4}' \
+  >> "$work/sys.jsonl"
 "$SPECDEC" generate --model "$work/tt" --chat --chat-template chatml --system "Hello" --prompts-file "$work/sys.jsonl" \
   > "$work/sys_out.jsonl" 2>/dev/null
 sys1=$("$SPECDEC" generate --model "$work/tt" --chat --chat-template chatml --system "Hello" --prompt "Hello the" --max-new-tokens 4 --json)
 sys2=$("$SPECDEC" generate --model "$work/tt" --chat --chat-template chatml --system "the the" --prompt "Hello the" --max-new-tokens 4 --json)
-check "--prompts-file --chat: --system, or the line's own \"system\", as with --prompt" python3 -c "
+check "--prompts-file --chat: --system, or the line's own \"system\" or \"messages\", as with --prompt" python3 -c "
 import json,sys
 rows=[json.loads(l) for l in open(sys.argv[1])]
-alone=[json.loads(x) for x in sys.argv[2:4]]
+alone=[json.loads(x) for x in sys.argv[2:4]] * 2
+assert len(rows) == 4, rows
 for r, a in zip(rows, alone): assert r['tokens']==a['tokens'] and r['stats']['prompt_tokens']==a['stats']['prompt_tokens'], (r, a)
 assert alone[0]['stats']['prompt_tokens']!=alone[1]['stats']['prompt_tokens']
 " "$work/sys_out.jsonl" "$sys1" "$sys2"
 printf '{"prompt": "Hello", "system": "x"}\n' > "$work/bad_sys.jsonl"
+printf '{"messages": [{"role": "user", "content": "Hello"}], "system": "x"}\n' > "$work/bad_msgs.jsonl"
+expect_error "--prompts-file: \"messages\" without --chat" 'bad_msgs.jsonl:1: "messages" needs --chat' \
+  generate --model "$work/tt" --prompts-file "$work/bad_msgs.jsonl"
+expect_error "--prompts-file: \"system\" beside \"messages\"" '"messages" hold their own' \
+  generate --model "$work/tt" --chat --chat-template chatml --prompts-file "$work/bad_msgs.jsonl"
 expect_error "--prompts-file: \"system\" without --chat" 'bad_sys.jsonl:1: "system" needs --chat' \
   generate --model "$work/tt" --prompts-file "$work/bad_sys.jsonl"
 expect_error "--prompt-cache with --batch-size 2" "--prompt-cache runs the requests one after another" \
@@ -679,6 +689,16 @@ if [ -f "$smol" ]; then
   check "chat: turn 1 and the turn after /reset are one-shot answers; turn 2 sees the history" python3 -c "
 import sys; lines=sys.argv[1].strip().split('\\n'); assert len(lines)==3, lines
 assert lines[0]==sys.argv[2] and lines[2]==sys.argv[3] and lines[1]!=sys.argv[3], lines" "$conv" "$one" "$fresh"
+  # A conversation's next turn as a --prompts-file line of "messages": the chat's second answer.
+  python3 -c "
+import json,sys
+turn1=sys.argv[1].strip().split('\\n')[0]
+print(json.dumps({'messages': [{'role': 'user', 'content': 'Hi, my name is Ada.'}, {'role': 'assistant', 'content': turn1},
+                               {'role': 'user', 'content': 'What is my name?'}], 'max_new_tokens': 40}))" "$conv" > "$work/turn2.jsonl"
+  check "--prompts-file \"messages\": a conversation's next turn, as chat answers it" python3 -c "
+import json,sys
+assert json.loads(sys.argv[1])['text'] == sys.argv[2].strip().split('\\n')[1], sys.argv[1:]" \
+    "$("$SPECDEC" generate --model "$smol" --chat --prompts-file "$work/turn2.jsonl" 2>/dev/null)" "$conv"
   check "chat: /stats and the reset notice go to stderr" bash -c "grep -q 'target passes' '$work/chat_err' && grep -q 'reset' '$work/chat_err'"
   check "chat: /stats ends with the session's tokens, seconds and rate" \
     grep -Eq '^session: [1-9][0-9]* tokens in [0-9]+\.[0-9]{3} s \([0-9]+\.[0-9]{2} tok/s\)$' "$work/chat_err"

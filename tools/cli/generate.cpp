@@ -1,6 +1,7 @@
 // `specdec generate` (one prompt, or a prompts file) and `specdec compare`.
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +48,45 @@ struct FileRequest {
 // pydantic take it.
 bool integral_float(const json& v) {
   return v.is_number_float() && detail::integral(v) && std::abs(v.get<double>()) < 0x1p53;
+}
+
+// A line's "messages": [{"role": ..., "content": ...}, ...], as a chat request's (roles system,
+// developer, user and assistant; content a string or text parts, joined as the template joins
+// them; a "name" is read and not used, as the server does); --system goes first when none of them
+// is a system message.
+std::vector<ChatMessage> line_messages(const json& value, const Loaded& l,
+                                       const std::optional<std::string>& system) {
+  if (!value.is_array() || value.empty())
+    throw Error("\"messages\" must be a non-empty array of {\"role\", \"content\"}");
+  std::vector<ChatMessage> out;
+  for (const json& m : value) {
+    if (!m.is_object() || !m.contains("role") || !m.contains("content") ||
+        m.size() != 2u + m.contains("name") || !m["role"].is_string())
+      throw Error("each message is {\"role\": ROLE, \"content\": TEXT}, got " + m.dump());
+    std::string role = m["role"];
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant")
+      throw Error("unknown role \"" + m["role"].get<std::string>() +
+                  "\" (expected system, developer, user or assistant)");
+    const json& content = m["content"];
+    std::vector<std::string> parts;
+    if (content.is_string()) {
+      out.push_back({role, content.get<std::string>()});
+      continue;
+    }
+    for (const json& part : content.is_array() ? content : json::array({nullptr}))
+      if (part.is_object() && part.size() == 2 && part.value("type", json()) == "text" &&
+          part.contains("text") && part["text"].is_string())
+        parts.push_back(part["text"]);
+      else
+        throw Error("a message's \"content\" is a string or text parts ({\"type\": \"text\", "
+                    "\"text\": TEXT}), got " + content.dump());
+    out.push_back({role, l.chat->join_parts(role, parts)});
+  }
+  if (system && std::none_of(out.begin(), out.end(),
+                             [](const ChatMessage& m) { return m.role == "system"; }))
+    out.insert(out.begin(), {"system", *system});
+  return out;
 }
 
 // Parses and validates every line before anything is generated: a bad line is an error naming it.
@@ -97,6 +137,11 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
           if (!l.tokenizer)
             throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
           user = value.get<std::string>();
+        } else if (key == "messages") {
+          if (!o.chat) throw Error("\"messages\" needs --chat");
+          if (!l.tokenizer)
+            throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
+          r.prompt = encode_chat(l, line_messages(value, l, system));
         } else if (key == "system") {
           if (!o.chat) throw Error("\"system\" needs --chat");
           if (!value.is_string()) throw Error("\"system\" must be a string");
@@ -170,20 +215,22 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
           c.num_assistant_tokens_schedule = value.get<std::string>();
         } else {
           std::vector<std::string> keys = prompts_file_knobs();
-          keys.insert(keys.end(), {"prompt", "prompt_ids", "system"});
+          keys.insert(keys.end(), {"prompt", "prompt_ids", "messages", "system"});
           const std::string near = closest(key, keys);
           throw Error("unknown key \"" + key + "\"" +
                       (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
         }
       }
-      if (j.contains("prompt") == j.contains("prompt_ids"))  // (after the keys: a typo is named)
-        throw Error("give exactly one of \"prompt\" and \"prompt_ids\"");
+      if (j.contains("prompt") + j.contains("prompt_ids") + j.contains("messages") != 1)
+        throw Error("give exactly one of \"prompt\", \"prompt_ids\" and \"messages\"");
       if (c.draft_tree_width > 1 && j.contains("draft_tree_width") && o.draft.empty())
         throw Error("\"draft_tree_width\" needs --draft");
       // A line's choice of proposer replaces the flags' (as a server request's does).
       choose_proposer(c, j.contains("prompt_lookup_num_tokens"), j.contains("speculate"));
       if (j.contains("system") && !j.contains("prompt"))
-        throw Error("\"system\" goes with \"prompt\", not \"prompt_ids\"");
+        throw Error(j.contains("messages")
+                        ? "\"system\" goes with \"prompt\": \"messages\" hold their own"
+                        : "\"system\" goes with \"prompt\", not \"prompt_ids\"");
       // Sampling knobs on a greedy line do nothing (warned about once, after the lines).
       std::string idle;
       for (const char* k : {"temperature", "top_k", "top_p", "min_p", "seed"})

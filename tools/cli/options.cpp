@@ -47,7 +47,8 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
           app->add_option("--prompts-file", o.prompts_file,
                           "Many requests: a JSON Lines file (- for stdin), one {\"prompt\": TEXT} "
                           "or {\"prompt_ids\": [...]} per line (with --chat, one user turn, after "
-                          "--system or the line's own \"system\"), with optional per-request "
+                          "--system or the line's own \"system\", or a conversation: "
+                          "{\"messages\": [{\"role\", \"content\"}, ...]}), with optional per-request "
                           "knobs (" +
                               join(prompts_file_knobs()) +
                               "); "
