@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -41,6 +42,10 @@ int connection_socket(const std::string& remote_addr, int remote_port,
   // cpp-httplib names the remote end as getpeername gives it when it reads the request: a client
   // that reset the connection by then has none (and a listening socket's would match it).
   if (remote_addr.empty() || remote_port < 0) return kConnectionGone;
+  // A client that resets the connection after that has none any more either: then no socket
+  // matches, and a connected socket of this local end has lost its remote one (ENOTCONN; not the
+  // listening socket, which never had one).
+  bool lost_its_peer = false;
   const std::unique_ptr<DIR, int (*)(DIR*)> fds(opendir("/proc/self/fd"), closedir);
   if (!fds) return kConnectionUnknown;
   while (const dirent* e = readdir(fds.get())) {
@@ -51,11 +56,18 @@ int connection_socket(const std::string& remote_addr, int remote_port,
         !S_ISSOCK(st.st_mode))
       continue;
     const int sock = static_cast<int>(fd);
-    if (end_of(sock, getpeername) == std::make_pair(remote_addr, remote_port) &&
-        end_of(sock, getsockname) == std::make_pair(local_addr, local_port))
-      return sock;
+    if (end_of(sock, getsockname) != std::make_pair(local_addr, local_port)) continue;
+    if (end_of(sock, getpeername) == std::make_pair(remote_addr, remote_port)) return sock;
+    sockaddr_storage a{};
+    socklen_t size = sizeof a;
+    int listening = 0;
+    socklen_t length = sizeof listening;
+    if (getpeername(sock, reinterpret_cast<sockaddr*>(&a), &size) != 0 && errno == ENOTCONN &&
+        getsockopt(sock, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) == 0 && !listening)
+      lost_its_peer = true;
   }
-  return kConnectionUnknown;  // (not found by a named end: not taken for a client that left)
+  // (otherwise not found by a named end: not taken for a client that left)
+  return lost_its_peer ? kConnectionGone : kConnectionUnknown;
 }
 
 std::optional<ApiError> framing_refusal(const httplib::Request& req) {

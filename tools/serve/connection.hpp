@@ -27,8 +27,9 @@ void end_connection(int sock);
 
 // The socket of this process connected from remote_addr:remote_port to local_addr:local_port
 // (addresses as cpp-httplib writes them in a Request); kConnectionGone where cpp-httplib could
-// name no remote end (its client reset the connection before the request was read),
-// kConnectionUnknown where no socket matches or this process's sockets cannot be listed.
+// name no remote end (its client reset the connection before the request was read), or where no
+// socket matches and one of this local end lost its remote end (a reset since then),
+// kConnectionUnknown where no socket matches otherwise or this process's sockets cannot be listed.
 constexpr int kConnectionGone = -1, kConnectionUnknown = -2;
 int connection_socket(const std::string& remote_addr, int remote_port,
                       const std::string& local_addr, int local_port);
