@@ -69,18 +69,19 @@ std::vector<ChatMessage> line_messages(const json& value, const Loaded& l,
       throw Error("unknown role \"" + m["role"].get<std::string>() +
                   "\" (expected system, developer, user or assistant)");
     const json& content = m["content"];
-    std::vector<std::string> parts;
     if (content.is_string()) {
       out.push_back({role, content.get<std::string>()});
       continue;
     }
-    for (const json& part : content.is_array() ? content : json::array({nullptr}))
-      if (part.is_object() && part.size() == 2 && part.value("type", json()) == "text" &&
-          part.contains("text") && part["text"].is_string())
-        parts.push_back(part["text"]);
-      else
-        throw Error("a message's \"content\" is a string or text parts ({\"type\": \"text\", "
-                    "\"text\": TEXT}), got " + content.dump());
+    const auto text_part = [](const json& part) {
+      return part.is_object() && part.size() == 2 && part.value("type", json()) == "text" &&
+             part.contains("text") && part["text"].is_string();
+    };
+    if (!content.is_array() || !std::all_of(content.begin(), content.end(), text_part))
+      throw Error("a message's \"content\" is a string or text parts ({\"type\": \"text\", "
+                  "\"text\": TEXT}), got " + content.dump());
+    std::vector<std::string> parts;
+    for (const json& part : content) parts.push_back(part["text"]);
     out.push_back({role, l.chat->join_parts(role, parts)});
   }
   if (system && std::none_of(out.begin(), out.end(),
@@ -132,15 +133,13 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
           if (!value.is_number()) throw Error("\"" + key + "\" must be a number");
           field = value.get<double>();
         };
+        if ((key == "prompt" || key == "messages") && !l.tokenizer)
+          throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
         if (key == "prompt") {
           if (!value.is_string()) throw Error("\"prompt\" must be a string");
-          if (!l.tokenizer)
-            throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
           user = value.get<std::string>();
         } else if (key == "messages") {
           if (!o.chat) throw Error("\"messages\" needs --chat");
-          if (!l.tokenizer)
-            throw Error(o.model + " has no tokenizer: give --tokenizer DIR, or \"prompt_ids\"");
           r.prompt = encode_chat(l, line_messages(value, l, system));
         } else if (key == "system") {
           if (!o.chat) throw Error("\"system\" needs --chat");
