@@ -16,6 +16,7 @@
 #include "interrupt.hpp"
 #include "json.hpp"
 #include "proposer_choice.hpp"
+#include "serve/protocol.hpp"
 #include "util.hpp"
 
 using nlohmann::json;
@@ -50,40 +51,11 @@ bool integral_float(const json& v) {
   return v.is_number_float() && detail::integral(v) && std::abs(v.get<double>()) < 0x1p53;
 }
 
-// A line's "messages": [{"role": ..., "content": ...}, ...], as a chat request's (roles system,
-// developer, user and assistant; content a string or text parts, joined as the template joins
-// them; a "name" is read and not used, as the server does); --system goes first when none of them
-// is a system message.
+// A line's "messages", read as a chat request's (serve::chat_messages); --system goes first when
+// none of them is a system message.
 std::vector<ChatMessage> line_messages(const json& value, const Loaded& l,
                                        const std::optional<std::string>& system) {
-  if (!value.is_array() || value.empty())
-    throw Error("\"messages\" must be a non-empty array of {\"role\", \"content\"}");
-  std::vector<ChatMessage> out;
-  for (const json& m : value) {
-    if (!m.is_object() || !m.contains("role") || !m.contains("content") ||
-        m.size() != 2u + m.contains("name") || !m["role"].is_string())
-      throw Error("each message is {\"role\": ROLE, \"content\": TEXT}, got " + m.dump());
-    std::string role = m["role"];
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant")
-      throw Error("unknown role \"" + m["role"].get<std::string>() +
-                  "\" (expected system, developer, user or assistant)");
-    const json& content = m["content"];
-    if (content.is_string()) {
-      out.push_back({role, content.get<std::string>()});
-      continue;
-    }
-    const auto text_part = [](const json& part) {
-      return part.is_object() && part.size() == 2 && part.value("type", json()) == "text" &&
-             part.contains("text") && part["text"].is_string();
-    };
-    if (!content.is_array() || !std::all_of(content.begin(), content.end(), text_part))
-      throw Error("a message's \"content\" is a string or text parts ({\"type\": \"text\", "
-                  "\"text\": TEXT}), got " + content.dump());
-    std::vector<std::string> parts;
-    for (const json& part : content) parts.push_back(part["text"]);
-    out.push_back({role, l.chat->join_parts(role, parts)});
-  }
+  std::vector<ChatMessage> out = serve::chat_messages(value, *l.chat);
   if (system && std::none_of(out.begin(), out.end(),
                              [](const ChatMessage& m) { return m.role == "system"; }))
     out.insert(out.begin(), {"system", *system});

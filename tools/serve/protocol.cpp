@@ -124,52 +124,10 @@ std::vector<int64_t> encode_text(const std::string& text, const Context& ctx, co
 std::vector<ChatMessage> messages_of(const json& body, const Context& ctx) {
   const json* v = field(body, "messages");
   if (!v) bad("messages", "'messages' is required");
-  if (!v->is_array() || v->empty()) bad("messages", "'messages' must be a non-empty array");
   if (!ctx.chat)
     throw ApiError(400, "this model ships no chat template: start the server with --chat-template",
                    "messages", "no_chat_template");
-  std::vector<ChatMessage> out;
-  for (const json& m : *v) {
-    if (!m.is_object()) bad("messages", "each message must be an object, got " + m.dump());
-    const json* role = field(m, "role");
-    if (!role) bad("messages", "a message has no 'role'");
-    if (!role->is_string())
-      bad("messages", "a message's 'role' must be a string, got " + role->dump());
-    const json* content = field(m, "content");
-    const std::string given = role->get<std::string>();
-    const auto holds = [&](const char* name) {
-      const json* f = field(m, name);
-      return f && !(f->is_array() && f->empty()) && !(f->is_object() && f->empty());
-    };
-    if (given == "tool" || given == "function" || holds("tool_calls") || holds("function_call"))
-      bad("messages",
-          "messages with tool calls or their results are not supported: this server "
-          "does not call tools");
-    const std::string r = given == "developer" ? "system" : given;
-    if (r != "system" && r != "user" && r != "assistant")
-      bad("messages",
-          "unknown role '" + given + "' (expected system, developer, user or assistant)");
-    std::string text;
-    if (content && content->is_string()) {
-      text = content->get<std::string>();
-    } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
-      std::vector<std::string> parts;
-      for (const json& part : *content) {
-        if (!part.is_object() || part.value("type", json()) != "text")
-          bad("messages", "only text content parts are supported, got " + part.dump());
-        if (!part.contains("text") || !part["text"].is_string())
-          bad("messages", "a text content part needs 'text' (a string), got " + part.dump());
-        parts.push_back(part["text"].get<std::string>());
-      }
-      text = ctx.chat->join_parts(r, parts);
-    } else if (content) {
-      bad("messages", "a message's 'content' must be a string, got " + content->dump());
-    } else {
-      bad("messages", "a message has no 'content'");
-    }
-    out.push_back({r, text});
-  }
-  return out;
+  return chat_messages(*v, *ctx.chat);
 }
 
 // vLLM's add_generation_prompt (default true: the answer's header follows the messages) and
@@ -296,6 +254,53 @@ void refuse_unserved(const json& body, bool chat) {
 }
 
 }  // namespace
+
+std::vector<ChatMessage> chat_messages(const json& messages, const ChatTemplate& chat) {
+  if (!messages.is_array() || messages.empty())
+    bad("messages", "'messages' must be a non-empty array");
+  std::vector<ChatMessage> out;
+  for (const json& m : messages) {
+    if (!m.is_object()) bad("messages", "each message must be an object, got " + m.dump());
+    const json* role = field(m, "role");
+    if (!role) bad("messages", "a message has no 'role'");
+    if (!role->is_string())
+      bad("messages", "a message's 'role' must be a string, got " + role->dump());
+    const json* content = field(m, "content");
+    const std::string given = role->get<std::string>();
+    const auto holds = [&](const char* name) {
+      const json* f = field(m, name);
+      return f && !(f->is_array() && f->empty()) && !(f->is_object() && f->empty());
+    };
+    if (given == "tool" || given == "function" || holds("tool_calls") || holds("function_call"))
+      bad("messages",
+          "messages with tool calls or their results are not supported: specdec does not "
+          "call tools");
+    const std::string r = given == "developer" ? "system" : given;
+    if (r != "system" && r != "user" && r != "assistant")
+      bad("messages",
+          "unknown role '" + given + "' (expected system, developer, user or assistant)");
+    std::string text;
+    if (content && content->is_string()) {
+      text = content->get<std::string>();
+    } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
+      std::vector<std::string> parts;
+      for (const json& part : *content) {
+        if (!part.is_object() || part.value("type", json()) != "text")
+          bad("messages", "only text content parts are supported, got " + part.dump());
+        if (!part.contains("text") || !part["text"].is_string())
+          bad("messages", "a text content part needs 'text' (a string), got " + part.dump());
+        parts.push_back(part["text"].get<std::string>());
+      }
+      text = chat.join_parts(r, parts);
+    } else if (content) {
+      bad("messages", "a message's 'content' must be a string, got " + content->dump());
+    } else {
+      bad("messages", "a message has no 'content'");
+    }
+    out.push_back({r, text});
+  }
+  return out;
+}
 
 std::string random_id() {
   thread_local std::mt19937_64 rng{(uint64_t{std::random_device{}()} << 32) ^

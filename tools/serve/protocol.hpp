@@ -76,6 +76,10 @@ TokenizeRequest parse_tokenize(const nlohmann::json& body, const Context& ctx);
 std::vector<int64_t> parse_detokenize(const nlohmann::json& body, const Context& ctx);
 // The body as JSON: ApiError 400 for malformed JSON or invalid UTF-8, or not an object.
 nlohmann::json parse_body(const std::string& body);
+// A chat request's "messages" (a non-empty array) as `chat` renders them: roles system, developer
+// (read as system), user and assistant; content a string or text parts (ChatTemplate::join_parts);
+// ApiError 400 naming "messages" otherwise (tool calls included). Also --prompts-file's.
+std::vector<ChatMessage> chat_messages(const nlohmann::json& messages, const ChatTemplate& chat);
 
 // The text of a generation as the client sees it: decoded incrementally, never a partial UTF-8
 // character, never any part of a stop string, nor the text of the EOS or stop token id that ended
