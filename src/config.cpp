@@ -1,6 +1,7 @@
 #include "specdec/config.hpp"
 
 #include <algorithm>
+#include <unordered_set>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -574,14 +575,14 @@ void GenerationConfig::validate() const {
                 "GenerationConfig.frequency_penalty must be in [-2, 2], got ", frequency_penalty);
   SPECDEC_CHECK(presence_penalty >= -2 && presence_penalty <= 2,
                 "GenerationConfig.presence_penalty must be in [-2, 2], got ", presence_penalty);
-  for (size_t i = 0; i < logit_bias.size(); ++i) {
-    const auto& [id, bias] = logit_bias[i];
+  // (a set, not a scan of the earlier entries: a bias may name every token of a 262k vocabulary)
+  std::unordered_set<int64_t> seen(logit_bias.size());
+  for (const auto& [id, bias] : logit_bias) {
     SPECDEC_CHECK(id >= 0, "GenerationConfig.logit_bias: token id ", id, " is negative");
     SPECDEC_CHECK(bias >= -100 && bias <= 100, "GenerationConfig.logit_bias: the bias of token ",
                   id, " must be in [-100, 100], got ", bias);
-    for (size_t j = 0; j < i; ++j)
-      SPECDEC_CHECK(logit_bias[j].first != id, "GenerationConfig.logit_bias: token id ", id,
-                    " is given twice");
+    SPECDEC_CHECK(seen.insert(id).second, "GenerationConfig.logit_bias: token id ", id,
+                  " is given twice");
   }
 }
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdlib>
+#include <random>
 #include <string>
 
 #include "cli_range.hpp"
@@ -12,17 +13,23 @@
 
 namespace specdec::cli {
 
-// Every --seed: an integer in [0, 2^64) (CLI11 alone would wrap -1 and values past 2^64 around).
-inline CLI::Validator seed_validator() {
+// Every --seed: an integer in [0, 2^64) (CLI11 alone would wrap -1 and values past 2^64 around);
+// with `random`, also -1 for a random seed (llama.cpp's convention).
+inline CLI::Validator seed_validator(bool random = false) {
   return CLI::Validator(
-      [](std::string& v) {
+      [random](std::string& v) {
+        if (random && v == "-1") {
+          v = std::to_string(std::random_device{}());
+          return std::string();
+        }
         errno = 0;
         const bool digits =
             !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
         if (digits) std::strtoull(v.c_str(), nullptr, 10);
         return digits && errno != ERANGE
                    ? std::string()
-                   : "the seed must be an integer from 0 to 2^64 - 1, got " + v;
+                   : "the seed must be an integer from 0 to 2^64 - 1" +
+                         std::string(random ? " (or -1 for a random one)" : "") + ", got " + v;
       },
       "");  // (a description would follow the type in --help: "UINT:UINT")
 }
@@ -104,8 +111,10 @@ inline void add_generation_options(CLI::App* app, GenerationConfig& gen, bool& n
          "--presence-penalty", gen.presence_penalty,
          "OpenAI's: lower the logit of a token the answer already holds by this, in [-2, 2]")
       ->capture_default_str();
-  app->add_option("--seed", gen.seed, "Seed of the request's random generator")
-      ->check(seed_validator())
+  app->add_option("--seed", gen.seed,
+                  "Seed of the request's random generator: the same seed, the same draws (-1: a "
+                  "random seed)")
+      ->transform(seed_validator(true))
       ->capture_default_str();
 }
 

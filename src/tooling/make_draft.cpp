@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -260,8 +261,11 @@ std::string user_turn_prefix(const ChatTemplate& chat) {
 std::optional<std::vector<std::vector<int64_t>>> training_text(const MakeDraftOptions& o,
                                                                const Progress& progress,
                                                                const Stopped& stopped) {
-  for (const std::string& f : o.data_files)
+  for (const std::string& f : o.data_files) {
+    SPECDEC_CHECK(!std::filesystem::is_directory(f), "make-draft: --data ", f,
+                  " is a folder: give the text files in it (--data a.txt b.txt ...)");
     SPECDEC_CHECK(std::ifstream(f).good(), "make-draft: --data ", f, ": cannot read the file");
+  }
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.target);
   std::vector<std::vector<int64_t>> seqs;
   for (const std::string& f : o.data_files) {

@@ -112,6 +112,9 @@ expect_error() { # expect_error NAME NEEDLE ARGS...
   check "$name" bash -c "[ $rc -ne 0 ] && grep -qF -- \"\$1\" <<<\"\$2\"" _ "$needle" "$err"
 }
 expect_error "bad prompt ids" "'x' is not an integer" generate --model "$work/t" --prompt-ids 1,x
+spaced=$("$SPECDEC" generate --model "$work/t" --prompt-ids "5 6  7" --max-new-tokens 12 --json)
+check "--prompt-ids takes ids separated by spaces too (as generate prints them without a tokenizer)" python3 -c "
+import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2])['tokens']" "$spaced" "$plain"
 expect_error "prompt ids ending with a comma, spaces after it" "ends with a comma" generate --model "$work/t" --prompt-ids '1, 2, '
 # Every error is one line in one form, CLI11's own included.
 check "a flag's bad value: one 'specdec: error:' line" bash -c \
@@ -177,6 +180,9 @@ expect_error "... --suffix-min-prob" "suffix speculation: --suffix-min-prob must
 printf '{"prompt_ids": [1]}\n{"promt_ids": [1]}\n' > "$work/typo_key.jsonl"
 expect_error "a --prompts-file line's misspelt key is named (not taken for a missing prompt), with the key meant" \
   'typo_key.jsonl:2: unknown key "promt_ids" (did you mean "prompt_ids"?)' generate --model "$work/t" --prompts-file "$work/typo_key.jsonl"
+printf '{"prompt_ids": [1], "max_tokens": 3}\n' > "$work/openai_key.jsonl"
+expect_error "--prompts-file: OpenAI's max_tokens points to max_new_tokens" \
+  'openai_key.jsonl:1: unknown key "max_tokens" (did you mean "max_new_tokens"?)' generate --model "$work/t" --prompts-file "$work/openai_key.jsonl"
 printf '{"prompt_ids": [1]}\n{"prompt_ids": [1],}\n' > "$work/bad_json.jsonl"
 expect_error "... and its JSON error says the column of the file's line, without the JSON library's tag" \
   'bad_json.jsonl:2: parse error at column 20: syntax error' \
@@ -205,6 +211,15 @@ expect_error "an unknown flag names the closest" "generate has no flag --promt (
 expect_error "... a switch's too" "generate has no flag --do-sampel (did you mean --do-sample?)" \
   generate --model "$work/t" --prompt-ids 1 --do-sampel
 check "--help followed by a word is still the help" bash -c "\"\$0\" generate --help foo | grep -q -- '--max-new-tokens'" "$SPECDEC"
+expect_error "llama.cpp's short flags are named, with what to use instead" \
+  "generate has no flag -n (the number of new tokens is --max-new-tokens); specdec generate --help lists its flags" \
+  generate --model "$work/t" --prompt-ids 1 -n 12
+expect_error "... before a missing required flag" "generate has no flag -m (the model is --model)" generate -m "$work/t" -p hi
+expect_error "... and llama.cpp's and vLLM's long ones" "serve has no flag --max-num-seqs (the requests decoded together are --max-batch)" \
+  serve --model "$work/t" --max-num-seqs 4
+expect_error "... the context's too" "serve has no flag -c (the context of each request is --ctx)" serve --model "$work/t" -c 512
+neg=$("$SPECDEC" generate --model "$work/t" --prompt-ids 1 --max-new-tokens 2 --temperature -1 2>&1)
+check "a negative number after a flag is its value, not a short flag" bash -c '[[ $1 != *"has no flag"* ]]' _ "$neg"
 expect_error "... or what to do instead" "generate has no flag --num-beams (beam search is not supported" \
   generate --model "$work/t" --prompt-ids 1 --num-beams 2
 expect_error "... transformers' assistant_model is --draft" "generate has no flag --assistant-model (the draft model is --draft)" \
@@ -260,8 +275,10 @@ expect_error "--prompt-lookup with --draft" "--prompt-lookup and --draft: give o
   generate --model "$work/t" --draft "$work/d" --prompt-ids 5,6,7 --prompt-lookup 3
 expect_error "--threads past what the machine can run is refused at once" "--threads: the thread count must be between 1 and" \
   generate --model "$work/t" --prompt-ids 1 --threads 100000
-expect_error "--seed -1 is refused (not wrapped around)" "the seed must be an integer from 0 to 2^64 - 1" \
-  generate --model "$work/t" --prompt-ids 1 --seed -1
+random=$(for i in 1 2 3 4 5; do "$SPECDEC" generate --model "$work/t" --prompt-ids 5,6 --max-new-tokens 12 --do-sample --seed -1 2>/dev/null; echo; done | sort -u | wc -l)
+check "--seed -1 draws a random seed (five runs, not all alike)" test "$random" -gt 1
+expect_error "... and no other negative seed is taken" "the seed must be an integer from 0 to 2^64 - 1 (or -1 for a random one), got -2" \
+  generate --model "$work/t" --prompt-ids 5,6 --do-sample --seed -2
 expect_error "--seed past 2^64 - 1 is refused" "the seed must be an integer from 0 to 2^64 - 1" \
   generate --model "$work/t" --prompt-ids 1 --seed 18446744073709551616
 expect_error "--temperature inf is refused" "temperature must be finite" \
@@ -334,6 +351,8 @@ check "make-draft: assisted output with the draft equals target-only" python3 -c
 import json,sys; assert json.loads(sys.argv[1])['tokens']==json.loads(sys.argv[2])['tokens']" "$a" "$p"
 help=$("$SPECDEC" make-draft --help)
 check "make-draft --help names its options" bash -c 'for f in --layers --layer-ids --vocab-subset --data --prompts --self-prompts --gen-temperature --steps --seq-len --lr --threads --seed --resume --data-from; do grep -qF -- "$f" <<<"$1" || exit 1; done' _ "$help"
+expect_error "make-draft: a folder as --data says so" "--data $work is a folder: give the text files in it" \
+  make-draft --target "$work/tt0" --out "$work/x" --data "$work"
 expect_error "make-draft: --vocab-subset 0" "--vocab-subset must be >= 1" make-draft --target "$work/tt0" --out "$work/x" --data "$work/train.txt" --vocab-subset 0
 expect_error "make-draft: more layers than the target" "has 3 layers" make-draft --target "$work/tt0" --out "$work/x" --data "$work/train.txt" --layers 4
 "$SPECDEC" make-fixture --arch gpt2 --out "$work/g2" --layers 1 --hidden 32 --heads 2 2>/dev/null
@@ -645,8 +664,18 @@ check "make-fixture: its folder has mkdir's permissions (umask $(umask)), not 07
   test "$(stat -c %a "$work/mode")" = "$(printf '%o' $((0777 & ~0$(umask))))"
 expect_error "make-tokenizer: too small a vocabulary for the text says so in specdec's words" \
   "--vocab-size 260 is too small for this text" make-tokenizer --input "$work/a corpus.txt" --out "$work/x" --vocab-size 260
-expect_error "--prompt \"\" is an error, not a read of stdin" "--prompt: the value is empty" \
-  generate --model "$work/t" --prompt ""
+expect_error "--prompt \"\" with a tokenizer that adds no BOS: nothing to begin from (not a read of stdin)" \
+  "the prompt is empty (give --prompt TEXT or --prompt-ids, or the text on stdin); this tokenizer adds no BOS" \
+  generate --model "$work/tt" --prompt "" < /dev/null
+"$SPECDEC" make-fixture --out "$work/spm" --layers 1 --hidden 32 --heads 2 --tokenizer "$work/a tok/sub" 2>/dev/null
+check "--prompt \"\" with a tokenizer that adds BOS begins from BOS alone (Hugging Face's and llama.cpp's generation from nothing)" \
+  python3 -c "
+import json, subprocess, sys
+run = lambda *a: json.loads(subprocess.run([sys.argv[1], 'generate', '--model', sys.argv[2], '--max-new-tokens', '4', '--json', *a], capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL).stdout)
+bos = subprocess.run([sys.argv[1], 'tokenize', '--tokenizer', sys.argv[2], '--text', ''], capture_output=True, text=True, check=True).stdout.strip()
+assert bos and ',' not in bos, bos
+a, b = run('--prompt', ''), run('--prompt-ids', bos)
+assert a['stats']['prompt_tokens'] == 1 and a['tokens'] == b['tokens'], (a, b)" "$SPECDEC" "$work/spm"
 expect_error "--chat with nothing on stdin: the prompt is empty (as without --chat)" "the prompt is empty" \
   generate --model "$work/t" --tokenizer "$data/tiny_bpe" --chat --chat-template chatml < /dev/null
 expect_error "--prompt-ids with a trailing comma" "ends with a comma" generate --model "$work/t" --prompt-ids 1,
@@ -763,9 +792,13 @@ assert len(t['ids']) == g['stats']['prompt_tokens'], (len(t['ids']), g['stats'][
 " "$SPECDEC" "$smol"
   check "tokenize --chat warns about a template of another model" bash -c \
     "'$SPECDEC' tokenize --tokenizer '$smol' --chat --chat-template llama3 --text Hi 2>&1 >/dev/null | grep -q 'end of turn, <|eot_id|>, is no token'"
-  # A tokenizer or chat template of another model is used as asked, with a warning.
+  # A tokenizer or chat template of another model is used as asked, with a warning; a prompt that
+  # holds tokens the model lacks is refused, naming --tokenizer.
   check "a --tokenizer of another model is warned about" bash -c \
-    "'$SPECDEC' generate --model '$work/t' --tokenizer '$smol' --prompt Hi --max-new-tokens 2 2>&1 >/dev/null | grep -q 'tokenizer has 49152 tokens, the model 128'"
+    "'$SPECDEC' generate --model '$work/t' --tokenizer '$smol' --prompt a --max-new-tokens 2 2>&1 >/dev/null | grep -q 'tokenizer has 49152 tokens, the model 128'"
+  expect_error "... and a prompt with tokens the model lacks is refused, naming --tokenizer" \
+    "the prompt holds token 26843 of --tokenizer, which the model's vocabulary [0, 128) lacks" \
+    generate --model "$work/t" --tokenizer "$smol" --prompt Hi --max-new-tokens 2
   check "a --chat-template of another model family is warned about" bash -c \
     "'$SPECDEC' generate --model '$smol' --chat --chat-template gemma --prompt Hi --max-new-tokens 2 2>&1 >/dev/null | grep -q 'end of turn, <end_of_turn>, is no token'"
   check "... and the model's own template is not" bash -c \

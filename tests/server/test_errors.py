@@ -444,6 +444,24 @@ def test_cors():
         s.stop()
 
 
+def test_a_browser_body_that_is_not_json_is_refused_unread(server):
+    # A web page may send text/plain or a form to any server without a CORS preflight (a "simple"
+    # request): with Origin (every browser sends it) only JSON is read. curl -d, without Origin, is
+    # served; so is JSON with Origin (a browser asks first, and --cors decides there).
+    body = json.dumps({"prompt": "Hi", "max_tokens": 2}).encode()
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None):
+        headers = {"Origin": "https://elsewhere.example"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        r = server.post("/v1/completions", data=body, headers=headers)
+        assert_error(server, r, 415, code="unsupported_media_type", message_contains="Origin header")
+        assert r.headers.get("Connection") == "close", r.headers
+    for content_type in ("application/json", "Application/JSON; charset=utf-8", "application/vnd.api+json"):
+        r = server.post("/v1/completions", data=body, headers={"Origin": ORIGIN, "Content-Type": content_type})
+        assert r.status_code == 200, (content_type, r.text)
+    assert raw_post(server, "/v1/completions", body, "application/x-www-form-urlencoded").status_code == 200
+
+
 # ---------------------------------------------------------------------------------------------
 # A full queue
 

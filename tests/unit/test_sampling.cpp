@@ -140,6 +140,12 @@ TEST(Processors, LogitBiasComesFirst) {
     c.logit_bias = bad;
     EXPECT_THROW(c.validate(), Error);
   }
+  // Every token of Gemma 3's vocabulary (a server request may send them all), then one again.
+  c.logit_bias.clear();
+  for (int64_t id = 0; id < 262144; ++id) c.logit_bias.emplace_back(id, 0.5);
+  EXPECT_NO_THROW(c.validate());
+  c.logit_bias.emplace_back(7, 1.0);
+  EXPECT_THROW(c.validate(), Error);
 }
 
 TEST(Processors, ChainFollowsConfigAndHuggingFaceOrder) {

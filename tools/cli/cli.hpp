@@ -34,6 +34,7 @@ struct RunOptions : TurnOptions {
   std::string model, draft, prompt, prompt_ids, tokenizer,
       device = "cpu", dtype = "float32", weights = "as-stored", draft_weights = "as-stored";
   bool chat = false;
+  bool prompt_given = false;  // --prompt, which may be "" (the tokenizer's BOS alone)
   bool int8_activations = false, draft_int8_activations = false;
   int threads = 0;
   bool json_out = false;

@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <initializer_list>
 #include <utility>
 
 #include "util.hpp"
@@ -79,6 +81,26 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
            "of a request without one";
   if (sub == "serve" && flag == "--seed")
     return "a request gives its own seed; one without draws a random seed";
+  // llama.cpp's and vLLM's names (llama.cpp's short ones included).
+  const auto one_of = [&flag](std::initializer_list<const char*> names) {
+    return std::find(names.begin(), names.end(), flag) != names.end();
+  };
+  if (one_of({"-m", "--model-path"})) return "the model is --model";
+  if (one_of({"-t", "--threads-batch", "-tb"})) return "the threads are --threads";
+  if (samples && one_of({"-n", "--n-predict"}))
+    return "the number of new tokens is --max-new-tokens";
+  if ((sub == "generate" || sub == "compare") && one_of({"-p", "-f", "--file"}))
+    return "the prompt is --prompt, or --prompts-file for many";
+  if (drafts && one_of({"-md"})) return "the draft model is --draft";
+  if (drafts && one_of({"--draft-max", "--draft-n", "--num-speculative-tokens"}))
+    return "the number of tokens drafted per step is --num-assistant-tokens (every step with "
+           "--schedule constant)";
+  if (sub == "serve" && one_of({"-c", "--ctx-size", "--max-model-len"}))
+    return "the context of each request is --ctx";
+  if (samples && one_of({"-c", "--ctx-size", "--max-model-len"}))
+    return "the context is the prompt and --max-new-tokens";
+  if (sub == "serve" && one_of({"-np", "--parallel", "--max-num-seqs"}))
+    return "the requests decoded together are --max-batch";
   for (const auto& [name, what] : any)
     if (name == flag) return what;
   return nullptr;
@@ -121,20 +143,33 @@ std::string unknown_name_message(const CLI::App& app, const std::vector<std::str
     return m + " (specdec --help says what each does)";
   }
   std::vector<std::string> all, switches, valued;  // (--help not a switch: `--help WORD` is help)
-  for (const CLI::Option* o : sub->get_options())
+  std::vector<std::string> shorts;
+  for (const CLI::Option* o : sub->get_options()) {
+    for (const std::string& n : o->get_snames()) shorts.push_back("-" + n);
     for (const std::string& n : o->get_lnames()) {
       all.push_back("--" + n);
       if (o->get_expected_max() > 0) valued.push_back(all.back());
       if (o->get_expected_max() == 0 && o != sub->get_help_ptr()) switches.push_back(all.back());
     }
+  }
   const auto listed = [](const std::vector<std::string>& names, const std::string& flag) {
     return std::find(names.begin(), names.end(), flag) != names.end();
   };
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--") break;  // what follows is not flags
-    if (a.size() < 3 || a.compare(0, 2, "--") != 0) continue;
+    // A short flag (-n 12, not a negative number), which only llama.cpp's habits would give.
+    const bool short_flag = a.size() >= 2 && a[0] == '-' && a[1] != '-' &&
+                            !std::isdigit(static_cast<unsigned char>(a[1])) && a[1] != '.';
+    if (!short_flag && (a.size() < 3 || a.compare(0, 2, "--") != 0)) continue;
+    if (i > 2 && listed(valued, args[i - 1])) continue;  // a flag's value (--prompt -x)
     const std::string flag = a.substr(0, a.find('='));
+    if (short_flag) {
+      if (listed(shorts, flag)) continue;
+      std::string m = sub->get_name() + " has no flag " + flag;
+      if (const char* what = instead_of(sub->get_name(), flag)) m += " (" + std::string(what) + ")";
+      return m + "; specdec " + sub->get_name() + " --help lists its flags";
+    }
     // Hugging Face's do_sample=True written as `--do_sample True`: a switch takes no value.
     if (listed(switches, flag)) {
       if (flag == a && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-')

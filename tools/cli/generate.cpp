@@ -187,7 +187,10 @@ std::vector<FileRequest> read_prompts_file(const RunOptions& o, const Loaded& l,
         } else {
           std::vector<std::string> keys = prompts_file_knobs();
           keys.insert(keys.end(), {"prompt", "prompt_ids", "messages", "system"});
-          const std::string near = closest(key, keys);
+          // OpenAI's names for what the file's keys (Hugging Face's) say.
+          const std::string near = key == "max_tokens" || key == "max_completion_tokens"
+                                       ? "max_new_tokens"
+                                       : closest(key, keys);
           throw Error("unknown key \"" + key + "\"" +
                       (near.empty() ? "" : " (did you mean \"" + near + "\"?)"));
         }

@@ -246,19 +246,23 @@ Loaded load(RunOptions& o, bool chat) {
       SPECDEC_CHECK(id >= 0 && id < target_config.vocab_size, "--prompt-ids: token id ", id,
                     " is outside the vocabulary [0, ", target_config.vocab_size, ")");
   } else if (o.chat) {
-    const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
+    const std::string text = o.prompt_given ? o.prompt : read_stdin();
     if (text.empty()) throw Error(empty_prompt);
-    require_utf8_in(text, o.prompt.empty() ? "the prompt (stdin)" : "--prompt");
+    require_utf8_in(text, o.prompt_given ? "--prompt" : "the prompt (stdin)");
     l.prompt = encode_turn(l, o.system_message(), text);
   } else if (!chat) {
     if (!l.tokenizer)
       throw Error(o.model +
                   " has no tokenizer files: give --tokenizer (a folder with them, or a .gguf), or "
                   "the prompt as --prompt-ids");
-    const std::string text = o.prompt.empty() ? read_stdin() : o.prompt;
-    require_utf8_in(text, o.prompt.empty() ? "the prompt (stdin)" : "--prompt");
+    const std::string text = o.prompt_given ? o.prompt : read_stdin();
+    require_utf8_in(text, o.prompt_given ? "--prompt" : "the prompt (stdin)");
+    // An empty text is the tokenizer's BOS alone, where it adds one (generation from nothing).
     l.prompt = l.tokenizer->encode(text, true);
-    if (l.prompt.empty()) throw Error(empty_prompt);
+    if (l.prompt.empty())
+      throw Error(text.empty() ? std::string(empty_prompt) + "; this tokenizer adds no BOS to "
+                                     "begin from"
+                               : std::string(empty_prompt));
   }
   l.target = load_model(o.model, load_options(o, false));
   if (!o.draft.empty()) l.draft = load_model(o.draft, load_options(o, true));
@@ -269,6 +273,11 @@ Loaded load(RunOptions& o, bool chat) {
     if (n > v || v > n + 1024)
       warn("--tokenizer has " + std::to_string(n) + " tokens, the model " + std::to_string(v) +
            ": it was made for another model (the text will not be this model's)");
+    for (const int64_t id : l.prompt)
+      if (id >= v)
+        throw Error("the prompt holds token " + std::to_string(id) +
+                    " of --tokenizer, which the model's vocabulary [0, " + std::to_string(v) +
+                    ") lacks: --tokenizer was made for another model");
   }
   // A draft without tokenizer files of its own cannot be compared with the target's tokenizer: a
   // vocabulary smaller than the ids the target writes says it was not made for it (a larger one

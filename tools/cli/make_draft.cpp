@@ -86,7 +86,8 @@ int run_make_draft(const MakeDraftOptions& o) {
     std::cerr << "\ninterrupted before the first checkpoint: nothing was written\n";
     return 130;
   }
-  std::cerr << "held-out, before training: " << quality_text(r.before) << "\n"
+  std::cerr << (o.resume ? "held-out, at the checkpoint resumed: " : "held-out, before training: ")
+            << quality_text(r.before) << "\n"
             << "held-out, after " << r.steps_done << " steps: " << quality_text(r.after) << "\n";
   if (r.eval.positions > 0) std::cerr << "eval prompts' answers: " << quality_text(r.eval) << "\n";
   if (r.interrupted) {

@@ -37,11 +37,10 @@ void add_run_options(CLI::App* app, RunOptions& o, Mode mode) {
                         "Prompt text (encoded with the tokenizer, BOS/EOS as it is configured); "
                         "without --prompt or --prompt-ids the prompt is read from stdin");
     auto* ids = app->add_option("--prompt-ids", o.prompt_ids,
-                                "Prompt token ids, comma-separated (e.g. 1,2,3)")
+                                "Prompt token ids, comma- or space-separated (e.g. 1,2,3)")
                     ->excludes(text);
-    // (an empty value would read stdin as if the flag were not there)
-    text->check(non_empty());
-    ids->check(non_empty());
+    text->each([&o](const std::string&) { o.prompt_given = true; });
+    ids->check(non_empty());  // (an empty value would read stdin as if the flag were not there)
     if (mode == Mode::kGenerate) {
       auto* file =
           app->add_option("--prompts-file", o.prompts_file,
@@ -145,9 +144,11 @@ std::vector<int64_t> parse_ids(const std::string& given, const char* flag, bool 
   if (allow_empty && text.empty()) return ids;
   if (!text.empty() && text.back() == ',')
     throw Error(std::string(flag) + ": '" + text + "' ends with a comma (expected e.g. 1,2,3)");
+  // Commas, or spaces alone (as generate prints the ids of a model without a tokenizer).
+  const bool commas = text.find(',') != std::string::npos;
   std::stringstream ss(text);
   std::string item;
-  while (std::getline(ss, item, ',')) {
+  while (commas ? static_cast<bool>(std::getline(ss, item, ',')) : static_cast<bool>(ss >> item)) {
     item = trimmed(item);
     size_t used = 0;
     int64_t v = 0;

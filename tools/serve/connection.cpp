@@ -107,6 +107,25 @@ std::optional<ApiError> framing_refusal(const httplib::Request& req) {
   if (reads_body && !req.has_header("Content-Length"))
     return ApiError(411, "a " + req.method + " request needs a Content-Length (0 for no body)", "",
                     "length_required");
+  // A browser sends Origin, and sends a text/plain or form body from any web page without asking
+  // (no CORS preflight): a page the user visits could have a keyless local server generate. A JSON
+  // body is preflighted (and refused there unless --cors allows the page). curl sends no Origin:
+  // its `curl -d` (a form type) stays served.
+  if (length > 0 && req.has_header("Origin")) {
+    std::string type = req.get_header_value("Content-Type");
+    type = type.substr(0, type.find(';'));
+    type.erase(std::remove_if(type.begin(), type.end(), [](unsigned char ch) { return ch == ' '; }),
+               type.end());
+    std::transform(type.begin(), type.end(), type.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    const bool json = type == "application/json" ||
+                      (type.size() > 5 && type.compare(type.size() - 5, 5, "+json") == 0);
+    if (!json)
+      return ApiError(415,
+                      "a request from a browser (it has an Origin header) must send its body as "
+                      "Content-Type: application/json",
+                      "", "unsupported_media_type");
+  }
   return std::nullopt;
 }
 

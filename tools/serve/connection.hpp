@@ -16,8 +16,9 @@ namespace specdec::serve {
 // malformed Content-Length headers, none where a body is read, a compressed body (--max-body bounds
 // the bytes sent, which cpp-httplib would inflate a thousandfold), and one cpp-httplib leaves
 // unread (it reads the bodies of POST, PUT, PATCH, DELETE and PRI only) and would then parse as the
-// next request. Such a request is refused unread, and its connection ends after the answer
-// (end_connection).
+// next request; and a browser's body (it sends Origin) that is not JSON, which a web page may send
+// cross-site without a CORS preflight. Such a request is refused unread, and its connection ends
+// after the answer (end_connection).
 std::optional<ApiError> framing_refusal(const httplib::Request& req);
 
 // Ends a connection whose request body was left unread: what the client already sent is dropped
