@@ -106,6 +106,7 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": MSGS, "echo": True}, "echo"),
     ("/v1/completions", {"prompt": "Hi", "seed": 18446744073709551615}, "seed"),  # past int64
     ("/v1/completions", {"prompt": "Hi", "seed": 9223372036854775808}, "seed"),
+    ("/v1/completions", {"prompt": "Hi", "seed": -9223372036854775809}, "seed"),  # (read as the double -2^63)
     ("/v1/completions", {"prompt": "Hi", "seed": 1.5}, "seed"),
     ("/v1/completions", {"prompt": [[]]}, "prompt"),
     ("/v1/completions", {"prompt": "Hi", "max_tokens": 2.5}, "max_tokens"),
@@ -192,6 +193,7 @@ NEUTRAL_BODIES = [
     # takes them for vLLM); the largest 64-bit seed
     ("/v1/chat/completions", {"messages": MSGS, "stream": False, "stream_options": {}, "modalities": [],
                               "n": 1.0, "seed": 9223372036854775807, "temperature": 0.5}),
+    ("/v1/completions", {"prompt": "Hi", "seed": -9223372036854775808}),  # the smallest 64-bit seed
     ("/v1/completions", {"prompt": "Hi", "min_tokens": 0, "include_stop_str_in_output": False,
                          "ignore_eos": False, "stop_token_ids": []}),
     ("/v1/completions", {"prompt": "Hi", "use_beam_search": False, "bad_words": [], "allowed_token_ids": None,
@@ -207,7 +209,7 @@ NEUTRAL_BODIES = [
 
 
 @pytest.mark.parametrize("route,body", NEUTRAL_BODIES,
-                         ids=["chat", "completions", "lax", "vllm", "vllm-completions", "vllm-chat", "llama"])
+                         ids=["chat", "completions", "lax", "smallest-seed", "vllm", "vllm-completions", "vllm-chat", "llama"])
 def test_neutral_values_of_unserved_fields(server, route, body):
     r = server.post(route, json=dict(body, model=MODEL_ID, max_tokens=2))
     assert r.status_code == 200, r.text

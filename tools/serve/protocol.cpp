@@ -483,10 +483,11 @@ ParsedRequest parse_request(const json& body, bool chat, const Context& ctx) {
     }
   }
   if (const json* seed = field(body, "seed")) {
-    // A 64-bit signed integer, as OpenAI's and vLLM's (a double of 2^63 is past it).
+    // A 64-bit signed integer, as OpenAI's and vLLM's (a double of 2^63 is past it; so is one of
+    // -2^63, which is what -9223372036854775809 reads as: the integer -2^63 is read as an integer).
     const bool fits =
         seed->is_number_float()
-            ? integral(*seed) && seed->get<double>() >= -0x1p63 && seed->get<double>() < 0x1p63
+            ? integral(*seed) && seed->get<double>() > -0x1p63 && seed->get<double>() < 0x1p63
         : seed->is_number_unsigned() ? seed->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
                                      : seed->is_number_integer();
     if (!fits)
