@@ -242,17 +242,44 @@ void Engine::start() {
     drafter_ = std::make_unique<DraftModelGenerator>(m_.draft, std::move(draft_rows), max_length_,
                                                      std::move(options));
   }
+  bool stopped = false;
   if (first_ && (width_ > 1 || uncached(0) > kPrefillChunk)) {
     // Prompts of different lengths: every row's prompt but its last token goes in first, in chunks
     // over the rows that still have tokens (no row padded to the longest prompt). One request keeps
-    // Hugging Face's first pass over the whole prompt while it fits in one chunk.
+    // Hugging Face's first pass over the whole prompt while it fits in one chunk. After each chunk
+    // the rows' callbacks may cancel them (BatchTokenCallback); once all are, the prefill stops.
     const auto t0 = Clock::now();
-    const int64_t passes = prefill_rows(*m_.target, cache_, sequences);
+    const int64_t passes =
+        prefill_rows(*m_.target, cache_, sequences, 16, [&] {
+          for (Row* row : slots_) prefill_progress(*row);
+          return stopped = std::all_of(slots_.begin(), slots_.end(),
+                                       [](const Row* row) { return row->cancelled.load(); });
+        });
     for (Row* row : slots_) row->result.stats.prefill_passes = passes;
     prefill_seconds += seconds_since(t0);
   }
   for (Row* row : slots_) row->prefill_seconds = prefill_seconds;
   bs_.prefill_seconds = prefill_seconds;
+  if (stopped) {  // (their caches hold part of their prompts: none is kept as a prefix)
+    for (Row*& row : slots_) {
+      row->result.stats.stop_reason = "cancelled";
+      finish_row(*row);
+      row = nullptr;
+    }
+    first_ = false;
+  }
+}
+
+void Engine::prefill_progress(Row& row) {
+  if (!on_tokens_ || row.sink || row.cancelled.load()) return;
+  try {
+    on_tokens_(row.index, {});
+  } catch (const Cancelled&) {
+    row.cancelled = true;
+  } catch (...) {
+    row.error = std::current_exception();
+    row.cancelled = true;
+  }
 }
 
 int64_t Engine::uncached(int64_t slot) const {

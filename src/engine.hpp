@@ -218,6 +218,9 @@ class Engine {
   int64_t first_pass_limit() const { return std::min(prefill_chunk_, kPrefillChunk); }
   // Tokens of the slot's sequence before its last that the target's cache does not hold.
   int64_t uncached(int64_t slot) const;
+  // A row whose prompt is still going in: its callback (generate()'s and generate_batch()'s; a
+  // RequestEngine request has cancel()) is called with no tokens, so that it may cancel the row.
+  void prefill_progress(Row& row);
 
   EngineModels m_;
   const ModelConfig& tc_;

@@ -191,6 +191,8 @@ bool Engine::advance_joining(bool decoding, int64_t budget) {
   }
   const double s = seconds_since(t0);
   bs_.prefill_seconds += s;
+  for (Joining& j : joining_)  // (a row cancelled now leaves before its next chunk)
+    if (unprefilled(j) > 0) prefill_progress(*j.row);
   for (auto it = joining_.begin(); it != joining_.end();) {
     Row& row = *it->row;
     row.prefill_seconds += s / static_cast<double>(joining_.size());

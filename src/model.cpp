@@ -144,7 +144,8 @@ at::Tensor padded_ids(const std::vector<std::vector<int64_t>>& rows, std::vector
 }
 
 int64_t prefill_rows(const Model& model, KVCache& cache,
-                     const std::vector<const std::vector<int64_t>*>& seqs, int64_t chunk) {
+                     const std::vector<const std::vector<int64_t>*>& seqs, int64_t chunk,
+                     const std::function<bool()>& stop) {
   const auto b = static_cast<int64_t>(seqs.size());
   std::vector<int64_t> todo(b);  // tokens each row still has to prefill
   for (int64_t r = 0; r < b; ++r) {
@@ -165,6 +166,7 @@ int64_t prefill_rows(const Model& model, KVCache& cache,
     std::vector<int64_t> counts;
     const at::Tensor ids = padded_ids(pieces, counts);
     (void)model.forward(ids, cache, Model::kCacheOnly, counts);
+    if (stop && done + step < todo[0] && stop()) return passes + 1;
   }
   return passes;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "specdec/kv_cache.hpp"
@@ -22,9 +23,11 @@ constexpr int64_t kPrefillChunk = 256;
 // what the row holds), in passes of at most `chunk` tokens per row, kPrefillChunk once one row is
 // left (nothing is padded then). The sequences must be sorted by their uncached length, longest
 // first: each pass then runs on the rows [0, b') that still have tokens, so no row is padded by
-// more than chunk - 1 positions. Returns the number of passes.
+// more than chunk - 1 positions. `stop` (if set) is asked after each pass but the last: true ends
+// the prefill there. Returns the number of passes.
 int64_t prefill_rows(const Model& model, KVCache& cache,
-                     const std::vector<const std::vector<int64_t>*>& seqs, int64_t chunk = 16);
+                     const std::vector<const std::vector<int64_t>*>& seqs, int64_t chunk = 16,
+                     const std::function<bool()>& stop = {});
 
 // Admits sequences into rows `slots` of a running batch's `cache` (decoder-only): all but the last
 // token of each *seqs[i] goes into a scratch cache of seqs.size() rows (prefill_rows, longest rest

@@ -43,8 +43,9 @@ struct GenerationResult {
   std::string error;
 };
 
-// Called with each group of newly verified tokens, in order, as soon as they are known. Throw
-// specdec::Cancelled from it to stop the request (see error.hpp).
+// Called with each group of newly verified tokens, in order, as soon as they are known, and with no
+// tokens after each chunk of a long prompt's prefill (256 tokens), so that it can stop that too.
+// Throw specdec::Cancelled from it to stop the request (see error.hpp).
 using TokenCallback = std::function<void(const std::vector<int64_t>& new_tokens)>;
 
 // A batch (Generator::generate_batch): one result per prompt, in order, and the batch's totals.
@@ -64,7 +65,8 @@ struct BatchResult {
   std::vector<GenerationResult> results;
   BatchStats stats;
 };
-// Called with row `row`'s newly verified tokens (row: the prompt's index in the batch). Throw
+// Called with row `row`'s newly verified tokens (row: the prompt's index in the batch), and with
+// none after each chunk of its long prompt's prefill, as TokenCallback. Throw
 // specdec::Cancelled to stop that row; the others go on. Any other exception fails that row alone
 // (GenerationResult::error).
 using BatchTokenCallback = std::function<void(size_t row, const std::vector<int64_t>& new_tokens)>;

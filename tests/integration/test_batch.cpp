@@ -424,6 +424,71 @@ TEST(Batch, AFailingCallbackFailsItsRowAlone) {
   EXPECT_EQ(g.generate(prompts[1], c).tokens, Generator(p.target).generate(prompts[1], c).tokens);
 }
 
+// A long prompt goes in 256 tokens per pass, and after each but the last the callback is called
+// with no tokens, so that it can cancel the request (Ctrl-C in the program) seconds before its
+// first token: generate() returns at once with nothing, the passes left not run. A callback that
+// does not cancel changes nothing; a batch row that cancels during the prefill (the batch's first
+// rows, or one joining later) leaves the others as they are alone; and a PromptCache keeps the
+// cancelled prompt's prefilled part, which the next request continues.
+TEST(Batch, ACallbackCanCancelALongPrefill) {
+  const Pair p = pair_for("llama", 2);
+  const Generator g(p.target);
+  std::vector<int64_t> long_prompt;
+  for (int64_t i = 0; i < 700; ++i) long_prompt.push_back(3 + (i * 37) % 90);  // 3 chunks
+  GenerationConfig c;
+  c.max_new_tokens = 6;
+  const GenerationResult alone = g.generate(long_prompt, c);
+  ASSERT_EQ(alone.stats.prefill_passes, 3);
+  int empty_calls = 0;
+  std::vector<int64_t> streamed;
+  const GenerationResult watched = g.generate(long_prompt, c, [&](const std::vector<int64_t>& t) {
+    if (t.empty()) EXPECT_TRUE(streamed.empty()) << "no empty call once tokens come";
+    empty_calls += t.empty();
+    streamed.insert(streamed.end(), t.begin(), t.end());
+  });
+  EXPECT_EQ(empty_calls, 2);  // after the first and second chunks
+  EXPECT_EQ(watched.tokens, alone.tokens);
+  EXPECT_EQ(streamed, alone.tokens);
+
+  const GenerationResult cancelled = g.generate(long_prompt, c, [&](const std::vector<int64_t>& t) {
+    EXPECT_TRUE(t.empty());
+    throw Cancelled();
+  });
+  EXPECT_EQ(cancelled.stats.stop_reason, "cancelled");
+  EXPECT_TRUE(cancelled.tokens.empty());
+  EXPECT_EQ(cancelled.stats.prefill_passes, 1);
+  EXPECT_EQ(cancelled.stats.target_passes, 0);
+  // Another exception leaves generate() as it does from a token group.
+  EXPECT_THROW(g.generate(long_prompt, c,
+                          [](const std::vector<int64_t>&) { throw std::runtime_error("gone"); }),
+               std::runtime_error);
+
+  // Batches: row 1 (long) cancels in the batch's first prefill, row 3 (long) as it joins later.
+  const std::vector<std::vector<int64_t>> prompts = {{5, 6, 7}, long_prompt, {8, 9}, long_prompt};
+  for (const int64_t max_rows : {0, 2}) {
+    const BatchResult r = g.generate_batch(
+        prompts, {c},
+        [&](size_t row, const std::vector<int64_t>& t) {
+          if (t.empty() && (row == 1 || row == 3)) throw Cancelled();
+        },
+        BatchOptions{max_rows, {}});
+    for (const size_t row : {size_t{0}, size_t{2}})
+      EXPECT_EQ(r.results[row].tokens, g.generate(prompts[row], c).tokens) << row;
+    for (const size_t row : {size_t{1}, size_t{3}}) {
+      EXPECT_EQ(r.results[row].stats.stop_reason, "cancelled") << max_rows << " " << row;
+      EXPECT_TRUE(r.results[row].tokens.empty()) << max_rows << " " << row;
+    }
+  }
+
+  PromptCache cache;
+  (void)g.generate(long_prompt, c, cache,
+                   [](const std::vector<int64_t>& t) { if (t.empty()) throw Cancelled(); });
+  EXPECT_EQ(cache.positions(), 256);
+  const GenerationResult resumed = g.generate(long_prompt, c, cache);
+  EXPECT_EQ(resumed.stats.cached_prompt_tokens, 256);
+  EXPECT_EQ(resumed.tokens, alone.tokens);
+}
+
 // Continuous batching (BatchOptions::max_rows): 10 requests of ragged prompts and limits, at most 3
 // rows at once; each finished row makes room for the next request. Every output is the request's
 // alone, the callbacks see each row start after an earlier one finished, never more than 3 rows at
