@@ -1,7 +1,6 @@
 #include "specdec/config.hpp"
 
 #include <algorithm>
-#include <unordered_set>
 #include <cmath>
 #include <fstream>
 #include <iterator>
@@ -9,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <type_traits>
+#include <unordered_set>
 
 #include "json.hpp"
 #include "specdec/error.hpp"

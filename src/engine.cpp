@@ -249,12 +249,11 @@ void Engine::start() {
     // Hugging Face's first pass over the whole prompt while it fits in one chunk. After each chunk
     // the rows' callbacks may cancel them (BatchTokenCallback); once all are, the prefill stops.
     const auto t0 = Clock::now();
-    const int64_t passes =
-        prefill_rows(*m_.target, cache_, sequences, 16, [&] {
-          for (Row* row : slots_) prefill_progress(*row);
-          return stopped = std::all_of(slots_.begin(), slots_.end(),
-                                       [](const Row* row) { return row->cancelled.load(); });
-        });
+    const int64_t passes = prefill_rows(*m_.target, cache_, sequences, 16, [&] {
+      for (Row* row : slots_) prefill_progress(*row);
+      return stopped = std::all_of(slots_.begin(), slots_.end(),
+                                   [](const Row* row) { return row->cancelled.load(); });
+    });
     for (Row* row : slots_) row->result.stats.prefill_passes = passes;
     prefill_seconds += seconds_since(t0);
   }

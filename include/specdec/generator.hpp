@@ -44,8 +44,8 @@ struct GenerationResult {
 };
 
 // Called with each group of newly verified tokens, in order, as soon as they are known, and with no
-// tokens after each chunk of a long prompt's prefill (256 tokens), so that it can stop that too.
-// Throw specdec::Cancelled from it to stop the request (see error.hpp).
+// tokens between the passes of a prefill that takes several (a prompt past 256 tokens), so that it
+// can stop that too. Throw specdec::Cancelled from it to stop the request (see error.hpp).
 using TokenCallback = std::function<void(const std::vector<int64_t>& new_tokens)>;
 
 // A batch (Generator::generate_batch): one result per prompt, in order, and the batch's totals.
@@ -66,7 +66,7 @@ struct BatchResult {
   BatchStats stats;
 };
 // Called with row `row`'s newly verified tokens (row: the prompt's index in the batch), and with
-// none after each chunk of its long prompt's prefill, as TokenCallback. Throw
+// none between the passes of its prompt's prefill, as TokenCallback. Throw
 // specdec::Cancelled to stop that row; the others go on. Any other exception fails that row alone
 // (GenerationResult::error).
 using BatchTokenCallback = std::function<void(size_t row, const std::vector<int64_t>& new_tokens)>;

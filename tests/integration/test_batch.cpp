@@ -481,8 +481,9 @@ TEST(Batch, ACallbackCanCancelALongPrefill) {
   }
 
   PromptCache cache;
-  (void)g.generate(long_prompt, c, cache,
-                   [](const std::vector<int64_t>& t) { if (t.empty()) throw Cancelled(); });
+  (void)g.generate(long_prompt, c, cache, [](const std::vector<int64_t>& t) {
+    if (t.empty()) throw Cancelled();
+  });
   EXPECT_EQ(cache.positions(), 256);
   const GenerationResult resumed = g.generate(long_prompt, c, cache);
   EXPECT_EQ(resumed.stats.cached_prompt_tokens, 256);

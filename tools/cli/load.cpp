@@ -260,9 +260,8 @@ Loaded load(RunOptions& o, bool chat) {
     // An empty text is the tokenizer's BOS alone, where it adds one (generation from nothing).
     l.prompt = l.tokenizer->encode(text, true);
     if (l.prompt.empty())
-      throw Error(text.empty() ? std::string(empty_prompt) + "; this tokenizer adds no BOS to "
-                                     "begin from"
-                               : std::string(empty_prompt));
+      throw Error(std::string(empty_prompt) +
+                  (text.empty() ? "; this tokenizer adds no BOS to begin from" : ""));
   }
   l.target = load_model(o.model, load_options(o, false));
   if (!o.draft.empty()) l.draft = load_model(o.draft, load_options(o, true));

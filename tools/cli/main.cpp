@@ -15,8 +15,8 @@ using namespace specdec::cli;
 int main(int argc, char** argv) {
   CLI::App app{"specdec: speculative decoding (assisted generation) on libtorch"};
   app.footer(
-      "specdec SUBCOMMAND --help (or specdec help SUBCOMMAND) lists a subcommand's flags; a flag may "
-      "also be written with underscores, as Hugging Face names its fields (--max_new_tokens).");
+      "specdec SUBCOMMAND --help (or specdec help SUBCOMMAND) lists a subcommand's flags; a flag "
+      "may also be written with underscores, as Hugging Face names its fields (--max_new_tokens).");
   app.require_subcommand(1);
   app.set_version_flag("--version", "specdec " SPECDEC_VERSION);
   RunOptions gen_opts, cmp_opts;
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
       ->add_option("--tokenizer", dtk.dir,
                    "The tokenizer: a folder with its files, or a GGUF file (or its folder)")
       ->required();
-  detok->add_option("--ids", dtk.ids, "Token ids, comma- or space-separated (\"\" for none)")->required();
+  detok->add_option("--ids", dtk.ids, "Token ids, comma- or space-separated (\"\" for none)")
+      ->required();
   detok->add_flag("--skip-special", dtk.skip_special, "Leave special tokens (BOS, EOS, ...) out");
   detok->add_flag("--json", dtk.json_out, "Print {\"text\": \"...\"}");
 
