@@ -49,6 +49,12 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
       {"--max-length", "specdec counts new tokens: --max-new-tokens"},
       {"--max-tokens", "OpenAI's max_tokens is a request's field; the flag is --max-new-tokens"},
       {"--num-return-sequences", "one answer per prompt (--prompts-file runs many prompts)"},
+      // llama.cpp's and vLLM's (llama.cpp's short ones included)
+      {"-m", "the model is --model"},
+      {"--model-path", "the model is --model"},
+      {"-t", "the threads are --threads"},
+      {"-tb", "the threads are --threads"},
+      {"--threads-batch", "the threads are --threads"},
   };
   // Hugging Face's other logits processors and beam-search knobs.
   static const std::vector<std::string> filters = {"--no-repeat-ngram-size", "--typical-p",
@@ -81,12 +87,10 @@ const char* instead_of(const std::string& sub, const std::string& flag) {
            "of a request without one";
   if (sub == "serve" && flag == "--seed")
     return "a request gives its own seed; one without draws a random seed";
-  // llama.cpp's and vLLM's names (llama.cpp's short ones included).
+  // llama.cpp's and vLLM's names for what only some subcommands have.
   const auto one_of = [&flag](std::initializer_list<const char*> names) {
     return std::find(names.begin(), names.end(), flag) != names.end();
   };
-  if (one_of({"-m", "--model-path"})) return "the model is --model";
-  if (one_of({"-t", "--threads-batch", "-tb"})) return "the threads are --threads";
   if (samples && one_of({"-n", "--n-predict"}))
     return "the number of new tokens is --max-new-tokens";
   if ((sub == "generate" || sub == "compare") && one_of({"-p", "-f", "--file"}))

@@ -114,12 +114,10 @@ std::optional<ApiError> framing_refusal(const httplib::Request& req) {
   if (length > 0 && req.has_header("Origin")) {
     std::string type = req.get_header_value("Content-Type");
     type = type.substr(0, type.find(';'));
-    type.erase(std::remove_if(type.begin(), type.end(), [](unsigned char ch) { return ch == ' '; }),
-               type.end());
-    std::transform(type.begin(), type.end(), type.begin(),
-                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    const bool json = type == "application/json" ||
-                      (type.size() > 5 && type.compare(type.size() - 5, 5, "+json") == 0);
+    type.erase(std::remove(type.begin(), type.end(), ' '), type.end());
+    const bool json =
+        ::strcasecmp(type.c_str(), "application/json") == 0 ||
+        (type.size() > 5 && ::strcasecmp(type.c_str() + type.size() - 5, "+json") == 0);
     if (!json)
       return ApiError(415,
                       "a request from a browser (it has an Origin header) must send its body as "
