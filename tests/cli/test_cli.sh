@@ -837,8 +837,27 @@ assert len(t['ids']) == g['stats']['prompt_tokens'], (len(t['ids']), g['stats'][
   gen_rc=0; wait "$gen_pid" || gen_rc=$?
   check "generate: Ctrl-C ends the streamed line, says stop: cancelled, exits 130" bash -c \
     "[ $gen_rc -eq 130 ] && [ \"\$(tail -c 1 '$work/gen_out' | od -An -c | tr -d ' ')\" = '\\n' ] && grep -q 'stop: cancelled' '$work/gen_err'"
-  # On a terminal, the note before reading stdin names the subcommand's own flag.
+  # The stats line: the prompt's tokens (counted by tokenize) and the rate after the prefill.
+  n_prompt=$("$SPECDEC" tokenize --tokenizer "$smol" --chat --text "What is the capital of France?" | tr ',' '\n' | wc -l)
+  "$SPECDEC" generate --model "$smol" --chat --prompt "What is the capital of France?" --max-new-tokens 24 2> "$work/stats_err" > /dev/null
+  check "generate: the stats line gives the rate after the prefill and the prompt's tokens and time" \
+    grep -Eq "^[0-9]+ new tokens in [0-9.]+ s \([0-9.]+ tok/s, [0-9.]+ after the prefill: $n_prompt prompt tokens in [0-9.]+ s\); " "$work/stats_err"
+  # On a terminal, a long prompt's prefill shows a line on stderr, erased before the answer.
   command -v script > /dev/null || { echo "FAIL: script (util-linux's bsdutils) is needed"; fails=$((fails + 1)); }
+  long=$(python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 150))")
+  n_long=$("$SPECDEC" tokenize --tokenizer "$smol" --text "$long" | tr ',' '\n' | wc -l)
+  timeout 300 script -qfec "'$SPECDEC' generate --model '$smol' --prompt '$long' --max-new-tokens 2 --threads 1" /dev/null > "$work/tty_out"
+  check "generate on a terminal: 'reading the prompt' with its tokens while a long prompt goes in, erased before the answer" \
+    python3 -c "
+import re, sys
+out = open(sys.argv[1], encoding='utf-8', newline='').read()
+notes = [m.end() for m in re.finditer(r'\r\x1b\[Kspecdec: reading the prompt \(' + sys.argv[2] + r' tokens\)\.\.\. [1-9][0-9]* s', out)]
+assert notes, repr(out[:300])
+rest = out[notes[-1]:]
+assert rest.startswith('\r\x1b[K') and 'reading' not in rest and 'new tokens in' in rest, repr(rest)" "$work/tty_out" "$n_long"
+  "$SPECDEC" generate --model "$smol" --prompt "$long" --max-new-tokens 2 --threads 1 > /dev/null 2> "$work/notty_err"
+  check "... and not when stderr is not a terminal" bash -c "! grep -q 'reading the prompt' '$work/notty_err'"
+  # On a terminal, the note before reading stdin names the subcommand's own flag.
   tty_note=$( (sleep 1; printf 'hi\n\004') | timeout 60 script -q -c "'$SPECDEC' tokenize --tokenizer '$smol'" /dev/null)
   check "tokenize: reading a terminal, the note names --text" grep -q "or use --text TEXT" <<<"$tty_note"
   full "tokenize" "" tokenize --tokenizer "$smol" --text "Hello"

@@ -119,7 +119,10 @@ int run_chat(RunOptions& o) {
       if (room < 1) throw Error("the conversation fills the model's context");
       turn.max_new_tokens = std::min(turn.max_new_tokens, room);
       interrupt.answering(true);
+      // (the conversation's earlier turns come from the cache: the count would overstate it)
+      PrefillNotice notice(0);
       r = gen.generate(prompt, turn, cache, [&](const std::vector<int64_t>& t) {
+        notice.update(t);
         // Ctrl-C before these tokens (while the prompt went in): none of them is shown or kept.
         if (interrupt.stop()) throw Cancelled(0);
         if (!o.no_stream) std::cout << stream.push(t) << std::flush;

@@ -101,7 +101,27 @@ Loaded load(RunOptions& o, bool chat);
 nlohmann::json result_json(const GenerationResult& r, const Tokenizer* tok);
 // "acceptance 61.3% (19/31)", or "nothing drafted" when nothing was.
 std::string acceptance_text(const GenerationStats& s);
+// "N new tokens in T s (R tok/s, R' after the prefill: P prompt tokens in T' s); ..." and the
+// passes, acceptance and stop reason.
 void print_stats(const GenerationStats& s, std::ostream& os);
+// On a terminal, while a long prompt goes in, "specdec: reading the prompt (N tokens)... 4 s" on
+// stderr: redrawn from the token callback's calls between the prefill's passes once a second has
+// gone by, erased before the answer's first tokens are shown (or when it ends without them).
+class PrefillNotice {
+ public:
+  explicit PrefillNotice(int64_t prompt_tokens);  // 0: the count is not shown
+  ~PrefillNotice();
+  PrefillNotice(const PrefillNotice&) = delete;
+  PrefillNotice& operator=(const PrefillNotice&) = delete;
+  void update(const std::vector<int64_t>& new_tokens);  // first thing in the token callback
+  void erase();                                         // (before other output on stderr)
+
+ private:
+  const int64_t tokens_;
+  const bool tty_;
+  bool shown_ = false, answering_ = false;
+  const double start_;  // seconds (a steady clock)
+};
 std::string join_ids(const std::vector<int64_t>& v);
 // Flushes stdout; Error ("cannot write the output (stdout): <reason>", the reason when this flush
 // saw it) when a write to it failed (a full disk, a closed file), so that a command never ends

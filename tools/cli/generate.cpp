@@ -334,8 +334,10 @@ int run_generate(RunOptions& o) {
   // Ctrl-C while the answer streams stops it where it is: the line ends, the stats line says
   // "stop: cancelled", and the program ends by the signal (exit status 130).
   std::optional<StopAnswerOnInterrupt> interrupt;
+  PrefillNotice notice(static_cast<int64_t>(l.prompt.size()));
   if (!o.json_out && !o.no_stream) {
     stream = [&](const std::vector<int64_t>& toks) {
+      notice.update(toks);
       // Ctrl-C before these tokens (while the prompt went in): none of them is shown or kept.
       if (interrupt->stop()) throw Cancelled(0);
       if (text_stream) {
@@ -350,6 +352,7 @@ int run_generate(RunOptions& o) {
     interrupt->answering(true);
   }
   const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
+  notice.erase();
   const bool interrupted = interrupt && interrupt->stop();
   interrupt.reset();
   if (o.json_out) {

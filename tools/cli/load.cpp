@@ -1,8 +1,10 @@
 // Loading what the flags name: models, tokenizer, chat template, prompt; printing results.
 #include <ATen/Parallel.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -316,11 +318,15 @@ std::string acceptance_text(const GenerationStats& s) {
 }
 
 void print_stats(const GenerationStats& s, std::ostream& os) {
+  const double after = s.total_seconds - s.prefill_seconds;
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "%lld new tokens in %.3f s (%.2f tok/s); %lld target passes (%.2f tokens/pass), "
-                "%lld draft passes, %s; stop: %s\n",
+                "%lld new tokens in %.3f s (%.2f tok/s, %.2f after the prefill: %lld prompt tokens "
+                "in %.3f s); %lld target passes (%.2f tokens/pass), %lld draft passes, %s; stop: "
+                "%s\n",
                 static_cast<long long>(s.new_tokens), s.total_seconds, s.tokens_per_second(),
+                after > 0 ? static_cast<double>(s.new_tokens) / after : 0.0,
+                static_cast<long long>(s.prompt_tokens), s.prefill_seconds,
                 static_cast<long long>(s.target_passes), s.tokens_per_target_pass(),
                 static_cast<long long>(s.draft_passes), acceptance_text(s).c_str(),
                 s.stop_reason.c_str());
@@ -328,6 +334,36 @@ void print_stats(const GenerationStats& s, std::ostream& os) {
   if (s.cached_prompt_tokens > 0)
     os << "(" << s.cached_prompt_tokens << " of the " << s.prompt_tokens
        << " prompt tokens came from the conversation's cache)\n";
+}
+
+namespace {
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+PrefillNotice::PrefillNotice(int64_t prompt_tokens)
+    : tokens_(prompt_tokens), tty_(isatty(STDERR_FILENO) != 0), start_(steady_seconds()) {}
+
+PrefillNotice::~PrefillNotice() { erase(); }
+
+void PrefillNotice::erase() {
+  if (shown_) std::cerr << "\r\033[K" << std::flush;
+  shown_ = false;
+}
+
+void PrefillNotice::update(const std::vector<int64_t>& new_tokens) {
+  if (answering_ || !tty_) return;
+  if (!new_tokens.empty()) {
+    answering_ = true;
+    return erase();
+  }
+  const double elapsed = steady_seconds() - start_;
+  if (elapsed < 1) return;
+  std::cerr << "\r\033[Kspecdec: reading the prompt";
+  if (tokens_ > 0) std::cerr << " (" << tokens_ << " tokens)";
+  std::cerr << "... " << static_cast<int64_t>(elapsed) << " s" << std::flush;
+  shown_ = true;
 }
 
 void flush_output(int earlier_errno) {
