@@ -261,6 +261,48 @@ void BM_ReadBandwidth(benchmark::State& state) {
 }
 BENCHMARK(BM_ReadBandwidth)->Arg(96)->Unit(benchmark::kMillisecond);
 
+// The compute floor beside BM_ModelPass: float32 multiply-adds at the CPU's peak rate, each thread
+// running 12 independent chains of 8-wide FMAs (enough to hide their latency; 16-wide ones gave
+// the same rate on Zen 4). The FLOP/s counter is the rate; a pass's floor is its 2 x multiply-adds
+// (SmolLM2-135M: 134.5 M per token) at that rate.
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) float fma_chains(int64_t n) {
+  constexpr int kChains = 12;
+  __m256 a[kChains];
+  for (int i = 0; i < kChains; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.0001f);
+  for (int64_t i = 0; i < n; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < kChains; ++j) a[j] = _mm256_fmadd_ps(a[j], b, c);
+  }
+  alignas(32) float out[8];
+  __m256 sum = a[0];
+  for (int i = 1; i < kChains; ++i) sum = _mm256_add_ps(sum, a[i]);
+  _mm256_store_ps(out, sum);
+  return out[0];
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  if (!__builtin_cpu_supports("fma") || !__builtin_cpu_supports("avx2")) {
+    state.SkipWithError("no AVX2 FMA");
+    return;
+  }
+  set_bench_threads();
+  constexpr int64_t kSteps = 1 << 20;  // 12 x 8 x 2 x 2^20 FLOP per thread
+  for (auto _ : state) {
+    std::vector<float> sums(static_cast<size_t>(at::get_num_threads()), 0);
+    at::parallel_for(0, at::get_num_threads(), 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) sums[static_cast<size_t>(t)] = fma_chains(kSteps);
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * at::get_num_threads() * 12 * 8 * 2 * kSteps,
+      benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_FmaPeak)->Unit(benchmark::kMillisecond);
+#endif
+
 // One decode step's attention over a long context (SmolLM2's heads: 9 query heads over 3 key/value
 // heads of 64), state.range(0) cached positions; state.range(1): 0 the CPU's kernel family, 1 the
 // portable (scalar) copy of the same code.
