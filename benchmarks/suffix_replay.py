@@ -18,6 +18,9 @@ The rules:
   oracle          the longest continuation of any earlier position, in the request or in an
                   earlier request's prompt and answer, that the answer really takes (an upper bound
                   for every rule that copies earlier text)
+  oracle, m-token match   the same among the earlier positions after the text's last m tokens
+                  (m = 1, 2): m = 1 bounds every chain copied from after a match of the text's
+                  last tokens, as suffix trees and prompt lookup propose
 Usage: benchmarks/suffix_replay.py BUILD_DIR MODEL [--prompts FILE] [--slope 0.28 0.16]
 (FILE: JSON Lines of {"prompt", "system"?, "max_new_tokens"?}; default benchmarks/prompts/repetitive.jsonl.
 Slopes: what one more token adds to a pass, relative to a one-token pass, as lookup_replay.py's.)"""
@@ -142,10 +145,18 @@ def cut_right(cand, probs, ctx, answer, i, earlier, slope):
     return cand[:k]
 
 
-def oracle(cand, probs, ctx, answer, i, earlier, slope):
-    best = []
+def oracle(m):
+    """The longest continuation the answer takes of any earlier position whose m tokens before it
+    are the text's last m tokens (m = 0: of any earlier position)."""
+    return lambda cand, probs, ctx, answer, i, earlier, slope: longest_copy(ctx, answer, i, earlier, m)
+
+
+def longest_copy(ctx, answer, i, earlier, m):
+    best, tail = [], ctx[len(ctx) - m:]
     for text in earlier + [ctx]:
-        for j in range(1, len(text)):
+        for j in range(max(1, m), len(text)):
+            if m and text[j - m:j] != tail:
+                continue
             k = 0
             while j + k < len(text) and i + k < len(answer) - 1 and text[j + k] == answer[i + k]:
                 k += 1
@@ -158,6 +169,7 @@ print(f"{len(answers)} answers, {sum(map(len, answers))} tokens ({a.prompts})")
 for slope in a.slope:
     print(f"\npass over 1 + k tokens = 1 + {slope} k one-token passes\n| rule | tokens per pass | speedup |\n|---|---|---|")
     for name, rule in [("suffix", as_proposed), ("estimate (cut)", estimate_cut), ("cut right", cut_right),
-                       ("oracle", oracle)]:
+                       ("oracle", oracle(0)), ("oracle, 1-token match", oracle(1)),
+                       ("oracle, 2-token match", oracle(2))]:
         tpp, speedup = replay(rule, slope)
         print(f"| {name} | {tpp:.2f} | {speedup:.2f}x |")
