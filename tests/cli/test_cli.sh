@@ -855,6 +855,13 @@ notes = [m.end() for m in re.finditer(r'\r\x1b\[Kspecdec: reading the prompt \('
 assert notes, repr(out[:300])
 rest = out[notes[-1]:]
 assert rest.startswith('\r\x1b[K') and 'reading' not in rest and 'new tokens in' in rest, repr(rest)" "$work/tty_out" "$n_long"
+  timeout 300 script -qfec "'$SPECDEC' generate --model '$smol' --prompt '$long' --max-new-tokens 2 --threads 1 --json" /dev/null > "$work/tty_json"
+  check "... and with --json, erased before the JSON" python3 -c "
+import json, sys
+out = open(sys.argv[1], encoding='utf-8', newline='').read()
+assert 'reading the prompt (' + sys.argv[2] + ' tokens)' in out, repr(out[:300])
+rest = out[out.rindex('\r\x1b[K') + 4:]
+assert json.loads(rest)['stats']['new_tokens'] == 2, repr(rest)" "$work/tty_json" "$n_long"
   "$SPECDEC" generate --model "$smol" --prompt "$long" --max-new-tokens 2 --threads 1 > /dev/null 2> "$work/notty_err"
   check "... and not when stderr is not a terminal" bash -c "! grep -q 'reading the prompt' '$work/notty_err'"
   # On a terminal, the note before reading stdin names the subcommand's own flag.

@@ -350,6 +350,8 @@ int run_generate(RunOptions& o) {
     };
     interrupt.emplace();
     interrupt->answering(true);
+  } else {
+    stream = [&](const std::vector<int64_t>& toks) { notice.update(toks); };
   }
   const GenerationResult r = gen.generate(l.prompt, o.gen, stream);
   notice.erase();
