@@ -75,6 +75,7 @@ BAD_BODIES = [
     ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages"),  # no content
     ("/v1/chat/completions", {"messages": [{"role": 5, "content": "Hi"}]}, "messages"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": None}]}, "messages"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": []}]}, "messages"),  # no parts
     ("/v1/chat/completions", {"messages": MSGS, "stream_options": {"include_usage": True}}, "stream_options"),
     ("/v1/completions", {"prompt": "Hi", "echo": True}, "echo"),
     ("/v1/completions", {"prompt": "Hi", "best_of": 3}, "best_of"),
@@ -466,6 +467,14 @@ def test_a_browser_body_that_is_not_json_is_refused_unread(server):
 
 # ---------------------------------------------------------------------------------------------
 # A full queue
+
+
+def test_a_multipart_body_is_refused_as_not_json(server):
+    # cpp-httplib would parse it as form fields and answer a bare "bad request".
+    body = json.dumps({"prompt": "Hi", "max_tokens": 2}).encode()
+    for content_type in ("multipart/form-data; boundary=x", "Multipart/Mixed; boundary=y"):
+        r = raw_post(server, "/v1/completions", body, content_type)
+        assert_error(server, r, 415, code="unsupported_media_type", message_contains="application/json")
 
 
 def test_queue_full_429():

@@ -124,6 +124,11 @@ std::optional<ApiError> framing_refusal(const httplib::Request& req) {
                       "Content-Type: application/json",
                       "", "unsupported_media_type");
   }
+  // cpp-httplib would parse a multipart body as form fields and answer a bare 400 when it is not.
+  if (length > 0 &&
+      ::strncasecmp(req.get_header_value("Content-Type").c_str(), "multipart/", 10) == 0)
+    return ApiError(415, "a request body must be JSON, not multipart (send it as application/json)",
+                    "", "unsupported_media_type");
   return std::nullopt;
 }
 

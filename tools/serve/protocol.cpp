@@ -283,6 +283,7 @@ std::vector<ChatMessage> chat_messages(const json& messages, const ChatTemplate&
     if (content && content->is_string()) {
       text = content->get<std::string>();
     } else if (content && content->is_array()) {  // [{"type": "text", "text": ...}, ...]
+      if (content->empty()) bad("messages", "a message's 'content' is an empty list of parts");
       std::vector<std::string> parts;
       for (const json& part : *content) {
         if (!part.is_object() || part.value("type", json()) != "text")
@@ -293,7 +294,8 @@ std::vector<ChatMessage> chat_messages(const json& messages, const ChatTemplate&
       }
       text = chat.join_parts(r, parts);
     } else if (content) {
-      bad("messages", "a message's 'content' must be a string, got " + content->dump());
+      bad("messages",
+          "a message's 'content' must be a string or a list of text parts, got " + content->dump());
     } else {
       bad("messages", "a message has no 'content'");
     }
