@@ -3,6 +3,7 @@
 // parses).
 #pragma once
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -120,7 +121,7 @@ class PrefillNotice {
   const int64_t tokens_;
   const bool tty_;
   bool shown_ = false, answering_ = false;
-  const double start_;  // seconds (a steady clock)
+  const std::chrono::steady_clock::time_point start_;
 };
 std::string join_ids(const std::vector<int64_t>& v);
 // Flushes stdout; Error ("cannot write the output (stdout): <reason>", the reason when this flush

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -13,6 +12,7 @@
 #include "cli.hpp"
 #include "generation_options.hpp"
 #include "tokenizers/tokenizer_base.hpp"
+#include "util.hpp"
 
 using nlohmann::json;
 
@@ -336,14 +336,8 @@ void print_stats(const GenerationStats& s, std::ostream& os) {
        << " prompt tokens came from the conversation's cache)\n";
 }
 
-namespace {
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
 PrefillNotice::PrefillNotice(int64_t prompt_tokens)
-    : tokens_(prompt_tokens), tty_(isatty(STDERR_FILENO) != 0), start_(steady_seconds()) {}
+    : tokens_(prompt_tokens), tty_(isatty(STDERR_FILENO) != 0), start_(Clock::now()) {}
 
 PrefillNotice::~PrefillNotice() { erase(); }
 
@@ -358,7 +352,7 @@ void PrefillNotice::update(const std::vector<int64_t>& new_tokens) {
     answering_ = true;
     return erase();
   }
-  const double elapsed = steady_seconds() - start_;
+  const double elapsed = seconds_since(start_);
   if (elapsed < 1) return;
   std::cerr << "\r\033[Kspecdec: reading the prompt";
   if (tokens_ > 0) std::cerr << " (" << tokens_ << " tokens)";
